@@ -1,0 +1,230 @@
+"""One error tree for all of vmctl.
+
+Every error has a kebab-case ``reference`` (stable, printed by the CLI and returned by the API), a
+``retryable`` flag and a message ``template`` filled from keyword fields. Foreign errors (libvirt,
+sqlite, HTTP, YAML, ...) are translated once, at the boundary, with the cause chained
+(``raise TraceFormatError(...) from exc``).
+
+    >>> e = TraceFormatError(path="a.swf", line=3, problem="expected 18 fields, got 7")
+    >>> str(e)
+    'a.swf:3: expected 18 fields, got 7'
+    >>> e.reference
+    'trace-format'
+
+The CLI maps classes to exit codes in one place (``vmctl.cli.main.EXIT_CODES``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class VmctlError(Exception):
+    """Base of every error vmctl raises on purpose."""
+
+    reference: ClassVar[str] = "vmctl-error"
+    retryable: ClassVar[bool] = False
+    template: ClassVar[str] = "{detail}"
+    #: HTTP status the API answers with when this error reaches it.
+    http_status: ClassVar[int] = 500
+    hint: ClassVar[str] = ""
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields: dict[str, Any] = fields
+        try:
+            message = self.template.format(**fields)
+        except (KeyError, IndexError):
+            message = f"{self.template} {fields}"
+        super().__init__(message)
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form used by the API and ``--output json``."""
+        out: dict[str, Any] = {"reference": self.reference, "message": self.message, "retryable": self.retryable}
+        for k, v in self.fields.items():
+            if isinstance(v, str | int | float | bool) or v is None:
+                out[k] = v
+            else:
+                out[k] = str(v)
+        return out
+
+
+# ----------------------------------------------------------------------------- user input
+
+
+class UserError(VmctlError):
+    """Bad input from a person or a file: never a traceback, nothing half-applied."""
+
+    reference = "invalid-input"
+    http_status = 400
+    template = "{where}: {problem}"
+
+
+class ConfigError(UserError):
+    reference = "config-invalid"
+    template = "{path}: {where}: {problem}"
+    hint = "check the file against the commented example in etc/"
+
+
+class TraceFormatError(UserError):
+    reference = "trace-format"
+    template = "{path}:{line}: {problem}"
+
+
+class InstanceFormatError(UserError):
+    reference = "instance-format"
+    template = "{path}: {where}: {problem}"
+
+
+class ValidationError(UserError):
+    """A request or job spec field is wrong. ``field`` is a dotted path into the document."""
+
+    reference = "validation-failed"
+    template = "{field}: {problem}"
+    http_status = 422
+
+
+class RequestTooLarge(UserError):
+    reference = "request-too-large"
+    template = "request body of {size} bytes exceeds the limit of {limit} bytes"
+    http_status = 413
+
+
+class UnknownPolicyError(UserError):
+    reference = "unknown-policy"
+    template = "unknown policy {name!r}; known policies: {known}"
+
+
+class PolicyParameterError(UserError):
+    reference = "policy-parameter"
+    template = "policy {policy}: parameter {param}: {problem}"
+
+
+class OutOfRange(UserError):
+    reference = "out-of-range"
+    template = "{what} = {value} is out of range ({allowed})"
+
+
+# ----------------------------------------------------------------------------- lookups and state
+
+
+class NotFound(VmctlError):
+    reference = "not-found"
+    template = "{kind} {name!r} not found"
+    http_status = 404
+
+
+class Conflict(VmctlError):
+    reference = "conflict"
+    template = "{what}: {problem}"
+    http_status = 409
+
+
+class InvariantViolation(VmctlError):
+    """A scheduling decision broke a rule of ``vmctl.policies.invariants`` (a bug, not user error)."""
+
+    reference = "invariant-violated"
+    template = "{rule}: {detail}"
+
+
+# ----------------------------------------------------------------------------- auth
+
+
+class Unauthenticated(VmctlError):
+    reference = "unauthenticated"
+    template = "{problem}"
+    http_status = 401
+    hint = "pass --token or set VMCTL_TOKEN; agents need a client certificate"
+
+
+class Forbidden(VmctlError):
+    reference = "forbidden"
+    template = "{principal} may not {action}"
+    http_status = 403
+
+
+# ----------------------------------------------------------------------------- hypervisors and agents
+
+
+class HypervisorError(VmctlError):
+    reference = "hypervisor-error"
+    retryable = True
+    template = "{backend}: {operation}: {problem}"
+    http_status = 502
+
+
+class HypervisorUnavailable(HypervisorError):
+    reference = "hypervisor-unavailable"
+    template = "{backend}: cannot reach {uri}: {problem}"
+    hint = "is libvirtd running? (see README, 'real libvirt')"
+
+
+class OperationNotSupported(HypervisorError):
+    reference = "operation-not-supported"
+    retryable = False
+    template = "{backend} does not support {operation}"
+    http_status = 501
+
+
+class VmNotFound(HypervisorError):
+    reference = "vm-not-found"
+    retryable = False
+    template = "{backend}: no VM named {name!r}"
+    http_status = 404
+
+
+class MigrationError(HypervisorError):
+    reference = "migration-failed"
+    template = "migration of {name!r} to {target}: {problem}"
+
+
+class RemoteExecError(VmctlError):
+    reference = "remote-exec-failed"
+    retryable = True
+    template = "{host}: {problem}"
+
+
+# ----------------------------------------------------------------------------- daemon and store
+
+
+class StoreError(VmctlError):
+    reference = "store-error"
+    retryable = True
+    template = "{backend}: {problem}"
+
+
+class SchemaVersionError(StoreError):
+    reference = "schema-version"
+    retryable = False
+    template = "{backend}: database schema version {found} is newer than this vmctl ({supported})"
+
+
+class LeaseLost(StoreError):
+    reference = "lease-lost"
+    retryable = False
+    template = "leader lease lost: epoch {epoch} superseded by {current}"
+
+
+class DaemonUnavailable(VmctlError):
+    reference = "daemon-unavailable"
+    retryable = True
+    template = "cannot reach vmctld at {url}: {problem}"
+    hint = "is vmctld running? check --url / VMCTL_URL"
+
+
+class ApiError(VmctlError):
+    """An error answer from the daemon, re-raised on the client side."""
+
+    reference = "api-error"
+    template = "{status}: {reference_text}: {problem}"
+
+
+# ----------------------------------------------------------------------------- solvers
+
+
+class SolverError(VmctlError):
+    reference = "solver-error"
+    template = "{solver}: {problem}"

@@ -1,0 +1,362 @@
+"""The shared vocabulary of vmctl: jobs, the cluster view a policy sees, the actions it may take,
+and the desired/observed state exchanged between the daemon and the node agents.
+
+Everything here is a frozen dataclass (or an enum) with no behaviour beyond validation and small
+derived properties. Policies, the simulator, the daemon and the agents all speak this language.
+
+Cores are identified by a global integer index ``0 .. total_cores-1``. ``ClusterView.node_of_core``
+maps a core to the node (physical host) that carries it, and ``ClusterView.local_core`` to its index
+on that node, so a policy can reason about whole nodes when it needs to (migration, vcsched hosts).
+
+Each physical core carries two VM slots: the foreground (fg) slot, with the highest CPU priority, and
+the background (bg) slot, with the lowest (MEASY paper sec. 2.1). A job with ``procs`` processes
+runs one process per core, all in the same tier.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal, TypeAlias
+
+from vmctl.errors import ValidationError
+
+# --------------------------------------------------------------------------------------- jobs
+
+
+class Tier(StrEnum):
+    FG = "fg"
+    BG = "bg"
+
+    def other(self) -> Tier:
+        return Tier.BG if self is Tier.FG else Tier.FG
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"  # waiting, never started or requeued after a kill
+    RUNNING = "running"  # some processes placed (fg or bg)
+    SUSPENDED = "suspended"  # gang scheduling: descheduled in this time slice / checkpointed
+    DONE = "done"
+    KILLED = "killed"  # killed at its estimate or by an operator
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What the scheduler knows about a job when it is submitted.
+
+    ``estimate`` is the user's run-time estimate in seconds of dedicated-processor work; the job is
+    killed when it has received that much work. ``cpu_usage`` holds the *estimated* CPU utilization
+    (0 < u <= 1) of each process on a dedicated core, or is None when unknown (MEASY sec. 3.5.1).
+    The actual run time and actual CPU usage are known only to the simulator or the real guest.
+    """
+
+    id: str
+    submit_time: float
+    procs: int
+    estimate: float
+    cpu_usage: tuple[float, ...] | None = None
+    priority: int = 0
+    deadline: float | None = None
+    user: str = ""
+    mem: float = 0.0  # memory need as a fraction of one host (vcsched); 0 = not modelled
+    cpu_need: float = 1.0  # CPU need per task as a fraction of one host (vcsched); 1 = a full core
+
+    def __post_init__(self) -> None:
+        if self.procs <= 0:
+            raise ValidationError(field=f"job {self.id}.procs", problem=f"must be > 0, got {self.procs}")
+        if not (self.estimate > 0 and math.isfinite(self.estimate)):
+            raise ValidationError(
+                field=f"job {self.id}.estimate", problem=f"must be a positive number, got {self.estimate}"
+            )
+        if self.cpu_usage is not None:
+            if len(self.cpu_usage) != self.procs:
+                raise ValidationError(
+                    field=f"job {self.id}.cpu_usage",
+                    problem=f"has {len(self.cpu_usage)} entries for {self.procs} processes",
+                )
+            for u in self.cpu_usage:
+                if not 0.0 < u <= 1.0:
+                    raise ValidationError(field=f"job {self.id}.cpu_usage", problem=f"{u} not in (0, 1]")
+
+    def usage_of(self, process: int) -> float:
+        """Estimated CPU utilization of one process; unknown counts as 1.0 (the safe assumption)."""
+        return 1.0 if self.cpu_usage is None else self.cpu_usage[process]
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job that holds VM slots. ``cores[i]`` carries process ``i``.
+
+    ``progress`` is the dedicated-processor work (seconds) the job has received in its current run as
+    of the view's time (reset to 0 by a kill; kept by promote, migrate and checkpoint/restore).
+    ``expected_end`` is when the job ends at the latest if it keeps its tier and runs at full speed:
+    ``now + estimate - progress`` for fg jobs; ``math.inf`` for bg jobs (their pace is not known).
+    """
+
+    job: Job
+    tier: Tier
+    cores: tuple[int, ...]
+    start_time: float  # first start of the current run
+    tier_since: float  # when it entered its current tier / placement
+    progress: float = 0.0
+    expected_end: float = math.inf
+    suspended: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    @property
+    def remaining_estimate(self) -> float:
+        return max(0.0, self.job.estimate - self.progress)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Everything a policy may look at. Read-only by contract; the simulator passes live views of its
+    own structures (no copies), so a policy must never keep references to them after ``decide``.
+
+    - ``queue``: waiting jobs in queue order (submit time, then id). Jobs running in the bg tier are
+      *not* in the queue; they are in ``running`` with ``tier == Tier.BG``.
+    - ``fg_job[c]`` / ``bg_job[c]``: id of the job whose process occupies core c's fg / bg slot.
+    - ``idle_fg`` / ``idle_bg``: usable cores whose fg / bg slot is free (maintained incrementally).
+    - ``fg_util[c]``: measured (daemon) or modelled (simulator) CPU utilization of core c's fg VM,
+      0..1; 0 when the fg slot is idle. A bg VM takes a process only while this is under the
+      threshold (0.96 in the paper).
+    - ``usable[c]``: False for cores of drained, lost or excluded nodes.
+    """
+
+    total_cores: int
+    queue: Sequence[Job]
+    running: Mapping[str, RunningJob]
+    fg_job: Sequence[str | None]
+    bg_job: Sequence[str | None]
+    idle_fg: Set[int]
+    idle_bg: Set[int]
+    fg_util: Sequence[float]
+    usable: Sequence[bool]
+    node_of_core: Sequence[str] = ()
+    local_core: Sequence[int] = ()
+    # vcsched: capacity of each node (cores) and memory (fraction of one host) when modelled.
+    node_names: Sequence[str] = ()
+
+    def node(self, core: int) -> str:
+        return self.node_of_core[core] if self.node_of_core else "sim"
+
+
+# --------------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class StartFg:
+    """Start (or restart from scratch) a queued job: process i on the fg slot of cores[i]."""
+
+    job_id: str
+    cores: tuple[int, ...]
+    kind: Literal["start_fg"] = "start_fg"
+
+
+@dataclass(frozen=True, slots=True)
+class StartBg:
+    """Start a queued job in the bg tier: process i on the bg slot of cores[i]."""
+
+    job_id: str
+    cores: tuple[int, ...]
+    kind: Literal["start_bg"] = "start_bg"
+
+
+@dataclass(frozen=True, slots=True)
+class Promote:
+    """Swap fg/bg CPU priority on the job's own cores: the bg job becomes fg in place, without a
+    restart. Legal only when every one of its cores has an idle fg slot (MEASY Algorithm 2 line 5)."""
+
+    job_id: str
+    kind: Literal["promote"] = "promote"
+
+
+@dataclass(frozen=True, slots=True)
+class Demote:
+    """The reverse of Promote (operator action or gang scheduling)."""
+
+    job_id: str
+    kind: Literal["demote"] = "demote"
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    """Move a running job (keeping its progress) to other cores and tier; costs ``cost`` seconds of
+    no progress (checkpoint/restart or live migration)."""
+
+    job_id: str
+    cores: tuple[int, ...]
+    tier: Tier = Tier.FG
+    cost: float = 0.0
+    kind: Literal["migrate"] = "migrate"
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """Kill a running job. With ``requeue`` it goes back to the queue and loses its progress
+    (KEASY: kill, then Dispatch to fg in the same decision)."""
+
+    job_id: str
+    requeue: bool = True
+    reason: str = ""
+    kind: Literal["kill"] = "kill"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Save a running job's VMs to disk and free its slots; the job keeps its progress."""
+
+    job_id: str
+    kind: Literal["checkpoint"] = "checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """Restore a checkpointed job onto cores in a tier."""
+
+    job_id: str
+    cores: tuple[int, ...]
+    tier: Tier = Tier.FG
+    kind: Literal["restore"] = "restore"
+
+
+@dataclass(frozen=True, slots=True)
+class SetCap:
+    """Set the CPU cap of a job's VMs: a fraction of one core in (0, 1], None = uncapped."""
+
+    job_id: str
+    cap: float | None
+    kind: Literal["set_cap"] = "set_cap"
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    """Gang scheduling: deschedule a running job for this time slice (slots stay reserved)."""
+
+    job_id: str
+    kind: Literal["suspend"] = "suspend"
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    job_id: str
+    kind: Literal["resume"] = "resume"
+
+
+Action: TypeAlias = (
+    StartFg | StartBg | Promote | Demote | Migrate | Kill | Checkpoint | Restore | SetCap | Suspend | Resume
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy decided at one event. Actions apply in order (a Kill may be followed by a StartFg
+    of the same job). Every queued job that is not started is waiting for ``reasons[job_id]`` or,
+    when absent, for ``default_reason``. ``wake_at`` asks for another pass at that time (for example
+    a reservation's shadow time) even if no event happens."""
+
+    actions: tuple[Action, ...] = ()
+    wake_at: float | None = None
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    default_reason: str = "waiting for free cores"
+
+    def reason_for(self, job_id: str) -> str:
+        return self.reasons.get(job_id, self.default_reason)
+
+
+# --------------------------------------------------------------------- daemon <-> agent contract
+# Level-based: the daemon writes a generation-numbered desired state per node; the agent
+# reconciles and reports what it observed. Extend these additively (new optional fields only).
+
+
+class VmRole(StrEnum):
+    FG = "fg"
+    BG = "bg"
+    SHARED = "shared"  # vcsched: one of several capped VMs on a host, not part of a core pair
+
+
+class PowerState(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    SHUTOFF = "shutoff"
+    SAVED = "saved"  # checkpointed to a file
+    ABSENT = "absent"  # not defined
+    CRASHED = "crashed"
+    MIGRATING = "migrating"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    """A job process to run inside a VM (over SSH for real guests, simulated by the mock backend)."""
+
+    job_id: str
+    index: int
+    command: str = ""
+    work_seconds: float = 0.0  # mock backend: dedicated-core seconds of work the process needs
+    cpu_usage: float = 1.0  # mock backend: utilization of the process on a dedicated core
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationSpec:
+    """A migration phase in desired state: both agents see it and advance it."""
+
+    migration_id: str
+    source_node: str
+    target_node: str
+    target_core: int
+    phase: Literal["requested", "running", "completed", "failed", "aborted"] = "requested"
+    mode: Literal["live", "checkpoint"] = "live"
+
+
+@dataclass(frozen=True, slots=True)
+class VmDesired:
+    name: str
+    core: int  # local core index on the node (pinning target); -1 = unpinned (vcsched shared VMs)
+    role: VmRole
+    weight: int  # backend-neutral weight 1..10000 (mapped to cpu_shares / credit weight)
+    cap: float | None = None  # fraction of one core, None = uncapped
+    power: PowerState = PowerState.RUNNING
+    process: ProcessSpec | None = None
+    checkpoint_path: str | None = None
+    migration: MigrationSpec | None = None
+    memory_mib: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDesired:
+    node: str
+    generation: int
+    vms: tuple[VmDesired, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VmObserved:
+    name: str
+    power: PowerState
+    core: int | None = None  # pinned local core, None = unpinned
+    weight: int | None = None
+    cap: float | None = None
+    cpu_time_s: float = 0.0  # cumulative guest CPU time
+    utilization: float = 0.0  # fraction of one core over the last sampling interval
+    process_job: str | None = None
+    process_index: int | None = None
+    process_exit: int | None = None  # exit status once the process ended
+    migration_phase: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeObserved:
+    node: str
+    generation_applied: int
+    cores: int
+    vms: tuple[VmObserved, ...] = ()
+    host_utilization: float = 0.0
+    errors: tuple[str, ...] = ()
+    time: float = 0.0
