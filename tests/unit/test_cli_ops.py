@@ -1,0 +1,294 @@
+"""The operator CLI against a recording HTTP server on loopback: request building (method, path, query,
+body, bearer token), output formatting (tables and JSON) and the mapping of API errors to exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vmctl import errors
+from vmctl.apiclient import ApiClient, error_from_response
+from vmctl.cli import ops
+from vmctl.cli.main import exit_code_for, main
+
+JOB = {
+    "id": "17", "name": "sim-a", "state": "running", "procs": 2, "estimate": 600.0, "priority": 0,
+    "deadline": None, "submit_time": 1795000000.0, "start_time": 1795000010.0, "end_time": None, "tier": "bg",
+    "placement": [{"node": "n1", "core": 0}, {"node": "n1", "core": 1}], "reason": None,
+    "tasks": [{"index": 0, "exit_status": None, "error": None}], "migrations": 1,
+}
+NODE = {"name": "n1", "cores": 4, "state": "ready", "last_seen": 1795000100.0, "generation": 12, "fg_busy": 3,
+        "bg_busy": 1, "utilization": 0.8125}
+VM = {"name": "n1-c0-fg", "node": "n1", "core": 0, "role": "fg", "weight": 10000, "cap": None, "power": "running",
+      "job_id": "17", "utilization": 0.97}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.routes: dict[tuple[str, str], tuple[int, Any]] = {}
+
+    def answer(self, method: str, path: str, status: int, body: Any) -> None:
+        self.routes[(method, path)] = (status, body)
+
+
+@pytest.fixture()
+def server() -> Iterator[tuple[str, Recorder]]:
+    rec = Recorder()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _handle(self) -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(n) if n else b""
+            path, _, query = self.path.partition("?")
+            rec.requests.append({
+                "method": self.command, "path": path, "query": query,
+                "auth": self.headers.get("Authorization"), "body": json.loads(raw) if raw else None,
+            })
+            status, body = rec.routes.get((self.command, path), (404, {"error": {
+                "reference": "not-found", "message": f"no route {path}", "field": None}}))
+            data = json.dumps(body).encode() if body is not None else b""
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", rec
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_job_submit_builds_body_and_sends_token(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("POST", "/v1/jobs", 201, {"job": JOB})
+    code, out, _ = run(capsys, "job", "submit", "--url", url, "--token", "s3cret", "-n", "2", "-t", "600",
+                       "--name", "sim-a", "--cpu-usage", "0.5", "--priority", "3", "-o", "json")
+    assert code == 0
+    req = rec.requests[-1]
+    assert req["method"] == "POST" and req["auth"] == "Bearer s3cret"
+    assert req["body"] == {"procs": 2, "estimate": 600.0, "name": "sim-a", "cpu_usage": [0.5, 0.5], "priority": 3}
+    assert json.loads(out) == {"jobs": [JOB]}
+
+
+def test_job_submit_file_uses_batch(server: tuple[str, Recorder], capsys: Any, tmp_path: Path) -> None:
+    url, rec = server
+    rec.answer("POST", "/v1/jobs:batch", 201, {"jobs": [JOB, {**JOB, "id": "18"}]})
+    f = tmp_path / "jobs.yaml"
+    f.write_text("jobs:\n  - {procs: 1, estimate: 10}\n  - {procs: 4, estimate: 20, work_seconds: 5}\n")
+    code, out, _ = run(capsys, "job", "submit", "--url", url, "-f", str(f))
+    assert code == 0, out
+    assert rec.requests[-1]["body"] == {"jobs": [{"procs": 1, "estimate": 10},
+                                                 {"procs": 4, "estimate": 20, "work_seconds": 5}]}
+    assert "18" in out and "submitted" in out
+
+
+def test_job_submit_bad_file_is_located_error(capsys: Any, tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("- {procs: 1}\n")
+    code, _, err = run(capsys, "job", "submit", "--url", "http://127.0.0.1:9", "-f", str(f))
+    assert code == 2
+    assert err.startswith("error: config-invalid: ") and "jobs[0]" in err and "estimate" in err
+    code, _, err = run(capsys, "job", "submit", "--url", "http://127.0.0.1:9", "-f", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "does not exist" in err
+
+
+def test_job_submit_option_validation(capsys: Any) -> None:
+    code, _, err = run(capsys, "job", "submit", "--url", "http://127.0.0.1:9", "-n", "2", "-t", "5",
+                       "--cpu-usage", "0.5,0.5,0.5")
+    assert code == 2 and "error: invalid-input: --cpu-usage: 3 values for 2 processes" in err
+    code, _, err = run(capsys, "job", "submit", "--url", "http://127.0.0.1:9", "-n", "2", "-t", "-5")
+    assert code == 2 and "out-of-range" in err
+    code, _, err = run(capsys, "job", "submit", "--url", "http://127.0.0.1:9", "-n", "2")
+    assert code == 2 and "--estimate" in err
+
+
+def test_job_list_table_and_query(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("GET", "/v1/jobs", 200, {"jobs": [JOB]})
+    code, out, _ = run(capsys, "job", "list", "--url", url, "--state", "running", "--limit", "5")
+    assert code == 0
+    assert rec.requests[-1]["query"] == "state=running&limit=5"
+    lines = out.splitlines()
+    header = next(line for line in lines if "ID" in line and "STATE" in line)
+    assert "PLACEMENT" in header
+    row = next(line for line in lines if "sim-a" in line)
+    assert "running" in row and "bg" in row and "n1:0, n1:1" in row and "10.0m" in row
+
+
+def test_env_vars_supply_url_and_token(server: tuple[str, Recorder], capsys: Any,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    url, rec = server
+    rec.answer("GET", "/v1/nodes", 200, {"nodes": [NODE]})
+    monkeypatch.setenv("VMCTL_URL", url)
+    monkeypatch.setenv("VMCTL_TOKEN", "from-env")
+    code, out, _ = run(capsys, "node", "list")
+    assert code == 0 and rec.requests[-1]["auth"] == "Bearer from-env"
+    row = next(line for line in out.splitlines() if "n1" in line)
+    assert "ready" in row and "81%" in row
+
+
+@pytest.mark.parametrize(
+    ("status", "reference", "code", "cls"),
+    [
+        (404, "not-found", 3, errors.NotFound),
+        (409, "conflict", 4, errors.Conflict),
+        (401, "unauthenticated", 5, errors.Unauthenticated),
+        (403, "forbidden", 5, errors.Forbidden),
+        (422, "validation-failed", 2, errors.ValidationError),
+        (413, "request-too-large", 2, errors.RequestTooLarge),
+        (503, "daemon-unavailable", 6, errors.DaemonUnavailable),
+        (500, "store-error", 7, errors.StoreError),
+        (418, "", 7, errors.ApiError),
+    ],
+)
+def test_api_errors_map_to_exit_codes(server: tuple[str, Recorder], capsys: Any, status: int, reference: str,
+                                      code: int, cls: type[errors.VmctlError]) -> None:
+    url, rec = server
+    body = {"error": {"reference": reference, "message": "it went wrong", "field": "spec.x" if status == 422 else None}}
+    rec.answer("GET", "/v1/jobs/42", status, body if reference else None)
+    got, _, err = run(capsys, "job", "show", "42", "--url", url)
+    assert got == code
+    first = err.splitlines()[0]
+    if reference:
+        assert first.startswith(f"error: {cls.reference}: ")
+        assert "it went wrong" in first
+    if status == 422:
+        assert "spec.x: it went wrong" in first
+    exc = error_from_response(status, json.dumps(body).encode() if reference else b"")
+    assert isinstance(exc, cls) and exit_code_for(exc) == code
+
+
+def test_unreachable_daemon_exit_6(capsys: Any) -> None:
+    code, _, err = run(capsys, "node", "list", "--url", "http://127.0.0.1:9")
+    assert code == 6 and err.startswith("error: daemon-unavailable: cannot reach vmctld at http://127.0.0.1:9")
+
+
+def test_bad_url_is_usage_error(capsys: Any) -> None:
+    code, _, err = run(capsys, "node", "list", "--url", "ftp://x")
+    assert code == 2 and "--url" in err
+
+
+def test_vm_priority_set_body(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("PUT", "/v1/vms/n1-c0-fg/priority", 200, {"vm": {**VM, "cap": 0.25, "weight": 50}})
+    code, out, _ = run(capsys, "vm", "priority", "set", "n1-c0-fg", "--url", url, "--tier", "bg", "--weight", "50",
+                       "--cap", "25", "--pin", "3")
+    assert code == 0
+    assert rec.requests[-1]["body"] == {"tier": "bg", "weight": 50, "cap": 0.25, "pin": 3}
+    assert "25%" in out
+    run(capsys, "vm", "priority", "set", "n1-c0-fg", "--url", url, "--cap", "none")
+    assert rec.requests[-1]["body"] == {"cap": None}
+    code, _, err = run(capsys, "vm", "priority", "set", "n1-c0-fg", "--url", url, "--cap", "150")
+    assert code == 2 and "out-of-range" in err
+    code, _, err = run(capsys, "vm", "priority", "set", "n1-c0-fg", "--url", url)
+    assert code == 2 and "at least one" in err
+    code, _, err = run(capsys, "vm", "priority", "set", "n1-c0-fg", "--url", url, "--weight", "0")
+    assert code == 2
+
+
+def test_vm_list_and_show(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("GET", "/v1/vms", 200, {"vms": [VM]})
+    rec.answer("GET", "/v1/vms/n1-c0-fg", 200, {"vm": VM})
+    code, out, _ = run(capsys, "vm", "list", "--node", "n1", "--url", url)
+    assert code == 0 and rec.requests[-1]["query"] == "node=n1"
+    assert "n1-c0-fg" in out and "97%" in out and "none" in out
+    code, out, _ = run(capsys, "vm", "show", "n1-c0-fg", "--url", url, "-o", "json")
+    assert json.loads(out) == {"vm": VM}
+
+
+def test_explain_names_the_reservation(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("GET", "/v1/jobs/20/explain", 200, {
+        "job_id": "20", "state": "queued", "reason": "waiting for 8 cores", "queue_position": 2,
+        "reservation": {"job_id": "19", "shadow_time": 1795003600.0, "extra_cores": 1}})
+    code, out, _ = run(capsys, "job", "explain", "20", "--url", url)
+    assert code == 0
+    assert "position 2" in out and "waiting for 8 cores" in out
+    assert "job 19 holds the reservation" in out and "2026-11-18" in out and "1 extra core" in out
+
+
+def test_cancel_drain_undrain_migrate_policy(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("DELETE", "/v1/jobs/17", 200, {"job": {**JOB, "state": "cancelled"}})
+    rec.answer("POST", "/v1/nodes/n1/drain", 200, {"node": {**NODE, "state": "draining"}})
+    rec.answer("POST", "/v1/nodes/n1/undrain", 200, {"node": NODE})
+    rec.answer("POST", "/v1/jobs/17/migrate", 202, {"operation": {"id": "op-1", "kind": "migrate", "state": "requested"}})
+    rec.answer("PUT", "/v1/policy", 200, {"name": "measy", "params": {"threshold": 0.9}, "available": ["easy", "measy"]})
+    assert run(capsys, "job", "cancel", "17", "--url", url)[1].strip() == "job 17: cancelled"
+    assert "draining" in run(capsys, "node", "drain", "n1", "--url", url)[1]
+    assert "ready" in run(capsys, "node", "undrain", "n1", "--url", url)[1]
+    code, out, _ = run(capsys, "migrate", "17", "--to", "n2", "--url", url)
+    assert code == 0 and rec.requests[-1]["body"] == {"to_node": "n2"} and "op-1" in out
+    code, out, _ = run(capsys, "policy", "set", "measy", "-p", "threshold=0.9", "-p", "name=x", "--url", url)
+    assert rec.requests[-1]["body"] == {"name": "measy", "params": {"threshold": 0.9, "name": "x"}}
+    code, _, err = run(capsys, "policy", "set", "measy", "-p", "oops", "--url", url)
+    assert code == 2 and "KEY=VALUE" in err
+
+
+def test_token_and_cert_issue(server: tuple[str, Recorder], capsys: Any, tmp_path: Path) -> None:
+    url, rec = server
+    rec.answer("POST", "/v1/tokens", 201, {"token": "tok-abc", "name": "ci", "role": "read", "expires": None})
+    rec.answer("POST", "/v1/certs", 201, {"cert_pem": "CERT\n", "key_pem": "KEY\n", "ca_pem": "CA\n"})
+    code, out, _ = run(capsys, "token", "issue", "--name", "ci", "--ttl", "3600", "--url", url)
+    assert code == 0 and "tok-abc" in out
+    assert rec.requests[-1]["body"] == {"name": "ci", "role": "read", "ttl_s": 3600.0}
+    code, _, err = run(capsys, "cert", "issue", "n1", "--url", url)
+    assert code == 2 and "--out-dir" in err
+    code, out, _ = run(capsys, "cert", "issue", "n1", "--url", url, "--out-dir", str(tmp_path / "pki"))
+    assert code == 0 and rec.requests[-1]["body"] == {"node": "n1"}
+    key = tmp_path / "pki" / "n1.key"
+    assert key.read_text() == "KEY\n" and stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    assert (tmp_path / "pki" / "ca.crt").read_text() == "CA\n"
+
+
+def test_formatters() -> None:
+    assert ops.fmt_duration(59) == "59s" and ops.fmt_duration(600) == "10.0m" and ops.fmt_duration(None) == "-"
+    assert ops.fmt_duration(86400 * 3) == "3.0d"
+    assert ops.fmt_time(0) == "1970-01-01 00:00:00"
+    assert ops.fmt_placement([{"node": "a", "core": i} for i in range(6)], limit=2) == "a:0, a:1 (+4)"
+    assert ops.parse_cap("50%") == (True, 0.5) and ops.parse_cap(None) == (False, None)
+    with pytest.raises(errors.UserError):
+        ops.parse_cap("fast")
+
+
+def test_client_url_and_path_quoting(server: tuple[str, Recorder]) -> None:
+    url, rec = server
+    rec.answer("GET", "/v1/jobs/a%2Fb", 200, {"job": JOB})
+    c = ApiClient(url + "/", token=None)
+    assert c.get_job("a/b")["id"] == "17"
+    assert rec.requests[-1]["path"] == "/v1/jobs/a%2Fb" and rec.requests[-1]["auth"] is None
+    rec.answer("GET", "/v1/health", 200, ["not", "an", "object"])
+    assert c.health() == {}
+    rec.answer("GET", "/v1/nodes", 200, {"unexpected": 1})
+    with pytest.raises(errors.ApiError, match="no 'nodes'"):
+        c.list_nodes()

@@ -1,0 +1,305 @@
+"""A thin, synchronous HTTP client for the vmctld API v1 (stdlib only: ``http.client`` + ``ssl``).
+
+Used by the operator CLI (``vmctl.cli.ops``), the job-submission library (``vmctl.client``) and the
+demo. It knows the URL layout of the API and nothing about the daemon's internals (it must not import
+``vmctl.daemon``, ``vmctl.store`` or ``vmctl.agents``).
+
+Error answers (``{"error": {"reference", "message", "field"}}``) are turned back into the vmctl error
+class with the same ``reference`` (falling back on the HTTP status), so the CLI's exit codes follow
+the server's verdict: a 404 exits 3, a 409 exits 4, a 401/403 exits 5, a 422 exits 2. A daemon that
+cannot be reached is ``DaemonUnavailable`` (exit 6).
+
+    >>> c = ApiClient("http://127.0.0.1:8080", token="t")
+    >>> c.url_for("/v1/jobs", {"state": "queued", "limit": 5})
+    'http://127.0.0.1:8080/v1/jobs?state=queued&limit=5'
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import ssl
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vmctl import errors
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+USER_AGENT = "vmctl-apiclient/1"
+
+
+def _all_error_classes() -> dict[str, type[errors.VmctlError]]:
+    out: dict[str, type[errors.VmctlError]] = {}
+    stack: list[type[errors.VmctlError]] = [errors.VmctlError]
+    while stack:
+        cls = stack.pop()
+        out.setdefault(cls.reference, cls)
+        stack.extend(cls.__subclasses__())
+    return out
+
+
+_STATUS_CLASSES: dict[int, type[errors.VmctlError]] = {
+    400: errors.UserError,
+    401: errors.Unauthenticated,
+    403: errors.Forbidden,
+    404: errors.NotFound,
+    409: errors.Conflict,
+    413: errors.RequestTooLarge,
+    422: errors.ValidationError,
+    503: errors.DaemonUnavailable,
+}
+
+
+def error_from_response(status: int, body: bytes, url: str = "") -> errors.VmctlError:
+    """Build the vmctl error an API error answer stands for.
+
+    The instance carries the server's message verbatim (``str(exc)``), the server's reference (as
+    ``exc.fields["reference"]``), the ``field`` path and the HTTP status. The class is looked up by
+    reference first, then by status; anything else is ``ApiError``."""
+    reference = ""
+    message = ""
+    field: str | None = None
+    try:
+        doc = json.loads(body.decode("utf-8")) if body else {}
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(err, dict):
+            reference = str(err.get("reference") or "")
+            message = str(err.get("message") or "")
+            f = err.get("field")
+            field = str(f) if f is not None else None
+    except (ValueError, UnicodeDecodeError):
+        pass
+    if not message:
+        text = body.decode("utf-8", "replace").strip()
+        message = text[:200] if text else http.client.responses.get(status, "error")
+    cls = _all_error_classes().get(reference) if reference else None
+    if cls is None or cls is errors.VmctlError:
+        cls = _STATUS_CLASSES.get(status)
+        if cls is None:
+            cls = errors.ApiError
+    if field and field not in message:
+        message = f"{field}: {message}"
+    return make_error(cls, message, status=status, reference=reference or cls.reference, field=field, url=url)
+
+
+def make_error(cls: type[errors.VmctlError], message: str, **fields: Any) -> errors.VmctlError:
+    """An instance of ``cls`` whose message is ``message`` (the class template is bypassed, since the
+    server already formatted the message)."""
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, message)
+    exc.fields = dict(fields)
+    return exc
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: Any  # parsed JSON, or the raw text for non-JSON bodies (``/metrics``), None when empty
+
+
+class ApiClient:
+    """One daemon endpoint. Thread-safe: every request opens its own connection (the CLI makes few
+    requests; the library polls slowly), so no connection state is shared between threads."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        ca: str | None = None,
+        cert: str | None = None,
+        key: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        raw = url or os.environ.get("VMCTL_URL") or DEFAULT_URL
+        parsed = urllib.parse.urlsplit(raw)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise errors.UserError(where="--url", problem=f"{raw!r} is not an http:// or https:// URL")
+        try:
+            port = parsed.port
+        except ValueError as exc:
+            raise errors.UserError(where="--url", problem=f"{raw!r} has a bad port") from exc
+        self.url = raw.rstrip("/")
+        self.scheme = parsed.scheme
+        self.host = parsed.hostname
+        self.port = port or (443 if parsed.scheme == "https" else 80)
+        self.base_path = parsed.path.rstrip("/")
+        self.token = token if token is not None else os.environ.get("VMCTL_TOKEN")
+        self.ca = ca if ca is not None else os.environ.get("VMCTL_CA")
+        self.cert = cert
+        self.key = key
+        self.timeout = timeout
+        self._ssl: ssl.SSLContext | None = None
+        if self.scheme == "https":
+            try:
+                ctx = ssl.create_default_context(cafile=self.ca) if self.ca else ssl.create_default_context()
+                if cert:
+                    ctx.load_cert_chain(cert, key)
+            except (OSError, ssl.SSLError) as exc:
+                raise errors.UserError(where="TLS files (--ca / VMCTL_CA)", problem=str(exc)) from exc
+            self._ssl = ctx
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    def url_for(self, path: str, query: Mapping[str, Any] | None = None) -> str:
+        return self.url + self._target(path, query)
+
+    def _target(self, path: str, query: Mapping[str, Any] | None) -> str:
+        target = self.base_path + path
+        if query:
+            items = [(k, str(v)) for k, v in query.items() if v is not None]
+            if items:
+                target += "?" + urllib.parse.urlencode(items)
+        return target
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self._ssl)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def raw(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        ok: tuple[int, ...] = (200, 201, 202, 204),
+    ) -> Response:
+        """Send one request; return the parsed answer or raise the vmctl error it stands for."""
+        target = self._target(path, query)
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        data: bytes | None = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        conn = self._connection(self.timeout if timeout is None else timeout)
+        try:
+            conn.request(method, target, body=data, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+            status = resp.status
+            ctype = resp.getheader("Content-Type", "") or ""
+        except ssl.SSLError as exc:
+            raise errors.DaemonUnavailable(url=self.url, problem=f"TLS: {exc}") from exc
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
+            problem = str(exc) or type(exc).__name__
+            raise errors.DaemonUnavailable(url=self.url, problem=problem) from exc
+        finally:
+            conn.close()
+        if status not in ok:
+            raise error_from_response(status, payload, self.url_for(path, query))
+        if not payload:
+            return Response(status, None)
+        if "json" in ctype:
+            try:
+                return Response(status, json.loads(payload.decode("utf-8")))
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise errors.ApiError(
+                    status=status, reference_text="bad-response", problem=f"{method} {path}: invalid JSON"
+                ) from exc
+        return Response(status, payload.decode("utf-8", "replace"))
+
+    def call(self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None) -> Any:
+        return self.raw(method, path, body, query).body
+
+    @staticmethod
+    def _seg(value: str) -> str:
+        return urllib.parse.quote(str(value), safe="")
+
+    def _field(self, doc: Any, key: str, what: str) -> Any:
+        if not isinstance(doc, dict) or key not in doc:
+            raise errors.ApiError(status=200, reference_text="bad-response", problem=f"{what}: no {key!r} in answer")
+        return doc[key]
+
+    # ------------------------------------------------------------------------------ jobs
+
+    def submit_job(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self._field(self.call("POST", "/v1/jobs", dict(spec)), "job", "submit"))
+
+    def submit_jobs(self, specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        doc = self.call("POST", "/v1/jobs:batch", {"jobs": [dict(s) for s in specs]})
+        return list(self._field(doc, "jobs", "batch submit"))
+
+    def list_jobs(self, state: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        return list(self._field(self.call("GET", "/v1/jobs", query={"state": state, "limit": limit}), "jobs", "jobs"))
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        return dict(self._field(self.call("GET", f"/v1/jobs/{self._seg(job_id)}"), "job", "job"))
+
+    def cancel_job(self, job_id: str) -> dict[str, Any]:
+        return dict(self._field(self.call("DELETE", f"/v1/jobs/{self._seg(job_id)}"), "job", "cancel"))
+
+    def explain_job(self, job_id: str) -> dict[str, Any]:
+        doc = self.call("GET", f"/v1/jobs/{self._seg(job_id)}/explain")
+        if not isinstance(doc, dict):
+            raise errors.ApiError(status=200, reference_text="bad-response", problem="explain: not an object")
+        return doc
+
+    def migrate_job(self, job_id: str, to_node: str) -> dict[str, Any]:
+        doc = self.call("POST", f"/v1/jobs/{self._seg(job_id)}/migrate", {"to_node": to_node})
+        return dict(self._field(doc, "operation", "migrate"))
+
+    # ------------------------------------------------------------------------------ nodes and VMs
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return list(self._field(self.call("GET", "/v1/nodes"), "nodes", "nodes"))
+
+    def drain_node(self, name: str) -> dict[str, Any]:
+        return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/drain"), "node", "drain"))
+
+    def undrain_node(self, name: str) -> dict[str, Any]:
+        return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/undrain"), "node", "undrain"))
+
+    def list_vms(self, node: str | None = None) -> list[dict[str, Any]]:
+        return list(self._field(self.call("GET", "/v1/vms", query={"node": node}), "vms", "vms"))
+
+    def get_vm(self, name: str) -> dict[str, Any]:
+        return dict(self._field(self.call("GET", f"/v1/vms/{self._seg(name)}"), "vm", "vm"))
+
+    def set_vm_priority(self, name: str, change: Mapping[str, Any]) -> dict[str, Any]:
+        doc = self.call("PUT", f"/v1/vms/{self._seg(name)}/priority", dict(change))
+        return dict(self._field(doc, "vm", "priority"))
+
+    # ------------------------------------------------------------------------------ policy, auth, health
+
+    def get_policy(self) -> dict[str, Any]:
+        doc = self.call("GET", "/v1/policy")
+        if not isinstance(doc, dict):
+            raise errors.ApiError(status=200, reference_text="bad-response", problem="policy: not an object")
+        return doc
+
+    def set_policy(self, name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name}
+        if params:
+            body["params"] = dict(params)
+        doc = self.call("PUT", "/v1/policy", body)
+        return doc if isinstance(doc, dict) else {}
+
+    def issue_token(self, name: str, role: str, ttl_s: float | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "role": role}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        doc = self.call("POST", "/v1/tokens", body)
+        self._field(doc, "token", "token issue")
+        return dict(doc)
+
+    def issue_cert(self, node: str) -> dict[str, Any]:
+        doc = self.call("POST", "/v1/certs", {"node": node})
+        for key in ("cert_pem", "key_pem", "ca_pem"):
+            self._field(doc, key, "cert issue")
+        return dict(doc)
+
+    def health(self) -> dict[str, Any]:
+        doc = self.call("GET", "/v1/health")
+        return doc if isinstance(doc, dict) else {}
+
+    def metrics_text(self) -> str:
+        body = self.raw("GET", "/metrics").body
+        return body if isinstance(body, str) else json.dumps(body)

@@ -1,0 +1,630 @@
+"""Operator commands: ``vmctl vm|job|node|migrate|policy|token|cert``.
+
+They talk to the daemon's HTTP API only (``vmctl.apiclient``), never to its store. Every command takes
+``--url`` / ``--token`` / ``--ca`` (env ``VMCTL_URL``, ``VMCTL_TOKEN``, ``VMCTL_CA``) and
+``--output table|json``: human tables by default (rich), JSON for scripts (the API object itself, so a
+script sees the same fields as the API documents). Errors are vmctl errors, printed by
+``vmctl.cli.main`` as ``error: <reference>: message`` with the exit code of their class.
+
+Shell completion: ``eval "$(_VMCTL_COMPLETE=bash_source vmctl)"`` (zsh: ``zsh_source``, fish:
+``fish_source``); job ids, node names and VM names complete from the daemon when it is reachable.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from click.shell_completion import CompletionItem
+from rich.console import Console
+from rich.table import Table
+
+from vmctl import errors
+from vmctl.apiclient import ApiClient
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+JOB_STATES = ("queued", "running", "suspended", "done", "killed", "failed", "cancelled")
+
+
+# ----------------------------------------------------------------------------- common options
+
+
+def api_options(f: F) -> F:
+    """``--url``, ``--token``, ``--ca``, ``--output`` on a leaf command (env vars as fallbacks)."""
+    f = click.option(
+        "--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+        help="Human table or JSON for scripts.",
+    )(f)
+    f = click.option("--ca", envvar="VMCTL_CA", default=None, metavar="PEM",
+                     help="CA bundle to verify an https:// daemon [env VMCTL_CA].")(f)
+    f = click.option("--token", envvar="VMCTL_TOKEN", default=None, metavar="TOKEN",
+                     help="Bearer token [env VMCTL_TOKEN].")(f)
+    f = click.option("--url", envvar="VMCTL_URL", default=None, metavar="URL",
+                     help="Daemon URL, default http://127.0.0.1:8080 [env VMCTL_URL].")(f)
+    return f
+
+
+def _client(url: str | None, token: str | None, ca: str | None) -> ApiClient:
+    return ApiClient(url, token, ca=ca)
+
+
+def _completion_client(ctx: click.Context) -> ApiClient:
+    p = ctx.params
+    return ApiClient(p.get("url") or os.environ.get("VMCTL_URL"), p.get("token"), ca=p.get("ca"), timeout=2.0)
+
+
+def _complete(kind: str) -> Callable[[click.Context, click.Parameter, str], list[CompletionItem]]:
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        try:
+            c = _completion_client(ctx)
+            if kind == "job":
+                names = [str(j.get("id")) for j in c.list_jobs(limit=200)]
+            elif kind == "node":
+                names = [str(n.get("name")) for n in c.list_nodes()]
+            else:
+                names = [str(v.get("name")) for v in c.list_vms()]
+        except errors.VmctlError:
+            return []
+        return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+    return complete
+
+
+def _console() -> Console:
+    # Wide enough for the job table when piped; rich picks the terminal width on a TTY.
+    return Console(width=None if os.isatty(1) else 140, highlight=False, soft_wrap=False)
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def fmt_time(t: Any) -> str:
+    if t is None:
+        return "-"
+    try:
+        return _dt.datetime.fromtimestamp(float(t), tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(t)
+
+
+def fmt_duration(seconds: Any) -> str:
+    if seconds is None:
+        return "-"
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return str(seconds)
+    if s < 0:
+        return f"-{fmt_duration(-s)}"
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}m"
+    if s < 172800:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def fmt_pct(x: Any) -> str:
+    if x is None:
+        return "-"
+    try:
+        return f"{float(x) * 100:.0f}%"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def fmt_cap(cap: Any) -> str:
+    return "none" if cap is None else fmt_pct(cap)
+
+
+def fmt_placement(placement: Any, limit: int = 4) -> str:
+    if not placement:
+        return "-"
+    parts = [f"{p.get('node')}:{p.get('core')}" for p in placement if isinstance(p, dict)]
+    if len(parts) > limit:
+        return ", ".join(parts[:limit]) + f" (+{len(parts) - limit})"
+    return ", ".join(parts)
+
+
+def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Table:
+    t = Table(title=title, show_lines=False)
+    for col in ("ID", "NAME", "STATE", "TIER", "PROCS", "EST", "SUBMITTED", "PLACEMENT", "MIG", "REASON"):
+        t.add_column(col, overflow="fold")
+    for j in jobs:
+        t.add_row(
+            str(j.get("id", "")), str(j.get("name") or "-"), str(j.get("state", "")), str(j.get("tier") or "-"),
+            str(j.get("procs", "")), fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")),
+            fmt_placement(j.get("placement")), str(j.get("migrations", 0)), str(j.get("reason") or ""),
+        )
+    return t
+
+
+def node_table(nodes: Sequence[Mapping[str, Any]]) -> Table:
+    t = Table()
+    for col in ("NAME", "STATE", "CORES", "FG BUSY", "BG BUSY", "UTIL", "GEN", "LAST SEEN"):
+        t.add_column(col)
+    for n in nodes:
+        t.add_row(
+            str(n.get("name", "")), str(n.get("state", "")), str(n.get("cores", "")), str(n.get("fg_busy", "")),
+            str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), str(n.get("generation", "")),
+            fmt_time(n.get("last_seen")),
+        )
+    return t
+
+
+def vm_table(vms: Sequence[Mapping[str, Any]]) -> Table:
+    t = Table()
+    for col in ("NAME", "NODE", "CORE", "ROLE", "WEIGHT", "CAP", "POWER", "JOB", "UTIL"):
+        t.add_column(col)
+    for v in vms:
+        t.add_row(
+            str(v.get("name", "")), str(v.get("node", "")), str(v.get("core", "")), str(v.get("role", "")),
+            str(v.get("weight", "")), fmt_cap(v.get("cap")), str(v.get("power", "")), str(v.get("job_id") or "-"),
+            fmt_pct(v.get("utilization")),
+        )
+    return t
+
+
+def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table:
+    t = Table(show_header=False, box=None)
+    t.add_column("key", style="bold")
+    t.add_column("value", overflow="fold")
+    for k in keys if keys is not None else list(doc):
+        v = doc.get(k)
+        if k.endswith("_time") or k in ("deadline", "last_seen", "expires"):
+            s = fmt_time(v)
+        elif k == "placement":
+            s = fmt_placement(v, limit=64)
+        elif k in ("cap",):
+            s = fmt_cap(v)
+        elif k == "utilization":
+            s = fmt_pct(v)
+        elif isinstance(v, dict | list):
+            s = json.dumps(v)
+        else:
+            s = "-" if v is None else str(v)
+        t.add_row(k, s)
+    return t
+
+
+def show(doc: Any, output: str, render: Callable[[], Any]) -> None:
+    if output == "json":
+        emit_json(doc)
+    else:
+        _console().print(render())
+
+
+# ----------------------------------------------------------------------------- vm
+
+
+@click.group()
+def vm() -> None:
+    """Inspect VMs and change their CPU priority (tier, weight, cap, pinning)."""
+
+
+@vm.command("list")
+@click.option("--node", default=None, help="Only VMs of this node.", shell_complete=_complete("node"))
+@api_options
+def vm_list(node: str | None, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """List VMs (two per core: the fg and the bg slot)."""
+    vms = _client(url, token, ca).list_vms(node)
+    show({"vms": vms}, output, lambda: vm_table(vms))
+
+
+@vm.command("show")
+@click.argument("name", shell_complete=_complete("vm"))
+@api_options
+def vm_show(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Show one VM."""
+    v = _client(url, token, ca).get_vm(name)
+    show({"vm": v}, output, lambda: kv_table(v))
+
+
+@vm.group("priority")
+def vm_priority() -> None:
+    """CPU priority of a VM."""
+
+
+def parse_cap(value: str | None) -> tuple[bool, float | None]:
+    """``--cap`` is a percentage of one core in (0, 100], or ``none`` to uncap. Returns (given, cap)."""
+    if value is None:
+        return False, None
+    if value.strip().lower() in ("none", "off", "unlimited"):
+        return True, None
+    try:
+        pct = float(value.rstrip("%"))
+    except ValueError as exc:
+        raise errors.UserError(where="--cap", problem=f"{value!r} is not a percentage or 'none'") from exc
+    if not 0 < pct <= 100:
+        raise errors.OutOfRange(what="--cap", value=value, allowed="0 < PCT <= 100, or 'none'")
+    return True, pct / 100.0
+
+
+@vm_priority.command("set")
+@click.argument("name", shell_complete=_complete("vm"))
+@click.option("--tier", type=click.Choice(["fg", "bg"]), default=None, help="Move the VM to the fg or bg tier.")
+@click.option("--weight", type=click.IntRange(1, 10000), default=None, help="CPU weight 1..10000.")
+@click.option("--cap", "cap", default=None, metavar="PCT", help="CPU cap in percent of one core, or 'none'.")
+@click.option("--pin", type=click.IntRange(min=0), default=None, metavar="CORE", help="Pin to this local core.")
+@api_options
+def vm_priority_set(
+    name: str, tier: str | None, weight: int | None, cap: str | None, pin: int | None,
+    url: str | None, token: str | None, ca: str | None, output: str,
+) -> None:
+    """Change tier, weight, cap or pinning of VM NAME."""
+    body = build_priority_body(tier, weight, cap, pin)
+    v = _client(url, token, ca).set_vm_priority(name, body)
+    show({"vm": v}, output, lambda: kv_table(v))
+
+
+def build_priority_body(tier: str | None, weight: int | None, cap: str | None, pin: int | None) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if tier is not None:
+        body["tier"] = tier
+    if weight is not None:
+        body["weight"] = weight
+    given, capv = parse_cap(cap)
+    if given:
+        body["cap"] = capv
+    if pin is not None:
+        body["pin"] = pin
+    if not body:
+        raise errors.UserError(where="vm priority set", problem="give at least one of --tier, --weight, --cap, --pin")
+    return body
+
+
+# ----------------------------------------------------------------------------- job
+
+
+@click.group()
+def job() -> None:
+    """Submit, list, inspect, cancel and explain jobs."""
+
+
+def parse_cpu_usage(value: str | None, procs: int | None) -> list[float] | None:
+    if value is None:
+        return None
+    try:
+        usage = [float(x) for x in value.split(",") if x.strip()]
+    except ValueError as exc:
+        raise errors.UserError(
+            where="--cpu-usage", problem=f"{value!r} is not a comma-separated list of numbers"
+        ) from exc
+    if procs is not None and len(usage) == 1 and procs > 1:
+        usage = usage * procs
+    for u in usage:
+        if not 0 < u <= 1:
+            raise errors.OutOfRange(what="--cpu-usage", value=u, allowed="0 < u <= 1")
+    if procs is not None and len(usage) != procs:
+        raise errors.UserError(where="--cpu-usage", problem=f"{len(usage)} values for {procs} processes")
+    return usage
+
+
+def build_job_spec(
+    *, procs: int, estimate: float, name: str | None = None, priority: int | None = None,
+    deadline: float | None = None, cpu_usage: str | None = None, command: str | None = None,
+    work_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The ``POST /v1/jobs`` body for the command-line options (only the given optional fields)."""
+    if procs < 1:
+        raise errors.OutOfRange(what="--procs", value=procs, allowed=">= 1")
+    if not estimate > 0:
+        raise errors.OutOfRange(what="--estimate", value=estimate, allowed="> 0 seconds")
+    spec: dict[str, Any] = {"procs": procs, "estimate": estimate}
+    if name is not None:
+        spec["name"] = name
+    if priority is not None:
+        spec["priority"] = priority
+    if deadline is not None:
+        spec["deadline"] = deadline
+    usage = parse_cpu_usage(cpu_usage, procs)
+    if usage is not None:
+        spec["cpu_usage"] = usage
+    if command is not None:
+        spec["command"] = command
+    if work_seconds is not None:
+        if work_seconds < 0:
+            raise errors.OutOfRange(what="--work-seconds", value=work_seconds, allowed=">= 0")
+        spec["work_seconds"] = work_seconds
+    return spec
+
+
+def load_job_file(path: str) -> list[dict[str, Any]]:
+    """A job spec file: YAML or JSON holding one spec, a list of specs, or ``{"jobs": [...]}``."""
+    import yaml
+
+    if path == "-":
+        text = sys.stdin.read()
+        path = "<stdin>"
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise errors.ConfigError(path=path, where="file", problem="does not exist") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise errors.ConfigError(path=path, where="file", problem=f"cannot be read: {exc}") from exc
+    try:
+        doc: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "document"
+        raise errors.ConfigError(path=path, where=where, problem="not valid YAML/JSON") from exc
+    if isinstance(doc, dict) and "jobs" in doc:
+        doc = doc["jobs"]
+    specs = [doc] if isinstance(doc, dict) else doc
+    if not isinstance(specs, list) or not specs:
+        raise errors.ConfigError(
+            path=path, where="top level", problem="expected a job spec, a list of them or {jobs: [...]}"
+        )
+    for i, s in enumerate(specs):
+        if not isinstance(s, dict):
+            problem = f"must be a mapping, got {type(s).__name__}"
+            raise errors.ConfigError(path=path, where=f"jobs[{i}]", problem=problem)
+        if "procs" not in s or "estimate" not in s:
+            raise errors.ConfigError(path=path, where=f"jobs[{i}]", problem="needs 'procs' and 'estimate'")
+    return [dict(s) for s in specs]
+
+
+@job.command("submit")
+@click.option("--procs", "-n", type=int, default=None, help="Number of processes (one core each).")
+@click.option("--estimate", "-t", type=float, default=None, help="Run-time estimate in seconds (killed after).")
+@click.option("--name", default=None)
+@click.option("--priority", type=int, default=None)
+@click.option("--deadline", type=float, default=None, help="Deadline, epoch seconds.")
+@click.option("--cpu-usage", default=None, help="Estimated CPU use per process, e.g. 0.5 or 0.5,0.9.")
+@click.option("--command", "command_", default=None, help="Command each process runs in its VM.")
+@click.option("--work-seconds", type=float, default=None, help="Mock backend: work per process in seconds.")
+@click.option("--file", "-f", "file_", default=None, metavar="PATH",
+              help="YAML/JSON job spec(s) ('-' for stdin); several are submitted as one batch.")
+@api_options
+def job_submit(
+    procs: int | None, estimate: float | None, name: str | None, priority: int | None, deadline: float | None,
+    cpu_usage: str | None, command_: str | None, work_seconds: float | None, file_: str | None,
+    url: str | None, token: str | None, ca: str | None, output: str,
+) -> None:
+    """Submit a job (options) or jobs (--file)."""
+    client = _client(url, token, ca)
+    if file_ is not None:
+        if procs is not None or estimate is not None:
+            raise errors.UserError(where="job submit", problem="give either --file or --procs/--estimate, not both")
+        specs = load_job_file(file_)
+        jobs = [client.submit_job(specs[0])] if len(specs) == 1 else client.submit_jobs(specs)
+    else:
+        if procs is None or estimate is None:
+            raise errors.UserError(where="job submit", problem="--procs and --estimate are required (or --file)")
+        spec = build_job_spec(
+            procs=procs, estimate=estimate, name=name, priority=priority, deadline=deadline, cpu_usage=cpu_usage,
+            command=command_, work_seconds=work_seconds,
+        )
+        jobs = [client.submit_job(spec)]
+    show({"jobs": jobs}, output, lambda: job_table(jobs, title="submitted"))
+
+
+@job.command("list")
+@click.option("--state", type=click.Choice(JOB_STATES), default=None)
+@click.option("--limit", type=click.IntRange(min=1), default=None)
+@api_options
+def job_list(
+    state: str | None, limit: int | None, url: str | None, token: str | None, ca: str | None, output: str,
+) -> None:
+    """List jobs."""
+    jobs = _client(url, token, ca).list_jobs(state, limit)
+    show({"jobs": jobs}, output, lambda: job_table(jobs))
+
+
+JOB_KEYS = ("id", "name", "state", "tier", "procs", "estimate", "priority", "deadline", "submit_time",
+            "start_time", "end_time", "placement", "migrations", "reason", "tasks")
+
+
+@job.command("show")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@api_options
+def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Show one job."""
+    j = _client(url, token, ca).get_job(job_id)
+    keys = [k for k in JOB_KEYS if k in j] + [k for k in j if k not in JOB_KEYS]
+    show({"job": j}, output, lambda: kv_table(j, keys))
+
+
+@job.command("cancel")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@api_options
+def job_cancel(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Cancel a job (idempotent)."""
+    j = _client(url, token, ca).cancel_job(job_id)
+    show({"job": j}, output, lambda: f"job {j.get('id')}: {j.get('state')}")
+
+
+def explain_text(doc: Mapping[str, Any]) -> str:
+    """A sentence or three on why a job waits."""
+    job_id = doc.get("job_id")
+    state = doc.get("state")
+    lines = [f"job {job_id} is {state}"]
+    if doc.get("queue_position") is not None:
+        lines[0] += f", position {doc['queue_position']} in the queue"
+    if doc.get("reason"):
+        lines.append(f"reason: {doc['reason']}")
+    res = doc.get("reservation")
+    if isinstance(res, dict) and res:
+        holder = res.get("job_id")
+        who = "this job holds" if str(holder) == str(job_id) else f"job {holder} holds"
+        lines.append(
+            f"reservation: {who} the reservation; it starts at the latest at {fmt_time(res.get('shadow_time'))} "
+            f"(shadow time); {res.get('extra_cores')} extra core(s) may be backfilled until then"
+        )
+    elif state == "queued":
+        lines.append("reservation: none blocks it")
+    return "\n".join(lines)
+
+
+@job.command("explain")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@api_options
+def job_explain(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Why is a job waiting, and which reservation blocks it."""
+    doc = _client(url, token, ca).explain_job(job_id)
+    show(doc, output, lambda: explain_text(doc))
+
+
+# ----------------------------------------------------------------------------- node
+
+
+@click.group()
+def node() -> None:
+    """List nodes; drain a node before maintenance and undrain it after."""
+
+
+@node.command("list")
+@api_options
+def node_list(url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """List nodes with their fg/bg occupancy."""
+    nodes = _client(url, token, ca).list_nodes()
+    show({"nodes": nodes}, output, lambda: node_table(nodes))
+
+
+@node.command("drain")
+@click.argument("name", shell_complete=_complete("node"))
+@api_options
+def node_drain(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Stop placing new work on NAME (running jobs finish or are migrated by the policy)."""
+    n = _client(url, token, ca).drain_node(name)
+    show({"node": n}, output, lambda: node_table([n]))
+
+
+@node.command("undrain")
+@click.argument("name", shell_complete=_complete("node"))
+@api_options
+def node_undrain(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Make NAME schedulable again."""
+    n = _client(url, token, ca).undrain_node(name)
+    show({"node": n}, output, lambda: node_table([n]))
+
+
+# ----------------------------------------------------------------------------- migrate
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@click.option("--to", "to_node", required=True, metavar="NODE", help="Target node.", shell_complete=_complete("node"))
+@api_options
+def migrate(job_id: str, to_node: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Migrate a running JOB to NODE (asynchronous: prints the operation)."""
+    op = _client(url, token, ca).migrate_job(job_id, to_node)
+    show({"operation": op}, output,
+         lambda: f"operation {op.get('id')}: {op.get('kind')} {op.get('state')} (job {job_id} -> {to_node})")
+
+
+# ----------------------------------------------------------------------------- policy
+
+
+@click.group()
+def policy() -> None:
+    """Show or change the daemon's scheduling policy."""
+
+
+@policy.command("show")
+@api_options
+def policy_show(url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """The active policy, its parameters and the policies available."""
+    doc = _client(url, token, ca).get_policy()
+    show(doc, output, lambda: kv_table(doc, [k for k in ("name", "params", "available") if k in doc]))
+
+
+def parse_params(items: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values are read as YAML scalars (``3`` int, ``0.5`` float, ``true``)."""
+    out: dict[str, Any] = {}
+    import yaml
+
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise errors.UserError(where="--param", problem=f"{item!r} is not KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+@policy.command("set")
+@click.argument("name")
+@click.option("--param", "-p", "params", multiple=True, metavar="KEY=VALUE", help="Policy parameter (repeat).")
+@api_options
+def policy_set(
+    name: str, params: tuple[str, ...], url: str | None, token: str | None, ca: str | None, output: str,
+) -> None:
+    """Switch to policy NAME (applies from the next scheduling cycle)."""
+    doc = _client(url, token, ca).set_policy(name, parse_params(params))
+    show(doc, output, lambda: kv_table(doc, [k for k in ("name", "params", "available") if k in doc]))
+
+
+# ----------------------------------------------------------------------------- token, cert
+
+
+@click.group()
+def token() -> None:
+    """API tokens for operators and scripts."""
+
+
+@token.command("issue")
+@click.option("--name", required=True, help="Who or what the token is for.")
+@click.option("--role", type=click.Choice(["read", "admin"]), default="read", show_default=True)
+@click.option("--ttl", "ttl", type=click.FloatRange(min=0, min_open=True), default=None, help="Lifetime in seconds.")
+@api_options
+def token_issue(
+    name: str, role: str, ttl: float | None, url: str | None, token: str | None, ca: str | None, output: str,
+) -> None:
+    """Issue a bearer token (needs an admin token). The token is shown once."""
+    doc = _client(url, token, ca).issue_token(name, role, ttl)
+    show(doc, output, lambda: kv_table(doc, [k for k in ("token", "name", "role", "expires") if k in doc]))
+
+
+@click.group()
+def cert() -> None:
+    """Client certificates for node agents (from the cluster CA)."""
+
+
+@cert.command("issue")
+@click.argument("node_name", metavar="NODE")
+@click.option("--out-dir", type=click.Path(file_okay=False), default=None,
+              help="Write NODE.crt, NODE.key (mode 0600) and ca.crt here.")
+@api_options
+def cert_issue(
+    node_name: str, out_dir: str | None, url: str | None, token: str | None, ca: str | None, output: str,
+) -> None:
+    """Issue a client certificate for the agent of NODE (CN=node:NODE)."""
+    if out_dir is None and output != "json":
+        raise errors.UserError(where="cert issue", problem="give --out-dir DIR (or --output json to print the PEMs)")
+    doc = _client(url, token, ca).issue_cert(node_name)
+    if out_dir is None:
+        emit_json(doc)
+        return
+    written = write_cert_files(Path(out_dir), node_name, doc)
+    show({"files": [str(p) for p in written]}, output, lambda: "\n".join(f"wrote {p}" for p in written))
+
+
+def write_cert_files(out: Path, node_name: str, doc: Mapping[str, Any]) -> list[Path]:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        crt, key, ca_path = out / f"{node_name}.crt", out / f"{node_name}.key", out / "ca.crt"
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(str(doc["key_pem"]))
+        os.chmod(key, 0o600)
+        crt.write_text(str(doc["cert_pem"]), encoding="utf-8")
+        ca_path.write_text(str(doc["ca_pem"]), encoding="utf-8")
+    except OSError as exc:
+        raise errors.UserError(where=f"--out-dir {out}", problem=str(exc)) from exc
+    return [crt, key, ca_path]
