@@ -256,6 +256,16 @@ Action: TypeAlias = (
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """An EASY-style reservation a policy made for the head of the queue (reported by the daemon's
+    ``explain``): the job starts at ``shadow_time`` at the latest; ``extra_cores`` may be backfilled."""
+
+    job_id: str
+    shadow_time: float
+    extra_cores: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What a policy decided at one event. Actions apply in order (a Kill may be followed by a StartFg
     of the same job). Every queued job that is not started is waiting for ``reasons[job_id]`` or,
@@ -266,6 +276,7 @@ class Decision:
     wake_at: float | None = None
     reasons: Mapping[str, str] = field(default_factory=dict)
     default_reason: str = "waiting for free cores"
+    reservation: Reservation | None = None  # optional: the head job's reservation, when the policy has one
 
     def reason_for(self, job_id: str) -> str:
         return self.reasons.get(job_id, self.default_reason)

@@ -1,0 +1,198 @@
+"""JSON forms of the daemon <-> agent documents (``NodeDesired``, ``NodeObserved``).
+
+Shared by the daemon's API and the agent's HTTP source, which must not import the daemon: this
+module imports only the model and the error tree. Decoding validates every field and raises
+``ValidationError`` with a dotted path (``vms[3].power``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from vmctl.errors import ValidationError
+from vmctl.model import (
+    MigrationSpec,
+    NodeDesired,
+    NodeObserved,
+    PowerState,
+    ProcessSpec,
+    VmDesired,
+    VmObserved,
+    VmRole,
+)
+
+
+def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, *, default: Any = ...,
+         nullable: bool = False) -> Any:
+    if key not in d:
+        if default is ...:
+            raise ValidationError(field=f"{where}{key}", problem="is required")
+        return default
+    v = d[key]
+    if v is None:
+        if nullable:
+            return None
+        raise ValidationError(field=f"{where}{key}", problem="must not be null")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if float in kinds and isinstance(v, int) and not isinstance(v, bool):
+        v = float(v)
+    if isinstance(v, bool) and bool not in kinds:
+        raise ValidationError(field=f"{where}{key}", problem=f"must be {kinds[0].__name__}, got a boolean")
+    if not isinstance(v, kinds):
+        raise ValidationError(field=f"{where}{key}", problem=f"must be {kinds[0].__name__}, got {type(v).__name__}")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValidationError(field=f"{where}{key}", problem="must be finite")
+    return v
+
+
+def _enum(d: dict[str, Any], key: str, enum: type[Any], where: str, default: Any = ...) -> Any:
+    v = _get(d, key, str, where, default=default)
+    if not isinstance(v, str):
+        return v
+    try:
+        return enum(v)
+    except ValueError as exc:
+        allowed = ", ".join(e.value for e in enum)
+        raise ValidationError(field=f"{where}{key}", problem=f"must be one of {allowed}, got {v!r}") from exc
+
+
+def _mapping(v: Any, where: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise ValidationError(field=where or "body", problem=f"must be an object, got {type(v).__name__}")
+    return v
+
+
+# --------------------------------------------------------------------------- desired
+
+
+def process_to_json(p: ProcessSpec) -> dict[str, Any]:
+    return {"job_id": p.job_id, "index": p.index, "command": p.command, "work_seconds": p.work_seconds,
+            "cpu_usage": p.cpu_usage}
+
+
+def migration_to_json(m: MigrationSpec) -> dict[str, Any]:
+    return {"migration_id": m.migration_id, "source_node": m.source_node, "target_node": m.target_node,
+            "target_core": m.target_core, "phase": m.phase, "mode": m.mode}
+
+
+def vm_desired_to_json(v: VmDesired) -> dict[str, Any]:
+    return {
+        "name": v.name, "core": v.core, "role": v.role.value, "weight": v.weight, "cap": v.cap,
+        "power": v.power.value, "process": None if v.process is None else process_to_json(v.process),
+        "checkpoint_path": v.checkpoint_path,
+        "migration": None if v.migration is None else migration_to_json(v.migration),
+        "memory_mib": v.memory_mib,
+    }
+
+
+def desired_to_json(d: NodeDesired) -> dict[str, Any]:
+    return {"node": d.node, "generation": d.generation, "vms": [vm_desired_to_json(v) for v in d.vms]}
+
+
+def process_from_json(raw: Any, where: str) -> ProcessSpec:
+    d = _mapping(raw, where.rstrip("."))
+    return ProcessSpec(
+        job_id=_get(d, "job_id", str, where), index=_get(d, "index", int, where),
+        command=_get(d, "command", str, where, default=""),
+        work_seconds=_get(d, "work_seconds", float, where, default=0.0),
+        cpu_usage=_get(d, "cpu_usage", float, where, default=1.0),
+    )
+
+
+_PHASES = ("requested", "running", "completed", "failed", "aborted")
+
+
+def migration_from_json(raw: Any, where: str) -> MigrationSpec:
+    d = _mapping(raw, where.rstrip("."))
+    phase = _get(d, "phase", str, where, default="requested")
+    if phase not in _PHASES:
+        raise ValidationError(field=f"{where}phase", problem=f"must be one of {', '.join(_PHASES)}")
+    mode = _get(d, "mode", str, where, default="live")
+    if mode not in ("live", "checkpoint"):
+        raise ValidationError(field=f"{where}mode", problem="must be live or checkpoint")
+    return MigrationSpec(
+        migration_id=_get(d, "migration_id", str, where), source_node=_get(d, "source_node", str, where),
+        target_node=_get(d, "target_node", str, where), target_core=_get(d, "target_core", int, where),
+        phase=phase, mode=mode,
+    )
+
+
+def vm_desired_from_json(raw: Any, where: str) -> VmDesired:
+    d = _mapping(raw, where.rstrip("."))
+    proc = d.get("process")
+    mig = d.get("migration")
+    return VmDesired(
+        name=_get(d, "name", str, where), core=_get(d, "core", int, where),
+        role=_enum(d, "role", VmRole, where), weight=_get(d, "weight", int, where),
+        cap=_get(d, "cap", float, where, default=None, nullable=True),
+        power=_enum(d, "power", PowerState, where, default=PowerState.RUNNING),
+        process=None if proc is None else process_from_json(proc, f"{where}process."),
+        checkpoint_path=_get(d, "checkpoint_path", str, where, default=None, nullable=True),
+        migration=None if mig is None else migration_from_json(mig, f"{where}migration."),
+        memory_mib=_get(d, "memory_mib", int, where, default=64),
+    )
+
+
+def desired_from_json(raw: Any) -> NodeDesired:
+    d = _mapping(raw, "")
+    vms = _get(d, "vms", list, "", default=[])
+    return NodeDesired(
+        node=_get(d, "node", str, ""), generation=_get(d, "generation", int, ""),
+        vms=tuple(vm_desired_from_json(v, f"vms[{i}].") for i, v in enumerate(vms)),
+    )
+
+
+# --------------------------------------------------------------------------- observed
+
+
+def vm_observed_to_json(v: VmObserved) -> dict[str, Any]:
+    return {
+        "name": v.name, "power": v.power.value, "core": v.core, "weight": v.weight, "cap": v.cap,
+        "cpu_time_s": v.cpu_time_s, "utilization": v.utilization, "process_job": v.process_job,
+        "process_index": v.process_index, "process_exit": v.process_exit, "migration_phase": v.migration_phase,
+    }
+
+
+def observed_to_json(o: NodeObserved) -> dict[str, Any]:
+    return {
+        "node": o.node, "generation_applied": o.generation_applied, "cores": o.cores,
+        "vms": [vm_observed_to_json(v) for v in o.vms], "host_utilization": o.host_utilization,
+        "errors": list(o.errors), "time": o.time,
+    }
+
+
+def vm_observed_from_json(raw: Any, where: str) -> VmObserved:
+    d = _mapping(raw, where.rstrip("."))
+    util = _get(d, "utilization", float, where, default=0.0)
+    if not 0.0 <= util <= 1.5:
+        raise ValidationError(field=f"{where}utilization", problem=f"must be in [0, 1.5], got {util}")
+    return VmObserved(
+        name=_get(d, "name", str, where), power=_enum(d, "power", PowerState, where),
+        core=_get(d, "core", int, where, default=None, nullable=True),
+        weight=_get(d, "weight", int, where, default=None, nullable=True),
+        cap=_get(d, "cap", float, where, default=None, nullable=True),
+        cpu_time_s=_get(d, "cpu_time_s", float, where, default=0.0), utilization=util,
+        process_job=_get(d, "process_job", str, where, default=None, nullable=True),
+        process_index=_get(d, "process_index", int, where, default=None, nullable=True),
+        process_exit=_get(d, "process_exit", int, where, default=None, nullable=True),
+        migration_phase=_get(d, "migration_phase", str, where, default=None, nullable=True),
+    )
+
+
+def observed_from_json(raw: Any) -> NodeObserved:
+    d = _mapping(raw, "")
+    vms = _get(d, "vms", list, "", default=[])
+    errs = _get(d, "errors", list, "", default=[])
+    for i, e in enumerate(errs):
+        if not isinstance(e, str):
+            raise ValidationError(field=f"errors[{i}]", problem="must be a string")
+    cores = _get(d, "cores", int, "")
+    if cores < 0:
+        raise ValidationError(field="cores", problem="must be >= 0")
+    return NodeObserved(
+        node=_get(d, "node", str, ""), generation_applied=_get(d, "generation_applied", int, ""), cores=cores,
+        vms=tuple(vm_observed_from_json(v, f"vms[{i}].") for i, v in enumerate(vms)),
+        host_utilization=_get(d, "host_utilization", float, "", default=0.0),
+        errors=tuple(errs), time=_get(d, "time", float, "", default=0.0),
+    )

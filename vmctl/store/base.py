@@ -1,0 +1,209 @@
+"""The state store of vmctld: records and the ``Store`` protocol.
+
+The daemon keeps its whole working state in memory and writes every change through to a real
+database, in one transaction per event (``Store.write(epoch, batch)``), so that a ``kill -9`` at any
+point leaves the database at the end of some complete event. Every write checks the leader epoch
+inside the transaction: a daemon whose lease was taken over cannot change anything (``LeaseLost``).
+
+Records are stored as a JSON document plus the few columns that are queried (ids, state). Two
+backends implement the protocol with the same SQL (``vmctl.store.sql``): SQLite (default, WAL) and
+PostgreSQL (psycopg 3).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from vmctl.model import Job, Tier
+
+# --------------------------------------------------------------------------------------- records
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """Everything the daemon knows about one job. ``run`` counts the starts of the job (a kill with
+    requeue starts a new run); VM names carry it, so a report about an old run is never taken for the
+    current one. ``placement[i]`` is ``(node, local core)`` of process i while it holds slots."""
+
+    id: str
+    seq: int
+    name: str
+    spec: dict[str, Any]
+    state: str
+    submit_time: float
+    start_time: float | None = None
+    end_time: float | None = None
+    tier: str | None = None
+    placement: list[tuple[str, int]] = field(default_factory=list)
+    reason: str | None = None
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    migrations: int = 0
+    run: int = 0
+    progress_base: float = 0.0  # dedicated-core work done before tier_since
+    tier_since: float | None = None
+    suspended: bool = False
+    checkpointed: bool = False  # VMs saved to files, slots free
+    cap: float | None = None
+    weight: int | None = None  # operator override of the VM weight
+    migrating: str | None = None  # id of the open migration operation
+    cancel_requested: bool = False
+
+    def to_doc(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["placement"] = [list(p) for p in self.placement]
+        return d
+
+    @classmethod
+    def from_doc(cls, d: dict[str, Any]) -> JobRecord:
+        d = dict(d)
+        d["placement"] = [(str(n), int(c)) for n, c in d.get("placement", [])]
+        return cls(**d)
+
+    def to_job(self) -> Job:
+        s = self.spec
+        usage = s.get("cpu_usage")
+        return Job(
+            id=self.id,
+            submit_time=self.submit_time,
+            procs=int(s["procs"]),
+            estimate=float(s["estimate"]),
+            cpu_usage=tuple(usage) if usage is not None else None,
+            priority=int(s.get("priority", 0)),
+            deadline=s.get("deadline"),
+            user=str(s.get("user", "")),
+        )
+
+    @property
+    def tier_enum(self) -> Tier | None:
+        return Tier(self.tier) if self.tier else None
+
+    def vm_name(self, index: int) -> str:
+        return f"j{self.id}-r{self.run}-p{index}"
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    name: str
+    cores: int
+    state: str = "ready"  # ready | draining | drained | lost
+    last_seen: float = 0.0
+    generation: int = 0
+    hostname: str = ""
+    backend: str = ""
+    registered: float = 0.0
+    observed: dict[str, Any] | None = None  # last NodeObserved, wire form
+
+    def to_doc(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_doc(cls, d: dict[str, Any]) -> NodeRecord:
+        return cls(**d)
+
+
+@dataclass(slots=True)
+class OperationRecord:
+    """A multi-step action the daemon follows until the agents confirm it (migration, checkpoint,
+    restore, kill). ``state``: pending -> done | failed | rolled_back."""
+
+    id: str
+    kind: str
+    job_id: str
+    state: str
+    created: float
+    updated: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_doc(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_doc(cls, d: dict[str, Any]) -> OperationRecord:
+        return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    hash: str
+    name: str
+    role: str
+    created: float
+    expires: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    holder: str | None
+    epoch: int
+    expires: float
+
+
+@dataclass(slots=True)
+class WriteBatch:
+    """The changes of one event, written in one transaction."""
+
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    desired: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)  # node -> (generation, doc)
+    operations: dict[str, OperationRecord] = field(default_factory=dict)
+    kv: dict[str, Any] = field(default_factory=dict)
+    tokens: list[TokenRecord] = field(default_factory=list)
+    delete_tokens: list[str] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (self.jobs or self.nodes or self.desired or self.operations or self.kv or self.tokens
+                    or self.delete_tokens)
+
+
+# --------------------------------------------------------------------------------------- protocol
+
+
+class Store(Protocol):
+    backend: str
+
+    def migrate(self) -> int:
+        """Create or upgrade the schema; return the schema version now in force."""
+        ...
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    # leader lease
+    def acquire_lease(self, holder: str, ttl: float, now: float) -> int | None:
+        """Take (or keep) the lease; return the epoch, or None while another holder's lease runs."""
+        ...
+
+    def renew_lease(self, holder: str, epoch: int, ttl: float, now: float) -> None:
+        """Extend the lease; raise ``LeaseLost`` when ``epoch`` is no longer current."""
+        ...
+
+    def release_lease(self, holder: str, epoch: int) -> None: ...
+
+    def lease(self) -> Lease: ...
+
+    # reads
+    def load_jobs(self) -> list[JobRecord]: ...
+
+    def load_nodes(self) -> list[NodeRecord]: ...
+
+    def load_desired(self) -> dict[str, tuple[int, dict[str, Any]]]: ...
+
+    def load_operations(self) -> list[OperationRecord]: ...
+
+    def get_kv(self, key: str) -> Any: ...
+
+    def find_token(self, token_hash: str) -> TokenRecord | None: ...
+
+    def list_tokens(self) -> list[TokenRecord]: ...
+
+    # writes
+    def write(self, epoch: int, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically if ``epoch`` is still the lease epoch, else raise ``LeaseLost``."""
+        ...
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)

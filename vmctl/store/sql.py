@@ -1,0 +1,221 @@
+"""The SQL shared by the SQLite and PostgreSQL stores.
+
+Both backends run the same statements (written with ``?`` placeholders; the PostgreSQL backend turns
+them into ``%s``). ``_transaction`` is the only backend-specific piece: SQLite takes the database
+write lock with ``BEGIN IMMEDIATE``; PostgreSQL locks the lease row with ``SELECT ... FOR UPDATE``.
+Either way the epoch read inside the transaction is the one the write commits against, so a daemon
+that lost its lease can never commit (``LeaseLost``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
+from vmctl.store.base import (
+    JobRecord,
+    Lease,
+    NodeRecord,
+    OperationRecord,
+    TokenRecord,
+    WriteBatch,
+    dumps,
+)
+
+SCHEMA_DIR = Path(__file__).parent / "schema"
+
+
+def migrations() -> list[tuple[int, str]]:
+    """(version, SQL text) of every migration file ``NNN_name.sql``, in order."""
+    out: list[tuple[int, str]] = []
+    for path in sorted(SCHEMA_DIR.glob("[0-9][0-9][0-9]_*.sql")):
+        out.append((int(path.name[:3]), path.read_text(encoding="utf-8")))
+    return out
+
+
+def split_statements(sql: str) -> list[str]:
+    lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+SUPPORTED_VERSION = max(v for v, _ in migrations())
+
+
+class SqlStore:
+    """Backend-neutral implementation; subclasses provide ``_transaction`` and ``_read``."""
+
+    backend = "sql"
+
+    # ---------------------------------------------------------------- backend hooks
+    def _transaction(self, lock: bool = True) -> AbstractContextManager[Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[Any]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _q(self, sql: str) -> str:
+        return sql
+
+    def _exec(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        return cur.execute(self._q(sql), tuple(params))
+
+    def close(self) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- schema
+    def schema_version(self) -> int:
+        with self._read() as cur:
+            try:
+                self._exec(cur, "SELECT MAX(version) FROM schema_version")
+            except StoreError:
+                return 0
+            row = cur.fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def migrate(self) -> int:
+        with self._transaction(lock=False) as cur:
+            self._exec(cur, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied TEXT)")
+            self._exec(cur, "SELECT MAX(version) FROM schema_version")
+            row = cur.fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            if current > SUPPORTED_VERSION:
+                raise SchemaVersionError(backend=self.backend, found=current, supported=SUPPORTED_VERSION)
+            for version, sql in migrations():
+                if version <= current:
+                    continue
+                for stmt in split_statements(sql):
+                    self._exec(cur, stmt)
+                self._exec(cur, "INSERT INTO schema_version (version, applied) VALUES (?, ?)",
+                           (version, f"migration {version:03d}"))
+                current = version
+        return current
+
+    # ---------------------------------------------------------------- lease
+    def lease(self) -> Lease:
+        with self._read() as cur:
+            self._exec(cur, "SELECT holder, epoch, expires FROM lease WHERE id = 1")
+            row = cur.fetchone()
+        if row is None:
+            return Lease(None, 0, 0.0)
+        return Lease(row[0], int(row[1]), float(row[2]))
+
+    def acquire_lease(self, holder: str, ttl: float, now: float) -> int | None:
+        with self._transaction(lock=False) as cur:
+            row = self._lease_row(cur)
+            cur_holder, epoch, expires = row[0], int(row[1]), float(row[2])
+            if cur_holder == holder and expires >= now:
+                self._exec(cur, "UPDATE lease SET expires = ? WHERE id = 1", (now + ttl,))
+                return epoch
+            if cur_holder is not None and expires >= now:
+                return None
+            epoch += 1
+            self._exec(cur, "UPDATE lease SET holder = ?, epoch = ?, expires = ? WHERE id = 1",
+                       (holder, epoch, now + ttl))
+            return epoch
+
+    def renew_lease(self, holder: str, epoch: int, ttl: float, now: float) -> None:
+        with self._transaction(lock=False) as cur:
+            row = self._lease_row(cur)
+            if row[0] != holder or int(row[1]) != epoch:
+                raise LeaseLost(epoch=epoch, current=int(row[1]))
+            self._exec(cur, "UPDATE lease SET expires = ? WHERE id = 1", (now + ttl,))
+
+    def release_lease(self, holder: str, epoch: int) -> None:
+        with self._transaction(lock=False) as cur:
+            row = self._lease_row(cur)
+            if row[0] == holder and int(row[1]) == epoch:
+                self._exec(cur, "UPDATE lease SET holder = NULL, expires = 0 WHERE id = 1")
+
+    def _lease_row(self, cur: Any) -> Any:
+        self._exec(cur, "SELECT holder, epoch, expires FROM lease WHERE id = 1" + self._for_update())
+        row = cur.fetchone()
+        if row is None:
+            raise StoreError(backend=self.backend, problem="lease row missing: schema not migrated")
+        return row
+
+    def _for_update(self) -> str:
+        return ""
+
+    # ---------------------------------------------------------------- reads
+    def load_jobs(self) -> list[JobRecord]:
+        with self._read() as cur:
+            self._exec(cur, "SELECT doc FROM jobs ORDER BY seq")
+            rows = cur.fetchall()
+        return [JobRecord.from_doc(json.loads(r[0])) for r in rows]
+
+    def load_nodes(self) -> list[NodeRecord]:
+        with self._read() as cur:
+            self._exec(cur, "SELECT doc FROM nodes ORDER BY name")
+            rows = cur.fetchall()
+        return [NodeRecord.from_doc(json.loads(r[0])) for r in rows]
+
+    def load_desired(self) -> dict[str, tuple[int, dict[str, Any]]]:
+        with self._read() as cur:
+            self._exec(cur, "SELECT node, generation, doc FROM desired")
+            rows = cur.fetchall()
+        return {r[0]: (int(r[1]), json.loads(r[2])) for r in rows}
+
+    def load_operations(self) -> list[OperationRecord]:
+        with self._read() as cur:
+            self._exec(cur, "SELECT doc FROM operations ORDER BY id")
+            rows = cur.fetchall()
+        return [OperationRecord.from_doc(json.loads(r[0])) for r in rows]
+
+    def get_kv(self, key: str) -> Any:
+        with self._read() as cur:
+            self._exec(cur, "SELECT value FROM kv WHERE key = ?", (key,))
+            row = cur.fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def find_token(self, token_hash: str) -> TokenRecord | None:
+        with self._read() as cur:
+            self._exec(cur, "SELECT hash, name, role, created, expires FROM tokens WHERE hash = ?", (token_hash,))
+            row = cur.fetchone()
+        return None if row is None else TokenRecord(row[0], row[1], row[2], float(row[3]),
+                                                    None if row[4] is None else float(row[4]))
+
+    def list_tokens(self) -> list[TokenRecord]:
+        with self._read() as cur:
+            self._exec(cur, "SELECT hash, name, role, created, expires FROM tokens ORDER BY created")
+            rows = cur.fetchall()
+        return [TokenRecord(r[0], r[1], r[2], float(r[3]), None if r[4] is None else float(r[4])) for r in rows]
+
+    # ---------------------------------------------------------------- writes
+    def write(self, epoch: int, batch: WriteBatch) -> None:
+        if batch.empty():
+            return
+        with self._transaction(lock=True) as cur:
+            row = self._lease_row(cur)
+            if int(row[1]) != epoch:
+                raise LeaseLost(epoch=epoch, current=int(row[1]))
+            for j in batch.jobs.values():
+                self._exec(
+                    cur,
+                    "INSERT INTO jobs (id, seq, state, doc) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+                    "SET state = excluded.state, doc = excluded.doc",
+                    (j.id, j.seq, j.state, dumps(j.to_doc())),
+                )
+            for n in batch.nodes.values():
+                self._exec(cur, "INSERT INTO nodes (name, doc) VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
+                                "SET doc = excluded.doc", (n.name, dumps(n.to_doc())))
+            for node, (gen, doc) in batch.desired.items():
+                self._exec(cur, "INSERT INTO desired (node, generation, doc) VALUES (?, ?, ?) ON CONFLICT (node) "
+                                "DO UPDATE SET generation = excluded.generation, doc = excluded.doc",
+                           (node, gen, dumps(doc)))
+            for op in batch.operations.values():
+                self._exec(cur, "INSERT INTO operations (id, state, doc) VALUES (?, ?, ?) ON CONFLICT (id) "
+                                "DO UPDATE SET state = excluded.state, doc = excluded.doc",
+                           (op.id, op.state, dumps(op.to_doc())))
+            for key, value in batch.kv.items():
+                self._exec(cur, "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                                "SET value = excluded.value", (key, dumps(value)))
+            for t in batch.tokens:
+                self._exec(cur, "INSERT INTO tokens (hash, name, role, created, expires) VALUES (?, ?, ?, ?, ?)",
+                           (t.hash, t.name, t.role, t.created, t.expires))
+            for h in batch.delete_tokens:
+                self._exec(cur, "DELETE FROM tokens WHERE hash = ?", (h,))
+
