@@ -187,6 +187,15 @@ class RemoteExecError(VmctlError):
     template = "{host}: {problem}"
 
 
+class VmStateError(HypervisorError):
+    """An operation that the VM's current power state does not allow (checkpoint of a stopped VM)."""
+
+    reference = "vm-state"
+    retryable = False
+    template = "{backend}: {name!r} is {state}: cannot {operation}"
+    http_status = 409
+
+
 # ----------------------------------------------------------------------------- daemon and store
 
 
@@ -228,3 +237,11 @@ class ApiError(VmctlError):
 class SolverError(VmctlError):
     reference = "solver-error"
     template = "{solver}: {problem}"
+
+
+class SimulationError(VmctlError):
+    """The simulator cannot go on: an action it does not model, or a policy that leaves jobs waiting
+    forever (nothing running, nothing arriving, no wake-up asked for)."""
+
+    reference = "simulation-failed"
+    template = "simulation at t={time}: {problem}"

@@ -16,8 +16,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
-from vmctl.model import PowerState
+from vmctl.model import PowerState, ProcessSpec
 
 WEIGHT_MIN = 1
 WEIGHT_MAX = 10000
@@ -169,3 +170,34 @@ class HypervisorBackend(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+# ------------------------------------------------------------------------------ job processes
+# Added after the first version (additive): how an agent runs a job process inside a guest. The
+# mock backend simulates processes in its CPU model; ``vmctl.agents.remote.ParamikoRunner`` runs
+# them over SSH in real guests.
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessStatus:
+    """The job process of one VM as the runner last saw it. ``exit_code`` is None while it runs;
+    137 means it was killed. ``work_done`` is dedicated-core seconds of progress where known."""
+
+    vm: str
+    job_id: str
+    index: int
+    running: bool
+    exit_code: int | None = None
+    output_tail: str = ""
+    work_done: float = 0.0
+
+
+class ProcessRunner(Protocol):
+    """Starts, observes and kills the (single) job process of a VM. ``start`` of the process that
+    is already there (same job and index) is a no-op; ``kill`` of no process is a no-op."""
+
+    def start(self, vm: str, spec: ProcessSpec) -> None: ...
+
+    def status(self, vm: str) -> ProcessStatus | None: ...
+
+    def kill(self, vm: str) -> None: ...

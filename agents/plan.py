@@ -1,0 +1,454 @@
+"""The pure heart of the agent: ``plan(desired, observed, layout) -> list[Action]``.
+
+No I/O, no clock: given the node's desired state (already completed with the layout's core pairs and
+validated by ``validate``) and one relist of what the hypervisor has, return the idempotent steps
+that move the host toward the desired state. The reconciler applies them in the returned order and
+plans again; when the host matches, the plan is empty (that is what makes an agent restart harmless:
+nothing is started or stopped that is already right).
+
+Order (safe transitions): kill processes / abort migrations, then stop, checkpoint and suspend, then
+undefine, then *lower* weights, then define, pin, *raise* weights (so a core never has two VMs at the
+fg weight during a promote, only briefly two at the bg weight), then restore/start, resume, start
+migrations and finally start job processes. Within a phase, VMs go by name.
+
+Per VM (``d`` desired, ``o`` observed):
+
+=====================  ==================================================================
+desired power          observed -> actions
+=====================  ==================================================================
+running                absent -> define, pin, tune, start (or restore if a checkpoint file
+                       is named and exists); shutoff -> pin, tune, start; paused -> resume;
+                       saved -> restore (file) or start; crashed -> stop, start
+paused                 running -> suspend; absent/shutoff -> as running, then suspend
+shutoff                running/paused -> stop; absent -> define
+saved                  running/paused -> checkpoint to ``checkpoint_path``
+absent                 running/paused -> stop, undefine; shutoff/saved -> undefine
+=====================  ==================================================================
+
+Then on a running VM: pin to ``layout.physical(core)`` (unpinned VMs, core -1, are left alone),
+weight and cap (``None`` clears the cap), and the job process: kill one that is not wanted, start
+the wanted one when the VM has none or another one. A process that ended is never restarted (its
+exit status is reported; the daemon clears it).
+
+Migration (``d.migration``, a phase both agents see): the *source* agent starts a live migration
+to ``peers[target_node]`` while the phase is requested/running, aborts it when the phase is aborted,
+and never re-creates a VM that left (absent VM on the source = migrated). In checkpoint mode the
+source checkpoints to ``checkpoint_path`` and the *target* restores from it once the phase is running
+and the file exists. The target leaves an absent migrating VM alone until it arrives, then pins and
+tunes it to ``target_core`` like any other VM.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from vmctl.agents.backends.base import (
+    WEIGHT_MAX,
+    WEIGHT_MIN,
+    MigrationState,
+    MigrationStatus,
+    ProcessStatus,
+    VmInfo,
+    VmSpec,
+)
+from vmctl.agents.layout import Layout
+from vmctl.errors import ValidationError
+from vmctl.model import NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
+
+CAP_TOLERANCE = 1e-4
+
+# ------------------------------------------------------------------------------------ actions
+
+
+@dataclass(frozen=True, slots=True)
+class Define:
+    spec: VmSpec
+    kind: Literal["define"] = "define"
+
+    @property
+    def vm(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class Undefine:
+    vm: str
+    kind: Literal["undefine"] = "undefine"
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    vm: str
+    kind: Literal["start"] = "start"
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    vm: str
+    kind: Literal["stop"] = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    vm: str
+    kind: Literal["suspend"] = "suspend"
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    vm: str
+    kind: Literal["resume"] = "resume"
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    vm: str
+    cores: tuple[int, ...]
+    kind: Literal["pin"] = "pin"
+
+
+@dataclass(frozen=True, slots=True)
+class Tune:
+    vm: str
+    weight: int | None = None
+    cap: float | None = None
+    clear_cap: bool = False
+    kind: Literal["tune"] = "tune"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointVm:
+    vm: str
+    path: str
+    kind: Literal["checkpoint"] = "checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreVm:
+    vm: str
+    path: str
+    kind: Literal["restore"] = "restore"
+
+
+@dataclass(frozen=True, slots=True)
+class StartMigration:
+    vm: str
+    dest_uri: str
+    migrate_uri: str | None = None
+    kind: Literal["start_migration"] = "start_migration"
+
+
+@dataclass(frozen=True, slots=True)
+class AbortMigration:
+    vm: str
+    kind: Literal["abort_migration"] = "abort_migration"
+
+
+@dataclass(frozen=True, slots=True)
+class StartProcess:
+    vm: str
+    spec: ProcessSpec
+    kind: Literal["start_process"] = "start_process"
+
+
+@dataclass(frozen=True, slots=True)
+class KillProcess:
+    vm: str
+    kind: Literal["kill_process"] = "kill_process"
+
+
+Action: TypeAlias = (
+    Define | Undefine | Start | Stop | Suspend | Resume | Pin | Tune | CheckpointVm | RestoreVm
+    | StartMigration | AbortMigration | StartProcess | KillProcess
+)
+
+_Adder: TypeAlias = Callable[[int, Action], None]
+
+# phases of the returned order (see the module docstring)
+_P_KILL, _P_STOP, _P_UNDEFINE, _P_LOWER, _P_DEFINE, _P_PIN, _P_RAISE, _P_START, _P_RESUME, _P_PAUSE, \
+    _P_MIGRATE, _P_PROCESS = range(12)
+
+
+# ------------------------------------------------------------------------------------ observed
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """One relist: VMs by name, the job process of each running VM (None = no process), the status
+    of migrations this node started, and which checkpoint files exist."""
+
+    vms: Mapping[str, VmInfo]
+    processes: Mapping[str, ProcessStatus | None] = field(default_factory=dict)
+    migrations: Mapping[str, MigrationStatus] = field(default_factory=dict)
+    files: frozenset[str] = frozenset()
+
+    @staticmethod
+    def of(vms: list[VmInfo], processes: Mapping[str, ProcessStatus | None] | None = None,
+           migrations: Mapping[str, MigrationStatus] | None = None, files: frozenset[str] = frozenset()) -> Observed:
+        return Observed({v.name: v for v in vms}, processes or {}, migrations or {}, files)
+
+
+# ------------------------------------------------------------------------------------ validation
+
+
+def validate(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | None = None) -> None:
+    """Reject a desired state as a whole before anything is applied. Raises ``ValidationError``
+    whose field is a path like ``desired[n1 gen 7].vms[3].weight``."""
+    base = f"desired[{desired.node} gen {desired.generation}]"
+    if desired.node != layout.host:
+        raise ValidationError(field=f"{base}.node",
+                              problem=f"is for node {desired.node!r}, this agent is {layout.host!r}")
+    if desired.generation < 0:
+        raise ValidationError(field=f"{base}.generation", problem=f"must be >= 0, got {desired.generation}")
+    dup = [n for n, c in Counter(v.name for v in desired.vms).items() if c > 1]
+    if dup:
+        raise ValidationError(field=f"{base}.vms", problem=f"VM {dup[0]!r} is listed more than once")
+    slots: dict[tuple[int, VmRole], str] = {}
+    for i, v in enumerate(desired.vms):
+        where = f"{base}.vms[{i}]({v.name})"
+        if not v.name or any(ch.isspace() or ch == "/" for ch in v.name):
+            raise ValidationError(field=f"{where}.name", problem="must be a non-empty name without spaces or '/'")
+        if v.role is VmRole.SHARED:
+            if not -1 <= v.core < layout.size:
+                raise ValidationError(field=f"{where}.core",
+                                      problem=f"{v.core} out of range (-1 = unpinned, or 0..{layout.size - 1})")
+        else:
+            if not 0 <= v.core < layout.size:
+                raise ValidationError(field=f"{where}.core",
+                                      problem=f"{v.core} out of range 0..{layout.size - 1} for a {v.role.value} VM")
+            other = slots.get((v.core, v.role))
+            if other is not None:
+                raise ValidationError(field=f"{where}.role",
+                                      problem=f"core {v.core} already has a {v.role.value} VM ({other})")
+            slots[(v.core, v.role)] = v.name
+        if not WEIGHT_MIN <= v.weight <= WEIGHT_MAX:
+            raise ValidationError(field=f"{where}.weight",
+                                  problem=f"{v.weight} out of range {WEIGHT_MIN}..{WEIGHT_MAX}")
+        if v.cap is not None and not (0.0 < v.cap <= 1.0 and math.isfinite(v.cap)):
+            raise ValidationError(field=f"{where}.cap", problem=f"{v.cap} out of range (0, 1] (or null: uncapped)")
+        if v.memory_mib < 1:
+            raise ValidationError(field=f"{where}.memory_mib", problem=f"must be >= 1, got {v.memory_mib}")
+        if v.power is PowerState.SAVED and not v.checkpoint_path:
+            raise ValidationError(field=f"{where}.checkpoint_path", problem="is required when power is saved")
+        if v.power in (PowerState.CRASHED, PowerState.MIGRATING):
+            raise ValidationError(field=f"{where}.power", problem=f"{v.power.value} cannot be desired")
+        p = v.process
+        if p is not None:
+            if not 0.0 < p.cpu_usage <= 1.0:
+                raise ValidationError(field=f"{where}.process.cpu_usage", problem=f"{p.cpu_usage} not in (0, 1]")
+            if not (p.work_seconds >= 0 and math.isfinite(p.work_seconds)):
+                raise ValidationError(field=f"{where}.process.work_seconds", problem=f"{p.work_seconds} must be >= 0")
+            if p.index < 0 or not p.job_id:
+                raise ValidationError(field=f"{where}.process", problem="needs a job_id and an index >= 0")
+        m = v.migration
+        if m is not None:
+            if layout.host not in (m.source_node, m.target_node):
+                raise ValidationError(field=f"{where}.migration",
+                                      problem=f"is between {m.source_node} and {m.target_node}, not this node")
+            if m.source_node == m.target_node:
+                raise ValidationError(field=f"{where}.migration", problem="source and target are the same node")
+            if m.target_node == layout.host and not 0 <= m.target_core < layout.size:
+                raise ValidationError(field=f"{where}.migration.target_core",
+                                      problem=f"{m.target_core} out of range 0..{layout.size - 1}")
+            if m.mode == "checkpoint" and not v.checkpoint_path:
+                raise ValidationError(field=f"{where}.checkpoint_path", problem="is required by a checkpoint migration")
+            if (m.mode == "live" and m.source_node == layout.host and peers is not None
+                    and m.target_node not in peers):
+                raise ValidationError(field=f"{where}.migration.target_node",
+                                      problem=f"unknown peer {m.target_node!r} (configure peers.{m.target_node})")
+    for k in range(layout.size):
+        fg = [v for v in desired.vms if v.core == k and v.role is VmRole.FG]
+        bg = [v for v in desired.vms if v.core == k and v.role is VmRole.BG]
+        if fg and bg and fg[0].weight <= bg[0].weight:
+            raise ValidationError(field=f"{base}.core {k}",
+                                  problem=f"fg VM {fg[0].name} weight {fg[0].weight} must exceed bg VM "
+                                          f"{bg[0].name} weight {bg[0].weight}")
+
+
+# ------------------------------------------------------------------------------------ plan
+
+
+def plan(desired: NodeDesired, observed: Observed, layout: Layout, peers: Mapping[str, str] | None = None,
+         migrate_uris: Mapping[str, str] | None = None, prune: bool = True) -> list[Action]:
+    """The actions that move ``observed`` toward ``desired``. ``prune`` removes VMs this agent manages
+    (our metadata or a layout name) that ``desired`` does not list; foreign VMs are never touched."""
+    steps: list[tuple[int, str, int, Action]] = []
+    peers = peers or {}
+    migrate_uris = migrate_uris or {}
+
+    def add(phase: int, act: Action) -> None:
+        steps.append((phase, act.vm, len(steps), act))
+
+    wanted = {v.name for v in desired.vms}
+    for v in desired.vms:
+        _plan_vm(v, observed.vms.get(v.name), observed, layout, peers, migrate_uris, add)
+    if prune:
+        for name, o in observed.vms.items():
+            if name in wanted or not layout.is_ours(name, o.metadata):
+                continue
+            if o.power is PowerState.MIGRATING:
+                continue
+            if o.power in (PowerState.RUNNING, PowerState.PAUSED, PowerState.CRASHED):
+                add(_P_STOP, Stop(name))
+            add(_P_UNDEFINE, Undefine(name))
+    steps.sort(key=lambda s: (s[0], s[1], s[2]))
+    return [s[3] for s in steps]
+
+
+def _pinning(v: VmDesired, layout: Layout, core: int | None = None) -> tuple[int, ...] | None:
+    k = v.core if core is None else core
+    return None if k < 0 else (layout.physical(k),)
+
+
+def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peers: Mapping[str, str],
+             migrate_uris: Mapping[str, str], add: _Adder) -> None:
+    name = v.name
+    m = v.migration
+    core = v.core
+    if m is not None and m.phase not in ("completed", "failed"):
+        source = m.source_node == layout.host
+        if source:
+            _plan_migration_source(v, o, obs, peers, migrate_uris, add)
+            return
+        # target: wait for the VM to arrive (or restore it from the checkpoint file)
+        core = m.target_core
+        if o is None or o.power is PowerState.ABSENT:
+            if (m.mode == "checkpoint" and m.phase == "running" and v.checkpoint_path
+                    and v.checkpoint_path in obs.files):
+                add(_P_START, RestoreVm(name, v.checkpoint_path))
+            return
+    elif m is not None and m.phase == "completed" and m.source_node == layout.host:
+        # the VM left: never re-create it here; clean up what is left of it
+        if o is not None and o.power in (PowerState.SHUTOFF, PowerState.SAVED):
+            add(_P_UNDEFINE, Undefine(name))
+        return
+    elif m is not None and m.target_node == layout.host:
+        core = m.target_core
+
+    if o is not None and o.power is PowerState.MIGRATING:
+        return  # in flight: only the migration logic may touch it
+
+    power = o.power if o is not None else PowerState.ABSENT
+    want = v.power
+    pin = _pinning(v, layout, core)
+    have_file = bool(v.checkpoint_path) and v.checkpoint_path in obs.files
+
+    if want is PowerState.ABSENT:
+        if power is PowerState.ABSENT:
+            return
+        if power in (PowerState.RUNNING, PowerState.PAUSED, PowerState.CRASHED):
+            add(_P_STOP, Stop(name))
+        add(_P_UNDEFINE, Undefine(name))
+        return
+
+    if want is PowerState.SAVED:
+        if power in (PowerState.RUNNING, PowerState.PAUSED):
+            add(_P_STOP, CheckpointVm(name, v.checkpoint_path or ""))
+        return
+
+    # running, paused or shutoff wanted: the VM must exist with the right pinning and tuning
+    if power is PowerState.ABSENT:
+        if want is not PowerState.SHUTOFF and have_file and v.checkpoint_path:
+            add(_P_START, RestoreVm(name, v.checkpoint_path))
+            return  # pinned and tuned in the next pass, once it exists
+        add(_P_DEFINE, Define(layout.spec_for(v)))
+        _tune(v, None, pin, add, new=True)
+        if want is not PowerState.SHUTOFF:
+            add(_P_START, Start(name))
+        if want is PowerState.PAUSED:
+            add(_P_PAUSE, Suspend(name))
+        return
+
+    assert o is not None
+    _tune(v, o, pin, add, new=False)
+    if want is PowerState.SHUTOFF:
+        if power in (PowerState.RUNNING, PowerState.PAUSED, PowerState.CRASHED):
+            add(_P_STOP, Stop(name))
+        return
+    # running or paused wanted
+    if power is PowerState.CRASHED:
+        add(_P_STOP, Stop(name))
+        add(_P_START, Start(name))
+    elif power is PowerState.SAVED or power is PowerState.SHUTOFF:
+        if have_file and v.checkpoint_path:
+            add(_P_START, RestoreVm(name, v.checkpoint_path))
+        else:
+            add(_P_START, Start(name))
+    elif power is PowerState.PAUSED and want is PowerState.RUNNING:
+        add(_P_RESUME, Resume(name))
+    if want is PowerState.PAUSED and power in (PowerState.RUNNING, PowerState.SHUTOFF, PowerState.SAVED,
+                                                PowerState.CRASHED):
+        add(_P_PAUSE, Suspend(name))
+    if power is PowerState.RUNNING:
+        _plan_process(v, obs.processes.get(name), add)
+
+
+def _tune(v: VmDesired, o: VmInfo | None, pin: tuple[int, ...] | None, add: _Adder, new: bool) -> None:
+    if pin is not None and (o is None or o.pinned_cores != pin):
+        add(_P_PIN, Pin(v.name, pin))
+    cur_w = None if o is None else o.weight
+    cur_c = None if o is None else o.cap
+    weight = v.weight if cur_w != v.weight else None
+    cap_change = False
+    clear = False
+    if v.cap is None:
+        clear = cur_c is not None
+    else:
+        cap_change = cur_c is None or abs(cur_c - v.cap) > CAP_TOLERANCE
+    if weight is None and not cap_change and not clear and not new:
+        return
+    if new and weight is None and not cap_change:
+        weight = v.weight
+    lowering = cur_w is not None and weight is not None and weight < cur_w
+    phase = _P_LOWER if (lowering or (weight is None and not new)) else _P_RAISE
+    add(phase, Tune(v.name, weight=weight, cap=v.cap if cap_change else None, clear_cap=clear))
+
+
+def _plan_process(v: VmDesired, s: ProcessStatus | None, add: _Adder) -> None:
+    p = v.process
+    if p is None:
+        if s is not None and s.running:
+            add(_P_KILL, KillProcess(v.name))
+        return
+    if s is None:
+        add(_P_PROCESS, StartProcess(v.name, p))
+        return
+    if (s.job_id, s.index) == (p.job_id, p.index):
+        return  # running, or ended: its exit status is reported, never restarted
+    if s.running:
+        add(_P_KILL, KillProcess(v.name))
+    add(_P_PROCESS, StartProcess(v.name, p))
+
+
+def _plan_migration_source(v: VmDesired, o: VmInfo | None, obs: Observed, peers: Mapping[str, str],
+                           migrate_uris: Mapping[str, str], add: _Adder) -> None:
+    m = v.migration
+    assert m is not None
+    name = v.name
+    status = obs.migrations.get(name)
+    if o is None or o.power is PowerState.ABSENT:
+        return  # it left (or never was here): never re-create a VM on the source
+    if m.phase == "aborted":
+        if status is not None and status.state is MigrationState.RUNNING:
+            add(_P_KILL, AbortMigration(name))
+        return
+    if m.mode == "checkpoint":
+        if o.power in (PowerState.RUNNING, PowerState.PAUSED) and v.checkpoint_path:
+            add(_P_STOP, CheckpointVm(name, v.checkpoint_path))
+        return
+    if o.power is PowerState.MIGRATING:
+        return
+    if status is not None and status.state is MigrationState.FAILED:
+        return  # reported; the daemon decides (retry with a new migration id, or give up)
+    if o.power is PowerState.RUNNING and m.target_node in peers:
+        add(_P_MIGRATE, StartMigration(name, peers[m.target_node], migrate_uris.get(m.target_node)))
+
+
+__all__ = [
+    "AbortMigration", "Action", "CheckpointVm", "Define", "KillProcess", "Observed", "Pin", "RestoreVm", "Resume",
+    "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "Tune", "Undefine", "plan", "validate",
+]
