@@ -1,0 +1,599 @@
+"""The discrete-event simulator behind ``vmctl sim``: a simulated two-tier cluster, a virtual clock, and
+the very same policy objects the daemon runs.
+
+Model. The machine has ``cores`` processors; each carries an fg slot and a bg slot (MEASY sec. 2.1).
+A job runs one process per core, all in one tier. It needs ``work = min(run_time, estimate)`` seconds
+of dedicated-core work: a job still running when it has received its estimate is killed there (as
+production EASY does), and counts as an *estimate kill*. How fast a job advances is given by
+:mod:`vmctl.sim.progress`; rates are piecewise constant, so each running job has one pending
+completion event in a heap, invalidated lazily (a version number per change) when its rate changes.
+
+One instant. At time ``t`` the engine (1) completes every job whose completion event is due, (2) adds
+every job submitted at ``t`` to the queue, (3) calls ``policy.decide(view, t)`` once, (4) checks the
+decision with :func:`vmctl.policies.invariants.check_decision` (always), and (5) applies the actions in
+order. A decision's ``wake_at`` schedules another pass at that time; a later decision replaces it
+(policies are stateless, so the latest decision is the one that knows what it waits for).
+
+The view. ``ClusterView`` is built once and stays a *live* view of the engine's incrementally
+maintained structures: the queue (a list in queue order: submit time, then position in the workload,
+which is the job id order of a sorted trace), ``fg_job``/``bg_job``/``fg_util`` lists, the
+``idle_fg``/``idle_bg`` sets. ``running`` is a mapping that builds each ``RunningJob`` (with its
+progress as of now) on first access in a pass and caches it for that pass. Nothing is copied per event
+beyond what the policy reads. Starting a queued job removes it from the queue list by bisection.
+
+Actions: StartFg, StartBg, Promote (keeps progress), Demote, Migrate (keeps progress, no progress for
+``cost`` seconds), Kill (progress lost; with ``requeue`` the job goes back to the queue in order).
+Checkpoint/Restore/SetCap/Suspend/Resume are not modelled and raise :class:`SimulationError`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+
+from vmctl.errors import SimulationError, ValidationError
+from vmctl.model import (
+    ClusterView,
+    Decision,
+    Demote,
+    Job,
+    Kill,
+    Migrate,
+    Promote,
+    RunningJob,
+    StartBg,
+    StartFg,
+    Tier,
+)
+from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.invariants import check_decision
+from vmctl.sim import metrics as metrics_mod
+from vmctl.sim.progress import ProgressModel, fg_rate
+
+_EPS = 1e-9
+_INF = math.inf
+
+
+class WorkloadJobLike(Protocol):
+    """What the engine needs from a workload record (``vmctl.sim.workloads.core.WorkloadJob``)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def submit(self) -> float: ...
+    @property
+    def run_time(self) -> float: ...
+    @property
+    def procs(self) -> int: ...
+    @property
+    def estimate(self) -> float: ...
+    @property
+    def cpu_usage(self) -> tuple[float, ...] | None: ...
+
+
+CpuUsageMode = Literal["paper", "full"]
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Knobs of one simulation run.
+
+    - ``seed``: seeds every random draw of the progress model (per job, see ``progress.py``).
+    - ``cpu_usage``: ``paper`` uses the workload's per-process usage (sec. 3.1; a job without one runs
+      at 100 %); ``full`` sets every process to 100 % (sec. 3.5.2).
+    - ``cpu_info``: when False the policy sees ``Job.cpu_usage = None`` (sec. 3.5.1).
+    - ``two_tier``: run on the two-tier architecture (fg loss applies); None = the policy's
+      ``uses_bg_tier``.
+    - ``batches``: number of batches for the batch-means confidence intervals.
+    """
+
+    seed: int = 1
+    cpu_usage: CpuUsageMode = "paper"
+    cpu_info: bool = True
+    two_tier: bool | None = None
+    progress: ProgressModel = field(default_factory=ProgressModel)
+    batches: int = metrics_mod.DEFAULT_BATCHES
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Outcome of one run: metrics plus counters. Seconds are plain floats."""
+
+    policy: str
+    params: dict[str, object]
+    cores: int
+    jobs: int
+    dropped: dict[str, int]
+    metrics: metrics_mod.Metrics
+    migrations: int
+    estimate_kills: int
+    policy_kills: int
+    decisions: int
+    wasted_work: float
+    seed: int
+    source: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        m = self.metrics
+
+        def ci(i: metrics_mod.Interval | None) -> dict[str, float | int] | None:
+            return None if i is None else i.to_dict()
+
+        return {
+            "source": self.source,
+            "policy": self.policy,
+            "params": dict(self.params),
+            "cores": self.cores,
+            "seed": self.seed,
+            "jobs": self.jobs,
+            "dropped": dict(self.dropped),
+            "avg_wait": m.avg_wait,
+            "avg_response": m.avg_response,
+            "avg_bounded_slowdown": m.avg_bounded_slowdown,
+            "utilization": m.utilization,
+            "makespan": m.makespan,
+            "migrations": self.migrations,
+            "kills": {"estimate": self.estimate_kills, "policy": self.policy_kills},
+            "wasted_work": self.wasted_work,
+            "decisions": self.decisions,
+            "ci95": {
+                "avg_response": ci(m.ci_response),
+                "avg_bounded_slowdown": ci(m.ci_bounded_slowdown),
+                "avg_wait": ci(m.ci_wait),
+            },
+        }
+
+
+class _Run:
+    """A running job: where it is and how fast it advances (``progress(t) = p0 + rate * (t - max(t0,
+    blocked_until))`` for ``t >= t0``)."""
+
+    __slots__ = (
+        "blocked_until", "cores", "idx", "job", "p0", "rate", "snap", "snap_stamp", "start_time", "t0",
+        "tier", "tier_since", "version",
+    )
+
+    def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
+        self.idx = idx
+        self.job = job
+        self.tier = tier
+        self.cores = cores
+        self.start_time = now
+        self.tier_since = now
+        self.p0 = 0.0
+        self.t0 = now
+        self.rate = 0.0
+        self.blocked_until = now
+        self.version = 0
+        self.snap: RunningJob | None = None
+        self.snap_stamp = -1
+
+    def progress_at(self, t: float) -> float:
+        start = self.t0 if self.t0 > self.blocked_until else self.blocked_until
+        return self.p0 + self.rate * (t - start) if t > start else self.p0
+
+    def settle(self, t: float) -> None:
+        self.p0 = self.progress_at(t)
+        self.t0 = t
+
+
+class _RunningView(Mapping[str, RunningJob]):
+    """Live ``ClusterView.running``: builds a job's RunningJob on first access in a pass."""
+
+    __slots__ = ("_sim",)
+
+    def __init__(self, sim: Simulator) -> None:
+        self._sim = sim
+
+    def __getitem__(self, key: str) -> RunningJob:
+        return self._sim._snapshot(self._sim._runs[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sim._runs)
+
+    def __len__(self) -> int:
+        return len(self._sim._runs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sim._runs
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+class Simulator:
+    """Run one policy over one workload. ``jobs`` must be sorted by submit time (ties keep their order);
+    jobs wider than the machine are dropped and counted in ``dropped``."""
+
+    def __init__(
+        self,
+        jobs: Sequence[WorkloadJobLike],
+        cores: int,
+        policy: SchedulingPolicy,
+        config: SimConfig | None = None,
+        source: str = "",
+        dropped: Mapping[str, int] | None = None,
+    ) -> None:
+        if cores <= 0:
+            raise ValidationError(field="cores", problem=f"must be > 0, got {cores}")
+        self.config = config or SimConfig()
+        self.policy = policy
+        self.cores = cores
+        self.source = source
+        self.dropped: dict[str, int] = dict(dropped or {})
+        self.two_tier = policy.uses_bg_tier if self.config.two_tier is None else self.config.two_tier
+        kept = [j for j in jobs if j.procs <= cores]
+        if len(kept) < len(jobs):
+            self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + (
+                len(jobs) - len(kept)
+            )
+        last = -_INF
+        for j in kept:
+            if j.submit < last:
+                raise ValidationError(field=f"job {j.id}.submit", problem="jobs must be sorted by submit time")
+            last = j.submit
+        self._src = kept
+        n = len(kept)
+        self.n = n
+        self._ids = [str(j.id) for j in kept]
+        self._index = {jid: i for i, jid in enumerate(self._ids)}
+        if len(self._index) != n:
+            raise ValidationError(field="workload", problem="job ids are not unique")
+        self._submit = [float(j.submit) for j in kept]
+        self._estimate = [float(j.estimate) for j in kept]
+        self._run_time = [float(j.run_time) for j in kept]
+        self._work = [min(r, e) for r, e in zip(self._run_time, self._estimate, strict=True)]
+        self._procs = [int(j.procs) for j in kept]
+        full = self.config.cpu_usage == "full"
+        self._usage: list[tuple[float, ...]] = []
+        for j in kept:
+            u = j.cpu_usage
+            if full or u is None:
+                self._usage.append((1.0,) * j.procs)
+            else:
+                if len(u) != j.procs:
+                    raise ValidationError(field=f"job {j.id}.cpu_usage",
+                                          problem=f"{len(u)} entries for {j.procs} processes")
+                self._usage.append(tuple(u))
+        self._pm = self.config.progress
+        if self.two_tier:
+            self._loss, self._beta = self._pm.draw(self.config.seed, np.asarray(self._procs, dtype=np.int64))
+        else:
+            self._loss, self._beta = [0.0] * n, [0.0] * n
+        # per-job outcomes
+        self._first_start = array("d", [math.nan]) * n
+        self._end = array("d", [math.nan]) * n
+        self._est_killed = bytearray(n)
+        self._migrations = 0
+        self._policy_kills = 0
+        self._wasted = 0.0
+        self._decisions = 0
+        # cluster state
+        self.now = 0.0
+        self._queue: list[Job] = []
+        self._qkey: dict[str, tuple[float, int]] = {}
+        self._runs: dict[str, _Run] = {}
+        self._fg_job: list[str | None] = [None] * cores
+        self._bg_job: list[str | None] = [None] * cores
+        self._fg_run: list[_Run | None] = [None] * cores
+        self._bg_run: list[_Run | None] = [None] * cores
+        self._fg_util: list[float] = [0.0] * cores
+        self._idle_fg: set[int] = set(range(cores))
+        self._idle_bg: set[int] = set(range(cores))
+        self._usable = [True] * cores
+        self._heap: list[tuple[float, int, _Run]] = []  # (time, version, run); versions are unique
+        self._version = 0
+        self._dirty: dict[int, _Run] = {}
+        self._stamp = 0
+        self._wake: float | None = None
+        self._done = 0
+        self.view = ClusterView(
+            total_cores=cores,
+            queue=self._queue,
+            running=_RunningView(self),
+            fg_job=self._fg_job,
+            bg_job=self._bg_job,
+            idle_fg=self._idle_fg,
+            idle_bg=self._idle_bg,
+            fg_util=self._fg_util,
+            usable=self._usable,
+        )
+
+    # ------------------------------------------------------------------ view support
+
+    def _snapshot(self, run: _Run) -> RunningJob:
+        if run.snap_stamp == self._stamp and run.snap is not None:
+            return run.snap
+        now = self.now
+        progress = run.progress_at(now)
+        if run.tier is Tier.FG:
+            begin = run.blocked_until if run.blocked_until > now else now
+            expected = begin + run.job.estimate - progress
+        else:
+            expected = _INF
+        snap = RunningJob(job=run.job, tier=run.tier, cores=run.cores, start_time=run.start_time,
+                          tier_since=run.tier_since, progress=progress, expected_end=expected)
+        run.snap = snap
+        run.snap_stamp = self._stamp
+        return snap
+
+    # ------------------------------------------------------------------ rates and events
+
+    def _rate(self, run: _Run) -> float:
+        i = run.idx
+        if run.tier is Tier.FG:
+            return fg_rate(self._loss[i], self.two_tier)
+        loss, beta = self._loss[i], self._beta[i]
+        usage = self._usage[i]
+        fg_run = self._fg_run
+        fg_util = self._fg_util
+        bg_rate = self._pm.bg_process_rate
+        rate = 1.0
+        for p, c in enumerate(run.cores):
+            r = bg_rate(beta, loss, usage[p], None if fg_run[c] is None else fg_util[c])
+            if r < rate:
+                rate = r
+                if rate <= 0.0:
+                    break
+        return rate
+
+    def _reschedule(self, run: _Run) -> None:
+        """Settle progress at now, recompute the rate and push a fresh completion event."""
+        run.settle(self.now)
+        run.rate = self._rate(run)
+        self._version += 1
+        run.version = self._version
+        if run.rate > 0.0:
+            start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
+            remaining = self._work[run.idx] - run.p0
+            t = start + (remaining / run.rate if remaining > 0 else 0.0)
+            heapq.heappush(self._heap, (t, run.version, run))
+
+    def _mark_fg_change(self, cores: tuple[int, ...]) -> None:
+        """The fg occupancy of ``cores`` changed: the bg jobs there need a new rate."""
+        bg_run = self._bg_run
+        dirty = self._dirty
+        for c in cores:
+            b = bg_run[c]
+            if b is not None:
+                dirty[b.idx] = b
+
+    def _flush_dirty(self) -> None:
+        if self._dirty:
+            runs = self._runs
+            for run in self._dirty.values():
+                if runs.get(run.job.id) is run:
+                    self._reschedule(run)
+            self._dirty.clear()
+
+    # ------------------------------------------------------------------ placement
+
+    def _place(self, run: _Run, tier: Tier, cores: tuple[int, ...]) -> None:
+        jid = run.job.id
+        run.tier = tier
+        run.cores = cores
+        if tier is Tier.FG:
+            usage = self._usage[run.idx]
+            for p, c in enumerate(cores):
+                self._fg_job[c] = jid
+                self._fg_run[c] = run
+                self._fg_util[c] = usage[p]
+                self._idle_fg.discard(c)
+            self._mark_fg_change(cores)
+        else:
+            for c in cores:
+                self._bg_job[c] = jid
+                self._bg_run[c] = run
+                self._idle_bg.discard(c)
+        self._dirty[run.idx] = run
+
+    def _vacate(self, run: _Run) -> None:
+        cores = run.cores
+        if run.tier is Tier.FG:
+            for c in cores:
+                self._fg_job[c] = None
+                self._fg_run[c] = None
+                self._fg_util[c] = 0.0
+                self._idle_fg.add(c)
+            self._mark_fg_change(cores)
+        else:
+            for c in cores:
+                self._bg_job[c] = None
+                self._bg_run[c] = None
+                self._idle_bg.add(c)
+
+    def _enqueue(self, idx: int, job: Job) -> None:
+        key = (self._submit[idx], idx)
+        self._qkey[job.id] = key
+        q = self._queue
+        if not q or self._qkey[q[-1].id] <= key:
+            q.append(job)
+        else:
+            pos = bisect.bisect_left(q, key, key=lambda j: self._qkey[j.id])
+            q.insert(pos, job)
+
+    def _dequeue(self, job_id: str) -> Job:
+        q = self._queue
+        qkey = self._qkey
+        if q[0].id == job_id:
+            del qkey[job_id]
+            return q.pop(0)
+        pos = bisect.bisect_left(q, qkey[job_id], key=lambda j: qkey[j.id])
+        job = q[pos]
+        if job.id != job_id:  # pragma: no cover - the key order is a total order
+            raise SimulationError(time=self.now, problem=f"queue order broken at {job_id}")
+        del q[pos]
+        del qkey[job_id]
+        return job
+
+    # ------------------------------------------------------------------ actions
+
+    def _start(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> None:
+        idx = self._index[job_id]
+        job = self._dequeue(job_id)
+        run = _Run(idx, job, tier, cores, self.now)
+        self._runs[job_id] = run
+        if math.isnan(self._first_start[idx]):
+            self._first_start[idx] = self.now
+        self._place(run, tier, cores)
+
+    def _apply(self, decision: Decision) -> None:
+        now = self.now
+        for act in decision.actions:
+            if isinstance(act, StartFg):
+                self._start(act.job_id, Tier.FG, act.cores)
+            elif isinstance(act, StartBg):
+                self._start(act.job_id, Tier.BG, act.cores)
+            elif isinstance(act, Promote | Demote):
+                run = self._runs[act.job_id]
+                run.settle(now)
+                self._vacate(run)
+                run.tier_since = now
+                self._place(run, Tier.FG if isinstance(act, Promote) else Tier.BG, run.cores)
+            elif isinstance(act, Migrate):
+                run = self._runs[act.job_id]
+                run.settle(now)
+                self._vacate(run)
+                run.tier_since = now
+                run.blocked_until = max(now, run.blocked_until) + act.cost
+                self._migrations += 1
+                self._place(run, act.tier, act.cores)
+            elif isinstance(act, Kill):
+                run = self._runs.pop(act.job_id)
+                run.settle(now)
+                self._vacate(run)
+                self._version += 1
+                run.version = -1
+                self._policy_kills += 1
+                self._wasted += run.p0 * run.job.procs
+                if act.requeue:
+                    self._enqueue(run.idx, run.job)
+                else:  # cancelled for good: no end time, left out of the metrics
+                    self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
+                    self._done += 1
+            else:
+                raise SimulationError(time=now, problem=f"the simulator does not model {act.kind} ({act.job_id})")
+        self._flush_dirty()
+
+    def _complete(self, run: _Run) -> None:
+        idx = run.idx
+        del self._runs[run.job.id]
+        self._vacate(run)
+        run.version = -1
+        self._end[idx] = self.now
+        if self._run_time[idx] > self._estimate[idx]:
+            self._est_killed[idx] = 1
+        self._done += 1
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self, on_progress: ProgressCallback | None = None, every: int = 2000) -> SimResult:
+        n = self.n
+        submit = self._submit
+        heap = self._heap
+        ai = 0
+        policy = self.policy
+        view = self.view
+        cpu_info = self.config.cpu_info
+        next_report = every
+        while True:
+            # next event time
+            while heap and heap[0][2].version != heap[0][1]:
+                heapq.heappop(heap)
+            t_c = heap[0][0] if heap else _INF
+            t_a = submit[ai] if ai < n else _INF
+            t_w = self._wake if self._wake is not None else _INF
+            t = min(t_c, t_a, t_w)
+            if t == _INF:
+                break
+            if t > self.now:
+                self.now = t
+            now = self.now
+            # (1) completions
+            while heap and heap[0][0] <= now + _EPS:
+                _, ver, r = heapq.heappop(heap)
+                if r.version == ver:
+                    self._complete(r)
+            self._flush_dirty()
+            # (2) arrivals
+            while ai < n and submit[ai] <= now:
+                job = Job(id=self._ids[ai], submit_time=submit[ai], procs=self._procs[ai],
+                          estimate=self._estimate[ai], cpu_usage=self._usage[ai] if cpu_info else None)
+                self._enqueue(ai, job)
+                ai += 1
+            if self._wake is not None and self._wake <= now + _EPS:
+                self._wake = None
+            # (3) one scheduling pass
+            self._stamp += 1
+            self._decisions += 1
+            decision = policy.decide(view, now)
+            check_decision(view, decision, now)
+            self._apply(decision)
+            w = decision.wake_at
+            self._wake = w if w is not None and w > now + _EPS else None
+            if on_progress is not None and self._done >= next_report:
+                on_progress(self._done, n)
+                next_report = self._done + every
+        if self._queue or self._runs:
+            raise SimulationError(
+                time=self.now,
+                problem=f"policy {policy.name!r} left {len(self._queue)} job(s) waiting and {len(self._runs)} "
+                f"running with nothing left to happen (first waiting: {self._queue[0].id if self._queue else '-'})",
+            )
+        if on_progress is not None:
+            on_progress(self._done, n)
+        return self._result()
+
+    def _result(self) -> SimResult:
+        n = self.n
+        m = metrics_mod.compute(
+            submit=np.asarray(self._submit, dtype=np.float64),
+            first_start=np.frombuffer(self._first_start, dtype=np.float64) if n else np.zeros(0),
+            end=np.frombuffer(self._end, dtype=np.float64) if n else np.zeros(0),
+            run=np.asarray(self._work, dtype=np.float64),
+            procs=np.asarray(self._procs, dtype=np.float64),
+            cores=self.cores,
+            batches=self.config.batches,
+        )
+        return SimResult(
+            policy=self.policy.name,
+            params=dict(self.policy.params),
+            cores=self.cores,
+            jobs=m.jobs,
+            dropped=dict(self.dropped),
+            metrics=m,
+            migrations=self._migrations,
+            estimate_kills=int(sum(self._est_killed)),
+            policy_kills=self._policy_kills,
+            decisions=self._decisions,
+            wasted_work=self._wasted,
+            seed=self.config.seed,
+            source=self.source,
+        )
+
+    # ------------------------------------------------------------------ per-job outcomes (tests, reports)
+
+    def outcome(self, job_id: str) -> tuple[float, float]:
+        """(first start, end) of a job after ``run``; NaN when it never started / ended."""
+        i = self._index[job_id]
+        return self._first_start[i], self._end[i]
+
+
+def simulate(
+    jobs: Sequence[WorkloadJobLike],
+    cores: int,
+    policy: SchedulingPolicy,
+    config: SimConfig | None = None,
+    source: str = "",
+    dropped: Mapping[str, int] | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> SimResult:
+    """Convenience wrapper: build a :class:`Simulator` and run it."""
+    return Simulator(jobs, cores, policy, config, source, dropped).run(on_progress)
