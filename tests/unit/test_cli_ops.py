@@ -242,8 +242,10 @@ def test_cancel_drain_undrain_migrate_policy(server: tuple[str, Recorder], capsy
     rec.answer("DELETE", "/v1/jobs/17", 200, {"job": {**JOB, "state": "cancelled"}})
     rec.answer("POST", "/v1/nodes/n1/drain", 200, {"node": {**NODE, "state": "draining"}})
     rec.answer("POST", "/v1/nodes/n1/undrain", 200, {"node": NODE})
-    rec.answer("POST", "/v1/jobs/17/migrate", 202, {"operation": {"id": "op-1", "kind": "migrate", "state": "requested"}})
-    rec.answer("PUT", "/v1/policy", 200, {"name": "measy", "params": {"threshold": 0.9}, "available": ["easy", "measy"]})
+    op = {"id": "op-1", "kind": "migrate", "state": "requested"}
+    rec.answer("POST", "/v1/jobs/17/migrate", 202, {"operation": op})
+    pol = {"name": "measy", "params": {"threshold": 0.9}, "available": ["easy", "measy"]}
+    rec.answer("PUT", "/v1/policy", 200, pol)
     assert run(capsys, "job", "cancel", "17", "--url", url)[1].strip() == "job 17: cancelled"
     assert "draining" in run(capsys, "node", "drain", "n1", "--url", url)[1]
     assert "ready" in run(capsys, "node", "undrain", "n1", "--url", url)[1]
