@@ -1,0 +1,643 @@
+"""The EASY family: FCFS, EASY, SJF (one tier) and KEASY, REASY, MEASY (two tiers).
+
+Source: the MEASY paper (``/work/shared/seeds/000_2116516f63e5bc7c.txt``), sec. 2.2 (KEASY,
+Algorithms 1 and 2), sec. 2.3.1 (REASY, Algorithm 3), sec. 2.3.2 (MEASY), sec. 3.5.1 (no CPU usage
+information). The symbols of the algorithm listings were lost in conversion; they are reconstructed
+here from the prose and the Figure 1 example (reproduced in ``tests/unit/test_policies_easy_figure1.py``).
+
+One tier
+--------
+``fcfs``  start queued jobs in queue order on idle fg slots while they fit; stop at the first one that
+          does not fit (it blocks everything behind it).
+``easy``  FCFS, then a reservation for the first job that does not fit (the *head*): walk the fg jobs in
+          ascending ``expected_end``, adding their cores to the idle ones, until the head fits; that
+          end is the *shadow time* and the surplus is the *extra* cores. A later job is backfilled when
+          it fits now and either ends by the shadow time (``now + estimate <= shadow``) or needs no more
+          than the extra cores (which it then consumes). Example, 5 cores, J1 (2 cores, 10 s) running:
+          head J2 needs 4 -> shadow 10, extra 1; J3 (2 cores, 5 s) ends at 5 <= 10 -> start; J4 (1 core,
+          11 s) ends after 10 but 1 <= extra -> start, extra 0.
+``sjf``   shortest estimate first (ties by arrival), start every job that fits, no reservation. This is
+          the paper's bg-tier rule (Algorithm 1 step 3) used on the fg tier alone; it can starve wide
+          jobs and exists as a baseline.
+
+Two tiers (Algorithm 1, with Deploy/Dispatch of Algorithm 2)
+------------------------------------------------------------
+The *merged list* holds the queued jobs and the jobs running in the bg tier, in arrival order
+(submit time, then id). Every call of ``decide`` runs three steps:
+
+1. FCFS over the merged list onto fg slots: while the next job fits the idle fg count, Deploy it.
+2. Reservation for the first job that could not be deployed (EASY shadow/extra as above), then backfill
+   the rest of the merged list through Deploy.
+3. SJF over the jobs still *queued*: a job goes to bg slots only if all its processes fit into bg slots
+   that are empty and whose core's fg utilization is under ``bg_util_threshold`` (0.96, sec. 2.1 (3)).
+
+Deploy(j): a bg job whose own cores all have idle fg slots is promoted in place (fg/bg priorities
+swapped, progress kept). Otherwise KEASY kills it and dispatches it to fg from scratch (``Kill`` then
+``StartFg``), REASY cannot deploy it (the job is pinned to its cores), MEASY migrates it to fg slots
+(``Migrate`` with ``migration_cost`` seconds without progress). A queued job is dispatched to fg.
+
+Dispatch(tier, j): j's processes sorted by descending estimated CPU usage are paired with candidate
+cores sorted by ascending utilization. For the bg tier the utilization of a core is its fg
+utilization; for the fg tier (all candidates have an idle fg slot) it is the estimated usage of the bg
+process on the core (0 when the bg slot is empty), so the heaviest fg processes land where they starve
+no bg process.
+
+Readings chosen where the paper is ambiguous
+--------------------------------------------
+* Tie-break of equally utilized cores: descending core index. Figure 1 fills from the top: J1 lands
+  on P4-5 at t=0 and, at t=5, J6 restarts on P3 rather than P2 (both idle, both carrying a 100 % bg
+  process); this order reproduces every placement of the example. One-tier policies use the same
+  order, so ``easy`` and ``keasy`` place fg jobs identically when no bg job exists.
+* Which bg job KEASY kills: only the job being backfilled, which restarts itself in fg; no other job
+  is ever killed. Candidates are considered in merged-list order.
+* When SJF is called: the paper calls KEASY on fg arrivals/departures and SJF on bg departures. A
+  policy cannot know which event woke it and a pass that finds nothing to do is harmless, so every
+  call runs all three steps (a job promoted or moved out of bg also frees bg slots, Figure 1 t=5).
+* bg jobs and the extra cores: bg processes do not hold fg slots, so they never count when computing
+  the shadow time or the extra cores. A bg job deployed to fg during this call counts like any fg
+  start: it ends at ``now + remaining`` (promote), ``now + cost + remaining`` (migrate) or
+  ``now + estimate`` (KEASY restart), and that end decides the backfill condition.
+* Step 1 stops at the first merged-list job that cannot be deployed now, even when enough fg slots are
+  idle (a REASY bg job whose own fg slots are busy): it becomes the head of step 2, which is exactly
+  the case sec. 2.3.1's special reservation is for.
+* REASY reservation for a head h running in bg (sec. 2.3.1, Figure 5): shadow = the latest expected end
+  of the fg jobs on h's cores; extra = idle fg slots that are not h's cores. A backfilled job that ends
+  after the shadow time is placed only on cores outside h's, so the reservation holds.
+* A job that can never fit (wider than the idle plus all fg-held cores) is not made the head: it waits
+  with its own reason and the next job is tried.
+* ``use_cpu_info=False`` (sec. 3.5.1): every process usage is taken as 1.0 and every busy fg slot as fully
+  utilized (the measured ``fg_util`` is CPU usage information too), so bg processes go only to cores
+  whose fg slot is idle.
+* Jobs whose submit time is after ``now`` are not candidates (they wait with their own reason).
+
+Cost: every step stops scanning as soon as no idle slot remains; ``view.running`` is walked only to
+build the reservation (fg jobs) or the merged list (bg jobs, two-tier policies only).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator, Sequence
+from operator import attrgetter
+from typing import Any, ClassVar, Literal
+
+from vmctl.errors import PolicyParameterError
+from vmctl.model import (
+    Action,
+    ClusterView,
+    Decision,
+    Job,
+    Kill,
+    Migrate,
+    Promote,
+    RunningJob,
+    StartBg,
+    StartFg,
+    Tier,
+)
+from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.registry import register
+
+__all__ = ["EasyPolicy", "FcfsPolicy", "KeasyPolicy", "MeasyPolicy", "ReasyPolicy", "SjfPolicy"]
+
+_END = attrgetter("expected_end")
+
+
+def _arrival(job: Job) -> tuple[float, str]:
+    return (job.submit_time, job.id)
+
+
+def _fmt(t: float) -> str:
+    return f"{t:.6g}"
+
+
+def _future_reason(job: Job) -> str:
+    return f"not submitted yet (submit time {_fmt(job.submit_time)})"
+
+
+def _never_fits_reason(job: Job, capacity: int) -> str:
+    return f"needs {job.procs} cores, only {capacity} fg cores are usable"
+
+
+def _head_reason(job: Job, shadow: float) -> str:
+    return f"head of queue: reservation at t={_fmt(shadow)} needs {job.procs} cores"
+
+
+def _reservation(
+    view: ClusterView, extra_ends: Sequence[tuple[float, int]], need: int, free: int, now: float
+) -> tuple[float, int] | None:
+    """EASY shadow time and extra cores for a head needing ``need`` fg cores when ``free`` are idle.
+
+    ``extra_ends`` holds (end, procs) of jobs placed on fg during this call. Returns None when the
+    head cannot fit even after every fg job has ended."""
+    avail = free
+    fg_jobs = sorted((rj for rj in view.running.values() if rj.tier is Tier.FG), key=_END)
+    ends: Iterator[tuple[float, int]]
+    base = ((rj.expected_end, rj.job.procs) for rj in fg_jobs)
+    ends = heapq.merge(base, sorted(extra_ends)) if extra_ends else base
+    for end, procs in ends:
+        avail += procs
+        if avail >= need:
+            return (max(end, now), avail - need)
+    return None
+
+
+# ------------------------------------------------------------------------------------ one tier
+
+
+class _OneTier(SchedulingPolicy):
+    """Shared core picking for the one-tier policies: idle fg cores by descending index."""
+
+    uses_bg_tier: ClassVar[bool] = False
+
+    @staticmethod
+    def _pick(pool: list[int], job: Job) -> tuple[int, ...]:
+        # pool is sorted ascending; take from the top (descending core index, see module header).
+        k = job.procs
+        taken = pool[-k:]
+        del pool[-k:]
+        taken.reverse()
+        return tuple(taken)
+
+
+@register
+class FcfsPolicy(_OneTier):
+    name: ClassVar[str] = "fcfs"
+    summary: ClassVar[str] = "first come, first served on the fg tier; the first job that does not fit blocks"
+
+    def decide(self, view: ClusterView, now: float) -> Decision:
+        queue = view.queue
+        if not queue:
+            return Decision()
+        free = len(view.idle_fg)
+        actions: list[Action] = []
+        reasons: dict[str, str] = {}
+        pool: list[int] | None = None
+        for job in queue:
+            if job.submit_time > now:
+                reasons[job.id] = _future_reason(job)
+                continue
+            if job.procs > free:
+                reasons[job.id] = f"head of queue: needs {job.procs} cores, {free} idle"
+                break
+            if pool is None:
+                pool = sorted(view.idle_fg)
+            actions.append(StartFg(job.id, self._pick(pool, job)))
+            free -= job.procs
+        return Decision(actions=tuple(actions), reasons=reasons, default_reason="waiting behind the queue head (FCFS)")
+
+
+@register
+class EasyPolicy(_OneTier):
+    name: ClassVar[str] = "easy"
+    summary: ClassVar[str] = "FCFS with EASY backfilling (reservation for the queue head) on the fg tier"
+
+    def decide(self, view: ClusterView, now: float) -> Decision:
+        queue = view.queue
+        if not queue:
+            return Decision()
+        free = len(view.idle_fg)
+        actions: list[Action] = []
+        reasons: dict[str, str] = {}
+        started_ends: list[tuple[float, int]] = []
+        pool: list[int] | None = None
+        n = len(queue)
+        i = 0
+        shadow = -math.inf
+        extra = 0
+        head: Job | None = None
+        while i < n:
+            job = queue[i]
+            i += 1
+            if job.submit_time > now:
+                reasons[job.id] = _future_reason(job)
+                continue
+            if job.procs <= free:
+                if pool is None:
+                    pool = sorted(view.idle_fg)
+                actions.append(StartFg(job.id, self._pick(pool, job)))
+                free -= job.procs
+                started_ends.append((now + job.estimate, job.procs))
+                continue
+            if free == 0:
+                # Nothing can start or be backfilled: skip the reservation arithmetic.
+                reasons[job.id] = f"head of queue: needs {job.procs} cores, none idle"
+                return Decision(
+                    actions=tuple(actions), reasons=reasons, default_reason=f"waiting behind the head {job.id}"
+                )
+            res = _reservation(view, started_ends, job.procs, free, now)
+            if res is None:
+                reasons[job.id] = _never_fits_reason(job, free + _held(started_ends) + _fg_held(view))
+                continue
+            head = job
+            shadow, extra = res
+            reasons[job.id] = _head_reason(job, shadow)
+            break
+        if head is None:
+            return Decision(actions=tuple(actions), reasons=reasons)
+        # Backfill the rest of the queue.
+        while i < n and free > 0:
+            job = queue[i]
+            i += 1
+            procs = job.procs
+            if procs > free:
+                continue
+            if job.submit_time > now:
+                reasons[job.id] = _future_reason(job)
+                continue
+            if now + job.estimate <= shadow:
+                pass
+            elif procs <= extra:
+                extra -= procs
+            else:
+                continue
+            if pool is None:
+                pool = sorted(view.idle_fg)
+            actions.append(StartFg(job.id, self._pick(pool, job)))
+            free -= procs
+        return Decision(
+            actions=tuple(actions),
+            reasons=reasons,
+            default_reason=f"does not fit, or would delay the reservation of {head.id} at t={_fmt(shadow)}",
+        )
+
+
+def _fg_held(view: ClusterView) -> int:
+    return sum(rj.job.procs for rj in view.running.values() if rj.tier is Tier.FG)
+
+
+def _held(ends: Sequence[tuple[float, int]]) -> int:
+    return sum(p for _e, p in ends)
+
+
+@register
+class SjfPolicy(_OneTier):
+    name: ClassVar[str] = "sjf"
+    summary: ClassVar[str] = "shortest estimate first on the fg tier, no reservation (can starve wide jobs)"
+
+    def decide(self, view: ClusterView, now: float) -> Decision:
+        queue = view.queue
+        if not queue:
+            return Decision()
+        free = len(view.idle_fg)
+        reasons: dict[str, str] = {}
+        for job in queue:
+            if job.submit_time > now:
+                reasons[job.id] = _future_reason(job)
+        if free == 0:
+            return Decision(reasons=reasons, default_reason="waiting for free cores (SJF)")
+        actions: list[Action] = []
+        cand = [(job.estimate, job.submit_time, job.id, job) for job in queue if job.procs <= free]
+        heapq.heapify(cand)
+        pool: list[int] | None = None
+        while cand and free > 0:
+            job = heapq.heappop(cand)[3]
+            if job.procs > free or job.submit_time > now:
+                continue
+            if pool is None:
+                pool = sorted(view.idle_fg)
+            actions.append(StartFg(job.id, self._pick(pool, job)))
+            free -= job.procs
+        return Decision(actions=tuple(actions), reasons=reasons, default_reason="waiting for free cores (SJF)")
+
+
+# ------------------------------------------------------------------------------------ two tiers
+
+Mode = Literal["K", "R", "M"]
+
+
+class _Pass:
+    """Scratch state of one two-tier ``decide`` call: an overlay of the slots this call changes."""
+
+    __slots__ = (
+        "actions",
+        "bg_freed",
+        "bg_taken",
+        "fg_owner",
+        "fg_taken",
+        "free",
+        "new_ends",
+        "now",
+        "usage_cache",
+        "util_over",
+        "view",
+    )
+
+    def __init__(self, view: ClusterView, now: float) -> None:
+        self.view = view
+        self.now = now
+        self.actions: list[Action] = []
+        self.free = len(view.idle_fg)
+        self.fg_taken: set[int] = set()
+        self.fg_owner: dict[int, tuple[str, float]] = {}  # core -> (job, expected end) placed now
+        self.bg_freed: set[int] = set()
+        self.bg_taken: set[int] = set()
+        self.util_over: dict[int, float] = {}
+        self.new_ends: list[tuple[float, int]] = []
+        self.usage_cache: dict[str, dict[int, float]] = {}
+
+    def fg_idle(self, core: int) -> bool:
+        return core in self.view.idle_fg and core not in self.fg_taken
+
+    def bg_occupant(self, core: int) -> str | None:
+        if core in self.bg_freed:
+            return None
+        return self.view.bg_job[core]
+
+
+class _TwoTier(SchedulingPolicy):
+    uses_bg_tier: ClassVar[bool] = True
+    mode: ClassVar[Mode] = "K"
+    parameters: ClassVar[dict[str, tuple[type, Any, str]]] = {
+        "bg_util_threshold": (
+            float,
+            0.96,
+            "a bg slot takes a process only while its core's fg utilization is below this (sec. 2.1)",
+        ),
+        "use_cpu_info": (
+            bool,
+            True,
+            "use estimated process CPU usage and measured fg utilization; False = unknown, 1.0 (sec. 3.5.1)",
+        ),
+    }
+
+    def validate_params(self) -> None:
+        thr = self.params["bg_util_threshold"]
+        if not (0.0 <= thr <= 1.0):
+            raise PolicyParameterError(policy=self.name, param="bg_util_threshold", problem=f"{thr} not in [0, 1]")
+        cost = self.params.get("migration_cost")
+        if cost is not None and not (cost >= 0.0 and math.isfinite(cost)):
+            raise PolicyParameterError(policy=self.name, param="migration_cost", problem=f"{cost} must be >= 0")
+        self._threshold: float = thr
+        self._info: bool = self.params["use_cpu_info"]
+        self._cost: float = 0.0 if cost is None else float(cost)
+
+    # -------------------------------------------------------------------------- usage helpers
+
+    def _usage(self, job: Job, process: int) -> float:
+        if not self._info or job.cpu_usage is None:
+            return 1.0
+        return job.cpu_usage[process]
+
+    def _proc_order(self, job: Job) -> list[int]:
+        """Process indices by descending estimated usage (stable: index order among equals)."""
+        if not self._info or job.cpu_usage is None:
+            return list(range(job.procs))
+        usage = job.cpu_usage
+        return sorted(range(job.procs), key=lambda p: -usage[p])
+
+    def _fg_util(self, st: _Pass, core: int) -> float:
+        u = st.util_over.get(core)
+        if u is not None:
+            return u
+        if not self._info:
+            return 0.0 if st.view.fg_job[core] is None else 1.0
+        return st.view.fg_util[core]
+
+    def _bg_usage(self, st: _Pass, core: int, mover: str | None) -> float:
+        """Estimated usage of the bg process on ``core`` after this pass (0 when empty or when it is
+        the job being moved away)."""
+        occ = st.bg_occupant(core)
+        if occ is None or occ == mover:
+            return 0.0
+        if not self._info:
+            return 1.0
+        cached = st.usage_cache.get(occ)
+        if cached is None:
+            rj = st.view.running.get(occ)
+            if rj is None or rj.job.cpu_usage is None:
+                return 1.0
+            cached = dict(zip(rj.cores, rj.job.cpu_usage, strict=True))
+            st.usage_cache[occ] = cached
+        return cached.get(core, 1.0)
+
+    # -------------------------------------------------------------------------- dispatch
+
+    def _fg_cores(self, st: _Pass, job: Job, mover: str | None, avoid: frozenset[int]) -> tuple[int, ...] | None:
+        """Dispatch(FG): choose cores for ``job``; cores[i] carries process i. None if too few."""
+        cands = [c for c in st.view.idle_fg if c not in st.fg_taken and c not in avoid]
+        if len(cands) < job.procs:
+            return None
+        cands.sort(reverse=True)
+        cands.sort(key=lambda c: self._bg_usage(st, c, mover))
+        out = [0] * job.procs
+        for slot, p in enumerate(self._proc_order(job)):
+            out[p] = cands[slot]
+        return tuple(out)
+
+    def _occupy_fg(self, st: _Pass, job: Job, cores: tuple[int, ...], end: float) -> None:
+        for p, c in enumerate(cores):
+            st.fg_taken.add(c)
+            st.fg_owner[c] = (job.id, end)
+            st.util_over[c] = self._usage(job, p)
+        st.free -= job.procs
+        st.new_ends.append((end, job.procs))
+
+    # -------------------------------------------------------------------------- deploy
+
+    def _plan(self, st: _Pass, item: Job | RunningJob) -> tuple[str, float] | None:
+        """How ``item`` would be deployed to fg now and when it would end; None if not deployable."""
+        now = st.now
+        if isinstance(item, Job):
+            return ("start", now + item.estimate)
+        if all(st.fg_idle(c) for c in item.cores):
+            return ("promote", now + item.remaining_estimate)
+        if self.mode == "R":
+            return None
+        if self.mode == "K":
+            return ("kill", now + item.job.estimate)
+        return ("migrate", now + self._cost + item.remaining_estimate)
+
+    def _deploy(
+        self, st: _Pass, item: Job | RunningJob, how: str, end: float, avoid: frozenset[int] = frozenset()
+    ) -> bool:
+        if isinstance(item, Job):
+            cores = self._fg_cores(st, item, None, avoid)
+            if cores is None:
+                return False
+            st.actions.append(StartFg(item.id, cores))
+            self._occupy_fg(st, item, cores, end)
+            return True
+        job = item.job
+        if how == "promote":
+            st.actions.append(Promote(job.id))
+            cores = item.cores
+        else:
+            found = self._fg_cores(st, job, job.id, avoid)
+            if found is None:
+                return False
+            cores = found
+            if how == "kill":
+                st.actions.append(Kill(job.id, requeue=True, reason="restarted in the fg tier (KEASY)"))
+                st.actions.append(StartFg(job.id, cores))
+            else:
+                st.actions.append(Migrate(job.id, cores, Tier.FG, self._cost))
+        for c in item.cores:
+            st.bg_freed.add(c)
+        self._occupy_fg(st, job, cores, end)
+        return True
+
+    # -------------------------------------------------------------------------- reservation
+
+    def _reserve(self, st: _Pass, head: Job | RunningJob) -> tuple[float, int, frozenset[int]] | None:
+        """(shadow, extra, cores that long backfills must avoid) for the head; None if it never fits."""
+        if isinstance(head, RunningJob) and self.mode == "R":
+            # sec. 2.3.1: the head is pinned to its own cores.
+            own = frozenset(head.cores)
+            shadow = st.now
+            view = st.view
+            for c in own:
+                placed = st.fg_owner.get(c)
+                if placed is not None:
+                    shadow = max(shadow, placed[1])
+                    continue
+                occ = view.fg_job[c]
+                if occ is not None:
+                    rj = view.running.get(occ)
+                    end = rj.expected_end if rj is not None else math.inf
+                    shadow = max(shadow, end)
+            extra = sum(1 for c in view.idle_fg if c not in st.fg_taken and c not in own)
+            return (shadow, extra, own)
+        need = head.procs if isinstance(head, Job) else head.job.procs
+        res = _reservation(st.view, st.new_ends, need, st.free, st.now)
+        if res is None:
+            return None
+        return (res[0], res[1], frozenset())
+
+    # -------------------------------------------------------------------------- decide
+
+    def _merged(self, view: ClusterView, now: float, reasons: dict[str, str]) -> Iterator[Job | RunningJob]:
+        bg = sorted(
+            (rj for rj in view.running.values() if rj.tier is Tier.BG and not rj.suspended),
+            key=lambda rj: _arrival(rj.job),
+        )
+        queued: Iterator[Job | RunningJob] = iter(view.queue)
+        if bg:
+            queued = heapq.merge(view.queue, bg, key=lambda x: _arrival(x if isinstance(x, Job) else x.job))
+        for item in queued:
+            if isinstance(item, Job) and item.submit_time > now:
+                reasons[item.id] = _future_reason(item)
+                continue
+            yield item
+
+    def decide(self, view: ClusterView, now: float) -> Decision:
+        has_bg = len(view.idle_bg) < view.total_cores  # cheap: any bg slot busy (or unusable)
+        if not view.queue and not has_bg:
+            return Decision()
+        st = _Pass(view, now)
+        reasons: dict[str, str] = {}
+        started: set[str] = set()
+        merged = self._merged(view, now, reasons)
+        default_reason = "waiting for free cores"
+
+        # Step 1: FCFS onto fg. Step 2: reservation for the head, then backfill.
+        shadow = -math.inf
+        extra = 0
+        avoid: frozenset[int] = frozenset()
+        for item in merged:
+            procs = item.procs if isinstance(item, Job) else item.job.procs
+            plan = self._plan(st, item) if procs <= st.free else None
+            if plan is not None and self._deploy(st, item, plan[0], plan[1]):
+                if isinstance(item, Job):
+                    started.add(item.id)
+                continue
+            if st.free == 0:
+                if isinstance(item, Job):
+                    reasons[item.id] = f"head of queue: needs {procs} cores, none idle in fg"
+                default_reason = f"waiting behind the head {item.id}"
+                break
+            res = self._reserve(st, item)
+            if res is None:
+                if isinstance(item, Job):
+                    reasons[item.id] = _never_fits_reason(item, st.free + _fg_held(view) + _held(st.new_ends))
+                continue
+            shadow, extra, avoid = res
+            if isinstance(item, Job):
+                reasons[item.id] = _head_reason(item, shadow)
+            default_reason = f"does not fit, or would delay the reservation of {item.id} at t={_fmt(shadow)}"
+            for cand in merged:
+                if st.free == 0:
+                    break
+                cprocs = cand.procs if isinstance(cand, Job) else cand.job.procs
+                if cprocs > st.free:
+                    continue
+                plan = self._plan(st, cand)
+                if plan is None:
+                    continue
+                how, end = plan
+                if end <= shadow:
+                    ok = self._deploy(st, cand, how, end)
+                elif cprocs <= extra:
+                    ok = self._deploy(st, cand, how, end, avoid)
+                    if ok:
+                        extra -= cprocs
+                else:
+                    ok = False
+                if ok and isinstance(cand, Job):
+                    started.add(cand.id)
+            break
+
+        # Step 3: SJF over the remaining queued jobs into bg slots.
+        self._fill_bg(st, view, now, started)
+        return Decision(actions=tuple(st.actions), reasons=reasons, default_reason=default_reason)
+
+    def _fill_bg(self, st: _Pass, view: ClusterView, now: float, started: set[str]) -> None:
+        queue = view.queue
+        if len(queue) <= len(started):
+            return
+        thr = self._threshold
+        slots = [
+            c
+            for c in (view.idle_bg if not st.bg_freed else view.idle_bg | {c for c in st.bg_freed if view.usable[c]})
+            if c not in st.bg_taken and self._fg_util(st, c) < thr
+        ]
+        free = len(slots)
+        if free == 0:
+            return
+        cand = [
+            (job.estimate, job.submit_time, job.id, job)
+            for job in queue
+            if job.procs <= free and job.id not in started and job.submit_time <= now
+        ]
+        if not cand:
+            return
+        heapq.heapify(cand)
+        slots.sort(reverse=True)
+        slots.sort(key=lambda c: self._fg_util(st, c))
+        pos = 0
+        while cand and free > 0:
+            job = heapq.heappop(cand)[3]
+            if job.procs > free:
+                continue
+            cores = [0] * job.procs
+            for k, p in enumerate(self._proc_order(job)):
+                cores[p] = slots[pos + k]
+            pos += job.procs
+            free -= job.procs
+            st.actions.append(StartBg(job.id, tuple(cores)))
+
+
+@register
+class KeasyPolicy(_TwoTier):
+    name: ClassVar[str] = "keasy"
+    summary: ClassVar[str] = "two-tier EASY; a bg job backfilled off its own cores is killed and restarted in fg"
+    mode: ClassVar[Mode] = "K"
+
+
+@register
+class ReasyPolicy(_TwoTier):
+    name: ClassVar[str] = "reasy"
+    summary: ClassVar[str] = "two-tier EASY without kills; a bg job reaches fg only on its own cores (reservation)"
+    mode: ClassVar[Mode] = "R"
+
+
+@register
+class MeasyPolicy(_TwoTier):
+    name: ClassVar[str] = "measy"
+    summary: ClassVar[str] = "two-tier EASY; a bg job backfilled off its own cores migrates to fg (with a cost)"
+    mode: ClassVar[Mode] = "M"
+    parameters: ClassVar[dict[str, tuple[type, Any, str]]] = {
+        **_TwoTier.parameters,
+        "migration_cost": (float, 20.0, "seconds without progress when a bg job migrates to fg (sec. 3)"),
+    }
