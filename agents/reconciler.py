@@ -1,0 +1,403 @@
+"""The agent's loop: fetch desired -> validate -> relist -> plan -> apply -> report.
+
+``Reconciler.run_once()`` does one cycle and returns what happened; ``run()`` repeats it, waiting
+for a backend event (events only wake the loop), for the periodic full resync (the safety net) or,
+after a retryable failure, for an exponential backoff (capped). The hypervisor is the authority: every
+cycle starts from a fresh ``list_vms``; the reconciler keeps no VM state of its own besides CPU-time
+samples (for utilization) and the last valid desired state.
+
+Bad desired state (unknown core, weight or cap out of range, two fg VMs on a core, ...) is rejected as
+a whole by ``plan.validate`` before anything is applied; the agent reports the error and keeps
+reconciling toward the last valid desired state. A failing action does not stop the other VMs'
+actions; the remaining actions of *that* VM are skipped in this pass. After applying, the reconciler
+relists and plans again (up to ``max_passes``) so multi-step changes (restore, then pin and tune;
+start, then start the job process) converge in one cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from vmctl.agents.backends.base import (
+    Capability,
+    HypervisorBackend,
+    MigrationStatus,
+    ProcessRunner,
+    ProcessStatus,
+    VmInfo,
+)
+from vmctl.agents.layout import Layout
+from vmctl.agents.plan import (
+    AbortMigration,
+    Action,
+    CheckpointVm,
+    Define,
+    KillProcess,
+    Observed,
+    Pin,
+    RestoreVm,
+    Resume,
+    Start,
+    StartMigration,
+    StartProcess,
+    Stop,
+    Suspend,
+    Tune,
+    Undefine,
+    plan,
+    validate,
+)
+from vmctl.agents.sources import DesiredStateSource, Reporter
+from vmctl.clock import Clock, SystemClock
+from vmctl.errors import HypervisorError, OperationNotSupported, VmctlError, VmNotFound, VmStateError
+from vmctl.model import NodeDesired, NodeObserved, PowerState, VmObserved
+
+log = logging.getLogger("vmctl.agent")
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff: ``initial * factor**n`` seconds after the n-th consecutive failure, at
+    most ``maximum``."""
+
+    initial: float = 0.5
+    factor: float = 2.0
+    maximum: float = 30.0
+    failures: int = 0
+
+    def next_delay(self) -> float:
+        d = min(self.maximum, self.initial * self.factor ** min(self.failures, 64))
+        self.failures += 1
+        return d
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    generation: int | None  # the desired generation this cycle worked toward (None: bare layout)
+    applied: tuple[Action, ...]  # actions that succeeded
+    errors: tuple[str, ...]
+    retry: bool  # a retryable failure happened: next cycle after ``delay``
+    converged: bool  # the last plan was empty
+    delay: float  # seconds until the next cycle (backoff or resync)
+    observed: NodeObserved | None = None
+    failed: tuple[Action, ...] = field(default=())
+
+
+class _AbortPass(Exception):
+    def __init__(self, error: VmctlError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Reconciler:
+    def __init__(
+        self,
+        backend: HypervisorBackend,
+        layout: Layout,
+        source: DesiredStateSource,
+        reporter: Reporter | None = None,
+        clock: Clock | None = None,
+        runner: ProcessRunner | None = None,
+        peers: Mapping[str, str] | None = None,
+        migrate_uris: Mapping[str, str] | None = None,
+        resync_seconds: float = 30.0,
+        backoff: Backoff | None = None,
+        max_passes: int = 4,
+    ) -> None:
+        self.backend = backend
+        self.layout = layout
+        self.source = source
+        self.reporter = reporter
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.runner = runner
+        self.peers = dict(peers or {})
+        self.migrate_uris = dict(migrate_uris or {})
+        self.resync_seconds = resync_seconds
+        self.backoff = backoff if backoff is not None else Backoff()
+        self.max_passes = max_passes
+        self.cycles = 0
+        self._desired: NodeDesired | None = None  # last valid desired state (completed with the layout)
+        self._generation_applied = 0
+        self._samples: dict[str, tuple[float, float]] = {}
+        self._util: dict[str, float] = {}
+        self._last_vms: tuple[VmObserved, ...] = ()
+        self._wake = threading.Event()
+        self._subscribed = False
+
+    # ------------------------------------------------------------------ events
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _subscribe(self) -> None:
+        if self._subscribed or Capability.EVENTS not in self.backend.capabilities():
+            return
+        try:
+            self.backend.subscribe(lambda ev: self.wake())
+            self._subscribed = True
+        except VmctlError as exc:
+            log.warning("cannot subscribe to backend events (periodic resync only): %s", exc)
+
+    # ------------------------------------------------------------------ one cycle
+
+    def run_once(self) -> ReconcileResult:
+        self.cycles += 1
+        self._subscribe()
+        errors: list[str] = []
+        desired, prune, retry = self._fetch(errors)
+        target = desired if desired is not None else self.layout.base_desired(0)
+        applied: list[Action] = []
+        failed: list[Action] = []
+        converged = False
+        observation: Observed | None = None
+        for _ in range(self.max_passes):
+            try:
+                observation = self._observe(target)
+            except _AbortPass as exc:
+                errors.append(f"observe: {exc.error.reference}: {exc.error}")
+                retry = retry or exc.error.retryable
+                observation = None
+                break
+            actions = plan(target, observation, self.layout, self.peers, self.migrate_uris, prune=prune)
+            if not actions:
+                converged = True
+                break
+            bad_vms: set[str] = set()
+            pass_failed = False
+            for act in actions:
+                if act.vm in bad_vms:
+                    continue
+                try:
+                    self._apply(act)
+                    applied.append(act)
+                except VmctlError as exc:
+                    failed.append(act)
+                    bad_vms.add(act.vm)
+                    pass_failed = True
+                    retry = retry or exc.retryable
+                    errors.append(f"{act.kind} {act.vm}: {exc.reference}: {exc}")
+                    log.warning("%s %s failed: %s", act.kind, act.vm, exc)
+            if pass_failed:
+                try:
+                    observation = self._observe(target)
+                except _AbortPass as exc:
+                    errors.append(f"observe: {exc.error.reference}: {exc.error}")
+                    retry = retry or exc.error.retryable
+                    observation = None
+                break
+        else:
+            try:
+                observation = self._observe(target)
+                converged = not plan(target, observation, self.layout, self.peers, self.migrate_uris, prune=prune)
+            except _AbortPass as exc:
+                errors.append(f"observe: {exc.error.reference}: {exc.error}")
+                retry = True
+        if converged and not failed and desired is not None:
+            self._generation_applied = desired.generation
+        observed = self._report(target, observation, errors)
+        if observed is None and self.reporter is not None:
+            retry = True
+        if retry:
+            delay = self.backoff.next_delay()
+        else:
+            self.backoff.reset()
+            delay = self.resync_seconds
+        return ReconcileResult(generation=desired.generation if desired is not None else None,
+                               applied=tuple(applied), errors=tuple(errors), retry=retry, converged=converged,
+                               delay=delay, observed=observed, failed=tuple(failed))
+
+    def _fetch(self, errors: list[str]) -> tuple[NodeDesired | None, bool, bool]:
+        """The desired state to work toward, whether to prune VMs it does not list, and whether the
+        fetch failed in a way worth retrying soon. On any error the last valid state is kept."""
+        try:
+            fresh = self.source.fetch()
+        except VmctlError as exc:
+            errors.append(f"desired: {exc.reference}: {exc}")
+            log.warning("cannot fetch desired state: %s", exc)
+            return self._desired, self._desired is not None, exc.retryable
+        if fresh is None:
+            return self._desired, self._desired is not None, False
+        try:
+            full = self.layout.complete(fresh)
+            validate(full, self.layout, self.peers)
+        except VmctlError as exc:
+            errors.append(f"desired: {exc.reference}: {exc}")
+            log.warning("rejected desired state generation %d: %s", fresh.generation, exc)
+            return self._desired, self._desired is not None, False
+        self._desired = full
+        return full, True, False
+
+    # ------------------------------------------------------------------ observe and apply
+
+    def _observe(self, desired: NodeDesired) -> Observed:
+        try:
+            vms = self.backend.list_vms()
+        except VmctlError as exc:
+            raise _AbortPass(exc) from exc
+        by_name = {v.name: v for v in vms}
+        processes: dict[str, ProcessStatus | None] = {}
+        migrations: dict[str, MigrationStatus] = {}
+        files: set[str] = set()
+        for d in desired.vms:
+            o = by_name.get(d.name)
+            if self.runner is not None and o is not None and o.power is PowerState.RUNNING:
+                try:
+                    processes[d.name] = self.runner.status(d.name)
+                except VmNotFound:
+                    pass
+                except VmctlError as exc:  # unknown process state: never guess (it could double-start a job)
+                    raise _AbortPass(exc) from exc
+            if d.migration is not None and d.migration.source_node == self.layout.host and o is not None:
+                try:
+                    migrations[d.name] = self.backend.migration_status(d.name)
+                except (VmStateError, VmNotFound, OperationNotSupported):
+                    pass
+                except VmctlError as exc:
+                    raise _AbortPass(exc) from exc
+            if d.checkpoint_path and os.path.exists(d.checkpoint_path):
+                files.add(d.checkpoint_path)
+        self._sample(vms)
+        return Observed(by_name, processes, migrations, frozenset(files))
+
+    def _sample(self, vms: list[VmInfo]) -> None:
+        now = self.clock.now()
+        seen = set()
+        for v in vms:
+            seen.add(v.name)
+            prev = self._samples.get(v.name)
+            if prev is not None:
+                dt = now - prev[0]
+                if dt > 1e-9:
+                    du = v.cpu_time_s - prev[1]
+                    self._util[v.name] = min(1.0, max(0.0, du / dt)) if v.power is PowerState.RUNNING else 0.0
+                    self._samples[v.name] = (now, v.cpu_time_s)
+                elif v.cpu_time_s < prev[1]:  # restarted guest: counter reset
+                    self._samples[v.name] = (now, v.cpu_time_s)
+            else:
+                self._samples[v.name] = (now, v.cpu_time_s)
+                self._util.setdefault(v.name, 0.0)
+        for gone in set(self._samples) - seen:
+            del self._samples[gone]
+            self._util.pop(gone, None)
+
+    def _apply(self, act: Action) -> None:
+        b = self.backend
+        log.info("apply %s", act)
+        if isinstance(act, Define):
+            b.define(act.spec)
+        elif isinstance(act, Undefine):
+            b.undefine(act.vm)
+        elif isinstance(act, Start):
+            b.start(act.vm)
+        elif isinstance(act, Stop):
+            b.stop(act.vm, force=True)
+        elif isinstance(act, Suspend):
+            b.suspend(act.vm)
+        elif isinstance(act, Resume):
+            b.resume(act.vm)
+        elif isinstance(act, Pin):
+            b.pin_vcpus(act.vm, act.cores)
+        elif isinstance(act, Tune):
+            b.set_cpu_tune(act.vm, weight=act.weight, cap=act.cap, clear_cap=act.clear_cap)
+        elif isinstance(act, CheckpointVm):
+            b.checkpoint(act.vm, act.path)
+        elif isinstance(act, RestoreVm):
+            got = b.restore(act.path)
+            if got != act.vm:
+                raise HypervisorError(backend=b.name, operation="restore",
+                                      problem=f"{act.path} holds VM {got!r}, expected {act.vm!r}")
+        elif isinstance(act, StartMigration):
+            b.start_migration(act.vm, act.dest_uri, act.migrate_uri)
+        elif isinstance(act, AbortMigration):
+            b.abort_migration(act.vm)
+        elif isinstance(act, StartProcess | KillProcess):
+            if self.runner is None:
+                raise OperationNotSupported(backend=f"agent {self.layout.host} (no process runner configured)",
+                                            operation=act.kind)
+            if isinstance(act, StartProcess):
+                self.runner.start(act.vm, act.spec)
+            else:
+                self.runner.kill(act.vm)
+        else:  # pragma: no cover - exhaustive over Action
+            raise TypeError(f"unknown action {act!r}")
+
+    # ------------------------------------------------------------------ report
+
+    def _report(self, desired: NodeDesired, obs: Observed | None, errors: list[str]) -> NodeObserved | None:
+        now = self.clock.now()
+        if obs is not None:
+            self._last_vms = self._observed_vms(desired, obs)
+        host_util = 0.0
+        running = [v.utilization for v in self._last_vms if v.power is PowerState.RUNNING]
+        if running:
+            host_util = min(1.0, sum(running) / max(1, self.layout.size))
+        observed = NodeObserved(node=self.layout.host, generation_applied=self._generation_applied,
+                                cores=self.layout.size, vms=self._last_vms, host_utilization=host_util,
+                                errors=tuple(errors), time=now)
+        if self.reporter is None:
+            return observed
+        try:
+            self.reporter.report(observed)
+        except VmctlError as exc:
+            errors.append(f"report: {exc.reference}: {exc}")
+            log.warning("cannot report: %s", exc)
+            return None
+        return observed
+
+    def _observed_vms(self, desired: NodeDesired, obs: Observed) -> tuple[VmObserved, ...]:
+        wanted = {d.name: d for d in desired.vms}
+        out: list[VmObserved] = []
+        for name, v in sorted(obs.vms.items()):
+            d = wanted.get(name)
+            if d is None and not self.layout.is_ours(name, v.metadata):
+                continue
+            core = self.layout.local(v.pinned_cores[0]) if v.pinned_cores else None
+            proc = obs.processes.get(name)
+            phase = None
+            if d is not None and d.migration is not None:
+                st = obs.migrations.get(name)
+                if d.migration.source_node == self.layout.host:
+                    phase = st.state.value if st is not None else (
+                        "checkpointed" if v.power is PowerState.SAVED else None)
+                else:
+                    phase = "arrived"
+            out.append(VmObserved(
+                name=name, power=v.power, core=core, weight=v.weight, cap=v.cap, cpu_time_s=v.cpu_time_s,
+                utilization=self._util.get(name, 0.0) if v.power is PowerState.RUNNING else 0.0,
+                process_job=proc.job_id if proc is not None else None,
+                process_index=proc.index if proc is not None else None,
+                process_exit=proc.exit_code if proc is not None else None, migration_phase=phase))
+        for name, d in sorted(wanted.items()):
+            if name in obs.vms:
+                continue
+            phase = None
+            if d.migration is not None:
+                phase = "completed" if d.migration.source_node == self.layout.host else "waiting"
+            out.append(VmObserved(name=name, power=PowerState.ABSENT, migration_phase=phase))
+        return tuple(out)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, stop: threading.Event, max_cycles: int | None = None) -> None:
+        """Reconcile until ``stop`` is set (waits in real seconds between cycles)."""
+        n = 0
+        while not stop.is_set() and (max_cycles is None or n < max_cycles):
+            n += 1
+            try:
+                res = self.run_once()
+                delay = res.delay
+            except Exception:  # a bug must not kill the agent: log it and back off
+                log.exception("reconcile cycle failed unexpectedly")
+                delay = self.backoff.next_delay()
+            if max_cycles is not None and n >= max_cycles:
+                break
+            self._wake.wait(timeout=max(0.0, delay) if math.isfinite(delay) else None)
+            self._wake.clear()
