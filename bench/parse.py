@@ -1,0 +1,83 @@
+"""Benchmark: SWF parsing speed of ``vmctl.sim.workloads.read_swf`` on the real traces.
+
+Run: ``python -m bench.parse [--repeat N] [TRACE ...]`` (default: the four traces in
+``../shared/data/traces/``). Prints, per trace, the best and median wall time of ``read_swf`` and,
+as the baseline measured in the same process, a straightforward pure-Python reader (``split()`` every
+line, convert the fields, build the same records); the ratio is baseline / read_swf. The target is
+HPC2N (202,871 jobs) well under 1.5 s, since the whole EASY run including parsing has 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from vmctl.sim.workloads import WorkloadJob, read_swf
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "data" / "traces"
+DEFAULT = [
+    "KTH-SP2-1996-2.1-cln.swf.gz",
+    "SDSC-SP2-1998-4.2-cln.swf.gz",
+    "CTC-SP2-1996-3.1-cln.swf.gz",
+    "HPC2N-2002-2.2-cln.swf.gz",
+]
+
+
+def naive_read(path: Path) -> list[WorkloadJob]:
+    """The obvious reader, as a baseline: one Python split and seven conversions per line."""
+    jobs: list[WorkloadJob] = []
+    with gzip.open(path, "rt", encoding="latin-1") as fh:
+        for line in fh:
+            s = line.strip()
+            if not s or s.startswith(";"):
+                continue
+            f = s.split()
+            run = float(f[3])
+            procs = int(f[4]) if int(f[4]) > 0 else int(f[7])
+            if run <= 0 or procs <= 0:
+                continue
+            est = float(f[8]) if float(f[8]) > 0 else run
+            jobs.append(WorkloadJob(int(f[0]), float(f[1]), run, procs, est, None, int(f[11])))
+    jobs.sort(key=lambda j: (j.submit, j.id))
+    return jobs
+
+
+def timed(fn: object, arg: Path, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(arg)  # type: ignore[operator]
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("traces", nargs="*", type=Path)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args(argv)
+    paths = args.traces or [TRACES / n for n in DEFAULT]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        print(f"missing traces: {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    print(f"{'trace':32} {'jobs':>7} {'read_swf best':>13} {'median':>8} {'naive best':>10} {'ratio':>6}")
+    for p in paths:
+        w = read_swf(p)
+        fast = timed(read_swf, p, args.repeat)
+        naive = timed(naive_read, p, max(1, args.repeat // 2))
+        ratio = min(naive) / min(fast)
+        print(
+            f"{p.name:32} {len(w.jobs):7d} {min(fast):12.3f}s {statistics.median(fast):7.3f}s "
+            f"{min(naive):9.3f}s {ratio:5.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

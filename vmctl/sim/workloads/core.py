@@ -1,0 +1,97 @@
+"""The workload record shared by the SWF reader, the workload models and the simulator.
+
+A :class:`WorkloadJob` is what the simulator knows about a job *including* its future: the actual run
+time on dedicated cores and the actual CPU usage of each process (MEASY sec. 3.1). The scheduler sees
+only the :class:`vmctl.model.Job` made by :func:`to_model_job` (estimate instead of run time, CPU usage
+only when the experiment says the policy may know it, MEASY sec. 3.5.1).
+
+Memory: a 200,000-job workload is 200,000 slotted objects (no per-job ``__dict__``) and the CPU usage
+tuples share their float objects (see :mod:`vmctl.sim.workloads.usage`), so a Feitelson workload with
+~4.7 million processes stays around 60 MB.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from vmctl.model import Job
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadJob:
+    """One job of a workload.
+
+    - ``submit``: submit time in seconds (trace time: not shifted to 0).
+    - ``run_time``: actual run time in seconds on dedicated cores (> 0).
+    - ``procs``: number of processes, one per core (> 0).
+    - ``estimate``: the user's run-time estimate in seconds (> 0; may be below ``run_time`` in real
+      traces: the simulator decides whether such a job is killed or overruns).
+    - ``cpu_usage``: actual CPU utilization of each process on a dedicated core, in (0, 1], one entry
+      per process; None when not assigned yet (SWF traces carry none).
+    - ``user``: SWF user id, -1 when unknown.
+    """
+
+    id: int
+    submit: float
+    run_time: float
+    procs: int
+    estimate: float
+    cpu_usage: tuple[float, ...] | None
+    user: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A list of jobs sorted by (submit, id) for a machine of ``max_procs`` processors.
+
+    ``source`` says where the jobs came from (a path or a model name with its seed), ``dropped`` counts
+    the records left out by reason, ``header`` holds the SWF header comments (``MaxProcs`` -> ``"128"``;
+    repeated keys are joined with newlines).
+    """
+
+    jobs: list[WorkloadJob]
+    max_procs: int
+    source: str
+    dropped: dict[str, int] = field(default_factory=dict)
+    header: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def first_submit(self) -> float:
+        """Submit time of the first job (0.0 for an empty workload). Cleaned traces do not start at 0."""
+        return self.jobs[0].submit if self.jobs else 0.0
+
+    @property
+    def last_submit(self) -> float:
+        return self.jobs[-1].submit if self.jobs else 0.0
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+def to_model_job(w: WorkloadJob, usage_known: bool) -> Job:
+    """The scheduler's view of a workload job: id as a string, the estimate (not the run time), and the
+    CPU usage only when ``usage_known`` (MEASY sec. 3.5.1 runs the policies without it)."""
+    return Job(
+        id=str(w.id),
+        submit_time=w.submit,
+        procs=w.procs,
+        estimate=w.estimate,
+        cpu_usage=w.cpu_usage if usage_known else None,
+        user=str(w.user) if w.user >= 0 else "",
+    )
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many small objects (none of them cyclic):
+    it otherwise rescans the growing job list again and again and triples the build time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
