@@ -1,0 +1,138 @@
+"""The systemd units: ``systemd-analyze verify`` (no warnings), ``systemd-analyze security --offline``
+(exposure at most what docs/operations.md records), the directives the design needs, and sd_notify on a
+real datagram socket.
+
+The units reference ``/usr/local/bin/vmctld`` and ``/usr/local/bin/vmctl-agent`` (symlinks to the
+virtualenv's console scripts, see docs/operations.md); the test substitutes the virtualenv's bin
+directory so that ``verify`` finds executables on any machine."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vmctl.sdnotify import Notifier
+
+ROOT = Path(__file__).resolve().parents[2]
+UNITS = ("vmctld.service", "vmctl-agent.service")
+#: Exposure scores recorded in docs/operations.md; a change that weakens hardening fails here.
+MAX_EXPOSURE = {"vmctld.service": 1.2, "vmctl-agent.service": 1.5}
+
+
+def _analyze() -> str:
+    exe = shutil.which("systemd-analyze")
+    if exe is None:
+        pytest.skip("systemd-analyze not installed (Debian package 'systemd')")
+    return exe
+
+
+def _installed_copy(tmp_path: Path, unit: str) -> Path:
+    bindir = Path(sys.executable).parent
+    text = (ROOT / "systemd" / unit).read_text()
+    assert "/usr/local/bin/" in text
+    for script in ("vmctld", "vmctl-agent"):
+        if not (bindir / script).exists():
+            pytest.skip(f"console script {script} not installed in {bindir} (run scripts/setup.sh)")
+    out = tmp_path / unit
+    out.write_text(text.replace("/usr/local/bin/", f"{bindir}/"))
+    return out
+
+
+def _directives(unit: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in (ROOT / "systemd" / unit).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key, []).append(value)
+    return out
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_verify_clean(tmp_path: Path, unit: str) -> None:
+    exe = _analyze()
+    path = _installed_copy(tmp_path, unit)
+    r = subprocess.run([exe, "verify", "--man=no", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr.strip() == "", f"systemd-analyze verify warned:\n{r.stderr}"
+
+
+def test_verify_catches_a_missing_binary(tmp_path: Path) -> None:
+    exe = _analyze()
+    text = (ROOT / "systemd" / "vmctld.service").read_text().replace("/usr/local/bin/", "/nonexistent/")
+    (tmp_path / "vmctld.service").write_text(text)
+    r = subprocess.run([exe, "verify", "--man=no", str(tmp_path / "vmctld.service")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "not executable" in r.stderr
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_security_exposure(tmp_path: Path, unit: str) -> None:
+    exe = _analyze()
+    path = _installed_copy(tmp_path, unit)
+    r = subprocess.run([exe, "security", "--offline=yes", "--no-pager", str(path)],
+                       capture_output=True, text=True, timeout=60)
+    m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", r.stdout)
+    assert m, r.stdout[-2000:] + r.stderr
+    assert float(m.group(1)) <= MAX_EXPOSURE[unit], f"{unit} exposure {m.group(1)} > {MAX_EXPOSURE[unit]}"
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    assert f"`{unit}` | {MAX_EXPOSURE[unit]}" in doc, "record the exposure score in docs/operations.md"
+
+
+def test_design_directives() -> None:
+    for unit in UNITS:
+        d = _directives(unit)
+        assert d["Type"] == ["notify"], unit
+        assert d["Restart"] == ["on-failure"], unit
+        assert d.get("WatchdogSec"), unit
+        assert d.get("NoNewPrivileges") == ["yes"], unit
+        assert d.get("ProtectSystem") == ["strict"], unit
+    agent = _directives("vmctl-agent.service")
+    assert agent["KillMode"] == ["process"]
+    assert "libvirt" in agent["SupplementaryGroups"]
+    assert "KillMode" not in _directives("vmctld.service")
+
+
+def test_sd_notify_over_a_real_socket(tmp_path: Path) -> None:
+    path = tmp_path / "notify.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(str(path))
+    srv.settimeout(5)
+    try:
+        n = Notifier({"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "30000000"})
+        assert n.enabled and n.watchdog_interval() == 15.0
+        assert n.ready("serving")
+        assert srv.recv(4096) == b"READY=1\nSTATUS=serving"
+        assert n.watchdog()
+        assert srv.recv(4096) == b"WATCHDOG=1"
+        assert n.stopping()
+        assert srv.recv(4096) == b"STOPPING=1"
+        n.close()
+    finally:
+        srv.close()
+
+
+def test_sd_notify_abstract_socket_and_noop() -> None:
+    name = f"vmctl-test-{id(object())}"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(b"\0" + name.encode())
+    srv.settimeout(5)
+    try:
+        n = Notifier({"NOTIFY_SOCKET": "@" + name})
+        assert n.watchdog() and srv.recv(64) == b"WATCHDOG=1"
+        n.close()
+    finally:
+        srv.close()
+    off = Notifier({})
+    assert not off.enabled and not off.ready() and off.watchdog_interval() is None
+    # WATCHDOG_PID for another process: the watchdog is not ours
+    assert Notifier({"WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}).watchdog_interval() is None
+    # a socket that vanished: no exception, just False
+    assert not Notifier({"NOTIFY_SOCKET": "/nonexistent/notify.sock"}).ready()
