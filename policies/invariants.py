@@ -11,6 +11,9 @@ O(reasons)) and raises ``InvariantViolation`` on the first broken rule:
 - Migrate/Kill/Checkpoint/SetCap/Suspend/Resume/Demote refer to running jobs (Restore to a
   checkpointed one);
 - caps are in (0, 1] or None; ``wake_at`` is not in the past;
+- PlaceShared (vcsched): the job is queued (then it counts as started) or running; one known node
+  per process; cap in (0, job.cpu_need]; over the decision's PlaceShared actions, no node gets more
+  than 1 of CPU caps or 1 of memory (fractions of one node);
 - every queued job is accounted for: it is started by an action, or it waits for a reason
   (``decision.reasons`` or ``decision.default_reason``, which must not be empty); reasons name only
   queued jobs that were not started.
@@ -26,8 +29,10 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Demote,
+    Job,
     Kill,
     Migrate,
+    PlaceShared,
     Promote,
     Restore,
     Resume,
@@ -70,6 +75,7 @@ def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
     running = {jid: (rj.tier, rj.cores) for jid, rj in view.running.items() if jid in _touched(decision)}
     started: set[str] = set()
     checkpointed: set[str] = set()
+    shared: dict[str, list[float]] = {}  # node -> [cpu caps, memory] of PlaceShared in this decision
 
     def cores_ok(job_id: str, cores: tuple[int, ...], procs: int, action: str) -> None:
         if len(cores) != procs:
@@ -170,6 +176,8 @@ def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
                 raise _fail("cap-range", f"set_cap {act.job_id}: cap {act.cap} not in (0, 1]")
         elif isinstance(act, Suspend | Resume):
             need_running(act.job_id, act.kind)
+        elif isinstance(act, PlaceShared):
+            _check_place_shared(view, act, queued, running, started, shared, now)
         else:  # pragma: no cover - exhaustive over Action
             raise _fail("unknown-action", repr(act))
 
@@ -186,3 +194,40 @@ def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
 
 def _touched(decision: Decision) -> set[str]:
     return {a.job_id for a in decision.actions}
+
+
+def _check_place_shared(
+    view: ClusterView,
+    act: PlaceShared,
+    queued: dict[str, Job],
+    running: dict[str, tuple[Tier, tuple[int, ...]]],
+    started: set[str],
+    shared: dict[str, list[float]],
+    now: float,
+) -> None:
+    rj = view.running.get(act.job_id)
+    if act.job_id in queued and act.job_id not in started:
+        job = queued[act.job_id]
+        if job.submit_time > now + _EPS:
+            raise _fail("start-before-submit", f"{act.job_id} submitted at {job.submit_time}, now {now}")
+        started.add(act.job_id)
+    elif rj is not None and act.job_id not in started:
+        job = rj.job
+    else:
+        raise _fail("place-shared-unknown", f"place_shared {act.job_id}: job is neither waiting nor running")
+    if len(act.nodes) != job.procs:
+        raise _fail("cores-count", f"place_shared {act.job_id}: {len(act.nodes)} nodes for {job.procs} processes")
+    known = set(view.node_names) | set(view.node_of_core)
+    for node in act.nodes:
+        if known and node not in known:
+            raise _fail("unknown-node", f"place_shared {act.job_id}: node {node!r} is not in the view")
+    if not (0.0 < act.cap <= min(1.0, job.cpu_need) + _EPS):
+        raise _fail("cap-range", f"place_shared {act.job_id}: cap {act.cap} not in (0, {min(1.0, job.cpu_need)}]")
+    for node in act.nodes:
+        tot = shared.setdefault(node, [0.0, 0.0])
+        tot[0] += act.cap
+        tot[1] += job.mem
+        if tot[0] > 1.0 + 1e-6:
+            raise _fail("node-cpu", f"place_shared {act.job_id}: CPU caps on {node} sum to {tot[0]:.6f} > 1")
+        if tot[1] > 1.0 + 1e-6:
+            raise _fail("node-memory", f"place_shared {act.job_id}: memory on {node} sums to {tot[1]:.6f} > 1")

@@ -250,8 +250,21 @@ class Resume:
     kind: Literal["resume"] = "resume"
 
 
+@dataclass(frozen=True, slots=True)
+class PlaceShared:
+    """vcsched: run the job's processes as capped shared VMs (``VmRole.SHARED``), process i on node
+    ``nodes[i]`` (a node may hold several), each capped at ``cap`` of that node's CPU. Starts a queued
+    job, or re-places a running one (processes whose node changes are migrated)."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    cap: float
+    kind: Literal["place_shared"] = "place_shared"
+
+
 Action: TypeAlias = (
     StartFg | StartBg | Promote | Demote | Migrate | Kill | Checkpoint | Restore | SetCap | Suspend | Resume
+    | PlaceShared
 )
 
 

@@ -1,0 +1,198 @@
+"""Multi-capacity bin packing inside a binary search on the yield (sec. 3.4): MCB1 .. MCB8.
+
+For a trial minimum yield Y every task needs ``Y * alpha_i`` CPU and ``m_i`` memory, both fixed, and
+the question becomes 2-dimensional bin packing. The packing is the two-list heuristic of Leinberger,
+Karypis and Kumar (ICPP 1999) for d = 2:
+
+1. split the tasks into a CPU-heavy list (CPU need > memory need) and a memory-heavy list (the rest),
+   each sorted by the variant's key (stable, ties by task index);
+2. fill hosts one at a time. For the current host, scan the list that goes *against* the host's
+   imbalance (more CPU than memory left: the CPU-heavy list; otherwise the memory-heavy list) for
+   the first task that fits; if none fits, scan the other list; place it and repeat. When nothing
+   fits, move to the next host. Success when every task is placed.
+
+Keys: MCB1 mem+cpu ascending, MCB2 max-min asc., MCB3 max/min asc., MCB4 max asc., MCB5..MCB8 the
+same keys descending (MCB5 is Leinberger's; MCB8, max descending, is the paper's best).
+
+Search: the yield lies in [0, hi] with ``hi = min(1, total CPU capacity / sum alpha)``. We probe
+``hi`` first (when it packs it is optimal and the search stops at once; the paper starts at hi/2),
+then bisect [0, hi] until the interval is narrower than ``tol`` (absolute, 1e-4 by default), keeping
+the best placement that packed. The packing is not monotone in Y (a placement can fail at Y and
+succeed at a larger Y), so like the paper's this is a heuristic search. The final minimum yield is
+that of the best placement (``min(1, 1/max load)``), which is at least the probed value, followed by
+the average pass.
+
+Reading chosen where the paper is silent: on a host with as much CPU as memory left (an empty host),
+the memory-heavy list is scanned first.
+
+Speed: a task that does not fit the current host never fits it later (capacities only shrink), so
+each list is scanned once per host with a pointer. The scan runs in Python for a few steps and then
+switches to a numpy mask over the rest of the list, which makes the "nothing fits any more" check at
+the end of each host O(1) Python work. ``pack`` also takes per-host starting capacities, which the
+dynamic heuristic (``dynamic.py``) uses to pack around tasks that stay where they are.
+
+Example: 2 hosts; tasks (alpha, mem) = (0.8, 0.2), (0.8, 0.2), (0.2, 0.7), (0.2, 0.7). At Y = 1
+MCB8 lists: CPU-heavy [0, 1], memory-heavy [2, 3]. Host 0 is balanced, so it takes task 2 from the
+memory-heavy list (mem left 0.3, CPU left 0.8), then scans the CPU-heavy list and takes task 0
+(left 0.0 CPU, 0.1 memory); host 1 gets tasks 3 and 1 the same way: minimum yield 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vmctl.policies.vcsched.avgyield import finish
+from vmctl.policies.vcsched.instance import EPS, FloatArray, Instance, IntArray, Solution
+
+VARIANTS = tuple(range(1, 9))
+DEFAULT_TOL = 1e-4
+_SCAN_PY = 12  # Python scan steps before switching to a numpy mask
+
+
+def sort_key(variant: int, c: FloatArray, m: FloatArray) -> FloatArray:
+    """The variant's sort key (larger = later for ascending variants 1-4)."""
+    kind = (variant - 1) % 4
+    if kind == 0:
+        out: FloatArray = c + m
+    elif kind == 1:
+        out = np.abs(c - m)
+    elif kind == 2:
+        hi, lo = np.maximum(c, m), np.minimum(c, m)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(lo > 0, hi / np.where(lo > 0, lo, 1.0), np.where(hi > 0, np.inf, 1.0))
+    else:
+        out = np.maximum(c, m)
+    return out
+
+
+def lists(variant: int, c: FloatArray, m: FloatArray) -> tuple[IntArray, IntArray]:
+    """(CPU-heavy, memory-heavy) task indices, each sorted by the variant's key."""
+    if variant not in VARIANTS:
+        raise ValueError(f"MCB variant must be 1..8, got {variant}")
+    key = sort_key(variant, c, m)
+    if variant >= 5:
+        key = -key
+    order = np.argsort(key, kind="stable")
+    heavy_cpu = c[order] > m[order]
+    return order[heavy_cpu].astype(np.int64), order[~heavy_cpu].astype(np.int64)
+
+
+def pack(
+    c: FloatArray,
+    m: FloatArray,
+    list_cpu: IntArray,
+    list_mem: IntArray,
+    cap_c: FloatArray,
+    cap_m: FloatArray,
+) -> IntArray | None:
+    """Two-list packing of the tasks in ``list_cpu`` + ``list_mem`` (needs ``c``, ``m``) onto hosts with
+    remaining capacities ``cap_c``/``cap_m``, host by host. Returns the host of every listed task
+    (-1 for tasks not listed) or None when some task does not fit."""
+    n = c.size
+    hosts = np.full(n, -1, dtype=np.int64)
+    c_l: list[float] = c.tolist()
+    m_l: list[float] = m.tolist()
+    rem_a, rem_b = list_cpu, list_mem
+    left = rem_a.size + rem_b.size
+    for j in range(cap_c.size):
+        if left == 0:
+            break
+        cc = float(cap_c[j]) + EPS
+        mm = float(cap_m[j]) + EPS
+        a_arr = rem_a[(c[rem_a] <= cc) & (m[rem_a] <= mm)] if rem_a.size else rem_a
+        b_arr = rem_b[(c[rem_b] <= cc) & (m[rem_b] <= mm)] if rem_b.size else rem_b
+        if a_arr.size == 0 and b_arr.size == 0:
+            continue
+        arrs = [a_arr, b_arr]
+        pys: list[list[int]] = [a_arr.tolist(), b_arr.tolist()]
+        ptr = [0, 0]
+        placed_here = False
+        while True:
+            first = 0 if cc > mm else 1  # against the imbalance; ties: memory-heavy first
+            got = -1
+            for side in (first, 1 - first):
+                lst = pys[side]
+                p = ptr[side]
+                end = len(lst)
+                steps = 0
+                while p < end and steps < _SCAN_PY:
+                    t = lst[p]
+                    if c_l[t] <= cc and m_l[t] <= mm:
+                        got = t
+                        break
+                    p += 1
+                    steps += 1
+                if got < 0 and p < end:
+                    rest = arrs[side][p:]
+                    fit = (c[rest] <= cc) & (m[rest] <= mm)
+                    k = int(np.argmax(fit))
+                    if fit[k]:
+                        p += k
+                        got = lst[p]
+                    else:
+                        p = end
+                if got >= 0:
+                    ptr[side] = p + 1
+                    break
+                ptr[side] = p
+            if got < 0:
+                break
+            hosts[got] = j
+            cc -= c_l[got]
+            mm -= m_l[got]
+            left -= 1
+            placed_here = True
+        if placed_here:
+            if rem_a.size:
+                rem_a = rem_a[hosts[rem_a] < 0]
+            if rem_b.size:
+                rem_b = rem_b[hosts[rem_b] < 0]
+    return hosts if left == 0 else None
+
+
+def search(
+    alpha: FloatArray,
+    m: FloatArray,
+    variant: int,
+    cap_c: FloatArray,
+    cap_m: FloatArray,
+    tol: float = DEFAULT_TOL,
+    subset: IntArray | None = None,
+) -> tuple[IntArray | None, float, int]:
+    """Binary search on the yield; returns (placement of the best packing, its probe yield, number of
+    probes). ``subset`` restricts the packing to some tasks (the others keep host -1)."""
+    idx = np.arange(alpha.size, dtype=np.int64) if subset is None else subset
+    if float(m[idx].sum()) > float(cap_m.sum()) + EPS:
+        return None, 0.0, 0
+    total = float(alpha[idx].sum())
+    hi = 1.0 if total <= 0 else min(1.0, float(cap_c.sum()) / total)
+    probes = 0
+
+    def attempt(y: float) -> IntArray | None:
+        nonlocal probes
+        probes += 1
+        c = alpha * y
+        la, lb = lists(variant, c[idx], m[idx])
+        return pack(c, m, idx[la], idx[lb], cap_c, cap_m)
+
+    got = attempt(hi)
+    if got is not None:
+        return got, hi, probes
+    best: IntArray | None = None
+    best_y = 0.0
+    lo = 0.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        got = attempt(mid)
+        if got is not None:
+            best, best_y, lo = got, mid, mid
+        else:
+            hi = mid
+    return best, best_y, probes
+
+
+def mcb(inst: Instance, variant: int = 8, tol: float = DEFAULT_TOL) -> Solution:
+    name = f"mcb{variant}"
+    ones = np.ones(inst.hosts)
+    hosts, _y, probes = search(inst.cpu_a, inst.mem_a, variant, ones, ones.copy(), tol)
+    return finish(inst, name, hosts, work=probes)
