@@ -55,8 +55,13 @@ Readings chosen where the paper is ambiguous
   call runs all three steps (a job promoted or moved out of bg also frees bg slots, Figure 1 t=5).
 * bg jobs and the extra cores: bg processes do not hold fg slots, so they never count when computing
   the shadow time or the extra cores. A bg job deployed to fg during this call counts like any fg
-  start: it ends at ``now + remaining`` (promote), ``now + cost + remaining`` (migrate) or
-  ``now + estimate`` (KEASY restart), and that end decides the backfill condition.
+  start.
+* The backfill test ``t + r <= shadow`` uses r = the job's full estimate even for a bg job that keeps
+  its progress (promote, migrate): Figure 1 at t=8 says "J8 cannot be backfilled as its original
+  execution time is 4" although J8 had progressed. MEASY adds ``migration_cost`` to r so a migration
+  can never delay the reservation. The end used by later reservations in the same call is the
+  expected one: ``now + remaining`` (promote), ``now + cost + remaining`` (migrate), ``now + estimate``
+  (KEASY restart).
 * Step 1 stops at the first merged-list job that cannot be deployed now, even when enough fg slots are
   idle (a REASY bg job whose own fg slots are busy): it becomes the head of step 2, which is exactly
   the case sec. 2.3.1's special reservation is for.
@@ -436,18 +441,23 @@ class _TwoTier(SchedulingPolicy):
 
     # -------------------------------------------------------------------------- deploy
 
-    def _plan(self, st: _Pass, item: Job | RunningJob) -> tuple[str, float] | None:
-        """How ``item`` would be deployed to fg now and when it would end; None if not deployable."""
+    def _plan(self, st: _Pass, item: Job | RunningJob) -> tuple[str, float, float] | None:
+        """How ``item`` would be deployed to fg now: (how, end for the backfill test, expected end).
+        None if it cannot be deployed. The backfill test uses the full estimate (Algorithm 1 line 27,
+        and Figure 1 at t=8: "J8 cannot be backfilled as its original execution time is 4"); the
+        expected end, used by later reservations, credits the progress a promote or migrate keeps."""
         now = st.now
         if isinstance(item, Job):
-            return ("start", now + item.estimate)
+            end = now + item.estimate
+            return ("start", end, end)
+        est = item.job.estimate
         if all(st.fg_idle(c) for c in item.cores):
-            return ("promote", now + item.remaining_estimate)
+            return ("promote", now + est, now + item.remaining_estimate)
         if self.mode == "R":
             return None
         if self.mode == "K":
-            return ("kill", now + item.job.estimate)
-        return ("migrate", now + self._cost + item.remaining_estimate)
+            return ("kill", now + est, now + est)
+        return ("migrate", now + self._cost + est, now + self._cost + item.remaining_estimate)
 
     def _deploy(
         self, st: _Pass, item: Job | RunningJob, how: str, end: float, avoid: frozenset[int] = frozenset()
@@ -538,7 +548,7 @@ class _TwoTier(SchedulingPolicy):
         for item in merged:
             procs = item.procs if isinstance(item, Job) else item.job.procs
             plan = self._plan(st, item) if procs <= st.free else None
-            if plan is not None and self._deploy(st, item, plan[0], plan[1]):
+            if plan is not None and self._deploy(st, item, plan[0], plan[2]):
                 if isinstance(item, Job):
                     started.add(item.id)
                 continue
@@ -565,8 +575,8 @@ class _TwoTier(SchedulingPolicy):
                 plan = self._plan(st, cand)
                 if plan is None:
                     continue
-                how, end = plan
-                if end <= shadow:
+                how, test_end, end = plan
+                if test_end <= shadow:
                     ok = self._deploy(st, cand, how, end)
                 elif cprocs <= extra:
                     ok = self._deploy(st, cand, how, end, avoid)

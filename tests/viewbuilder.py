@@ -20,8 +20,11 @@ def view(
     fg_util: dict[int, float] | None = None,
     now: float = 0.0,
     unusable: Iterable[int] = (),
+    progress: dict[str, float] | None = None,
 ) -> ClusterView:
-    """``running`` holds (job, tier, cores, start_time); fg jobs get expected_end = start + estimate."""
+    """``running`` holds (job, tier, cores, start_time); fg jobs get expected_end = start + estimate,
+    or ``now + estimate - progress`` when ``progress[job id]`` is given (bg jobs keep math.inf)."""
+    prog = progress or {}
     fg: list[str | None] = [None] * cores
     bg: list[str | None] = [None] * cores
     util = [0.0] * cores
@@ -33,8 +36,16 @@ def view(
             slots[c] = j.id
             if tier is Tier.FG:
                 util[c] = j.usage_of(i)
-        end = start + j.estimate if tier is Tier.FG else math.inf
-        run[j.id] = RunningJob(job=j, tier=tier, cores=cs, start_time=start, tier_since=start, expected_end=end)
+        done = prog.get(j.id)
+        if tier is Tier.BG:
+            end = math.inf
+        elif done is None:
+            end = start + j.estimate
+        else:
+            end = now + j.estimate - done
+        run[j.id] = RunningJob(
+            job=j, tier=tier, cores=cs, start_time=start, tier_since=start, progress=done or 0.0, expected_end=end
+        )
     for c, u in (fg_util or {}).items():
         util[c] = u
     bad = set(unusable)
