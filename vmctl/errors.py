@@ -187,6 +187,14 @@ class RemoteExecError(VmctlError):
     template = "{host}: {problem}"
 
 
+class RemoteHostKeyError(RemoteExecError):
+    """The guest's SSH host key is unknown or does not match the known_hosts file."""
+
+    reference = "remote-host-key"
+    retryable = False
+    hint = "add the guest's host key to the agent's known_hosts file (ssh.known_hosts)"
+
+
 class VmStateError(HypervisorError):
     """An operation that the VM's current power state does not allow (checkpoint of a stopped VM)."""
 
@@ -229,6 +237,14 @@ class ApiError(VmctlError):
 
     reference = "api-error"
     template = "{status}: {reference_text}: {problem}"
+
+
+class WaitTimeout(VmctlError):
+    """The client library's ``wait_all(timeout)`` ran out of time (the jobs keep running)."""
+
+    reference = "wait-timeout"
+    retryable = True
+    template = "{what} not finished after {timeout} s"
 
 
 # ----------------------------------------------------------------------------- solvers
