@@ -1,0 +1,171 @@
+"""The agent's YAML configuration (see the commented example ``etc/vmctl-agent.yaml``).
+
+Every problem is a ``ConfigError`` naming the file and the key (``agent.yaml: layout.fg_weight: must
+be <= 10000, got 20000``); unknown keys are rejected (typos are the most common config error); the
+config is either fully valid or rejected.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
+from vmctl.agents.layout import DEFAULT_NAMING, check_naming
+from vmctl.config import Section, load_yaml
+
+BACKENDS = ("mock", "libvirt")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendConfig:
+    kind: str = "mock"
+    uri: str = ""  # libvirt connection URI; mock: fabric URI (default mock://<node>)
+    cores: int = 2  # mock: cores of the simulated host
+    memory_mib: int = 16384  # mock: memory of the simulated host
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutConfig:
+    cores: tuple[int, ...] | None = None  # physical cores to manage; None = all cores of the host
+    naming: str = DEFAULT_NAMING
+    fg_weight: int = WEIGHT_MAX
+    bg_weight: int = WEIGHT_MIN
+    memory_mib: int = 64
+    image: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileConfig:
+    resync_seconds: float = 30.0
+    backoff_initial_seconds: float = 0.5
+    backoff_max_seconds: float = 30.0
+    max_passes: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SshConfig:
+    enabled: bool = False
+    user: str = "root"
+    port: int = 22
+    key_file: str = ""
+    known_hosts: str = ""
+    connect_timeout_seconds: float = 10.0
+    command_timeout_seconds: float = 86400.0
+    address_pattern: str = "{vm}"  # guest address from the VM name
+    guests: dict[str, str] = field(default_factory=dict)  # explicit VM name -> address
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    path: str
+    node: str
+    backend: BackendConfig = BackendConfig()
+    layout: LayoutConfig = LayoutConfig()
+    desired_file: str | None = None
+    report_file: str | None = None
+    reconcile: ReconcileConfig = ReconcileConfig()
+    peers: dict[str, str] = field(default_factory=dict)
+    migrate_uris: dict[str, str] = field(default_factory=dict)
+    ssh: SshConfig = SshConfig()
+    log_level: str = "info"
+
+
+def load_agent_config(path: str | Path) -> AgentConfig:
+    return parse_agent_config(load_yaml(path), str(path))
+
+
+def _str_map(sec: Section, key: str) -> dict[str, str]:
+    raw = sec.get(key, dict, {})
+    out: dict[str, str] = {}
+    for k, v in raw.items():
+        if not isinstance(k, str) or not isinstance(v, str) or not v:
+            raise sec.error(f"{key}.{k}", f"must map a name to a non-empty string, got {v!r}")
+        out[k] = v
+    return out
+
+
+def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> AgentConfig:
+    top = Section(data, path)
+    node = top.get("node", str, None) or socket.gethostname().split(".")[0]
+    log_level = top.choice("log_level", ("debug", "info", "warning", "error"), "info")
+
+    b = top.section("backend")
+    kind = b.choice("kind", BACKENDS, "mock")
+    backend = BackendConfig(kind=kind, uri=b.get("uri", str, ""), cores=b.integer("cores", 2, lo=1, hi=4096),
+                            memory_mib=b.integer("memory_mib", 16384, lo=1))
+    if kind == "libvirt" and not backend.uri:
+        raise b.error("uri", "is required for the libvirt backend (e.g. qemu:///system)")
+    b.finish()
+
+    lay = top.section("layout")
+    cores: tuple[int, ...] | None = None
+    raw = lay.get("cores", list, None)
+    if raw is not None:
+        if not raw:
+            raise lay.error("cores", "must list at least one core (or be left out: all cores)")
+        for i, c in enumerate(raw):
+            if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+                raise lay.error(f"cores[{i}]", f"must be a non-negative core id, got {c!r}")
+        if len(set(raw)) != len(raw):
+            raise lay.error("cores", f"lists a core twice: {raw}")
+        cores = tuple(raw)
+    naming = lay.get("naming", str, DEFAULT_NAMING)
+    problem = check_naming(naming)
+    if problem:
+        raise lay.error("naming", problem)
+    fg = lay.integer("fg_weight", WEIGHT_MAX, lo=WEIGHT_MIN, hi=WEIGHT_MAX)
+    bg = lay.integer("bg_weight", WEIGHT_MIN, lo=WEIGHT_MIN, hi=WEIGHT_MAX)
+    if fg <= bg:
+        raise lay.error("fg_weight", f"must exceed bg_weight ({fg} <= {bg})")
+    layout = LayoutConfig(cores=cores, naming=naming, fg_weight=fg, bg_weight=bg,
+                          memory_mib=lay.integer("memory_mib", 64, lo=16), image=lay.get("image", str, None))
+    if layout.image is not None and not layout.image.startswith("/"):
+        raise lay.error("image", f"must be an absolute path, got {layout.image!r}")
+    lay.finish()
+
+    des = top.section("desired")
+    desired_file = des.get("file", str, None)
+    des.finish()
+    rep = top.section("report")
+    report_file = rep.get("file", str, None)
+    rep.finish()
+
+    rc = top.section("reconcile")
+    reconcile = ReconcileConfig(
+        resync_seconds=rc.number("resync_seconds", 30.0, lo=0.01, hi=86400),
+        backoff_initial_seconds=rc.number("backoff_initial_seconds", 0.5, lo=0.001, hi=3600),
+        backoff_max_seconds=rc.number("backoff_max_seconds", 30.0, lo=0.001, hi=86400),
+        max_passes=rc.integer("max_passes", 4, lo=1, hi=100))
+    if reconcile.backoff_max_seconds < reconcile.backoff_initial_seconds:
+        raise rc.error("backoff_max_seconds", "must be >= backoff_initial_seconds")
+    rc.finish()
+
+    peers = _str_map(top, "peers")
+    migrate_uris = _str_map(top, "migrate_uris")
+    for n in migrate_uris:
+        if n not in peers:
+            raise top.error(f"migrate_uris.{n}", "names a node that is not in peers")
+
+    s = top.section("ssh")
+    ssh = SshConfig(
+        enabled=s.get("enabled", bool, False), user=s.get("user", str, "root"),
+        port=s.integer("port", 22, lo=1, hi=65535), key_file=s.get("key_file", str, ""),
+        known_hosts=s.get("known_hosts", str, ""),
+        connect_timeout_seconds=s.number("connect_timeout_seconds", 10.0, lo=0.1, hi=3600),
+        command_timeout_seconds=s.number("command_timeout_seconds", 86400.0, lo=0.1),
+        address_pattern=s.get("address_pattern", str, "{vm}"), guests=_str_map(s, "guests"))
+    if ssh.enabled:
+        if not ssh.key_file:
+            raise s.error("key_file", "is required when ssh is enabled")
+        if not ssh.known_hosts:
+            raise s.error("known_hosts", "is required when ssh is enabled (host keys are always checked)")
+    if "{vm}" not in ssh.address_pattern:
+        raise s.error("address_pattern", "must contain {vm}")
+    s.finish()
+    top.finish()
+    return AgentConfig(path=path, node=node, backend=backend, layout=layout, desired_file=desired_file,
+                       report_file=report_file, reconcile=reconcile, peers=peers, migrate_uris=migrate_uris,
+                       ssh=ssh, log_level=log_level)

@@ -1,0 +1,166 @@
+"""``vmctl-agent``: the node agent's console script.
+
+    vmctl-agent --config /etc/vmctl/agent.yaml            # reconcile forever
+    vmctl-agent --config agent.yaml --once                # one cycle, print the observation (JSON)
+    vmctl-agent --config agent.yaml --desired d.yaml      # desired state from a file (the seam)
+
+Exit codes as for ``vmctl`` (``vmctl.cli.main.exit_code_for``): 2 bad config or desired state,
+6 hypervisor unavailable, 7 an operation failed (``--once`` only: a cycle with errors exits 7).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from vmctl.agents.backends.base import HypervisorBackend, ProcessRunner
+from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
+from vmctl.agents.config import AgentConfig, load_agent_config
+from vmctl.agents.layout import Layout
+from vmctl.agents.reconciler import Backoff, Reconciler
+from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter, observed_to_dict
+from vmctl.clock import SystemClock
+from vmctl.errors import ConfigError, HypervisorUnavailable, VmctlError
+
+log = logging.getLogger("vmctl.agent")
+
+
+@dataclass
+class Agent:
+    config: AgentConfig
+    backend: HypervisorBackend
+    reconciler: Reconciler
+
+
+def make_backend(cfg: AgentConfig) -> HypervisorBackend:
+    b = cfg.backend
+    if b.kind == "mock":
+        return MockBackend(hostname=cfg.node, cores=b.cores, memory_mib=b.memory_mib, clock=SystemClock(),
+                           uri=b.uri or None)
+    try:
+        module = importlib.import_module("vmctl.agents.backends.libvirt")
+    except ImportError as exc:
+        raise HypervisorUnavailable(backend="libvirt", uri=b.uri,
+                                    problem=f"the libvirt backend cannot be loaded: {exc}") from exc
+    factory: Any = getattr(module, "LibvirtBackend", None)
+    if factory is None:
+        raise HypervisorUnavailable(backend="libvirt", uri=b.uri, problem="this vmctl has no LibvirtBackend")
+    backend = factory(uri=b.uri)
+    assert isinstance(backend, HypervisorBackend)
+    return backend
+
+
+def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner | None:
+    if cfg.ssh.enabled:
+        from vmctl.agents.remote import ParamikoRunner, SshSettings
+
+        s = cfg.ssh
+        guests = dict(s.guests)
+        pattern = s.address_pattern
+
+        def address_of(vm: str) -> str:
+            return guests.get(vm) or pattern.format(vm=vm)
+
+        return ParamikoRunner(SshSettings(user=s.user, key_file=s.key_file, known_hosts=s.known_hosts, port=s.port,
+                                          connect_timeout=s.connect_timeout_seconds,
+                                          command_timeout=s.command_timeout_seconds), address_of)
+    if isinstance(backend, MockBackend):
+        return MockProcessRunner(backend)
+    return None
+
+
+def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None = None,
+                backend: HypervisorBackend | None = None) -> Agent:
+    """Assemble backend, layout, source, reporter and reconciler from a config (``desired`` and
+    ``report`` override the config's files)."""
+    backend = backend if backend is not None else make_backend(cfg)
+    cores = cfg.layout.cores
+    if cores is None:
+        cores = tuple(range(backend.host_info().cores))
+    else:
+        host_cores = backend.host_info().cores
+        bad = [c for c in cores if c >= host_cores]
+        if bad:
+            raise ConfigError(path=cfg.path, where="layout.cores",
+                              problem=f"core {bad[0]} does not exist: {cfg.node} has {host_cores} cores")
+    layout = Layout(host=cfg.node, cores=cores, naming=cfg.layout.naming, fg_weight=cfg.layout.fg_weight,
+                    bg_weight=cfg.layout.bg_weight, memory_mib=cfg.layout.memory_mib, image=cfg.layout.image)
+    desired_file = desired or cfg.desired_file
+    source: DesiredStateSource = FileSource(desired_file) if desired_file else MemorySource(None)
+    report_file = report or cfg.report_file
+    reporter: Reporter | None = FileReporter(report_file) if report_file else None
+    rc = cfg.reconcile
+    reconciler = Reconciler(backend, layout, source, reporter, clock=SystemClock(), runner=make_runner(cfg, backend),
+                            peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
+                            backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
+                            max_passes=rc.max_passes)
+    return Agent(cfg, backend, reconciler)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="agent YAML config (see etc/vmctl-agent.yaml)")
+@click.option("--once", is_flag=True, help="run one reconcile cycle, print the observation as JSON, exit")
+@click.option("--desired", type=click.Path(dir_okay=False), default=None,
+              help="read the desired state from this YAML/JSON file (overrides desired.file)")
+@click.option("--report", type=click.Path(dir_okay=False), default=None,
+              help="write observations to this JSON file (overrides report.file)")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+def cli(config_path: str, once: bool, desired: str | None, report: str | None, log_level: str | None) -> None:
+    """vmctl node agent: keeps this host's two-tier VMs as the daemon wants them."""
+    cfg = load_agent_config(config_path)
+    logging.basicConfig(level=(log_level or cfg.log_level).upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    agent = build_agent(cfg, desired, report)
+    try:
+        if once:
+            res = agent.reconciler.run_once()
+            if res.observed is not None:
+                click.echo(json.dumps(observed_to_dict(res.observed), indent=1))
+            for e in res.errors:
+                click.echo(f"error: {e}", err=True)
+            if res.errors:
+                sys.exit(7)
+            return
+        stop = threading.Event()
+
+        def _stop(signum: int, frame: object) -> None:
+            log.info("signal %d: stopping", signum)
+            stop.set()
+            agent.reconciler.wake()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        log.info("agent %s: %d cores, backend %s", cfg.node, agent.reconciler.layout.size, agent.backend.name)
+        agent.reconciler.run(stop)
+    finally:
+        agent.backend.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from vmctl.cli.main import exit_code_for
+
+    try:
+        cli.main(args=argv, prog_name="vmctl-agent", standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except VmctlError as exc:
+        click.echo(f"error: {exc.reference}: {exc}", err=True)
+        if exc.hint:
+            click.echo(f"hint: {exc.hint}", err=True)
+        sys.exit(exit_code_for(exc))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,304 @@
+"""Job processes inside real guests, over SSH (paramiko), and checkpoint transfer over SFTP.
+
+``ParamikoRunner`` is the agent's ``ProcessRunner`` for real guests: ``start(vm, spec)`` runs
+``spec.command`` in the guest (address from ``address_of(vm)``) on a background thread;
+``status(vm)`` reports running / exit status / the output tail; ``kill(vm)`` kills the remote process
+group. ``run(host, command, env, timeout)`` is the synchronous core; ``transfer_checkpoint(src_path,
+host, dst_path)`` copies a checkpoint image over SFTP (to ``dst_path.part``, then renamed, size checked).
+
+Security: key authentication only (no passwords, no agent, no key search); host keys are always
+checked against a known_hosts file (``RejectPolicy``: unknown or changed keys are refused with
+``RemoteHostKeyError``). Every network step has a timeout.
+
+Exit statuses: the command's own; 124 when ``run`` hit its timeout (the remote process group is
+killed); 137 after ``kill``. The remote command runs as ``exec sh -c CMD`` behind a line that tells
+the runner its PID: sshd starts each session command in a new session, so that PID leads the
+process group and ``kill -KILL -- -PID`` ends the whole job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import paramiko
+
+from vmctl.agents.backends.base import ProcessRunner, ProcessStatus
+from vmctl.errors import ConfigError, RemoteExecError, RemoteHostKeyError, VmctlError
+from vmctl.model import ProcessSpec
+
+log = logging.getLogger("vmctl.agent.remote")
+
+TIMEOUT_EXIT = 124
+KILLED_EXIT = 137
+_PID_MARK = b"__vmctl_pid="
+
+__all__ = ["KILLED_EXIT", "TIMEOUT_EXIT", "ParamikoRunner", "ProcessRunner", "ProcessStatus", "RunResult",
+           "SshSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class SshSettings:
+    user: str
+    key_file: str
+    known_hosts: str
+    port: int = 22
+    connect_timeout: float = 10.0
+    command_timeout: float = 86400.0
+    tail_bytes: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    exit_code: int
+    output_tail: str
+    timed_out: bool
+    duration_s: float
+
+
+class _Job:
+    def __init__(self, spec: ProcessSpec, host: str) -> None:
+        self.spec = spec
+        self.host = host
+        self.exit_code: int | None = None
+        self.tail = b""
+        self.pid: int | None = None
+        self.killed = False
+        self.channel: paramiko.Channel | None = None
+        self.error: str = ""
+        self.started = 0.0
+        self.ended = 0.0
+        self.lock = threading.Lock()
+
+
+class ParamikoRunner:
+    def __init__(self, settings: SshSettings, address_of: Callable[[str], str] | None = None) -> None:
+        self.settings = settings
+        self.address_of: Callable[[str], str] = address_of or (lambda vm: vm)
+        self._jobs: dict[str, _Job] = {}
+        self._lock = threading.Lock()
+        for what, p in (("ssh.key_file", settings.key_file), ("ssh.known_hosts", settings.known_hosts)):
+            if not os.path.isfile(p):
+                raise ConfigError(path=p, where=what, problem="does not exist or is not a file")
+
+    # ------------------------------------------------------------------ connections
+
+    def connect(self, host: str) -> paramiko.SSHClient:
+        s = self.settings
+        client = paramiko.SSHClient()
+        try:
+            client.load_host_keys(s.known_hosts)
+        except (OSError, paramiko.SSHException) as exc:
+            raise ConfigError(path=s.known_hosts, where="ssh.known_hosts", problem=f"cannot be read: {exc}") from exc
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        where = f"{s.user}@{host}:{s.port}"
+        try:
+            client.connect(host, port=s.port, username=s.user, key_filename=s.key_file, timeout=s.connect_timeout,
+                           banner_timeout=s.connect_timeout, auth_timeout=s.connect_timeout,
+                           channel_timeout=s.connect_timeout, allow_agent=False, look_for_keys=False)
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise RemoteHostKeyError(host=where, problem=f"host key mismatch: got {exc.key.get_name()} "
+                                                         f"{exc.key.get_base64()[:16]}..., known_hosts has another key"
+                                     ) from exc
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise RemoteExecError(host=where, problem=f"authentication with {s.key_file} failed: {exc}") from exc
+        except paramiko.SSHException as exc:
+            client.close()
+            if "not found in known_hosts" in str(exc):
+                raise RemoteHostKeyError(host=where, problem=f"unknown host key ({s.known_hosts} has none)") from exc
+            raise RemoteExecError(host=where, problem=f"ssh failed: {exc}") from exc
+        except (OSError, EOFError) as exc:  # refused, unreachable, timeouts (socket.timeout is OSError)
+            client.close()
+            raise RemoteExecError(host=where, problem=f"cannot connect: {exc or type(exc).__name__}") from exc
+        return client
+
+    # ------------------------------------------------------------------ synchronous run
+
+    def run(self, host: str, command: str, env: Mapping[str, str] | None = None,
+            timeout: float | None = None) -> RunResult:
+        """Run ``command`` in ``host`` and wait for it (at most ``timeout`` seconds)."""
+        job = _Job(ProcessSpec(job_id="", index=0, command=command), host)
+        self._run_job(job, env or {}, self.settings.command_timeout if timeout is None else timeout)
+        if job.error:
+            raise RemoteExecError(host=host, problem=job.error)
+        assert job.exit_code is not None
+        return RunResult(exit_code=job.exit_code, output_tail=job.tail.decode("utf-8", "replace"),
+                         timed_out=job.exit_code == TIMEOUT_EXIT and job.killed, duration_s=job.ended - job.started)
+
+    def _run_job(self, job: _Job, env: Mapping[str, str], timeout: float) -> None:
+        t0 = time.monotonic()
+        job.started = t0
+        try:
+            client = self.connect(job.host)
+        except VmctlError as exc:
+            job.error = str(exc)
+            job.exit_code = -1
+            return
+        try:
+            for k in env:
+                if not k.replace("_", "a").isalnum() or k[:1].isdigit():
+                    raise RemoteExecError(host=job.host, problem=f"bad environment variable name {k!r}")
+            exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            inner = f"{exports} exec sh -c {shlex.quote(job.spec.command)}" if exports else \
+                f"exec sh -c {shlex.quote(job.spec.command)}"
+            wrapper = f"echo {_PID_MARK.decode()}$$; {inner}"
+            transport = client.get_transport()
+            if transport is None:
+                raise RemoteExecError(host=job.host, problem="ssh transport closed")
+            chan = transport.open_session(timeout=self.settings.connect_timeout)
+            chan.set_combine_stderr(True)
+            chan.settimeout(0.1)
+            chan.exec_command(wrapper)
+            chan.shutdown_write()
+            with job.lock:
+                job.channel = chan
+            buf = b""
+            deadline = t0 + timeout
+            while True:
+                try:
+                    data = chan.recv(32768)
+                except TimeoutError:
+                    data = None
+                if data:
+                    buf += data
+                    if job.pid is None and b"\n" in buf and buf.startswith(_PID_MARK):
+                        line, buf = buf.split(b"\n", 1)
+                        with contextlib.suppress(ValueError):
+                            job.pid = int(line[len(_PID_MARK):])
+                    buf = buf[-self.settings.tail_bytes:]
+                    with job.lock:
+                        job.tail = buf
+                    continue
+                if data == b"" and chan.exit_status_ready():
+                    break
+                if job.killed:
+                    break
+                if time.monotonic() > deadline:
+                    self._kill_group(job, client)
+                    with job.lock:
+                        job.killed = True
+                        job.exit_code = TIMEOUT_EXIT
+                    break
+            if job.exit_code is None:
+                if job.killed:
+                    job.exit_code = KILLED_EXIT
+                else:
+                    status = chan.recv_exit_status()
+                    job.exit_code = KILLED_EXIT if status < 0 else status
+            with job.lock:
+                job.tail = buf[-self.settings.tail_bytes:]
+        except VmctlError as exc:
+            job.error = str(exc)
+            job.exit_code = -1
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            job.error = f"ssh session failed: {exc or type(exc).__name__}"
+            job.exit_code = -1
+        finally:
+            job.ended = time.monotonic()
+            client.close()
+
+    def _kill_group(self, job: _Job, client: paramiko.SSHClient | None = None) -> None:
+        if job.pid is None:
+            if job.channel is not None:
+                job.channel.close()
+            return
+        own = client is None
+        try:
+            c = client or self.connect(job.host)
+        except VmctlError as exc:
+            log.warning("cannot kill %s on %s: %s", job.pid, job.host, exc)
+            return
+        try:
+            _, out, _ = c.exec_command(f"kill -KILL -- -{job.pid} 2>/dev/null || kill -KILL {job.pid}",
+                                       timeout=self.settings.connect_timeout)
+            out.channel.recv_exit_status()
+        except (paramiko.SSHException, OSError) as exc:
+            log.warning("kill of %s on %s failed: %s", job.pid, job.host, exc)
+        finally:
+            if own:
+                c.close()
+
+    # ------------------------------------------------------------------ ProcessRunner
+
+    def start(self, vm: str, spec: ProcessSpec) -> None:
+        with self._lock:
+            cur = self._jobs.get(vm)
+            if cur is not None:
+                if (cur.spec.job_id, cur.spec.index) == (spec.job_id, spec.index):
+                    return
+                if cur.exit_code is None:
+                    raise RemoteExecError(host=vm, problem=f"still runs {cur.spec.job_id}[{cur.spec.index}]")
+            if not spec.command:
+                raise RemoteExecError(host=vm, problem=f"process {spec.job_id}[{spec.index}] has no command")
+            job = _Job(spec, self.address_of(vm))
+            self._jobs[vm] = job
+        env = {"VMCTL_JOB_ID": spec.job_id, "VMCTL_PROCESS_INDEX": str(spec.index)}
+        threading.Thread(target=self._run_job, args=(job, env, self.settings.command_timeout),
+                         name=f"vmctl-job-{vm}", daemon=True).start()
+
+    def status(self, vm: str) -> ProcessStatus | None:
+        with self._lock:
+            job = self._jobs.get(vm)
+        if job is None:
+            return None
+        with job.lock:
+            tail = job.tail.decode("utf-8", "replace")
+            if job.error:
+                tail = f"{tail}\n[vmctl: {job.error}]".lstrip()
+            return ProcessStatus(vm=vm, job_id=job.spec.job_id, index=job.spec.index,
+                                 running=job.exit_code is None, exit_code=job.exit_code, output_tail=tail)
+
+    def kill(self, vm: str) -> None:
+        with self._lock:
+            job = self._jobs.pop(vm, None)
+        if job is None or job.exit_code is not None:
+            return
+        with job.lock:
+            job.killed = True
+        self._kill_group(job)
+
+    def wait(self, vm: str, timeout: float) -> ProcessStatus | None:
+        """Wait until the process of ``vm`` ended (tests and tools); returns its status."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            st = self.status(vm)
+            if st is None or not st.running:
+                return st
+            time.sleep(0.02)
+        return self.status(vm)
+
+    # ------------------------------------------------------------------ SFTP
+
+    def transfer_checkpoint(self, src_path: str, host: str, dst_path: str) -> int:
+        """Copy a checkpoint image to ``host:dst_path`` over SFTP; returns the bytes copied."""
+        try:
+            size = os.path.getsize(src_path)
+        except OSError as exc:
+            raise RemoteExecError(host=host, problem=f"checkpoint {src_path} cannot be read: {exc}") from exc
+        client = self.connect(host)
+        part = f"{dst_path}.part"
+        try:
+            sftp = client.open_sftp()
+            sftp.get_channel().settimeout(self.settings.connect_timeout)  # type: ignore[union-attr]
+            try:
+                attrs = sftp.put(src_path, part, confirm=True)
+                if attrs.st_size != size:
+                    raise RemoteExecError(host=host, problem=f"{dst_path}: copied {attrs.st_size} of {size} bytes")
+                sftp.posix_rename(part, dst_path)
+            finally:
+                sftp.close()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise RemoteExecError(host=host, problem=f"sftp of {src_path} to {dst_path} failed: "
+                                                     f"{exc or type(exc).__name__}") from exc
+        finally:
+            client.close()
+        return size
+
