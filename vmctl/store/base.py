@@ -49,6 +49,7 @@ class JobRecord:
     weight: int | None = None  # operator override of the VM weight
     migrating: str | None = None  # id of the open migration operation
     cancel_requested: bool = False
+    restore_pending: bool = False  # VMs to be restored from their checkpoint files
 
     def to_doc(self) -> dict[str, Any]:
         d = asdict(self)

@@ -1,0 +1,165 @@
+"""Authentication for the daemon API: a cluster CA for mTLS (agents), bearer tokens with roles
+(operators), and the rule table of who may call what.
+
+- Agents present a client certificate issued by the cluster CA with subject CN ``node:<name>``; they
+  may call only ``/v1/agent/nodes/<name>/...`` of their own node.
+- Operators present ``Authorization: Bearer <token>``. Tokens are random (256 bits), shown once, and
+  stored only as SHA-256 hashes. Role ``read``: GETs and ``/metrics``; role ``admin``: everything.
+
+The CA (EC P-256) is created on the first start and kept in the store (``kv`` key ``ca``) so that a
+standby daemon serves with the same CA; its certificate is also written to ``<state_dir>/ca.pem``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import ipaddress
+import secrets
+import ssl
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from vmctl.errors import ValidationError
+
+ROLES = ("read", "admin")
+TOKEN_PREFIX = "vmctl_"
+NODE_CN_PREFIX = "node:"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    kind: str  # "operator" | "agent"
+    name: str
+    role: str  # "read" | "admin" | "agent"
+
+    @property
+    def node(self) -> str | None:
+        return self.name if self.kind == "agent" else None
+
+    def describe(self) -> str:
+        return f"agent of node {self.name}" if self.kind == "agent" else f"token {self.name!r} (role {self.role})"
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class ClusterCA:
+    def __init__(self, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+        self.cert = cert
+        self.key = key
+
+    @classmethod
+    def create(cls, name: str = "vmctl cluster CA") -> ClusterCA:
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        now = _now()
+        cert = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False),
+                           critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        return cls(cert, key)
+
+    @classmethod
+    def from_pem(cls, cert_pem: str, key_pem: str) -> ClusterCA:
+        cert = x509.load_pem_x509_certificate(cert_pem.encode())
+        key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError("CA key is not an EC key")
+        return cls(cert, key)
+
+    @property
+    def cert_pem(self) -> str:
+        return self.cert.public_bytes(serialization.Encoding.PEM).decode()
+
+    @property
+    def key_pem(self) -> str:
+        return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()).decode()
+
+    def issue(self, common_name: str, *, server_names: tuple[str, ...] = (), days: int = 365) -> tuple[str, str]:
+        """A leaf certificate signed by the CA: (cert PEM, key PEM). ``server_names`` adds DNS/IP SANs
+        and the server-auth usage; otherwise it is a client certificate."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = _now()
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self.cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        )
+        if server_names:
+            sans: list[x509.GeneralName] = []
+            for n in server_names:
+                try:
+                    sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+                except ValueError:
+                    sans.append(x509.DNSName(n))
+            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        else:
+            b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        cert = b.sign(self.key, hashes.SHA256())
+        key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()).decode()
+        return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
+
+    def server_context(self, server_names: tuple[str, ...], workdir: Path) -> ssl.SSLContext:
+        """TLS context for the API: our server certificate; client certificates optional but, when
+        given, verified against the cluster CA."""
+        cert_pem, key_pem = self.issue("vmctld", server_names=server_names)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+            cp, kp = Path(tmp) / "server.pem", Path(tmp) / "server.key"
+            cp.write_text(cert_pem)
+            kp.touch(mode=0o600)
+            kp.write_text(key_pem)
+            ctx.load_cert_chain(str(cp), str(kp))
+        ctx.load_verify_locations(cadata=self.cert_pem)
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
+
+
+def node_from_peercert(peercert: object) -> str | None:
+    """The node name of a verified client certificate (``CN=node:<name>``), or None."""
+    if not isinstance(peercert, dict):
+        return None
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and isinstance(value, str) and value.startswith(NODE_CN_PREFIX):
+                name = value[len(NODE_CN_PREFIX):]
+                return name or None
+    return None
+
+
+def check_node_name(name: object, field: str = "node") -> str:
+    if not isinstance(name, str) or not name:
+        raise ValidationError(field=field, problem="must be a non-empty string")
+    if len(name) > 128 or not all(ch.isalnum() or ch in "-_." for ch in name):
+        raise ValidationError(field=field, problem=f"{name[:40]!r}: use letters, digits, '-', '_' and '.' (max 128)")
+    return name

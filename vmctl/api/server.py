@@ -1,0 +1,647 @@
+"""The daemon's HTTP API v1 on aiohttp (contract: ``vmctl/api/openapi.yaml``).
+
+Every request is authenticated (``vmctl.api.auth``) before its body is read; bodies are limited in
+size (413) and validated (422 naming the field); every error is ``{"error": {"reference", "message",
+"field"}}``. Handlers call the synchronous ``Daemon`` on the event loop thread, so the decision loop
+and the API never interleave inside a change.
+
+``DaemonServer`` runs it all: the TLS listener, the decision loop (``run_once`` whenever an event
+arrives, at the next tick, or at a decision's ``wake_at``), the leader lease (renewed every third of
+its TTL; a standby polls for it) and the long-poll waiters of the agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from vmctl.api import auth, schemas
+from vmctl.api.wire import desired_to_json, observed_from_json
+from vmctl.daemon.core import Daemon, NotLeader
+from vmctl.daemon.state import ACTIVE
+from vmctl.errors import (
+    Forbidden,
+    LeaseLost,
+    NotFound,
+    RequestTooLarge,
+    Unauthenticated,
+    ValidationError,
+    VmctlError,
+)
+from vmctl.store.base import JobRecord, NodeRecord, TokenRecord, WriteBatch
+
+log = logging.getLogger("vmctld.api")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+DAEMON: web.AppKey[Daemon] = web.AppKey("daemon", Daemon)
+SERVER: web.AppKey[DaemonServer] = web.AppKey("server", object)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------ JSON forms
+
+
+def job_json(r: JobRecord) -> dict[str, Any]:
+    return {
+        "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
+        "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
+        "deadline": r.spec.get("deadline"), "submit_time": r.submit_time, "start_time": r.start_time,
+        "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
+        "placement": [{"node": n, "core": c} for n, c in r.placement],
+        "reason": r.reason, "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]}
+                                      for t in r.tasks],
+        "migrations": r.migrations,
+    }
+
+
+def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
+    fg_busy = bg_busy = 0
+    for j in d.state.jobs_on(n.name):
+        if j.checkpointed:
+            continue
+        k = sum(1 for node, _c in j.placement if node == n.name)
+        if j.tier == "fg":
+            fg_busy += k
+        else:
+            bg_busy += k
+    obs = d.state.observed.get(n.name)
+    return {"name": n.name, "cores": n.cores, "state": n.state, "last_seen": n.last_seen,
+            "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
+            "utilization": obs.host_utilization if obs else 0.0}
+
+
+def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    names = [node] if node is not None else sorted(d.state.nodes)
+    for n in names:
+        for v in d.state.desired.get(n, ()):
+            if v.migration is not None and v.migration.target_node != n:
+                continue  # the source copy of a migrating VM is listed under its target
+            u = d.state.vm_util(v.name)
+            out.append({"name": v.name, "node": n, "core": v.core, "role": v.role.value, "weight": v.weight,
+                        "cap": v.cap, "power": v.power.value, "job_id": v.process.job_id if v.process else None,
+                        "utilization": 0.0 if u is None else u})
+    return out
+
+
+def error_body(exc: VmctlError) -> dict[str, Any]:
+    fld = exc.fields.get("field")
+    return {"error": {"reference": exc.reference, "message": exc.message,
+                      "field": fld if isinstance(fld, str) else None}}
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(data, separators=(",", ":")), status=status,
+                        content_type="application/json")
+
+
+def error_response(exc: VmctlError) -> web.Response:
+    return json_response(error_body(exc), exc.http_status)
+
+
+# ------------------------------------------------------------------------------ middleware
+
+
+class _HttpError(VmctlError):
+    template = "{problem}"
+
+    def __init__(self, status: int, reference: str, problem: str) -> None:
+        super().__init__(problem=problem)
+        self.http_status = status  # type: ignore[misc]
+        self.reference = reference  # type: ignore[misc]
+
+
+@web.middleware
+async def errors_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except VmctlError as exc:
+        if exc.http_status >= 500:
+            log.error("%s %s: %s", request.method, request.path, exc)
+        return error_response(exc)
+    except web.HTTPRequestEntityTooLarge as exc:
+        size = getattr(exc, "actual_size", None) or request.content_length or 0
+        return error_response(RequestTooLarge(size=size, limit=getattr(exc, "max_size", request.app._client_max_size)))
+    except web.HTTPNotFound:
+        return error_response(_HttpError(404, "not-found", f"no route {request.path}"))
+    except web.HTTPMethodNotAllowed:
+        return error_response(_HttpError(405, "method-not-allowed", f"{request.method} not allowed on {request.path}"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(_HttpError(exc.status, "http-error", exc.reason))
+    except Exception:
+        log.exception("internal error in %s %s", request.method, request.path)
+        return error_response(_HttpError(500, "internal-error", "internal error (see the daemon log)"))
+
+
+def _authenticate(request: web.Request) -> auth.Principal:
+    d = request.app[DAEMON]
+    transport = request.transport
+    peercert = transport.get_extra_info("peercert") if transport is not None else None
+    node = auth.node_from_peercert(peercert)
+    if node is not None:
+        return auth.Principal("agent", node, "agent")
+    header = request.headers.get("Authorization", "")
+    if not header:
+        raise Unauthenticated(problem="no credentials: send 'Authorization: Bearer <token>' or a client certificate")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated(problem="Authorization header must be 'Bearer <token>'")
+    rec = d.store.find_token(auth.hash_token(token.strip()))
+    if rec is None:
+        raise Unauthenticated(problem="unknown token")
+    if rec.expires is not None and rec.expires < time.time():
+        raise Unauthenticated(problem=f"token {rec.name!r} expired")
+    return auth.Principal("operator", rec.name, rec.role)
+
+
+def _authorize(request: web.Request, p: auth.Principal) -> None:
+    path = request.path
+    if path.startswith("/v1/agent/"):
+        parts = path.split("/")  # ['', 'v1', 'agent', 'nodes', NAME, ...]
+        target = parts[4] if len(parts) > 4 else ""
+        if p.kind != "agent":
+            raise Forbidden(principal=p.describe(), action=f"call agent route {path}")
+        if p.name != target:
+            raise Forbidden(principal=p.describe(), action=f"act for node {target!r}")
+        return
+    if p.kind == "agent":
+        raise Forbidden(principal=p.describe(), action=f"{request.method} {path}")
+    if request.method in ("GET", "HEAD"):
+        return
+    if p.role != "admin":
+        raise Forbidden(principal=p.describe(), action=f"{request.method} {path} (needs role admin)")
+
+
+def make_auth_mw(max_body: int) -> Any:
+    @web.middleware
+    async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+        principal = _authenticate(request)
+        _authorize(request, principal)
+        request["principal"] = principal
+        cl = request.content_length
+        if cl is not None and cl > max_body:
+            raise RequestTooLarge(size=cl, limit=max_body)
+        return await handler(request)
+
+    return auth_mw
+
+
+async def read_json(request: web.Request) -> Any:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise
+    if not raw:
+        raise ValidationError(field="body", problem="is empty: send a JSON document")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValidationError(field="body", problem=f"not valid JSON: {exc}") from exc
+
+
+# ------------------------------------------------------------------------------ handlers
+
+
+class Api:
+    def __init__(self, server: DaemonServer) -> None:
+        self.s = server
+
+    @property
+    def d(self) -> Daemon:
+        return self.s.daemon
+
+    def _leader(self) -> None:
+        if not self.d.leader:
+            raise NotLeader(holder=self.d.store.lease().holder or "none")
+
+    async def health(self, request: web.Request) -> web.Response:
+        return json_response({"status": "ok", "leader": self.d.leader, "epoch": self.d.epoch})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body, ctype = self.s.render_metrics()
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = ctype
+        return resp
+
+    # jobs
+    async def submit(self, request: web.Request) -> web.Response:
+        self._leader()
+        spec = schemas.job_spec(await read_json(request))
+        rec = self.d.submit([spec])[0]
+        self.s.kick()
+        return json_response({"job": job_json(rec)}, 201)
+
+    async def submit_batch(self, request: web.Request) -> web.Response:
+        self._leader()
+        specs = schemas.job_batch(await read_json(request))
+        recs = self.d.submit(specs)
+        self.s.kick()
+        return json_response({"jobs": [job_json(r) for r in recs]}, 201)
+
+    async def list_jobs(self, request: web.Request) -> web.Response:
+        self._leader()
+        q = request.query
+        state = q.get("state")
+        allowed = ("queued", "running", "suspended", "done", "killed", "failed", "cancelled")
+        if state is not None and state not in allowed:
+            raise ValidationError(field="state", problem=f"must be one of {', '.join(allowed)}")
+        limit = _query_int(q.get("limit"), "limit", 1, 100000, 1000)
+        out = []
+        for r in self.d.state.jobs.values():
+            if state is None or r.state == state:
+                out.append(job_json(r))
+                if len(out) >= limit:
+                    break
+        return json_response({"jobs": out})
+
+    async def get_job(self, request: web.Request) -> web.Response:
+        self._leader()
+        return json_response({"job": job_json(self.d.job(request.match_info["id"]))})
+
+    async def cancel_job(self, request: web.Request) -> web.Response:
+        self._leader()
+        rec = self.d.cancel(request.match_info["id"])
+        self.s.kick()
+        return json_response({"job": job_json(rec)})
+
+    async def explain(self, request: web.Request) -> web.Response:
+        self._leader()
+        return json_response(self.d.explain(request.match_info["id"]))
+
+    async def migrate(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("to_node",))
+        to = auth.check_node_name(body.get("to_node"), "to_node")
+        op = self.d.migrate_job(request.match_info["id"], to)
+        self.s.kick()
+        return json_response({"operation": {"id": op.id, "kind": op.kind, "state": op.state}}, 202)
+
+    # nodes and vms
+    async def list_nodes(self, request: web.Request) -> web.Response:
+        self._leader()
+        return json_response({"nodes": [node_json(self.d, n) for _k, n in sorted(self.d.state.nodes.items())]})
+
+    async def drain(self, request: web.Request) -> web.Response:
+        self._leader()
+        drain = request.path.endswith("/drain")
+        rec = self.d.set_node_state(request.match_info["name"], drain)
+        self.s.kick()
+        return json_response({"node": node_json(self.d, rec)})
+
+    async def list_vms(self, request: web.Request) -> web.Response:
+        self._leader()
+        node = request.query.get("node")
+        if node is not None:
+            self.d.node(node)
+        return json_response({"vms": vms_json(self.d, node)})
+
+    async def get_vm(self, request: web.Request) -> web.Response:
+        self._leader()
+        name = request.match_info["name"]
+        for v in vms_json(self.d, None):
+            if v["name"] == name:
+                return json_response({"vm": v})
+        raise NotFound(kind="vm", name=name)
+
+    async def vm_priority(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("tier", "weight", "cap", "pin"))
+        tier = schemas.string(body, "tier", "")
+        if tier is not None and tier not in ("fg", "bg"):
+            raise ValidationError(field="tier", problem=f"must be fg or bg, got {tier!r}")
+        weight = schemas.integer(body, "weight", "", lo=1, hi=10000)
+        cap_given = "cap" in body
+        cap = schemas.number(body, "cap", "", lo=0.0, lo_open=True, hi=1.0)
+        pin = schemas.integer(body, "pin", "", lo=0)
+        if tier is None and weight is None and not cap_given and pin is None:
+            raise ValidationError(field="body", problem="give at least one of tier, weight, cap, pin")
+        name = request.match_info["name"]
+        self.d.set_vm_priority(name, tier, weight, cap, cap_given, pin)
+        self.s.kick()
+        for v in vms_json(self.d, None):
+            if v["name"] == name:
+                return json_response({"vm": v})
+        raise NotFound(kind="vm", name=name)
+
+    # policy
+    def _policy_json(self) -> dict[str, Any]:
+        from vmctl.policies.registry import available_policies
+
+        p = self.d.policy
+        return {"name": p.name if p else None, "params": dict(p.params) if p else {},
+                "available": sorted(available_policies())}
+
+    async def get_policy(self, request: web.Request) -> web.Response:
+        self._leader()
+        return json_response(self._policy_json())
+
+    async def put_policy(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("name", "params"))
+        name = schemas.string(body, "name", "", required=True, max_len=100)
+        params = body.get("params") or {}
+        if not isinstance(params, dict):
+            raise ValidationError(field="params", problem="must be an object")
+        assert name is not None
+        self.d.set_policy(name, params)
+        self.s.kick()
+        return json_response(self._policy_json())
+
+    # tokens and certs
+    async def create_token(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("name", "role", "ttl_s"))
+        name = schemas.string(body, "name", "", required=True, max_len=100)
+        role = schemas.string(body, "role", "", required=True)
+        if role not in auth.ROLES:
+            raise ValidationError(field="role", problem=f"must be one of {', '.join(auth.ROLES)}, got {role!r}")
+        ttl = schemas.number(body, "ttl_s", "", lo=1.0)
+        assert name is not None and role is not None
+        token, rec = self.s.add_token(name, role, ttl)
+        return json_response({"token": token, "name": rec.name, "role": rec.role, "expires": rec.expires}, 201)
+
+    async def create_cert(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("node",))
+        node = auth.check_node_name(body.get("node"), "node")
+        cert, key = self.s.ca.issue(auth.NODE_CN_PREFIX + node)
+        return json_response({"cert_pem": cert, "key_pem": key, "ca_pem": self.s.ca.cert_pem}, 201)
+
+    # agents
+    async def register(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("cores", "hostname", "backend"))
+        cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
+        hostname = schemas.string(body, "hostname", "", max_len=255, default="") or ""
+        backend = schemas.string(body, "backend", "", max_len=64, default="") or ""
+        assert cores is not None
+        rec = self.d.register_node(request.match_info["node"], cores, hostname, backend)
+        self.s.kick()
+        return json_response({"node": node_json(self.d, rec)})
+
+    async def desired(self, request: web.Request) -> web.StreamResponse:
+        self._leader()
+        node = request.match_info["node"]
+        self.d.node(node)
+        after = _query_int(request.query.get("after"), "after", -1, 2**62, -1)
+        wait = _query_float(request.query.get("wait"), "wait", 0.0, 60.0, 0.0)
+        deadline = time.monotonic() + wait
+        while True:
+            gen = self.d.state.generation.get(node, 0)
+            if gen > after:
+                return json_response(desired_to_json(self.d.desired(node)))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return web.Response(status=304)
+            ev = self.s.desired_event(node)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ev.wait(), timeout=left)
+            if not self.d.leader:
+                raise NotLeader(holder=self.d.store.lease().holder or "none")
+
+    async def observed(self, request: web.Request) -> web.Response:
+        self._leader()
+        node = request.match_info["node"]
+        obs = observed_from_json(await read_json(request))
+        if obs.node != node:
+            raise ValidationError(field="node", problem=f"report names node {obs.node!r} on the route of {node!r}")
+        self.d.report(obs)
+        if self.d.dirty:
+            self.s.kick()
+        return web.Response(status=204)
+
+
+def _query_int(v: str | None, name: str, lo: int, hi: int, default: int) -> int:
+    if v is None:
+        return default
+    try:
+        x = int(v)
+    except ValueError as exc:
+        raise ValidationError(field=name, problem=f"must be an integer, got {v!r}") from exc
+    if not lo <= x <= hi:
+        raise ValidationError(field=name, problem=f"must be in {lo}..{hi}, got {x}")
+    return x
+
+
+def _query_float(v: str | None, name: str, lo: float, hi: float, default: float) -> float:
+    if v is None:
+        return default
+    try:
+        x = float(v)
+    except ValueError as exc:
+        raise ValidationError(field=name, problem=f"must be a number, got {v!r}") from exc
+    if not lo <= x <= hi:
+        raise ValidationError(field=name, problem=f"must be in [{lo}, {hi}], got {x}")
+    return x
+
+
+# ------------------------------------------------------------------------------ the server
+
+
+class DaemonServer:
+    """The running daemon: API + decision loop + lease. ``await start()``, ``await stop()``."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.config = daemon.config
+        self._events: dict[str, asyncio.Event] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self.port: int = 0
+        self.ca: auth.ClusterCA
+        self.ssl: ssl.SSLContext | None = None
+        self.stopping = False
+        daemon.on_desired = self._desired_changed
+
+    # events
+    def kick(self) -> None:
+        self._wake.set()
+
+    def desired_event(self, node: str) -> asyncio.Event:
+        ev = self._events.get(node)
+        if ev is None:
+            ev = self._events[node] = asyncio.Event()
+        return ev
+
+    def _desired_changed(self, nodes: set[str]) -> None:
+        for n in nodes:
+            ev = self._events.pop(n, None)
+            if ev is not None:
+                ev.set()
+
+    def _wake_all_waiters(self) -> None:
+        for n in list(self._events):
+            self._desired_changed({n})
+
+    # security material
+    def _load_ca(self) -> auth.ClusterCA:
+        d = self.daemon
+        saved = d.store.get_kv("ca")
+        if isinstance(saved, dict) and "cert_pem" in saved and "key_pem" in saved:
+            ca = auth.ClusterCA.from_pem(saved["cert_pem"], saved["key_pem"])
+        else:
+            if not d.leader:
+                raise NotLeader(holder=d.store.lease().holder or "none")
+            ca = auth.ClusterCA.create()
+            d.store.write(d.epoch, WriteBatch(kv={"ca": {"cert_pem": ca.cert_pem, "key_pem": ca.key_pem}}))
+        state_dir = Path(self.config.state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        (state_dir / "ca.pem").write_text(ca.cert_pem)
+        return ca
+
+    def add_token(self, name: str, role: str, ttl: float | None) -> tuple[str, TokenRecord]:
+        d = self.daemon
+        token = auth.new_token()
+        now = time.time()
+        rec = TokenRecord(hash=auth.hash_token(token), name=name, role=role, created=now,
+                          expires=None if ttl is None else now + ttl)
+        d.store.write(d.epoch, WriteBatch(tokens=[rec]))
+        return token, rec
+
+    def _bootstrap_token(self) -> None:
+        path = self.config.bootstrap_token_file
+        if not path or not self.daemon.leader:
+            return
+        if any(t.role == "admin" for t in self.daemon.store.list_tokens()):
+            return
+        token, _rec = self.add_token("bootstrap-admin", "admin", None)
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(token + "\n")
+        log.info("wrote the bootstrap admin token to %s", p)
+
+    def render_metrics(self) -> tuple[bytes, str]:
+        try:
+            from vmctl import metrics as m  # the daemon-ops helper's collectors, when present
+        except ImportError:
+            m = None  # type: ignore[assignment]
+        render = getattr(m, "render_daemon_metrics", None) if m is not None else None
+        if callable(render):
+            body, ctype = render(self.daemon)
+            return bytes(body), str(ctype)
+        d = self.daemon
+        q = len(d.state.queue()) if d.leader else 0
+        lines = [
+            "# HELP vmctld_leader 1 when this daemon holds the leader lease.", "# TYPE vmctld_leader gauge",
+            f"vmctld_leader {1 if d.leader else 0}",
+            "# HELP vmctld_queue_length Jobs waiting in the queue.", "# TYPE vmctld_queue_length gauge",
+            f"vmctld_queue_length {q}",
+            "# HELP vmctld_decisions_total Decisions taken.", "# TYPE vmctld_decisions_total counter",
+            f"vmctld_decisions_total {d.decisions}",
+        ]
+        return ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4; charset=utf-8"
+
+    # app
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[errors_mw, make_auth_mw(self.config.max_body_bytes)],
+                              client_max_size=self.config.max_body_bytes)
+        app[DAEMON] = self.daemon
+        a = Api(self)
+        r = app.router
+        r.add_get("/v1/health", a.health)
+        r.add_get("/metrics", a.metrics)
+        r.add_post("/v1/jobs", a.submit)
+        r.add_post("/v1/jobs:batch", a.submit_batch)
+        r.add_get("/v1/jobs", a.list_jobs)
+        r.add_get("/v1/jobs/{id}", a.get_job)
+        r.add_delete("/v1/jobs/{id}", a.cancel_job)
+        r.add_get("/v1/jobs/{id}/explain", a.explain)
+        r.add_post("/v1/jobs/{id}/migrate", a.migrate)
+        r.add_get("/v1/nodes", a.list_nodes)
+        r.add_post("/v1/nodes/{name}/drain", a.drain)
+        r.add_post("/v1/nodes/{name}/undrain", a.drain)
+        r.add_get("/v1/vms", a.list_vms)
+        r.add_get("/v1/vms/{name}", a.get_vm)
+        r.add_put("/v1/vms/{name}/priority", a.vm_priority)
+        r.add_get("/v1/policy", a.get_policy)
+        r.add_put("/v1/policy", a.put_policy)
+        r.add_post("/v1/tokens", a.create_token)
+        r.add_post("/v1/certs", a.create_cert)
+        r.add_post("/v1/agent/nodes/{node}/register", a.register)
+        r.add_get("/v1/agent/nodes/{node}/desired", a.desired)
+        r.add_post("/v1/agent/nodes/{node}/observed", a.observed)
+        return app
+
+    async def start(self) -> None:
+        d = self.daemon
+        d.start()
+        self.ca = self._load_ca()
+        self._bootstrap_token()
+        self.ssl = self.ca.server_context(self.config.server_names, Path(self.config.state_dir))
+        self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.listen, self.config.port, ssl_context=self.ssl,
+                           reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        self._tasks.append(asyncio.create_task(self._loop(), name="vmctld-loop"))
+        self._tasks.append(asyncio.create_task(self._lease_loop(), name="vmctld-lease"))
+        log.info("vmctld listening on https://%s:%d (leader=%s)", self.config.listen, self.port, d.leader)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._wake_all_waiters()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.daemon.close()
+
+    async def _loop(self) -> None:
+        d = self.daemon
+        while not self.stopping:
+            self._wake.clear()
+            nxt: float | None = None
+            try:
+                nxt = d.run_once()
+            except LeaseLost:
+                self._wake_all_waiters()
+            except VmctlError as exc:
+                log.error("decision loop: %s: %s", exc.reference, exc)
+                d.dirty = False
+            except Exception:
+                log.exception("decision loop failed; retrying at the next tick")
+                d.dirty = False
+            if d.dirty:
+                await asyncio.sleep(0)
+                continue
+            delay = self.config.tick_s if nxt is None else max(0.0, nxt - d.clock.now())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.001, delay))
+
+    async def _lease_loop(self) -> None:
+        d = self.daemon
+        period = self.config.lease_ttl_s / 3
+        while not self.stopping:
+            await asyncio.sleep(period)
+            try:
+                if d.leader:
+                    d.renew()
+                else:
+                    was = d.leader
+                    if d.try_lead() and not was:
+                        self._bootstrap_token()
+                        self.kick()
+            except LeaseLost:
+                self._wake_all_waiters()
+            except VmctlError as exc:
+                log.error("lease: %s", exc)

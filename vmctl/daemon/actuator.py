@@ -1,0 +1,420 @@
+"""Turn policy decisions into job records (and so into per-node desired state), and follow the agents'
+reports until every action is confirmed.
+
+The actuator is the paper's *dispatcher* (001 sec. III-A.3): the decision maker (the policy) only
+plans; this module carries the plan out. Each action changes ``JobRecord``s; the nodes whose desired
+state may have changed are collected in ``Changes.desired_nodes`` and their desired documents are
+re-derived (``ClusterState.desired_vms``) and written in the same transaction as the records.
+
+Actions are re-checked against the actual slot occupancy while they are applied: one that cannot
+be carried out (a migration over the safety limits, a slot that a skipped action did not free) is
+skipped and logged, and so is every later action that depended on it; the next decision re-plans.
+
+Multi-step actions are ``OperationRecord``s: migrate (between nodes), checkpoint, restore. While a
+migration runs, the job's *source* slots stay reserved (``ClusterState.build_view``) so that a
+rollback always has somewhere to go.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from vmctl.daemon.config import MigrationLimits
+from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
+from vmctl.model import (
+    Action,
+    Checkpoint,
+    ClusterView,
+    Decision,
+    Demote,
+    Kill,
+    Migrate,
+    NodeObserved,
+    PowerState,
+    Promote,
+    Restore,
+    Resume,
+    SetCap,
+    StartBg,
+    StartFg,
+    Suspend,
+    Tier,
+)
+from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
+
+log = logging.getLogger("vmctld.actuator")
+
+
+@dataclass(slots=True)
+class Changes:
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    ops: dict[str, OperationRecord] = field(default_factory=dict)
+    kv: dict[str, Any] = field(default_factory=dict)
+    desired_nodes: set[str] = field(default_factory=set)
+    events: list[str] = field(default_factory=list)  # reasons to run the policy again
+
+    def any(self) -> bool:
+        return bool(self.jobs or self.nodes or self.ops or self.kv or self.desired_nodes)
+
+
+@dataclass(slots=True)
+class ApplyResult:
+    applied: list[Action] = field(default_factory=list)
+    skipped: list[tuple[Action, str]] = field(default_factory=list)
+
+
+class Actuator:
+    def __init__(self, state: ClusterState, limits: MigrationLimits) -> None:
+        self.state = state
+        self.limits = limits
+
+    # ------------------------------------------------------------------ helpers
+    def touch(self, ch: Changes, job: JobRecord) -> None:
+        ch.jobs[job.id] = job
+        ch.desired_nodes |= self.state.reindex(job)
+
+    def new_op(self, ch: Changes, kind: str, job_id: str, now: float, detail: dict[str, Any]) -> OperationRecord:
+        op = OperationRecord(id=f"op{self.state.next_op}", kind=kind, job_id=job_id, state="pending",
+                             created=now, updated=now, detail=detail)
+        self.state.next_op += 1
+        self.state.ops[op.id] = op
+        ch.ops[op.id] = op
+        return op
+
+    def close_op(self, ch: Changes, op: OperationRecord, state: str, now: float, note: str = "") -> None:
+        op.state = state
+        op.updated = now
+        if note:
+            op.detail["note"] = note
+        ch.ops[op.id] = op
+
+    def open_migrations(self) -> list[OperationRecord]:
+        return [o for o in self.state.ops.values() if o.kind == "migrate" and o.state == "pending"]
+
+    def _freeze_progress(self, job: JobRecord, now: float) -> None:
+        job.progress_base = self.state.progress(job, now)
+        job.tier_since = now
+
+    # ------------------------------------------------------------------ decisions
+    def apply(self, decision: Decision, view: ClusterView, lay: Layout, now: float, ch: Changes) -> ApplyResult:
+        res = ApplyResult()
+        fg: dict[int, str | None] = {}
+        bg: dict[int, str | None] = {}
+
+        def owner(tier: Tier, c: int) -> str | None:
+            over = fg if tier is Tier.FG else bg
+            if c in over:
+                return over[c]
+            return (view.fg_job if tier is Tier.FG else view.bg_job)[c]
+
+        def free(tier: Tier, cores: tuple[int, ...], me: str) -> bool:
+            return all(owner(tier, c) in (None, me) and view.usable[c] for c in cores)
+
+        def occupy(tier: Tier, cores: tuple[int, ...], jid: str | None) -> None:
+            over = fg if tier is Tier.FG else bg
+            for c in cores:
+                over[c] = jid
+
+        def vacate(job: JobRecord) -> None:
+            rj = view.running.get(job.id)
+            cores = rj.cores if rj is not None else ()
+            tier = Tier(job.tier or "fg")
+            over = fg if tier is Tier.FG else bg
+            for c in cores:
+                if owner(tier, c) == job.id:
+                    over[c] = None
+
+        def place(cores: tuple[int, ...]) -> list[tuple[str, int]]:
+            return [(lay.node_of_core[c], lay.local_core[c]) for c in cores]
+
+        moving_now: dict[str, int] = {}
+        cluster_moving = 0
+        for op in self.open_migrations():
+            cluster_moving += 1
+            for host in op.detail.get("hosts", []):
+                moving_now[host] = moving_now.get(host, 0) + 1
+
+        for act in decision.actions:
+            job = self.state.jobs.get(act.job_id)
+            if job is None:
+                res.skipped.append((act, "unknown job"))
+                continue
+            why: str | None = None
+            if isinstance(act, StartFg | StartBg):
+                tier = Tier.FG if isinstance(act, StartFg) else Tier.BG
+                if job.state != "queued":
+                    why = f"job is {job.state}, not queued"
+                elif not free(tier, act.cores, job.id):
+                    why = "target slots are not free"
+                else:
+                    job.run += 1
+                    job.state = "running"
+                    job.tier = tier.value
+                    job.placement = place(act.cores)
+                    job.start_time = now
+                    job.tier_since = now
+                    job.progress_base = 0.0
+                    job.tasks = [{"index": i, "exit_status": None, "error": None} for i in range(len(act.cores))]
+                    job.reason = None
+                    job.suspended = job.checkpointed = job.restore_pending = False
+                    occupy(tier, act.cores, job.id)
+            elif isinstance(act, Promote | Demote):
+                want = Tier.FG if isinstance(act, Promote) else Tier.BG
+                rj = view.running.get(job.id)
+                if job.state not in ACTIVE or rj is None or job.tier == want.value:
+                    why = f"job is not running in {want.other().value}"
+                elif not free(want, rj.cores, job.id):
+                    why = f"{want.value} slots are not free"
+                else:
+                    self._freeze_progress(job, now)
+                    vacate(job)
+                    job.tier = want.value
+                    occupy(want, rj.cores, job.id)
+            elif isinstance(act, Migrate):
+                why = self._migrate(act, job, view, lay, now, ch, free, vacate, occupy, place, moving_now,
+                                    cluster_moving)
+                if why is None and job.migrating:
+                    cluster_moving += 1
+            elif isinstance(act, Kill):
+                if job.state not in ACTIVE:
+                    why = f"job is {job.state}"
+                else:
+                    vacate(job)
+                    self.stop_job(ch, job, now, "queued" if act.requeue else "killed",
+                                  act.reason or ("killed and requeued" if act.requeue else "killed by the policy"))
+            elif isinstance(act, Checkpoint):
+                if job.state != "running" or job.checkpointed or job.migrating:
+                    why = "job is not running (or is migrating)"
+                else:
+                    self._freeze_progress(job, now)
+                    vacate(job)
+                    job.checkpointed = True
+                    job.state = "suspended"
+                    self.new_op(ch, "checkpoint", job.id, now, {"placement": [list(p) for p in job.placement]})
+            elif isinstance(act, Restore):
+                if not (job.checkpointed or job.suspended):
+                    why = "job is not checkpointed"
+                elif not free(act.tier, act.cores, job.id):
+                    why = "target slots are not free"
+                else:
+                    job.placement = place(act.cores)
+                    job.tier = act.tier.value
+                    job.restore_pending = job.checkpointed
+                    job.checkpointed = job.suspended = False
+                    job.state = "running"
+                    job.tier_since = now
+                    occupy(act.tier, act.cores, job.id)
+                    self.new_op(ch, "restore", job.id, now, {"placement": [list(p) for p in job.placement]})
+            elif isinstance(act, SetCap):
+                if job.state not in ACTIVE:
+                    why = "job is not running"
+                else:
+                    job.cap = act.cap
+            elif isinstance(act, Suspend):
+                if job.state != "running":
+                    why = "job is not running"
+                else:
+                    self._freeze_progress(job, now)
+                    job.suspended = True
+                    job.state = "suspended"
+            elif isinstance(act, Resume):
+                if not job.suspended or job.checkpointed:
+                    why = "job is not suspended"
+                else:
+                    job.suspended = False
+                    job.state = "running"
+                    job.tier_since = now
+            if why is None:
+                res.applied.append(act)
+                self.touch(ch, job)
+            else:
+                res.skipped.append((act, why))
+                log.info("skipped %s of job %s: %s", act.kind, act.job_id, why)
+        # reasons of the jobs left waiting
+        for rec in self.state.queue():
+            r = decision.reason_for(rec.id)
+            if rec.reason != r:
+                rec.reason = r
+                ch.jobs[rec.id] = rec
+        return res
+
+    def _migrate(self, act: Migrate, job: JobRecord, view: ClusterView, lay: Layout, now: float, ch: Changes,
+                 free: Any, vacate: Any, occupy: Any, place: Any, moving_now: dict[str, int],
+                 cluster_moving: int) -> str | None:
+        rj = view.running.get(job.id)
+        if job.state != "running" or rj is None or job.migrating or job.checkpointed:
+            return "job is not running (or already migrating)"
+        if not free(act.tier, act.cores, job.id):
+            return "target slots are not free"
+        new_place: list[tuple[str, int]] = place(act.cores)
+        moves: list[dict[str, Any]] = [
+            {"index": i, "from": list(job.placement[i]), "to": list(new_place[i]), "mode": "live"}
+            for i in range(len(new_place)) if job.placement[i] != new_place[i]]
+        remote = [(job.placement[i][0], new_place[i][0]) for i in range(len(new_place))
+                  if job.placement[i][0] != new_place[i][0]]
+        hosts = sorted({a for a, _b in remote} | {b for _a, b in remote})
+        if hosts:
+            lim = self.limits
+            if cluster_moving + 1 > lim.max_per_cluster:
+                return f"cluster migration limit {lim.max_per_cluster} reached"
+            for h in hosts:
+                if moving_now.get(h, 0) + 1 > lim.max_per_host:
+                    return f"host {h} migration limit {lim.max_per_host} reached"
+            gain = self.expected_gain(job, rj.tier, act, now)
+            if gain < lim.min_gain_s:
+                return f"expected gain {gain:.1f}s below migration.min_gain_s {lim.min_gain_s}"
+        self._freeze_progress(job, now)
+        vacate(job)
+        from_tier = job.tier
+        job.tier = act.tier.value
+        job.placement = new_place
+        occupy(act.tier, act.cores, job.id)
+        if hosts:
+            op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": act.tier.value,
+                                                          "from_tier": from_tier, "origin": "policy"})
+            job.migrating = op.id
+            for h in hosts:
+                moving_now[h] = moving_now.get(h, 0) + 1
+        else:
+            job.migrations += 1  # a re-pin on the same host: done when the agent applies it
+        return None
+
+    def expected_gain(self, job: JobRecord, from_tier: Tier, act: Migrate, now: float) -> float:
+        """Seconds of job time a migration is expected to save: the remaining estimate times the pace it
+        gains (a bg job that the fg VMs leave 30% of its cores gains 0.7 of its remaining time when it
+        moves to fg), minus the migration's cost."""
+        remaining = max(0.0, float(job.spec["estimate"]) - self.state.progress(job, now))
+        pace_now = self.state.pace(job)
+        pace_after = 1.0 if act.tier is Tier.FG else pace_now
+        if from_tier is Tier.FG and act.tier is Tier.FG:
+            return math.inf  # consolidation: no per-job gain to weigh, so min_gain_s does not apply
+        return remaining * max(0.0, pace_after - pace_now) - act.cost
+
+    # ------------------------------------------------------------------ job ends
+    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: str, reason: str) -> None:
+        if job.migrating:
+            op = self.state.ops.get(job.migrating)
+            if op is not None and op.state == "pending":
+                self.close_op(ch, op, "aborted", now, f"job {state}")
+            job.migrating = None
+        for op in self.state.ops.values():
+            if op.job_id == job.id and op.state == "pending":
+                self.close_op(ch, op, "aborted", now, f"job {state}")
+        job.placement = []
+        job.suspended = job.checkpointed = job.restore_pending = False
+        job.cap = None
+        job.weight = None
+        if state == "queued":
+            job.state = "queued"
+            job.tier = None
+            job.progress_base = 0.0
+            job.tier_since = None
+            job.tasks = []
+            job.reason = reason
+        else:
+            job.state = state
+            job.end_time = now
+            job.reason = reason
+        self.touch(ch, job)
+        ch.events.append(f"job {job.id} {state}")
+
+    # ------------------------------------------------------------------ agent reports
+    def observe(self, obs: NodeObserved, now: float, ch: Changes) -> None:
+        st = self.state
+        st.set_observed(obs)
+        seen: dict[str, Any] = {}
+        for v in obs.vms:
+            parsed = parse_vm_name(v.name)
+            if parsed is None:
+                continue
+            jid, run, idx = parsed
+            seen[v.name] = v
+            job = st.jobs.get(jid)
+            if job is None or job.run != run or job.state not in ACTIVE or idx >= len(job.tasks):
+                continue
+            if job.placement and idx < len(job.placement) and job.placement[idx][0] != obs.node and not job.migrating:
+                continue  # a stale copy on a node the process left
+            task = job.tasks[idx]
+            if task["exit_status"] is None:
+                if v.process_exit is not None:
+                    task["exit_status"] = int(v.process_exit)
+                    ch.jobs[job.id] = job
+                elif v.power is PowerState.CRASHED:
+                    task["exit_status"] = -1
+                    task["error"] = "VM crashed"
+                    ch.jobs[job.id] = job
+            if job.tasks and all(t["exit_status"] is not None for t in job.tasks):
+                ok = all(t["exit_status"] == 0 for t in job.tasks)
+                self.stop_job(ch, job, now, "done" if ok else "failed",
+                              "finished" if ok else "a process exited with a non-zero status")
+        # operations waiting for this node
+        for op in [o for o in st.ops.values() if o.state == "pending"]:
+            job = st.jobs.get(op.job_id)
+            if job is None:
+                continue
+            if op.kind == "migrate":
+                self._follow_migration(op, job, now, ch)
+            elif op.kind in ("checkpoint", "restore"):
+                want = PowerState.SAVED if op.kind == "checkpoint" else PowerState.RUNNING
+                nodes = {str(p[0]) for p in op.detail.get("placement", [])}
+                if obs.node not in nodes:
+                    continue
+                ok = True
+                for i, (n, _c) in enumerate(op.detail.get("placement", [])):
+                    o = st.observed.get(str(n))
+                    vm = next((v for v in o.vms if v.name == job.vm_name(i)), None) if o else None
+                    if vm is None or vm.power is not want:
+                        ok = False
+                        break
+                if ok:
+                    self.close_op(ch, op, "done", now)
+                    if op.kind == "restore":
+                        job.restore_pending = False
+                        self.touch(ch, job)
+                    ch.events.append(f"{op.kind} {op.id} done")
+
+    def _follow_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes) -> None:
+        st = self.state
+        done = True
+        for m in op.detail.get("moves", []):
+            src, dst = m["from"], m["to"]
+            if src[0] == dst[0]:
+                continue
+            name = job.vm_name(int(m["index"]))
+            s_obs, d_obs = st.observed.get(str(src[0])), st.observed.get(str(dst[0]))
+            s_vm = next((v for v in s_obs.vms if v.name == name), None) if s_obs else None
+            d_vm = next((v for v in d_obs.vms if v.name == name), None) if d_obs else None
+            for v in (s_vm, d_vm):
+                if v is not None and v.migration_phase in ("failed", "aborted"):
+                    self.rollback_migration(op, job, now, ch, f"agent reported {v.migration_phase}")
+                    return
+            arrived = d_vm is not None and d_vm.power in (PowerState.RUNNING, PowerState.PAUSED) and \
+                d_vm.migration_phase in (None, "completed")
+            left = s_vm is None or s_vm.migration_phase == "completed" or s_vm.power is PowerState.ABSENT
+            if not (arrived and left):
+                done = False
+        if done:
+            self.close_op(ch, op, "done", now)
+            job.migrating = None
+            job.migrations += 1
+            job.tier_since = now
+            self.touch(ch, job)
+            ch.events.append(f"migration {op.id} done")
+
+    def rollback_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes, why: str) -> None:
+        """Put the job back where it was (its source slots stayed reserved)."""
+        for m in op.detail.get("moves", []):
+            i = int(m["index"])
+            if i < len(job.placement):
+                job.placement[i] = (str(m["from"][0]), int(m["from"][1]))
+        job.tier = str(op.detail.get("from_tier") or job.tier)
+        job.migrating = None
+        job.tier_since = now
+        self.close_op(ch, op, "rolled_back", now, why)
+        self.touch(ch, job)
+        ch.events.append(f"migration {op.id} rolled back: {why}")
+        log.warning("migration %s of job %s rolled back: %s", op.id, job.id, why)

@@ -1,0 +1,144 @@
+"""The daemon's YAML configuration (``vmctld --config FILE``); see ``etc/vmctld.yaml``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vmctl.config import Section, load_yaml, parse_yaml
+from vmctl.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationLimits:
+    max_per_host: int = 1  # concurrent migrations touching one host (as source or target)
+    max_per_cluster: int = 4
+    min_gain_s: float = 0.0  # minimum expected gain (seconds) before a policy migration is carried out
+    dry_run: bool = False  # log decisions, act on nothing
+    timeout_s: float = 600.0  # a migration not confirmed by then is rolled back
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    path: str = "<defaults>"
+    store_url: str = "sqlite:///var/lib/vmctl/vmctld.db"
+    state_dir: str = "/var/lib/vmctl"
+    listen: str = "127.0.0.1"
+    port: int = 8443
+    server_names: tuple[str, ...] = ("localhost", "127.0.0.1")
+    max_body_bytes: int = 1 << 20
+    bootstrap_token_file: str | None = None
+    policy_kind: str = "scheduling"  # scheduling | vcsched
+    policy_name: str = "measy"
+    policy_params: dict[str, Any] = field(default_factory=dict)
+    policy_explicit: bool = False  # False: fall back to a registered policy when the default is missing
+    tick_s: float = 5.0
+    node_timeout_s: float = 30.0
+    kill_at_estimate: bool = True
+    estimate_grace_s: float = 60.0
+    lease_ttl_s: float = 10.0
+    holder: str = ""
+    fg_weight: int = 10000
+    bg_weight: int = 1
+    vm_memory_mib: int = 64
+    checkpoint_dir: str = "/var/lib/vmctl/checkpoints"
+    migration: MigrationLimits = field(default_factory=MigrationLimits)
+    log_level: str = "info"
+
+    @property
+    def ca_pem_path(self) -> Path:
+        return Path(self.state_dir) / "ca.pem"
+
+
+def default_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def load_config(path: str | Path) -> DaemonConfig:
+    return config_from_dict(load_yaml(path), str(path))
+
+
+def parse_config(text: str, path: str = "<string>") -> DaemonConfig:
+    return config_from_dict(parse_yaml(text, path), path)
+
+
+def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
+    top = Section(data, path)
+    d = DaemonConfig()
+    st = top.section("store")
+    state_dir = top.get("state_dir", str, d.state_dir)
+    store_url = st.get("url", str, f"sqlite:///{state_dir}/vmctld.db")
+    st.finish()
+    if not store_url.startswith(("sqlite:", "postgresql://", "postgres://", "/")) and "://" in store_url:
+        raise st.error("url", f"unsupported store {store_url!r}: use sqlite:///PATH or postgresql://...")
+
+    api = top.section("api")
+    listen = api.get("listen", str, d.listen)
+    port = api.integer("port", d.port, lo=0, hi=65535)
+    names_raw = api.get("server_names", list, list(d.server_names))
+    for i, n in enumerate(names_raw):
+        if not isinstance(n, str) or not n:
+            raise api.error(f"server_names[{i}]", "must be a non-empty string")
+    max_body = api.integer("max_body_bytes", d.max_body_bytes, lo=1024, hi=1 << 30)
+    token_file = api.get("bootstrap_token_file", str, None)
+    api.finish()
+
+    pol = top.section("policy")
+    kind = pol.choice("kind", ("scheduling", "vcsched"), d.policy_kind)
+    pol_explicit = pol.has("name")
+    name = pol.get("name", str, d.policy_name)
+    params = pol.get("params", dict, {})
+    pol.finish()
+
+    loop = top.section("loop")
+    tick = loop.number("tick_s", d.tick_s, lo=0.01, hi=3600)
+    node_timeout = loop.number("node_timeout_s", d.node_timeout_s, lo=0.1, hi=86400)
+    kill_at = loop.get("kill_at_estimate", bool, d.kill_at_estimate)
+    grace = loop.number("estimate_grace_s", d.estimate_grace_s, lo=0)
+    loop.finish()
+
+    lease = top.section("lease")
+    ttl = lease.number("ttl_s", d.lease_ttl_s, lo=0.5, hi=3600)
+    holder = lease.get("holder", str, "") or default_holder()
+    lease.finish()
+
+    vm = top.section("vm")
+    fg_w = vm.integer("fg_weight", d.fg_weight, lo=1, hi=10000)
+    bg_w = vm.integer("bg_weight", d.bg_weight, lo=1, hi=10000)
+    if bg_w >= fg_w:
+        raise vm.error("bg_weight", f"must be below fg_weight ({fg_w}), got {bg_w}")
+    mem = vm.integer("memory_mib", d.vm_memory_mib, lo=16, hi=1 << 20)
+    ckpt = vm.get("checkpoint_dir", str, f"{state_dir}/checkpoints")
+    vm.finish()
+
+    mig = top.section("migration")
+    limits = MigrationLimits(
+        max_per_host=mig.integer("max_per_host", 1, lo=0, hi=1000),
+        max_per_cluster=mig.integer("max_per_cluster", 4, lo=0, hi=100000),
+        min_gain_s=mig.number("min_gain_s", 0.0, lo=0),
+        dry_run=mig.get("dry_run", bool, False),
+        timeout_s=mig.number("timeout_s", 600.0, lo=1),
+    )
+    mig.finish()
+    log_level = top.choice("log_level", ("debug", "info", "warning", "error"), d.log_level)
+    top.finish()
+    if pol_explicit or params:
+        from vmctl.errors import VmctlError
+        from vmctl.policies.registry import policy_class
+
+        if kind == "scheduling":
+            try:
+                policy_class(name)(**params)  # validates the parameters now, naming the file
+            except VmctlError as exc:
+                raise ConfigError(path=path, where="policy", problem=str(exc)) from exc
+    return DaemonConfig(
+        path=path, store_url=store_url, state_dir=state_dir, listen=listen, port=port,
+        server_names=tuple(names_raw), max_body_bytes=max_body, bootstrap_token_file=token_file,
+        policy_kind=kind, policy_name=name, policy_params=dict(params), policy_explicit=pol_explicit,
+        tick_s=tick, node_timeout_s=node_timeout,
+        kill_at_estimate=kill_at, estimate_grace_s=grace, lease_ttl_s=ttl, holder=holder, fg_weight=fg_w,
+        bg_weight=bg_w, vm_memory_mib=mem, checkpoint_dir=ckpt, migration=limits, log_level=log_level,
+    )

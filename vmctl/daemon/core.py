@@ -1,0 +1,510 @@
+"""vmctld's decision loop: the paper's status checker + decision maker + dispatcher (001 sec. III-A.3)
+around one scheduling policy (000: the policy objects of the simulator, unchanged).
+
+``Daemon`` owns the in-memory ``ClusterState``, the store and the policy. Every change comes in as an
+event -- job submitted or cancelled, agent report (a process exited, an operation confirmed), node
+joined or lost, operator change, periodic tick, or the ``wake_at`` a decision asked for -- and is
+written to the store in one transaction together with the desired state it implies. ``run_once``
+builds a ``ClusterView``, asks the policy, checks the decision with
+``vmctl.policies.invariants.check_decision`` and applies it (``Actuator``).
+
+Crash safety: the store is written before an API call answers and in one transaction per event, with
+the leader epoch checked inside it. A restarted daemon reloads the records, derives the same desired
+state and picks up the agents' next full reports: a submitted job is never lost (it was committed
+before ``201``), never started twice (its ``run`` number and placement were committed with the
+desired state that starts it), and an open migration/checkpoint is an ``OperationRecord`` that is
+confirmed from the reports or rolled back at its timeout.
+
+The loop is synchronous (``run_once``); ``vmctl.daemon.main`` drives it from asyncio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from vmctl.clock import Clock, SystemClock
+from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
+from vmctl.daemon.config import DaemonConfig
+from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings
+from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, UserError, ValidationError, VmctlError
+from vmctl.model import ClusterView, Decision, Demote, Migrate, NodeDesired, NodeObserved, Promote, SetCap, Tier
+from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.invariants import check_decision
+from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Store, WriteBatch
+
+log = logging.getLogger("vmctld")
+
+#: preference order when the configured default policy is not registered (yet)
+FALLBACK_POLICIES = ("measy", "reasy", "keasy", "easy", "fcfs")
+
+
+class NotLeader(VmctlError):
+    reference = "not-leader"
+    retryable = True
+    template = "this vmctld is a standby (leader: {holder})"
+    http_status = 503
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, store: Store, clock: Clock | None = None,
+                 policy: SchedulingPolicy | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock or SystemClock()
+        self.state = ClusterState(settings=DesiredSettings(
+            fg_weight=config.fg_weight, bg_weight=config.bg_weight, memory_mib=config.vm_memory_mib,
+            checkpoint_dir=config.checkpoint_dir))
+        self.actuator = Actuator(self.state, config.migration)
+        self._fixed_policy = policy
+        self.policy: SchedulingPolicy | None = policy
+        self.leader = False
+        self.epoch = 0
+        self.dirty = True  # an event happened since the last decision
+        self.wake_at: float | None = None
+        self.last_decision: Decision | None = None
+        self.last_result: ApplyResult | None = None
+        self.decisions = 0
+        self.decision_seconds: list[float] = []
+        self.skipped_total = 0
+        #: called with the names of nodes whose desired state changed (after the commit)
+        self.on_desired: Callable[[set[str]], None] = lambda nodes: None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> bool:
+        """Migrate the schema, try to take the leader lease, load state when leader. Returns leader."""
+        self.store.migrate()
+        return self.try_lead()
+
+    def try_lead(self) -> bool:
+        now = self.clock.now()
+        epoch = self.store.acquire_lease(self.config.holder, self.config.lease_ttl_s, now)
+        if epoch is None:
+            self.leader = False
+            return False
+        if not self.leader or epoch != self.epoch:
+            self.epoch = epoch
+            self.leader = True
+            self.load()
+            log.info("leader with epoch %d (%s)", epoch, self.config.holder)
+        return True
+
+    def renew(self) -> None:
+        if not self.leader:
+            return
+        try:
+            self.store.renew_lease(self.config.holder, self.epoch, self.config.lease_ttl_s, self.clock.now())
+        except LeaseLost:
+            self.step_down()
+            raise
+
+    def step_down(self) -> None:
+        log.error("lost the leader lease (epoch %d): standing by", self.epoch)
+        self.leader = False
+
+    def close(self) -> None:
+        if self.leader:
+            with contextlib.suppress(StoreError):
+                self.store.release_lease(self.config.holder, self.epoch)
+        self.leader = False
+
+    def load(self) -> None:
+        from vmctl.api.wire import vm_desired_from_json
+
+        desired_raw = self.store.load_desired()
+        desired = {n: (g, tuple(vm_desired_from_json(v, f"desired[{n}].vms[{i}].")
+                                for i, v in enumerate(doc.get("vms", []))))
+                   for n, (g, doc) in desired_raw.items()}
+        self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired)
+        now = self.clock.now()
+        for n in self.state.nodes.values():
+            n.last_seen = max(n.last_seen, now)  # grace: agents re-report after a daemon restart
+        if self._fixed_policy is None:
+            saved = self.store.get_kv("policy")
+            if isinstance(saved, dict) and "name" in saved:
+                try:
+                    self.policy = self._make_policy(str(saved["name"]), dict(saved.get("params") or {}))
+                except VmctlError as exc:
+                    log.error("stored policy %s unusable (%s); using the configured one", saved, exc)
+                    self.policy = None
+            if self.policy is None:
+                self.policy = self._configured_policy()
+        self.dirty = True
+
+    def _make_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
+        from vmctl.policies.registry import create_policy
+
+        if self.config.policy_kind == "vcsched":
+            try:
+                from vmctl import vcsched_controller  # type: ignore[attr-defined]
+            except ImportError as exc:
+                raise UserError(where="policy.kind", problem="vcsched mode is not available in this build") from exc
+            factory = vcsched_controller.make_policy
+            pol: SchedulingPolicy = factory(name, params)
+            return pol
+        return create_policy(name, **params)
+
+    def _configured_policy(self) -> SchedulingPolicy:
+        from vmctl.errors import UnknownPolicyError
+        from vmctl.policies.registry import available_policies
+
+        try:
+            return self._make_policy(self.config.policy_name, self.config.policy_params)
+        except UnknownPolicyError:
+            if self.config.policy_explicit:
+                raise
+            avail = available_policies()
+            for name in FALLBACK_POLICIES:
+                if name in avail:
+                    log.warning("policy %s is not registered; falling back to %s", self.config.policy_name, name)
+                    return self._make_policy(name, {})
+            if avail:
+                name = next(iter(avail))
+                log.warning("policy %s is not registered; falling back to %s", self.config.policy_name, name)
+                return self._make_policy(name, {})
+            raise
+
+    # ------------------------------------------------------------------ commit
+    def _require_leader(self) -> None:
+        if not self.leader:
+            raise NotLeader(holder=self.store.lease().holder or "none")
+
+    def commit(self, ch: Changes) -> None:
+        """Derive the desired state of every touched node and write everything in one transaction.
+        On a store error the in-memory state is reloaded from the store (nothing half-applied)."""
+        st = self.state
+        batch = WriteBatch(jobs=dict(ch.jobs), nodes=dict(ch.nodes), operations=dict(ch.ops), kv=dict(ch.kv))
+        new_desired: dict[str, tuple[Any, ...]] = {}
+        for node in sorted(ch.desired_nodes):
+            if node not in st.nodes:
+                continue
+            vms = st.desired_vms(node)
+            if vms != st.desired.get(node, ()):
+                new_desired[node] = vms
+        gens: dict[str, int] = {}
+        if new_desired:
+            from vmctl.api.wire import vm_desired_to_json
+
+            for node, vms in new_desired.items():
+                gen = st.generation.get(node, 0) + 1
+                gens[node] = gen
+                rec = st.nodes[node]
+                rec.generation = gen
+                batch.nodes[node] = rec
+                batch.desired[node] = (gen, {"node": node, "generation": gen,
+                                             "vms": [vm_desired_to_json(v) for v in vms]})
+        if batch.empty():
+            return
+        try:
+            self.store.write(self.epoch, batch)
+        except LeaseLost:
+            self.step_down()
+            raise
+        except StoreError:
+            log.exception("store write failed; reloading state from the store")
+            self.load()
+            raise
+        for node, vms in new_desired.items():
+            st.desired[node] = vms
+            st.generation[node] = gens[node]
+        if ch.events:
+            self.dirty = True
+        if new_desired:
+            self.on_desired(set(new_desired))
+
+    # ------------------------------------------------------------------ operator / API events
+    def submit(self, specs: Iterable[dict[str, Any]]) -> list[JobRecord]:
+        self._require_leader()
+        now = self.clock.now()
+        ch = Changes()
+        out: list[JobRecord] = []
+        seq = self.state.next_seq
+        for spec in specs:
+            rec = JobRecord(id=str(seq), seq=seq, name=str(spec.get("name") or f"job-{seq}"), spec=dict(spec),
+                            state="queued", submit_time=now, reason="submitted")
+            seq += 1
+            out.append(rec)
+            ch.jobs[rec.id] = rec
+        ch.events.append("submit")
+        try:
+            self.store.write(self.epoch, WriteBatch(jobs=dict(ch.jobs)))
+        except LeaseLost:
+            self.step_down()
+            raise
+        self.state.next_seq = seq
+        for rec in out:
+            self.state.jobs[rec.id] = rec
+            self.state.reindex(rec)
+        self.dirty = True
+        return out
+
+    def job(self, job_id: str) -> JobRecord:
+        rec = self.state.jobs.get(job_id)
+        if rec is None:
+            raise NotFound(kind="job", name=job_id)
+        return rec
+
+    def cancel(self, job_id: str) -> JobRecord:
+        self._require_leader()
+        rec = self.job(job_id)
+        if rec.state in TERMINAL:
+            return rec
+        ch = Changes()
+        self.actuator.stop_job(ch, rec, self.clock.now(), "cancelled", "cancelled by an operator")
+        self.commit(ch)
+        return rec
+
+    def register_node(self, name: str, cores: int, hostname: str, backend: str) -> NodeRecord:
+        self._require_leader()
+        now = self.clock.now()
+        ch = Changes()
+        rec = self.state.nodes.get(name)
+        if rec is None:
+            rec = NodeRecord(name=name, cores=cores, state="ready", last_seen=now, hostname=hostname,
+                             backend=backend, registered=now, generation=self.state.generation.get(name, 0))
+            self.state.nodes[name] = rec
+            self.state.nodes_changed()
+        else:
+            if rec.cores != cores:
+                busy = [j for j in self.state.jobs_on(name) if any(c >= cores for n, c in j.placement if n == name)]
+                if busy:
+                    raise Conflict(what=f"node {name}", problem=f"cannot shrink to {cores} cores: jobs run there")
+                rec.cores = cores
+                self.state.nodes_changed()
+            rec.hostname, rec.backend, rec.last_seen = hostname, backend, now
+            if rec.state == "lost":
+                rec.state = "ready"
+        ch.nodes[name] = rec
+        ch.desired_nodes.add(name)
+        ch.events.append(f"node {name} joined")
+        self.commit(ch)
+        self.dirty = True
+        return rec
+
+    def node(self, name: str) -> NodeRecord:
+        rec = self.state.nodes.get(name)
+        if rec is None:
+            raise NotFound(kind="node", name=name)
+        return rec
+
+    def report(self, obs: NodeObserved) -> None:
+        self._require_leader()
+        rec = self.node(obs.node)
+        now = self.clock.now()
+        rec.last_seen = now
+        ch = Changes()
+        if rec.state == "lost":
+            rec.state = "ready"
+            ch.nodes[rec.name] = rec
+            ch.events.append(f"node {rec.name} back")
+        self.actuator.observe(obs, now, ch)
+        self.commit(ch)
+
+    def set_node_state(self, name: str, drain: bool) -> NodeRecord:
+        self._require_leader()
+        rec = self.node(name)
+        ch = Changes()
+        if drain and rec.state == "ready":
+            rec.state = "draining" if self.state.jobs_on(name) else "drained"
+        elif not drain and rec.state in ("draining", "drained"):
+            rec.state = "ready"
+        ch.nodes[name] = rec
+        ch.events.append(f"node {name} {rec.state}")
+        self.commit(ch)
+        return rec
+
+    def desired(self, node: str) -> NodeDesired:
+        self.node(node)
+        return NodeDesired(node=node, generation=self.state.generation.get(node, 0),
+                           vms=self.state.desired.get(node, ()))
+
+    def set_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
+        self._require_leader()
+        pol = self._make_policy(name, params)
+        ch = Changes(kv={"policy": {"name": pol.name, "params": dict(pol.params)}})
+        ch.events.append("policy changed")
+        self.commit(ch)
+        self.policy = pol
+        self.dirty = True
+        return pol
+
+    # ------------------------------------------------------------------ operator actions through the checker
+    def _operator_decision(self, actions: tuple[Any, ...]) -> tuple[ApplyResult, Changes]:
+        self._require_leader()
+        now = self.clock.now()
+        view, lay = self.state.build_view(now)
+        dec = Decision(actions=actions, reasons={}, default_reason="waiting")
+        check_decision(view, dec, now)
+        ch = Changes()
+        saved = {j.id: j.reason for j in self.state.queue()}
+        res = self.actuator.apply(dec, view, lay, now, ch)
+        for rec in self.state.queue():  # an operator action does not change waiting reasons
+            rec.reason = saved.get(rec.id, rec.reason)
+            ch.jobs.pop(rec.id, None)
+        if res.skipped:
+            raise Conflict(what=f"{actions[0].kind} of job {actions[0].job_id}", problem=res.skipped[0][1])
+        ch.events.append("operator action")
+        self.commit(ch)
+        return res, ch
+
+    def migrate_job(self, job_id: str, to_node: str) -> OperationRecord:
+        rec = self.job(job_id)
+        node = self.node(to_node)
+        if rec.state != "running" or rec.migrating:
+            raise Conflict(what=f"job {job_id}", problem=f"is {rec.state}{' and migrating' if rec.migrating else ''}")
+        if node.state != "ready":
+            raise Conflict(what=f"node {to_node}", problem=f"is {node.state}")
+        view, lay = self.state.build_view(self.clock.now())
+        off = lay.offset[to_node]
+        free = [off + c for c in range(node.cores) if (off + c) in view.idle_fg]
+        procs = len(rec.placement)
+        if len(free) < procs:
+            raise Conflict(what=f"node {to_node}", problem=f"has {len(free)} free fg cores, job needs {procs}")
+        act = Migrate(job_id=job_id, cores=tuple(free[:procs]), tier=Tier.FG)
+        saved = self.config.migration
+        # an operator's migration is not subject to min_gain_s, but is to the concurrency limits
+        self.actuator.limits = type(saved)(saved.max_per_host, saved.max_per_cluster, 0.0, False, saved.timeout_s)
+        try:
+            _res, ch = self._operator_decision((act,))
+        finally:
+            self.actuator.limits = saved
+        ops = [o for o in ch.ops.values() if o.kind == "migrate"]
+        if ops:
+            ops[0].detail["origin"] = "operator"
+            return ops[0]
+        return OperationRecord(id=f"local-{job_id}", kind="migrate", job_id=job_id, state="done",
+                               created=self.clock.now(), updated=self.clock.now(), detail={})
+
+    def set_vm_priority(self, vm_name: str, tier: str | None, weight: int | None, cap: float | None,
+                        cap_given: bool, pin: int | None) -> str:
+        """Operator change of one job VM; returns the node. Tier changes apply to the whole job (all its
+        processes share one tier) as Promote/Demote through the invariant checker."""
+        from vmctl.daemon.state import parse_vm_name
+
+        parsed = parse_vm_name(vm_name)
+        rec = self.state.jobs.get(parsed[0]) if parsed else None
+        if parsed is None or rec is None or rec.run != parsed[1] or rec.state not in ACTIVE \
+                or parsed[2] >= len(rec.placement):
+            raise NotFound(kind="vm", name=vm_name)
+        idx = parsed[2]
+        actions: list[Any] = []
+        if tier is not None and tier != rec.tier:
+            actions.append(Promote(job_id=rec.id) if tier == "fg" else Demote(job_id=rec.id))
+        if cap_given:
+            actions.append(SetCap(job_id=rec.id, cap=cap))
+        if pin is not None:
+            node, _c = rec.placement[idx]
+            n = self.node(node)
+            if not 0 <= pin < n.cores:
+                raise ValidationError(field="pin", problem=f"core {pin} not in 0..{n.cores - 1} on {node}")
+            lay = self.state.layout()
+            cores = [lay.offset[p[0]] + p[1] for p in rec.placement]
+            cores[idx] = lay.offset[node] + pin
+            actions.append(Migrate(job_id=rec.id, cores=tuple(cores), tier=Tier(tier or rec.tier or "fg")))
+        if actions:
+            self._operator_decision(tuple(actions))
+        if weight is not None:
+            ch = Changes()
+            rec.weight = weight
+            self.actuator.touch(ch, rec)
+            self.commit(ch)
+        return rec.placement[idx][0]
+
+    # ------------------------------------------------------------------ housekeeping + decisions
+    def housekeeping(self, now: float, ch: Changes) -> None:
+        st = self.state
+        for n in st.nodes.values():
+            if n.state in ("ready", "draining") and now - n.last_seen > self.config.node_timeout_s:
+                n.state = "lost"
+                ch.nodes[n.name] = n
+                ch.events.append(f"node {n.name} lost")
+                log.warning("node %s lost (last seen %.1fs ago)", n.name, now - n.last_seen)
+                for job in st.jobs_on(n.name):
+                    if job.migrating:
+                        op = st.ops.get(job.migrating)
+                        if op is not None:
+                            srcs = {str(m["from"][0]) for m in op.detail.get("moves", [])}
+                            if n.name not in srcs:  # the target died: go back to the source
+                                self.actuator.rollback_migration(op, job, now, ch, f"node {n.name} lost")
+                                continue
+                    self.actuator.stop_job(ch, job, now, "queued", f"requeued: node {n.name} lost")
+                st.nodes_changed()
+            elif n.state == "draining" and not st.jobs_on(n.name):
+                n.state = "drained"
+                ch.nodes[n.name] = n
+        for op in [o for o in st.ops.values() if o.state == "pending" and o.kind == "migrate"]:
+            if now - op.created > self.config.migration.timeout_s:
+                mj = st.jobs.get(op.job_id)
+                if mj is not None:
+                    self.actuator.rollback_migration(op, mj, now, ch, "timed out")
+        if self.config.kill_at_estimate:
+            for job in st.active():
+                over = st.progress(job, now) > float(job.spec["estimate"]) + self.config.estimate_grace_s
+                if job.state == "running" and job.tier == "fg" and not job.migrating and over:
+                    self.actuator.stop_job(ch, job, now, "killed", "killed: ran past its estimate")
+
+    def run_once(self) -> float | None:
+        """One pass: housekeeping, then (if anything happened or a wake time passed) one decision.
+        Returns when the daemon wants the next pass at the latest."""
+        if not self.leader:
+            return None
+        now = self.clock.now()
+        ch = Changes()
+        self.housekeeping(now, ch)
+        if ch.any():
+            self.commit(ch)
+            self.dirty = True
+        due = self.wake_at is not None and now >= self.wake_at
+        if self.dirty or due:
+            self.decide(now)
+        nxt = now + self.config.tick_s
+        if self.wake_at is not None:
+            nxt = min(nxt, self.wake_at)
+        return nxt
+
+    def decide(self, now: float) -> Decision:
+        import time as _time
+
+        assert self.policy is not None
+        t0 = _time.perf_counter()
+        self.dirty = False
+        view, lay = self.state.build_view(now)
+        decision = self.policy.decide(view, now)
+        check_decision(view, decision, now)
+        self.last_decision = decision
+        self.wake_at = decision.wake_at if decision.wake_at is not None and math.isfinite(decision.wake_at) else None
+        if self.config.migration.dry_run:
+            if decision.actions:
+                log.info("dry-run: would apply %s", ", ".join(f"{a.kind} {a.job_id}" for a in decision.actions))
+            self.last_result = ApplyResult(skipped=[(a, "dry-run") for a in decision.actions])
+            return decision
+        ch = Changes()
+        res = self.actuator.apply(decision, view, lay, now, ch)
+        self.last_result = res
+        self.skipped_total += len(res.skipped)
+        self.commit(ch)
+        self.decisions += 1
+        self.decision_seconds.append(_time.perf_counter() - t0)
+        if len(self.decision_seconds) > 1000:
+            del self.decision_seconds[:500]
+        return decision
+
+    # ------------------------------------------------------------------ explain
+    def explain(self, job_id: str) -> dict[str, Any]:
+        rec = self.job(job_id)
+        pos: int | None = None
+        if rec.state == "queued":
+            ids = [j.id for j in self.state.queue()]
+            pos = ids.index(rec.id) if rec.id in ids else None
+        res = None
+        d = self.last_decision
+        if d is not None and d.reservation is not None:
+            r = d.reservation
+            res = {"job_id": r.job_id, "shadow_time": r.shadow_time, "extra_cores": r.extra_cores}
+        return {"job_id": rec.id, "state": rec.state, "reason": rec.reason, "reservation": res, "queue_position": pos}
+
+    def view(self) -> ClusterView:
+        return self.state.build_view(self.clock.now())[0]

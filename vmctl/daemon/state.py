@@ -1,0 +1,361 @@
+"""The daemon's in-memory cluster state and the ``ClusterView`` a policy sees.
+
+``ClusterState`` holds every job, node and open operation (loaded from the store at start, written
+through on every change) plus what the agents last reported (``observed``, memory only: agents
+report their full state again after a daemon restart). Per-node desired state is *derived* from the
+job records (``desired_vms``): level-based, so restoring the records restores the desired state.
+
+Core numbering: nodes sorted by name, each contributing ``cores`` consecutive global indexes
+(``Layout``). Cores of nodes that are not ``ready`` are in the view but not ``usable``.
+
+Progress of a running job (dedicated-core seconds received in the current run) is a model, since a
+real guest does not report it: ``progress_base`` (work up to ``tier_since``) plus the elapsed time
+times the pace: 1 in fg, and in bg what the fg VMs of its cores leave (``1 - fg_util``, measured).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from vmctl.model import (
+    ClusterView,
+    Job,
+    MigrationSpec,
+    NodeObserved,
+    PowerState,
+    ProcessSpec,
+    RunningJob,
+    Tier,
+    VmDesired,
+    VmRole,
+)
+from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
+
+ACTIVE = ("running", "suspended")
+TERMINAL = ("done", "killed", "failed", "cancelled")
+VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    names: tuple[str, ...]
+    offset: dict[str, int]
+    cores: dict[str, int]
+    total: int
+    node_of_core: tuple[str, ...]
+    local_core: tuple[int, ...]
+
+    @classmethod
+    def build(cls, nodes: Iterable[NodeRecord]) -> Layout:
+        names = tuple(sorted(n.name for n in nodes))
+        by = {n.name: n for n in nodes}
+        offset: dict[str, int] = {}
+        node_of: list[str] = []
+        local: list[int] = []
+        total = 0
+        for name in names:
+            offset[name] = total
+            c = by[name].cores
+            node_of.extend([name] * c)
+            local.extend(range(c))
+            total += c
+        return cls(names, offset, {n: by[n].cores for n in names}, total, tuple(node_of), tuple(local))
+
+    def global_core(self, node: str, core: int) -> int | None:
+        off = self.offset.get(node)
+        if off is None or not 0 <= core < self.cores[node]:
+            return None
+        return off + core
+
+
+@dataclass(slots=True)
+class DesiredSettings:
+    fg_weight: int = 10000
+    bg_weight: int = 1
+    memory_mib: int = 64
+    checkpoint_dir: str = "/var/lib/vmctl/checkpoints"
+
+
+@dataclass(slots=True)
+class ClusterState:
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    ops: dict[str, OperationRecord] = field(default_factory=dict)
+    observed: dict[str, NodeObserved] = field(default_factory=dict)
+    desired: dict[str, tuple[VmDesired, ...]] = field(default_factory=dict)
+    generation: dict[str, int] = field(default_factory=dict)
+    next_seq: int = 1
+    next_op: int = 1
+    settings: DesiredSettings = field(default_factory=DesiredSettings)
+    _queue: list[str] = field(default_factory=list)
+    _queue_dirty: bool = True
+    _layout: Layout | None = None
+    _node_jobs: dict[str, set[str]] = field(default_factory=dict)
+    _job_nodes: dict[str, frozenset[str]] = field(default_factory=dict)
+    _job_cache: dict[str, Job] = field(default_factory=dict)
+    _util: dict[str, float] = field(default_factory=dict)  # VM name -> last reported utilization
+    _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
+
+    # ------------------------------------------------------------------ loading
+    def load(self, jobs: Iterable[JobRecord], nodes: Iterable[NodeRecord], ops: Iterable[OperationRecord],
+             desired: dict[str, tuple[int, tuple[VmDesired, ...]]]) -> None:
+        self.jobs = {j.id: j for j in jobs}
+        self.nodes = {n.name: n for n in nodes}
+        self.ops = {o.id: o for o in ops}
+        self.desired = {n: vms for n, (_g, vms) in desired.items()}
+        self.generation = {n: g for n, (g, _v) in desired.items()}
+        for n in self.nodes.values():
+            self.generation[n.name] = max(self.generation.get(n.name, 0), n.generation)
+        self.next_seq = max((j.seq for j in self.jobs.values()), default=0) + 1
+        nums = [int(o.id[2:]) for o in self.ops.values() if o.id.startswith("op") and o.id[2:].isdigit()]
+        self.next_op = max(nums, default=0) + 1
+        self._queue_dirty = True
+        self._layout = None
+        self._node_jobs = {}
+        self._job_nodes = {}
+        self._job_cache = {}
+        self._active = set()
+        for j in self.jobs.values():
+            self.reindex(j)
+
+    # ------------------------------------------------------------------ indexes
+    def nodes_of(self, job: JobRecord) -> frozenset[str]:
+        if job.state not in ACTIVE or not job.placement:
+            return frozenset()
+        out = {n for n, _c in job.placement}
+        if job.migrating:
+            op = self.ops.get(job.migrating)
+            if op is not None:
+                out.update(str(m["from"][0]) for m in op.detail.get("moves", []))
+        return frozenset(out)
+
+    def reindex(self, job: JobRecord) -> set[str]:
+        """Update the node -> jobs index after ``job`` changed; return every node whose desired state
+        may have changed (old and new)."""
+        old = self._job_nodes.get(job.id, frozenset())
+        new = self.nodes_of(job)
+        if job.state in ACTIVE:
+            self._active.add(job.id)
+        else:
+            self._active.discard(job.id)
+        for n in old - new:
+            self._node_jobs.get(n, set()).discard(job.id)
+        for n in new - old:
+            self._node_jobs.setdefault(n, set()).add(job.id)
+        if new:
+            self._job_nodes[job.id] = new
+        else:
+            self._job_nodes.pop(job.id, None)
+        self._queue_dirty = True
+        return set(old | new)
+
+    def jobs_on(self, node: str) -> list[JobRecord]:
+        return [self.jobs[j] for j in sorted(self._node_jobs.get(node, ()))]
+
+    def layout(self) -> Layout:
+        if self._layout is None:
+            self._layout = Layout.build(self.nodes.values())
+        return self._layout
+
+    def nodes_changed(self) -> None:
+        self._layout = None
+
+    def queue(self) -> list[JobRecord]:
+        if self._queue_dirty:
+            q = [j for j in self.jobs.values() if j.state == "queued"]
+            q.sort(key=lambda j: (j.submit_time, j.seq))
+            self._queue = [j.id for j in q]
+            self._queue_dirty = False
+        return [self.jobs[i] for i in self._queue]
+
+    def mark_queue_dirty(self) -> None:
+        self._queue_dirty = True
+
+    def job_obj(self, rec: JobRecord) -> Job:
+        j = self._job_cache.get(rec.id)
+        if j is None:
+            j = rec.to_job()
+            self._job_cache[rec.id] = j
+        return j
+
+    def active(self) -> list[JobRecord]:
+        return [self.jobs[i] for i in sorted(self._active)]
+
+    def set_observed(self, obs: NodeObserved) -> None:
+        self.observed[obs.node] = obs
+        for v in obs.vms:
+            self._util[v.name] = v.utilization
+
+    def vm_util(self, name: str) -> float | None:
+        return self._util.get(name)
+
+    # ------------------------------------------------------------------ progress
+    def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
+        if job.state != "running" or job.suspended or job.checkpointed or job.migrating:
+            return 0.0
+        if job.tier == Tier.FG.value:
+            return 1.0
+        # bg: what the fg VMs of its cores leave
+        utils: list[float] = []
+        for n, c in job.placement:
+            fg_owner = self.fg_owner(n, c)
+            if fg_owner is None:
+                utils.append(0.0)
+                continue
+            o = self.jobs[fg_owner]
+            idx = next((i for i, p in enumerate(o.placement) if p == (n, c)), 0)
+            u = self.vm_util(o.vm_name(idx))
+            utils.append(o.to_job().usage_of(idx) if u is None else u)
+        return max(0.0, 1.0 - max(utils, default=0.0))
+
+    def progress(self, job: JobRecord, now: float) -> float:
+        if job.tier_since is None:
+            return job.progress_base
+        return job.progress_base + max(0.0, now - job.tier_since) * self.pace(job)
+
+    def fg_owner(self, node: str, core: int) -> str | None:
+        for jid in self._node_jobs.get(node, ()):
+            j = self.jobs[jid]
+            if j.tier == "fg" and not j.checkpointed and (node, core) in j.placement:
+                return jid
+        return None
+
+    # ------------------------------------------------------------------ the view
+    def build_view(self, now: float) -> tuple[ClusterView, Layout]:
+        lay = self.layout()
+        total = lay.total
+        fg: list[str | None] = [None] * total
+        bg: list[str | None] = [None] * total
+        util = [0.0] * total
+        usable = [False] * total
+        for name in lay.names:
+            if self.nodes[name].state == "ready":
+                off = lay.offset[name]
+                for c in range(lay.cores[name]):
+                    usable[off + c] = True
+        running: dict[str, RunningJob] = {}
+        active = [self.jobs[i] for i in sorted(self._active)]
+        for rec in active:
+            cores: list[int] = []
+            for i, (n, c) in enumerate(rec.placement):
+                g = lay.global_core(n, c)
+                if g is None:
+                    continue
+                cores.append(g)
+                if rec.checkpointed:
+                    continue
+                if rec.tier == "fg":
+                    fg[g] = rec.id
+                    u = self.vm_util(rec.vm_name(i))
+                    util[g] = self.job_obj(rec).usage_of(i) if u is None else u
+                else:
+                    bg[g] = rec.id
+            if rec.migrating:
+                # the source slots stay reserved until the migration is confirmed or rolled back
+                op = self.ops.get(rec.migrating)
+                src_tier = str(op.detail.get("from_tier") or rec.tier) if op else rec.tier
+                arr = fg if src_tier == "fg" else bg
+                for m in op.detail.get("moves", []) if op else []:
+                    g = lay.global_core(str(m["from"][0]), int(m["from"][1]))
+                    if g is not None and arr[g] is None:
+                        arr[g] = rec.id
+        for rec in active:
+            if len(rec.placement) == 0:
+                continue
+            cores_t = tuple(g for g in (lay.global_core(n, c) for n, c in rec.placement) if g is not None)
+            if len(cores_t) != len(rec.placement):
+                continue
+            tier = Tier(rec.tier or "fg")
+            prog = self._progress_with(rec, now, util, lay)
+            job = self.job_obj(rec)
+            end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == "running" else math.inf
+            running[rec.id] = RunningJob(
+                job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
+                tier_since=rec.tier_since or now, progress=prog, expected_end=end,
+                suspended=rec.suspended or rec.checkpointed,
+            )
+        queue = [self.job_obj(r) for r in self.queue()]
+        idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
+        idle_bg = {c for c in range(total) if usable[c] and bg[c] is None}
+        view = ClusterView(
+            total_cores=total, queue=queue, running=running, fg_job=fg, bg_job=bg, idle_fg=idle_fg,
+            idle_bg=idle_bg, fg_util=util, usable=usable, node_of_core=lay.node_of_core,
+            local_core=lay.local_core, node_names=lay.names,
+        )
+        return view, lay
+
+    def _progress_with(self, rec: JobRecord, now: float, util: list[float], lay: Layout) -> float:
+        if rec.tier_since is None:
+            return rec.progress_base
+        if rec.state != "running" or rec.suspended or rec.checkpointed or rec.migrating:
+            pace = 0.0
+        elif rec.tier == "fg":
+            pace = 1.0
+        else:
+            us = [util[g] for g in (lay.global_core(n, c) for n, c in rec.placement) if g is not None]
+            pace = max(0.0, 1.0 - max(us, default=0.0))
+        return rec.progress_base + max(0.0, now - rec.tier_since) * pace
+
+    # ------------------------------------------------------------------ desired state
+    def desired_vms(self, node: str) -> tuple[VmDesired, ...]:
+        s = self.settings
+        out: list[VmDesired] = []
+        for rec in self.jobs_on(node):
+            job = self.job_obj(rec)
+            role = VmRole.FG if rec.tier == "fg" else VmRole.BG
+            weight = rec.weight if rec.weight is not None else (s.fg_weight if role is VmRole.FG else s.bg_weight)
+            moves: dict[int, dict[str, object]] = {}
+            op = self.ops.get(rec.migrating) if rec.migrating else None
+            if op is not None:
+                moves = {int(m["index"]): m for m in op.detail.get("moves", [])}
+            tasks = rec.spec.get("tasks") or []
+            for i, (n, c) in enumerate(rec.placement):
+                name = rec.vm_name(i)
+                t = tasks[i] if i < len(tasks) else {}
+                proc = ProcessSpec(
+                    job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
+                    work_seconds=float(t.get("work_seconds", rec.spec.get("work_seconds", 0.0))),
+                    cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
+                )
+                power = PowerState.RUNNING
+                ckpt: str | None = None
+                if rec.checkpointed:
+                    power = PowerState.SAVED
+                    ckpt = f"{s.checkpoint_dir}/{name}.save"
+                elif rec.suspended:
+                    power = PowerState.PAUSED
+                if rec.restore_pending:
+                    ckpt = ckpt or f"{s.checkpoint_dir}/{name}.save"
+                mv = moves.get(i)
+                mig: MigrationSpec | None = None
+                core = c
+                if mv is not None:
+                    src = mv["from"]
+                    dst = mv["to"]
+                    assert isinstance(src, list | tuple) and isinstance(dst, list | tuple)
+                    if src[0] != dst[0]:
+                        mig = MigrationSpec(
+                            migration_id=str(op.id) if op else "", source_node=str(src[0]),
+                            target_node=str(dst[0]), target_core=int(dst[1]), phase="requested",
+                            mode="checkpoint" if str(mv.get("mode", "live")) == "checkpoint" else "live",
+                        )
+                        if node == src[0] and n != node:
+                            core = int(src[1])
+                if n != node and mig is None:
+                    continue
+                out.append(VmDesired(
+                    name=name, core=core, role=role, weight=weight, cap=rec.cap, power=power, process=proc,
+                    checkpoint_path=ckpt, migration=mig, memory_mib=s.memory_mib,
+                ))
+        out.sort(key=lambda v: v.name)
+        return tuple(out)
+
+
+def parse_vm_name(name: str) -> tuple[str, int, int] | None:
+    m = VM_NAME.match(name)
+    if m is None:
+        return None
+    return m.group("job"), int(m.group("run")), int(m.group("index"))
