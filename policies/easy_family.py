@@ -589,13 +589,16 @@ class _TwoTier(SchedulingPolicy):
             break
 
         # Step 3: SJF over the remaining queued jobs into bg slots.
-        self._fill_bg(st, view, now, started)
+        for jid in self._fill_bg(st, view, now, started):
+            reasons.pop(jid, None)
         return Decision(actions=tuple(st.actions), reasons=reasons, default_reason=default_reason)
 
-    def _fill_bg(self, st: _Pass, view: ClusterView, now: float, started: set[str]) -> None:
+    def _fill_bg(self, st: _Pass, view: ClusterView, now: float, started: set[str]) -> list[str]:
+        """Step 3; returns the ids of the jobs started in bg."""
+        out: list[str] = []
         queue = view.queue
         if len(queue) <= len(started):
-            return
+            return out
         thr = self._threshold
         slots = [
             c
@@ -604,14 +607,14 @@ class _TwoTier(SchedulingPolicy):
         ]
         free = len(slots)
         if free == 0:
-            return
+            return out
         cand = [
             (job.estimate, job.submit_time, job.id, job)
             for job in queue
             if job.procs <= free and job.id not in started and job.submit_time <= now
         ]
         if not cand:
-            return
+            return out
         heapq.heapify(cand)
         slots.sort(reverse=True)
         slots.sort(key=lambda c: self._fg_util(st, c))
@@ -626,6 +629,8 @@ class _TwoTier(SchedulingPolicy):
             pos += job.procs
             free -= job.procs
             st.actions.append(StartBg(job.id, tuple(cores)))
+            out.append(job.id)
+        return out
 
 
 @register

@@ -156,7 +156,8 @@ def view_t11() -> ClusterView:
 
 def test_t11_keasy_restarts_the_head_j9_on_p1() -> None:
     d = run("keasy", view_t11(), 11.0)
-    assert d.actions[:2] == (Kill("J09", requeue=True, reason="restarted in the fg tier (KEASY)"), StartFg("J09", (P1,)))
+    kill = Kill("J09", requeue=True, reason="restarted in the fg tier (KEASY)")
+    assert d.actions[:2] == (kill, StartFg("J09", (P1,)))
 
 
 def test_t11_reasy_reserves_for_the_bg_head_j9() -> None:
