@@ -34,7 +34,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -156,7 +156,7 @@ class _Run:
     blocked_until))`` for ``t >= t0``)."""
 
     __slots__ = (
-        "blocked_until", "cores", "idx", "job", "p0", "rate", "snap", "snap_stamp", "start_time", "t0",
+        "blocked_until", "cores", "idx", "job", "p0", "rate", "snap", "start_time", "t0",
         "tier", "tier_since", "version",
     )
 
@@ -173,7 +173,6 @@ class _Run:
         self.blocked_until = now
         self.version = 0
         self.snap: RunningJob | None = None
-        self.snap_stamp = -1
 
     def progress_at(self, t: float) -> float:
         start = self.t0 if self.t0 > self.blocked_until else self.blocked_until
@@ -184,8 +183,36 @@ class _Run:
         self.t0 = t
 
 
+class _LiveRunningJob(RunningJob):
+    """A RunningJob whose ``progress`` and ``expected_end`` are computed when read, as of the
+    simulator's current time. It is built once per placement (``_Simulator._snapshot``) and handed out
+    until the job moves, so a policy or the invariant checker walking ``view.running`` costs a dict
+    walk, not one object per running job per pass. Its other fields are plain frozen slots."""
+
+    __slots__ = ("_run", "_sim")
+    _run: _Run
+    _sim: Simulator
+
+    @property
+    def progress(self) -> float:
+        return self._run.progress_at(self._sim.now)
+
+    @property
+    def expected_end(self) -> float:
+        run = self._run
+        if run.tier is not Tier.FG:
+            return _INF
+        now = self._sim.now
+        begin = run.blocked_until if run.blocked_until > now else now
+        return begin + run.job.estimate - run.progress_at(now)
+
+    def __repr__(self) -> str:
+        return (f"RunningJob(id={self.job.id!r}, tier={self.tier.value}, cores={self.cores}, "
+                f"progress={self.progress:.3f}, expected_end={self.expected_end:.3f})")
+
+
 class _RunningView(Mapping[str, RunningJob]):
-    """Live ``ClusterView.running``: builds a job's RunningJob on first access in a pass."""
+    """Live ``ClusterView.running`` (see :class:`_LiveRunningJob`)."""
 
     __slots__ = ("_sim",)
 
@@ -193,7 +220,24 @@ class _RunningView(Mapping[str, RunningJob]):
         self._sim = sim
 
     def __getitem__(self, key: str) -> RunningJob:
-        return self._sim._snapshot(self._sim._runs[key])
+        run = self._sim._runs[key]
+        snap = run.snap
+        return snap if snap is not None else self._sim._snapshot(run)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        run = self._sim._runs.get(key)
+        if run is None:
+            return default
+        snap = run.snap
+        return snap if snap is not None else self._sim._snapshot(run)
+
+    def values(self) -> Any:
+        snapshot = self._sim._snapshot
+        return [r.snap if r.snap is not None else snapshot(r) for r in self._sim._runs.values()]
+
+    def items(self) -> Any:
+        snapshot = self._sim._snapshot
+        return [(k, r.snap if r.snap is not None else snapshot(r)) for k, r in self._sim._runs.items()]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._sim._runs)
@@ -309,19 +353,17 @@ class Simulator:
     # ------------------------------------------------------------------ view support
 
     def _snapshot(self, run: _Run) -> RunningJob:
-        if run.snap_stamp == self._stamp and run.snap is not None:
-            return run.snap
-        now = self.now
-        progress = run.progress_at(now)
-        if run.tier is Tier.FG:
-            begin = run.blocked_until if run.blocked_until > now else now
-            expected = begin + run.job.estimate - progress
-        else:
-            expected = _INF
-        snap = RunningJob(job=run.job, tier=run.tier, cores=run.cores, start_time=run.start_time,
-                          tier_since=run.tier_since, progress=progress, expected_end=expected)
+        snap = _LiveRunningJob.__new__(_LiveRunningJob)
+        setattr_ = object.__setattr__
+        setattr_(snap, "job", run.job)
+        setattr_(snap, "tier", run.tier)
+        setattr_(snap, "cores", run.cores)
+        setattr_(snap, "start_time", run.start_time)
+        setattr_(snap, "tier_since", run.tier_since)
+        setattr_(snap, "suspended", False)
+        setattr_(snap, "_run", run)
+        setattr_(snap, "_sim", self)
         run.snap = snap
-        run.snap_stamp = self._stamp
         return snap
 
     # ------------------------------------------------------------------ rates and events
@@ -379,6 +421,7 @@ class Simulator:
         jid = run.job.id
         run.tier = tier
         run.cores = cores
+        run.snap = None
         if tier is Tier.FG:
             usage = self._usage[run.idx]
             for p, c in enumerate(cores):

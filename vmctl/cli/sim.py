@@ -1,0 +1,201 @@
+"""``vmctl sim``: run the scheduling policies on a simulated two-tier cluster (offline; no daemon).
+
+    vmctl sim run --trace ../shared/data/traces/KTH-SP2-1996-2.1-cln.swf.gz --policy easy
+    vmctl sim run --model feitelson96 --jobs 20000 --procs 320 --load 0.8 --policy measy --output json
+    vmctl sim sweep --model feitelson96 --jobs 20000 --policies easy,keasy,reasy,measy \\
+        --loads 0.5,0.6,0.7,0.8,0.9,0.95 --out results/fw
+
+Bad input (missing or malformed trace, unknown policy or parameter) raises a vmctl error, which
+``vmctl.cli.main`` prints as ``error: <reference>: message`` with exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from vmctl.errors import PolicyParameterError, ValidationError
+from vmctl.policies.registry import policy_class
+
+
+def _parse_params(policy: str, items: tuple[str, ...]) -> dict[str, Any]:
+    """``k=v`` pairs, converted to the type the policy declares for ``k``."""
+    cls = policy_class(policy)
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise PolicyParameterError(policy=policy, param=item, problem="expected key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if key not in cls.parameters:
+            known = ", ".join(sorted(cls.parameters)) or "none"
+            raise PolicyParameterError(policy=policy, param=key, problem=f"unknown (known: {known})")
+        kind = cls.parameters[key][0]
+        try:
+            if kind is bool:
+                low = raw.strip().lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(raw)
+                value: Any = low in ("true", "1", "yes")
+            else:
+                value = kind(raw)
+        except ValueError:
+            raise PolicyParameterError(policy=policy, param=key,
+                                       problem=f"{raw!r} is not a valid {kind.__name__}") from None
+        out[key] = value
+    return out
+
+
+def _floats(option: str, text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValidationError(field=option, problem=f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _ints(option: str, text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValidationError(field=option, problem=f"expected comma-separated integers, got {text!r}") from None
+
+
+def _spec(trace: str | None, model: str | None, jobs: int | None, procs: int | None, load: float | None,
+          seed: int, cpu_usage: str) -> Any:
+    from vmctl.sim.sweep import WorkloadSpec
+
+    if (trace is None) == (model is None):
+        raise ValidationError(field="--trace/--model", problem="give exactly one of --trace FILE and --model NAME")
+    return WorkloadSpec(trace=trace, model=model, jobs=jobs, procs=procs, load=load, seed=seed,
+                        cpu_usage="full" if cpu_usage == "full" else "paper")
+
+
+@click.group()
+def sim() -> None:
+    """Simulate scheduling policies on a two-tier (fg/bg) cluster."""
+
+
+_workload_options = [
+    click.option("--trace", type=str, default=None, help="SWF trace file (.swf or .swf.gz)."),
+    click.option("--model", type=click.Choice(["feitelson96", "jann97", "lublin99"]), default=None,
+                 help="Workload model instead of a trace."),
+    click.option("--jobs", type=int, default=None, help="Number of jobs (model: generate; trace: first N)."),
+    click.option("--procs", type=int, default=None, help="Machine size; overrides the trace header (model: 320)."),
+    click.option("--cpu-usage", type=click.Choice(["paper", "full"]), default="paper", show_default=True,
+                 help="Actual process CPU usage: paper = 100 % one-process, U(40,100) % multi; full = 100 %."),
+    click.option("--no-cpu-info", is_flag=True, help="The policy does not see the CPU usage (sec. 3.5.1)."),
+]
+
+
+def _with_workload_options(f: Any) -> Any:
+    for opt in reversed(_workload_options):
+        f = opt(f)
+    return f
+
+
+@sim.command("run")
+@_with_workload_options
+@click.option("--load", type=float, default=None, help="Offered load (rescales inter-arrival times).")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model and every random draw.")
+@click.option("--policy", required=True, help="Policy name (see vmctl policy list / registry).")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="Policy parameter (repeatable).")
+@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int | None, cpu_usage: str,
+            no_cpu_info: bool, load: float | None, seed: int, policy: str, params: tuple[str, ...],
+            output: str) -> None:
+    """Run one policy over one workload and print the metrics."""
+    from vmctl.sim import report
+    from vmctl.sim.sweep import build_workload, run_one
+
+    parsed = _parse_params(policy, params)
+    spec = _spec(trace, model, jobs, procs, load, seed, cpu_usage)
+    t0 = time.perf_counter()
+    built = build_workload(spec)
+    show_bar = output == "table" and sys.stderr.isatty() and len(built.jobs) >= 5000
+    if show_bar:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(f"{policy}", total=len(built.jobs))
+            result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built,
+                             on_progress=lambda done, total: bar.update(task, completed=done))
+    else:
+        result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built)
+    wall = time.perf_counter() - t0
+    if output == "json":
+        click.echo(report.to_json(result, {"wall_s": round(wall, 3), "cpu_info": not no_cpu_info,
+                                           "cpu_usage": cpu_usage, "load": load}))
+    else:
+        report.print_table(result)
+        click.echo(f"wall time {wall:.2f} s", err=True)
+
+
+@sim.command("sweep")
+@_with_workload_options
+@click.option("--policies", default="easy,keasy,reasy,measy", show_default=True, help="Comma-separated policies.")
+@click.option("--loads", default=None, help="Comma-separated loads, e.g. 0.5,0.6,0.7,0.8,0.9,0.95 (default: as is).")
+@click.option("--seeds", default="1", show_default=True, help="Comma-separated seeds.")
+@click.option("--migration-costs", default=None, help="Comma-separated migration costs (s) for policies that take one.")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="Parameter for every policy that has it.")
+@click.option("--workers", type=int, default=None, help="Parallel processes (default: number of cores).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--no-plots", is_flag=True, help="Write results.csv only.")
+def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int | None, cpu_usage: str,
+              no_cpu_info: bool, policies: str, loads: str | None, seeds: str, migration_costs: str | None,
+              params: tuple[str, ...], workers: int | None, out_dir: str, no_plots: bool) -> None:
+    """Run policies x loads x seeds (x migration costs) in parallel; write results.csv and plots."""
+    from vmctl.sim.sweep import sweep, sweep_points, write_csv
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        raise ValidationError(field="--policies", problem="no policy given")
+    shared: dict[str, Any] = {}
+    for name in names:
+        cls = policy_class(name)
+        for item in params:
+            key = item.split("=", 1)[0].strip()
+            if key in cls.parameters:
+                shared.update(_parse_params(name, (item,)))
+    for item in params:
+        key = item.split("=", 1)[0].strip()
+        if key not in shared:
+            raise PolicyParameterError(policy=",".join(names), param=key, problem="no listed policy takes it")
+    load_list: list[float | None] = list(_floats("--loads", loads)) if loads else [None]
+    seed_list = _ints("--seeds", seeds)
+    costs = _floats("--migration-costs", migration_costs) if migration_costs else []
+    if workers is not None and workers <= 0:
+        raise ValidationError(field="--workers", problem=f"must be > 0, got {workers}")
+    spec = _spec(trace, model, jobs, procs, None, seed_list[0] if seed_list else 1, cpu_usage)
+    if spec.trace is not None and not Path(spec.trace).exists():
+        from vmctl.errors import TraceFormatError
+
+        raise TraceFormatError(path=spec.trace, line=0, problem="no such file")
+    points = sweep_points(names, load_list, seed_list or [1], costs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    done = 0
+
+    def tick(row: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        click.echo(f"[{done}/{len(points)}] {row['policy']} load={row['load']} seed={row['seed']} "
+                   f"cost={row['migration_cost']}: response {row['avg_response']:.0f} s, bsld "
+                   f"{row['avg_bounded_slowdown']:.2f} ({row['wall_s']:.1f} s)", err=True)
+
+    rows = sweep(spec, points, shared, cpu_info=not no_cpu_info, workers=workers, on_done=tick)
+    write_csv(rows, out / "results.csv")
+    written = [out / "results.csv"]
+    if not no_plots:
+        from vmctl.sim.plots import plot_results
+
+        written += plot_results(rows, out, title=spec.label())
+    click.echo(json.dumps({"runs": len(rows), "wall_s": round(time.perf_counter() - t0, 2),
+                           "files": [str(p) for p in written]}))
