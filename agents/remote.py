@@ -72,6 +72,7 @@ class _Job:
         self.killed = False
         self.channel: paramiko.Channel | None = None
         self.error: str = ""
+        self.exc: VmctlError | None = None
         self.started = 0.0
         self.ended = 0.0
         self.lock = threading.Lock()
@@ -127,6 +128,8 @@ class ParamikoRunner:
         """Run ``command`` in ``host`` and wait for it (at most ``timeout`` seconds)."""
         job = _Job(ProcessSpec(job_id="", index=0, command=command), host)
         self._run_job(job, env or {}, self.settings.command_timeout if timeout is None else timeout)
+        if job.exc is not None:
+            raise job.exc
         if job.error:
             raise RemoteExecError(host=host, problem=job.error)
         assert job.exit_code is not None
@@ -139,7 +142,7 @@ class ParamikoRunner:
         try:
             client = self.connect(job.host)
         except VmctlError as exc:
-            job.error = str(exc)
+            job.error, job.exc = str(exc), exc
             job.exit_code = -1
             return
         try:
@@ -196,7 +199,7 @@ class ParamikoRunner:
             with job.lock:
                 job.tail = buf[-self.settings.tail_bytes:]
         except VmctlError as exc:
-            job.error = str(exc)
+            job.error, job.exc = str(exc), exc
             job.exit_code = -1
         except (paramiko.SSHException, OSError, EOFError) as exc:
             job.error = f"ssh session failed: {exc or type(exc).__name__}"

@@ -1,0 +1,252 @@
+"""ParamikoRunner and SFTP checkpoint transfer against a REAL sshd on loopback.
+
+The fixture starts ``/usr/sbin/sshd -D -f <tmp config> -p <free port>`` (as root) with a generated
+host key and an authorized client key, and stops it by pid. Skips with a reason when sshd or
+ssh-keygen is missing or we are not root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from vmctl.agents.remote import TIMEOUT_EXIT, ParamikoRunner, SshSettings
+from vmctl.errors import ConfigError, RemoteExecError, RemoteHostKeyError
+from vmctl.model import ProcessSpec
+
+pytestmark = pytest.mark.ssh
+
+SSHD = "/usr/sbin/sshd"
+
+
+@dataclass
+class Sshd:
+    port: int
+    key_file: str
+    known_hosts: str
+    host_pub: str
+    tmp: Path
+
+    def settings(self, **kw: float) -> SshSettings:
+        return SshSettings(user="root", key_file=self.key_file, known_hosts=self.known_hosts, port=self.port,
+                           connect_timeout=kw.get("connect_timeout", 5.0),
+                           command_timeout=kw.get("command_timeout", 30.0))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    if not os.path.exists(SSHD):
+        pytest.skip(f"{SSHD} is not installed (apt-get install openssh-server)")
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("sshd on loopback needs root here")
+    tmp = tmp_path_factory.mktemp("sshd")
+    _keygen(tmp / "host_key")
+    _keygen(tmp / "client_key")
+    (tmp / "authorized_keys").write_text((tmp / "client_key.pub").read_text())
+    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+    port = _free_port()
+    cfg = tmp / "sshd_config"
+    cfg.write_text(
+        f"ListenAddress 127.0.0.1\nHostKey {tmp / 'host_key'}\nAuthorizedKeysFile {tmp / 'authorized_keys'}\n"
+        f"PidFile {tmp / 'sshd.pid'}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nSubsystem sftp internal-sftp\n"
+        "LogLevel ERROR\n")
+    log = open(tmp / "sshd.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg), "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=log)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            if proc.poll() is not None:
+                pytest.skip(f"sshd exited: {(tmp / 'sshd.log').read_text()[-500:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.skip("sshd did not start listening within 10 s")
+                time.sleep(0.05)
+        host_pub = " ".join((tmp / "host_key.pub").read_text().split()[:2])
+        kh = tmp / "known_hosts"
+        kh.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
+        yield Sshd(port=port, key_file=str(tmp / "client_key"), known_hosts=str(kh), host_pub=host_pub, tmp=tmp)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_run_returns_exit_status_output_tail_and_env(sshd: Sshd) -> None:
+    r = ParamikoRunner(sshd.settings())
+    res = r.run("127.0.0.1", 'echo "hello $GREETING"; echo oops >&2; exit 3', env={"GREETING": "wor ld"})
+    assert res.exit_code == 3
+    assert not res.timed_out
+    assert "hello wor ld" in res.output_tail and "oops" in res.output_tail
+    assert "__vmctl_pid" not in res.output_tail
+
+
+def test_output_tail_is_bounded(sshd: Sshd) -> None:
+    r = ParamikoRunner(SshSettings(user="root", key_file=sshd.key_file, known_hosts=sshd.known_hosts,
+                                   port=sshd.port, tail_bytes=100))
+    res = r.run("127.0.0.1", "seq 1 5000")
+    assert res.exit_code == 0
+    assert len(res.output_tail) <= 100
+    assert res.output_tail.rstrip().endswith("5000")
+
+
+def test_run_timeout_kills_the_remote_process(sshd: Sshd, tmp_path: Path) -> None:
+    marker = tmp_path / "survived"
+    r = ParamikoRunner(sshd.settings())
+    t0 = time.monotonic()
+    res = r.run("127.0.0.1", f"sleep 1.2; touch {marker}", timeout=0.3)
+    assert time.monotonic() - t0 < 1.1
+    assert res.timed_out and res.exit_code == TIMEOUT_EXIT
+    time.sleep(1.3)
+    assert not marker.exists(), "the timed-out command kept running"
+
+
+def test_host_key_mismatch_is_rejected(sshd: Sshd, tmp_path: Path) -> None:
+    _keygen(tmp_path / "other")
+    other = " ".join((tmp_path / "other.pub").read_text().split()[:2])
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{sshd.port} {other}\n")
+    r = ParamikoRunner(SshSettings(user="root", key_file=sshd.key_file, known_hosts=str(kh), port=sshd.port))
+    with pytest.raises(RemoteHostKeyError, match="host key mismatch") as ei:
+        r.run("127.0.0.1", "true")
+    assert not ei.value.retryable
+
+
+def test_unknown_host_key_is_rejected(sshd: Sshd, tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    r = ParamikoRunner(SshSettings(user="root", key_file=sshd.key_file, known_hosts=str(kh), port=sshd.port))
+    with pytest.raises(RemoteHostKeyError, match="unknown host key"):
+        r.run("127.0.0.1", "true")
+
+
+def test_wrong_client_key_fails_authentication(sshd: Sshd, tmp_path: Path) -> None:
+    _keygen(tmp_path / "stranger")
+    r = ParamikoRunner(SshSettings(user="root", key_file=str(tmp_path / "stranger"), known_hosts=sshd.known_hosts,
+                                   port=sshd.port))
+    with pytest.raises(RemoteExecError, match="authentication"):
+        r.run("127.0.0.1", "true")
+
+
+def test_connect_timeout_on_a_silent_server(sshd: Sshd) -> None:
+    """A server that accepts but never speaks SSH: the banner timeout ends the attempt."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    conns: list[socket.socket] = []
+
+    def accept() -> None:
+        try:
+            c, _ = srv.accept()
+            conns.append(c)
+        except OSError:
+            pass
+
+    th = threading.Thread(target=accept, daemon=True)
+    th.start()
+    r = ParamikoRunner(SshSettings(user="root", key_file=sshd.key_file, known_hosts=sshd.known_hosts, port=port,
+                                   connect_timeout=0.5))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RemoteExecError) as ei:
+            r.run("127.0.0.1", "true")
+        assert ei.value.retryable
+        assert time.monotonic() - t0 < 4
+    finally:
+        srv.close()
+        for c in conns:
+            c.close()
+
+
+def test_connection_refused_is_a_retryable_error(sshd: Sshd) -> None:
+    r = ParamikoRunner(SshSettings(user="root", key_file=sshd.key_file, known_hosts=sshd.known_hosts,
+                                   port=_free_port(), connect_timeout=1))
+    with pytest.raises(RemoteExecError, match="cannot connect") as ei:
+        r.run("127.0.0.1", "true")
+    assert ei.value.retryable
+
+
+def test_missing_key_file_is_a_config_error(sshd: Sshd, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="key_file"):
+        ParamikoRunner(SshSettings(user="root", key_file=str(tmp_path / "nope"), known_hosts=sshd.known_hosts))
+
+
+def test_process_runner_start_status_and_exit(sshd: Sshd) -> None:
+    r = ParamikoRunner(sshd.settings(), address_of=lambda vm: "127.0.0.1")
+    spec = ProcessSpec(job_id="j7", index=2, command='echo "$VMCTL_JOB_ID/$VMCTL_PROCESS_INDEX"; exit 5')
+    r.start("vm-a", spec)
+    r.start("vm-a", spec)  # idempotent
+    st = r.wait("vm-a", 10)
+    assert st is not None and not st.running
+    assert (st.job_id, st.index, st.exit_code) == ("j7", 2, 5)
+    assert "j7/2" in st.output_tail
+
+
+def test_process_runner_kill_ends_the_process_group(sshd: Sshd, tmp_path: Path) -> None:
+    marker = tmp_path / "after-sleep"
+    r = ParamikoRunner(sshd.settings(), address_of=lambda vm: "127.0.0.1")
+    r.start("vm-b", ProcessSpec(job_id="j8", index=0, command=f"sleep 1; touch {marker}"))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        st = r.status("vm-b")
+        assert st is not None and st.running
+        if r._jobs["vm-b"].pid is not None:
+            break
+        time.sleep(0.02)
+    r.kill("vm-b")
+    assert r.status("vm-b") is None
+    time.sleep(1.2)
+    assert not marker.exists(), "the killed job's child kept running"
+
+
+def test_sftp_transfer_checkpoint(sshd: Sshd, tmp_path: Path) -> None:
+    src = tmp_path / "ckpt.img"
+    payload = os.urandom(300_000)
+    src.write_bytes(payload)
+    dst = tmp_path / "remote" / "ckpt.img"
+    dst.parent.mkdir()
+    r = ParamikoRunner(sshd.settings())
+    assert r.transfer_checkpoint(str(src), "127.0.0.1", str(dst)) == len(payload)
+    assert dst.read_bytes() == payload
+    assert not Path(f"{dst}.part").exists()
+
+
+def test_sftp_transfer_to_a_missing_folder_fails_cleanly(sshd: Sshd, tmp_path: Path) -> None:
+    src = tmp_path / "ckpt.img"
+    src.write_bytes(b"x" * 10)
+    r = ParamikoRunner(sshd.settings())
+    with pytest.raises(RemoteExecError, match="sftp"):
+        r.transfer_checkpoint(str(src), "127.0.0.1", str(tmp_path / "no" / "such" / "dir" / "ckpt.img"))
+    with pytest.raises(RemoteExecError, match="cannot be read"):
+        r.transfer_checkpoint(str(tmp_path / "missing.img"), "127.0.0.1", str(tmp_path / "x"))
