@@ -1,0 +1,204 @@
+"""The agent side of the daemon's HTTP API: a ``DesiredStateSource`` and a ``Reporter`` over HTTPS
+with a client certificate (mTLS, subject ``CN=node:<name>`` issued by the cluster CA).
+
+Agents must not import the daemon, so this speaks plain HTTP (``http.client``) to the routes of
+``vmctl/api/openapi.yaml``:
+
+- ``register(cores, hostname, backend)``: ``POST /v1/agent/nodes/<node>/register``.
+- ``HttpSource``: a background thread long-polls ``GET /v1/agent/nodes/<node>/desired?after=G&wait=W``;
+  the daemon answers as soon as the generation passes G (within 100 ms of the change), the thread
+  keeps the newest document and calls ``on_change`` (the reconciler's ``wake``). ``fetch()`` returns
+  the newest document at once (or, with no thread running, asks once without waiting).
+- ``HttpReporter.report(observed)``: ``POST /v1/agent/nodes/<node>/observed``.
+
+Failures to reach the daemon raise ``DaemonUnavailable`` (retryable: the reconciler backs off and
+keeps the last desired state); an error answer raises ``ApiError`` with the daemon's reference.
+
+    src = HttpSource(AgentEndpoint("https://vmctld:8443", "n1", cert, key, ca))
+    src.register(cores=32, hostname="n1", backend="libvirt")
+    src.start(on_change=reconciler.wake)
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from vmctl.api.wire import desired_from_json, observed_to_json
+from vmctl.errors import ApiError, DaemonUnavailable, ValidationError
+from vmctl.model import NodeDesired, NodeObserved
+
+log = logging.getLogger("vmctl.agent.http")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEndpoint:
+    url: str  # https://host:port
+    node: str
+    cert_file: str
+    key_file: str
+    ca_file: str
+    timeout_s: float = 10.0
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
+        ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+
+class _Conn:
+    """One keep-alive HTTPS connection; reconnects after any failure."""
+
+    def __init__(self, ep: AgentEndpoint) -> None:
+        self.ep = ep
+        u = urlsplit(ep.url)
+        if u.scheme != "https" or not u.hostname:
+            raise ValidationError(field="daemon.url", problem=f"must be https://HOST:PORT, got {ep.url!r}")
+        self.host = u.hostname
+        self.port = u.port or 443
+        self._ctx = ep.ssl_context()
+        self._conn: http.client.HTTPSConnection | None = None
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        for attempt in (1, 2):
+            if self._conn is None:
+                self._conn = http.client.HTTPSConnection(self.host, self.port, context=self._ctx,
+                                                         timeout=timeout or self.ep.timeout_s)
+            else:
+                self._conn.timeout = timeout or self.ep.timeout_s
+                if self._conn.sock is not None:
+                    self._conn.sock.settimeout(self._conn.timeout)
+            try:
+                self._conn.request(method, path, body=data, headers=headers)
+                resp = self._conn.getresponse()
+                raw = resp.read()
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                if attempt == 2 or not isinstance(exc, http.client.RemoteDisconnected | BrokenPipeError |
+                                                  ConnectionResetError):
+                    raise DaemonUnavailable(url=self.ep.url, problem=str(exc) or type(exc).__name__) from exc
+                continue
+            if resp.status == 204 or resp.status == 304 or not raw:
+                return resp.status, None
+            try:
+                doc = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise DaemonUnavailable(url=self.ep.url, problem=f"answer is not JSON ({resp.status})") from exc
+            if resp.status >= 400:
+                err = doc.get("error", {}) if isinstance(doc, dict) else {}
+                raise ApiError(status=resp.status, reference_text=err.get("reference", "?"),
+                               problem=err.get("message", ""))
+            return resp.status, doc
+        raise DaemonUnavailable(url=self.ep.url, problem="no answer")  # pragma: no cover
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class HttpSource:
+    def __init__(self, endpoint: AgentEndpoint, wait_s: float = 30.0) -> None:
+        self.ep = endpoint
+        self.wait_s = wait_s
+        self._conn = _Conn(endpoint)
+        self._lock = threading.Lock()
+        self._desired: NodeDesired | None = None
+        self._error: Exception | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._on_change: Any = None
+        self.fetches = 0
+
+    @property
+    def base(self) -> str:
+        return f"/v1/agent/nodes/{self.ep.node}"
+
+    def register(self, cores: int, hostname: str = "", backend: str = "") -> dict[str, Any]:
+        with self._lock:
+            _s, doc = self._conn.request("POST", f"{self.base}/register",
+                                         {"cores": cores, "hostname": hostname, "backend": backend})
+        return dict(doc["node"]) if isinstance(doc, dict) else {}
+
+    def _poll(self, wait: float, conn: _Conn) -> NodeDesired | None:
+        after = self._desired.generation if self._desired is not None else -1
+        status, doc = conn.request("GET", f"{self.base}/desired?after={after}&wait={wait:g}", timeout=wait + 10)
+        self.fetches += 1
+        if status == 304 or doc is None:
+            return None
+        return desired_from_json(doc)
+
+    def fetch(self) -> NodeDesired | None:
+        if self._thread is not None and self._thread.is_alive():
+            with self._lock:
+                if self._error is not None and self._desired is None:
+                    err, self._error = self._error, None
+                    raise err
+                return self._desired
+        with self._lock:
+            new = self._poll(0.0, self._conn)
+            if new is not None:
+                self._desired = new
+            return self._desired
+
+    def start(self, on_change: Any = None) -> None:
+        """Long-poll in a background thread; ``on_change()`` after every new generation."""
+        self._on_change = on_change
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"desired-{self.ep.node}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.wait_s + 15)
+        self._conn.close()
+
+    def _run(self) -> None:
+        conn = _Conn(self.ep)  # the long-poll has its own connection
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                new = self._poll(self.wait_s, conn)
+                delay = 0.2
+            except Exception as exc:  # daemon down or restarting: back off, keep the last state
+                with self._lock:
+                    self._error = exc
+                log.debug("desired long-poll: %s", exc)
+                self._stop.wait(delay)
+                delay = min(5.0, delay * 2)
+                continue
+            if new is not None:
+                with self._lock:
+                    self._desired = new
+                    self._error = None
+                if self._on_change is not None:
+                    self._on_change()
+        conn.close()
+
+
+class HttpReporter:
+    def __init__(self, endpoint: AgentEndpoint) -> None:
+        self.ep = endpoint
+        self._conn = _Conn(endpoint)
+        self._lock = threading.Lock()
+        self.reports = 0
+        self.last_ok: float | None = None
+
+    def report(self, observed: NodeObserved) -> None:
+        with self._lock:
+            self._conn.request("POST", f"/v1/agent/nodes/{self.ep.node}/observed", observed_to_json(observed))
+        self.reports += 1
+        self.last_ok = time.monotonic()
+
+    def close(self) -> None:
+        self._conn.close()
