@@ -121,7 +121,7 @@ def dynamic_mcb(
     best = _attempt(inst, prev, budget, hi, variant)
     if best is None:
         lo = 0.0
-        while hi - lo > tol:
+        while hi - lo > tol * hi:
             mid = 0.5 * (lo + hi)
             probes += 1
             got = _attempt(inst, prev, budget, mid, variant)

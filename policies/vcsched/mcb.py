@@ -16,8 +16,9 @@ same keys descending (MCB5 is Leinberger's; MCB8, max descending, is the paper's
 
 Search: the yield lies in [0, hi] with ``hi = min(1, total CPU capacity / sum alpha)``. We probe
 ``hi`` first (when it packs it is optimal and the search stops at once; the paper starts at hi/2),
-then bisect [0, hi] until the interval is narrower than ``tol`` (absolute, 1e-4 by default), keeping
-the best placement that packed. The packing is not monotone in Y (a placement can fail at Y and
+then bisect [0, hi] until the interval is narrower than ``tol * hi`` (relative, 1e-3 by default),
+keeping the best placement that packed; after a success the search continues from the yield that
+placement really supports (``min_j capacity_j / load_j``), which is often above the probe. The packing is not monotone in Y (a placement can fail at Y and
 succeed at a larger Y), so like the paper's this is a heuristic search. The final minimum yield is
 that of the best placement (``min(1, 1/max load)``), which is at least the probed value, followed by
 the average pass.
@@ -45,8 +46,9 @@ from vmctl.policies.vcsched.avgyield import finish
 from vmctl.policies.vcsched.instance import EPS, FloatArray, Instance, IntArray, Solution
 
 VARIANTS = tuple(range(1, 9))
-DEFAULT_TOL = 1e-4
+DEFAULT_TOL = 1e-3
 _SCAN_PY = 12  # Python scan steps before switching to a numpy mask
+_COMPACT_ALWAYS = 2048  # lists up to this length drop placed tasks after every host
 
 
 def sort_key(variant: int, c: FloatArray, m: FloatArray) -> FloatArray:
@@ -92,40 +94,46 @@ def pack(
     hosts = np.full(n, -1, dtype=np.int64)
     c_l: list[float] = c.tolist()
     m_l: list[float] = m.tolist()
-    rem_a, rem_b = list_cpu, list_mem
-    left = rem_a.size + rem_b.size
-    for j in range(cap_c.size):
+    # Per list: task indices (numpy and Python), their needs (numpy) and an "alive" flag per position
+    # (numpy for the vectorized scan, bytearray for the Python scan). Placed tasks are only flagged;
+    # a list is compacted when more than half of it is dead.
+    idx = [list_cpu, list_mem]
+    py: list[list[int]] = [list_cpu.tolist(), list_mem.tolist()]
+    cs = [c[list_cpu], c[list_mem]]
+    ms = [m[list_cpu], m[list_mem]]
+    alive = [np.ones(list_cpu.size, dtype=bool), np.ones(list_mem.size, dtype=bool)]
+    alive_py = [bytearray(b"\x01") * list_cpu.size, bytearray(b"\x01") * list_mem.size]
+    dead = [0, 0]
+    head = [0, 0]  # first alive position of each list
+    left = list_cpu.size + list_mem.size
+    caps_c: list[float] = cap_c.tolist()
+    caps_m: list[float] = cap_m.tolist()
+    for j in range(len(caps_c)):
         if left == 0:
             break
-        cc = float(cap_c[j]) + EPS
-        mm = float(cap_m[j]) + EPS
-        a_arr = rem_a[(c[rem_a] <= cc) & (m[rem_a] <= mm)] if rem_a.size else rem_a
-        b_arr = rem_b[(c[rem_b] <= cc) & (m[rem_b] <= mm)] if rem_b.size else rem_b
-        if a_arr.size == 0 and b_arr.size == 0:
-            continue
-        arrs = [a_arr, b_arr]
-        pys: list[list[int]] = [a_arr.tolist(), b_arr.tolist()]
-        ptr = [0, 0]
-        placed_here = False
+        cc = caps_c[j] + EPS
+        mm = caps_m[j] + EPS
+        ptr = [head[0], head[1]]
         while True:
             first = 0 if cc > mm else 1  # against the imbalance; ties: memory-heavy first
             got = -1
+            side = first
+            p = 0
             for side in (first, 1 - first):
-                lst = pys[side]
+                lst = py[side]
+                ok = alive_py[side]
                 p = ptr[side]
                 end = len(lst)
-                steps = 0
-                while p < end and steps < _SCAN_PY:
+                stop = min(end, p + _SCAN_PY)
+                while p < stop:
                     t = lst[p]
-                    if c_l[t] <= cc and m_l[t] <= mm:
+                    if ok[p] and c_l[t] <= cc and m_l[t] <= mm:
                         got = t
                         break
                     p += 1
-                    steps += 1
                 if got < 0 and p < end:
-                    rest = arrs[side][p:]
-                    fit = (c[rest] <= cc) & (m[rest] <= mm)
-                    k = int(np.argmax(fit))
+                    fit = (cs[side][p:] <= cc) & (ms[side][p:] <= mm) & alive[side][p:]
+                    k = int(fit.argmax())
                     if fit[k]:
                         p += k
                         got = lst[p]
@@ -138,15 +146,28 @@ def pack(
             if got < 0:
                 break
             hosts[got] = j
+            alive[side][p] = False
+            alive_py[side][p] = 0
+            dead[side] += 1
             cc -= c_l[got]
             mm -= m_l[got]
             left -= 1
-            placed_here = True
-        if placed_here:
-            if rem_a.size:
-                rem_a = rem_a[hosts[rem_a] < 0]
-            if rem_b.size:
-                rem_b = rem_b[hosts[rem_b] < 0]
+        for sd in (0, 1):
+            if dead[sd] > 0 and (dead[sd] * 2 > len(py[sd]) or len(py[sd]) <= _COMPACT_ALWAYS):
+                keep = alive[sd]
+                idx[sd] = idx[sd][keep]
+                cs[sd] = cs[sd][keep]
+                ms[sd] = ms[sd][keep]
+                py[sd] = idx[sd].tolist()
+                alive[sd] = np.ones(idx[sd].size, dtype=bool)
+                alive_py[sd] = bytearray(b"\x01") * idx[sd].size
+                dead[sd] = 0
+                head[sd] = 0
+            else:
+                ok, h, end = alive_py[sd], head[sd], len(py[sd])
+                while h < end and not ok[h]:
+                    h += 1
+                head[sd] = h
     return hosts if left == 0 else None
 
 
@@ -181,11 +202,16 @@ def search(
     best: IntArray | None = None
     best_y = 0.0
     lo = 0.0
-    while hi - lo > tol:
+    while hi - lo > tol * hi:
         mid = 0.5 * (lo + hi)
         got = attempt(mid)
         if got is not None:
-            best, best_y, lo = got, mid, mid
+            # the placement may support more than the probe: continue from its real yield
+            sel = got[idx]
+            load = np.bincount(sel, weights=alpha[idx], minlength=cap_c.size)
+            with np.errstate(divide="ignore"):
+                real = float(np.min(np.where(load > 0, cap_c / np.where(load > 0, load, 1.0), np.inf)))
+            best, best_y, lo = got, mid, max(mid, min(real, hi))
         else:
             hi = mid
     return best, best_y, probes
