@@ -41,8 +41,10 @@ A job advances at the pace of its slowest process (sec. 3.2, last sentence): its
 over its processes.
 
 Every draw is made up front for the whole workload, from one ``numpy.random.Generator`` seeded from
-the run's seed, as arrays indexed by the job's position in the workload. A job's draws therefore do
-not depend on the policy or on what happened to other jobs.
+the run's seed: one row of three uniforms per job in workload order (loss, one-process beta,
+multi-process beta through the normal inverse CDF). Row ``i`` depends only on the seed and ``i``, so a
+job's draws do not depend on the policy, on what happened to other jobs, or on how long the workload
+is.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 
 from vmctl.errors import ValidationError
 
@@ -92,10 +95,12 @@ class ProgressModel:
         ``seed`` and ``i``."""
         n = int(procs.shape[0])
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5EED]))
-        loss = rng.uniform(self.loss_low, self.loss_high, n)
-        single = rng.uniform(self.beta_single_low, self.beta_single_high, n)
-        multi = np.clip(rng.normal(self.beta_multi_mean, self.beta_multi_sigma, n), self.beta_multi_low,
-                        self.beta_multi_high)
+        # one row of three uniforms per job, in workload order: row i depends on (seed, i) only
+        u = rng.random((n, 3))
+        loss = self.loss_low + (self.loss_high - self.loss_low) * u[:, 0]
+        single = self.beta_single_low + (self.beta_single_high - self.beta_single_low) * u[:, 1]
+        normal = self.beta_multi_mean + self.beta_multi_sigma * special.ndtri(np.clip(u[:, 2], 1e-12, 1 - 1e-12))
+        multi = np.clip(normal, self.beta_multi_low, self.beta_multi_high)
         beta = np.where(procs <= 1, single, multi)
         return loss.tolist(), beta.tolist()
 

@@ -54,12 +54,18 @@ class BuiltWorkload:
     dropped: Mapping[str, int] = field(default_factory=dict)
 
 
-def _workloads_api() -> Any:
-    return importlib.import_module("vmctl.sim.workloads")
+def _module(name: str) -> Any:
+    return importlib.import_module(f"vmctl.sim.workloads.{name}")
 
 
 def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
-    """Read or generate the workload of ``spec`` (errors: TraceFormatError, ValidationError, OutOfRange)."""
+    """Read or generate the workload of ``spec`` (errors: TraceFormatError, ValidationError, OutOfRange).
+
+    Order: read/generate, keep the first ``jobs``, rescale to ``load``, assign the actual CPU usage
+    (``paper`` rule of MEASY sec. 3.1, drawn from a generator seeded with (seed, 0xC0)). Under
+    ``cpu_usage == "full"`` the engine runs every process at 100 % anyway."""
+    import numpy as np
+
     if (spec.trace is None) == (spec.model is None):
         raise ValidationError(field="workload", problem="give exactly one of --trace and --model")
     if spec.jobs is not None and spec.jobs <= 0:
@@ -68,21 +74,29 @@ def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
         raise OutOfRange(what="--load", value=spec.load, allowed="> 0")
     if spec.procs is not None and spec.procs <= 0:
         raise OutOfRange(what="--procs", value=spec.procs, allowed="> 0")
-    wl = _workloads_api()
     if spec.trace is not None:
-        workload = wl.read_swf(spec.trace, max_procs=spec.procs)
+        workload = _module("swf").read_swf(spec.trace, max_procs=spec.procs)
         if spec.jobs is not None and spec.jobs < len(workload.jobs):
             workload = replace(workload, jobs=workload.jobs[: spec.jobs])
     else:
         if spec.model not in MODELS:
             raise ValidationError(field="--model", problem=f"unknown model {spec.model!r}; known: {', '.join(MODELS)}")
-        workload = wl.generate(spec.model, jobs=spec.jobs or 10_000, max_procs=spec.procs or 320, seed=spec.seed)
+        workload = _generate(spec.model, spec.jobs or 10_000, spec.procs or 320, spec.seed)
     if spec.load is not None:
-        workload = wl.scale_to_load(workload, spec.load)
-    if spec.cpu_usage == "paper":
-        workload = wl.assign_cpu_usage(workload, seed=spec.seed)
+        workload = _module("load").scale_to_load(workload, spec.load)
+    if spec.cpu_usage == "paper" and any(j.cpu_usage is None for j in workload.jobs):
+        rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xC0]))
+        workload = _module("usage").with_cpu_usage(workload, rng, "paper")
     return BuiltWorkload(jobs=workload.jobs, cores=workload.max_procs, source=workload.source,
                          dropped=dict(workload.dropped))
+
+
+def _generate(model: str, jobs: int, procs: int, seed: int) -> Any:
+    try:
+        mod = _module(model)
+    except ModuleNotFoundError as exc:
+        raise ValidationError(field="--model", problem=f"model {model!r} is not available in this build") from exc
+    return mod.generate(jobs, procs, seed=seed)
 
 
 def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True) -> SimConfig:
