@@ -18,8 +18,9 @@ Search: the yield lies in [0, hi] with ``hi = min(1, total CPU capacity / sum al
 ``hi`` first (when it packs it is optimal and the search stops at once; the paper starts at hi/2),
 then bisect [0, hi] until the interval is narrower than ``tol * hi`` (relative, 1e-3 by default),
 keeping the best placement that packed; after a success the search continues from the yield that
-placement really supports (``min_j capacity_j / load_j``), which is often above the probe. The packing is not monotone in Y (a placement can fail at Y and
-succeed at a larger Y), so like the paper's this is a heuristic search. The final minimum yield is
+placement really supports (``min_j capacity_j / load_j``), which is often above the probe. The
+packing is not monotone in Y (a placement can fail at Y and succeed at a larger Y), so like the
+paper's this is a heuristic search. The final minimum yield is
 that of the best placement (``min(1, 1/max load)``), which is at least the probed value, followed by
 the average pass.
 
