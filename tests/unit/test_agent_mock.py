@@ -137,7 +137,7 @@ def test_bg_progress_depends_on_fg_idle_cycles() -> None:
 
 
 def test_kill_process_and_stop_give_137() -> None:
-    b, clock = host()
+    b, _ = host()
     vm_up(b, "v", 0, 10, usage=1.0)
     b.stop("v")
     st = b.process_status("v")
