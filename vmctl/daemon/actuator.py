@@ -393,7 +393,7 @@ class Actuator:
                     self.rollback_migration(op, job, now, ch, f"agent reported {v.migration_phase}")
                     return
             arrived = d_vm is not None and d_vm.power in (PowerState.RUNNING, PowerState.PAUSED) and \
-                d_vm.migration_phase in (None, "completed")
+                d_vm.migration_phase in (None, "completed", "arrived")
             left = s_vm is None or s_vm.migration_phase == "completed" or s_vm.power is PowerState.ABSENT
             if not (arrived and left):
                 done = False

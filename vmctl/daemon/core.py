@@ -65,6 +65,7 @@ class Daemon:
         self.epoch = 0
         self.dirty = True  # an event happened since the last decision
         self.wake_at: float | None = None
+        self.last_decide_at = -math.inf
         self.last_decision: Decision | None = None
         self.last_result: ApplyResult | None = None
         self.decisions = 0
@@ -458,9 +459,10 @@ class Daemon:
             self.commit(ch)
             self.dirty = True
         due = self.wake_at is not None and now >= self.wake_at
-        if self.dirty or due:
+        tick = now >= self.last_decide_at + self.config.tick_s
+        if self.dirty or due or tick:
             self.decide(now)
-        nxt = now + self.config.tick_s
+        nxt = self.last_decide_at + self.config.tick_s
         if self.wake_at is not None:
             nxt = min(nxt, self.wake_at)
         return nxt
@@ -471,6 +473,7 @@ class Daemon:
         assert self.policy is not None
         t0 = _time.perf_counter()
         self.dirty = False
+        self.last_decide_at = now
         view, lay = self.state.build_view(now)
         decision = self.policy.decide(view, now)
         check_decision(view, decision, now)

@@ -1,0 +1,329 @@
+"""The decision loop with a virtual clock, a SQLite store in a temp dir and in-process agents: the
+real agent reconciler on the mock backend, fed with the daemon's desired state and reporting back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
+from vmctl.agents.layout import Layout
+from vmctl.agents.reconciler import Reconciler
+from vmctl.agents.sources import MemoryReporter, MemorySource
+from vmctl.clock import VirtualClock
+from vmctl.daemon.config import DaemonConfig, MigrationLimits, parse_config
+from vmctl.daemon.core import Daemon
+from vmctl.errors import ConfigError, Conflict, InvariantViolation, LeaseLost, NotFound
+from vmctl.model import ClusterView, Decision, Migrate, NodeObserved, PowerState, StartFg, Tier, VmObserved
+from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.registry import create_policy
+from vmctl.store import open_store
+
+
+class Cluster:
+    def __init__(self, tmp: Path, nodes: dict[str, int], policy: SchedulingPolicy | None = None,
+                 **cfg: Any) -> None:
+        self.tmp = tmp
+        self.clock = VirtualClock(1000.0)
+        base = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp), tick_s=5.0, node_timeout_s=30.0,
+                            holder="test-a", checkpoint_dir=str(tmp / "ckpt"))
+        self.config = replace(base, **cfg)
+        self.policy = policy or create_policy("easy")
+        self.daemon = self._new_daemon()
+        assert self.daemon.start()
+        self.fabric = MockFabric()
+        self.agents: dict[str, tuple[Reconciler, MemorySource, MemoryReporter, MockBackend]] = {}
+        peers = {n: f"mock://{n}" for n in nodes}
+        for name, cores in nodes.items():
+            be = MockBackend(hostname=name, cores=cores, clock=self.clock, fabric=self.fabric, uri=f"mock://{name}",
+                             migration_seconds=2.0)
+            src, rep = MemorySource(None), MemoryReporter()
+            rec = Reconciler(be, Layout(host=name, cores=tuple(range(cores))), src, rep, clock=self.clock,
+                             runner=MockProcessRunner(be), peers=peers, migrate_uris=peers)
+            self.agents[name] = (rec, src, rep, be)
+            self.daemon.register_node(name, cores, name, "mock")
+        self.down: set[str] = set()
+
+    def _new_daemon(self) -> Daemon:
+        return Daemon(self.config, open_store(self.config.store_url), clock=self.clock, policy=self.policy)
+
+    def step(self, dt: float = 1.0) -> None:
+        self.clock.advance(dt)
+        self.daemon.run_once()
+        for name, (rec, src, rep, _be) in self.agents.items():
+            if name in self.down:
+                continue
+            src.set(self.daemon.desired(name))
+            rec.run_once()
+            assert rep.last is not None
+            self.daemon.report(rep.last)
+        self.daemon.run_once()
+
+    def run_until(self, cond: Any, limit: float = 500.0, dt: float = 1.0) -> float:
+        t = 0.0
+        while not cond():
+            assert t < limit, "condition not reached"
+            self.step(dt)
+            t += dt
+        return t
+
+    def submit(self, procs: int, estimate: float, work: float, **kw: Any) -> str:
+        spec = {"procs": procs, "estimate": estimate, "work_seconds": work, **kw}
+        return self.daemon.submit([spec])[0].id
+
+    def state(self, jid: str) -> str:
+        return self.daemon.job(jid).state
+
+    def restart(self) -> None:
+        """A crash: the in-memory state is gone, a new daemon loads the store."""
+        self.daemon.store.close()
+        self.daemon = self._new_daemon()
+        self.clock.advance(self.config.lease_ttl_s + 1)  # the old lease runs out
+        assert self.daemon.start()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Cluster:
+    return Cluster(tmp_path, {"n1": 4, "n2": 4})
+
+
+def test_jobs_run_to_completion_through_the_agents(cluster: Cluster) -> None:
+    a = cluster.submit(4, 100, 20)
+    b = cluster.submit(2, 100, 10)
+    cluster.step()
+    assert cluster.state(a) == "running" and cluster.state(b) == "running"
+    desired = cluster.daemon.desired(cluster.daemon.job(a).placement[0][0])
+    assert desired.generation >= 1
+    vm = next(v for v in desired.vms if v.process and v.process.job_id == a)
+    assert vm.role.value == "fg" and vm.weight == cluster.config.fg_weight
+    assert vm.process is not None and vm.process.work_seconds == 20
+    cluster.run_until(lambda: cluster.state(a) == "done" and cluster.state(b) == "done")
+    job = cluster.daemon.job(a)
+    assert job.end_time is not None and job.start_time is not None
+    assert 19 <= job.end_time - job.start_time <= 24
+    assert all(t["exit_status"] == 0 for t in job.tasks)
+    # the VMs of finished jobs are gone from desired state
+    for n in ("n1", "n2"):
+        assert not [v for v in cluster.daemon.desired(n).vms if v.process is not None]
+
+
+def test_queue_waits_and_reasons_are_recorded(cluster: Cluster) -> None:
+    big = cluster.submit(8, 50, 10)
+    waiting = cluster.submit(8, 50, 10)
+    cluster.step()
+    assert cluster.state(big) == "running"
+    assert cluster.state(waiting) == "queued"
+    ex = cluster.daemon.explain(waiting)
+    assert ex["queue_position"] == 0 and ex["reason"]
+    cluster.run_until(lambda: cluster.state(waiting) == "done")
+
+
+def test_nonzero_exit_fails_the_job(cluster: Cluster) -> None:
+    jid = cluster.submit(2, 50, 5)
+    cluster.step()
+    job = cluster.daemon.job(jid)
+    (n0, c0), (n1, c1) = job.placement
+    assert n0 == n1
+    vms = (VmObserved(job.vm_name(0), PowerState.RUNNING, core=c0, process_job=jid, process_index=0,
+                      process_exit=0),
+           VmObserved(job.vm_name(1), PowerState.RUNNING, core=c1, process_job=jid, process_index=1,
+                      process_exit=3))
+    cluster.daemon.report(NodeObserved(node=n0, generation_applied=1, cores=4, vms=vms))
+    assert cluster.state(jid) == "failed"
+    assert [t["exit_status"] for t in cluster.daemon.job(jid).tasks] == [0, 3]
+    # a report about an older run of the job is ignored
+    other = cluster.submit(1, 50, 5)
+    cluster.step()
+    rec = cluster.daemon.job(other)
+    stale = VmObserved(f"j{other}-r{rec.run + 5}-p0", PowerState.RUNNING, process_exit=1)
+    cluster.daemon.report(NodeObserved(node=rec.placement[0][0], generation_applied=1, cores=4, vms=(stale,)))
+    assert cluster.state(other) == "running"
+
+
+def test_restart_loses_nothing_and_starts_nothing_twice(cluster: Cluster) -> None:
+    ids = [cluster.submit(2, 100, 15) for _ in range(6)]  # 12 procs on 8 cores: some wait
+    cluster.step()
+    running = {j for j in ids if cluster.state(j) == "running"}
+    runs = {j: cluster.daemon.job(j).run for j in running}
+    gens = {n: cluster.daemon.desired(n).generation for n in ("n1", "n2")}
+    cluster.restart()
+    assert {j for j in ids if cluster.state(j) == "running"} == running
+    assert {n: cluster.daemon.desired(n).generation for n in ("n1", "n2")} == gens
+    cluster.run_until(lambda: all(cluster.state(j) == "done" for j in ids))
+    for j in running:
+        assert cluster.daemon.job(j).run == runs[j], "a running job was started again after the restart"
+    started = [e for _rec, _s, _r, be in cluster.agents.values() for e in be.operations("start_process")]
+    assert len(started) == sum(cluster.daemon.job(j).spec["procs"] for j in ids)
+
+
+def test_lost_node_requeues_its_jobs(cluster: Cluster) -> None:
+    jid = cluster.submit(4, 100, 60)
+    cluster.step()
+    node = cluster.daemon.job(jid).placement[0][0]
+    cluster.down.add(node)
+    cluster.run_until(lambda: cluster.daemon.node(node).state == "lost", limit=60)
+    # requeued and restarted on the other node (a new run)
+    cluster.run_until(lambda: cluster.state(jid) == "running")
+    job = cluster.daemon.job(jid)
+    assert job.run == 2 and {n for n, _c in job.placement} == ({"n1", "n2"} - {node})
+
+
+def test_drain_keeps_running_jobs_and_stops_new_ones(cluster: Cluster) -> None:
+    first = cluster.submit(4, 100, 10)
+    cluster.step()
+    node = cluster.daemon.job(first).placement[0][0]
+    assert cluster.daemon.set_node_state(node, drain=True).state == "draining"
+    more = [cluster.submit(4, 100, 10) for _ in range(2)]
+    cluster.step()
+    assert cluster.state(first) == "running"
+    cluster.run_until(lambda: cluster.state(first) == "done")
+    used: set[str] = set()
+
+    def finished() -> bool:
+        for j in more:
+            used.update(n for n, _c in cluster.daemon.job(j).placement)
+        return all(cluster.state(j) == "done" for j in more)
+
+    cluster.run_until(finished)
+    assert used and node not in used, "a draining node got new work"
+    assert cluster.daemon.node(node).state == "drained"
+    assert cluster.daemon.set_node_state(node, drain=False).state == "ready"
+
+
+def test_kill_at_estimate(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, {"n1": 2}, estimate_grace_s=2.0)
+    jid = c.submit(1, 10, 1000)  # asks for 10 s, needs 1000
+    c.run_until(lambda: c.state(jid) != "queued" and c.state(jid) != "running", limit=40)
+    assert c.state(jid) == "killed"
+    assert "estimate" in (c.daemon.job(jid).reason or "")
+
+
+def test_cancel_is_idempotent_and_removes_vms(cluster: Cluster) -> None:
+    jid = cluster.submit(2, 100, 50)
+    cluster.step()
+    node = cluster.daemon.job(jid).placement[0][0]
+    assert cluster.daemon.cancel(jid).state == "cancelled"
+    assert cluster.daemon.cancel(jid).state == "cancelled"
+    assert not [v for v in cluster.daemon.desired(node).vms if v.process]
+    with pytest.raises(NotFound):
+        cluster.daemon.cancel("nope")
+
+
+def test_operator_migration_completes_through_both_agents(cluster: Cluster) -> None:
+    jid = cluster.submit(2, 200, 60)
+    cluster.step()
+    src = cluster.daemon.job(jid).placement[0][0]
+    dst = "n2" if src == "n1" else "n1"
+    op = cluster.daemon.migrate_job(jid, dst)
+    assert op.state == "pending"
+    # both nodes carry the migration phase in desired state
+    assert any(v.migration is not None for v in cluster.daemon.desired(src).vms)
+    assert any(v.migration is not None for v in cluster.daemon.desired(dst).vms)
+    cluster.run_until(lambda: cluster.daemon.state.ops[op.id].state != "pending", limit=60)
+    assert cluster.daemon.state.ops[op.id].state == "done"
+    job = cluster.daemon.job(jid)
+    assert {n for n, _c in job.placement} == {dst} and job.migrations == 1
+    assert not [v for v in cluster.daemon.desired(src).vms if v.process]
+    cluster.run_until(lambda: cluster.state(jid) == "done", limit=200)
+    with pytest.raises(Conflict):
+        cluster.daemon.migrate_job(jid, src)
+
+
+def test_migration_rolls_back_when_not_confirmed(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, {"n1": 2, "n2": 2}, migration=MigrationLimits(timeout_s=5.0))
+    jid = c.submit(1, 200, 100)
+    c.step()
+    src = c.daemon.job(jid).placement[0]
+    dst = "n2" if src[0] == "n1" else "n1"
+    c.down.add(dst)  # the target agent never confirms
+    op = c.daemon.migrate_job(jid, dst)
+    c.run_until(lambda: c.daemon.state.ops[op.id].state != "pending", limit=20)
+    assert c.daemon.state.ops[op.id].state == "rolled_back"
+    assert c.daemon.job(jid).placement == [src]
+
+
+def test_migration_safety_limits_and_dry_run(tmp_path: Path) -> None:
+    class Mover(SchedulingPolicy):
+        """Starts everything it can on fg, then moves every running job to the other node."""
+
+        name = "mover"
+
+        def decide(self, view: ClusterView, now: float) -> Decision:
+            acts: list[Any] = []
+            free = sorted(view.idle_fg)
+            for j in view.queue:
+                if len(free) >= j.procs:
+                    acts.append(StartFg(j.id, tuple(free[: j.procs])))
+                    free = free[j.procs:]
+            for rj in view.running.values():
+                tgt = [c for c in free if view.node_of_core[c] != view.node_of_core[rj.cores[0]]]
+                if len(tgt) >= rj.job.procs:
+                    acts.append(Migrate(rj.id, tuple(tgt[: rj.job.procs]), Tier.FG, cost=1.0))
+                    free = [c for c in free if c not in tgt[: rj.job.procs]]
+            return Decision(actions=tuple(acts))
+
+    c = Cluster(tmp_path, {"n1": 4, "n2": 4}, policy=Mover(), migration=MigrationLimits(max_per_host=1,
+                                                                                         max_per_cluster=1))
+    a, b = c.submit(1, 100, 50), c.submit(1, 100, 50)
+    c.step()
+    c.clock.advance(c.config.tick_s)  # the periodic tick runs the policy again
+    c.daemon.run_once()
+    pending = [o for o in c.daemon.state.ops.values() if o.kind == "migrate" and o.state == "pending"]
+    assert len(pending) == 1, "max_per_cluster=1 allows one migration at a time"
+    assert c.daemon.skipped_total >= 1
+    assert any("migration limit" in why for _a, why in (c.daemon.last_result.skipped if c.daemon.last_result else []))
+    moving = c.daemon.job(pending[0].job_id)
+    assert moving.migrating == pending[0].id and {a, b} >= {moving.id}
+
+    d = Cluster(tmp_path / "dry", {"n1": 4}, policy=Mover(), migration=MigrationLimits(dry_run=True))
+    x = d.submit(1, 100, 5)
+    d.step()
+    d.step(5.0)
+    assert d.state(x) == "queued", "dry-run acts on nothing"
+    assert d.daemon.last_result is not None and d.daemon.last_result.skipped
+
+
+def test_invariant_violations_are_caught(tmp_path: Path) -> None:
+    class Broken(SchedulingPolicy):
+        name = "broken"
+
+        def decide(self, view: ClusterView, now: float) -> Decision:
+            return Decision(actions=tuple(StartFg(j.id, (0,) * j.procs) for j in view.queue))
+
+    c = Cluster(tmp_path, {"n1": 2}, policy=Broken())
+    c.submit(2, 10, 1)
+    with pytest.raises(InvariantViolation):
+        c.daemon.decide(c.clock.now())
+    assert all(j.state == "queued" for j in c.daemon.state.jobs.values())
+
+
+def test_second_daemon_is_standby_and_stale_leader_cannot_write(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, {"n1": 2})
+    other = Daemon(replace(c.config, holder="test-b"), open_store(c.config.store_url), clock=c.clock,
+                   policy=c.policy)
+    assert other.start() is False and not other.leader
+    c.clock.advance(c.config.lease_ttl_s + 1)  # leader a stops renewing
+    assert other.try_lead() and other.epoch == c.daemon.epoch + 1
+    with pytest.raises(LeaseLost):
+        c.daemon.submit([{"procs": 1, "estimate": 5}])
+    assert not c.daemon.leader
+    assert [j.id for j in other.store.load_jobs()] == []
+
+
+def test_report_for_unknown_node_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFound):
+        cluster.daemon.report(NodeObserved(node="ghost", generation_applied=0, cores=1))
+
+
+def test_config_rejects_bad_values_with_location(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"migration\.max_per_host"):
+        parse_config("migration: {max_per_host: -1}", "d.yaml")
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_config("loop: {tick: 1}", "d.yaml")
+    with pytest.raises(ConfigError, match="policy"):
+        parse_config("policy: {name: nosuch}", "d.yaml")
+    cfg = parse_config("policy: {name: easy}\nmigration: {dry_run: true}", "d.yaml")
+    assert cfg.policy_name == "easy" and cfg.migration.dry_run
