@@ -1,0 +1,115 @@
+"""``vmctl demo``: the workload it builds, the summary it computes, and a short real run (vmctld + 3
+mock agents, ~20 s) that must finish jobs and leave no process behind."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vmctl import errors
+from vmctl.cli.demo import BSLD_TAU, build_demo_workload, summarize
+
+
+def test_workload_is_compressed_and_fits() -> None:
+    jobs, info = build_demo_workload(30, 12, speed=100, duration=60, seed=3)
+    assert len(jobs) == 30 and info["model"] == "feitelson96"
+    assert all(j.spec["procs"] <= 12 for j in jobs)
+    assert max(j.at for j in jobs) <= 30.0 + 1e-6  # arrivals in the first half of the duration
+    assert [j.at for j in jobs] == sorted(j.at for j in jobs)
+    for j in jobs:
+        tasks = j.spec["tasks"]
+        assert len(tasks) == j.spec["procs"]
+        run = tasks[0]["work_seconds"]
+        assert 0 < run <= 20.0 + 1e-6  # capped at a third of the duration
+        assert j.spec["estimate"] >= run  # never killed for the compression itself
+        if run < 20.0 and run > 0.2:
+            assert run == pytest.approx(j.model_run_time / 100, abs=2e-3)
+    again, _ = build_demo_workload(30, 12, speed=100, duration=60, seed=3)
+    assert [j.spec for j in again] == [j.spec for j in jobs]  # seeded
+
+
+def test_summary_in_model_time() -> None:
+    jobs = [
+        {"id": "1", "state": "done", "submit_time": 100.0, "start_time": 101.0, "end_time": 103.0, "migrations": 1,
+         "tier": None},
+        {"id": "2", "state": "done", "submit_time": 100.0, "start_time": 100.0, "end_time": 100.05,
+         "migrations": 0, "tier": None},
+        {"id": "3", "state": "killed", "submit_time": 100.0, "start_time": 100.0, "end_time": 109.0,
+         "migrations": 0, "tier": None},
+        {"id": "4", "state": "queued", "submit_time": 100.0, "start_time": None, "end_time": None, "migrations": 0},
+    ]
+    s = summarize(jobs, speed=10)
+    assert s.by_state == {"done": 2, "killed": 1, "queued": 1} and s.migrations == 1
+    # job 1: response 30 model-s, run 20 -> bsld 1.5; job 2: response 0.5, run 0.5 -> max(1, 0.5/tau) = 1
+    assert s.mean_response == pytest.approx((30 + 0.5) / 2)
+    assert s.mean_wait == pytest.approx(5.0)
+    assert s.mean_bsld == pytest.approx((1.5 + 1.0) / 2) and s.max_bsld == pytest.approx(1.5)
+    assert BSLD_TAU == 10.0
+    assert math.isnan(summarize([], speed=1).mean_response)
+
+
+def _agent_speaks_http() -> bool:
+    from vmctl.agents.config import parse_agent_config
+
+    try:
+        parse_agent_config({"node": "n", "daemon": {"url": "https://127.0.0.1:1", "cert_file": "c",
+                                                    "key_file": "k", "ca_file": "a"},
+                            "metrics": {"listen": "127.0.0.1:0"}}, "probe")
+    except errors.ConfigError:
+        return False
+    return True
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            out.add(int(entry.name))
+    return out
+
+
+@pytest.mark.slow
+def test_short_demo_run(tmp_path: Path) -> None:
+    if not _agent_speaks_http():
+        pytest.skip("vmctl-agent has no 'daemon'/'metrics' config sections yet (agent HTTP wiring missing)")
+    state = tmp_path / "state"
+    env = dict(os.environ)
+    env.pop("VMCTL_URL", None)
+    env.pop("VMCTL_TOKEN", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vmctl.cli.main", "demo", "--duration", "20", "--jobs", "12", "--nodes", "3",
+         "--cores", "2", "--no-live", "--state-dir", str(state), "--seed", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"demo did not finish in 120 s\n{out}\n{err}")
+    assert proc.returncode == 0, f"{out}\n{err}"
+    assert "summary (12 feitelson96 jobs" in out
+    m = re.search(r"jobs by state: (.*)", out)
+    assert m and "done" in m.group(1)
+    assert re.search(r"mean response time: [\d,.]+ s", out), out
+    assert re.search(r"bounded slowdown \(tau=10 s\): mean [\d,.]+", out), out
+    pids = [int(p) for p in re.findall(r"pid (\d+)", out)] + [
+        int(p) for p in re.search(r"pids ([\d, ]+)\)", out).group(1).split(",")]  # type: ignore[union-attr]
+    assert len(pids) == 4
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], pid
+    assert not _children(proc.pid)
+    assert (state / "vmctld.log").exists() and (state / "vmctld.db").exists()
