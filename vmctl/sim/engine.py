@@ -156,7 +156,7 @@ class _Run:
     blocked_until))`` for ``t >= t0``)."""
 
     __slots__ = (
-        "blocked_until", "cores", "idx", "job", "p0", "rate", "snap", "start_time", "t0",
+        "blocked_until", "cores", "idx", "job", "p0", "rate", "start_time", "t0",
         "tier", "tier_since", "version",
     )
 
@@ -172,7 +172,6 @@ class _Run:
         self.rate = 0.0
         self.blocked_until = now
         self.version = 0
-        self.snap: RunningJob | None = None
 
     def progress_at(self, t: float) -> float:
         start = self.t0 if self.t0 > self.blocked_until else self.blocked_until
@@ -183,11 +182,14 @@ class _Run:
         self.t0 = t
 
 
-class _LiveRunningJob(RunningJob):
-    """A RunningJob whose ``progress`` and ``expected_end`` are computed when read, as of the
-    simulator's current time. It is built once per placement (``_Simulator._snapshot``) and handed out
-    until the job moves, so a policy or the invariant checker walking ``view.running`` costs a dict
-    walk, not one object per running job per pass. Its other fields are plain frozen slots."""
+class _LiveProgress(RunningJob):
+    """A RunningJob whose ``progress`` is computed when read, as of the simulator's current time.
+
+    Snapshots are rebuilt only when the job's placement or rate changes (``Simulator._snapshot``) and
+    kept in a dict, so a policy or the invariant checker walking ``view.running`` costs a dict walk,
+    not one new object per running job per pass. ``expected_end`` is a plain field here: it does not
+    move while the rate stays as it is, for a fg job at rate 1 (``start + estimate - p0``) and for a
+    bg job (infinite)."""
 
     __slots__ = ("_run", "_sim")
     _run: _Run
@@ -197,56 +199,56 @@ class _LiveRunningJob(RunningJob):
     def progress(self) -> float:
         return self._run.progress_at(self._sim.now)
 
-    @property
-    def expected_end(self) -> float:
-        run = self._run
-        if run.tier is not Tier.FG:
-            return _INF
-        now = self._sim.now
-        begin = run.blocked_until if run.blocked_until > now else now
-        return begin + run.job.estimate - run.progress_at(now)
-
     def __repr__(self) -> str:
         return (f"RunningJob(id={self.job.id!r}, tier={self.tier.value}, cores={self.cores}, "
                 f"progress={self.progress:.3f}, expected_end={self.expected_end:.3f})")
 
 
+class _LiveRunningJob(_LiveProgress):
+    """Also a live ``expected_end = max(now, blocked_until) + estimate - progress`` (the ARCHITECTURE
+    contract): for a fg job that advances slower than real time (fg loss), it drifts with the clock."""
+
+    __slots__ = ()
+
+    @property
+    def expected_end(self) -> float:
+        run = self._run
+        now = self._sim.now
+        begin = run.blocked_until if run.blocked_until > now else now
+        return begin + run.job.estimate - run.progress_at(now)
+
+
 class _RunningView(Mapping[str, RunningJob]):
-    """Live ``ClusterView.running`` (see :class:`_LiveRunningJob`)."""
+    """Live ``ClusterView.running``: a read-only face of the simulator's dict of snapshots."""
 
-    __slots__ = ("_sim",)
+    __slots__ = ("_snaps",)
 
-    def __init__(self, sim: Simulator) -> None:
-        self._sim = sim
+    def __init__(self, snaps: dict[str, RunningJob]) -> None:
+        self._snaps = snaps
 
     def __getitem__(self, key: str) -> RunningJob:
-        run = self._sim._runs[key]
-        snap = run.snap
-        return snap if snap is not None else self._sim._snapshot(run)
+        return self._snaps[key]
 
     def get(self, key: str, default: Any = None) -> Any:
-        run = self._sim._runs.get(key)
-        if run is None:
-            return default
-        snap = run.snap
-        return snap if snap is not None else self._sim._snapshot(run)
-
-    def values(self) -> Any:
-        snapshot = self._sim._snapshot
-        return [r.snap if r.snap is not None else snapshot(r) for r in self._sim._runs.values()]
-
-    def items(self) -> Any:
-        snapshot = self._sim._snapshot
-        return [(k, r.snap if r.snap is not None else snapshot(r)) for k, r in self._sim._runs.items()]
+        return self._snaps.get(key, default)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._sim._runs)
+        return iter(self._snaps)
 
     def __len__(self) -> int:
-        return len(self._sim._runs)
+        return len(self._snaps)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._sim._runs
+        return key in self._snaps
+
+    def keys(self) -> Any:
+        return self._snaps.keys()
+
+    def values(self) -> Any:
+        return self._snaps.values()
+
+    def items(self) -> Any:
+        return self._snaps.items()
 
 
 ProgressCallback = Callable[[int, int], None]
@@ -324,6 +326,7 @@ class Simulator:
         self._queue: list[Job] = []
         self._qkey: dict[str, tuple[float, int]] = {}
         self._runs: dict[str, _Run] = {}
+        self._snaps: dict[str, RunningJob] = {}
         self._fg_job: list[str | None] = [None] * cores
         self._bg_job: list[str | None] = [None] * cores
         self._fg_run: list[_Run | None] = [None] * cores
@@ -341,7 +344,7 @@ class Simulator:
         self.view = ClusterView(
             total_cores=cores,
             queue=self._queue,
-            running=_RunningView(self),
+            running=_RunningView(self._snaps),
             fg_job=self._fg_job,
             bg_job=self._bg_job,
             idle_fg=self._idle_fg,
@@ -352,8 +355,11 @@ class Simulator:
 
     # ------------------------------------------------------------------ view support
 
-    def _snapshot(self, run: _Run) -> RunningJob:
-        snap = _LiveRunningJob.__new__(_LiveRunningJob)
+    def _snapshot(self, run: _Run) -> None:
+        """(Re)build the job's entry in ``view.running`` after its placement or rate changed."""
+        fixed_end = run.tier is not Tier.FG or run.rate == 1.0
+        cls = _LiveProgress if fixed_end else _LiveRunningJob
+        snap = cls.__new__(cls)
         setattr_ = object.__setattr__
         setattr_(snap, "job", run.job)
         setattr_(snap, "tier", run.tier)
@@ -363,8 +369,13 @@ class Simulator:
         setattr_(snap, "suspended", False)
         setattr_(snap, "_run", run)
         setattr_(snap, "_sim", self)
-        run.snap = snap
-        return snap
+        if fixed_end:
+            if run.tier is Tier.FG:
+                start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
+                setattr_(snap, "expected_end", start + run.job.estimate - run.p0)
+            else:
+                setattr_(snap, "expected_end", _INF)
+        self._snaps[run.job.id] = snap
 
     # ------------------------------------------------------------------ rates and events
 
@@ -390,6 +401,7 @@ class Simulator:
         """Settle progress at now, recompute the rate and push a fresh completion event."""
         run.settle(self.now)
         run.rate = self._rate(run)
+        self._snapshot(run)
         self._version += 1
         run.version = self._version
         if run.rate > 0.0:
@@ -421,7 +433,6 @@ class Simulator:
         jid = run.job.id
         run.tier = tier
         run.cores = cores
-        run.snap = None
         if tier is Tier.FG:
             usage = self._usage[run.idx]
             for p, c in enumerate(cores):
@@ -510,6 +521,7 @@ class Simulator:
                 self._place(run, act.tier, act.cores)
             elif isinstance(act, Kill):
                 run = self._runs.pop(act.job_id)
+                del self._snaps[act.job_id]
                 run.settle(now)
                 self._vacate(run)
                 self._version += 1
@@ -528,6 +540,7 @@ class Simulator:
     def _complete(self, run: _Run) -> None:
         idx = run.idx
         del self._runs[run.job.id]
+        del self._snaps[run.job.id]
         self._vacate(run)
         run.version = -1
         self._end[idx] = self.now
