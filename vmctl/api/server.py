@@ -44,7 +44,6 @@ log = logging.getLogger("vmctld.api")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 DAEMON: web.AppKey[Daemon] = web.AppKey("daemon", Daemon)
-SERVER: web.AppKey[DaemonServer] = web.AppKey("server", object)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------ JSON forms
@@ -186,9 +185,7 @@ def _authorize(request: web.Request, p: auth.Principal) -> None:
 def make_auth_mw(max_body: int) -> Any:
     @web.middleware
     async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
-        principal = _authenticate(request)
-        _authorize(request, principal)
-        request["principal"] = principal
+        _authorize(request, _authenticate(request))
         cl = request.content_length
         if cl is not None and cl > max_body:
             raise RequestTooLarge(size=cl, limit=max_body)

@@ -1,0 +1,357 @@
+"""The HTTP API on a real aiohttp server on loopback with TLS: auth matrix, validation, limits,
+long-poll latency, and every answer checked against vmctl/api/openapi.yaml."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
+from vmctl.daemon.config import DaemonConfig
+from vmctl.daemon.testing import InProcessDaemon
+from vmctl.errors import ApiError
+from vmctl.model import NodeObserved
+
+OPENAPI = yaml.safe_load((Path(__file__).resolve().parents[2] / "vmctl/api/openapi.yaml").read_text())
+
+
+class Client:
+    def __init__(self, d: InProcessDaemon, tmp: Path) -> None:
+        self.d = d
+        self.port = d.server.port
+        self.tmp = tmp
+        self.certs: dict[str, tuple[str, str]] = {}
+
+    def ctx(self, node: str | None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.d.ca_file)
+        if node is not None:
+            if node not in self.certs:
+                self.certs[node] = self.d.agent_cert(node, self.tmp / "certs")
+            ctx.load_cert_chain(*self.certs[node])
+        return ctx
+
+    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None, node: str | None = None,
+             raw: bytes | None = None, timeout: float = 20) -> tuple[int, Any]:
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx(node), timeout=timeout)
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        text = resp.read()
+        conn.close()
+        doc = json.loads(text) if text and resp.getheader("Content-Type", "").startswith("application/json") else text
+        check_openapi(method, path, resp.status, doc)
+        return resp.status, doc
+
+
+def _template_match(path: str) -> str | None:
+    p = path.split("?")[0]
+    for tpl in OPENAPI["paths"]:
+        rx = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(tpl)) + "$"
+        if re.match(rx, p):
+            return str(tpl)
+    return None
+
+
+def check_openapi(method: str, path: str, status: int, doc: Any) -> None:
+    """Validate an answer against the documented schema of its route and status."""
+    tpl = _template_match(path)
+    if tpl is None:
+        assert status == 404 and doc["error"]["reference"] == "not-found"
+        return
+    op = OPENAPI["paths"][tpl].get(method.lower())
+    if op is None:
+        assert status == 405
+        return
+    resp = op["responses"].get(str(status)) or op["responses"]["default"]
+    if "$ref" in resp:
+        resp = OPENAPI["components"]["responses"][resp["$ref"].split("/")[-1]]
+    content = resp.get("content")
+    if content is None:
+        assert doc in (b"", None), f"{method} {path} {status}: no body documented"
+        return
+    ctype, spec = next(iter(content.items()))
+    if ctype != "application/json":
+        return
+    schema = dict(spec["schema"])
+    schema["components"] = OPENAPI["components"]
+    jsonschema.Draft202012Validator(schema).validate(doc)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessDaemon]:
+    tmp = tmp_path_factory.mktemp("api")
+    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp / "state"), policy_name="easy",
+                       policy_explicit=True, tick_s=0.5, max_body_bytes=64 * 1024, holder="api-test")
+    with InProcessDaemon(cfg) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def client(daemon: InProcessDaemon, tmp_path_factory: pytest.TempPathFactory) -> Client:
+    return Client(daemon, tmp_path_factory.mktemp("cli"))
+
+
+@pytest.fixture(scope="module")
+def tokens(client: Client, daemon: InProcessDaemon) -> dict[str, str]:
+    admin = daemon.admin_token
+    s, doc = client.call("POST", "/v1/tokens", {"name": "viewer", "role": "read"}, token=admin)
+    assert s == 201 and doc["role"] == "read" and doc["token"].startswith("vmctl_")
+    # a node for the agent routes
+    s, doc = client.call("POST", "/v1/agent/nodes/n1/register", {"cores": 4, "hostname": "n1", "backend": "mock"},
+                         node="n1")
+    assert s == 200 and doc["node"]["cores"] == 4
+    return {"admin": admin, "read": doc and client.call("POST", "/v1/tokens", {"name": "r2", "role": "read"},
+                                                          token=admin)[1]["token"]}
+
+
+def _jobs_in_store(daemon: InProcessDaemon) -> int:
+    return len(daemon.store.load_jobs())
+
+
+# route, body, who may: "read" (any operator), "admin", "agent:n1"
+ROUTES: list[tuple[str, str, Any, str]] = [
+    ("GET", "/v1/health", None, "read"),
+    ("GET", "/metrics", None, "read"),
+    ("GET", "/v1/jobs", None, "read"),
+    ("POST", "/v1/jobs", {"procs": 1, "estimate": 5}, "admin"),
+    ("POST", "/v1/jobs:batch", {"jobs": [{"procs": 1, "estimate": 5}]}, "admin"),
+    ("GET", "/v1/nodes", None, "read"),
+    ("POST", "/v1/nodes/n1/undrain", None, "admin"),
+    ("GET", "/v1/vms", None, "read"),
+    ("GET", "/v1/policy", None, "read"),
+    ("PUT", "/v1/policy", {"name": "easy"}, "admin"),
+    ("POST", "/v1/tokens", {"name": "x", "role": "read"}, "admin"),
+    ("POST", "/v1/certs", {"node": "n9"}, "admin"),
+    ("GET", "/v1/agent/nodes/n1/desired?after=-1", None, "agent:n1"),
+    ("POST", "/v1/agent/nodes/n1/observed", {"node": "n1", "generation_applied": 0, "cores": 4}, "agent:n1"),
+    ("POST", "/v1/agent/nodes/n1/register", {"cores": 4}, "agent:n1"),
+]
+PRINCIPALS = ["none", "read", "admin", "agent:n1", "agent:n2"]
+
+
+def _allowed(who: str, need: str) -> bool:
+    if need.startswith("agent:"):
+        return who == need
+    if need == "read":
+        return who in ("read", "admin")
+    return who == "admin"
+
+
+@pytest.mark.parametrize("who", PRINCIPALS)
+def test_auth_matrix(client: Client, daemon: InProcessDaemon, tokens: dict[str, str], who: str) -> None:
+    for method, path, body, need in ROUTES:
+        token = tokens.get(who)
+        node = who.split(":")[1] if who.startswith("agent:") else None
+        before = _jobs_in_store(daemon)
+        s, doc = client.call(method, path, body, token=token, node=node)
+        if _allowed(who, need):
+            assert s < 400, f"{who} {method} {path}: {s} {doc}"
+        else:
+            want = 401 if who == "none" else 403
+            assert s == want, f"{who} {method} {path}: {s} {doc}"
+            assert doc["error"]["reference"] == ("unauthenticated" if want == 401 else "forbidden")
+            assert _jobs_in_store(daemon) == before, "a rejected request changed something"
+
+
+def test_bad_token_and_expired_token(client: Client, tokens: dict[str, str]) -> None:
+    s, doc = client.call("GET", "/v1/jobs", token="vmctl_not-a-token")
+    assert s == 401 and "unknown token" in doc["error"]["message"]
+    s, doc = client.call("POST", "/v1/tokens", {"name": "brief", "role": "admin", "ttl_s": 1}, token=tokens["admin"])
+    assert s == 201
+    brief = doc["token"]
+    assert client.call("GET", "/v1/jobs", token=brief)[0] == 200
+    time.sleep(1.2)
+    s, doc = client.call("GET", "/v1/jobs", token=brief)
+    assert s == 401 and "expired" in doc["error"]["message"]
+
+
+def test_tokens_are_stored_hashed(client: Client, daemon: InProcessDaemon, tokens: dict[str, str]) -> None:
+    stored = {t.hash for t in daemon.store.list_tokens()}
+    assert tokens["admin"] not in stored and tokens["read"] not in stored
+    import hashlib
+
+    assert hashlib.sha256(tokens["read"].encode()).hexdigest() in stored
+
+
+def test_validation_names_the_field(client: Client, daemon: InProcessDaemon, tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    cases = [
+        ({"estimate": 5}, "procs"),
+        ({"procs": 2, "estimate": -1}, "estimate"),
+        ({"procs": 2, "estimate": 5, "cpu_usage": [0.5]}, "cpu_usage"),
+        ({"procs": 1, "estimate": 5, "cpu_usage": [1.5]}, "cpu_usage[0]"),
+        ({"procs": 1, "estimate": 5, "colour": "red"}, "colour"),
+        ({"procs": "two", "estimate": 5}, "procs"),
+        ({"procs": 1, "estimate": 5, "tasks": [{"work_seconds": "x"}]}, "tasks[0].work_seconds"),
+        ([1, 2], "body"),
+    ]
+    before = _jobs_in_store(daemon)
+    for body, fld in cases:
+        s, doc = client.call("POST", "/v1/jobs", body, token=admin)
+        assert s == 422, (body, doc)
+        assert doc["error"]["field"] == fld and doc["error"]["reference"] == "validation-failed"
+    s, doc = client.call("POST", "/v1/jobs", raw=b"{not json", token=admin)
+    assert s == 422 and doc["error"]["field"] == "body"
+    # a batch is all or nothing
+    s, doc = client.call("POST", "/v1/jobs:batch", {"jobs": [{"procs": 1, "estimate": 5}, {"procs": 0, "estimate": 5}]},
+                         token=admin)
+    assert s == 422 and doc["error"]["field"] == "jobs[1].procs"
+    assert _jobs_in_store(daemon) == before
+    s, doc = client.call("GET", "/v1/jobs?state=sleeping", token=admin)
+    assert s == 422 and doc["error"]["field"] == "state"
+    s, doc = client.call("PUT", "/v1/vms/nope/priority", {"weight": 0}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "weight"
+
+
+def test_oversized_body_is_413(client: Client, daemon: InProcessDaemon, tokens: dict[str, str]) -> None:
+    before = _jobs_in_store(daemon)
+    big = {"procs": 1, "estimate": 5, "command": "x" * (70 * 1024)}
+    s, doc = client.call("POST", "/v1/jobs", big, token=tokens["admin"])
+    assert s == 413 and doc["error"]["reference"] == "request-too-large"
+    assert _jobs_in_store(daemon) == before
+
+
+def test_unknown_ids_are_404(client: Client, tokens: dict[str, str]) -> None:
+    for path in ("/v1/jobs/99999", "/v1/jobs/99999/explain", "/v1/vms/none", "/v1/nowhere"):
+        s, doc = client.call("GET", path, token=tokens["read"])
+        assert s == 404, path
+    s, _doc = client.call("DELETE", "/v1/jobs/99999", token=tokens["admin"])
+    assert s == 404
+    s, doc = client.call("GET", "/v1/agent/nodes/n2/desired", node="n2")
+    assert s == 404 and doc["error"]["reference"] == "not-found"
+
+
+def test_job_lifecycle_over_http(client: Client, tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    s, doc = client.call("POST", "/v1/jobs", {"name": "hello", "procs": 2, "estimate": 30, "work_seconds": 5,
+                                              "cpu_usage": [0.5, 0.9]}, token=admin)
+    assert s == 201 and doc["job"]["name"] == "hello"
+    jid = doc["job"]["id"]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        s, doc = client.call("GET", f"/v1/jobs/{jid}", token=tokens["read"])
+        if doc["job"]["state"] == "running":
+            break
+        time.sleep(0.05)
+    assert doc["job"]["state"] == "running" and doc["job"]["tier"] == "fg"
+    assert len(doc["job"]["placement"]) == 2
+    s, vms = client.call("GET", "/v1/vms?node=n1", token=tokens["read"])
+    names = [v["name"] for v in vms["vms"] if v["job_id"] == jid]
+    assert len(names) == 2
+    s, doc = client.call("PUT", f"/v1/vms/{names[0]}/priority", {"weight": 5000, "cap": 0.5}, token=admin)
+    assert s == 200 and doc["vm"]["weight"] == 5000 and doc["vm"]["cap"] == 0.5
+    s, doc = client.call("GET", f"/v1/jobs/{jid}/explain", token=tokens["read"])
+    assert s == 200 and doc["state"] == "running" and doc["queue_position"] is None
+    s, doc = client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+    assert s == 200 and doc["job"]["state"] == "cancelled"
+    s, doc = client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+    assert s == 200 and doc["job"]["state"] == "cancelled"
+    s, doc = client.call("GET", "/v1/jobs?state=cancelled&limit=5", token=tokens["read"])
+    assert any(j["id"] == jid for j in doc["jobs"])
+    s, doc = client.call("PUT", "/v1/policy", {"name": "nosuch"}, token=admin)
+    assert s == 400 and doc["error"]["reference"] == "unknown-policy"
+    s, doc = client.call("PUT", "/v1/policy", {"name": "fcfs"}, token=admin)
+    assert s == 200 and doc["name"] == "fcfs" and "easy" in doc["available"]
+    client.call("PUT", "/v1/policy", {"name": "easy"}, token=admin)
+
+
+def test_long_poll_answers_within_100ms(client: Client, daemon: InProcessDaemon, tokens: dict[str, str]) -> None:
+    s, doc = client.call("GET", "/v1/agent/nodes/n1/desired?after=-1", node="n1")
+    gen = doc["generation"]
+    s, _ = client.call("GET", f"/v1/agent/nodes/n1/desired?after={gen}&wait=0.3", node="n1")
+    assert s == 304
+    latencies = []
+    for _ in range(3):
+        got: dict[str, Any] = {}
+
+        def poll(after: int = gen, out: dict[str, Any] = got) -> None:
+            out["status"], out["doc"] = client.call("GET", f"/v1/agent/nodes/n1/desired?after={after}&wait=20",
+                                                     node="n1")
+            out["t"] = time.monotonic()
+
+        th = threading.Thread(target=poll)
+        th.start()
+        time.sleep(0.3)  # the poll is waiting
+        s, doc = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 100, "work_seconds": 50},
+                             token=tokens["admin"])
+        t_submit = time.monotonic()
+        th.join(10)
+        assert got["status"] == 200 and got["doc"]["generation"] > gen
+        latencies.append(got["t"] - t_submit)
+        gen = got["doc"]["generation"]
+        client.call("DELETE", f"/v1/jobs/{doc['job']['id']}", token=tokens["admin"])
+        gen = daemon.call(lambda: daemon.daemon.state.generation["n1"])
+    assert max(latencies) < 0.1, latencies
+
+
+def test_agent_http_source_and_reporter(client: Client, daemon: InProcessDaemon, tmp_path: Path) -> None:
+    cert, key = client.certs.get("n1") or daemon.agent_cert("n1", tmp_path)
+    ep = AgentEndpoint(daemon.url, "n1", cert, key, daemon.ca_file)
+    src = HttpSource(ep, wait_s=5)
+    assert src.register(cores=4, hostname="n1", backend="mock")["name"] == "n1"
+    first = src.fetch()
+    assert first is not None and first.node == "n1"
+    changed = threading.Event()
+    src.start(on_change=changed.set)
+    rep = HttpReporter(ep)
+    rep.report(NodeObserved(node="n1", generation_applied=first.generation, cores=4))
+    assert rep.reports == 1
+    with pytest.raises(ApiError, match="422"):
+        rep.report(NodeObserved(node="n2", generation_applied=0, cores=4))
+    src.stop()
+    rep.close()
+    # a certificate for another node cannot read n1
+    c2, k2 = daemon.agent_cert("n7", tmp_path)
+    other = HttpSource(AgentEndpoint(daemon.url, "n1", c2, k2, daemon.ca_file))
+    with pytest.raises(ApiError, match="403"):
+        other.fetch()
+    other.stop()
+
+
+def test_certificate_from_another_ca_is_refused(client: Client, daemon: InProcessDaemon, tmp_path: Path) -> None:
+    from vmctl.api.auth import ClusterCA
+
+    rogue = ClusterCA.create("rogue")
+    cert, key = rogue.issue("node:n1")
+    (tmp_path / "r.crt").write_text(cert)
+    (tmp_path / "r.key").write_text(key)
+    ctx = ssl.create_default_context(cafile=daemon.ca_file)
+    ctx.load_cert_chain(str(tmp_path / "r.crt"), str(tmp_path / "r.key"))
+    conn = http.client.HTTPSConnection("127.0.0.1", client.port, context=ctx, timeout=10)
+    try:
+        conn.request("GET", "/v1/agent/nodes/n1/desired")
+        status = conn.getresponse().status
+    except (ssl.SSLError, ConnectionError, OSError):
+        status = 0  # the handshake was refused
+    finally:
+        conn.close()
+    assert status in (0, 401)
+
+
+def test_certs_endpoint_issues_working_agent_certs(client: Client, daemon: InProcessDaemon, tmp_path: Path,
+                                                   tokens: dict[str, str]) -> None:
+    s, doc = client.call("POST", "/v1/certs", {"node": "n1"}, token=tokens["admin"])
+    assert s == 201 and "BEGIN CERTIFICATE" in doc["cert_pem"] and "PRIVATE KEY" in doc["key_pem"]
+    (tmp_path / "c.pem").write_text(doc["cert_pem"])
+    (tmp_path / "k.pem").write_text(doc["key_pem"])
+    (tmp_path / "ca.pem").write_text(doc["ca_pem"])
+    src = HttpSource(AgentEndpoint(daemon.url, "n1", str(tmp_path / "c.pem"), str(tmp_path / "k.pem"),
+                                   str(tmp_path / "ca.pem")))
+    assert src.fetch() is not None
+    src.stop()
+    s, doc = client.call("POST", "/v1/certs", {"node": "bad name!"}, token=tokens["admin"])
+    assert s == 422 and doc["error"]["field"] == "node"
