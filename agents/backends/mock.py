@@ -220,6 +220,7 @@ class MockBackend(HypervisorBackend):
         self._callbacks: list[EventCallback] = []
         self._lock = threading.RLock()
         self._t = self.clock.now()
+        self._dirty = True
         self._closed = False
         if fabric is not None:
             fabric.attach(self)
@@ -288,14 +289,22 @@ class MockBackend(HypervisorBackend):
                         vm.pinned = None
                     target._vms[mig.name] = vm
                     mig.state, mig.finished = MigrationState.COMPLETED, now
+                self._invalidate()
                 self._log("migration_completed", mig.name, target.uri)
                 self._emit(mig.name, "migrated", f"to {target.uri}")
                 target._log("migration_arrived", mig.name, self.uri)
                 target._emit(mig.name, "started", f"migrated from {self.uri}")
-                target._rates()
+                target._invalidate()
+
+    def _invalidate(self) -> None:
+        self._dirty = True
+        self._rates()
 
     def _rates(self) -> None:
-        """Recompute every VM's allocation from the current state."""
+        """Recompute every VM's allocation from the current state (only after a change)."""
+        if not self._dirty:
+            return
+        self._dirty = False
         by_core: dict[int, list[_Vm]] = {}
         unpinned: list[_Vm] = []
         for vm in self._vms.values():
@@ -346,6 +355,7 @@ class MockBackend(HypervisorBackend):
                     if p is not None and p.exit_code is None and p.done >= p.spec.work_seconds - 1e-7:
                         p.done = p.spec.work_seconds
                         p.exit_code = 0
+                        self._dirty = True
                         self._log("process_exited", name, f"{p.spec.job_id}[{p.spec.index}] status 0")
                 if step <= 0.0:  # a zero-work process just ended; loop again with new rates
                     continue
@@ -419,7 +429,7 @@ class MockBackend(HypervisorBackend):
             vm.power = PowerState.RUNNING
             vm.process = None  # a fresh boot: no job process inside
             vm.saved_to = None
-            self._rates()
+            self._invalidate()
             self._log("start", name)
         self._emit(name, "started")
 
@@ -434,7 +444,7 @@ class MockBackend(HypervisorBackend):
             vm.power = PowerState.SHUTOFF
             if vm.process is not None and vm.process.exit_code is None:
                 vm.process.exit_code = KILLED_EXIT
-            self._rates()
+            self._invalidate()
             self._log("stop", name, "force" if force else "shutdown")
         self._emit(name, "stopped")
 
@@ -447,7 +457,7 @@ class MockBackend(HypervisorBackend):
             if vm.power is not PowerState.RUNNING:
                 raise VmStateError(backend=self.name, name=name, state=vm.power.value, operation="suspend")
             vm.power = PowerState.PAUSED
-            self._rates()
+            self._invalidate()
             self._log("suspend", name)
         self._emit(name, "suspended")
 
@@ -460,7 +470,7 @@ class MockBackend(HypervisorBackend):
             if vm.power is not PowerState.PAUSED:
                 raise VmStateError(backend=self.name, name=name, state=vm.power.value, operation="resume")
             vm.power = PowerState.RUNNING
-            self._rates()
+            self._invalidate()
             self._log("resume", name)
         self._emit(name, "resumed")
 
@@ -477,7 +487,7 @@ class MockBackend(HypervisorBackend):
             if vm.pinned == tuple(cores):
                 return
             vm.pinned = tuple(cores)
-            self._rates()
+            self._invalidate()
             self._log("pin_vcpus", name, ",".join(map(str, cores)))
 
     def set_cpu_tune(self, name: str, weight: int | None = None, cap: float | None = None,
@@ -499,7 +509,7 @@ class MockBackend(HypervisorBackend):
             if (new_weight, new_cap) == (vm.weight, vm.cap):
                 return
             vm.weight, vm.cap = new_weight, new_cap
-            self._rates()
+            self._invalidate()
             self._log("set_cpu_tune", name, f"weight={new_weight} cap={new_cap}")
 
     def checkpoint(self, name: str, path: str) -> None:
@@ -537,7 +547,7 @@ class MockBackend(HypervisorBackend):
                                       problem=f"cannot write {path}: {exc}") from exc
             vm.power = PowerState.SAVED
             vm.saved_to = path
-            self._rates()
+            self._invalidate()
             self._log("checkpoint", name, path)
         self._emit(name, "saved", path)
 
@@ -581,7 +591,7 @@ class MockBackend(HypervisorBackend):
             self._vms[spec.name] = _Vm(
                 spec=spec, power=PowerState.PAUSED if paused else PowerState.RUNNING, pinned=pinned,
                 weight=weight, cap=None if cap is None else float(cap), cpu_time=cpu_time, process=process)
-            self._rates()
+            self._invalidate()
             self._log("restore", spec.name, path)
         self._emit(spec.name, "restored", path)
         return spec.name
@@ -680,6 +690,7 @@ class MockBackend(HypervisorBackend):
                 raise VmStateError(backend=self.name, name=name, state=f"running {p.spec.job_id}[{p.spec.index}]",
                                    operation=f"start {spec.job_id}[{spec.index}]")
             vm.process = _Process(spec=spec)
+            self._dirty = True
             self._log("start_process", name, f"{spec.job_id}[{spec.index}]")
             self._advance(self._t)  # a zero-work process ends at once
 
@@ -703,7 +714,7 @@ class MockBackend(HypervisorBackend):
                 p.exit_code = KILLED_EXIT
                 self._log("kill_process", name, f"{p.spec.job_id}[{p.spec.index}]")
             vm.process = None
-            self._rates()
+            self._invalidate()
 
     def utilization(self, name: str) -> float:
         """The VM's current CPU allocation (fraction of one core)."""
