@@ -66,7 +66,7 @@ def _attempt(inst: Instance, prev: IntArray, budget: float, y: float, variant: i
     spent = 0.0
     for j in np.flatnonzero((load > 1.0 + EPS) | (used > 1.0 + EPS)).tolist():
         tasks = np.flatnonzero(prev == j)
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             ratio = np.where(m[tasks] > 0, c[tasks] / np.where(m[tasks] > 0, m[tasks], 1.0), np.inf)
         cpu_order = tasks[np.argsort(-ratio, kind="stable")].tolist()
         lj, uj = float(load[j]), float(used[j])
@@ -121,7 +121,8 @@ def dynamic_mcb(
     best = _attempt(inst, prev, budget, hi, variant)
     if best is None:
         lo = 0.0
-        while hi - lo > tol * hi:
+        stop = tol * hi
+        while hi - lo > stop:
             mid = 0.5 * (lo + hi)
             probes += 1
             got = _attempt(inst, prev, budget, mid, variant)

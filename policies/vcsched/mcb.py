@@ -16,8 +16,8 @@ same keys descending (MCB5 is Leinberger's; MCB8, max descending, is the paper's
 
 Search: the yield lies in [0, hi] with ``hi = min(1, total CPU capacity / sum alpha)``. We probe
 ``hi`` first (when it packs it is optimal and the search stops at once; the paper starts at hi/2),
-then bisect [0, hi] until the interval is narrower than ``tol * hi`` (relative, 1e-3 by default),
-keeping the best placement that packed; after a success the search continues from the yield that
+then bisect [0, hi] until the interval is narrower than ``tol * hi`` (``hi`` the initial bound;
+1e-3 by default), keeping the best placement that packed; after a success the search continues from the yield that
 placement really supports (``min_j capacity_j / load_j``), which is often above the probe. The
 packing is not monotone in Y (a placement can fail at Y and succeed at a larger Y), so like the
 paper's this is a heuristic search. The final minimum yield is
@@ -61,7 +61,7 @@ def sort_key(variant: int, c: FloatArray, m: FloatArray) -> FloatArray:
         out = np.abs(c - m)
     elif kind == 2:
         hi, lo = np.maximum(c, m), np.minimum(c, m)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             out = np.where(lo > 0, hi / np.where(lo > 0, lo, 1.0), np.where(hi > 0, np.inf, 1.0))
     else:
         out = np.maximum(c, m)
@@ -203,14 +203,15 @@ def search(
     best: IntArray | None = None
     best_y = 0.0
     lo = 0.0
-    while hi - lo > tol * hi:
+    stop = tol * hi  # relative to the bound, so an infeasible instance stops after ~log2(1/tol) probes
+    while hi - lo > stop:
         mid = 0.5 * (lo + hi)
         got = attempt(mid)
         if got is not None:
             # the placement may support more than the probe: continue from its real yield
             sel = got[idx]
             load = np.bincount(sel, weights=alpha[idx], minlength=cap_c.size)
-            with np.errstate(divide="ignore"):
+            with np.errstate(divide="ignore", over="ignore"):
                 real = float(np.min(np.where(load > 0, cap_c / np.where(load > 0, load, 1.0), np.inf)))
             best, best_y, lo = got, mid, max(mid, min(real, hi))
         else:
