@@ -8,6 +8,7 @@ daemon and the agent call these unconditionally.
     n = Notifier()                 # reads the environment once
     n.ready("serving on :8080")   # after start-up (the agent: after its first successful relist)
     n.watchdog()                   # from the main loop, at least every n.watchdog_interval() seconds
+    n.start_watchdog(lambda: time.monotonic() - last_pass < 10)   # or: pings while the loop is healthy
     n.stopping()
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 
 class Notifier:
@@ -34,6 +35,7 @@ class Notifier:
             self._watchdog_usec = int(usec)
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
+        self._stop = threading.Event()
 
     @property
     def enabled(self) -> bool:
@@ -73,7 +75,29 @@ class Notifier:
     def stopping(self) -> bool:
         return self.notify("STOPPING=1")
 
+    def start_watchdog(self, healthy: Callable[[], bool]) -> threading.Thread | None:
+        """Ping WATCHDOG=1 from a daemon thread every ``watchdog_interval()`` seconds, but only while
+        ``healthy()`` is true (e.g. "the main loop completed a pass in the last N seconds"), so a hung
+        loop stops the pings and systemd restarts the service. None when there is no watchdog."""
+        interval = self.watchdog_interval()
+        if interval is None or not self.enabled:
+            return None
+
+        def run() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    ok = healthy()
+                except Exception:
+                    ok = False
+                if ok:
+                    self.watchdog()
+
+        t = threading.Thread(target=run, name="sd-watchdog", daemon=True)
+        t.start()
+        return t
+
     def close(self) -> None:
+        self._stop.set()
         with self._lock:
             if self._sock is not None:
                 self._sock.close()

@@ -8,6 +8,7 @@ directory so that ``verify`` finds executables on any machine."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import socket
@@ -136,3 +137,26 @@ def test_sd_notify_abstract_socket_and_noop() -> None:
     assert Notifier({"WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"}).watchdog_interval() is None
     # a socket that vanished: no exception, just False
     assert not Notifier({"NOTIFY_SOCKET": "/nonexistent/notify.sock"}).ready()
+
+
+def test_watchdog_thread_pings_only_while_healthy(tmp_path: Path) -> None:
+    path = tmp_path / "wd.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(str(path))
+    srv.settimeout(2)
+    healthy = {"ok": True}
+    n = Notifier({"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "100000"})  # ping every 50 ms
+    try:
+        assert n.start_watchdog(lambda: healthy["ok"]) is not None
+        assert srv.recv(64) == b"WATCHDOG=1"
+        healthy["ok"] = False
+        srv.settimeout(0.3)
+        with contextlib.suppress(TimeoutError):
+            while True:  # drain pings already in flight
+                srv.recv(64)
+        with pytest.raises(TimeoutError):
+            srv.recv(64)  # a hung loop: no more pings
+    finally:
+        n.close()
+        srv.close()
+    assert Notifier({}).start_watchdog(lambda: True) is None
