@@ -61,9 +61,10 @@ def _module(name: str) -> Any:
 def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
     """Read or generate the workload of ``spec`` (errors: TraceFormatError, ValidationError, OutOfRange).
 
-    Order: read/generate, keep the first ``jobs``, rescale to ``load``, assign the actual CPU usage
-    (``paper`` rule of MEASY sec. 3.1, drawn from a generator seeded with (seed, 0xC0)). Under
-    ``cpu_usage == "full"`` the engine runs every process at 100 % anyway."""
+    Traces: read, keep the first ``jobs``, rescale to ``load``, assign the actual CPU usage (``paper``
+    rule of MEASY sec. 3.1, drawn from a generator seeded with (seed, 0xC0)). Models:
+    ``generate_model`` does all of it (TModel estimates included). Under ``cpu_usage == "full"`` the
+    engine runs every process at 100 % anyway."""
     import numpy as np
 
     if (spec.trace is None) == (spec.model is None):
@@ -78,25 +79,19 @@ def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
         workload = _module("swf").read_swf(spec.trace, max_procs=spec.procs)
         if spec.jobs is not None and spec.jobs < len(workload.jobs):
             workload = replace(workload, jobs=workload.jobs[: spec.jobs])
+        if spec.load is not None:
+            workload = _module("load").scale_to_load(workload, spec.load)
+        if spec.cpu_usage == "paper":
+            rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xC0]))
+            workload = _module("usage").with_cpu_usage(workload, rng, "paper")
     else:
         if spec.model not in MODELS:
             raise ValidationError(field="--model", problem=f"unknown model {spec.model!r}; known: {', '.join(MODELS)}")
-        workload = _generate(spec.model, spec.jobs or 10_000, spec.procs or 320, spec.seed)
-    if spec.load is not None:
-        workload = _module("load").scale_to_load(workload, spec.load)
-    if spec.cpu_usage == "paper" and any(j.cpu_usage is None for j in workload.jobs):
-        rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xC0]))
-        workload = _module("usage").with_cpu_usage(workload, rng, "paper")
+        # the model, TModel estimates, load scaling and CPU usage all come from the workloads package
+        workload = _module("registry").generate_model(spec.model, spec.jobs or 10_000, spec.procs or 320, spec.seed,
+                                                      spec.load, usage=spec.cpu_usage)
     return BuiltWorkload(jobs=workload.jobs, cores=workload.max_procs, source=workload.source,
                          dropped=dict(workload.dropped))
-
-
-def _generate(model: str, jobs: int, procs: int, seed: int) -> Any:
-    try:
-        mod = _module(model)
-    except ModuleNotFoundError as exc:
-        raise ValidationError(field="--model", problem=f"model {model!r} is not available in this build") from exc
-    return mod.generate(jobs, procs, seed=seed)
 
 
 def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True) -> SimConfig:
