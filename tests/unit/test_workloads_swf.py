@@ -251,6 +251,7 @@ REAL = {
     "KTH-SP2-1996-2.1-cln.swf.gz": (28_476, 100, {"nonpositive_run_time": 8, "nonpositive_procs": 1}),
     "SDSC-SP2-1998-4.2-cln.swf.gz": (59_715, 128, {"nonpositive_run_time": 5_681}),
     "CTC-SP2-1996-3.1-cln.swf.gz": (77_222, 338, {"nonpositive_run_time": 17}),
+    "HPC2N-2002-2.2-cln.swf.gz": (202_871, 240, {}),
 }
 
 
