@@ -96,6 +96,7 @@ from vmctl.model import (
     Kill,
     Migrate,
     Promote,
+    Reservation,
     RunningJob,
     StartBg,
     StartFg,
@@ -212,6 +213,7 @@ class EasyPolicy(_OneTier):
         shadow = -math.inf
         extra = 0
         head: Job | None = None
+        reservation: Reservation | None = None
         while i < n:
             job = queue[i]
             i += 1
@@ -238,6 +240,7 @@ class EasyPolicy(_OneTier):
             head = job
             shadow, extra = res
             reasons[job.id] = _head_reason(job, shadow)
+            reservation = Reservation(job.id, shadow, extra)
             break
         if head is None:
             return Decision(actions=tuple(actions), reasons=reasons)
@@ -265,6 +268,7 @@ class EasyPolicy(_OneTier):
             actions=tuple(actions),
             reasons=reasons,
             default_reason=f"does not fit, or would delay the reservation of {head.id} at t={_fmt(shadow)}",
+            reservation=reservation,
         )
 
 
@@ -545,6 +549,7 @@ class _TwoTier(SchedulingPolicy):
         shadow = -math.inf
         extra = 0
         avoid: frozenset[int] = frozenset()
+        reservation: Reservation | None = None
         for item in merged:
             procs = item.procs if isinstance(item, Job) else item.job.procs
             plan = self._plan(st, item) if procs <= st.free else None
@@ -563,6 +568,7 @@ class _TwoTier(SchedulingPolicy):
                     reasons[item.id] = _never_fits_reason(item, st.free + _fg_held(view) + _held(st.new_ends))
                 continue
             shadow, extra, avoid = res
+            reservation = Reservation(item.id, shadow, extra)
             if isinstance(item, Job):
                 reasons[item.id] = _head_reason(item, shadow)
             default_reason = f"does not fit, or would delay the reservation of {item.id} at t={_fmt(shadow)}"
@@ -591,7 +597,9 @@ class _TwoTier(SchedulingPolicy):
         # Step 3: SJF over the remaining queued jobs into bg slots.
         for jid in self._fill_bg(st, view, now, started):
             reasons.pop(jid, None)
-        return Decision(actions=tuple(st.actions), reasons=reasons, default_reason=default_reason)
+        return Decision(
+            actions=tuple(st.actions), reasons=reasons, default_reason=default_reason, reservation=reservation
+        )
 
     def _fill_bg(self, st: _Pass, view: ClusterView, now: float, started: set[str]) -> list[str]:
         """Step 3; returns the ids of the jobs started in bg."""
