@@ -1,0 +1,128 @@
+"""The operator CLI against a real vmctld (subprocess on loopback, SQLite in tmp, HTTPS with its CA):
+every command group end to end, roles, and exit codes of real error answers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vmctl import errors
+from vmctl.cli.demo import DaemonProcess
+from vmctl.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(tmp_path_factory.mktemp("cli"), policy="easy", tick_s=0.2)
+    try:
+        d.start_and_wait(timeout=60)
+    except errors.VmctlError as exc:
+        d.stop()
+        pytest.fail(f"vmctld did not start: {exc}")
+    yield d
+    assert d.stop() == 0
+
+
+@pytest.fixture()
+def env(daemon: DaemonProcess, monkeypatch: pytest.MonkeyPatch) -> DaemonProcess:
+    monkeypatch.setenv("VMCTL_URL", daemon.url)
+    monkeypatch.setenv("VMCTL_TOKEN", daemon.token())
+    monkeypatch.setenv("VMCTL_CA", str(daemon.ca_path))
+    return daemon
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_job_lifecycle(env: DaemonProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "job", "submit", "-n", "2", "-t", "60", "--name", "live-a", "-o", "json")
+    assert code == 0, err
+    job = json.loads(out)["jobs"][0]
+    assert job["name"] == "live-a" and job["state"] == "queued" and job["procs"] == 2
+    jid = str(job["id"])
+    code, out, _ = run(capsys, "job", "list", "--state", "queued")
+    assert code == 0 and "live-a" in out
+    code, out, _ = run(capsys, "job", "show", jid)
+    assert code == 0 and "live-a" in out and "queued" in out
+    code, out, _ = run(capsys, "job", "explain", jid)
+    assert code == 0 and f"job {jid} is queued" in out and "reason:" in out  # no nodes: it waits
+    code, out, _ = run(capsys, "job", "cancel", jid)
+    assert code == 0 and out.strip() == f"job {jid}: cancelled"
+    code, out, _ = run(capsys, "job", "cancel", jid)  # idempotent
+    assert code == 0 and "cancelled" in out
+
+
+def test_batch_file(env: DaemonProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "jobs.yaml"
+    f.write_text("jobs:\n  - {name: b1, procs: 1, estimate: 5}\n  - {name: b2, procs: 3, estimate: 9}\n")
+    code, out, err = run(capsys, "job", "submit", "-f", str(f), "-o", "json")
+    assert code == 0, err
+    assert [j["name"] for j in json.loads(out)["jobs"]] == ["b1", "b2"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("jobs:\n  - {name: ok, procs: 1, estimate: 5}\n  - {name: bad, procs: 0, estimate: 5}\n")
+    code, _, err = run(capsys, "job", "submit", "-f", str(bad))
+    assert code == 2 and err.startswith("error: validation-failed: ")  # the daemon's 422
+    code, out, _ = run(capsys, "job", "list", "-o", "json")
+    assert "ok" not in [j["name"] for j in json.loads(out)["jobs"]]  # all or nothing
+
+
+def test_errors_from_the_daemon(env: DaemonProcess, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = run(capsys, "job", "show", "no-such-job")
+    assert code == 3 and err.startswith("error: not-found: ")
+    code, _, err = run(capsys, "node", "drain", "ghost")
+    assert code == 3
+    code, _, err = run(capsys, "vm", "show", "ghost-c0-fg")
+    assert code == 3
+    code, _, err = run(capsys, "policy", "set", "no-such-policy")
+    assert code == 2, err
+    monkeypatch.setenv("VMCTL_TOKEN", "wrong")
+    code, _, err = run(capsys, "job", "list")
+    assert code == 5 and err.startswith("error: unauthenticated: ")
+    monkeypatch.delenv("VMCTL_CA")
+    code, _, err = run(capsys, "job", "list")
+    assert code == 6 and "TLS" in err  # the cluster CA is not in the system store
+
+
+def test_read_token_cannot_write(env: DaemonProcess, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, err = run(capsys, "token", "issue", "--name", "viewer", "--role", "read", "--ttl", "600", "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["role"] == "read" and doc["token"]
+    monkeypatch.setenv("VMCTL_TOKEN", doc["token"])
+    assert run(capsys, "job", "list")[0] == 0
+    code, _, err = run(capsys, "job", "submit", "-n", "1", "-t", "5")
+    assert code == 5 and err.startswith("error: forbidden: ")
+
+
+def test_policy_nodes_vms_certs(env: DaemonProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "policy", "show", "-o", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["name"] == "easy" and "fcfs" in doc["available"]
+    code, out, err = run(capsys, "policy", "set", "fcfs", "-o", "json")
+    assert code == 0, err
+    assert json.loads(run(capsys, "policy", "show", "-o", "json")[1])["name"] == "fcfs"
+    assert run(capsys, "policy", "set", "easy")[0] == 0
+    code, out, _ = run(capsys, "node", "list", "-o", "json")
+    assert code == 0 and json.loads(out) == {"nodes": []}
+    code, out, _ = run(capsys, "vm", "list", "-o", "json")
+    assert code == 0 and json.loads(out) == {"vms": []}
+    code, out, err = run(capsys, "cert", "issue", "n9", "--out-dir", str(tmp_path))
+    assert code == 0, err
+    pem = (tmp_path / "n9.crt").read_text()
+    assert pem.startswith("-----BEGIN CERTIFICATE-----")
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(pem.encode())
+    assert cert.subject.rfc4514_string() == "CN=node:n9"

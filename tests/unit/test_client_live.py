@@ -1,0 +1,59 @@
+"""The client library against a real vmctld: one batch request, real ids, cancel and wait_all.
+(Jobs run to completion only with agents: that path is exercised by tests/integration/test_demo.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from vmctl import errors
+from vmctl.cli.demo import DaemonProcess
+from vmctl.client import Client, Job, Profile, Task
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(tmp_path_factory.mktemp("client"), policy="easy", tick_s=0.2)
+    try:
+        d.start_and_wait(timeout=60)
+    except errors.VmctlError as exc:
+        d.stop()
+        pytest.fail(f"vmctld did not start: {exc}")
+    yield d
+    assert d.stop() == 0
+
+
+def test_batch_submit_cancel_wait(daemon: DaemonProcess) -> None:
+    j1 = Job("lib-1", profile=Profile(runtime_s=100, cpu_usage=0.5), priority=2).add_task(Task(work_seconds=1))
+    j2 = Job("lib-2", estimate=50, deadline=4102444800.0).add_task(Task()).add_task(Task(cpu_usage=0.25))
+    c = Client([j1, j2], api=daemon.client(), poll_interval=0.05)
+    c.submit()
+    assert j1.id and j2.id and j1.id != j2.id and j1.state == j2.state == "queued"
+    api = daemon.client()
+    doc = api.get_job(j2.id)
+    assert doc["procs"] == 2 and doc["deadline"] == 4102444800.0 and doc["name"] == "lib-2"
+    assert api.get_job(j1.id)["estimate"] == pytest.approx(120.0) and api.get_job(j1.id)["priority"] == 2
+    c.start()
+    with pytest.raises(errors.WaitTimeout):
+        c.wait_all(timeout=0.3)  # no nodes: nothing can run
+    c.cancel()
+    results = c.wait_all(timeout=10)
+    assert [r.state for r in results] == ["cancelled", "cancelled"] and not any(r.ok for r in results)
+
+
+def test_invalid_job_rejected_before_sending(daemon: DaemonProcess) -> None:
+    c = Client([Job("ok", estimate=5).add_task(Task()), Job("empty", estimate=5)], api=daemon.client())
+    with pytest.raises(errors.ValidationError, match="at least one task"):
+        c.submit()
+    assert all(j.id is None for j in c.jobs)
+
+
+def test_daemon_rejects_whole_batch(daemon: DaemonProcess) -> None:
+    api = daemon.client()
+    before = len(api.list_jobs())
+    bad = Job("bad", estimate=5, priority=2**70).add_task(Task())  # out of the API's integer range
+    c = Client([Job("fine", estimate=5).add_task(Task()), bad], api=api)
+    with pytest.raises(errors.ValidationError):
+        c.submit()
+    assert len(api.list_jobs()) == before
