@@ -294,3 +294,39 @@ def test_client_url_and_path_quoting(server: tuple[str, Recorder]) -> None:
     rec.answer("GET", "/v1/nodes", 200, {"unexpected": 1})
     with pytest.raises(errors.ApiError, match="no 'nodes'"):
         c.list_nodes()
+
+
+def test_shell_completion(server: tuple[str, Recorder]) -> None:
+    import subprocess
+    import sys
+
+    url, rec = server
+    rec.answer("GET", "/v1/jobs", 200, {"jobs": [JOB, {**JOB, "id": "170"}, {**JOB, "id": "9"}]})
+    env = {**os.environ, "_VMCTL_COMPLETE": "bash_complete", "VMCTL_URL": url}
+
+    def complete(words: str, cword: int) -> list[str]:
+        r = subprocess.run([sys.executable, "-m", "vmctl.cli.main"], env={**env, "COMP_WORDS": words,
+                           "COMP_CWORD": str(cword)}, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return [line.split(",", 1)[1] for line in r.stdout.splitlines() if "," in line]
+
+    assert complete("vmctl jo", 1) == ["job"]
+    assert complete("vmctl job ex", 2) == ["explain"]
+    assert complete("vmctl job show 17", 3) == ["17", "170"]  # ids from the daemon
+    script = subprocess.run([sys.executable, "-m", "vmctl.cli.main"], env={**os.environ,
+                            "_VMCTL_COMPLETE": "bash_source"}, capture_output=True, text=True, timeout=30)
+    assert "_vmctl_completion" in script.stdout
+
+
+def test_operator_code_talks_only_to_the_api() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    for rel in ("vmctl/cli/ops.py", "vmctl/apiclient.py", "vmctl/client.py"):
+        tree = ast.parse((root / rel).read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for n in names:
+                top = ".".join(n.split(".")[:2])
+                assert top not in ("vmctl.daemon", "vmctl.store", "vmctl.agents", "vmctl.api"), (rel, n)
