@@ -55,6 +55,7 @@ class SshConfig:
     connect_timeout_seconds: float = 10.0
     command_timeout_seconds: float = 86400.0
     address_pattern: str = "{vm}"  # guest address from the VM name
+    state_dir: str = "/tmp/vmctl-jobs"  # job traces in the guest (adoption after an agent restart)
     guests: dict[str, str] = field(default_factory=dict)  # explicit VM name -> address
 
 
@@ -156,7 +157,10 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
         known_hosts=s.get("known_hosts", str, ""),
         connect_timeout_seconds=s.number("connect_timeout_seconds", 10.0, lo=0.1, hi=3600),
         command_timeout_seconds=s.number("command_timeout_seconds", 86400.0, lo=0.1),
-        address_pattern=s.get("address_pattern", str, "{vm}"), guests=_str_map(s, "guests"))
+        address_pattern=s.get("address_pattern", str, "{vm}"), guests=_str_map(s, "guests"),
+        state_dir=s.get("state_dir", str, "/tmp/vmctl-jobs"))
+    if not ssh.state_dir.startswith("/"):
+        raise s.error("state_dir", f"must be an absolute path in the guest, got {ssh.state_dir!r}")
     if ssh.enabled:
         if not ssh.key_file:
             raise s.error("key_file", "is required when ssh is enabled")

@@ -71,7 +71,8 @@ def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner |
 
         return ParamikoRunner(SshSettings(user=s.user, key_file=s.key_file, known_hosts=s.known_hosts, port=s.port,
                                           connect_timeout=s.connect_timeout_seconds,
-                                          command_timeout=s.command_timeout_seconds), address_of)
+                                          command_timeout=s.command_timeout_seconds, state_dir=s.state_dir),
+                              address_of)
     if isinstance(backend, MockBackend):
         return MockProcessRunner(backend)
     return None

@@ -52,6 +52,7 @@ class SshSettings:
     connect_timeout: float = 10.0
     command_timeout: float = 86400.0
     tail_bytes: int = 4096
+    state_dir: str = "/tmp/vmctl-jobs"  # in the guest: <state_dir>/<vm>/{job,exit} (adoption after a restart)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,8 @@ class _Job:
         self.exc: VmctlError | None = None
         self.started = 0.0
         self.ended = 0.0
+        self.adopted = False  # found running in the guest after an agent restart (polled by status())
+        self.state_dir: str | None = None
         self.lock = threading.Lock()
 
 
@@ -83,6 +86,7 @@ class ParamikoRunner:
         self.settings = settings
         self.address_of: Callable[[str], str] = address_of or (lambda vm: vm)
         self._jobs: dict[str, _Job] = {}
+        self._probed: set[str] = set()  # VMs whose guest was asked for a job trace since we started
         self._lock = threading.Lock()
         for what, p in (("ssh.key_file", settings.key_file), ("ssh.known_hosts", settings.known_hosts)):
             if not os.path.isfile(p):
@@ -150,9 +154,15 @@ class ParamikoRunner:
                 if not k.replace("_", "a").isalnum() or k[:1].isdigit():
                     raise RemoteExecError(host=job.host, problem=f"bad environment variable name {k!r}")
             exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-            inner = f"{exports} exec sh -c {shlex.quote(job.spec.command)}" if exports else \
-                f"exec sh -c {shlex.quote(job.spec.command)}"
-            wrapper = f"echo {_PID_MARK.decode()}$$; {inner}"
+            cmd = f"env {exports} sh -c {shlex.quote(job.spec.command)}" if exports else \
+                f"sh -c {shlex.quote(job.spec.command)}"
+            if job.state_dir is None:
+                wrapper = f"echo {_PID_MARK.decode()}$$; exec {cmd}"
+            else:  # leave a trace in the guest so a restarted agent can adopt the process
+                d = shlex.quote(job.state_dir)
+                wrapper = (f"D={d}; mkdir -p \"$D\" && rm -f \"$D/exit\" && printf '%s %s %s\\n' "
+                           f"{shlex.quote(job.spec.job_id)} {job.spec.index} $$ > \"$D/job\" || exit 125; "
+                           f"echo {_PID_MARK.decode()}$$; {cmd}; rc=$?; echo $rc > \"$D/exit\"; exit $rc")
             transport = client.get_transport()
             if transport is None:
                 raise RemoteExecError(host=job.host, problem="ssh transport closed")
@@ -220,8 +230,10 @@ class ParamikoRunner:
             log.warning("cannot kill %s on %s: %s", job.pid, job.host, exc)
             return
         try:
-            _, out, _ = c.exec_command(f"kill -KILL -- -{job.pid} 2>/dev/null || kill -KILL {job.pid}",
-                                       timeout=self.settings.connect_timeout)
+            cmd = f"kill -KILL -- -{job.pid} 2>/dev/null || kill -KILL {job.pid}"
+            if job.state_dir is not None:
+                cmd += f"; echo {KILLED_EXIT} > {shlex.quote(job.state_dir)}/exit"
+            _, out, _ = c.exec_command(cmd, timeout=self.settings.connect_timeout)
             out.channel.recv_exit_status()
         except (paramiko.SSHException, OSError) as exc:
             log.warning("kill of %s on %s failed: %s", job.pid, job.host, exc)
@@ -230,6 +242,9 @@ class ParamikoRunner:
                 c.close()
 
     # ------------------------------------------------------------------ ProcessRunner
+
+    def _state_dir(self, vm: str) -> str:
+        return f"{self.settings.state_dir.rstrip('/')}/{vm}"
 
     def start(self, vm: str, spec: ProcessSpec) -> None:
         with self._lock:
@@ -242,14 +257,59 @@ class ParamikoRunner:
             if not spec.command:
                 raise RemoteExecError(host=vm, problem=f"process {spec.job_id}[{spec.index}] has no command")
             job = _Job(spec, self.address_of(vm))
+            job.state_dir = self._state_dir(vm)
             self._jobs[vm] = job
+            self._probed.discard(vm)
         env = {"VMCTL_JOB_ID": spec.job_id, "VMCTL_PROCESS_INDEX": str(spec.index)}
         threading.Thread(target=self._run_job, args=(job, env, self.settings.command_timeout),
                          name=f"vmctl-job-{vm}", daemon=True).start()
 
+    def _probe(self, vm: str) -> _Job | None:
+        """Read the job trace a runner left in the guest (after an agent restart). Raises
+        ``RemoteExecError`` when the guest cannot be asked: then nobody may guess."""
+        d = shlex.quote(self._state_dir(vm))
+        script = (f"D={d}; [ -f \"$D/job\" ] || exit 0; read -r line < \"$D/job\"; echo \"$line\"; "
+                  "pid=${line##* }; st=$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null); "
+                  "if [ -n \"$st\" ] && [ \"$st\" != Z ]; then echo running; "
+                  "elif [ -f \"$D/exit\" ]; then cat \"$D/exit\"; else echo lost; fi")
+        host = self.address_of(vm)
+        res = self.run(host, script, timeout=self.settings.connect_timeout)
+        lines = [ln for ln in res.output_tail.splitlines() if ln.strip()]
+        if res.exit_code != 0:
+            raise RemoteExecError(host=host, problem=f"cannot read the job trace in {d}: {res.output_tail[-200:]}")
+        if not lines:
+            return None
+        try:
+            job_id, index, pid = lines[0].rsplit(" ", 2)
+            state = lines[1].strip() if len(lines) > 1 else "lost"
+            job = _Job(ProcessSpec(job_id=job_id, index=int(index)), host)
+            job.pid = int(pid)
+        except ValueError as exc:
+            raise RemoteExecError(host=host, problem=f"unreadable job trace in {d}: {lines[:2]}") from exc
+        job.adopted = True
+        job.state_dir = self._state_dir(vm)
+        if state == "running":
+            return job
+        job.exit_code = KILLED_EXIT if state == "lost" else int(state) if state.lstrip("-").isdigit() else -1
+        return job
+
     def status(self, vm: str) -> ProcessStatus | None:
         with self._lock:
             job = self._jobs.get(vm)
+            probed = vm in self._probed
+        if job is None and not probed:
+            job = self._probe(vm)
+            with self._lock:
+                self._probed.add(vm)
+                if job is not None:
+                    self._jobs.setdefault(vm, job)
+                    job = self._jobs[vm]
+        elif job is not None and job.adopted and job.exit_code is None:
+            fresh = self._probe(vm)
+            if fresh is None or (fresh.spec.job_id, fresh.spec.index) != (job.spec.job_id, job.spec.index):
+                job.exit_code = KILLED_EXIT  # the trace vanished (guest rebooted): the process is gone
+            elif fresh.exit_code is not None:
+                job.exit_code = fresh.exit_code
         if job is None:
             return None
         with job.lock:
@@ -262,6 +322,7 @@ class ParamikoRunner:
     def kill(self, vm: str) -> None:
         with self._lock:
             job = self._jobs.pop(vm, None)
+            self._probed.add(vm)  # nothing runs there once this returns
         if job is None or job.exit_code is not None:
             return
         with job.lock:

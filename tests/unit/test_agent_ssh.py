@@ -250,3 +250,37 @@ def test_sftp_transfer_to_a_missing_folder_fails_cleanly(sshd: Sshd, tmp_path: P
         r.transfer_checkpoint(str(src), "127.0.0.1", str(tmp_path / "no" / "such" / "dir" / "ckpt.img"))
     with pytest.raises(RemoteExecError, match="cannot be read"):
         r.transfer_checkpoint(str(tmp_path / "missing.img"), "127.0.0.1", str(tmp_path / "x"))
+
+
+def test_a_restarted_runner_adopts_a_running_job_and_sees_its_exit(sshd: Sshd, tmp_path: Path) -> None:
+    def runner() -> ParamikoRunner:
+        return ParamikoRunner(SshSettings(user="root", key_file=sshd.key_file, known_hosts=sshd.known_hosts,
+                                          port=sshd.port, state_dir=str(tmp_path / "state")),
+                              address_of=lambda vm: "127.0.0.1")
+
+    first = runner()
+    first.start("vm-c", ProcessSpec(job_id="job 1", index=4, command="sleep 0.8; exit 4"))
+    time.sleep(0.4)
+    second = runner()  # the agent restarted: no memory of the job
+    st = second.status("vm-c")
+    assert st is not None and st.running and (st.job_id, st.index) == ("job 1", 4)
+    second.start("vm-c", ProcessSpec(job_id="job 1", index=4, command="sleep 0.8; exit 4"))  # adopted: no-op
+    st = second.wait("vm-c", 10)
+    assert st is not None and st.exit_code == 4
+    assert runner().status("vm-c").exit_code == 4  # type: ignore[union-attr]
+    assert runner().status("vm-other") is None  # no trace: no process
+
+
+def test_a_killed_adopted_job_reports_137(sshd: Sshd, tmp_path: Path) -> None:
+    settings = SshSettings(user="root", key_file=sshd.key_file, known_hosts=sshd.known_hosts, port=sshd.port,
+                           state_dir=str(tmp_path / "state"))
+    first = ParamikoRunner(settings, address_of=lambda vm: "127.0.0.1")
+    first.start("vm-d", ProcessSpec(job_id="j", index=0, command="sleep 30"))
+    time.sleep(0.4)
+    second = ParamikoRunner(settings, address_of=lambda vm: "127.0.0.1")
+    assert second.status("vm-d").running  # type: ignore[union-attr]
+    second.kill("vm-d")
+    assert second.status("vm-d") is None
+    third = ParamikoRunner(settings, address_of=lambda vm: "127.0.0.1")
+    st = third.status("vm-d")
+    assert st is not None and not st.running and st.exit_code == 137
