@@ -64,13 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--load", type=float, default=None, help="scale inter-arrivals to this offered load")
     ap.add_argument("--usage", choices=["paper", "full"], default="paper")
+    ap.add_argument(
+        "--max-estimate",
+        type=int,
+        default=None,
+        help="TModel maximal estimate, s (default: longest run time in whole hours)",
+    )
     args = ap.parse_args(argv)
     try:
         t0 = time.perf_counter()
         if args.model:
             target = MEASY_TARGETS.get(args.model, {})
             n = args.jobs if args.jobs is not None else int(target.get("jobs", 100_000))
-            w = generate_model(args.model, n, args.procs or 320, args.seed, args.load, usage=args.usage)
+            w = generate_model(
+                args.model, n, args.procs or 320, args.seed, args.load, usage=args.usage, max_estimate=args.max_estimate
+            )
         else:
             target = {}
             w = read_swf(args.trace, args.procs)
