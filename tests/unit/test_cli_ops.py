@@ -330,3 +330,15 @@ def test_operator_code_talks_only_to_the_api() -> None:
             for n in names:
                 top = ".".join(n.split(".")[:2])
                 assert top not in ("vmctl.daemon", "vmctl.store", "vmctl.agents", "vmctl.api"), (rel, n)
+
+
+def test_large_tables_print_as_plain_text(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    vms = [{**VM, "name": f"n1-c{i}-fg", "core": i} for i in range(ops.RICH_MAX_ROWS + 1)]
+    rec.answer("GET", "/v1/vms", 200, {"vms": vms})
+    code, out, _ = run(capsys, "vm", "list", "--url", url)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == len(vms) + 1  # header + one line per VM, no box drawing
+    assert lines[0].split() == ["NAME", "NODE", "CORE", "ROLE", "WEIGHT", "CAP", "POWER", "JOB", "UTIL"]
+    assert lines[1].split() == ["n1-c0-fg", "n1", "0", "fg", "10000", "none", "running", "17", "97%"]
+    assert lines[0].index("NODE") == lines[-1].index("n1 ")  # aligned columns
