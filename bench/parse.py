@@ -6,6 +6,7 @@ of ``read_swf`` and, as the baseline measured in the same process, of a straight
 reader (``split()`` every line, convert the fields, build the same records, no validation); the
 ratio is baseline / read_swf in CPU time (steadier than wall time when the machine is shared). The
 target is HPC2N (202,871 jobs) well under 1.5 s, since the whole EASY run including parsing has 3 s.
+``--memory`` adds the memory a parsed workload holds (per job) and the peak while parsing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import gzip
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("traces", nargs="*", type=Path)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--memory", action="store_true", help="also report memory held per job and peak (tracemalloc)")
     args = ap.parse_args(argv)
     paths = args.traces or [TRACES / n for n in DEFAULT]
     missing = [p for p in paths if not p.exists()]
@@ -83,6 +86,19 @@ def main(argv: list[str] | None = None) -> int:
             f" {min(fast_cpu):5.3f}s {min(naive_wall):9.3f}s {min(naive_cpu):5.3f}s"
             f" {min(naive_cpu) / min(fast_cpu):10.2f}x"
         )
+    if args.memory:
+        for p in paths:
+            tracemalloc.start()
+            base, _ = tracemalloc.get_traced_memory()
+            w = read_swf(p)
+            held, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            per_job = (held - base) / max(1, len(w.jobs))
+            print(
+                f"{p.name:30} memory held {(held - base) / 1e6:6.1f} MB ({per_job:.0f} B/job),"
+                f" peak while parsing {(peak - base) / 1e6:6.1f} MB"
+            )
+            del w
     return 0
 
 
