@@ -199,15 +199,22 @@ def solve_stay(inst: Instance, prev: np.ndarray[Any, np.dtype[np.int64]]) -> flo
 
 
 def jobs_for(
-    suite: str, instances: int | None, seed: int, time_limit: float, algorithms: Sequence[str] | None, rr_max_tasks: int
+    suite: str,
+    instances: int | None,
+    seed: int,
+    time_limit: float,
+    algorithms: Sequence[str] | None,
+    rr_max_tasks: int,
+    tasks: Sequence[int] | None = None,
+    slacks: Sequence[float] | None = None,
 ) -> list[Job]:
     spec = SUITES[suite]
     n = instances if instances is not None else spec.instances
     algs = tuple(algorithms) if algorithms else spec.algorithms
-    slacks = (0.3, 0.5, 0.7) if suite == "dynamic" else SLACKS
+    slack_list = tuple(slacks) if slacks else (0.3, 0.5, 0.7) if suite == "dynamic" else SLACKS
     out = []
-    for tasks in spec.tasks:
-        for slack in slacks:
+    for n_tasks in tuple(tasks) if tasks else spec.tasks:
+        for slack in slack_list:
             for cm in CVS:
                 for cc in CVS:
                     for k in range(n):
@@ -215,7 +222,7 @@ def jobs_for(
                             Job(
                                 suite,
                                 spec.hosts,
-                                tasks,
+                                n_tasks,
                                 slack,
                                 cm,
                                 cc,
@@ -240,8 +247,10 @@ def run_suite(
     algorithms: Sequence[str] | None = None,
     rr_max_tasks: int = 100,
     progress: Callable[[str], None] | None = None,
+    tasks: Sequence[int] | None = None,
+    slacks: Sequence[float] | None = None,
 ) -> str:
-    jobs = jobs_for(suite, instances, seed, time_limit, algorithms, rr_max_tasks)
+    jobs = jobs_for(suite, instances, seed, time_limit, algorithms, rr_max_tasks, tasks, slacks)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()

@@ -210,9 +210,27 @@ def generate_cmd(
     help="MILP time limit per instance, seconds.",
 )
 @click.option("--algorithms", default=None, help="Comma-separated subset of algorithms.")
+@click.option("--tasks", "tasks_opt", default=None, help="Comma-separated subset of task counts.")
+@click.option("--slacks", default=None, help="Comma-separated subset of memory slacks.")
+@click.option(
+    "--rr-max-tasks",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Run RRND/RRNZ only on instances with at most this many tasks (their LP is slow).",
+)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 def eval_cmd(
-    suite: str, instances: int | None, workers: int, seed: int, time_limit: float, algorithms: str | None, out_dir: str
+    suite: str,
+    instances: int | None,
+    workers: int,
+    seed: int,
+    time_limit: float,
+    algorithms: str | None,
+    tasks_opt: str | None,
+    slacks: str | None,
+    rr_max_tasks: int,
+    out_dir: str,
 ) -> None:
     """Run an evaluation suite; write results, tables (Markdown) and PNG plots into OUT."""
     from vmctl.vcsched_eval import run_suite
@@ -223,6 +241,15 @@ def eval_cmd(
         bad = [a for a in algs if a not in ALGORITHMS]
         if bad:
             raise click.UsageError(f"unknown algorithm(s): {', '.join(bad)} (known: {', '.join(ALGORITHMS)})")
+    try:
+        task_list = [int(x) for x in tasks_opt.split(",")] if tasks_opt else None
+        slack_list = [float(x) for x in slacks.split(",")] if slacks else None
+    except ValueError as exc:
+        raise click.UsageError(f"--tasks/--slacks: {exc}") from exc
+    if task_list and min(task_list) < 3:
+        raise click.UsageError("--tasks: task counts must be >= 3")
+    if slack_list and not all(0.0 <= x < 1.0 for x in slack_list):
+        raise click.UsageError("--slacks: values must be in [0, 1)")
     summary = run_suite(
         suite,
         Path(out_dir),
@@ -231,6 +258,9 @@ def eval_cmd(
         seed=seed,
         time_limit=time_limit,
         algorithms=algs,
+        rr_max_tasks=rr_max_tasks,
         progress=lambda s: click.echo(s, err=True),
+        tasks=task_list,
+        slacks=slack_list,
     )
     click.echo(summary)
