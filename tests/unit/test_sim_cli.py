@@ -1,0 +1,138 @@
+"""``vmctl sim`` from the command line: JSON keys, tables, error references and exit codes, no
+tracebacks for bad input, the sweep's CSV and plots."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vmctl.cli.main import main
+
+GOLDEN_TRACE = Path(__file__).resolve().parents[1] / "golden" / "sim" / "small-fw300.swf"
+
+
+def vmctl(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def small_trace(tmp_path: Path) -> Path:
+    lines = GOLDEN_TRACE.read_text(encoding="utf-8").splitlines()
+    data = [ln for ln in lines if not ln.startswith(";")][:60]
+    path = tmp_path / "small.swf.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write("; MaxProcs: 64\n" + "\n".join(data) + "\n")
+    return path
+
+
+def test_run_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str], small_trace: Path) -> None:
+    code, out, err = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "measy",
+                           "--param", "migration_cost=60", "--output", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    for key in ("jobs", "avg_wait", "avg_response", "avg_bounded_slowdown", "utilization", "makespan",
+                "migrations", "kills", "dropped", "ci95"):
+        assert key in doc
+    assert doc["jobs"] == 60
+    assert doc["params"]["migration_cost"] == 60.0
+    assert isinstance(doc["avg_response"], float) and doc["avg_response"] > 0
+    assert set(doc["kills"]) == {"estimate", "policy"}
+
+
+def test_run_table_and_procs_override(capsys: pytest.CaptureFixture[str], small_trace: Path) -> None:
+    code, out, _ = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "easy", "--procs", "16")
+    assert code == 0
+    assert "average bounded slowdown" in out and "16 cores" in out
+    assert "wider than the machine" in out or "wider_than_machine" in out
+
+
+def test_no_cpu_info_and_full_usage_change_the_result(capsys: pytest.CaptureFixture[str], small_trace: Path) -> None:
+    base = ("sim", "run", "--trace", str(small_trace), "--procs", "32", "--policy", "measy", "--output", "json")
+    docs = []
+    for extra in ((), ("--no-cpu-info",), ("--cpu-usage", "full")):
+        code, out, err = vmctl(capsys, *base, *extra)
+        assert code == 0, err
+        docs.append(json.loads(out))
+    assert docs[1]["params"]["use_cpu_info"] is False
+    assert docs[0]["avg_response"] != docs[1]["avg_response"]
+    # Without CPU information MEASY puts bg processes only where the fg slot is idle; with 100 % usage
+    # every busy fg core is above the 96 % threshold: the same placements, the same result.
+    assert docs[1]["avg_response"] == docs[2]["avg_response"]
+
+
+@pytest.mark.parametrize(
+    ("args", "reference"),
+    [
+        (("--trace", "/nonexistent/x.swf", "--policy", "easy"), "trace-format"),
+        (("--trace", "{bad}", "--policy", "easy"), "trace-format"),
+        (("--trace", "{good}", "--policy", "nosuch"), "unknown-policy"),
+        (("--trace", "{good}", "--policy", "measy", "--param", "migration_cost=abc"), "policy-parameter"),
+        (("--trace", "{good}", "--policy", "measy", "--param", "nosuch=1"), "policy-parameter"),
+        (("--trace", "{good}", "--policy", "measy", "--param", "migration_cost=-5"), "policy-parameter"),
+        (("--policy", "easy"), "validation-failed"),
+        (("--trace", "{good}", "--policy", "easy", "--load", "-1"), "out-of-range"),
+    ],
+)
+def test_bad_input_is_a_located_error_with_exit_2(
+    capsys: pytest.CaptureFixture[str], small_trace: Path, tmp_path: Path, args: tuple[str, ...], reference: str
+) -> None:
+    bad = tmp_path / "bad.swf"
+    bad.write_text("; MaxProcs: 8\n1 0 -1 10 2 -1 -1 2 20 -1 1\n", encoding="utf-8")
+    argv = [a.replace("{good}", str(small_trace)).replace("{bad}", str(bad)) for a in args]
+    code, _out, err = vmctl(capsys, "sim", "run", *argv)
+    assert code == 2
+    assert err.startswith(f"error: {reference}: "), err
+    assert "Traceback" not in err
+    if reference == "trace-format" and "bad" in argv[1]:
+        assert "bad.swf:2" in err  # names the file and the line
+
+
+def test_subprocess_error_has_no_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "vmctl.cli.main", "sim", "run", "--trace", str(tmp_path / "none.swf"),
+                           "--policy", "easy"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: trace-format: ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_sweep_writes_csv_and_plots(capsys: pytest.CaptureFixture[str], small_trace: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "sweep"
+    code, out, err = vmctl(capsys, "sim", "sweep", "--trace", str(small_trace), "--policies", "easy,keasy,measy",
+                           "--loads", "0.6,0.9", "--migration-costs", "20,600", "--workers", "2",
+                           "--out", str(out_dir))
+    assert code == 0, err
+    summary = json.loads(out)
+    with (out_dir / "results.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    # easy, keasy: 2 loads each; measy: 2 loads x 2 costs
+    assert summary["runs"] == len(rows) == 8
+    assert {r["policy"] for r in rows} == {"easy", "keasy", "measy"}
+    assert {r["migration_cost"] for r in rows if r["policy"] == "measy"} == {"20.0", "600.0"}
+    for name in ("response_vs_load.png", "slowdown_vs_load.png", "migrations_vs_load.png", "migration_cost.png"):
+        png = out_dir / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    # the same point run alone gives the same numbers as in the sweep
+    code, out, _ = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "keasy", "--load", "0.9",
+                         "--output", "json")
+    single = json.loads(out)
+    row = next(r for r in rows if r["policy"] == "keasy" and r["load"] == "0.9")
+    assert float(row["avg_response"]) == pytest.approx(single["avg_response"], rel=1e-12)
+
+
+def test_sweep_rejects_a_parameter_no_policy_takes(capsys: pytest.CaptureFixture[str], small_trace: Path,
+                                                  tmp_path: Path) -> None:
+    code, _, err = vmctl(capsys, "sim", "sweep", "--trace", str(small_trace), "--policies", "easy",
+                         "--param", "migration_cost=5", "--out", str(tmp_path / "o"))
+    assert code == 2 and err.startswith("error: policy-parameter: ")
