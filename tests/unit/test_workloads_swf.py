@@ -149,6 +149,13 @@ def test_malformed_record(tmp_path: Path, body: str, line: int, problem: str) ->
     assert str(ei.value) == f"{p}:{line}: {problem}"
 
 
+def test_semicolon_inside_a_record(tmp_path: Path) -> None:
+    p = write(tmp_path, rec(1, 0, 1, 1) + "\n" + rec(2, 0, 1, 1) + " ; note\n")
+    with pytest.raises(TraceFormatError) as ei:
+        read_swf(p)
+    assert str(ei.value) == f"{p}:9: ';' inside a record (comment lines must start with ';')"
+
+
 def test_no_machine_size(tmp_path: Path) -> None:
     p = write(tmp_path, rec(1, 0, 1, 1), header="; Version: 2\n")
     with pytest.raises(TraceFormatError, match="no '; MaxProcs:' header and no machine size given"):

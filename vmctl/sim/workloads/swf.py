@@ -74,6 +74,8 @@ _USED = (0, 1, 3, 4, 7, 8, 11)
 _ID, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER = range(7)
 _INTEGRAL = (_ID, _ALLOC, _REQ_PROCS, _USER)
 _NUMBER_BYTES = b"0123456789.-+eE \t\n\r"
+#: what loadtxt reads: the used fields plus the last one (so that a short line fails to parse)
+_PARSED = (*_USED, N_FIELDS - 1)
 
 _HEADER_RE = re.compile(r"^\s*;\s*([A-Za-z][A-Za-z0-9_ ]*?)\s*:\s*(.*?)\s*$")
 _LEADING_INT_RE = re.compile(r"^\s*(\d+)")
@@ -101,8 +103,7 @@ def _read_text(path: Path) -> str:
 
 
 def _is_data(line: str) -> bool:
-    s = line.lstrip()
-    return bool(s) and s[0] != ";"
+    return ";" not in line and bool(line) and not line.isspace()
 
 
 def _line_problem(line: str) -> str | None:
@@ -159,6 +160,10 @@ def _parse_header(path: Path, lines: Sequence[str], n_other: int) -> tuple[dict[
             break
         s = line.lstrip()
         if s and s[0] != ";":
+            if ";" in s:
+                raise TraceFormatError(
+                    path=str(path), line=i + 1, problem="';' inside a record (comment lines must start with ';')"
+                )
             continue
         seen += 1
         m = _HEADER_RE.match(s)
@@ -187,7 +192,8 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None) -> Workloa
         raise OutOfRange(what="max_procs", value=max_procs, allowed="a positive number of processors")
     text = _read_text(p)
     lines = text.splitlines()
-    data = [line for line in lines if (s := line.lstrip()) and s[0] != ";"]
+    # records: lines without ";" that are not blank (memchr and isspace run in C, no copies)
+    data = [line for line in lines if ";" not in line and line and not line.isspace()]
     header, header_max_procs = _parse_header(p, lines, len(lines) - len(data))
     machine = max_procs if max_procs is not None else header_max_procs
     if machine is None:
@@ -199,16 +205,20 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None) -> Workloa
 
     with gc_paused():
         # Cheap whole-file checks first, so that the C parser below only sees well-formed numbers:
-        # every line has 18 fields, and no character outside a number's alphabet appears anywhere
-        # (this also catches "nan"/"inf" and words in the fields not parsed below).
-        counts = np.fromiter(map(len, map(str.split, data)), dtype=np.int64, count=len(data))
-        if (counts != N_FIELDS).any():
-            _raise_at_row(p, lines, int(np.flatnonzero(counts != N_FIELDS)[0]))
-        if "\n".join(data).encode("latin-1").translate(None, _NUMBER_BYTES):
+        # no character outside a number's alphabet appears anywhere (this also catches "nan"/"inf"
+        # and words in the fields not parsed below), and the records hold 18 fields each: the parser
+        # reads field 18, so no line has fewer, and the total count of fields is 18 per line, so no
+        # line has more.
+        blob = "\n".join(data).encode("latin-1")
+        if blob.translate(None, _NUMBER_BYTES):
             _raise_first_bad_line(p, lines, fallback="unexpected character in a record")
+        space = np.frombuffer(blob, dtype=np.uint8) <= 32  # after the check: blank, tab, CR, LF
+        n_fields = int(np.count_nonzero(space[:-1] & ~space[1:])) + (0 if space[0] else 1)
+        if n_fields != N_FIELDS * len(data):
+            _raise_first_bad_line(p, lines, fallback="wrong number of fields")
         try:
-            arr: FloatArray = np.loadtxt(data, dtype=np.float64, ndmin=2, comments=None, usecols=_USED)
-        except ValueError as exc:  # e.g. "1-2": only number characters, yet no number
+            arr: FloatArray = np.loadtxt(data, dtype=np.float64, ndmin=2, comments=None, usecols=_PARSED)
+        except ValueError as exc:  # a short line, or "1-2": only number characters, yet no number
             _raise_first_bad_line(p, lines, fallback=f"cannot parse: {exc}")
             raise  # unreachable: _raise_first_bad_line always raises
 
