@@ -95,7 +95,8 @@ def test_mcb_pack_respects_prefilled_capacity() -> None:
     c = np.array([0.5, 0.5])
     m = np.array([0.1, 0.1])
     la, lb = lists(8, c, m)
-    assert pack(c, m, la, lb, np.array([0.4, 1.0]), np.array([1.0, 1.0])).tolist() == [1, 1]
+    got = pack(c, m, la, lb, np.array([0.4, 1.0]), np.array([1.0, 1.0]))
+    assert got is not None and got.tolist() == [1, 1]
     assert pack(c, m, la, lb, np.array([0.4, 0.4]), np.array([1.0, 1.0])) is None
 
 
