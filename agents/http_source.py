@@ -117,6 +117,7 @@ class HttpSource:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._on_change: Any = None
+        self._poll_conn: _Conn | None = None
         self.fetches = 0
 
     @property
@@ -159,12 +160,15 @@ class HttpSource:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._poll_conn is not None:
+            self._poll_conn.close()  # interrupts a waiting long-poll
         if self._thread is not None:
             self._thread.join(timeout=self.wait_s + 15)
         self._conn.close()
 
     def _run(self) -> None:
         conn = _Conn(self.ep)  # the long-poll has its own connection
+        self._poll_conn = conn
         delay = 0.2
         while not self._stop.is_set():
             try:

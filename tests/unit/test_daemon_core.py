@@ -219,9 +219,13 @@ def test_operator_migration_completes_through_both_agents(cluster: Cluster) -> N
     dst = "n2" if src == "n1" else "n1"
     op = cluster.daemon.migrate_job(jid, dst)
     assert op.state == "pending"
-    # both nodes carry the migration phase in desired state
-    assert any(v.migration is not None for v in cluster.daemon.desired(src).vms)
+    # two-phase: the target learns of the incoming VM first; the source starts only after the target
+    # applied that generation (otherwise the target would prune the arriving VM)
     assert any(v.migration is not None for v in cluster.daemon.desired(dst).vms)
+    assert not any(v.migration is not None for v in cluster.daemon.desired(src).vms)
+    cluster.step(0.1)
+    assert cluster.daemon.state.ops[op.id].detail["stage"] == "go"
+    assert any(v.migration is not None for v in cluster.daemon.desired(src).vms)
     cluster.run_until(lambda: cluster.daemon.state.ops[op.id].state != "pending", limit=60)
     assert cluster.daemon.state.ops[op.id].state == "done"
     job = cluster.daemon.job(jid)

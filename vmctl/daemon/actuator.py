@@ -275,6 +275,7 @@ class Actuator:
         occupy(act.tier, act.cores, job.id)
         if hosts:
             op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": act.tier.value,
+                                                          "stage": "prepare", "target_gens": {},
                                                           "from_tier": from_tier, "origin": "policy"})
             job.migrating = op.id
             for h in hosts:
@@ -379,6 +380,18 @@ class Actuator:
 
     def _follow_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes) -> None:
         st = self.state
+        if op.detail.get("stage") == "prepare":
+            gens: dict[str, int] = op.detail.get("target_gens") or {}
+            targets = {str(m["to"][0]) for m in op.detail.get("moves", []) if m["from"][0] != m["to"][0]}
+            ready = bool(gens) and all(
+                t in gens and (o := st.observed.get(t)) is not None and o.generation_applied >= gens[t]
+                for t in targets)
+            if ready:
+                op.detail["stage"] = "go"
+                op.updated = now
+                ch.ops[op.id] = op
+                self.touch(ch, job)
+            return
         done = True
         for m in op.detail.get("moves", []):
             src, dst = m["from"], m["to"]

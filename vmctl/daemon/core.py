@@ -197,6 +197,14 @@ class Daemon:
                 batch.nodes[node] = rec
                 batch.desired[node] = (gen, {"node": node, "generation": gen,
                                              "vms": [vm_desired_to_json(v) for v in vms]})
+        for op in batch.operations.values():
+            # a migration in its prepare stage waits for the target to apply this generation
+            if op.kind == "migrate" and op.state == "pending" and op.detail.get("stage") == "prepare":
+                tg = op.detail.setdefault("target_gens", {})
+                for m in op.detail.get("moves", []):
+                    t = str(m["to"][0])
+                    if m["from"][0] != m["to"][0] and t not in tg:
+                        tg[t] = gens.get(t, st.generation.get(t, 0))
         if batch.empty():
             return
         try:

@@ -332,19 +332,26 @@ class ClusterState:
                 mv = moves.get(i)
                 mig: MigrationSpec | None = None
                 core = c
-                if mv is not None:
+                emit = n == node
+                if mv is not None and op is not None:
                     src = mv["from"]
                     dst = mv["to"]
                     assert isinstance(src, list | tuple) and isinstance(dst, list | tuple)
                     if src[0] != dst[0]:
-                        mig = MigrationSpec(
-                            migration_id=str(op.id) if op else "", source_node=str(src[0]),
-                            target_node=str(dst[0]), target_core=int(dst[1]), phase="requested",
+                        spec = MigrationSpec(
+                            migration_id=str(op.id), source_node=str(src[0]), target_node=str(dst[0]),
+                            target_core=int(dst[1]), phase="requested",
                             mode="checkpoint" if str(mv.get("mode", "live")) == "checkpoint" else "live",
                         )
-                        if node == src[0] and n != node:
+                        if node == src[0]:
+                            # two-phase: the source starts only once the target applied the generation
+                            # that expects the VM (else the target would prune the arriving VM)
                             core = int(src[1])
-                if n != node and mig is None:
+                            mig = spec if op.detail.get("stage") == "go" else None
+                            emit = True
+                        elif node == dst[0]:
+                            mig = spec
+                if not emit:
                     continue
                 out.append(VmDesired(
                     name=name, core=core, role=role, weight=weight, cap=rec.cap, power=power, process=proc,

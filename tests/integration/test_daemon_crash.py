@@ -1,0 +1,243 @@
+"""Crash safety: real ``vmctld`` processes (loopback HTTPS, SQLite file) and two agents (the real
+reconciler on the mock backend, talking HTTP with client certificates) run a workload while the test
+kills the daemon with SIGKILL again and again (by pid) and restarts it.
+
+Afterwards: every job whose submission was acknowledged (201) finished; no process of any job was
+started twice; the migration that was open at one of the kills was finished or rolled back."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
+from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
+from vmctl.agents.layout import Layout
+from vmctl.agents.reconciler import Reconciler
+from vmctl.clock import SystemClock
+from vmctl.store import open_store
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Vmctld:
+    """One vmctld process at a time on a fixed port."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = _free_port()
+        self.config = tmp / "vmctld.yaml"
+        self.config.write_text(
+            f"state_dir: {tmp}/state\n"
+            f"store: {{url: 'sqlite:///{tmp}/state/vmctld.db'}}\n"
+            f"api: {{listen: 127.0.0.1, port: {self.port}, bootstrap_token_file: {tmp}/state/admin.token}}\n"
+            "policy: {name: easy}\n"
+            "loop: {tick_s: 0.5, node_timeout_s: 60}\n"
+            "lease: {ttl_s: 1.5}\n"
+            "log_level: warning\n"
+        )
+        self.proc: subprocess.Popen[str] | None = None
+        self.kills = 0
+
+    def start(self) -> None:
+        with open(self.tmp / "vmctld.log", "a") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "vmctl.daemon.main", "--config", str(self.config)],
+                                         stdout=subprocess.PIPE, stderr=log, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "vmctld ready" in line, f"vmctld did not start: {line!r} (see {self.tmp}/vmctld.log)"
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.kills += 1
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    @property
+    def token(self) -> str:
+        return (self.tmp / "state" / "admin.token").read_text().strip()
+
+    def call(self, method: str, path: str, body: Any = None, timeout: float = 10) -> tuple[int, Any]:
+        ctx = ssl.create_default_context(cafile=str(self.tmp / "state" / "ca.pem"))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=timeout)
+        try:
+            conn.request(method, path, body=None if body is None else json.dumps(body),
+                         headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+        finally:
+            conn.close()
+
+    def try_call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        try:
+            return self.call(method, path, body)
+        except (OSError, http.client.HTTPException):
+            return 0, None
+
+
+class Agent:
+    def __init__(self, name: str, cores: int, d: Vmctld, fabric: MockFabric, peers: dict[str, str]) -> None:
+        s, doc = d.call("POST", "/v1/certs", {"node": name})
+        assert s == 201
+        cdir = d.tmp / "agents"
+        cdir.mkdir(exist_ok=True)
+        for key in ("cert_pem", "key_pem", "ca_pem"):
+            (cdir / f"{name}.{key}").write_text(doc[key])
+        ep = AgentEndpoint(f"https://127.0.0.1:{d.port}", name, str(cdir / f"{name}.cert_pem"),
+                           str(cdir / f"{name}.key_pem"), str(cdir / f"{name}.ca_pem"), timeout_s=5)
+        self.backend = MockBackend(hostname=name, cores=cores, clock=SystemClock(), fabric=fabric,
+                                   uri=f"mock://{name}", migration_seconds=0.5)
+        self.source = HttpSource(ep, wait_s=2)
+        self.source.register(cores=cores, hostname=name, backend="mock")
+        self.reporter = HttpReporter(ep)
+        self.rec = Reconciler(self.backend, Layout(host=name, cores=tuple(range(cores))), self.source, self.reporter,
+                              runner=MockProcessRunner(self.backend), peers=peers, migrate_uris=peers,
+                              resync_seconds=0.2)
+        self.rec.backoff.maximum = 0.5
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self.rec.run, args=(self.stop_ev,), daemon=True)
+
+    def start(self) -> None:
+        self.source.start(on_change=self.rec.wake)
+        self.thread.start()
+
+    def diagnose(self) -> dict[str, Any]:
+        desired = self.source.fetch()
+        return {"vms": [(v.name, v.power.value) for v in self.backend.list_vms() if v.name.startswith("j")],
+                "generation": desired.generation if desired else None,
+                "reported": [(v.name, v.power.value, v.migration_phase) for v in self.rec._last_vms
+                             if v.name.startswith("j")]}
+
+    def stop(self) -> None:
+        self.stop_ev.set()
+        self.rec.wake()
+        self.thread.join(10)
+        self.source.stop()
+        self.reporter.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Vmctld, list[Agent]]]:
+    d = Vmctld(tmp_path)
+    d.start()
+    fabric = MockFabric()
+    peers = {"n1": "mock://n1", "n2": "mock://n2"}
+    agents = [Agent("n1", 4, d, fabric, peers), Agent("n2", 4, d, fabric, peers)]
+    for a in agents:
+        a.start()
+    try:
+        yield d, agents
+    finally:
+        for a in agents:
+            a.stop()
+        d.stop()
+
+
+def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
+        cluster: tuple[Vmctld, list[Agent]]) -> None:
+    d, agents = cluster
+    rng = random.Random(7)
+    acked: list[str] = []
+    lock = threading.Lock()
+
+    def submit_some(n: int) -> None:
+        for _ in range(n):
+            procs = rng.choice([1, 1, 2, 3, 4])
+            body = {"procs": procs, "estimate": 60, "work_seconds": rng.uniform(0.5, 2.5)}
+            s, doc = d.try_call("POST", "/v1/jobs", body)
+            if s == 201:
+                with lock:
+                    acked.append(doc["job"]["id"])
+
+    submit_some(8)
+    migrated: str | None = None
+    t_end = time.monotonic() + 90
+    for cycle in range(5):
+        time.sleep(rng.uniform(0.4, 1.2))
+        submit_some(4)
+        if cycle == 1 and migrated is None:
+            # open a migration and kill the daemon right after it was accepted
+            s, doc = d.try_call("GET", "/v1/jobs?state=running")
+            for job in (doc or {}).get("jobs", []):
+                nodes = {p["node"] for p in job["placement"]}
+                if len(nodes) == 1:
+                    target = "n2" if nodes == {"n1"} else "n1"
+                    s2, _ = d.try_call("POST", f"/v1/jobs/{job['id']}/migrate", {"to_node": target})
+                    if s2 == 202:
+                        migrated = job["id"]
+                        break
+        d.kill9()
+        d.start()
+        # while the new daemon waits for the dead one's lease to expire it answers 503
+    # everything acknowledged finishes
+    pending = set(acked)
+    while pending and time.monotonic() < t_end:
+        s, doc = d.try_call("GET", "/v1/jobs?limit=100000")
+        if s == 200:
+            states = {j["id"]: j["state"] for j in doc["jobs"]}
+            missing = [j for j in pending if j not in states]
+            assert not missing, f"acknowledged jobs lost after kill -9: {missing}"
+            pending = {j for j in pending if states[j] not in ("done", "failed", "killed", "cancelled")}
+        time.sleep(0.3)
+    assert not pending, f"jobs never finished: {sorted(pending)}; agents: {[a.diagnose() for a in agents]}"
+    s, doc = d.call("GET", "/v1/jobs?limit=100000")
+    by_id = {j["id"]: j for j in doc["jobs"]}
+    assert all(by_id[j]["state"] == "done" for j in acked), {j: by_id[j]["state"] for j in acked}
+    assert d.kills == 5 and len(acked) >= 20
+
+    # no process was started twice: each (job, index) appears once in the backends' journals
+    starts: dict[str, int] = {}
+    for a in agents:
+        for e in a.backend.operations("start_process"):
+            starts[e.detail] = starts.get(e.detail, 0) + 1
+    twice = {k: v for k, v in starts.items() if v > 1}
+    assert not twice, f"processes started more than once: {twice}"
+    expected = {f"{j}[{i}]" for j in acked for i in range(by_id[j]["procs"])}
+    assert expected <= set(starts)
+
+    # stored state agrees: one run per job, no operation left open
+    d.stop()
+    store = open_store(f"sqlite:///{d.tmp}/state/vmctld.db")
+    try:
+        runs = {j.id: j.run for j in store.load_jobs()}
+        assert all(runs[j] == 1 for j in acked), {j: runs[j] for j in acked if runs[j] != 1}
+        ops = store.load_operations()
+        assert all(o.state != "pending" for o in ops), [(o.id, o.state) for o in ops]
+        if migrated is not None:
+            assert any(o.job_id == migrated and o.kind == "migrate" for o in ops)
+    finally:
+        store.close()
