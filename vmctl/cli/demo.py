@@ -127,13 +127,18 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def terminate(self) -> None:
+        """Send SIGTERM to this pid (no wait)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM this pid, wait, then SIGKILL; returns the exit code."""
         rc: int | None = None
         if self.proc is not None:
             if self.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.proc.pid, signal.SIGTERM)
+                self.terminate()
                 try:
                     self.proc.wait(timeout)
                 except subprocess.TimeoutExpired:
@@ -424,14 +429,12 @@ class Demo:
                                backend=o.backend, cores=o.cores, libvirt_uri=o.libvirt_uri, metrics_port=port)
             path = self.state_dir / f"agent-{node}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-            try:
+            if agent_speaks_http():
                 parse_agent_config(cfg, str(path))
-            except errors.ConfigError as exc:
-                raise DemoError(what="vmctl-agent", problem=f"this agent cannot be configured for the demo: {exc}"
-                                ) from exc
-            agent = ManagedProcess(f"vmctl-agent {node}",
-                                   [sys.executable, "-m", "vmctl.agents.main", "--config", str(path)],
-                                   self.state_dir / f"agent-{node}.log")
+                argv = [sys.executable, "-m", "vmctl.agents.main", "--config", str(path)]
+            else:  # this vmctl-agent has no 'daemon' config yet: the demo's runner (run_http_agent)
+                argv = [sys.executable, "-m", "vmctl.cli.demo", "agent", str(path)]
+            agent = ManagedProcess(f"vmctl-agent {node}", argv, self.state_dir / f"agent-{node}.log")
             agent.start()
             self.agents.append(agent)
             self.agent_metrics.append(f"http://127.0.0.1:{port}/metrics")
@@ -454,10 +457,16 @@ class Demo:
     # -- run ------------------------------------------------------------------------------
     def run(self) -> Summary:
         o = self.o
+        planned = o.nodes * o.cores
+        workload: list[DemoJob] = []
+        info: dict[str, Any] = {}
+        if o.backend == "mock":  # fail on a bad workload before starting anything
+            workload, info = build_demo_workload(o.jobs, planned, o.speed, o.duration, o.seed)
         try:
             client = self.start_cluster()
             total = sum(int(n["cores"]) for n in client.list_nodes())
-            workload, info = build_demo_workload(o.jobs, total, o.speed, o.duration, o.seed)
+            if total != planned or not workload:
+                workload, info = build_demo_workload(o.jobs, total, o.speed, o.duration, o.seed)
             self.echo(f"state dir {self.state_dir}; vmctld {self.daemon.url if self.daemon else ''} (pid "
                       f"{self.daemon.pid if self.daemon else ''}); {len(self.agents)} agents "
                       f"(pids {', '.join(str(a.pid) for a in self.agents)}); {len(workload)} {info['model']} jobs on "
@@ -554,6 +563,8 @@ class Demo:
 
     def stop(self) -> None:
         for a in self.agents:
+            a.terminate()
+        for a in self.agents:
             a.stop()
         if self.daemon is not None:
             self.daemon.stop()
@@ -593,3 +604,125 @@ def demo(nodes: int, cores: int, jobs: int, duration: float, speed: float, polic
     summary = Demo(opts).run()
     if summary.by_state.get("done", 0) == 0:
         raise DemoError(what="demo", problem="no job finished; see the logs (--keep)")
+
+
+# ----------------------------------------------------------------------------- HTTP agent runner
+
+
+def agent_speaks_http() -> bool:
+    """True when ``vmctl-agent``'s config accepts the ``daemon`` and ``metrics`` sections."""
+    from vmctl.agents.config import parse_agent_config
+
+    probe = {"node": "probe", "daemon": {"url": "https://127.0.0.1:1", "cert_file": "c", "key_file": "k",
+                                         "ca_file": "a"}, "metrics": {"listen": "127.0.0.1:0"}}
+    try:
+        parse_agent_config(probe, "<probe>")
+    except errors.ConfigError:
+        return False
+    return True
+
+
+def run_http_agent(config_path: str, stop: threading.Event | None = None) -> int:
+    """An agent wired to vmctld over HTTPS, for the demo while ``vmctl-agent`` reads its desired state
+    from files only: the agent's own reconciler, backend and layout (``vmctl.agents.main.build_agent``)
+    with the daemon's mTLS source and reporter (``vmctl.agents.http_source``), a Prometheus endpoint
+    (``vmctl.metrics.AgentMetrics``) and sd_notify (READY after the first successful relist,
+    WATCHDOG while cycles complete)."""
+    import logging
+
+    from vmctl.agents.config import parse_agent_config
+    from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
+    from vmctl.agents.main import build_agent
+    from vmctl.config import load_yaml
+    from vmctl.metrics import AgentMetrics
+    from vmctl.model import NodeObserved
+    from vmctl.sdnotify import Notifier
+
+    doc = load_yaml(config_path)
+    d = doc.pop("daemon", None)
+    m = doc.pop("metrics", None) or {}
+    if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("url", "cert_file", "key_file",
+                                                                               "ca_file")):
+        raise errors.ConfigError(path=config_path, where="daemon", problem="needs url, cert_file, key_file, ca_file")
+    cfg = parse_agent_config(doc, config_path)
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("vmctl.demo.agent")
+    agent = build_agent(cfg)
+    rec = agent.reconciler
+    ep = AgentEndpoint(d["url"], cfg.node, d["cert_file"], d["key_file"], d["ca_file"])
+    source = HttpSource(ep, wait_s=2.0)  # short long-polls: a stop never waits long
+    reporter = HttpReporter(ep)
+    rec.source = source
+    rec.reporter = reporter
+    last: dict[str, NodeObserved | None] = {"obs": None}
+    metrics = AgentMetrics(lambda: last["obs"])
+    listen = str(m.get("listen") or "")
+    if listen:
+        host, _, port = listen.rpartition(":")
+        metrics.serve(int(port), addr=host or "127.0.0.1")
+    notifier = Notifier()
+    stop = stop or threading.Event()
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+        rec.wake()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    deadline = time.monotonic() + 30
+    while True:  # register (the daemon may still be starting)
+        try:
+            source.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name)
+            break
+        except errors.VmctlError as exc:
+            if time.monotonic() > deadline or stop.is_set():
+                raise
+            log.info("register: %s; retrying", exc)
+            stop.wait(0.5)
+    source.start(on_change=rec.wake)
+    last_pass = {"t": time.monotonic()}
+    interval = notifier.watchdog_interval()
+    notifier.start_watchdog(lambda: time.monotonic() - last_pass["t"] < 3 * (interval or 1))
+    ready = False
+    try:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                res = rec.run_once()
+                delay = res.delay
+                ok = res.observed is not None
+                if res.observed is not None:
+                    last["obs"] = res.observed
+                for a in res.applied:
+                    metrics.action(getattr(a, "kind", type(a).__name__))
+                for a in res.failed:
+                    metrics.action(getattr(a, "kind", type(a).__name__), "failed")
+            except Exception:
+                log.exception("reconcile cycle failed")
+                ok = False
+                delay = rec.backoff.next_delay()
+            metrics.observe_reconcile(time.perf_counter() - t0, ok)
+            last_pass["t"] = time.monotonic()
+            if ok and not ready:
+                ready = True
+                notifier.ready(f"node {cfg.node}: {rec.layout.size} cores")
+                print(f"vmctl-agent ready node={cfg.node}", flush=True)
+            rec._wake.wait(timeout=min(max(0.0, delay), 1.0) if math.isfinite(delay) else 1.0)
+            rec._wake.clear()
+    finally:
+        notifier.stopping()
+        notifier.close()
+        source.stop()
+        metrics.close()
+        agent.backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "agent":
+        try:
+            sys.exit(run_http_agent(sys.argv[2]))
+        except errors.VmctlError as exc:
+            print(f"error: {exc.reference}: {exc}", file=sys.stderr)
+            sys.exit(2)
+    print("usage: python -m vmctl.cli.demo agent CONFIG", file=sys.stderr)
+    sys.exit(2)
