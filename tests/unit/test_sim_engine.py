@@ -306,3 +306,11 @@ def test_full_cpu_usage_overrides_the_workload() -> None:
     full = run(jobs, 1, Scripted(plan), SimConfig(progress=FIXED, two_tier=True, cpu_usage="full"))
     assert paper.outcome("2")[1] == pytest.approx(50.0)  # 0.9 * min(1, 0.5/0.5) = 0.9
     assert full.outcome("2")[1] == pytest.approx(1000 / 0.98 + 45 / 0.98)
+
+
+@pytest.mark.parametrize(
+    ("u_fg", "u_bg", "expected"),
+    [(None, 1.0, 0.98), (0.5, 1.0, 0.45), (0.4, 0.5, 0.9), (0.97, 1.0, 0.0), (0.96, 1.0, 0.9 * 0.04)],
+)
+def test_bg_process_rate_formula(u_fg: float | None, u_bg: float, expected: float) -> None:
+    assert FIXED.bg_process_rate(0.9, 0.02, u_bg, u_fg) == pytest.approx(expected)

@@ -380,21 +380,30 @@ class Simulator:
     # ------------------------------------------------------------------ rates and events
 
     def _rate(self, run: _Run) -> float:
+        """The job's rate: its slowest process's (``ProgressModel.bg_process_rate``, inlined here
+        because it is the engine's hottest loop for two-tier policies)."""
         i = run.idx
+        loss = self._loss[i]
         if run.tier is Tier.FG:
-            return fg_rate(self._loss[i], self.two_tier)
-        loss, beta = self._loss[i], self._beta[i]
-        usage = self._usage[i]
+            return fg_rate(loss, self.two_tier)
+        beta = self._beta[i]
+        alone = 1.0 - loss
+        threshold = self._pm.bg_threshold
         fg_run = self._fg_run
         fg_util = self._fg_util
-        bg_rate = self._pm.bg_process_rate
         rate = 1.0
-        for p, c in enumerate(run.cores):
-            r = bg_rate(beta, loss, usage[p], None if fg_run[c] is None else fg_util[c])
+        for c, u_bg in zip(run.cores, self._usage[i], strict=True):
+            if fg_run[c] is None:
+                r = alone
+            else:
+                u = fg_util[c]
+                if u > threshold:
+                    return 0.0
+                r = beta * (1.0 - u) / u_bg
+                if r > beta:
+                    r = beta
             if r < rate:
                 rate = r
-                if rate <= 0.0:
-                    break
         return rate
 
     def _reschedule(self, run: _Run) -> None:
