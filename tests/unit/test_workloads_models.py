@@ -205,6 +205,24 @@ def test_lublin_runtimes_and_daily_cycle() -> None:
     assert max(j.procs for j in w.jobs) <= 128
 
 
+def test_lublin_machine_scaling_keeps_interactive_jobs_smaller() -> None:
+    for procs in (64, 256):
+        batch = lublin_sizes(20_000, procs, np.random.default_rng(1), job_class="batch")
+        inter = lublin_sizes(20_000, procs, np.random.default_rng(1), job_class="interactive")
+        assert inter.mean() < batch.mean()
+        assert inter.max() <= round(2 ** (5.5 + math.log2(procs) - 7))
+    # bigger machine, bigger jobs (UHi = log2 P)
+    assert (
+        lublin_sizes(20_000, 256, np.random.default_rng(2)).mean()
+        > lublin_sizes(20_000, 64, np.random.default_rng(2)).mean()
+    )
+
+
+def test_lublin_two_class_mode() -> None:
+    w = lublin99.generate(5_000, 128, seed=4, classes=("batch", "interactive"))
+    assert len(w.jobs) == 5_000 and "batch+interactive" in w.source
+
+
 def test_lublin_bad_class() -> None:
     with pytest.raises(OutOfRange, match="job class"):
         lublin99.generate(10, 8, 1, classes=("batch", "nightly"))
