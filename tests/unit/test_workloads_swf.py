@@ -132,6 +132,9 @@ def test_empty_trace(tmp_path: Path) -> None:
     [
         (rec(1, 0, 1, 1) + "\n1 2 3 4 5 6 7", 9, "expected 18 fields, got 7"),
         (rec(1, 0, 1, 1) + "\n" + rec(2, 0, 1, 1) + " 99", 9, "expected 18 fields, got 19"),
+        # a short and a long line whose field counts add up to 2 x 18
+        (rec(1, 0, 1, 1) + " 99\n" + rec(2, 0, 1, 1).rsplit(" ", 1)[0], 8, "expected 18 fields, got 19"),
+        (rec(1, 0, 1, 1).rsplit(" ", 1)[0] + "\n" + rec(2, 0, 1, 1) + " 99", 8, "expected 18 fields, got 17"),
         (rec(1, 0, 1, 1).replace(" 3 1 -1", " x3 1 -1"), 8, "field 12 (user id) is not a number: 'x3'"),
         (rec(1, 0, "abc", 1), 8, "field 4 (run time) is not a number: 'abc'"),  # type: ignore[arg-type]
         (rec(1, 0, "nan", 1), 8, "field 4 (run time) is not a finite number: 'nan'"),  # type: ignore[arg-type]

@@ -36,6 +36,7 @@ import zlib
 from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -132,14 +133,14 @@ def _data_line_numbers(lines: Sequence[str]) -> list[int]:
     return [i + 1 for i, line in enumerate(lines) if _is_data(line)]
 
 
-def _raise_at_row(path: Path, lines: Sequence[str], row: int) -> None:
+def _raise_at_row(path: Path, lines: Sequence[str], row: int) -> NoReturn:
     """Raise the error of the ``row``-th data line (0-based) of the file."""
     line_no = _data_line_numbers(lines)[row]
     problem = _line_problem(lines[line_no - 1]) or "malformed record"
     raise TraceFormatError(path=str(path), line=line_no, problem=problem)
 
 
-def _raise_first_bad_line(path: Path, lines: Sequence[str], fallback: str) -> None:
+def _raise_first_bad_line(path: Path, lines: Sequence[str], fallback: str) -> NoReturn:
     for i, line in enumerate(lines):
         if _is_data(line):
             problem = _line_problem(line)
@@ -220,7 +221,6 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None) -> Workloa
             arr: FloatArray = np.loadtxt(data, dtype=np.float64, ndmin=2, comments=None, usecols=_PARSED)
         except ValueError as exc:  # a short line, or "1-2": only number characters, yet no number
             _raise_first_bad_line(p, lines, fallback=f"cannot parse: {exc}")
-            raise  # unreachable: _raise_first_bad_line always raises
 
         bad = ~np.isfinite(arr).all(axis=1)
         for k in _INTEGRAL:
