@@ -183,6 +183,10 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
                 with lock:
                     acked.append(doc["job"]["id"])
 
+    s, doc = d.call("POST", "/v1/jobs", {"name": "long", "procs": 1, "estimate": 60, "work_seconds": 10})
+    assert s == 201
+    long_id = doc["job"]["id"]
+    acked.append(long_id)
     submit_some(8)
     migrated: str | None = None
     t_end = time.monotonic() + 90
@@ -191,15 +195,17 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
         submit_some(4)
         if cycle == 1 and migrated is None:
             # open a migration and kill the daemon right after it was accepted
-            s, doc = d.try_call("GET", "/v1/jobs?state=running")
-            for job in (doc or {}).get("jobs", []):
-                nodes = {p["node"] for p in job["placement"]}
-                if len(nodes) == 1:
-                    target = "n2" if nodes == {"n1"} else "n1"
-                    s2, _ = d.try_call("POST", f"/v1/jobs/{job['id']}/migrate", {"to_node": target})
+            for _attempt in range(50):
+                s, doc = d.try_call("GET", f"/v1/jobs/{long_id}")
+                if s == 200 and doc["job"]["state"] == "running":
+                    src = doc["job"]["placement"][0]["node"]
+                    s2, _ = d.try_call("POST", f"/v1/jobs/{long_id}/migrate",
+                                       {"to_node": "n2" if src == "n1" else "n1"})
                     if s2 == 202:
-                        migrated = job["id"]
+                        migrated = long_id
                         break
+                time.sleep(0.2)
+            assert migrated is not None, "could not open a migration"
         d.kill9()
         d.start()
         # while the new daemon waits for the dead one's lease to expire it answers 503
@@ -237,7 +243,7 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
         assert all(runs[j] == 1 for j in acked), {j: runs[j] for j in acked if runs[j] != 1}
         ops = store.load_operations()
         assert all(o.state != "pending" for o in ops), [(o.id, o.state) for o in ops]
-        if migrated is not None:
-            assert any(o.job_id == migrated and o.kind == "migrate" for o in ops)
+        mig_ops = [o for o in ops if o.job_id == migrated and o.kind == "migrate"]
+        assert mig_ops and mig_ops[0].state in ("done", "rolled_back"), [(o.id, o.state, o.detail) for o in mig_ops]
     finally:
         store.close()

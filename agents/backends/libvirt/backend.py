@@ -129,7 +129,7 @@ class LibvirtBackend(HypervisorBackend):
         self._callbacks: list[EventCallback] = []
         self._migrations: dict[str, _Migration] = {}
         self._closed = False
-        self.reconnects = 0
+        self._opened = 0
         ensure_event_loop()
         conn = self._connection()
         if domain_type is None:
@@ -179,9 +179,14 @@ class LibvirtBackend(HypervisorBackend):
                 if alive:
                     return self._conn
                 self._drop()
-                self.reconnects += 1
             self._conn = self._open()
+            self._opened += 1
             return self._conn
+
+    @property
+    def reconnects(self) -> int:
+        """How often a dropped connection was re-opened."""
+        return max(0, self._opened - 1)
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -450,10 +455,16 @@ class LibvirtBackend(HypervisorBackend):
                 return
             if name in self._migrations and self._migrations[name].running:
                 raise VmStateError(backend=BACKEND, name=name, state="migrating", operation="stop")
-            if force:
-                dom.destroy()
-            else:
-                dom.shutdown()
+            try:
+                if force:
+                    dom.destroy()
+                else:
+                    dom.shutdown()
+            except libvirt.libvirtError as exc:
+                # it stopped by itself in between (or libvirtd is still re-attaching it after a
+                # restart and found it gone): stopped is what was asked for
+                if exc.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID or dom.isActive() == 1:
+                    raise
 
         self._call("stop", go, name=name)
 
@@ -650,6 +661,8 @@ class LibvirtBackend(HypervisorBackend):
         if mig is None:
             def adopt(conn: libvirt.virConnect) -> MigrationStatus | None:
                 dom = self._dom(conn, name)
+                if dom.isActive() != 1:
+                    return None
                 stats = dom.jobStats(0)
                 active_job = stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) in (
                     libvirt.VIR_DOMAIN_JOB_BOUNDED, libvirt.VIR_DOMAIN_JOB_UNBOUNDED)

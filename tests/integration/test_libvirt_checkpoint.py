@@ -1,0 +1,75 @@
+"""Checkpoint (save to a path) and restore on real QEMU: the guest's in-memory counter keeps going,
+pinning and tuning survive, and bad paths fail with vmctl errors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import spawn
+from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
+from vmctl.errors import HypervisorError, ValidationError, VmStateError
+from vmctl.model import PowerState
+
+pytestmark = pytest.mark.libvirt
+
+
+def _counter(b: Any, name: str) -> int:
+    return decode_counter(b.memory_peek(name, COUNTER_ADDR, 8))
+
+
+def _wait_counting(b: Any, name: str, timeout: float = 20.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c = _counter(b, name)
+        if c > 0:
+            return c
+        time.sleep(0.1)
+    raise AssertionError(f"{name} never started counting")
+
+
+def test_checkpoint_then_restore_keeps_the_guest_running(qemu: Any, images: Path, tmp_path: Path) -> None:
+    name = spawn(qemu, "ckpt", images / "spin.img", 0, weight=5000, cap=0.75)
+    _wait_counting(qemu, name)
+    time.sleep(0.5)
+    before = _counter(qemu, name)
+    path = tmp_path / "ckpt.save"
+    t0 = time.monotonic()
+    qemu.checkpoint(name, str(path))
+    save_s = time.monotonic() - t0
+    assert path.stat().st_size > 0
+    v = {x.name: x for x in qemu.list_vms()}[name]
+    assert v.power is PowerState.SAVED
+    with pytest.raises(VmStateError):
+        qemu.checkpoint(name, str(tmp_path / "again.save"))  # not running any more
+    t0 = time.monotonic()
+    assert qemu.restore(str(path)) == name
+    restore_s = time.monotonic() - t0
+    after = _counter(qemu, name)
+    # a reboot would have reset the counter to 0; a restore continues from where it was saved
+    assert after >= before, f"counter went back from {before} to {after}: the guest rebooted"
+    time.sleep(0.5)
+    assert _counter(qemu, name) > after, "the restored guest does not run"
+    v = {x.name: x for x in qemu.list_vms()}[name]
+    assert v.power is PowerState.RUNNING and v.pinned_cores == (0,)
+    assert v.weight == 5000 and v.cap == pytest.approx(0.75)
+    with pytest.raises(VmStateError):
+        qemu.restore(str(path))  # already running
+    print(f"save {save_s:.2f} s, restore {restore_s:.2f} s, file {path.stat().st_size} bytes")
+    qemu.stop(name)
+    qemu.undefine(name)
+
+
+def test_bad_checkpoint_paths(qemu: Any, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="checkpoint path"):
+        qemu.restore("relative/file.save")
+    with pytest.raises(HypervisorError, match="no checkpoint file"):
+        qemu.restore(str(tmp_path / "missing.save"))
+    garbage = tmp_path / "garbage.save"
+    garbage.write_bytes(b"not a libvirt save image" * 10)
+    with pytest.raises(HypervisorError) as info:
+        qemu.restore(str(garbage))
+    assert info.value.__cause__ is not None  # the libvirt error is chained
