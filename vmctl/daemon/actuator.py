@@ -228,6 +228,8 @@ class Actuator:
                     job.suspended = False
                     job.state = "running"
                     job.tier_since = now
+            else:
+                why = f"{act.kind} is not carried out by this daemon (vcsched mode not wired)"
             if why is None:
                 res.applied.append(act)
                 self.touch(ch, job)
