@@ -2,7 +2,8 @@
 
 ``check_decision(view, decision, now)`` replays the decision's actions in order against an overlay
 of the view (only the cores the actions touch are copied, so a check costs O(actions) plus
-O(reasons)) and raises ``InvariantViolation`` on the first broken rule:
+O(reasons) plus a scan of the queue up to the last job the decision names) and raises
+``InvariantViolation`` on the first broken rule:
 
 - a core never gets two fg processes or two bg processes; a usable core only;
 - a job starts only from the queue, only once per decision (unless killed in between), and never
@@ -71,8 +72,9 @@ def _fail(rule: str, detail: str) -> InvariantViolation:
 
 def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
     ov = _Overlay(view)
-    queued = {j.id: j for j in view.queue}
-    running = {jid: (rj.tier, rj.cores) for jid, rj in view.running.items() if jid in _touched(decision)}
+    touched = _touched(decision)
+    queued = _queued_subset(view, touched | decision.reasons.keys())
+    running = {jid: (rj.tier, rj.cores) for jid in touched if (rj := view.running.get(jid)) is not None}
     started: set[str] = set()
     checkpointed: set[str] = set()
     shared: dict[str, list[float]] = {}  # node -> [cpu caps, memory] of PlaceShared in this decision
@@ -194,6 +196,22 @@ def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
 
 def _touched(decision: Decision) -> set[str]:
     return {a.job_id for a in decision.actions}
+
+
+def _queued_subset(view: ClusterView, wanted: set[str]) -> dict[str, Job]:
+    """The queued jobs among ``wanted``: scans the queue only up to the last one found (the jobs a
+    decision names are usually near its front), never indexes the whole queue."""
+    out: dict[str, Job] = {}
+    left = len(wanted)
+    if not left:
+        return out
+    for j in view.queue:
+        if j.id in wanted and j.id not in out:
+            out[j.id] = j
+            left -= 1
+            if not left:
+                break
+    return out
 
 
 def _check_place_shared(

@@ -79,3 +79,30 @@ def test_reasons_and_wake() -> None:
     with pytest.raises(InvariantViolation, match="no-reason"):
         check(v, default_reason="")
     check(v, reasons={"a": "blocked by reservation"}, wake_at=20.0)
+
+
+def test_long_queue_jobs_named_deep_in_the_queue_are_found() -> None:
+    queue = [job(f"q{i:04d}", 1, 10) for i in range(2000)]
+    v = view(4, queue=queue)
+    check(v, StartFg("q1999", (0,)), StartBg("q0000", (1,)), reasons={"q1500": "behind the head"})
+    with pytest.raises(InvariantViolation, match="reason-not-waiting"):
+        check(v, StartFg("q0001", (0,)), reasons={"nope": "x"})
+    with pytest.raises(InvariantViolation, match="start-not-queued"):
+        check(v, StartFg("q0001", (0,)), StartFg("nope", (1,)))
+
+
+def test_check_does_not_look_at_untouched_running_jobs() -> None:
+    class Exploding(dict):  # type: ignore[type-arg]
+        def items(self):  # type: ignore[no-untyped-def]
+            raise AssertionError("check_decision iterated the whole running map")
+
+        def values(self):  # type: ignore[no-untyped-def]
+            raise AssertionError("check_decision iterated the whole running map")
+
+    base = view(4, running=[(A, Tier.BG, (0, 1), 0.0)])
+    from dataclasses import replace
+
+    v = replace(base, running=Exploding(base.running))
+    check(v, Promote("a"))
+    with pytest.raises(InvariantViolation, match="not-running"):
+        check(v, Kill("zz"))

@@ -164,3 +164,15 @@ def test_sjf_has_no_reservation() -> None:
     d = decide("sjf", view(4, queue=queue, running=[(a, Tier.FG, (0, 1), 0.0)]), now=1)
     assert list(started(d)) == ["long"]  # EASY would hold it back: it delays H
     assert list(started(decide("easy", view(4, queue=queue, running=[(a, Tier.FG, (0, 1), 0.0)]), now=1))) == []
+
+
+def test_easy_extra_counts_every_job_ending_at_the_shadow_time() -> None:
+    # A (1 core) and B (2 cores) both end at 10, core 3 is idle; head H needs 2. A's end alone would
+    # do, but at t=10 B's cores are free too: extra = 1 + 1 + 2 - 2 = 2 (not 0 by tie order).
+    a, b = job("A", 1, 10), job("B", 2, 10)
+    queue = [job("H", 2, 5, submit=0.1), job("L", 1, 50, submit=0.2)]
+    v = view(4, queue=queue, running=[(a, Tier.FG, (0,), 0.0), (b, Tier.FG, (1, 2), 0.0)])
+    d = decide("easy", v, now=1)
+    assert d.reservation is not None
+    assert (d.reservation.shadow_time, d.reservation.extra_cores) == (10.0, 2)
+    assert list(started(d)) == ["L"]
