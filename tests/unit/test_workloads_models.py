@@ -302,6 +302,17 @@ def test_jann_against_measy_targets() -> None:
     assert procs.max() <= 320
 
 
+def test_jann_ctc_pow2_size_rule() -> None:
+    w = jann97.generate(20_000, 320, seed=1, size_rule="ctc_pow2")
+    procs = np.array([j.procs for j in w.jobs])
+    assert np.mean((procs & (procs - 1)) == 0) == pytest.approx(0.84, abs=0.03)
+    mid = procs[(procs >= 3) & (procs <= 4)]
+    assert np.mean(mid == 4) == pytest.approx(jann97.CTC_POW2_SHARE[2], abs=0.03)
+    assert "sizes=ctc_pow2" in w.source
+    with pytest.raises(OutOfRange, match="size rule"):
+        jann97.generate(10, 320, 1, size_rule="powers")
+
+
 def test_jann_moments_from_real_trace() -> None:
     path = TRACES / "CTC-SP2-1996-3.1-cln.swf.gz"
     if not path.exists():
@@ -310,6 +321,7 @@ def test_jann_moments_from_real_trace() -> None:
     for got, want in zip(measured, jann97.CTC_MOMENTS, strict=True):
         assert got[:3] == want[:3]
         assert got[3] == pytest.approx(want[3], rel=1e-5) and got[4] == pytest.approx(want[4], rel=1e-5)
+    assert tuple(jann97.measure_pow2_shares(path)) == jann97.CTC_POW2_SHARE
 
 
 # ------------------------------------------------------------------------------- generate_model

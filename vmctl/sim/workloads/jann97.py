@@ -14,8 +14,12 @@ model the way the paper describes, to the same data. :data:`CTC_MOMENTS` holds t
 moments of the inter-arrival times and of the run times per size range, measured on the first 17,440
 jobs of the cleaned CTC-SP2 log (``measure_moments`` recomputes them from the trace; a test checks
 they agree), and :func:`fit_herd` turns three moments into HErD parameters (smallest order n that
-matches them exactly). Size ranges are the powers of two 1, 2, 3-4, ..., 129-256, 257-max; the size
-inside a range is uniform (our reading; the paper's rule is not available).
+matches them exactly). Size ranges are the powers of two 1, 2, 3-4, ..., 129-256, 257-max. The size
+inside a range (the paper's rule is not available) is uniform by default (mean size 10.0 on 320
+processors against MEASY's 10.5); ``size_rule="ctc_pow2"`` instead picks the range's power of two
+with the share CTC users chose it in the window (:data:`CTC_POW2_SHARE`, e.g. 84 % of the 3-4 jobs
+asked for 4), else uniform over the other sizes: 84 % power-of-two jobs as in CTC, but mean size 11.3
+(CTC's non-power-of-two sizes sit low in their ranges).
 
 Generation: one independent renewal stream per range with HErD inter-arrivals (ranges above the
 machine are dropped, the top range is clipped to it); the streams are merged and the ``n_jobs``
@@ -62,6 +66,10 @@ CTC_MOMENTS: tuple[MomentRow, ...] = (
     (129, 256, 98, (64403.7, 30652000000.0, 2.11788e16), (1282.81, 8244970.0, 84255500000.0)),
     (257, None, 48, (138632.0, 115466000000.0, 1.99283e17), (9096.4, 435557000.0, 24214200000000.0)),
 )
+
+#: share of the jobs of each range (same order) whose size is the range's power of two, measured on
+#: the same window (see measure_pow2_shares); CTC users favoured powers of two
+CTC_POW2_SHARE: tuple[float, ...] = (1.0, 1.0, 0.841, 0.617, 0.634, 0.568, 0.602, 0.635, 0.204, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,17 +138,40 @@ class SizeRange:
     high: int
     arrival: HErD
     service: HErD
+    pow2_share: float = -1.0  # < 0: uniform over the whole range
+
+    def sample_sizes(self, n: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+        """Sizes inside the range: uniform when ``pow2_share`` < 0; else its power of two with
+        probability ``pow2_share`` (when the range holds one) and uniform over the other sizes."""
+        if self.pow2_share < 0:
+            return rng.integers(self.low, self.high, size=n, endpoint=True)
+        sizes = np.arange(self.low, self.high + 1, dtype=np.int64)
+        is_pow2 = (sizes & (sizes - 1)) == 0
+        others = sizes[~is_pow2]
+        if not is_pow2.any() or others.size == 0:
+            return rng.choice(sizes, size=n)
+        pick_pow2 = rng.random(n) < self.pow2_share
+        out: npt.NDArray[np.int64] = np.where(pick_pow2, sizes[is_pow2][0], rng.choice(others, size=n))
+        return out
 
 
-def size_ranges(max_procs: int, table: Sequence[MomentRow] = CTC_MOMENTS) -> list[SizeRange]:
+SIZE_RULES = ("uniform", "ctc_pow2")
+
+
+def size_ranges(
+    max_procs: int, table: Sequence[MomentRow] = CTC_MOMENTS, size_rule: str = "uniform"
+) -> list[SizeRange]:
     """The fitted ranges for a machine of ``max_procs`` processors (ranges above it dropped, the top
-    one clipped)."""
+    one clipped). ``size_rule``: ``uniform`` inside a range, or ``ctc_pow2`` (the range's power of
+    two with CTC's share, :data:`CTC_POW2_SHARE`, else uniform over the other sizes)."""
+    if size_rule not in SIZE_RULES:
+        raise OutOfRange(what="size rule", value=size_rule, allowed=" | ".join(SIZE_RULES))
     out = []
-    for low, high, _count, ia, run in table:
+    for (low, high, _count, ia, run), share in zip(table, CTC_POW2_SHARE, strict=True):
         if low > max_procs:
             continue
         top = max_procs if high is None else min(high, max_procs)
-        out.append(SizeRange(low, top, fit_herd(*ia), fit_herd(*run)))
+        out.append(SizeRange(low, top, fit_herd(*ia), fit_herd(*run), share if size_rule == "ctc_pow2" else -1.0))
     return out
 
 
@@ -169,19 +200,31 @@ def measure_moments(path: str | PathLike[str], n_jobs: int = FIT_WINDOW_JOBS) ->
     return out
 
 
-def generate(n_jobs: int, max_procs: int, seed: int) -> Workload:
+def measure_pow2_shares(path: str | PathLike[str], n_jobs: int = FIT_WINDOW_JOBS) -> list[float]:
+    """Recompute :data:`CTC_POW2_SHARE` from a trace (the first ``n_jobs`` jobs), rounded to 3 digits."""
+    from vmctl.sim.workloads.swf import read_swf
+
+    sizes = np.array([j.procs for j in read_swf(path).jobs[:n_jobs]])
+    out = []
+    for low, high, _c, _ia, _run in CTC_MOMENTS:
+        x = sizes[(sizes >= low) & (sizes <= (high if high is not None else sizes.max()))]
+        out.append(round(float(((x & (x - 1)) == 0).mean()), 3) if x.size else 0.0)
+    return out
+
+
+def generate(n_jobs: int, max_procs: int, seed: int, *, size_rule: str = "uniform") -> Workload:
     """``n_jobs`` jobs for ``max_procs`` processors. Run times and sizes only (estimate = run time, no
     CPU usage); :func:`vmctl.sim.workloads.generate_model` adds TModel estimates and CPU usage."""
-    return sample(n_jobs, max_procs, seed).to_workload()
+    return sample(n_jobs, max_procs, seed, size_rule=size_rule).to_workload()
 
 
-def sample(n_jobs: int, max_procs: int, seed: int) -> JobArrays:
+def sample(n_jobs: int, max_procs: int, seed: int, *, size_rule: str = "uniform") -> JobArrays:
     """:func:`generate` as arrays."""
     if n_jobs < 0:
         raise OutOfRange(what="n_jobs", value=n_jobs, allowed=">= 0")
     if max_procs < 1:
         raise OutOfRange(what="max_procs", value=max_procs, allowed="at least 1 processor")
-    ranges = size_ranges(max_procs)
+    ranges = size_ranges(max_procs, size_rule=size_rule)
     rng = np.random.default_rng(seed)
     total_rate = sum(1.0 / r.arrival.mean for r in ranges)
     horizon = 1.1 * n_jobs / total_rate + 1.0
@@ -203,7 +246,7 @@ def sample(n_jobs: int, max_procs: int, seed: int) -> JobArrays:
     for r, a in zip(ranges, arrivals, strict=True):
         a = a[a <= horizon]
         submit_parts.append(a)
-        size_parts.append(rng.integers(r.low, r.high, size=a.size, endpoint=True))
+        size_parts.append(r.sample_sizes(a.size, rng))
         run_parts.append(np.maximum(1.0, np.rint(r.service.sample(a.size, rng))))
     submit = np.concatenate(submit_parts)
     size = np.concatenate(size_parts)
@@ -214,6 +257,6 @@ def sample(n_jobs: int, max_procs: int, seed: int) -> JobArrays:
         run_time=run[order],
         procs=size[order].astype(np.int64),
         max_procs=max_procs,
-        source=f"jann97(n_jobs={n_jobs}, procs={max_procs}, seed={seed})",
+        source=f"jann97(n_jobs={n_jobs}, procs={max_procs}, seed={seed}, sizes={size_rule})",
         header={"Computer": "Jann et al. 1997 model (HErD per size range, refitted to CTC-SP2)"},
     )
