@@ -103,7 +103,7 @@ def test_errors_are_translated_with_the_cause_chained(td: Any) -> None:
     with pytest.raises(VmStateError):
         td.start("td-err")  # paused: resume it instead
     td.resume("td-err")
-    with pytest.raises(ValidationError, match="vm.name"):
+    with pytest.raises(ValidationError, match=r"vm\.name"):
         td.define(VmSpec(name="bad/name"))
 
 
