@@ -60,6 +60,18 @@ class SshConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """Where vmctld is: desired state by long-poll, observations by POST, both over mTLS."""
+
+    url: str
+    cert_file: str
+    key_file: str
+    ca_file: str
+    wait_seconds: float = 30.0  # long-poll length
+    timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class AgentConfig:
     path: str
     node: str
@@ -72,6 +84,8 @@ class AgentConfig:
     migrate_uris: dict[str, str] = field(default_factory=dict)
     ssh: SshConfig = SshConfig()
     log_level: str = "info"
+    daemon: DaemonConfig | None = None
+    metrics_listen: str = ""  # host:port of the Prometheus endpoint; "" = none
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:
@@ -144,6 +158,30 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
         raise rc.error("backoff_max_seconds", "must be >= backoff_initial_seconds")
     rc.finish()
 
+    daemon = None
+    if top.has("daemon") and data.get("daemon") is not None:
+        dm = top.section("daemon")
+        url = dm.get("url", str, required=True)
+        if not url.startswith("https://"):
+            raise dm.error("url", f"must be an https:// URL (agents authenticate with a certificate), got {url!r}")
+        daemon = DaemonConfig(url=url.rstrip("/"), cert_file=dm.get("cert_file", str, required=True),
+                              key_file=dm.get("key_file", str, required=True),
+                              ca_file=dm.get("ca_file", str, required=True),
+                              wait_seconds=dm.number("wait_seconds", 30.0, lo=0.5, hi=600),
+                              timeout_seconds=dm.number("timeout_seconds", 10.0, lo=0.1, hi=600))
+        dm.finish()
+        if desired_file:
+            raise top.error("desired.file", "cannot be used together with daemon (choose one source)")
+    else:
+        top.get("daemon", dict, None)
+    mt = top.section("metrics")
+    metrics_listen = mt.get("listen", str, "")
+    if metrics_listen:
+        _, sep, port_part = metrics_listen.rpartition(":")
+        if not sep or not port_part.isdigit() or not 0 <= int(port_part) <= 65535:
+            raise mt.error("listen", f"must be HOST:PORT (port 0..65535), got {metrics_listen!r}")
+    mt.finish()
+
     peers = _str_map(top, "peers")
     migrate_uris = _str_map(top, "migrate_uris")
     for n in migrate_uris:
@@ -172,4 +210,4 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
     top.finish()
     return AgentConfig(path=path, node=node, backend=backend, layout=layout, desired_file=desired_file,
                        report_file=report_file, reconcile=reconcile, peers=peers, migrate_uris=migrate_uris,
-                       ssh=ssh, log_level=log_level)
+                       ssh=ssh, log_level=log_level, daemon=daemon, metrics_listen=metrics_listen)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +28,11 @@ from vmctl.agents.backends.base import HypervisorBackend, ProcessRunner
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.config import AgentConfig, load_agent_config
 from vmctl.agents.layout import Layout
-from vmctl.agents.reconciler import Backoff, Reconciler
+from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter, observed_to_dict
 from vmctl.clock import SystemClock
 from vmctl.errors import ConfigError, HypervisorUnavailable, VmctlError
+from vmctl.model import NodeObserved
 
 log = logging.getLogger("vmctl.agent")
 
@@ -38,6 +42,37 @@ class Agent:
     config: AgentConfig
     backend: HypervisorBackend
     reconciler: Reconciler
+    http_source: Any = None  # the daemon's HttpSource when the agent talks to vmctld
+
+
+class _Both:
+    """Report to the daemon and to a file."""
+
+    def __init__(self, first: Reporter, second: Reporter) -> None:
+        self.first, self.second = first, second
+
+    def report(self, observed: NodeObserved) -> None:
+        try:
+            self.first.report(observed)
+        finally:
+            self.second.report(observed)
+
+
+def _http_endpoint(cfg: AgentConfig) -> Any:
+    from vmctl.agents.http_source import AgentEndpoint
+
+    d = cfg.daemon
+    assert d is not None
+    for key in ("cert_file", "key_file", "ca_file"):
+        path = getattr(d, key)
+        if not os.path.isfile(path):
+            raise ConfigError(path=cfg.path, where=f"daemon.{key}", problem=f"{path} does not exist or is not a file")
+    ep = AgentEndpoint(d.url, cfg.node, d.cert_file, d.key_file, d.ca_file, timeout_s=d.timeout_seconds)
+    try:
+        ep.ssl_context()
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise ConfigError(path=cfg.path, where="daemon", problem=f"cannot load the TLS files: {exc}") from exc
+    return ep
 
 
 def make_backend(cfg: AgentConfig) -> HypervisorBackend:
@@ -94,16 +129,28 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
                               problem=f"core {bad[0]} does not exist: {cfg.node} has {host_cores} cores")
     layout = Layout(host=cfg.node, cores=cores, naming=cfg.layout.naming, fg_weight=cfg.layout.fg_weight,
                     bg_weight=cfg.layout.bg_weight, memory_mib=cfg.layout.memory_mib, image=cfg.layout.image)
-    desired_file = desired or cfg.desired_file
-    source: DesiredStateSource = FileSource(desired_file) if desired_file else MemorySource(None)
+    source: DesiredStateSource
+    reporter: Reporter | None
+    http: Any = None
+    if desired is None and cfg.daemon is not None:
+        http = _http_endpoint(cfg)
+        from vmctl.agents.http_source import HttpReporter, HttpSource
+
+        source = HttpSource(http, wait_s=cfg.daemon.wait_seconds)
+        reporter = HttpReporter(http)
+    else:
+        desired_file = desired or cfg.desired_file
+        source = FileSource(desired_file) if desired_file else MemorySource(None)
+        reporter = None
     report_file = report or cfg.report_file
-    reporter: Reporter | None = FileReporter(report_file) if report_file else None
+    if report_file:
+        reporter = FileReporter(report_file) if reporter is None else _Both(reporter, FileReporter(report_file))
     rc = cfg.reconcile
     reconciler = Reconciler(backend, layout, source, reporter, clock=SystemClock(), runner=make_runner(cfg, backend),
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
                             max_passes=rc.max_passes)
-    return Agent(cfg, backend, reconciler)
+    return Agent(cfg, backend, reconciler, source if http is not None else None)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -140,10 +187,73 @@ def cli(config_path: str, once: bool, desired: str | None, report: str | None, l
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
-        log.info("agent %s: %d cores, backend %s", cfg.node, agent.reconciler.layout.size, agent.backend.name)
-        agent.reconciler.run(stop)
+        serve(agent, stop)
     finally:
         agent.backend.close()
+
+
+def serve(agent: Agent, stop: threading.Event) -> None:
+    """The long-running agent: register with vmctld (when configured), long-poll its desired state,
+    reconcile until ``stop``; Prometheus metrics when ``metrics.listen`` is set; sd_notify READY after
+    the first successful relist and WATCHDOG while cycles keep completing."""
+    from vmctl.metrics import AgentMetrics
+    from vmctl.sdnotify import Notifier
+
+    cfg, rec = agent.config, agent.reconciler
+    last: dict[str, Any] = {"obs": None, "t": time.monotonic(), "ready": False}
+    metrics = AgentMetrics(lambda: last["obs"])
+    if cfg.metrics_listen:
+        host, _, port = cfg.metrics_listen.rpartition(":")
+        try:
+            bound = metrics.serve(int(port), addr=host or "127.0.0.1")
+        except OSError as exc:
+            raise ConfigError(path=cfg.path, where="metrics.listen", problem=f"cannot listen: {exc}") from exc
+        log.info("metrics on %s:%d", host or "127.0.0.1", bound)
+    notifier = Notifier()
+    src = agent.http_source
+    try:
+        if src is not None:
+            delay = 0.5
+            while not stop.is_set():
+                try:
+                    src.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name)
+                    break
+                except VmctlError as exc:
+                    metrics.daemon_error()
+                    log.warning("register with %s: %s (retrying in %.1f s)", cfg.daemon.url if cfg.daemon else "",
+                                exc, delay)
+                    stop.wait(delay)
+                    delay = min(cfg.reconcile.backoff_max_seconds, delay * 2)
+            src.start(on_change=rec.wake)
+        limit = 3 * max(rec.resync_seconds, cfg.reconcile.backoff_max_seconds)
+        notifier.start_watchdog(lambda: time.monotonic() - float(last["t"]) < limit)
+
+        def on_cycle(res: ReconcileResult | None, seconds: float) -> None:
+            ok = res is not None and not any(e.startswith("observe:") for e in res.errors)
+            metrics.observe_reconcile(seconds, ok)
+            last["t"] = time.monotonic()
+            if res is None:
+                return
+            if res.observed is not None:
+                last["obs"] = res.observed
+            for a in res.applied:
+                metrics.action(a.kind)
+            for a in res.failed:
+                metrics.action(a.kind, "failed")
+            if any(e.startswith(("desired: daemon", "report: daemon")) for e in res.errors):
+                metrics.daemon_error()
+            if ok and not last["ready"]:
+                last["ready"] = True
+                notifier.ready(f"node {cfg.node}: {rec.layout.size} cores")
+                log.info("agent %s ready: %d cores, backend %s", cfg.node, rec.layout.size, agent.backend.name)
+
+        rec.run(stop, on_cycle=on_cycle)
+    finally:
+        notifier.stopping()
+        notifier.close()
+        if src is not None:
+            src.stop()
+        metrics.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,7 +20,8 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from vmctl.agents.backends.base import (
@@ -386,18 +387,30 @@ class Reconciler:
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self, stop: threading.Event, max_cycles: int | None = None) -> None:
-        """Reconcile until ``stop`` is set (waits in real seconds between cycles)."""
+    def run(self, stop: threading.Event, max_cycles: int | None = None,
+            on_cycle: Callable[[ReconcileResult | None, float], None] | None = None,
+            max_wait: float | None = None) -> None:
+        """Reconcile until ``stop`` is set (waits in real seconds between cycles). ``on_cycle(result,
+        seconds)`` runs after every cycle (result None when the cycle crashed); ``max_wait`` caps a
+        single wait (so a watchdog keeps being fed)."""
         n = 0
         while not stop.is_set() and (max_cycles is None or n < max_cycles):
             n += 1
+            t0 = time.perf_counter()
+            res: ReconcileResult | None = None
             try:
                 res = self.run_once()
                 delay = res.delay
             except Exception:  # a bug must not kill the agent: log it and back off
                 log.exception("reconcile cycle failed unexpectedly")
                 delay = self.backoff.next_delay()
+            if on_cycle is not None:
+                on_cycle(res, time.perf_counter() - t0)
             if max_cycles is not None and n >= max_cycles:
                 break
-            self._wake.wait(timeout=max(0.0, delay) if math.isfinite(delay) else None)
+            if not math.isfinite(delay):
+                delay = self.resync_seconds
+            if max_wait is not None:
+                delay = min(delay, max_wait)
+            self._wake.wait(timeout=max(0.0, delay))
             self._wake.clear()
