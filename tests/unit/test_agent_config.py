@@ -270,3 +270,75 @@ def test_cli_libvirt_backend_missing_is_exit_6(tmp_path: Path, capsys: pytest.Ca
         main(["--config", str(p), "--once", "--log-level", "error"])
     assert ei.value.code == 6
     assert "error: hypervisor-unavailable: libvirt: cannot reach qemu:///system" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ daemon mode
+
+DAEMON = {"url": "https://127.0.0.1:8443", "cert_file": "/c.pem", "key_file": "/k.pem", "ca_file": "/ca.pem"}
+
+BAD_DAEMON: list[tuple[str, dict[str, Any], str]] = [
+    ("plain http", {"daemon": {**DAEMON, "url": "http://x:1"}}, "daemon.url: must be an https:// URL"),
+    ("no cert", {"daemon": {k: v for k, v in DAEMON.items() if k != "cert_file"}}, "daemon.cert_file: is required"),
+    ("two sources", {"daemon": DAEMON, "desired": {"file": "/d.yaml"}}, "desired.file: cannot be used together"),
+    ("daemon typo", {"daemon": {**DAEMON, "wait": 3}}, "daemon.wait: unknown key"),
+    ("metrics listen", {"metrics": {"listen": "9100"}}, "metrics.listen: must be HOST:PORT"),
+]
+
+
+@pytest.mark.parametrize(("data", "needle"), [c[1:] for c in BAD_DAEMON], ids=[c[0] for c in BAD_DAEMON])
+def test_bad_daemon_sections(data: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        parse_agent_config(data, "a.yaml")
+    assert str(ei.value).startswith("a.yaml: ") and needle in str(ei.value)
+
+
+def test_daemon_section_parses_and_missing_tls_files_are_named() -> None:
+    cfg = parse_agent_config({"node": "n1", "daemon": DAEMON, "metrics": {"listen": "127.0.0.1:9100"}}, "a.yaml")
+    assert cfg.daemon is not None and cfg.daemon.url == "https://127.0.0.1:8443" and cfg.daemon.wait_seconds == 30
+    assert cfg.metrics_listen == "127.0.0.1:9100"
+    with pytest.raises(ConfigError, match=r"a.yaml: daemon\.cert_file: /c.pem does not exist"):
+        build_agent(cfg)
+    # the --desired seam wins over the daemon (no TLS files needed then)
+    assert build_agent(cfg, desired="/nonexistent.yaml").http_source is None
+
+
+def test_serve_reconciles_exposes_metrics_and_notifies_systemd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket as sk
+    import threading
+    import time
+    import urllib.request
+
+    from vmctl.agents.main import serve
+
+    notify = sk.socket(sk.AF_UNIX, sk.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.settimeout(10)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    with sk.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = parse_agent_config({"node": "n1", "backend": {"cores": 2}, "metrics": {"listen": f"127.0.0.1:{port}"},
+                              "reconcile": {"resync_seconds": 0.05}}, "a.yaml")
+    agent = build_agent(cfg)
+    stop = threading.Event()
+    th = threading.Thread(target=serve, args=(agent, stop), daemon=True)
+    th.start()
+    try:
+        msg = notify.recv(4096).decode()
+        assert "READY=1" in msg and "node n1: 2 cores" in msg
+        deadline = time.monotonic() + 10
+        text = ""
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            if 'vmctl_agent_actions_total{action="start",outcome="applied"} 4.0' in text:
+                break
+            time.sleep(0.05)
+        assert 'vmctl_agent_actions_total{action="start",outcome="applied"} 4.0' in text
+        assert "vmctl_agent_hypervisor_up 1.0" in text
+    finally:
+        stop.set()
+        agent.reconciler.wake()
+        th.join(timeout=10)
+        notify.close()
+    assert not th.is_alive()
