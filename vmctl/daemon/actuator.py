@@ -236,12 +236,10 @@ class Actuator:
             else:
                 res.skipped.append((act, why))
                 log.info("skipped %s of job %s: %s", act.kind, act.job_id, why)
-        # reasons of the jobs left waiting
+        # reasons of the jobs left waiting: kept in memory only (the next decision after a restart
+        # recomputes them), so a decision does not rewrite every queued job's record
         for rec in self.state.queue():
-            r = decision.reason_for(rec.id)
-            if rec.reason != r:
-                rec.reason = r
-                ch.jobs[rec.id] = rec
+            rec.reason = decision.reason_for(rec.id)
         return res
 
     def _migrate(self, act: Migrate, job: JobRecord, view: ClusterView, lay: Layout, now: float, ch: Changes,

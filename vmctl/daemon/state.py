@@ -238,38 +238,39 @@ class ClusterState:
                     usable[off + c] = True
         running: dict[str, RunningJob] = {}
         active = [self.jobs[i] for i in sorted(self._active)]
+        offset, ncores, util_of = lay.offset, lay.cores, self._util
+        placed: list[tuple[JobRecord, tuple[int, ...]]] = []
         for rec in active:
             cores: list[int] = []
-            for i, (n, c) in enumerate(rec.placement):
-                g = lay.global_core(n, c)
-                if g is None:
-                    continue
-                cores.append(g)
-                if rec.checkpointed:
-                    continue
+            for n, c in rec.placement:
+                base = offset.get(n)
+                if base is not None and 0 <= c < ncores[n]:
+                    cores.append(base + c)
+            if rec.placement and len(cores) == len(rec.placement):
+                placed.append((rec, tuple(cores)))
+            if not rec.checkpointed:
                 if rec.tier == "fg":
-                    fg[g] = rec.id
-                    u = self.vm_util(rec.vm_name(i))
-                    util[g] = self.job_obj(rec).usage_of(i) if u is None else u
+                    job = self.job_obj(rec)
+                    prefix = f"j{rec.id}-r{rec.run}-p"
+                    for i, g in enumerate(cores):
+                        fg[g] = rec.id
+                        u = util_of.get(f"{prefix}{i}")
+                        util[g] = job.usage_of(i) if u is None else u
                 else:
-                    bg[g] = rec.id
+                    for g in cores:
+                        bg[g] = rec.id
             if rec.migrating:
                 # the source slots stay reserved until the migration is confirmed or rolled back
                 op = self.ops.get(rec.migrating)
                 src_tier = str(op.detail.get("from_tier") or rec.tier) if op else rec.tier
                 arr = fg if src_tier == "fg" else bg
                 for m in op.detail.get("moves", []) if op else []:
-                    g = lay.global_core(str(m["from"][0]), int(m["from"][1]))
-                    if g is not None and arr[g] is None:
-                        arr[g] = rec.id
-        for rec in active:
-            if len(rec.placement) == 0:
-                continue
-            cores_t = tuple(g for g in (lay.global_core(n, c) for n, c in rec.placement) if g is not None)
-            if len(cores_t) != len(rec.placement):
-                continue
-            tier = Tier(rec.tier or "fg")
-            prog = self._progress_with(rec, now, util, lay)
+                    g2 = lay.global_core(str(m["from"][0]), int(m["from"][1]))
+                    if g2 is not None and arr[g2] is None:
+                        arr[g2] = rec.id
+        for rec, cores_t in placed:
+            tier = Tier.FG if rec.tier == "fg" else Tier.BG
+            prog = self._progress_with(rec, now, util, cores_t)
             job = self.job_obj(rec)
             end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == "running" else math.inf
             running[rec.id] = RunningJob(
@@ -287,7 +288,7 @@ class ClusterState:
         )
         return view, lay
 
-    def _progress_with(self, rec: JobRecord, now: float, util: list[float], lay: Layout) -> float:
+    def _progress_with(self, rec: JobRecord, now: float, util: list[float], cores: tuple[int, ...]) -> float:
         if rec.tier_since is None:
             return rec.progress_base
         if rec.state != "running" or rec.suspended or rec.checkpointed or rec.migrating:
@@ -295,8 +296,7 @@ class ClusterState:
         elif rec.tier == "fg":
             pace = 1.0
         else:
-            us = [util[g] for g in (lay.global_core(n, c) for n, c in rec.placement) if g is not None]
-            pace = max(0.0, 1.0 - max(us, default=0.0))
+            pace = max(0.0, 1.0 - max((util[g] for g in cores), default=0.0))
         return rec.progress_base + max(0.0, now - rec.tier_since) * pace
 
     # ------------------------------------------------------------------ desired state
