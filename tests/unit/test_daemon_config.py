@@ -1,0 +1,60 @@
+"""The commented example etc/vmctld.yaml is valid, states the defaults, and bad files name the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vmctl.daemon.config import DaemonConfig, load_config, parse_config
+from vmctl.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "etc" / "vmctld.yaml"
+
+
+def test_example_config_loads_and_matches_the_defaults() -> None:
+    cfg = load_config(EXAMPLE)
+    d = DaemonConfig()
+    assert cfg.store_url == "sqlite:////var/lib/vmctl/vmctld.db"
+    assert (cfg.port, cfg.listen, cfg.max_body_bytes) == (d.port, d.listen, d.max_body_bytes)
+    assert (cfg.policy_name, cfg.tick_s, cfg.node_timeout_s, cfg.lease_ttl_s) == ("measy", d.tick_s,
+                                                                                  d.node_timeout_s, d.lease_ttl_s)
+    assert (cfg.fg_weight, cfg.bg_weight) == (d.fg_weight, d.bg_weight)
+    assert cfg.migration == d.migration
+
+
+def test_every_key_of_the_example_is_known() -> None:
+    # the loader rejects unknown keys, so a typo in the example would fail the test above; here we
+    # check the reverse: a mistyped key in a copy of the example is reported with its path
+    text = EXAMPLE.read_text().replace("max_per_host:", "max_per_hots:")
+    with pytest.raises(ConfigError, match=r"migration\.max_per_hots: unknown key"):
+        parse_config(text, "copy.yaml")
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("api: {port: 70000}", "api.port"),
+    ("store: {url: 'mysql://x'}", "store.url"),
+    ("vm: {fg_weight: 5, bg_weight: 10}", "vm.bg_weight"),
+    ("loop: {tick_s: 0}", "loop.tick_s"),
+    ("policy: {kind: magic}", "policy.kind"),
+    ("policy: {name: easy, params: {nosuch: 1}}", "policy"),
+    ("lease: [1, 2]", "lease"),
+])
+def test_bad_values_name_the_key(text: str, where: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(text, "bad.yaml")
+    assert f"bad.yaml: {where}" in str(exc.value)
+
+
+def test_vmctld_check_cli(tmp_path: Path) -> None:
+    ok = subprocess.run([sys.executable, "-m", "vmctl.daemon.main", "--config", str(EXAMPLE), "--check"],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "ok" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("api: {port: -1}\n")
+    r = subprocess.run([sys.executable, "-m", "vmctl.daemon.main", "--config", str(bad), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "config-invalid" in r.stderr and "api.port" in r.stderr
+    assert "Traceback" not in r.stderr
