@@ -10,6 +10,7 @@ Exit status 2 with ``error: <reference>: message`` on bad input.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from typing import Any
@@ -49,8 +50,11 @@ def workload_stats(w: Workload) -> dict[str, Any]:
     if n >= 2 and w.last_submit > w.first_submit:
         out["offered_load"] = offered_load(w)
     if any(j.cpu_usage is not None for j in w.jobs):
-        multi = [u for j in w.jobs if j.cpu_usage is not None and j.procs > 1 for u in j.cpu_usage]
-        out["mean_usage_multi"] = float(np.mean(multi)) if multi else 1.0
+        multi = np.fromiter(
+            itertools.chain.from_iterable(j.cpu_usage for j in w.jobs if j.cpu_usage is not None and j.procs > 1),
+            dtype=np.float64,
+        )
+        out["mean_usage_multi"] = float(multi.mean()) if multi.size else 1.0
     return out
 
 
