@@ -141,6 +141,21 @@ def test_estimates_errors() -> None:
     assert assign_estimates([], 3600, np.random.default_rng(0)) == []
 
 
+def test_estimates_resemble_the_real_ctc_estimates() -> None:
+    """On CTC (site maximum 18 h, also its most popular estimate, as the model assumes) TModel's
+    estimates are about as accurate as the users' own."""
+    path = TRACES / "CTC-SP2-1996-3.1-cln.swf.gz"
+    if not path.exists():
+        pytest.skip(f"real trace {path} not present (shared data folder missing)")
+    jobs = read_swf(path).jobs
+    real = np.mean([min(1.0, j.run_time / j.estimate) for j in jobs])
+    model = assign_estimates(jobs, 18 * 3600, np.random.default_rng(1))
+    acc = np.mean([j.run_time / j.estimate for j in model])
+    assert real == pytest.approx(0.392, abs=0.005)
+    assert acc == pytest.approx(real, abs=0.05)
+    assert np.mean([j.estimate == 18 * 3600 for j in model]) == pytest.approx(0.238, abs=0.03)
+
+
 # ------------------------------------------------------------------------------- load
 
 
