@@ -123,6 +123,12 @@ def test_sweep_writes_csv_and_plots(capsys: pytest.CaptureFixture[str], small_tr
     for name in ("response_vs_load.png", "slowdown_vs_load.png", "migrations_vs_load.png", "migration_cost.png"):
         png = out_dir / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    # the markdown comparison: one row per policy and load, gains against easy
+    code, table, err = vmctl(capsys, "sim", "compare", str(out_dir / "results.csv"))
+    assert code == 0, err
+    keasy_rows = [ln for ln in table.splitlines() if ln.startswith("| ") and "| keasy |" in ln]
+    assert len(keasy_rows) == 2 + 1  # two loads + the summary line
+    assert "response vs easy: mean / best" in table
     # the same point run alone gives the same numbers as in the sweep
     code, out, _ = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "keasy", "--load", "0.9",
                          "--output", "json")
@@ -136,3 +142,12 @@ def test_sweep_rejects_a_parameter_no_policy_takes(capsys: pytest.CaptureFixture
     code, _, err = vmctl(capsys, "sim", "sweep", "--trace", str(small_trace), "--policies", "easy",
                          "--param", "migration_cost=5", "--out", str(tmp_path / "o"))
     assert code == 2 and err.startswith("error: policy-parameter: ")
+
+
+def test_compare_rejects_a_file_that_is_not_a_sweep(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n", encoding="utf-8")
+    code, _, err = vmctl(capsys, "sim", "compare", str(bad))
+    assert code == 2 and err.startswith("error: instance-format: ") and "x.csv" in err
+    code, _, err = vmctl(capsys, "sim", "compare", str(tmp_path / "missing.csv"))
+    assert code == 2 and "missing.csv" in err

@@ -199,3 +199,30 @@ def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int
         written += plot_results(rows, out, title=spec.label())
     click.echo(json.dumps({"runs": len(rows), "wall_s": round(time.perf_counter() - t0, 2),
                            "files": [str(p) for p in written]}))
+
+
+@sim.command("compare")
+@click.argument("results", type=str)
+@click.option("--baseline", default="easy", show_default=True, help="Policy the others are compared with.")
+def compare_cmd(results: str, baseline: str) -> None:
+    """Print a markdown table from a sweep's results.csv: response time and bounded slowdown per
+    policy and load, with the improvement over the baseline policy in %."""
+    import csv
+
+    from vmctl.errors import InstanceFormatError
+    from vmctl.sim.report import compare_markdown
+
+    path = Path(results)
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise InstanceFormatError(path=results, where="file", problem=exc.strerror or str(exc)) from exc
+    need = {"workload", "policy", "load", "avg_response", "avg_bounded_slowdown", "migrations"}
+    if not rows or not need <= set(rows[0]):
+        raise InstanceFormatError(path=results, where="header",
+                                  problem=f"not a sweep results.csv (needs columns {', '.join(sorted(need))})")
+    try:
+        click.echo(compare_markdown(rows, baseline))
+    except ValueError as exc:
+        raise InstanceFormatError(path=results, where="values", problem=str(exc)) from exc

@@ -50,3 +50,50 @@ def to_json(result: SimResult, extra: dict[str, Any] | None = None) -> str:
     if extra:
         doc.update(extra)
     return json.dumps(doc, sort_keys=True)
+
+
+def compare_markdown(rows: list[dict[str, str]], baseline: str = "easy") -> str:
+    """A markdown table from sweep rows (``results.csv``): per workload and load (and migration cost),
+    each policy's average response time and bounded slowdown, and its improvement over ``baseline``
+    on the same workload/load/seed in % (positive = better than the baseline). Seeds are averaged."""
+    from collections import defaultdict
+
+    def key(r: dict[str, str]) -> tuple[str, str, str]:
+        return (r["workload"], r["load"], r.get("migration_cost", ""))
+
+    acc: dict[tuple[str, str, str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    for r in rows:
+        acc[(*key(r), r["policy"])].append(
+            (float(r["avg_response"]), float(r["avg_bounded_slowdown"]), float(r["migrations"]))
+        )
+    mean = {k: tuple(sum(x[i] for x in v) / len(v) for i in range(3)) for k, v in acc.items()}
+    seen: dict[str, None] = {}
+    for r in rows:
+        seen.setdefault(r["policy"], None)
+    policies = sorted(seen, key=lambda p: p != baseline)  # baseline first, then the sweep's order
+    lines = ["| workload | load | cost (s) | policy | avg response (s) | vs " + baseline
+             + " | avg bounded slowdown | vs " + baseline + " | migrations |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    base_by_wl_load = {(k[0], k[1]): v for k, v in mean.items() if k[3] == baseline}
+    gains: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for wl, load, cost, pol in sorted(mean, key=lambda k: (k[0], float(k[1] or 0), float(k[2] or 0),
+                                                           policies.index(k[3]))):
+        resp, bsld, mig = mean[(wl, load, cost, pol)]
+        base = base_by_wl_load.get((wl, load))
+        if base is not None and pol != baseline:
+            g_resp, g_bsld = 100 * (base[0] - resp) / base[0], 100 * (base[1] - bsld) / base[1]
+            gains[(wl, pol if not cost else f"{pol} (cost {cost} s)")].append((g_resp, g_bsld))
+            d_resp, d_bsld = f"{g_resp:+.1f} %", f"{g_bsld:+.1f} %"
+        else:
+            d_resp = d_bsld = ""
+        lines.append(f"| {wl} | {load or '-'} | {cost or '-'} | {pol} | {resp:,.0f} | {d_resp} | {bsld:,.2f} | "
+                     f"{d_bsld} | {mig:,.0f} |")
+    if gains:
+        lines += ["", f"| workload | policy | response vs {baseline}: mean / best | bounded slowdown vs {baseline}: "
+                  "mean / best |", "|---|---|---:|---:|"]
+        for (wl, pol), g in gains.items():
+            rg = [x[0] for x in g]
+            bg = [x[1] for x in g]
+            lines.append(f"| {wl} | {pol} | {sum(rg) / len(rg):+.1f} % / {max(rg):+.1f} % | "
+                         f"{sum(bg) / len(bg):+.1f} % / {max(bg):+.1f} % |")
+    return "\n".join(lines)
