@@ -86,6 +86,8 @@ class AgentConfig:
     log_level: str = "info"
     daemon: DaemonConfig | None = None
     metrics_listen: str = ""  # host:port of the Prometheus endpoint; "" = none
+    checkpoint_transfer: str = "shared"  # shared | sftp
+    checkpoint_hosts: dict[str, str] = field(default_factory=dict)  # sftp: node -> host address
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:
@@ -188,6 +190,13 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
         if n not in peers:
             raise top.error(f"migrate_uris.{n}", "names a node that is not in peers")
 
+    ck = top.section("checkpoints")
+    checkpoint_transfer = ck.choice("transfer", ("shared", "sftp"), "shared")
+    checkpoint_hosts = _str_map(ck, "hosts")
+    if checkpoint_transfer == "sftp" and not checkpoint_hosts:
+        raise ck.error("hosts", "must name the host of every migration target when transfer is sftp")
+    ck.finish()
+
     s = top.section("ssh")
     ssh = SshConfig(
         enabled=s.get("enabled", bool, False), user=s.get("user", str, "root"),
@@ -204,10 +213,14 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
             raise s.error("key_file", "is required when ssh is enabled")
         if not ssh.known_hosts:
             raise s.error("known_hosts", "is required when ssh is enabled (host keys are always checked)")
+    if checkpoint_transfer == "sftp" and not (ssh.key_file and ssh.known_hosts):
+        raise s.error("key_file" if not ssh.key_file else "known_hosts",
+                      "is required by checkpoints.transfer: sftp (SSH to the peer hosts)")
     if "{vm}" not in ssh.address_pattern:
         raise s.error("address_pattern", "must contain {vm}")
     s.finish()
     top.finish()
     return AgentConfig(path=path, node=node, backend=backend, layout=layout, desired_file=desired_file,
                        report_file=report_file, reconcile=reconcile, peers=peers, migrate_uris=migrate_uris,
-                       ssh=ssh, log_level=log_level, daemon=daemon, metrics_listen=metrics_listen)
+                       ssh=ssh, log_level=log_level, daemon=daemon, metrics_listen=metrics_listen,
+                       checkpoint_transfer=checkpoint_transfer, checkpoint_hosts=checkpoint_hosts)

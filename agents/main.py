@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,21 +94,45 @@ def make_backend(cfg: AgentConfig) -> HypervisorBackend:
     return backend
 
 
+def _ssh_settings(cfg: AgentConfig) -> Any:
+    from vmctl.agents.remote import SshSettings
+
+    s = cfg.ssh
+    return SshSettings(user=s.user, key_file=s.key_file, known_hosts=s.known_hosts, port=s.port,
+                       connect_timeout=s.connect_timeout_seconds, command_timeout=s.command_timeout_seconds,
+                       state_dir=s.state_dir)
+
+
+def make_transfer(cfg: AgentConfig) -> Callable[[str, str, str], int] | None:
+    """``checkpoints.transfer: sftp``: copy checkpoint files to the target node's host over SFTP."""
+    if cfg.checkpoint_transfer != "sftp":
+        return None
+    from vmctl.agents.remote import ParamikoRunner
+
+    runner = ParamikoRunner(_ssh_settings(cfg))
+    hosts = dict(cfg.checkpoint_hosts)
+
+    def transfer(src: str, node: str, dst: str) -> int:
+        host = hosts.get(node)
+        if host is None:
+            raise ConfigError(path=cfg.path, where=f"checkpoints.hosts.{node}",
+                              problem=f"is missing: no host to copy the checkpoint {src} to")
+        return runner.transfer_checkpoint(src, host, dst)
+
+    return transfer
+
+
 def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner | None:
     if cfg.ssh.enabled:
-        from vmctl.agents.remote import ParamikoRunner, SshSettings
+        from vmctl.agents.remote import ParamikoRunner
 
-        s = cfg.ssh
-        guests = dict(s.guests)
-        pattern = s.address_pattern
+        guests = dict(cfg.ssh.guests)
+        pattern = cfg.ssh.address_pattern
 
         def address_of(vm: str) -> str:
             return guests.get(vm) or pattern.format(vm=vm)
 
-        return ParamikoRunner(SshSettings(user=s.user, key_file=s.key_file, known_hosts=s.known_hosts, port=s.port,
-                                          connect_timeout=s.connect_timeout_seconds,
-                                          command_timeout=s.command_timeout_seconds, state_dir=s.state_dir),
-                              address_of)
+        return ParamikoRunner(_ssh_settings(cfg), address_of)
     if isinstance(backend, MockBackend):
         return MockProcessRunner(backend)
     return None
@@ -149,7 +174,7 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
     reconciler = Reconciler(backend, layout, source, reporter, clock=SystemClock(), runner=make_runner(cfg, backend),
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
-                            max_passes=rc.max_passes)
+                            max_passes=rc.max_passes, transfer=make_transfer(cfg))
     return Agent(cfg, backend, reconciler, source if http is not None else None)
 
 

@@ -33,9 +33,10 @@ exit status is reported; the daemon clears it).
 Migration (``d.migration``, a phase both agents see): the *source* agent starts a live migration
 to ``peers[target_node]`` while the phase is requested/running, aborts it when the phase is aborted,
 and never re-creates a VM that left (absent VM on the source = migrated). In checkpoint mode the
-source checkpoints to ``checkpoint_path`` and the *target* restores from it once the phase is running
-and the file exists. The target leaves an absent migrating VM alone until it arrives, then pins and
-tunes it to ``target_core`` like any other VM.
+source checkpoints to ``checkpoint_path`` (and, with ``transfer_checkpoints``, copies the file to
+the target host) and the *target* restores from it once the phase is running and the file exists.
+The target leaves an absent migrating VM alone until it arrives, then pins and tunes it to
+``target_core`` like any other VM.
 """
 
 from __future__ import annotations
@@ -143,6 +144,16 @@ class StartMigration:
 
 
 @dataclass(frozen=True, slots=True)
+class TransferCheckpoint:
+    """Copy the checkpoint file to the same path on the target node's host (SFTP)."""
+
+    vm: str
+    path: str
+    node: str
+    kind: Literal["transfer_checkpoint"] = "transfer_checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
 class AbortMigration:
     vm: str
     kind: Literal["abort_migration"] = "abort_migration"
@@ -163,7 +174,7 @@ class KillProcess:
 
 Action: TypeAlias = (
     Define | Undefine | Start | Stop | Suspend | Resume | Pin | Tune | CheckpointVm | RestoreVm
-    | StartMigration | AbortMigration | StartProcess | KillProcess
+    | StartMigration | AbortMigration | StartProcess | KillProcess | TransferCheckpoint
 )
 
 _Adder: TypeAlias = Callable[[int, Action], None]
@@ -185,11 +196,13 @@ class Observed:
     processes: Mapping[str, ProcessStatus | None] = field(default_factory=dict)
     migrations: Mapping[str, MigrationStatus] = field(default_factory=dict)
     files: frozenset[str] = frozenset()
+    transferred: frozenset[str] = frozenset()  # checkpoint paths already copied to their target host
 
     @staticmethod
     def of(vms: list[VmInfo], processes: Mapping[str, ProcessStatus | None] | None = None,
-           migrations: Mapping[str, MigrationStatus] | None = None, files: frozenset[str] = frozenset()) -> Observed:
-        return Observed({v.name: v for v in vms}, processes or {}, migrations or {}, files)
+           migrations: Mapping[str, MigrationStatus] | None = None, files: frozenset[str] = frozenset(),
+           transferred: frozenset[str] = frozenset()) -> Observed:
+        return Observed({v.name: v for v in vms}, processes or {}, migrations or {}, files, transferred)
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -273,9 +286,12 @@ def validate(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | No
 
 
 def plan(desired: NodeDesired, observed: Observed, layout: Layout, peers: Mapping[str, str] | None = None,
-         migrate_uris: Mapping[str, str] | None = None, prune: bool = True) -> list[Action]:
+         migrate_uris: Mapping[str, str] | None = None, prune: bool = True,
+         transfer_checkpoints: bool = False) -> list[Action]:
     """The actions that move ``observed`` toward ``desired``. ``prune`` removes VMs this agent manages
-    (our metadata or a layout name) that ``desired`` does not list; foreign VMs are never touched."""
+    (our metadata or a layout name) that ``desired`` does not list; foreign VMs are never touched.
+    ``transfer_checkpoints``: checkpoint files are not on shared storage; the source copies them to
+    the target host after the checkpoint (once per path, see ``Observed.transferred``)."""
     steps: list[tuple[int, str, int, Action]] = []
     peers = peers or {}
     migrate_uris = migrate_uris or {}
@@ -285,7 +301,7 @@ def plan(desired: NodeDesired, observed: Observed, layout: Layout, peers: Mappin
 
     wanted = {v.name for v in desired.vms}
     for v in desired.vms:
-        _plan_vm(v, observed.vms.get(v.name), observed, layout, peers, migrate_uris, add)
+        _plan_vm(v, observed.vms.get(v.name), observed, layout, peers, migrate_uris, add, transfer_checkpoints)
     if prune:
         for name, o in observed.vms.items():
             if name in wanted or not layout.is_ours(name, o.metadata):
@@ -305,14 +321,14 @@ def _pinning(v: VmDesired, layout: Layout, core: int | None = None) -> tuple[int
 
 
 def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peers: Mapping[str, str],
-             migrate_uris: Mapping[str, str], add: _Adder) -> None:
+             migrate_uris: Mapping[str, str], add: _Adder, transfer: bool = False) -> None:
     name = v.name
     m = v.migration
     core = v.core
     if m is not None and m.phase not in ("completed", "failed"):
         source = m.source_node == layout.host
         if source:
-            _plan_migration_source(v, o, obs, peers, migrate_uris, add)
+            _plan_migration_source(v, o, obs, peers, migrate_uris, add, transfer)
             return
         # target: wait for the VM to arrive (or restore it from the checkpoint file)
         core = m.target_core
@@ -425,7 +441,7 @@ def _plan_process(v: VmDesired, s: ProcessStatus | None, add: _Adder) -> None:
 
 
 def _plan_migration_source(v: VmDesired, o: VmInfo | None, obs: Observed, peers: Mapping[str, str],
-                           migrate_uris: Mapping[str, str], add: _Adder) -> None:
+                           migrate_uris: Mapping[str, str], add: _Adder, transfer: bool = False) -> None:
     m = v.migration
     assert m is not None
     name = v.name
@@ -439,6 +455,9 @@ def _plan_migration_source(v: VmDesired, o: VmInfo | None, obs: Observed, peers:
     if m.mode == "checkpoint":
         if o.power in (PowerState.RUNNING, PowerState.PAUSED) and v.checkpoint_path:
             add(_P_STOP, CheckpointVm(name, v.checkpoint_path))
+        elif (transfer and v.checkpoint_path and o.power in (PowerState.SAVED, PowerState.SHUTOFF)
+              and v.checkpoint_path in obs.files and v.checkpoint_path not in obs.transferred):
+            add(_P_MIGRATE, TransferCheckpoint(name, v.checkpoint_path, m.target_node))
         return
     if o.power is PowerState.MIGRATING:
         return
@@ -450,5 +469,6 @@ def _plan_migration_source(v: VmDesired, o: VmInfo | None, obs: Observed, peers:
 
 __all__ = [
     "AbortMigration", "Action", "CheckpointVm", "Define", "KillProcess", "Observed", "Pin", "RestoreVm", "Resume",
-    "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "Tune", "Undefine", "plan", "validate",
+    "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "TransferCheckpoint", "Tune", "Undefine", "plan",
+    "validate",
 ]

@@ -48,6 +48,7 @@ from vmctl.agents.plan import (
     StartProcess,
     Stop,
     Suspend,
+    TransferCheckpoint,
     Tune,
     Undefine,
     plan,
@@ -112,6 +113,7 @@ class Reconciler:
         resync_seconds: float = 30.0,
         backoff: Backoff | None = None,
         max_passes: int = 4,
+        transfer: Callable[[str, str, str], int] | None = None,
     ) -> None:
         self.backend = backend
         self.layout = layout
@@ -124,6 +126,8 @@ class Reconciler:
         self.resync_seconds = resync_seconds
         self.backoff = backoff if backoff is not None else Backoff()
         self.max_passes = max_passes
+        self.transfer = transfer  # (src_path, target node, dst_path) -> bytes; None = shared storage
+        self._transferred: set[str] = set()
         self.cycles = 0
         self._desired: NodeDesired | None = None  # last valid desired state (completed with the layout)
         self._generation_applied = 0
@@ -167,7 +171,7 @@ class Reconciler:
                 retry = retry or exc.error.retryable
                 observation = None
                 break
-            actions = plan(target, observation, self.layout, self.peers, self.migrate_uris, prune=prune)
+            actions = self._plan(target, observation, prune)
             if not actions:
                 converged = True
                 break
@@ -197,7 +201,7 @@ class Reconciler:
         else:
             try:
                 observation = self._observe(target)
-                converged = not plan(target, observation, self.layout, self.peers, self.migrate_uris, prune=prune)
+                converged = not self._plan(target, observation, prune)
             except _AbortPass as exc:
                 errors.append(f"observe: {exc.error.reference}: {exc.error}")
                 retry = True
@@ -238,6 +242,10 @@ class Reconciler:
 
     # ------------------------------------------------------------------ observe and apply
 
+    def _plan(self, target: NodeDesired, observation: Observed, prune: bool) -> list[Action]:
+        return plan(target, observation, self.layout, self.peers, self.migrate_uris, prune=prune,
+                    transfer_checkpoints=self.transfer is not None)
+
     def _observe(self, desired: NodeDesired) -> Observed:
         try:
             vms = self.backend.list_vms()
@@ -266,7 +274,7 @@ class Reconciler:
             if d.checkpoint_path and os.path.exists(d.checkpoint_path):
                 files.add(d.checkpoint_path)
         self._sample(vms)
-        return Observed(by_name, processes, migrations, frozenset(files))
+        return Observed(by_name, processes, migrations, frozenset(files), frozenset(self._transferred))
 
     def _sample(self, vms: list[VmInfo]) -> None:
         now = self.clock.now()
@@ -319,6 +327,11 @@ class Reconciler:
             b.start_migration(act.vm, act.dest_uri, act.migrate_uri)
         elif isinstance(act, AbortMigration):
             b.abort_migration(act.vm)
+        elif isinstance(act, TransferCheckpoint):
+            if self.transfer is None:
+                raise OperationNotSupported(backend=f"agent {self.layout.host}", operation="checkpoint transfer")
+            self.transfer(act.path, act.node, act.path)
+            self._transferred.add(act.path)
         elif isinstance(act, StartProcess | KillProcess):
             if self.runner is None:
                 raise OperationNotSupported(backend=f"agent {self.layout.host} (no process runner configured)",
@@ -366,8 +379,11 @@ class Reconciler:
             if d is not None and d.migration is not None:
                 st = obs.migrations.get(name)
                 if d.migration.source_node == self.layout.host:
-                    phase = st.state.value if st is not None else (
-                        "checkpointed" if v.power is PowerState.SAVED else None)
+                    phase = st.state.value if st is not None else None
+                    if st is None and v.power in (PowerState.SAVED, PowerState.SHUTOFF) \
+                            and d.migration.mode == "checkpoint" and d.checkpoint_path in obs.files:
+                        copied = self.transfer is None or d.checkpoint_path in self._transferred
+                        phase = "checkpointed" if copied else "saved"
                 else:
                     phase = "arrived"
             out.append(VmObserved(

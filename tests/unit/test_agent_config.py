@@ -75,6 +75,10 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     ("ssh enabled not bool", {"ssh": {"enabled": "yes"}}, "ssh.enabled: must be bool"),
     ("typo in section", {"reconcile": {"resync_secs": 3}}, "reconcile.resync_secs: unknown key"),
     ("log level", {"log_level": "loud"}, "log_level: must be one of"),
+    ("sftp without hosts", {"checkpoints": {"transfer": "sftp"}}, "checkpoints.hosts: must name the host"),
+    ("sftp without key", {"checkpoints": {"transfer": "sftp", "hosts": {"n2": "10.0.0.2"}}},
+     "ssh.key_file: is required by checkpoints.transfer: sftp"),
+    ("transfer kind", {"checkpoints": {"transfer": "nfs"}}, "checkpoints.transfer: must be one of shared, sftp"),
 ]
 
 

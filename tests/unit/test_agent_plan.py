@@ -24,6 +24,7 @@ from vmctl.agents.plan import (
     StartProcess,
     Stop,
     Suspend,
+    TransferCheckpoint,
     Tune,
     Undefine,
     plan,
@@ -200,6 +201,18 @@ def test_paused_from_absent_starts_then_suspends() -> None:
     got = plan(node(want(power=PowerState.PAUSED)), obs(), L)
     assert kinds(got) == [("define", "n1-c0-fg"), ("pin", "n1-c0-fg"), ("tune", "n1-c0-fg"), ("start", "n1-c0-fg"),
                           ("suspend", "n1-c0-fg")]
+
+
+def test_checkpoint_transfer_after_the_checkpoint_once() -> None:
+    d = node(want(migration=MIG_CK, checkpoint_path="/ck/m"))
+    saved = info("n1-c0-fg", PowerState.SAVED)
+    assert plan(d, obs(saved, files=frozenset({"/ck/m"})), L, transfer_checkpoints=True) == [
+        TransferCheckpoint("n1-c0-fg", "/ck/m", "n2")]
+    assert plan(d, obs(saved, files=frozenset({"/ck/m"}), transferred=frozenset({"/ck/m"})), L,
+                transfer_checkpoints=True) == []
+    assert plan(d, obs(saved), L, transfer_checkpoints=True) == []  # no file: nothing to copy
+    assert plan(d, obs(saved, files=frozenset({"/ck/m"})), L) == []  # shared storage
+    assert plan(d, obs(FG_INFO), L, transfer_checkpoints=True) == [CheckpointVm("n1-c0-fg", "/ck/m")]
 
 
 def test_prune_off_keeps_everything() -> None:

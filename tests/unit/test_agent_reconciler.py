@@ -359,3 +359,33 @@ def test_backoff_arithmetic() -> None:
     assert [b.next_delay() for _ in range(5)] == [1.0, 3.0, 9.0, 20.0, 20.0]
     b.reset()
     assert b.next_delay() == 1.0
+
+
+def test_checkpoint_migration_copies_the_file_to_the_target_host(tmp_path: Path) -> None:
+    from vmctl.errors import RemoteExecError
+
+    _, ra, _, sa, _ = _two_agents("checkpoint", tmp_path)
+    calls: list[tuple[str, str, str]] = []
+    fail = {"n": 1}
+
+    def transfer(src: str, node: str, dst: str) -> int:
+        if fail["n"] > 0:
+            fail["n"] -= 1
+            raise RemoteExecError(host=node, problem="connection reset")
+        calls.append((src, node, dst))
+        return Path(src).stat().st_size
+
+    ra.transfer = transfer
+    ck = str(tmp_path / "vc.ckpt")
+    v = VmDesired(name="vc-2", core=0, role=VmRole.SHARED, weight=500)
+    sa.set(NodeDesired("n1", 1, (v,)))
+    ra.run_once()
+    mig = MigrationSpec("m5", source_node="n1", target_node="n2", target_core=0, mode="checkpoint")
+    sa.set(NodeDesired("n1", 2, (replace(v, migration=mig, checkpoint_path=ck),)))
+    res = ra.run_once()
+    assert res.retry and vm_of(res.observed, "vc-2").migration_phase == "saved"  # type: ignore[attr-defined]
+    assert calls == []
+    res = ra.run_once()
+    assert res.converged and vm_of(res.observed, "vc-2").migration_phase == "checkpointed"  # type: ignore[attr-defined]
+    assert calls == [(ck, "n2", ck)]
+    assert ra.run_once().applied == ()  # copied once

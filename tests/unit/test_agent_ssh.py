@@ -284,3 +284,22 @@ def test_a_killed_adopted_job_reports_137(sshd: Sshd, tmp_path: Path) -> None:
     third = ParamikoRunner(settings, address_of=lambda vm: "127.0.0.1")
     st = third.status("vm-d")
     assert st is not None and not st.running and st.exit_code == 137
+
+
+def test_agent_config_sftp_transfer_to_a_peer_host(sshd: Sshd, tmp_path: Path) -> None:
+    from vmctl.agents.config import parse_agent_config
+    from vmctl.agents.main import make_transfer
+
+    cfg = parse_agent_config({"node": "n1", "checkpoints": {"transfer": "sftp", "hosts": {"n2": "127.0.0.1"}},
+                              "ssh": {"key_file": sshd.key_file, "known_hosts": sshd.known_hosts,
+                                      "port": sshd.port}}, "agent.yaml")
+    transfer = make_transfer(cfg)
+    assert transfer is not None
+    src = tmp_path / "a.ckpt"
+    src.write_bytes(b"state" * 1000)
+    dst = tmp_path / "peer" / "a.ckpt"
+    dst.parent.mkdir()
+    assert transfer(str(src), "n2", str(dst)) == 5000
+    assert dst.read_bytes() == src.read_bytes()
+    with pytest.raises(ConfigError, match=r"agent.yaml: checkpoints\.hosts\.n3: is missing"):
+        transfer(str(src), "n3", str(dst))
