@@ -18,7 +18,6 @@ import http.client
 import json
 import random
 import ssl
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from vmctl.store import open_store
 
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path) -> None:
@@ -138,7 +137,6 @@ def main() -> None:
         else:
             decision_latency(1000, 32, 10_000, 40, Path(tmp))
             api_throughput(2000, Path(tmp))
-    print(f"(summary stdev unused: {statistics.__name__})" if False else "", end="")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def test_example_config_loads_and_matches_the_defaults() -> None:
     assert (cfg.port, cfg.listen, cfg.max_body_bytes) == (d.port, d.listen, d.max_body_bytes)
     assert (cfg.policy_name, cfg.tick_s, cfg.node_timeout_s, cfg.lease_ttl_s) == ("measy", d.tick_s,
                                                                                   d.node_timeout_s, d.lease_ttl_s)
-    assert (cfg.fg_weight, cfg.bg_weight) == (d.fg_weight, d.bg_weight)
+    assert (cfg.fg_weight, cfg.bg_weight, cfg.min_interval_s) == (d.fg_weight, d.bg_weight, d.min_interval_s)
     assert cfg.migration == d.migration
 
 

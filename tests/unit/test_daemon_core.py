@@ -331,3 +331,14 @@ def test_config_rejects_bad_values_with_location(tmp_path: Path) -> None:
         parse_config("policy: {name: nosuch}", "d.yaml")
     cfg = parse_config("policy: {name: easy}\nmigration: {dry_run: true}", "d.yaml")
     assert cfg.policy_name == "easy" and cfg.migration.dry_run
+
+
+def test_vcsched_mode_runs_shared_capped_vms(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, {"n1": 2, "n2": 2}, policy=create_policy("vcsched-mcb8"), policy_kind="vcsched")
+    jobs = [c.submit(1, 500, 5) for _ in range(3)]
+    c.step()
+    assert all(c.state(j) == "running" for j in jobs)
+    vms = [v for n in ("n1", "n2") for v in c.daemon.desired(n).vms if v.process is not None]
+    assert len(vms) == 3 and all(v.role.value == "shared" and v.core == -1 for v in vms)
+    assert all(v.cap is not None and 0 < v.cap <= 1 for v in vms)
+    c.run_until(lambda: all(c.state(j) == "done" for j in jobs), limit=100)

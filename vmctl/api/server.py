@@ -44,6 +44,7 @@ log = logging.getLogger("vmctld.api")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 DAEMON: web.AppKey[Daemon] = web.AppKey("daemon", Daemon)
+METRICS: web.AppKey[Any] = web.AppKey("metrics", object)
 
 
 # ------------------------------------------------------------------------------ JSON forms
@@ -121,6 +122,22 @@ class _HttpError(VmctlError):
 
 @web.middleware
 async def errors_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+    resp = await _errors(request, handler)
+    metrics = request.app.get(METRICS)
+    if metrics is not None:
+        parts = request.path.split("/")
+        group = "/".join(parts[:3]) if len(parts) > 2 else request.path
+        if group.startswith("/v1/jobs"):
+            group = "/v1/jobs"
+        metrics.api_request(group if group in _GROUPS else "other", resp.status)
+    return resp
+
+
+_GROUPS = frozenset({"/v1/jobs", "/v1/nodes", "/v1/vms", "/v1/policy", "/v1/tokens", "/v1/certs", "/v1/agent",
+                     "/v1/health", "/metrics"})
+
+
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except VmctlError as exc:
@@ -461,6 +478,10 @@ class DaemonServer:
         self.ssl: ssl.SSLContext | None = None
         self.stopping = False
         daemon.on_desired = self._desired_changed
+        from vmctl.metrics import DaemonMetrics
+
+        self.metrics = DaemonMetrics(self._snapshot)
+        daemon.attach_metrics(self.metrics)
 
     # events
     def kick(self) -> None:
@@ -522,31 +543,25 @@ class DaemonServer:
         log.info("wrote the bootstrap admin token to %s", p)
 
     def render_metrics(self) -> tuple[bytes, str]:
-        try:
-            from vmctl import metrics as m  # the daemon-ops helper's collectors, when present
-        except ImportError:
-            m = None  # type: ignore[assignment]
-        render = getattr(m, "render_daemon_metrics", None) if m is not None else None
-        if callable(render):
-            body, ctype = render(self.daemon)
-            return bytes(body), str(ctype)
+        self.metrics.set_leader(self.daemon.leader, self.daemon.epoch)
+        body, ctype = self.metrics.exposition()
+        return bytes(body), str(ctype)
+
+    def _snapshot(self) -> Any:
+        from vmctl.metrics import ClusterSnapshot
+
         d = self.daemon
-        q = len(d.state.queue()) if d.leader else 0
-        lines = [
-            "# HELP vmctld_leader 1 when this daemon holds the leader lease.", "# TYPE vmctld_leader gauge",
-            f"vmctld_leader {1 if d.leader else 0}",
-            "# HELP vmctld_queue_length Jobs waiting in the queue.", "# TYPE vmctld_queue_length gauge",
-            f"vmctld_queue_length {q}",
-            "# HELP vmctld_decisions_total Decisions taken.", "# TYPE vmctld_decisions_total counter",
-            f"vmctld_decisions_total {d.decisions}",
-        ]
-        return ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4; charset=utf-8"
+        if not d.leader:
+            return None
+        return ClusterSnapshot(nodes=[node_json(d, n) for _k, n in sorted(d.state.nodes.items())],
+                               vms=vms_json(d, None))
 
     # app
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[errors_mw, make_auth_mw(self.config.max_body_bytes)],
                               client_max_size=self.config.max_body_bytes)
         app[DAEMON] = self.daemon
+        app[METRICS] = self.metrics
         a = Api(self)
         r = app.router
         r.add_get("/v1/health", a.health)
@@ -607,6 +622,11 @@ class DaemonServer:
         d = self.daemon
         while not self.stopping:
             self._wake.clear()
+            # bursts of events (many submissions) are decided together: at most one decision per
+            # loop.min_interval_s while events keep coming
+            gap = d.last_decide_at + self.config.min_interval_s - d.clock.now()
+            if d.dirty and 0 < gap <= self.config.min_interval_s:
+                await asyncio.sleep(gap)
             nxt: float | None = None
             try:
                 nxt = d.run_once()

@@ -33,6 +33,7 @@ from vmctl.model import (
     Kill,
     Migrate,
     NodeObserved,
+    PlaceShared,
     PowerState,
     Promote,
     Restore,
@@ -71,6 +72,10 @@ class Actuator:
     def __init__(self, state: ClusterState, limits: MigrationLimits) -> None:
         self.state = state
         self.limits = limits
+        #: observers (metrics): on_job_end(job, state, now), on_start(job, now), on_op_closed(op)
+        self.on_job_end: Any = None
+        self.on_start: Any = None
+        self.on_op_closed: Any = None
 
     # ------------------------------------------------------------------ helpers
     def touch(self, ch: Changes, job: JobRecord) -> None:
@@ -91,6 +96,8 @@ class Actuator:
         if note:
             op.detail["note"] = note
         ch.ops[op.id] = op
+        if self.on_op_closed is not None:
+            self.on_op_closed(op)
 
     def open_migrations(self) -> list[OperationRecord]:
         return [o for o in self.state.ops.values() if o.kind == "migrate" and o.state == "pending"]
@@ -120,6 +127,8 @@ class Actuator:
                 over[c] = jid
 
         def vacate(job: JobRecord) -> None:
+            if job.tier == "shared":
+                return  # shared VMs hold no fg/bg slot
             rj = view.running.get(job.id)
             cores = rj.cores if rj is not None else ()
             tier = Tier(job.tier or "fg")
@@ -162,6 +171,8 @@ class Actuator:
                     job.reason = None
                     job.suspended = job.checkpointed = job.restore_pending = False
                     occupy(tier, act.cores, job.id)
+                    if self.on_start is not None:
+                        self.on_start(job, now)
             elif isinstance(act, Promote | Demote):
                 want = Tier.FG if isinstance(act, Promote) else Tier.BG
                 rj = view.running.get(job.id)
@@ -228,8 +239,12 @@ class Actuator:
                     job.suspended = False
                     job.state = "running"
                     job.tier_since = now
+            elif isinstance(act, PlaceShared):
+                why = self._place_shared(act, job, now, ch, moving_now, cluster_moving)
+                if why is None and job.migrating:
+                    cluster_moving += 1
             else:
-                why = f"{act.kind} is not carried out by this daemon (vcsched mode not wired)"
+                why = f"{act.kind} is not carried out by this daemon"
             if why is None:
                 res.applied.append(act)
                 self.touch(ch, job)
@@ -284,6 +299,58 @@ class Actuator:
             job.migrations += 1  # a re-pin on the same host: done when the agent applies it
         return None
 
+    def _place_shared(self, act: PlaceShared, job: JobRecord, now: float, ch: Changes, moving_now: dict[str, int],
+                      cluster_moving: int) -> str | None:
+        """vcsched: process i runs in an unpinned, capped VM (``VmRole.SHARED``) on ``act.nodes[i]``.
+        A queued job starts; a running one whose nodes change migrates the processes that move."""
+        for n in act.nodes:
+            node = self.state.nodes.get(n)
+            if node is None or node.state != "ready":
+                return f"node {n} is not ready"
+        new_place = [(n, -1) for n in act.nodes]
+        if job.state == "queued":
+            job.run += 1
+            job.state = "running"
+            job.tier = "shared"
+            job.placement = new_place
+            job.cap = act.cap
+            job.start_time = now
+            job.tier_since = now
+            job.progress_base = 0.0
+            job.tasks = [{"index": i, "exit_status": None, "error": None} for i in range(len(new_place))]
+            job.reason = None
+            if self.on_start is not None:
+                self.on_start(job, now)
+            return None
+        if job.state != "running" or job.tier != "shared" or job.migrating:
+            return "job is not a running shared job (or is migrating)"
+        if len(new_place) != len(job.placement):
+            return f"{len(new_place)} nodes for {len(job.placement)} processes"
+        moved = [i for i in range(len(new_place)) if job.placement[i][0] != new_place[i][0]]
+        if not moved:
+            self._freeze_progress(job, now)
+            job.cap = act.cap
+            return None
+        moves: list[dict[str, Any]] = [
+            {"index": i, "from": list(job.placement[i]), "to": list(new_place[i]), "mode": "live"} for i in moved]
+        hosts = sorted({job.placement[i][0] for i in moved} | {new_place[i][0] for i in moved})
+        lim = self.limits
+        if cluster_moving + 1 > lim.max_per_cluster:
+            return f"cluster migration limit {lim.max_per_cluster} reached"
+        for h in hosts:
+            if moving_now.get(h, 0) + 1 > lim.max_per_host:
+                return f"host {h} migration limit {lim.max_per_host} reached"
+        self._freeze_progress(job, now)
+        job.cap = act.cap
+        job.placement = new_place
+        op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": "shared",
+                                                      "stage": "prepare", "target_gens": {}, "from_tier": "shared",
+                                                      "origin": "policy"})
+        job.migrating = op.id
+        for h in hosts:
+            moving_now[h] = moving_now.get(h, 0) + 1
+        return None
+
     def expected_gain(self, job: JobRecord, from_tier: Tier, act: Migrate, now: float) -> float:
         """Seconds of job time a migration is expected to save: the remaining estimate times the pace it
         gains (a bg job that the fg VMs leave 30% of its cores gains 0.7 of its remaining time when it
@@ -322,6 +389,8 @@ class Actuator:
             job.reason = reason
         self.touch(ch, job)
         ch.events.append(f"job {job.id} {state}")
+        if self.on_job_end is not None and state != "queued":
+            self.on_job_end(job, state, now)
 
     # ------------------------------------------------------------------ agent reports
     def observe(self, obs: NodeObserved, now: float, ch: Changes) -> None:

@@ -36,6 +36,7 @@ class DaemonConfig:
     policy_params: dict[str, Any] = field(default_factory=dict)
     policy_explicit: bool = False  # False: fall back to a registered policy when the default is missing
     tick_s: float = 5.0
+    min_interval_s: float = 0.02  # at most one event-driven decision per this interval (bursts coalesce)
     node_timeout_s: float = 30.0
     kill_at_estimate: bool = True
     estimate_grace_s: float = 60.0
@@ -95,6 +96,7 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
 
     loop = top.section("loop")
     tick = loop.number("tick_s", d.tick_s, lo=0.01, hi=3600)
+    min_interval = loop.number("min_interval_s", d.min_interval_s, lo=0.0, hi=10.0)
     node_timeout = loop.number("node_timeout_s", d.node_timeout_s, lo=0.1, hi=86400)
     kill_at = loop.get("kill_at_estimate", bool, d.kill_at_estimate)
     grace = loop.number("estimate_grace_s", d.estimate_grace_s, lo=0)
@@ -138,7 +140,7 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
         path=path, store_url=store_url, state_dir=state_dir, listen=listen, port=port,
         server_names=tuple(names_raw), max_body_bytes=max_body, bootstrap_token_file=token_file,
         policy_kind=kind, policy_name=name, policy_params=dict(params), policy_explicit=pol_explicit,
-        tick_s=tick, node_timeout_s=node_timeout,
+        tick_s=tick, min_interval_s=min_interval, node_timeout_s=node_timeout,
         kill_at_estimate=kill_at, estimate_grace_s=grace, lease_ttl_s=ttl, holder=holder, fg_weight=fg_w,
         bg_weight=bg_w, vm_memory_mib=mem, checkpoint_dir=ckpt, migration=limits, log_level=log_level,
     )

@@ -73,6 +73,27 @@ class Daemon:
         self.skipped_total = 0
         #: called with the names of nodes whose desired state changed (after the commit)
         self.on_desired: Callable[[set[str]], None] = lambda nodes: None
+        self.metrics: Any = None  # a vmctl.metrics.DaemonMetrics when served (set by the API server)
+
+    def attach_metrics(self, metrics: Any) -> None:
+        """Feed a ``vmctl.metrics.DaemonMetrics`` (direct instruments) from the loop and the actuator."""
+        self.metrics = metrics
+        outcome = {"done": "completed", "rolled_back": "failed", "aborted": "aborted", "failed": "failed"}
+
+        def job_end(job: JobRecord, state: str, now: float) -> None:
+            metrics.job_finished(state, now - job.submit_time)
+
+        def start(job: JobRecord, now: float) -> None:
+            if job.run == 1:
+                metrics.observe_wait(now - job.submit_time)
+
+        def op_closed(op: OperationRecord) -> None:
+            if op.kind == "migrate":
+                metrics.migration(outcome.get(op.state, op.state))
+
+        self.actuator.on_job_end = job_end
+        self.actuator.on_start = start
+        self.actuator.on_op_closed = op_closed
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> bool:
@@ -138,14 +159,9 @@ class Daemon:
     def _make_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
         from vmctl.policies.registry import create_policy
 
-        if self.config.policy_kind == "vcsched":
-            try:
-                from vmctl import vcsched_controller  # type: ignore[attr-defined]
-            except ImportError as exc:
-                raise UserError(where="policy.kind", problem="vcsched mode is not available in this build") from exc
-            factory = vcsched_controller.make_policy
-            pol: SchedulingPolicy = factory(name, params)
-            return pol
+        if self.config.policy_kind == "vcsched" and not name.startswith("vcsched-"):
+            # vcsched mode: the registered vcsched-* policies (PlaceShared + SetCap on shared VMs)
+            raise UserError(where="policy.name", problem=f"vcsched mode needs a vcsched-* policy, got {name!r}")
         return create_policy(name, **params)
 
     def _configured_policy(self) -> SchedulingPolicy:
@@ -499,6 +515,18 @@ class Daemon:
         self.commit(ch)
         self.decisions += 1
         self.decision_seconds.append(_time.perf_counter() - t0)
+        if self.metrics is not None:
+            m = self.metrics
+            m.observe_cycle(self.decision_seconds[-1])
+            for a in res.applied:
+                m.decision(a.kind, "applied")
+            for a, _why in res.skipped:
+                m.decision(a.kind, "rejected")
+            m.set_queue_length(len(self.state.queue()))
+            active = self.state.active()
+            m.set_running("fg", sum(1 for j in active if j.tier == "fg"))
+            m.set_running("bg", sum(1 for j in active if j.tier == "bg"))
+            m.set_leader(self.leader, self.epoch)
         if len(self.decision_seconds) > 1000:
             del self.decision_seconds[:500]
         return decision

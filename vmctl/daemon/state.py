@@ -198,6 +198,8 @@ class ClusterState:
             return 0.0
         if job.tier == Tier.FG.value:
             return 1.0
+        if job.tier == "shared":
+            return 1.0 if job.cap is None else job.cap
         # bg: what the fg VMs of its cores leave
         utils: list[float] = []
         for n, c in job.placement:
@@ -242,12 +244,17 @@ class ClusterState:
         placed: list[tuple[JobRecord, tuple[int, ...]]] = []
         for rec in active:
             cores: list[int] = []
+            shared = rec.tier == "shared"
             for n, c in rec.placement:
                 base = offset.get(n)
-                if base is not None and 0 <= c < ncores[n]:
+                if base is not None and shared and c == -1:
+                    cores.append(base)  # vcsched: an unpinned VM stands for its node (no fg/bg slot)
+                elif base is not None and 0 <= c < ncores[n]:
                     cores.append(base + c)
             if rec.placement and len(cores) == len(rec.placement):
                 placed.append((rec, tuple(cores)))
+            if shared:
+                continue
             if not rec.checkpointed:
                 if rec.tier == "fg":
                     job = self.job_obj(rec)
@@ -269,7 +276,7 @@ class ClusterState:
                     if g2 is not None and arr[g2] is None:
                         arr[g2] = rec.id
         for rec, cores_t in placed:
-            tier = Tier.FG if rec.tier == "fg" else Tier.BG
+            tier = Tier.BG if rec.tier == "bg" else Tier.FG  # vcsched's shared VMs count as fg
             prog = self._progress_with(rec, now, util, cores_t)
             job = self.job_obj(rec)
             end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == "running" else math.inf
@@ -295,6 +302,8 @@ class ClusterState:
             pace = 0.0
         elif rec.tier == "fg":
             pace = 1.0
+        elif rec.tier == "shared":
+            pace = 1.0 if rec.cap is None else rec.cap
         else:
             pace = max(0.0, 1.0 - max((util[g] for g in cores), default=0.0))
         return rec.progress_base + max(0.0, now - rec.tier_since) * pace
@@ -305,8 +314,8 @@ class ClusterState:
         out: list[VmDesired] = []
         for rec in self.jobs_on(node):
             job = self.job_obj(rec)
-            role = VmRole.FG if rec.tier == "fg" else VmRole.BG
-            weight = rec.weight if rec.weight is not None else (s.fg_weight if role is VmRole.FG else s.bg_weight)
+            role = VmRole.FG if rec.tier == "fg" else VmRole.SHARED if rec.tier == "shared" else VmRole.BG
+            weight = rec.weight if rec.weight is not None else (s.bg_weight if role is VmRole.BG else s.fg_weight)
             moves: dict[int, dict[str, object]] = {}
             op = self.ops.get(rec.migrating) if rec.migrating else None
             if op is not None:
@@ -340,7 +349,7 @@ class ClusterState:
                     if src[0] != dst[0]:
                         spec = MigrationSpec(
                             migration_id=str(op.id), source_node=str(src[0]), target_node=str(dst[0]),
-                            target_core=int(dst[1]), phase="requested",
+                            target_core=max(0, int(dst[1])), phase="requested",
                             mode="checkpoint" if str(mv.get("mode", "live")) == "checkpoint" else "live",
                         )
                         if node == src[0]:
