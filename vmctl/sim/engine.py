@@ -29,6 +29,7 @@ Checkpoint/Restore/SetCap/Suspend/Resume are not modelled and raise :class:`Simu
 from __future__ import annotations
 
 import bisect
+import gc
 import heapq
 import math
 from array import array
@@ -338,7 +339,6 @@ class Simulator:
         self._heap: list[tuple[float, int, _Run]] = []  # (time, version, run); versions are unique
         self._version = 0
         self._dirty: dict[int, _Run] = {}
-        self._stamp = 0
         self._wake: float | None = None
         self._done = 0
         self.view = ClusterView(
@@ -560,6 +560,18 @@ class Simulator:
     # ------------------------------------------------------------------ main loop
 
     def run(self, on_progress: ProgressCallback | None = None, every: int = 2000) -> SimResult:
+        """Run to the end. The cyclic garbage collector is paused meanwhile: the loop allocates many
+        short-lived acyclic objects (jobs, snapshots, heap entries) that reference counting frees, and
+        the collector would otherwise rescan the live structures again and again."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(on_progress, every)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _run(self, on_progress: ProgressCallback | None, every: int) -> SimResult:
         n = self.n
         submit = self._submit
         heap = self._heap
@@ -596,7 +608,6 @@ class Simulator:
             if self._wake is not None and self._wake <= now + _EPS:
                 self._wake = None
             # (3) one scheduling pass
-            self._stamp += 1
             self._decisions += 1
             decision = policy.decide(view, now)
             check_decision(view, decision, now)
