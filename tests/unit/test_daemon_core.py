@@ -77,6 +77,9 @@ class Cluster:
     def state(self, jid: str) -> str:
         return self.daemon.job(jid).state
 
+    def close(self) -> None:
+        self.daemon.store.close()
+
     def restart(self) -> None:
         """A crash: the in-memory state is gone, a new daemon loads the store."""
         self.daemon.store.close()
