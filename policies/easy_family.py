@@ -83,7 +83,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Set
 from typing import Any, ClassVar, Literal
 
 from vmctl.errors import PolicyParameterError
@@ -187,11 +187,17 @@ class FcfsPolicy(_OneTier):
         actions: list[Action] = []
         reasons: dict[str, str] = {}
         pool: list[int] | None = None
+        usable = -1
         for job in queue:
             if job.submit_time > now:
                 reasons[job.id] = _future_reason(job)
                 continue
             if job.procs > free:
+                if usable < 0:
+                    usable = sum(view.usable)
+                if job.procs > usable:  # would block the queue forever
+                    reasons[job.id] = _never_fits_reason(job, usable)
+                    continue
                 reasons[job.id] = f"head of queue: needs {job.procs} cores, {free} idle"
                 break
             if pool is None:
@@ -217,50 +223,51 @@ class EasyPolicy(_OneTier):
         pool: list[int] | None = None
         n = len(queue)
         i = 0
-        shadow = -math.inf
-        extra = 0
+        usable = -1
         head: Job | None = None
-        reservation: Reservation | None = None
+        # Step 1: FCFS until the first job that does not fit (the head).
         while i < n:
             job = queue[i]
             i += 1
             if job.submit_time > now:
                 reasons[job.id] = _future_reason(job)
                 continue
-            if job.procs <= free:
+            procs = job.procs
+            if procs <= free:
                 if pool is None:
                     pool = sorted(view.idle_fg)
                 actions.append(StartFg(job.id, self._pick(pool, job)))
-                free -= job.procs
-                started_ends.append((now + job.estimate, job.procs))
+                free -= procs
+                started_ends.append((now + job.estimate, procs))
                 continue
-            if free == 0:
-                # Nothing can start or be backfilled: skip the reservation arithmetic.
-                reasons[job.id] = f"head of queue: needs {job.procs} cores, none idle"
-                return Decision(
-                    actions=tuple(actions), reasons=reasons, default_reason=f"waiting behind the head {job.id}"
-                )
-            res = _reservation(view, started_ends, job.procs, free, now)
-            if res is None:
-                reasons[job.id] = _never_fits_reason(job, free + _held(started_ends) + _fg_held(view))
+            if usable < 0:
+                usable = sum(view.usable)
+            if procs > usable:
+                reasons[job.id] = _never_fits_reason(job, usable)
                 continue
             head = job
-            shadow, extra = res
-            reasons[job.id] = _head_reason(job, shadow)
-            reservation = Reservation(job.id, shadow, extra)
             break
         if head is None:
             return Decision(actions=tuple(actions), reasons=reasons)
-        # Backfill the rest of the queue.
+        # Step 2: backfill. The reservation is computed when the first job that fits now is met (it
+        # decides nothing otherwise), so a pass with nothing to backfill never walks view.running.
+        idle_at_head = free
+        reservation: Reservation | None = None
+        computed = False
+        shadow = -math.inf
+        extra = 0
         while i < n and free > 0:
             job = queue[i]
             i += 1
             procs = job.procs
-            if procs > free:
+            if procs > free or job.submit_time > now:
                 continue
-            if job.submit_time > now:
-                reasons[job.id] = _future_reason(job)
-                continue
+            if not computed:
+                computed = True
+                res = _reservation(view, started_ends, head.procs, idle_at_head, now)
+                if res is not None:  # None only for an inconsistent view: then nothing is backfilled
+                    shadow, extra = res
+                    reservation = Reservation(head.id, shadow, extra)
             if now + job.estimate <= shadow:
                 pass
             elif procs <= extra:
@@ -271,12 +278,13 @@ class EasyPolicy(_OneTier):
                 pool = sorted(view.idle_fg)
             actions.append(StartFg(job.id, self._pick(pool, job)))
             free -= procs
-        return Decision(
-            actions=tuple(actions),
-            reasons=reasons,
-            default_reason=f"does not fit, or would delay the reservation of {head.id} at t={_fmt(shadow)}",
-            reservation=reservation,
-        )
+        if reservation is None:
+            reasons[head.id] = f"head of queue: needs {head.procs} cores, {idle_at_head} idle"
+            default = f"waiting behind the head {head.id}"
+        else:
+            reasons[head.id] = _head_reason(head, reservation.shadow_time)
+            default = f"does not fit, or would delay the reservation of {head.id} at t={_fmt(shadow)}"
+        return Decision(actions=tuple(actions), reasons=reasons, default_reason=default, reservation=reservation)
 
 
 def _fg_held(view: ClusterView) -> int:
@@ -329,7 +337,6 @@ class _Pass:
     __slots__ = (
         "actions",
         "bg_freed",
-        "bg_taken",
         "fg_owner",
         "fg_taken",
         "free",
@@ -348,7 +355,6 @@ class _Pass:
         self.fg_taken: set[int] = set()
         self.fg_owner: dict[int, tuple[str, float]] = {}  # core -> (job, expected end) placed now
         self.bg_freed: set[int] = set()
-        self.bg_taken: set[int] = set()
         self.util_over: dict[int, float] = {}
         self.new_ends: list[tuple[float, int]] = []
         self.usage_cache: dict[str, dict[int, float]] = {}
@@ -403,14 +409,6 @@ class _TwoTier(SchedulingPolicy):
         usage = job.cpu_usage
         return sorted(range(job.procs), key=lambda p: -usage[p])
 
-    def _fg_util(self, st: _Pass, core: int) -> float:
-        u = st.util_over.get(core)
-        if u is not None:
-            return u
-        if not self._info:
-            return 0.0 if st.view.fg_job[core] is None else 1.0
-        return st.view.fg_util[core]
-
     def _bg_usage(self, st: _Pass, core: int, mover: str | None) -> float:
         """Estimated usage of the bg process on ``core`` after this pass (0 when empty or when it is
         the job being moved away)."""
@@ -430,16 +428,33 @@ class _TwoTier(SchedulingPolicy):
 
     # -------------------------------------------------------------------------- dispatch
 
-    def _fg_cores(self, st: _Pass, job: Job, mover: str | None, avoid: frozenset[int]) -> tuple[int, ...] | None:
-        """Dispatch(FG): choose cores for ``job``; cores[i] carries process i. None if too few."""
-        cands = [c for c in st.view.idle_fg if c not in st.fg_taken and c not in avoid]
-        if len(cands) < job.procs:
+    def _fg_cores(self, st: _Pass, job: Job, mover: RunningJob | None, avoid: frozenset[int]) -> tuple[int, ...] | None:
+        """Dispatch(FG): choose cores for ``job``; cores[i] carries process i. None if too few.
+
+        Candidates are the idle fg cores by ascending usage of their bg process, then descending
+        index. Cores with an empty bg slot (usage 0) always come first; they are found with set
+        operations, and only the cores with a bg process are keyed one by one, when needed."""
+        view = st.view
+        cands = view.idle_fg - st.fg_taken if st.fg_taken else view.idle_fg
+        if avoid:
+            cands = cands - avoid
+        k = job.procs
+        if len(cands) < k:
             return None
-        cands.sort(reverse=True)
-        cands.sort(key=lambda c: self._bg_usage(st, c, mover))
-        out = [0] * job.procs
+        empty = cands & view.idle_bg
+        vacated = st.bg_freed if mover is None else st.bg_freed.union(mover.cores)
+        if vacated:
+            empty = empty | (cands & vacated)
+        if len(empty) >= k:
+            chosen = heapq.nlargest(k, empty) if k <= 4 else sorted(empty, reverse=True)[:k]
+        else:
+            chosen = sorted(empty, reverse=True)
+            mover_id = None if mover is None else mover.id
+            busy = sorted((self._bg_usage(st, c, mover_id), -c) for c in cands - empty)
+            chosen.extend(-nc for _u, nc in busy[: k - len(chosen)])
+        out = [0] * k
         for slot, p in enumerate(self._proc_order(job)):
-            out[p] = cands[slot]
+            out[p] = chosen[slot]
         return tuple(out)
 
     def _occupy_fg(self, st: _Pass, job: Job, cores: tuple[int, ...], end: float) -> None:
@@ -485,7 +500,7 @@ class _TwoTier(SchedulingPolicy):
             st.actions.append(Promote(job.id))
             cores = item.cores
         else:
-            found = self._fg_cores(st, job, job.id, avoid)
+            found = self._fg_cores(st, job, item, avoid)
             if found is None:
                 return False
             cores = found
@@ -614,25 +629,39 @@ class _TwoTier(SchedulingPolicy):
         queue = view.queue
         if len(queue) <= len(started):
             return out
-        thr = self._threshold
-        slots = [
-            c
-            for c in (view.idle_bg if not st.bg_freed else view.idle_bg | {c for c in st.bg_freed if view.usable[c]})
-            if c not in st.bg_taken and self._fg_util(st, c) < thr
-        ]
-        free = len(slots)
-        if free == 0:
+        base: Set[int] = view.idle_bg
+        if st.bg_freed:
+            usable = view.usable
+            base = base | {c for c in st.bg_freed if usable[c]}
+        bound = len(base)
+        if bound == 0:
             return out
         cand = [
             (job.estimate, job.submit_time, job.id, job)
             for job in queue
-            if job.procs <= free and job.id not in started and job.submit_time <= now
+            if job.procs <= bound and job.submit_time <= now and job.id not in started
         ]
         if not cand:
             return out
+        thr = self._threshold
+        pairs: list[tuple[float, int]]
+        if not self._info:
+            # unknown usage: a busy fg slot counts as 1.0 >= any threshold; an idle one as 0.
+            idle_fg = view.idle_fg - st.fg_taken if st.fg_taken else view.idle_fg
+            pairs = [(0.0, -c) for c in base & idle_fg] if thr > 0.0 else []
+        else:
+            util = view.fg_util
+            over = st.util_over
+            if over:
+                pairs = [(u, -c) for c in base if (u := over.get(c, util[c])) < thr]
+            else:
+                pairs = [(u, -c) for c in base if (u := util[c]) < thr]
+        free = len(pairs)
+        if free == 0:
+            return out
+        pairs.sort()
+        slots = [-nc for _u, nc in pairs]
         heapq.heapify(cand)
-        slots.sort(reverse=True)
-        slots.sort(key=lambda c: self._fg_util(st, c))
         pos = 0
         while cand and free > 0:
             job = heapq.heappop(cand)[3]

@@ -45,6 +45,10 @@ from vmctl.model import (
 )
 
 _EPS = 1e-9
+# Enum members cached at module level: ``Tier.FG`` is a slow class-attribute lookup on Python 3.11
+# and the simulator checks every decision.
+_FG = Tier.FG
+_BG = Tier.BG
 
 
 class _Overlay:
@@ -56,14 +60,14 @@ class _Overlay:
         self.bg: dict[int, str | None] = {}
 
     def get(self, tier: Tier, core: int) -> str | None:
-        over = self.fg if tier is Tier.FG else self.bg
+        fg = tier is _FG
+        over = self.fg if fg else self.bg
         if core in over:
             return over[core]
-        base = self.view.fg_job if tier is Tier.FG else self.view.bg_job
-        return base[core]
+        return (self.view.fg_job if fg else self.view.bg_job)[core]
 
     def put(self, tier: Tier, core: int, job: str | None) -> None:
-        (self.fg if tier is Tier.FG else self.bg)[core] = job
+        (self.fg if tier is _FG else self.bg)[core] = job
 
 
 def _fail(rule: str, detail: str) -> InvariantViolation:
@@ -112,7 +116,7 @@ def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
 
     for act in decision.actions:
         if isinstance(act, StartFg | StartBg):
-            tier = Tier.FG if isinstance(act, StartFg) else Tier.BG
+            tier = _FG if isinstance(act, StartFg) else _BG
             job = queued.get(act.job_id)
             if job is None or act.job_id in started:
                 raise _fail("start-not-queued", f"{act.kind} {act.job_id}: job is not waiting in the queue")

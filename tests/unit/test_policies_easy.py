@@ -176,3 +176,19 @@ def test_easy_extra_counts_every_job_ending_at_the_shadow_time() -> None:
     assert d.reservation is not None
     assert (d.reservation.shadow_time, d.reservation.extra_cores) == (10.0, 2)
     assert list(started(d)) == ["L"]
+
+
+def test_fcfs_skips_a_job_wider_than_the_usable_cores() -> None:
+    d = decide("fcfs", view(4, queue=[job("huge", 4, 10), job("a", 1, 10, submit=1)], unusable=[0]), now=1)
+    assert list(started(d)) == ["a"]
+    assert "only 3 fg cores" in d.reasons["huge"]
+
+
+def test_easy_reservation_is_computed_only_when_something_could_backfill() -> None:
+    # Head H needs 3 of 1 idle; the only other job needs 2: nothing fits now, so no reservation.
+    a = job("A", 3, 10)
+    queue = [job("H", 3, 5, submit=0.1), job("w", 2, 1, submit=0.2)]
+    d = decide("easy", view(4, queue=queue, running=[(a, Tier.FG, (0, 1, 2), 0.0)]), now=1)
+    assert d.actions == () and d.reservation is None
+    assert d.reasons["H"] == "head of queue: needs 3 cores, 1 idle"
+    assert d.reason_for("w") == "waiting behind the head H"

@@ -206,8 +206,10 @@ def _algorithm_promises(name: str, v: ClusterView, d: Decision, now: float) -> N
             if job is not None:
                 assert job.submit_time <= now
     if name == "fcfs":
-        # the started jobs are exactly a prefix of the submitted queue
-        submitted = [j.id for j in v.queue if j.submit_time <= now]
+        # the started jobs are exactly a prefix of the submitted queue (jobs wider than the usable
+        # cores are skipped: they would block it forever)
+        usable = sum(v.usable)
+        submitted = [j.id for j in v.queue if j.submit_time <= now and j.procs <= usable]
         got = [a.job_id for a in d.actions]
         assert got == submitted[: len(got)]
     if name == "sjf":
