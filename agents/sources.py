@@ -243,11 +243,16 @@ class MemorySource:
 
 
 class MemoryReporter:
-    def __init__(self) -> None:
+    """Keeps the last ``keep`` observations (tests, the demo, an in-process daemon)."""
+
+    def __init__(self, keep: int = 1000) -> None:
         self.reports: list[NodeObserved] = []
+        self.keep = keep
 
     def report(self, observed: NodeObserved) -> None:
         self.reports.append(observed)
+        if len(self.reports) > self.keep:
+            del self.reports[: len(self.reports) - self.keep]
 
     @property
     def last(self) -> NodeObserved | None:
