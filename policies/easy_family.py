@@ -68,8 +68,13 @@ Readings chosen where the paper is ambiguous
 * REASY reservation for a head h running in bg (sec. 2.3.1, Figure 5): shadow = the latest expected end
   of the fg jobs on h's cores; extra = idle fg slots that are not h's cores. A backfilled job that ends
   after the shadow time is placed only on cores outside h's, so the reservation holds.
-* A job that can never fit (wider than the idle plus all fg-held cores) is not made the head: it waits
-  with its own reason and the next job is tried.
+* A job that can never fit (one-tier: wider than the usable cores; two-tier: no reservation exists
+  for it) is not made the head: it waits with its own reason and the next job is tried.
+* The extra cores count every fg job that ends exactly at the shadow time, not only the one that
+  made the head fit (ties in expected_end must not shrink the extra by accident of order).
+* ``easy`` computes the reservation only when some later job fits the idle cores now (otherwise it
+  changes nothing); the head's reason then says "needs N cores, M idle" and
+  ``Decision.reservation`` is None. With no idle fg core at all, no policy computes it.
 * ``use_cpu_info=False`` (sec. 3.5.1): every process usage is taken as 1.0 and every busy fg slot as fully
   utilized (the measured ``fg_util`` is CPU usage information too), so bg processes go only to cores
   whose fg slot is idle.
