@@ -8,7 +8,8 @@ What it does, in order (everything it starts, it stops, by pid):
 3. issues a client certificate per node through the API (``POST /v1/certs``) and starts one
    ``vmctl-agent`` per node on the mock backend (``--backend libvirt``: the local libvirt), each with
    its own Prometheus endpoint;
-4. generates a Feitelson (1996) workload (``vmctl.sim.sweep.build_workload``), compresses its time
+4. generates a Feitelson (1996) workload (``vmctl.sim.workloads.generate_model``: TModel estimates,
+   the paper's CPU usage per process), compresses its time
    axis ``--speed`` times (a 1-hour job runs 36 s at 100x: run time, estimate and inter-arrival times
    are all divided by the factor) and fits the arrivals into the first half of ``--duration``;
 5. submits the jobs at their arrival times and shows a live view (nodes with fg/bg occupancy, running
@@ -228,7 +229,9 @@ def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: 
         "log_level": "info",
         "backend": b,
         "reconcile": {"resync_seconds": 2.0, "backoff_initial_seconds": 0.2, "backoff_max_seconds": 2.0},
-        "daemon": {"url": daemon_url, "cert_file": certs["cert"], "key_file": certs["key"], "ca_file": certs["ca"]},
+        # short long-polls: a change still arrives at once, and a stop never waits long
+        "daemon": {"url": daemon_url, "cert_file": certs["cert"], "key_file": certs["key"], "ca_file": certs["ca"],
+                   "wait_seconds": 2.0},
         "metrics": {"listen": f"127.0.0.1:{metrics_port}"},
     }
     if backend == "libvirt":
@@ -252,9 +255,15 @@ def build_demo_workload(n_jobs: int, total_cores: int, speed: float, duration: f
     """The first ``n_jobs`` of a generated model workload for a machine of ``total_cores`` cores,
     on a time axis compressed ``speed`` times; arrivals fit into the first half of ``duration`` and
     run times are capped at a third of ``duration`` (real seconds) so the demo ends in time."""
-    from vmctl.sim.sweep import WorkloadSpec, build_workload
+    from vmctl.sim.workloads.registry import MODELS, generate_model
 
-    built = build_workload(WorkloadSpec(model=model, jobs=n_jobs, procs=total_cores, seed=seed))
+    if model not in MODELS:
+        raise errors.OutOfRange(what="workload model", value=model, allowed=" | ".join(MODELS))
+    # TModel's maximal estimate: twice the longest run time, in whole hours. generate_model's default
+    # (the longest run time rounded up to an hour) is rejected by TModel for some small samples.
+    base = MODELS[model](n_jobs, total_cores, seed)
+    max_est = math.ceil(2.0 * float(base.run_time.max()) / 3600.0) * 3600 if len(base) else None
+    built = generate_model(model, n_jobs, total_cores, seed, usage="paper", max_estimate=max_est)
     jobs = list(built.jobs)[:n_jobs]
     if not jobs:
         raise DemoError(what="workload", problem=f"model {model} generated no jobs")
@@ -429,11 +438,11 @@ class Demo:
                                backend=o.backend, cores=o.cores, libvirt_uri=o.libvirt_uri, metrics_port=port)
             path = self.state_dir / f"agent-{node}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-            if agent_speaks_http():
+            try:
                 parse_agent_config(cfg, str(path))
-                argv = [sys.executable, "-m", "vmctl.agents.main", "--config", str(path)]
-            else:  # this vmctl-agent has no 'daemon' config yet: the demo's runner (run_http_agent)
-                argv = [sys.executable, "-m", "vmctl.cli.demo", "agent", str(path)]
+            except errors.ConfigError as exc:
+                raise DemoError(what="vmctl-agent", problem=f"cannot be configured for the demo: {exc}") from exc
+            argv = [sys.executable, "-m", "vmctl.agents.main", "--config", str(path)]
             agent = ManagedProcess(f"vmctl-agent {node}", argv, self.state_dir / f"agent-{node}.log")
             agent.start()
             self.agents.append(agent)
@@ -604,125 +613,3 @@ def demo(nodes: int, cores: int, jobs: int, duration: float, speed: float, polic
     summary = Demo(opts).run()
     if summary.by_state.get("done", 0) == 0:
         raise DemoError(what="demo", problem="no job finished; see the logs (--keep)")
-
-
-# ----------------------------------------------------------------------------- HTTP agent runner
-
-
-def agent_speaks_http() -> bool:
-    """True when ``vmctl-agent``'s config accepts the ``daemon`` and ``metrics`` sections."""
-    from vmctl.agents.config import parse_agent_config
-
-    probe = {"node": "probe", "daemon": {"url": "https://127.0.0.1:1", "cert_file": "c", "key_file": "k",
-                                         "ca_file": "a"}, "metrics": {"listen": "127.0.0.1:0"}}
-    try:
-        parse_agent_config(probe, "<probe>")
-    except errors.ConfigError:
-        return False
-    return True
-
-
-def run_http_agent(config_path: str, stop: threading.Event | None = None) -> int:
-    """An agent wired to vmctld over HTTPS, for the demo while ``vmctl-agent`` reads its desired state
-    from files only: the agent's own reconciler, backend and layout (``vmctl.agents.main.build_agent``)
-    with the daemon's mTLS source and reporter (``vmctl.agents.http_source``), a Prometheus endpoint
-    (``vmctl.metrics.AgentMetrics``) and sd_notify (READY after the first successful relist,
-    WATCHDOG while cycles complete)."""
-    import logging
-
-    from vmctl.agents.config import parse_agent_config
-    from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
-    from vmctl.agents.main import build_agent
-    from vmctl.config import load_yaml
-    from vmctl.metrics import AgentMetrics
-    from vmctl.model import NodeObserved
-    from vmctl.sdnotify import Notifier
-
-    doc = load_yaml(config_path)
-    d = doc.pop("daemon", None)
-    m = doc.pop("metrics", None) or {}
-    if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("url", "cert_file", "key_file",
-                                                                               "ca_file")):
-        raise errors.ConfigError(path=config_path, where="daemon", problem="needs url, cert_file, key_file, ca_file")
-    cfg = parse_agent_config(doc, config_path)
-    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    log = logging.getLogger("vmctl.demo.agent")
-    agent = build_agent(cfg)
-    rec = agent.reconciler
-    ep = AgentEndpoint(d["url"], cfg.node, d["cert_file"], d["key_file"], d["ca_file"])
-    source = HttpSource(ep, wait_s=2.0)  # short long-polls: a stop never waits long
-    reporter = HttpReporter(ep)
-    rec.source = source
-    rec.reporter = reporter
-    last: dict[str, NodeObserved | None] = {"obs": None}
-    metrics = AgentMetrics(lambda: last["obs"])
-    listen = str(m.get("listen") or "")
-    if listen:
-        host, _, port = listen.rpartition(":")
-        metrics.serve(int(port), addr=host or "127.0.0.1")
-    notifier = Notifier()
-    stop = stop or threading.Event()
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-        rec.wake()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    deadline = time.monotonic() + 30
-    while True:  # register (the daemon may still be starting)
-        try:
-            source.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name)
-            break
-        except errors.VmctlError as exc:
-            if time.monotonic() > deadline or stop.is_set():
-                raise
-            log.info("register: %s; retrying", exc)
-            stop.wait(0.5)
-    source.start(on_change=rec.wake)
-    last_pass = {"t": time.monotonic()}
-    interval = notifier.watchdog_interval()
-    notifier.start_watchdog(lambda: time.monotonic() - last_pass["t"] < 3 * (interval or 1))
-    ready = False
-    try:
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                res = rec.run_once()
-                delay = res.delay
-                ok = res.observed is not None
-                if res.observed is not None:
-                    last["obs"] = res.observed
-                for a in res.applied:
-                    metrics.action(getattr(a, "kind", type(a).__name__))
-                for a in res.failed:
-                    metrics.action(getattr(a, "kind", type(a).__name__), "failed")
-            except Exception:
-                log.exception("reconcile cycle failed")
-                ok = False
-                delay = rec.backoff.next_delay()
-            metrics.observe_reconcile(time.perf_counter() - t0, ok)
-            last_pass["t"] = time.monotonic()
-            if ok and not ready:
-                ready = True
-                notifier.ready(f"node {cfg.node}: {rec.layout.size} cores")
-                print(f"vmctl-agent ready node={cfg.node}", flush=True)
-            rec._wake.wait(timeout=min(max(0.0, delay), 1.0) if math.isfinite(delay) else 1.0)
-            rec._wake.clear()
-    finally:
-        notifier.stopping()
-        notifier.close()
-        source.stop()
-        metrics.close()
-        agent.backend.close()
-    return 0
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "agent":
-        try:
-            sys.exit(run_http_agent(sys.argv[2]))
-        except errors.VmctlError as exc:
-            print(f"error: {exc.reference}: {exc}", file=sys.stderr)
-            sys.exit(2)
-    print("usage: python -m vmctl.cli.demo agent CONFIG", file=sys.stderr)
-    sys.exit(2)
