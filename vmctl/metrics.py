@@ -26,7 +26,6 @@ id labels (VM names are bounded: two per core). ``docs/monitoring.md`` lists eve
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +76,8 @@ class _TimedCollector(Collector):
     """Base: calls ``snapshot_fn`` once per scrape, times it, yields success and duration."""
 
     name = "base"
+    #: what a ``None`` snapshot means: True = nothing to report (a standby daemon), False = no data yet
+    none_is_success = False
 
     def __init__(self, snapshot_fn: Callable[[], Any]) -> None:
         self._snapshot_fn = snapshot_fn
@@ -92,7 +93,7 @@ class _TimedCollector(Collector):
             snap = self._snapshot_fn()
             if snap is not None:
                 out = list(self.families(snap))
-            else:
+            elif not self.none_is_success:
                 ok = 0.0
         except Exception:  # a scrape must never fail; the failure is the metric
             log.exception("metrics collector %s failed", self.name)
@@ -129,7 +130,11 @@ class ClusterSnapshot:
 
 
 class ClusterCollector(_TimedCollector):
+    """Per-node and per-VM families from the daemon's cached documents. ``snapshot_fn`` returns None
+    on a standby daemon (no cluster families; the collector still reports success)."""
+
     name = "cluster"
+    none_is_success = True
 
     def families(self, snapshot: ClusterSnapshot) -> Iterable[Metric]:
         cores = GaugeMetricFamily("vmctl_node_cores", "Physical cores of the node", labels=["node"])
@@ -392,119 +397,3 @@ class AgentMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-
-
-# ----------------------------------------------------------------------------- daemon bridge
-# vmctl.api.server calls ``render_daemon_metrics(daemon)`` for ``GET /metrics``. The bridge keeps one
-# DaemonMetrics per daemon object and, at each scrape, brings the instruments up to date from the
-# daemon's in-memory state (no store access): queue and running gauges, leader, cycle times from
-# ``daemon.decision_seconds``, and per-job wait/response/finish and completed migrations, each
-# observed once. Code that has a finer view (decisions by action and outcome, failed migrations)
-# calls ``daemon_metrics(daemon).decision(...)`` / ``.migration(...)`` directly.
-
-TERMINAL_JOB_STATES = frozenset({"done", "killed", "failed", "cancelled"})
-
-
-class _DaemonBridge:
-    def __init__(self, daemon: Any) -> None:
-        self.metrics = DaemonMetrics()
-        self.metrics.set_cluster_source(lambda: _cluster_snapshot(daemon))
-        self.decisions_seen = 0
-        self.waited: set[str] = set()
-        self.finished: set[str] = set()
-        self.migrations_seen: dict[str, int] = {}
-        self.lock = threading.Lock()
-
-    def refresh(self, d: Any) -> None:
-        m = self.metrics
-        with self.lock:
-            leader = bool(getattr(d, "leader", False))
-            m.set_leader(leader, int(getattr(d, "epoch", 0) or 0))
-            n = int(getattr(d, "decisions", 0) or 0)
-            new = n - self.decisions_seen
-            if new > 0:
-                secs = list(getattr(d, "decision_seconds", []) or [])
-                for s in secs[-min(new, len(secs)):] if secs else []:
-                    m.observe_cycle(float(s))
-                # cycles whose duration fell out of the daemon's window still count
-                for _ in range(new - min(new, len(secs))):
-                    m.cycles_total.inc()
-                self.decisions_seen = n
-            state = getattr(d, "state", None)
-            if state is None or not leader:
-                return
-            jobs = getattr(state, "jobs", {})
-            queued = 0
-            running = {"fg": 0, "bg": 0}
-            present: set[str] = set()
-            for job in list(jobs.values()):
-                jid = str(job.id)
-                present.add(jid)
-                if job.state == "queued":
-                    queued += 1
-                elif job.state == "running" and job.tier in running:
-                    running[job.tier] += 1
-                if job.start_time is not None and jid not in self.waited:
-                    self.waited.add(jid)
-                    m.observe_wait(float(job.start_time) - float(job.submit_time))
-                if job.state in TERMINAL_JOB_STATES and jid not in self.finished:
-                    self.finished.add(jid)
-                    resp = None if job.end_time is None else float(job.end_time) - float(job.submit_time)
-                    m.job_finished(str(job.state), resp)
-                done_mig = int(getattr(job, "migrations", 0) or 0)
-                prev = self.migrations_seen.get(jid, 0)
-                if done_mig > prev:
-                    for _ in range(done_mig - prev):
-                        m.migration("completed")
-                    self.migrations_seen[jid] = done_mig
-            m.set_queue_length(queued)
-            for tier, count in running.items():
-                m.set_running(tier, count)
-            # forget jobs the daemon no longer holds in memory (bounded sets)
-            self.waited &= present
-            self.finished &= present
-            for jid in [j for j in self.migrations_seen if j not in present]:
-                del self.migrations_seen[jid]
-
-
-def _cluster_snapshot(d: Any) -> ClusterSnapshot | None:
-    if not getattr(d, "leader", False):
-        return ClusterSnapshot(time=time.time())
-    from vmctl.api.server import node_json, vms_json  # the documents the API serves
-
-    state = d.state
-    nodes = [node_json(d, n) for _k, n in sorted(state.nodes.items())]
-    vms = vms_json(d, None)
-    cpu: dict[str, float] = {}
-    for obs in list(getattr(state, "observed", {}).values()):
-        for v in getattr(obs, "vms", ()):
-            cpu[v.name] = float(v.cpu_time_s)
-    for v in vms:
-        if v["name"] in cpu:
-            v["cpu_time_s"] = cpu[v["name"]]
-    return ClusterSnapshot(nodes=nodes, vms=vms, time=float(d.clock.now()))
-
-
-_bridges: dict[int, tuple[Any, _DaemonBridge]] = {}
-_bridges_lock = threading.Lock()
-
-
-def _bridge(daemon: Any) -> _DaemonBridge:
-    with _bridges_lock:
-        entry = _bridges.get(id(daemon))
-        if entry is None or entry[0] is not daemon:
-            entry = (daemon, _DaemonBridge(daemon))
-            _bridges[id(daemon)] = entry
-        return entry[1]
-
-
-def daemon_metrics(daemon: Any) -> DaemonMetrics:
-    """The DaemonMetrics bound to this daemon object (created on first use)."""
-    return _bridge(daemon).metrics
-
-
-def render_daemon_metrics(daemon: Any) -> tuple[bytes, str]:
-    """``GET /metrics`` of vmctld: refresh the bridged instruments, then expose everything."""
-    b = _bridge(daemon)
-    b.refresh(daemon)
-    return b.metrics.exposition()

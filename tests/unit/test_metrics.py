@@ -98,6 +98,10 @@ def test_failing_snapshot_reports_failure_not_exception() -> None:
     assert not any(k[0].startswith("vmctl_node_") for k in s)
     m.set_cluster_source(lambda: ClusterSnapshot(nodes=NODES, vms=VMS))
     assert samples(m.exposition()[0])[("vmctl_collector_success", (("collector", "cluster"),))] == 1
+    m.set_cluster_source(lambda: None)  # a standby daemon: nothing to report, not a failure
+    s = samples(m.exposition()[0])
+    assert s[("vmctl_collector_success", (("collector", "cluster"),))] == 1
+    assert not any(k[0].startswith("vmctl_node_") for k in s)
 
 
 def observed() -> NodeObserved:
