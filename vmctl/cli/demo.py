@@ -162,7 +162,7 @@ class DaemonProcess(ManagedProcess):
 
     def __init__(self, state_dir: Path, *, policy: str = "measy", tick_s: float = 0.5,
                  node_timeout_s: float = 10.0, estimate_grace_s: float = 1.0,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> None:
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = state_dir / "vmctld.yaml"
@@ -181,7 +181,7 @@ class DaemonProcess(ManagedProcess):
                 cfg[k] = v
         self.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
         super().__init__("vmctld", [sys.executable, "-m", "vmctl.daemon.main", "--config", str(self.config_path)],
-                         state_dir / "vmctld.log")
+                         state_dir / "vmctld.log", env=env)
         self.port = 0
 
     def start_and_wait(self, timeout: float = 30.0) -> None:
