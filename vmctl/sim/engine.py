@@ -339,6 +339,7 @@ class Simulator:
         self._heap: list[tuple[float, int, _Run]] = []  # (time, version, run); versions are unique
         self._version = 0
         self._dirty: dict[int, _Run] = {}
+        self._bg_count = 0  # jobs in the bg tier (fg changes need no bg rate updates when 0)
         self._wake: float | None = None
         self._done = 0
         self.view = ClusterView(
@@ -421,6 +422,8 @@ class Simulator:
 
     def _mark_fg_change(self, cores: tuple[int, ...]) -> None:
         """The fg occupancy of ``cores`` changed: the bg jobs there need a new rate."""
+        if not self._bg_count:
+            return
         bg_run = self._bg_run
         dirty = self._dirty
         for c in cores:
@@ -443,34 +446,39 @@ class Simulator:
         run.tier = tier
         run.cores = cores
         if tier is Tier.FG:
-            usage = self._usage[run.idx]
-            for p, c in enumerate(cores):
-                self._fg_job[c] = jid
-                self._fg_run[c] = run
-                self._fg_util[c] = usage[p]
-                self._idle_fg.discard(c)
+            fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
+            for c, u in zip(cores, self._usage[run.idx], strict=True):
+                fg_job[c] = jid
+                fg_run[c] = run
+                fg_util[c] = u
+            self._idle_fg.difference_update(cores)
             self._mark_fg_change(cores)
         else:
+            bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
-                self._bg_job[c] = jid
-                self._bg_run[c] = run
-                self._idle_bg.discard(c)
+                bg_job[c] = jid
+                bg_run[c] = run
+            self._idle_bg.difference_update(cores)
+            self._bg_count += 1
         self._dirty[run.idx] = run
 
     def _vacate(self, run: _Run) -> None:
         cores = run.cores
         if run.tier is Tier.FG:
+            fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
             for c in cores:
-                self._fg_job[c] = None
-                self._fg_run[c] = None
-                self._fg_util[c] = 0.0
-                self._idle_fg.add(c)
+                fg_job[c] = None
+                fg_run[c] = None
+                fg_util[c] = 0.0
+            self._idle_fg.update(cores)
             self._mark_fg_change(cores)
         else:
+            bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
-                self._bg_job[c] = None
-                self._bg_run[c] = None
-                self._idle_bg.add(c)
+                bg_job[c] = None
+                bg_run[c] = None
+            self._idle_bg.update(cores)
+            self._bg_count -= 1
 
     def _enqueue(self, idx: int, job: Job) -> None:
         key = (self._submit[idx], idx)
