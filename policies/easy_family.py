@@ -367,11 +367,6 @@ class _Pass:
     def fg_idle(self, core: int) -> bool:
         return core in self.view.idle_fg and core not in self.fg_taken
 
-    def bg_occupant(self, core: int) -> str | None:
-        if core in self.bg_freed:
-            return None
-        return self.view.bg_job[core]
-
 
 class _TwoTier(SchedulingPolicy):
     uses_bg_tier: ClassVar[bool] = True
@@ -402,11 +397,6 @@ class _TwoTier(SchedulingPolicy):
 
     # -------------------------------------------------------------------------- usage helpers
 
-    def _usage(self, job: Job, process: int) -> float:
-        if not self._info or job.cpu_usage is None:
-            return 1.0
-        return job.cpu_usage[process]
-
     def _proc_order(self, job: Job) -> list[int]:
         """Process indices by descending estimated usage (stable: index order among equals)."""
         if not self._info or job.cpu_usage is None:
@@ -414,20 +404,16 @@ class _TwoTier(SchedulingPolicy):
         usage = job.cpu_usage
         return sorted(range(job.procs), key=lambda p: -usage[p])
 
-    def _bg_usage(self, st: _Pass, core: int, mover: str | None) -> float:
-        """Estimated usage of the bg process on ``core`` after this pass (0 when empty or when it is
-        the job being moved away)."""
-        occ = st.bg_occupant(core)
-        if occ is None or occ == mover:
+    def _bg_usage(self, st: _Pass, core: int) -> float:
+        """Estimated usage of the bg process on ``core`` (a core whose bg slot is still occupied)."""
+        occ = st.view.bg_job[core]
+        if occ is None:
             return 0.0
-        if not self._info:
-            return 1.0
         cached = st.usage_cache.get(occ)
         if cached is None:
             rj = st.view.running.get(occ)
-            if rj is None or rj.job.cpu_usage is None:
-                return 1.0
-            cached = dict(zip(rj.cores, rj.job.cpu_usage, strict=True))
+            usage = None if rj is None else rj.job.cpu_usage
+            cached = {} if rj is None or usage is None else dict(zip(rj.cores, usage, strict=True))
             st.usage_cache[occ] = cached
         return cached.get(core, 1.0)
 
@@ -451,22 +437,27 @@ class _TwoTier(SchedulingPolicy):
         if vacated:
             empty = empty | (cands & vacated)
         if len(empty) >= k:
-            chosen = heapq.nlargest(k, empty) if k <= 4 else sorted(empty, reverse=True)[:k]
+            chosen = sorted(empty, reverse=True)[:k]
         else:
             chosen = sorted(empty, reverse=True)
-            mover_id = None if mover is None else mover.id
-            busy = sorted((self._bg_usage(st, c, mover_id), -c) for c in cands - empty)
-            chosen.extend(-nc for _u, nc in busy[: k - len(chosen)])
+            busy = cands - empty
+            if not self._info:  # every bg process counts as 1.0: only the index decides
+                chosen.extend(sorted(busy, reverse=True)[: k - len(chosen)])
+            else:
+                keyed = sorted((self._bg_usage(st, c), -c) for c in busy)
+                chosen.extend(-nc for _u, nc in keyed[: k - len(chosen)])
         out = [0] * k
         for slot, p in enumerate(self._proc_order(job)):
             out[p] = chosen[slot]
         return tuple(out)
 
     def _occupy_fg(self, st: _Pass, job: Job, cores: tuple[int, ...], end: float) -> None:
-        for p, c in enumerate(cores):
-            st.fg_taken.add(c)
-            st.fg_owner[c] = (job.id, end)
-            st.util_over[c] = self._usage(job, p)
+        st.fg_taken.update(cores)
+        st.fg_owner.update(dict.fromkeys(cores, (job.id, end)))
+        if not self._info or job.cpu_usage is None:
+            st.util_over.update(dict.fromkeys(cores, 1.0))
+        else:
+            st.util_over.update(zip(cores, job.cpu_usage, strict=True))
         st.free -= job.procs
         st.new_ends.append((end, job.procs))
 
@@ -526,19 +517,22 @@ class _TwoTier(SchedulingPolicy):
         if isinstance(head, RunningJob) and self.mode == "R":
             # sec. 2.3.1: the head is pinned to its own cores.
             own = frozenset(head.cores)
-            shadow = st.now
             view = st.view
-            for c in own:
-                placed = st.fg_owner.get(c)
-                if placed is not None:
-                    shadow = max(shadow, placed[1])
-                    continue
-                occ = view.fg_job[c]
-                if occ is not None:
-                    rj = view.running.get(occ)
-                    end = rj.expected_end if rj is not None else math.inf
-                    shadow = max(shadow, end)
-            extra = sum(1 for c in view.idle_fg if c not in st.fg_taken and c not in own)
+            owner = st.fg_owner
+            fgj = view.fg_job
+            shadow = st.now
+            occupants = {fgj[c] for c in own if c not in owner}
+            occupants.discard(None)
+            for occ in occupants:
+                rj = view.running.get(occ) if occ is not None else None
+                end = rj.expected_end if rj is not None else math.inf
+                if end > shadow:
+                    shadow = end
+            for c in own & owner.keys():
+                if owner[c][1] > shadow:
+                    shadow = owner[c][1]
+            idle_now = view.idle_fg - st.fg_taken if st.fg_taken else view.idle_fg
+            extra = len(idle_now) - len(idle_now & own)
             return (shadow, extra, own)
         need = head.procs if isinstance(head, Job) else head.job.procs
         res = _reservation(st.view, st.new_ends, need, st.free, st.now)
@@ -549,18 +543,28 @@ class _TwoTier(SchedulingPolicy):
     # -------------------------------------------------------------------------- decide
 
     def _merged(self, view: ClusterView, now: float, reasons: dict[str, str]) -> Iterator[Job | RunningJob]:
+        """The queued jobs and the bg jobs in arrival order (the queue is already in that order; the bg
+        jobs, usually few, are slotted in by comparing keys only until the last one is out)."""
         bg = sorted(
             (rj for rj in view.running.values() if rj.tier is _BG and not rj.suspended),
             key=lambda rj: _arrival(rj.job),
         )
-        queued: Iterator[Job | RunningJob] = iter(view.queue)
-        if bg:
-            queued = heapq.merge(view.queue, bg, key=lambda x: _arrival(x if isinstance(x, Job) else x.job))
-        for item in queued:
-            if isinstance(item, Job) and item.submit_time > now:
-                reasons[item.id] = _future_reason(item)
+        bi, nb = 0, len(bg)
+        nxt = _arrival(bg[0].job) if bg else None
+        for job in view.queue:
+            if nxt is not None:
+                key = (job.submit_time, job.id)
+                while nxt is not None and nxt < key:
+                    yield bg[bi]
+                    bi += 1
+                    nxt = _arrival(bg[bi].job) if bi < nb else None
+            if job.submit_time > now:
+                reasons[job.id] = _future_reason(job)
                 continue
-            yield item
+            yield job
+        while bi < nb:
+            yield bg[bi]
+            bi += 1
 
     def decide(self, view: ClusterView, now: float) -> Decision:
         has_bg = len(view.idle_bg) < view.total_cores  # cheap: any bg slot busy (or unusable)
