@@ -202,27 +202,29 @@ def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int
 
 
 @sim.command("compare")
-@click.argument("results", type=str)
+@click.argument("results", type=str, nargs=-1, required=True)
 @click.option("--baseline", default="easy", show_default=True, help="Policy the others are compared with.")
-def compare_cmd(results: str, baseline: str) -> None:
-    """Print a markdown table from a sweep's results.csv: response time and bounded slowdown per
-    policy and load, with the improvement over the baseline policy in %."""
+def compare_cmd(results: tuple[str, ...], baseline: str) -> None:
+    """Print a markdown table from one or more sweeps' results.csv: response time and bounded slowdown
+    per workload, load and policy, with the improvement over the baseline policy in %."""
     import csv
 
     from vmctl.errors import InstanceFormatError
     from vmctl.sim.report import compare_markdown
 
-    path = Path(results)
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise InstanceFormatError(path=results, where="file", problem=exc.strerror or str(exc)) from exc
     need = {"workload", "policy", "load", "avg_response", "avg_bounded_slowdown", "migrations"}
-    if not rows or not need <= set(rows[0]):
-        raise InstanceFormatError(path=results, where="header",
-                                  problem=f"not a sweep results.csv (needs columns {', '.join(sorted(need))})")
+    rows: list[dict[str, str]] = []
+    for results_path in results:
+        try:
+            with Path(results_path).open(encoding="utf-8", newline="") as fh:
+                part = list(csv.DictReader(fh))
+        except OSError as exc:
+            raise InstanceFormatError(path=results_path, where="file", problem=exc.strerror or str(exc)) from exc
+        if not part or not need <= set(part[0]):
+            raise InstanceFormatError(path=results_path, where="header",
+                                      problem=f"not a sweep results.csv (needs columns {', '.join(sorted(need))})")
+        rows += part
     try:
         click.echo(compare_markdown(rows, baseline))
     except ValueError as exc:
-        raise InstanceFormatError(path=results, where="values", problem=str(exc)) from exc
+        raise InstanceFormatError(path=",".join(results), where="values", problem=str(exc)) from exc
