@@ -218,7 +218,7 @@ class DaemonProcess(ManagedProcess):
 
 
 def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: str, cores: int,
-                 libvirt_uri: str, metrics_port: int) -> dict[str, Any]:
+                 libvirt_uri: str, metrics_port: int, peers: Sequence[str] = ()) -> dict[str, Any]:
     b: dict[str, Any] = {"kind": backend}
     if backend == "mock":
         b["cores"] = cores
@@ -236,6 +236,11 @@ def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: 
     }
     if backend == "libvirt":
         cfg["layout"] = {"cores": list(range(cores))}
+    # migration targets; mock fabrics live in one process, so a live migration between two agent
+    # processes fails (and is rolled back by the daemon) - see docs/operations.md
+    others = [p for p in peers if p != node]
+    if others:
+        cfg["peers"] = {p: (f"mock://{p}" if backend == "mock" else libvirt_uri) for p in others}
     return cfg
 
 
@@ -406,6 +411,7 @@ class DemoOptions:
     state_dir: str | None = None
     keep: bool = False
     live: bool = True
+    migrate: bool = False
 
 
 class Demo:
@@ -435,7 +441,8 @@ class Demo:
             crt, key, ca = write_cert_files(pki, node, client.issue_cert(node))
             port = free_port()
             cfg = agent_config(node, self.daemon.url, {"cert": str(crt), "key": str(key), "ca": str(ca)},
-                               backend=o.backend, cores=o.cores, libvirt_uri=o.libvirt_uri, metrics_port=port)
+                               backend=o.backend, cores=o.cores, libvirt_uri=o.libvirt_uri, metrics_port=port,
+                               peers=[f"node{k + 1}" for k in range(o.nodes)])
             path = self.state_dir / f"agent-{node}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
             try:
@@ -498,6 +505,7 @@ class Demo:
                                 "agent_metrics": ", ".join(self.agent_metrics[:2])
                                 + (" ..." if len(self.agent_metrics) > 2 else "")}
         seen_mig: dict[str, int] = {}
+        migrated = False
         seen_tier: dict[str, str] = {}
         last_print = -10.0
         live_ctx: Any = contextlib.nullcontext()
@@ -529,6 +537,8 @@ class Demo:
                         elif tier == "bg" and jid not in seen_tier:
                             self.events.append(f"{now:6.1f}s  job {jid} started in the bg tier on {fmt_nodes(j)}")
                         seen_tier[jid] = tier
+                if o.migrate and not migrated and now >= o.duration * 0.3:
+                    migrated = self.operator_migration(client, state, now)
                 info.update(elapsed=now, submitted=submitted)
                 if live is not None:
                     live.update(render(state, info))
@@ -553,6 +563,29 @@ class Demo:
             for e in self.events[-10:]:
                 self.echo(e)
         return list(state["jobs"])
+
+    def operator_migration(self, client: ApiClient, state: dict[str, Any], now: float) -> bool:
+        """What an operator would do with ``vmctl migrate JOB --to NODE``: move a running job that sits
+        on one node to another node with enough idle fg cores. True once one was requested."""
+        free = {str(n["name"]): int(n["cores"]) - int(n["fg_busy"]) for n in state["nodes"]
+                if n.get("state") == "ready"}
+        for j in state["jobs"]:
+            nodes = {str(p.get("node")) for p in j.get("placement") or []}
+            if j.get("state") != "running" or j.get("tier") != "fg" or len(nodes) != 1:
+                continue
+            src = next(iter(nodes))
+            targets = [n for n, f in sorted(free.items()) if n != src and f >= int(j["procs"])]
+            if not targets:
+                continue
+            try:
+                op = client.migrate_job(str(j["id"]), targets[0])
+            except errors.VmctlError as exc:
+                self.events.append(f"{now:6.1f}s  vmctl migrate {j['id']} --to {targets[0]}: {exc.reference}: {exc}")
+                continue
+            self.events.append(f"{now:6.1f}s  vmctl migrate {j['id']} --to {targets[0]}: operation {op.get('id')} "
+                               f"{op.get('state')}")
+            return True
+        return False
 
     def print_summary(self, s: Summary, info: dict[str, Any]) -> None:
         def f(x: float) -> str:
@@ -604,12 +637,15 @@ def fmt_nodes(job: dict[str, Any]) -> str:
               help="Keep state here (default: a temporary directory, removed at the end).")
 @click.option("--keep", is_flag=True, help="Keep the temporary state directory (logs, DB).")
 @click.option("--live/--no-live", default=None, help="Live view (default: on a terminal).")
+@click.option("--migrate/--no-migrate", default=False, show_default=True,
+              help="At 30% of the duration, migrate a running job as an operator would (vmctl migrate). "
+                   "Mock agents in separate processes cannot live-migrate: use with --backend libvirt.")
 def demo(nodes: int, cores: int, jobs: int, duration: float, speed: float, policy: str, backend: str,
-         libvirt_uri: str, seed: int, state_dir: str | None, keep: bool, live: bool | None) -> None:
+         libvirt_uri: str, seed: int, state_dir: str | None, keep: bool, live: bool | None, migrate: bool) -> None:
     """Run vmctld and mock agents on this machine and show a Feitelson workload running."""
     opts = DemoOptions(nodes=nodes, cores=cores, jobs=jobs, duration=duration, speed=speed, policy=policy,
                        backend=backend, libvirt_uri=libvirt_uri, seed=seed, state_dir=state_dir, keep=keep,
-                       live=sys.stdout.isatty() if live is None else live)
+                       live=sys.stdout.isatty() if live is None else live, migrate=migrate)
     summary = Demo(opts).run()
     if summary.by_state.get("done", 0) == 0:
         raise DemoError(what="demo", problem="no job finished; see the logs (--keep)")
