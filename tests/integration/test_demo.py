@@ -1,5 +1,5 @@
 """``vmctl demo``: the workload it builds, the summary it computes, and a short real run (vmctld + 3
-mock agents, ~20 s) that must finish jobs and leave no process behind."""
+mock agents, ~15 s) that must finish jobs and leave no process behind."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_short_demo_run(tmp_path: Path) -> None:
     env.pop("VMCTL_URL", None)
     env.pop("VMCTL_TOKEN", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vmctl.cli.main", "demo", "--duration", "20", "--jobs", "12", "--nodes", "3",
+        [sys.executable, "-m", "vmctl.cli.main", "demo", "--duration", "14", "--jobs", "10", "--nodes", "3",
          "--cores", "2", "--no-live", "--state-dir", str(state), "--seed", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
@@ -86,7 +86,7 @@ def test_short_demo_run(tmp_path: Path) -> None:
         out, err = proc.communicate()
         pytest.fail(f"demo did not finish in 120 s\n{out}\n{err}")
     assert proc.returncode == 0, f"{out}\n{err}"
-    assert "summary (12 feitelson96 jobs" in out
+    assert "summary (10 feitelson96 jobs" in out
     m = re.search(r"jobs by state: (.*)", out)
     assert m and "done" in m.group(1)
     assert re.search(r"mean response time: [\d,.]+ s", out), out
@@ -98,3 +98,43 @@ def test_short_demo_run(tmp_path: Path) -> None:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], pid
     assert not _children(proc.pid)
     assert (state / "vmctld.log").exists() and (state / "vmctld.db").exists()
+
+
+def test_operator_migration_picks_a_fitting_target(tmp_path: Path) -> None:
+    from typing import Any
+
+    from vmctl import errors
+    from vmctl.cli.demo import Demo, DemoOptions
+
+    class FakeApi:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str]] = []
+
+        def migrate_job(self, job_id: str, to_node: str) -> dict[str, Any]:
+            self.calls.append((job_id, to_node))
+            if job_id == "1":
+                raise errors.Conflict(what="job 1", problem="is migrating")
+            return {"id": "op7", "kind": "migrate", "state": "pending"}
+
+    demo = Demo(DemoOptions(state_dir=str(tmp_path), migrate=True), echo=lambda *_: None)
+    state = {
+        "nodes": [{"name": "n1", "cores": 4, "fg_busy": 4, "state": "ready"},
+                  {"name": "n2", "cores": 4, "fg_busy": 3, "state": "ready"},
+                  {"name": "n3", "cores": 4, "fg_busy": 1, "state": "ready"},
+                  {"name": "n4", "cores": 4, "fg_busy": 0, "state": "drained"}],
+        "jobs": [
+            {"id": "0", "state": "running", "tier": "bg", "procs": 1, "placement": [{"node": "n1", "core": 0}]},
+            {"id": "1", "state": "running", "tier": "fg", "procs": 2,
+             "placement": [{"node": "n1", "core": 0}, {"node": "n1", "core": 1}]},
+            {"id": "2", "state": "running", "tier": "fg", "procs": 2,
+             "placement": [{"node": "n1", "core": 2}, {"node": "n2", "core": 3}]},
+            {"id": "3", "state": "running", "tier": "fg", "procs": 3,
+             "placement": [{"node": "n1", "core": 2}, {"node": "n1", "core": 3}, {"node": "n1", "core": 1}]},
+        ],
+    }
+    api = FakeApi()
+    assert demo.operator_migration(api, state, 5.0)  # type: ignore[arg-type]
+    # job 0 is bg, job 2 spans two nodes; job 1 is refused by the daemon; job 3 fits on n3 (3 idle fg cores)
+    assert api.calls == [("1", "n3"), ("3", "n3")]
+    assert "conflict" in demo.events[0] and "operation op7 pending" in demo.events[1]
+    assert not demo.operator_migration(api, {"nodes": state["nodes"], "jobs": []}, 6.0)  # type: ignore[arg-type]
