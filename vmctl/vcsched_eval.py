@@ -556,7 +556,4 @@ def _report_dynamic(rows: list[dict[str, Any]]) -> str:
             table,
         )
     )
-    stay = [r["stay_yield"] for r in rows if r["algorithm"] == "dyn-mcb" and r["budget"] == 0.0]
-    if stay:
-        out.append(f"\nNo migration at all (budget 0, heuristic): mean minimum yield {np.mean(stay):.4f}\n")
     return "\n".join(out)

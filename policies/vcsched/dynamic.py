@@ -15,6 +15,9 @@ multiply by the host's memory size for bytes). Two solvers:
   the tasks that stayed with the MCB8 two-list packing (``mcb.pack`` with per-host remaining
   capacities). The yield is found by the same probe-then-bisect search as MCB. An evicted task that
   lands back on its own host costs nothing; the reported cost is the memory actually moved.
+  A second candidate is a full MCB8 re-pack whose bins are matched to the current hosts by a
+  maximum-weight assignment (kept memory, ``scipy.optimize.linear_sum_assignment``); it replaces
+  the first when it fits the budget and has a higher minimum yield (large budgets).
 
 Example: 2 hosts; tasks A (0.6, mem 0.5) and B (0.6, mem 0.5) share host 0, C (0.6, mem 0.1) arrives.
 With B = 0 nothing may move: C goes to host 1, host 0 keeps load 1.2, yield 1/1.2 = 0.833. With
@@ -26,10 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import linear_sum_assignment
 
 from vmctl.policies.vcsched.avgyield import finish
-from vmctl.policies.vcsched.instance import EPS, Instance, IntArray, Solution
-from vmctl.policies.vcsched.mcb import DEFAULT_TOL, lists, pack
+from vmctl.policies.vcsched.instance import EPS, Instance, IntArray, Solution, placement_yield
+from vmctl.policies.vcsched.mcb import DEFAULT_TOL, lists, pack, search
 from vmctl.policies.vcsched.milp import solve_milp
 
 
@@ -130,4 +134,29 @@ def dynamic_mcb(
                 best, lo = got, mid
             else:
                 hi = mid
+    # Second candidate: a full MCB8 re-pack whose bins are matched to the current hosts so as to keep
+    # as much memory in place as possible (an assignment problem); taken when it fits the budget
+    # and its minimum yield is higher.
+    ones = np.ones(inst.hosts)
+    fresh, _y, more = search(inst.cpu_a, inst.mem_a, variant, ones, ones.copy(), tol)
+    probes += more
+    if fresh is not None:
+        fresh = _match_hosts(inst, prev, fresh)
+        if migration_cost(inst, prev, fresh) <= budget + EPS and (
+            best is None or placement_yield(inst, fresh) > placement_yield(inst, best) + 1e-12
+        ):
+            best = fresh
     return finish(inst, name, best, work=probes)
+
+
+def _match_hosts(inst: Instance, prev: IntArray, hosts: IntArray) -> IntArray:
+    """Relabel the bins of ``hosts`` to maximize the memory of tasks that stay on their host."""
+    h = inst.hosts
+    stay = prev >= 0
+    keep = np.zeros((h, h))
+    np.add.at(keep, (hosts[stay], prev[stay]), inst.mem_a[stay] + 1e-9)  # +1e-9: count tasks too
+    rows, cols = linear_sum_assignment(keep, maximize=True)
+    label = np.empty(h, dtype=np.int64)
+    label[rows] = cols
+    out: IntArray = label[hosts]
+    return out
