@@ -67,8 +67,8 @@ class VcRequest:
         if not (0.0 <= self.mem <= 1.0 and math.isfinite(self.mem)):
             raise ValidationError(field=f"request {self.id}.mem", problem=f"must be in [0, 1], got {self.mem}")
 
-    def vm_names(self) -> list[str]:
-        return [f"vc-{self.id}-{k}" for k in range(self.vms)]
+    def vm_names(self, prefix: str = "vc-") -> list[str]:
+        return [f"{prefix}{self.id}-{k}" for k in range(self.vms)]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,7 @@ class VcschedController:
         seed: int = 0,
         time_limit: float = 10.0,
         migration_mode: Literal["live", "checkpoint"] = "live",
+        vm_prefix: str = "vc-",
     ) -> None:
         if not nodes or len(set(nodes)) != len(nodes):
             raise ValidationError(field="controller.nodes", problem="must list distinct node names")
@@ -113,6 +114,12 @@ class VcschedController:
         self.seed = seed
         self.time_limit = time_limit
         self.migration_mode: Literal["live", "checkpoint"] = migration_mode
+        if not vm_prefix or any(ch.isspace() or ch == "/" for ch in vm_prefix):
+            raise ValidationError(
+                field="controller.vm_prefix", problem=f"must be non-empty, no spaces or '/': {vm_prefix!r}"
+            )
+        self.vm_prefix = vm_prefix
+        self._owner: dict[str, str] = {}  # VM name -> request id
         self.requests: dict[str, VcRequest] = {}
         self.home: dict[str, str] = {}  # VM -> node it runs on (the source while it migrates)
         self.caps: dict[str, float] = {}
@@ -134,14 +141,14 @@ class VcschedController:
         if old is None:
             raise NotFound(kind="virtual cluster", name=req.id)
         self.requests[req.id] = req
-        for name in old.vm_names()[req.vms :]:
+        for name in old.vm_names(self.vm_prefix)[req.vms :]:
             self._forget(name)
 
     def remove(self, vc_id: str) -> None:
         old = self.requests.pop(vc_id, None)
         if old is None:
             raise NotFound(kind="virtual cluster", name=vc_id)
-        for name in old.vm_names():
+        for name in old.vm_names(self.vm_prefix):
             self._forget(name)
 
     def adopt(self, vm_name: str, node: str) -> None:
@@ -160,7 +167,10 @@ class VcschedController:
     def _instance(self, reqs: Sequence[VcRequest]) -> tuple[Instance, np.ndarray, list[str]]:
         index = {n: i for i, n in enumerate(self.nodes)}
         inst = Instance.parallel(len(self.nodes), [(r.vms, r.cpu, r.mem) for r in reqs])
-        names = [name for r in reqs for name in r.vm_names()]
+        names = [name for r in reqs for name in r.vm_names(self.vm_prefix)]
+        for r in reqs:
+            for name in r.vm_names(self.vm_prefix):
+                self._owner[name] = r.id
         prev = []
         for name in names:
             mig = self.pending.get(name)
@@ -219,7 +229,7 @@ class VcschedController:
                 migrations.append(mig)
             elif src is None:
                 self.home[name] = node
-        admitted = {n for r in reqs[:k] for n in r.vm_names()}
+        admitted = {n for r in reqs[:k] for n in r.vm_names(self.vm_prefix)}
         for name in [n for n in self.home if n not in admitted]:
             self._forget(name)
         self.caps = caps
@@ -241,8 +251,7 @@ class VcschedController:
     # ------------------------------------------------------------------ desired state
 
     def _vm(self, name: str, mig: MigrationSpec | None) -> VmDesired:
-        vc_id = name[3 : name.rindex("-")]
-        req = self.requests[vc_id]
+        req = self.requests[self._owner[name]]
         return VmDesired(
             name=name,
             core=-1,
