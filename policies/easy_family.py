@@ -124,6 +124,11 @@ def _fmt(t: float) -> str:
     return f"{t:.6g}"
 
 
+def _usable_count(view: ClusterView) -> int:
+    usable = view.usable
+    return len(usable) - usable.count(False)
+
+
 def _future_reason(job: Job) -> str:
     return f"not submitted yet (submit time {_fmt(job.submit_time)})"
 
@@ -199,7 +204,7 @@ class FcfsPolicy(_OneTier):
                 continue
             if job.procs > free:
                 if usable < 0:
-                    usable = sum(view.usable)
+                    usable = _usable_count(view)
                 if job.procs > usable:  # would block the queue forever
                     reasons[job.id] = _never_fits_reason(job, usable)
                     continue
@@ -245,11 +250,12 @@ class EasyPolicy(_OneTier):
                 free -= procs
                 started_ends.append((now + job.estimate, procs))
                 continue
-            if usable < 0:
-                usable = sum(view.usable)
-            if procs > usable:
-                reasons[job.id] = _never_fits_reason(job, usable)
-                continue
+            if free > 0 or procs > view.total_cores:  # with no idle core the head's fit is moot
+                if usable < 0:
+                    usable = _usable_count(view)
+                if procs > usable:
+                    reasons[job.id] = _never_fits_reason(job, usable)
+                    continue
             head = job
             break
         if head is None:
@@ -287,8 +293,9 @@ class EasyPolicy(_OneTier):
             reasons[head.id] = f"head of queue: needs {head.procs} cores, {idle_at_head} idle"
             default = f"waiting behind the head {head.id}"
         else:
-            reasons[head.id] = _head_reason(head, reservation.shadow_time)
-            default = f"does not fit, or would delay the reservation of {head.id} at t={_fmt(shadow)}"
+            at = _fmt(shadow)
+            reasons[head.id] = f"head of queue: reservation at t={at} needs {head.procs} cores"
+            default = f"does not fit, or would delay the reservation of {head.id} at t={at}"
         return Decision(actions=tuple(actions), reasons=reasons, default_reason=default, reservation=reservation)
 
 

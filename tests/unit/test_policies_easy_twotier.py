@@ -239,3 +239,34 @@ def test_no_bg_on_core_whose_fg_was_just_given_a_heavy_process() -> None:
     queue2 = [job("A", 1, 100, usage=1.0), job("H", 2, 5, submit=0.1), job("s", 1, 300, submit=0.2)]
     d2 = run("keasy", view(2, queue=queue2, now=1.0), 1.0)
     assert d2.actions == (StartFg("A", (1,)), StartBg("s", (0,)))
+
+
+def test_migration_prefers_own_cores_then_cores_without_bg_work() -> None:
+    # B (bg on 0-1) arrived first; F holds core 1's fg. X and Y (later) run in bg on cores 2 and 3.
+    # Idle fg: 0, 2, 3. B's own core 0 will have an empty bg slot once B leaves it: key 0, first.
+    # Then cores 3 and 2 both carry a 100 % bg process: highest index first -> B goes to (0, 3).
+    # X can then be promoted in place on core 2; Y's core now has B's fg process.
+    f = job("F", 1, 100)
+    b = job("B", 2, 50)
+    x = job("X", 1, 30, submit=1)
+    y = job("Y", 1, 30, submit=2)
+    running = [(f, Tier.FG, (1,), 0.0), (b, Tier.BG, (0, 1), 0.0), (x, Tier.BG, (2,), 1.0), (y, Tier.BG, (3,), 2.0)]
+    v = view(4, running=running, now=5.0)
+    d = run("measy", v, 5.0)
+    assert d.actions == (Migrate("B", (0, 3), Tier.FG, 20.0), Promote("X"))
+    dk = run("keasy", v, 5.0)
+    assert dk.actions == (Kill("B", requeue=True, reason=KILL), StartFg("B", (0, 3)), Promote("X"))
+
+
+def test_without_cpu_info_fg_dispatch_ignores_usages() -> None:
+    # Idle fg cores 0 and 2 both carry a bg process (usage 0.2 on core 0, 0.9 on core 2); cores 1 and
+    # 3 are busy in fg. With usage known, q (arrived first) goes where the bg process is lighter
+    # (core 0); without CPU information both count as 1.0 and the higher index wins (core 2).
+    q = job("q", 1, 10)
+    b1 = Job(id="b1", submit_time=1.0, procs=1, estimate=500, cpu_usage=(0.2,))
+    b2 = Job(id="b2", submit_time=1.0, procs=1, estimate=500, cpu_usage=(0.9,))
+    f1, f3 = job("F1", 1, 100), job("F3", 1, 100)
+    running = [(b1, Tier.BG, (0,), 1.0), (b2, Tier.BG, (2,), 1.0), (f1, Tier.FG, (1,), 0.0), (f3, Tier.FG, (3,), 0.0)]
+    v = view(4, queue=[q], running=running, now=2.0)
+    assert run("keasy", v, 2.0).actions[0] == StartFg("q", (0,))
+    assert run("keasy", v, 2.0, use_cpu_info=False).actions[0] == StartFg("q", (2,))
