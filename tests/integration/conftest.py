@@ -16,7 +16,14 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.integration.libvirt_hosts import PeerHost, Unavailable, shared_images, shared_peer, shared_system
+from tests.integration.libvirt_hosts import (
+    PeerHost,
+    Unavailable,
+    boost_machine_cgroup,
+    shared_images,
+    shared_peer,
+    shared_system,
+)
 
 PREFIX = f"it{os.getpid()}-"
 
@@ -121,4 +128,5 @@ def spawn(backend: Any, name: str, image: Path, core: int, weight: int | None = 
         backend.set_cpu_tune(full, weight=weight, cap=cap)
     if start:
         backend.start(full)
+        boost_machine_cgroup()  # exists once libvirt started a first guest
     return full

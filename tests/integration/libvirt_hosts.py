@@ -296,7 +296,41 @@ def peer_host(name: str = "vmctl-peer") -> Iterator[PeerHost]:
 # ----------------------------------------------------------------------------- one set per test process
 
 
+# The cgroup all libvirt guests live under, with the knob that weighs it against the host's own
+# processes and that knob's maximum (cgroup v1 hybrid layout here; v2 and systemd layouts too).
+MACHINE_KNOBS = (
+    ("/sys/fs/cgroup/cpu/machine/cpu.shares", 262144),
+    ("/sys/fs/cgroup/cpu,cpuacct/machine/cpu.shares", 262144),
+    ("/sys/fs/cgroup/cpu,cpuacct/machine.slice/cpu.shares", 262144),
+    ("/sys/fs/cgroup/machine/cpu.weight", 10000),
+    ("/sys/fs/cgroup/machine.slice/cpu.weight", 10000),
+)
+
+
+def boost_machine_cgroup() -> str | None:
+    """Give the cgroup of all VMs priority over the host's other processes, as a VM host would, so
+    that measurements of fg/bg shares and caps are not swamped by whatever else runs here (other
+    test processes). Idempotent; the original values come back in ``shutdown_shared``. Returns the
+    knob it set, or None when there is none (then shares are judged under the load there is)."""
+    if os.geteuid() != 0:
+        return None
+    for path, top in MACHINE_KNOBS:
+        p = Path(path)
+        if not p.exists():
+            continue
+        if path not in _Shared.boosted:
+            try:
+                _Shared.boosted[path] = p.read_text().strip()
+                p.write_text(str(top))
+            except OSError:
+                _Shared.boosted.pop(path, None)
+                continue
+        return path
+    return None
+
+
 class _Shared:
+    boosted: dict[str, str] = {}  # noqa: RUF012 (process-wide registry on purpose)
     system: SystemDaemons | None = None
     system_error: str | None = None
     peer: PeerHost | None = None
@@ -347,6 +381,10 @@ def shared_images() -> Path:
 
 
 def shutdown_shared() -> None:
+    for path, value in list(_Shared.boosted.items()):
+        with contextlib.suppress(OSError):
+            Path(path).write_text(value)
+        _Shared.boosted.pop(path, None)
     if _Shared.peer is not None:
         _Shared.peer.stop()
         _Shared.peer = None

@@ -99,14 +99,6 @@ def test_abort_keeps_the_vm_on_the_source(qemu: Any, peer_qemu: Any, peer: PeerH
     name = spawn(qemu, "abort", images / "spin.img", 0, memory_mib=256)
     _wait_counting(qemu, name)
     qemu.start_migration(name, peer.uri, "tcp://127.0.0.1")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        st = qemu.migration_status(name)
-        if st.state is not MigrationState.RUNNING or st.data_total_bytes > 0:
-            break
-        time.sleep(0.02)
-    if st.state is not MigrationState.RUNNING:
-        pytest.fail(f"migration ended before it could be aborted: {st}")
     qemu.abort_migration(name)
     st = qemu.migration_status(name)
     assert st.state is MigrationState.ABORTED, st

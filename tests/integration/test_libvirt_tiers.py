@@ -49,14 +49,17 @@ def pair(request: pytest.FixtureRequest, system_host: Any, images: Path) -> Iter
             pytest.skip("needs 2 host cores (fg/bg pinned to core 1)")
         # the bg boots first: once the fg spins, the bg (and its QEMU) get next to nothing
         bg = spawn(b, f"{kind}-bg", images / "spin.img", CORE, weight=WEIGHT_MIN)
-        fg_idle = spawn(b, f"{kind}-fgidle", images / "idle.img", CORE, weight=WEIGHT_MAX)
         _wait_booted(b, [bg])
+        fg_idle = spawn(b, f"{kind}-fgidle", images / "idle.img", CORE, weight=WEIGHT_MAX)
         fg = spawn(b, f"{kind}-fg", images / "spin.img", CORE, weight=WEIGHT_MAX)
         _wait_booted(b, [fg])
         yield Pair(b, kind, fg, bg, fg_idle)
     finally:
-        for name in [n for n in (v.name for v in b.list_vms()) if n.startswith(f"{PREFIX}{kind}-")]:
+        # stop the spinning fg first: a starved bg's QEMU takes ages to act on a destroy
+        mine = [v.name for v in b.list_vms() if v.name.startswith(f"{PREFIX}{kind}-")]
+        for name in sorted(mine, key=lambda n: (not n.endswith("-fg"), n)):
             b.stop(name)
+        for name in mine:
             b.undefine(name)
         cleanup(b)
         b.close()

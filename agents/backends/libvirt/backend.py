@@ -720,16 +720,24 @@ class LibvirtBackend(HypervisorBackend):
         def go(conn: libvirt.virConnect) -> None:
             dom = self._dom(conn, name)
             if mig is None:
-                stats = dom.jobStats(0)
+                stats = dom.jobStats(0) if dom.isActive() == 1 else {}
                 if stats.get("operation") != libvirt.VIR_DOMAIN_JOB_OPERATION_MIGRATION_OUT:
                     raise VmStateError(backend=BACKEND, name=name, state="not migrating", operation="abort migration")
             else:
                 mig.aborted = True
-            try:
-                dom.abortJob()
-            except libvirt.libvirtError as exc:
-                if exc.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID:  # no job: it just ended
-                    raise
+            # Right after start_migration the worker may not have begun libvirt's job yet ("no job
+            # is active"): keep asking until the job takes the abort or the migration has ended.
+            deadline = time.monotonic() + 10.0
+            while True:
+                try:
+                    dom.abortJob()
+                    return
+                except libvirt.libvirtError as exc:
+                    if exc.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID:
+                        raise
+                    if mig is None or not mig.running or time.monotonic() > deadline:
+                        return
+                time.sleep(0.02)
 
         self._call("abort_migration", go, name=name)
         if mig is not None and mig.thread is not None:
