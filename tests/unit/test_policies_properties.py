@@ -291,3 +291,44 @@ def test_two_tier_backfill_never_delays_the_head(case: tuple[ClusterView, float]
             if rj.tier is Tier.FG and rj.expected_end <= shadow:
                 free_at_shadow += rj.job.procs
         assert free_at_shadow >= need, (name, res)
+
+
+def _reference_easy(v: ClusterView, now: float) -> list[str]:
+    """A second, deliberately plain EASY (textbook form, no early exits): the ids it starts, in order."""
+    usable = sum(v.usable)
+    free = len(v.idle_fg)
+    waiting = [j for j in v.queue if j.submit_time <= now and j.procs <= usable]
+    out: list[str] = []
+    ends: list[tuple[float, int]] = []
+    while waiting and waiting[0].procs <= free:
+        j = waiting.pop(0)
+        out.append(j.id)
+        free -= j.procs
+        ends.append((now + j.estimate, j.procs))
+    if not waiting:
+        return out
+    head = waiting.pop(0)
+    timeline = sorted([(rj.expected_end, rj.job.procs) for rj in v.running.values() if rj.tier is Tier.FG] + ends)
+    avail, shadow, extra = free, -math.inf, 0
+    for end, _p in timeline:
+        avail = free + sum(p for e, p in timeline if e <= end)
+        if avail >= head.procs:
+            shadow, extra = max(end, now), avail - head.procs
+            break
+    for j in waiting:
+        if j.procs > free:
+            continue
+        if now + j.estimate <= shadow or j.procs <= extra:
+            if now + j.estimate > shadow:
+                extra -= j.procs
+            out.append(j.id)
+            free -= j.procs
+    return out
+
+
+@SETTINGS
+@given(st.one_of(views(), blocked_views()))
+def test_easy_matches_a_plain_reference(case: tuple[ClusterView, float]) -> None:
+    v, now = case
+    d = create_policy("easy").decide(v, now)
+    assert [a.job_id for a in d.actions] == _reference_easy(v, now)
