@@ -35,6 +35,7 @@ def _mean_by(rows: Sequence[Mapping[str, Any]], key: str, metric: str) -> dict[s
         if x is None:
             continue
         acc[str(r["policy"])][x].append(float(r[metric]))
+    # policies in the order they first appear in the rows (the sweep's --policies order)
     return {p: {x: sum(v) / len(v) for x, v in sorted(d.items())} for p, d in acc.items()}
 
 
@@ -50,7 +51,7 @@ def plot_results(rows: Sequence[Mapping[str, Any]], out: Path, title: str = "") 
         ):
             series = _mean_by(by_load, "load", metric)
             fig, ax = plt.subplots(figsize=(6, 4))
-            for pol, pts in sorted(series.items()):
+            for pol, pts in series.items():
                 ax.plot(list(pts), list(pts.values()), marker="o", label=pol)
             ax.set_xlabel("offered load")
             ax.set_ylabel(ylabel)
@@ -70,7 +71,7 @@ def plot_results(rows: Sequence[Mapping[str, Any]], out: Path, title: str = "") 
             (axes[0], "avg_response", "average response time (s)"),
             (axes[1], "avg_bounded_slowdown", "average bounded slowdown"),
         ):
-            for pol, pts in sorted(_mean_by(costed, "migration_cost", metric).items()):
+            for pol, pts in _mean_by(costed, "migration_cost", metric).items():
                 ax.plot(list(pts), list(pts.values()), marker="o", label=pol)
             for k, pol in enumerate(sorted({str(r["policy"]) for r in others})):
                 vals = [float(r[metric]) for r in others if r["policy"] == pol]
