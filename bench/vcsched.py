@@ -13,6 +13,7 @@ heuristic, measured in the same process on the same instances.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -23,14 +24,22 @@ from vmctl.policies.vcsched.algorithms import solve
 from vmctl.policies.vcsched.generator import generate
 from vmctl.policies.vcsched.instance import Instance, Solution
 
+CPU: dict[str, float] = {}
+
 
 def timeit(fn: Callable[[], Solution], reps: int) -> tuple[float, Solution]:
+    """Median wall time of ``reps`` runs (after one warm-up); the median process CPU time of the same
+    runs goes to ``CPU['last']`` (on a loaded machine it is the fairer measure of the algorithm)."""
     times = []
+    cpu = []
     sol = fn()
     for _ in range(reps):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         sol = fn()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    CPU["last"] = statistics.median(cpu)
     return statistics.median(times), sol
 
 
@@ -43,27 +52,36 @@ def main() -> None:
     reps = 3 if args.quick else 7
 
     print("MCB8 + average pass, scaling (median of", reps, "runs; SG in the same process as baseline)")
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print(
-        f"{'hosts':>6} {'tasks':>7} {'MCB8 ms':>9} {'probes':>6} {'min yield':>9} {'LP bound':>8} "
+        f"{'hosts':>6} {'tasks':>7} {'MCB8 ms':>9} {'MCB8 cpu':>9} {'probes':>6} {'min yield':>9} {'LP bound':>8} "
         f"{'SG ms':>8} {'MCB8/SG':>8}"
     )
     sizes = [(16, 100), (64, 250), (64, 500), (128, 1000), (256, 2500), (500, 5000), (1000, 10000)]
     results: dict[tuple[int, int], float] = {}
+    cpu_results: dict[tuple[int, int], float] = {}
     for hosts, tasks in sizes:
         inst: Instance = generate(hosts, tasks, 0.3, 0.75, 0.75, rng)
         r = reps if tasks <= 2500 else max(2, reps // 3)
         t_mcb, sol = timeit(lambda i=inst: solve(i, "mcb8"), r)  # type: ignore[misc]
+        c_mcb = CPU["last"]
         t_sg, _ = timeit(lambda i=inst: solve(i, "sg"), r)  # type: ignore[misc]
         bound = min(1.0, hosts / sum(inst.cpu))
         results[(hosts, tasks)] = t_mcb
+        cpu_results[(hosts, tasks)] = c_mcb
         print(
-            f"{hosts:>6} {tasks:>7} {t_mcb * 1000:9.2f} {sol.work:>6} {sol.min_yield:9.4f} {bound:8.4f} "
-            f"{t_sg * 1000:8.2f} {t_mcb / t_sg:8.1f}"
+            f"{hosts:>6} {tasks:>7} {t_mcb * 1000:9.2f} {c_mcb * 1000:9.2f} {sol.work:>6} "
+            f"{sol.min_yield:9.4f} {bound:8.4f} {t_sg * 1000:8.2f} {t_mcb / t_sg:8.1f}"
         )
-    ok500 = results[(64, 500)] <= 0.020
-    ok10k = results[(1000, 10000)] <= 2.0
-    print(f"target 500 tasks / 64 hosts <= 20 ms: {'met' if ok500 else 'MISSED'} ({results[(64, 500)] * 1000:.1f} ms)")
-    print(f"target 10,000 tasks / 1,000 hosts <= 2 s: {'met' if ok10k else 'MISSED'} ({results[(1000, 10000)]:.3f} s)")
+    for key, limit, label in (
+        ((64, 500), 0.020, "500 tasks / 64 hosts <= 20 ms"),
+        ((1000, 10000), 2.0, "10,000 tasks / 1,000 hosts <= 2 s"),
+    ):
+        wall, cpu = results[key], cpu_results[key]
+        print(
+            f"target {label}: wall {wall * 1000:.1f} ms ({'met' if wall <= limit else 'missed'}), "
+            f"CPU {cpu * 1000:.1f} ms ({'met' if cpu <= limit else 'missed'})"
+        )
 
     print("\nAll heuristics, 64 hosts / 500 tasks, slack 0.1 .. 0.9 (median over slacks of the median run, ms)")
     algs = ["gr", "sg", "gb", "sgb", *(f"mcb{k}" for k in range(1, 9))]
