@@ -349,12 +349,13 @@ class _Pass:
     __slots__ = (
         "actions",
         "bg_freed",
+        "bg_jobs",
+        "bg_usage",
         "fg_owner",
         "fg_taken",
         "free",
         "new_ends",
         "now",
-        "usage_cache",
         "util_over",
         "view",
     )
@@ -369,7 +370,8 @@ class _Pass:
         self.bg_freed: set[int] = set()
         self.util_over: dict[int, float] = {}
         self.new_ends: list[tuple[float, int]] = []
-        self.usage_cache: dict[str, dict[int, float]] = {}
+        self.bg_jobs: list[RunningJob] = []  # the bg jobs of the view, in arrival order
+        self.bg_usage: dict[int, float] | None = None  # core -> usage of its bg process (built lazily)
 
     def fg_idle(self, core: int) -> bool:
         return core in self.view.idle_fg and core not in self.fg_taken
@@ -411,18 +413,22 @@ class _TwoTier(SchedulingPolicy):
         usage = job.cpu_usage
         return sorted(range(job.procs), key=lambda p: -usage[p])
 
-    def _bg_usage(self, st: _Pass, core: int) -> float:
-        """Estimated usage of the bg process on ``core`` (a core whose bg slot is still occupied)."""
-        occ = st.view.bg_job[core]
-        if occ is None:
-            return 0.0
-        cached = st.usage_cache.get(occ)
-        if cached is None:
-            rj = st.view.running.get(occ)
-            usage = None if rj is None else rj.job.cpu_usage
-            cached = {} if rj is None or usage is None else dict(zip(rj.cores, usage, strict=True))
-            st.usage_cache[occ] = cached
-        return cached.get(core, 1.0)
+    def _bg_usage_map(self, st: _Pass) -> dict[int, float]:
+        """core -> estimated usage of the bg process on it, for every bg process of the view
+        (suspended ones included: they still hold their slots)."""
+        m = st.bg_usage
+        if m is None:
+            m = {}
+            for rj in st.view.running.values():
+                if rj.tier is not _BG:
+                    continue
+                usage = rj.job.cpu_usage
+                if usage is None:
+                    m.update(dict.fromkeys(rj.cores, 1.0))
+                else:
+                    m.update(zip(rj.cores, usage, strict=True))
+            st.bg_usage = m
+        return m
 
     # -------------------------------------------------------------------------- dispatch
 
@@ -451,8 +457,10 @@ class _TwoTier(SchedulingPolicy):
             if not self._info:  # every bg process counts as 1.0: only the index decides
                 chosen.extend(sorted(busy, reverse=True)[: k - len(chosen)])
             else:
-                keyed = sorted((self._bg_usage(st, c), -c) for c in busy)
-                chosen.extend(-nc for _u, nc in keyed[: k - len(chosen)])
+                # descending index, then a stable sort by usage (a C-level key: no per-core call)
+                ordered = sorted(busy, reverse=True)
+                ordered.sort(key=self._bg_usage_map(st).__getitem__)
+                chosen.extend(ordered[: k - len(chosen)])
         out = [0] * k
         for slot, p in enumerate(self._proc_order(job)):
             out[p] = chosen[slot]
@@ -549,13 +557,12 @@ class _TwoTier(SchedulingPolicy):
 
     # -------------------------------------------------------------------------- decide
 
-    def _merged(self, view: ClusterView, now: float, reasons: dict[str, str]) -> Iterator[Job | RunningJob]:
-        """The queued jobs and the bg jobs in arrival order (the queue is already in that order; the bg
-        jobs, usually few, are slotted in by comparing keys only until the last one is out)."""
-        bg = sorted(
-            (rj for rj in view.running.values() if rj.tier is _BG and not rj.suspended),
-            key=lambda rj: _arrival(rj.job),
-        )
+    def _merged(
+        self, view: ClusterView, now: float, reasons: dict[str, str], bg: list[RunningJob]
+    ) -> Iterator[Job | RunningJob]:
+        """The queued jobs and the bg jobs (``bg``, in arrival order) in arrival order: the queue is
+        already in that order; the bg jobs, usually few, are slotted in by comparing keys only until
+        the last one is out."""
         bi, nb = 0, len(bg)
         nxt = _arrival(bg[0].job) if bg else None
         for job in view.queue:
@@ -580,7 +587,11 @@ class _TwoTier(SchedulingPolicy):
         st = _Pass(view, now)
         reasons: dict[str, str] = {}
         started: set[str] = set()
-        merged = self._merged(view, now, reasons)
+        st.bg_jobs = sorted(
+            (rj for rj in view.running.values() if rj.tier is _BG and not rj.suspended),
+            key=lambda rj: _arrival(rj.job),
+        )
+        merged = self._merged(view, now, reasons, st.bg_jobs)
         default_reason = "waiting for free cores"
 
         # Step 1: FCFS onto fg. Step 2: reservation for the head, then backfill.
