@@ -62,7 +62,13 @@ def make_test_driver(tmp: Path) -> LibvirtHarness:
 
 
 def make_qemu(tmp: Path) -> LibvirtHarness:
-    from tests.integration.libvirt_hosts import Unavailable, shared_images, shared_peer, shared_system
+    from tests.integration.libvirt_hosts import (
+        Unavailable,
+        boost_machine_cgroup,
+        shared_images,
+        shared_peer,
+        shared_system,
+    )
 
     try:
         shared_system()
@@ -70,6 +76,7 @@ def make_qemu(tmp: Path) -> LibvirtHarness:
     except Unavailable as exc:
         pytest.skip(f"libvirt/QEMU unavailable: {exc}")
     backend = _libvirt_backend("qemu:///system", domain_type="qemu")
+    boost_machine_cgroup()  # guests' CPU time should not depend on what else this machine runs
     peer_backend: HypervisorBackend | None = None
     peer_uri = ""
     try:
