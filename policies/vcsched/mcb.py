@@ -15,14 +15,15 @@ Keys: MCB1 mem+cpu ascending, MCB2 max-min asc., MCB3 max/min asc., MCB4 max asc
 same keys descending (MCB5 is Leinberger's; MCB8, max descending, is the paper's best).
 
 Search: the yield lies in [0, hi] with ``hi = min(1, total CPU capacity / sum alpha)``. We probe
-``hi`` first (when it packs it is optimal and the search stops at once; the paper starts at hi/2),
-then bisect [0, hi] until the interval is narrower than ``tol * hi`` (``hi`` the initial bound;
-1e-3 by default), keeping the best placement that packed; after a success the search continues from the yield that
-placement really supports (``min_j capacity_j / load_j``), which is often above the probe. The
-packing is not monotone in Y (a placement can fail at Y and succeed at a larger Y), so like the
-paper's this is a heuristic search. The final minimum yield is
-that of the best placement (``min(1, 1/max load)``), which is at least the probed value, followed by
-the average pass.
+``hi`` first (when it packs it is optimal and the search stops at once); otherwise we gallop down,
+probing ``hi * (1 - d)`` for d = 0.01, 0.04, 0.16, 0.64 until one packs, then bisect between that
+success and the lowest failure until the interval is narrower than ``tol * hi`` (1e-3 by default).
+After a success the search continues from the yield that placement really supports
+(``min_j capacity_j / load_j``), which is often above the probe. The paper starts a plain bisection
+at hi/2; galloping needs about 6 probes instead of 11 when, as usual, the answer is within a few % of
+the bound. The packing is not monotone in Y (a placement can fail at Y and succeed at a larger Y),
+so like the paper's this is a heuristic search. The final minimum yield is that of the best
+placement (``min(1, 1/max load)``), followed by the average pass.
 
 Reading chosen where the paper is silent: on a host with as much CPU as memory left (an empty host),
 the memory-heavy list is scanned first.
@@ -50,6 +51,7 @@ VARIANTS = tuple(range(1, 9))
 DEFAULT_TOL = 1e-3
 _SCAN_PY = 12  # Python scan steps before switching to a numpy mask
 _COMPACT_ALWAYS = 2048  # lists up to this length drop placed tasks after every host
+_GALLOP = (0.01, 0.04, 0.16, 0.64)  # after the bound fails, probe bound * (1 - drop) before bisecting
 
 
 def sort_key(variant: int, c: FloatArray, m: FloatArray) -> FloatArray:
@@ -202,20 +204,32 @@ def search(
         return got, hi, probes
     best: IntArray | None = None
     best_y = 0.0
-    lo = 0.0
-    stop = tol * hi  # relative to the bound, so an infeasible instance stops after ~log2(1/tol) probes
-    while hi - lo > stop:
-        mid = 0.5 * (lo + hi)
+    stop = tol * hi  # relative to the bound, so an infeasible instance stops after a bounded number of probes
+
+    def real_yield(hosts: IntArray) -> float:
+        """The yield the placement supports (often above the probe that found it)."""
+        sel = hosts[idx]
+        load = np.bincount(sel, weights=alpha[idx], minlength=cap_c.size)
+        with np.errstate(divide="ignore", over="ignore"):
+            return float(np.min(np.where(load > 0, cap_c / np.where(load > 0, load, 1.0), np.inf)))
+
+    # gallop down from the bound: good placements are usually within a few % of it
+    lo, top = 0.0, hi
+    for drop in _GALLOP:
+        y = hi * (1.0 - drop)
+        got = attempt(y)
+        if got is not None:
+            best, best_y, lo = got, y, max(y, min(real_yield(got), top))
+            break
+        top = y
+    # then bisect between the best success and the lowest failure
+    while top - lo > stop:
+        mid = 0.5 * (lo + top)
         got = attempt(mid)
         if got is not None:
-            # the placement may support more than the probe: continue from its real yield
-            sel = got[idx]
-            load = np.bincount(sel, weights=alpha[idx], minlength=cap_c.size)
-            with np.errstate(divide="ignore", over="ignore"):
-                real = float(np.min(np.where(load > 0, cap_c / np.where(load > 0, load, 1.0), np.inf)))
-            best, best_y, lo = got, mid, max(mid, min(real, hi))
+            best, best_y, lo = got, mid, max(mid, min(real_yield(got), top))
         else:
-            hi = mid
+            top = mid
     return best, best_y, probes
 
 
