@@ -114,6 +114,8 @@ __all__ = ["EasyPolicy", "FcfsPolicy", "KeasyPolicy", "MeasyPolicy", "ReasyPolic
 # Enum members cached at module level: ``Tier.FG`` is a slow class-attribute lookup on Python 3.11.
 _FG = Tier.FG
 _BG = Tier.BG
+# The answer when nothing waits: shared (Decision is frozen and nobody may mutate its reasons).
+_NOTHING = Decision()
 
 
 def _arrival(job: Job) -> tuple[float, str]:
@@ -192,7 +194,7 @@ class FcfsPolicy(_OneTier):
     def decide(self, view: ClusterView, now: float) -> Decision:
         queue = view.queue
         if not queue:
-            return Decision()
+            return _NOTHING
         free = len(view.idle_fg)
         actions: list[Action] = []
         reasons: dict[str, str] = {}
@@ -225,7 +227,7 @@ class EasyPolicy(_OneTier):
     def decide(self, view: ClusterView, now: float) -> Decision:
         queue = view.queue
         if not queue:
-            return Decision()
+            return _NOTHING
         free = len(view.idle_fg)
         actions: list[Action] = []
         reasons: dict[str, str] = {}
@@ -315,7 +317,7 @@ class SjfPolicy(_OneTier):
     def decide(self, view: ClusterView, now: float) -> Decision:
         queue = view.queue
         if not queue:
-            return Decision()
+            return _NOTHING
         free = len(view.idle_fg)
         reasons: dict[str, str] = {}
         for job in queue:
@@ -583,7 +585,7 @@ class _TwoTier(SchedulingPolicy):
     def decide(self, view: ClusterView, now: float) -> Decision:
         has_bg = len(view.idle_bg) < view.total_cores  # cheap: any bg slot busy (or unusable)
         if not view.queue and not has_bg:
-            return Decision()
+            return _NOTHING
         st = _Pass(view, now)
         reasons: dict[str, str] = {}
         started: set[str] = set()
