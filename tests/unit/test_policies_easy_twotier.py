@@ -6,7 +6,7 @@ import pytest
 
 from tests.viewbuilder import job, view
 from vmctl.errors import PolicyParameterError
-from vmctl.model import ClusterView, Decision, Job, Kill, Migrate, Promote, StartBg, StartFg, Tier
+from vmctl.model import ClusterView, Decision, Job, Kill, Migrate, Promote, Reservation, StartBg, StartFg, Tier
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.registry import create_policy
 
@@ -107,6 +107,7 @@ def test_reasy_figure5_shadow_and_extra_for_a_bg_head() -> None:
     d = run("reasy", v, 2.0)
     assert [a for a in d.actions if not isinstance(a, StartBg)] == [StartFg("J4", (0,))]
     assert "reservation of J3 at t=10" in d.default_reason
+    assert d.reservation == Reservation("J3", 10.0, 1)
     # KEASY on the same view: J3 (2 cores) does not fit in 1 idle core -> ordinary reservation at 10
     # with extra 1 + 2 - 2 = 1: the same backfill.
     dk = run("keasy", v, 2.0)
