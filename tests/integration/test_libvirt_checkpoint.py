@@ -73,3 +73,24 @@ def test_bad_checkpoint_paths(qemu: Any, tmp_path: Path) -> None:
     with pytest.raises(HypervisorError) as info:
         qemu.restore(str(garbage))
     assert info.value.__cause__ is not None  # the libvirt error is chained
+
+
+def test_pinning_and_tuning_are_live_and_persistent(qemu: Any, images: Path) -> None:
+    name = spawn(qemu, "persist", images / "idle.img", 0, weight=100)
+    dom_id = qemu.domain_id(name)
+    qemu.pin_vcpus(name, (1,))
+    qemu.set_cpu_tune(name, weight=9000, cap=0.25)
+    live = {x.name: x for x in qemu.list_vms()}[name]
+    assert (live.pinned_cores, live.weight, live.cap) == ((1,), 9000, 0.25)
+    assert qemu.domain_id(name) == dom_id  # applied live, no restart
+    qemu.stop(name)  # the persistent definition must carry the same
+    cold = {x.name: x for x in qemu.list_vms()}[name]
+    assert cold.power is PowerState.SHUTOFF
+    assert (cold.pinned_cores, cold.weight, cold.cap) == ((1,), 9000, 0.25)
+    qemu.set_cpu_tune(name, clear_cap=True)  # and a change while it is off applies at the next start
+    qemu.start(name)
+    again = {x.name: x for x in qemu.list_vms()}[name]
+    assert (again.pinned_cores, again.weight, again.cap) == ((1,), 9000, None)
+    assert qemu.scheduler_parameters(name)["vcpu_quota"] < 0
+    qemu.stop(name)
+    qemu.undefine(name)
