@@ -88,7 +88,7 @@ def compare_markdown(rows: list[dict[str, str]], baseline: str = "easy") -> str:
             d_resp = d_bsld = ""
         lines.append(f"| {wl} | {load or '-'} | {cost or '-'} | {pol} | {resp:,.0f} | {d_resp} | {bsld:,.2f} | "
                      f"{d_bsld} | {mig:,.0f} |")
-    if gains:
+    if any(len(g) > 1 for g in gains.values()):  # a summary only when there is something to summarize
         lines += ["", f"| workload | policy | response vs {baseline}: mean / best | bounded slowdown vs {baseline}: "
                   "mean / best |", "|---|---|---:|---:|"]
         for (wl, pol), g in gains.items():
