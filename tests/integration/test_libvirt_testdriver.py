@@ -153,3 +153,10 @@ def test_unusable_uris_fail_with_vmctl_errors(uri: str, error: type[Exception]) 
     assert time.monotonic() - t0 < 10
     if error is HypervisorUnavailable:
         assert info.value.retryable and uri in str(info.value)
+
+
+@pytest.mark.parametrize(("mode", "usable"), [(0o20600, False), (0o20660, True), (0o20666, True), (0o20640, False)])
+def test_kvm_device_usable(mode: int, usable: bool) -> None:
+    from vmctl.agents.backends.libvirt.backend import kvm_device_usable
+
+    assert kvm_device_usable(mode) is usable

@@ -84,6 +84,12 @@ def _driver_of(uri: str) -> str:
     raise ValidationError(field="libvirt uri", problem=f"{uri!r}: expected qemu:///system, xen:///system or test:///default")
 
 
+def kvm_device_usable(mode: int) -> bool:
+    """Can QEMU (which libvirt runs as an unprivileged user, in group ``kvm``) open /dev/kvm? Root
+    always can, so ``os.access`` would lie: without udev the node is often root-only (0600)."""
+    return mode & 0o060 == 0o060 or mode & 0o006 == 0o006
+
+
 def _is_local(uri: str) -> bool:
     return not urlparse(uri).netloc
 
@@ -237,7 +243,10 @@ class LibvirtBackend(HypervisorBackend):
             raise translate(exc, operation="capabilities", uri=self.uri) from exc
         kvm_ok = "<domain type='kvm'" in caps
         if _is_local(self.uri):
-            kvm_ok = kvm_ok and os.access("/dev/kvm", os.R_OK | os.W_OK)
+            try:
+                kvm_ok = kvm_ok and kvm_device_usable(os.stat("/dev/kvm").st_mode)
+            except OSError:
+                kvm_ok = False
         return "kvm" if kvm_ok else "qemu"
 
     def _detect_cgroup(self) -> tuning.CgroupCpu:
