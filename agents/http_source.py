@@ -107,9 +107,11 @@ class _Conn:
 
 
 class HttpSource:
-    def __init__(self, endpoint: AgentEndpoint, wait_s: float = 30.0) -> None:
+    def __init__(self, endpoint: AgentEndpoint, wait_s: float = 30.0, max_backoff_s: float = 1.0) -> None:
         self.ep = endpoint
         self.wait_s = wait_s
+        # short: while the daemon restarts, the agent must learn of new desired state soon after it is back
+        self.max_backoff_s = max_backoff_s
         self._conn = _Conn(endpoint)
         self._lock = threading.Lock()
         self._desired: NodeDesired | None = None
@@ -179,7 +181,7 @@ class HttpSource:
                     self._error = exc
                 log.debug("desired long-poll: %s", exc)
                 self._stop.wait(delay)
-                delay = min(5.0, delay * 2)
+                delay = min(self.max_backoff_s, delay * 2)
                 continue
             if new is not None:
                 with self._lock:

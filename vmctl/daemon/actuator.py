@@ -450,11 +450,20 @@ class Actuator:
     def _follow_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes) -> None:
         st = self.state
         if op.detail.get("stage") == "prepare":
+            # the target is ready when it applied the generation that expects the VM, or when its report
+            # already lists the incoming VM (the agent reports it as absent, phase "waiting")
             gens: dict[str, int] = op.detail.get("target_gens") or {}
-            targets = {str(m["to"][0]) for m in op.detail.get("moves", []) if m["from"][0] != m["to"][0]}
-            ready = bool(gens) and all(
-                t in gens and (o := st.observed.get(t)) is not None and o.generation_applied >= gens[t]
-                for t in targets)
+            ready = True
+            for m in op.detail.get("moves", []):
+                t = str(m["to"][0])
+                if m["from"][0] == m["to"][0]:
+                    continue
+                o = st.observed.get(t)
+                name = job.vm_name(int(m["index"]))
+                if o is None or not (o.generation_applied >= gens.get(t, 1 << 62)
+                                     or any(v.name == name for v in o.vms)):
+                    ready = False
+                    break
             if ready:
                 op.detail["stage"] = "go"
                 op.updated = now
