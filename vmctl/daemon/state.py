@@ -98,6 +98,10 @@ class ClusterState:
     _job_cache: dict[str, Job] = field(default_factory=dict)
     _util: dict[str, float] = field(default_factory=dict)  # VM name -> last reported utilization
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
+    # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
+    # and whether every process maps to a known core
+    _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool]] = field(
+        default_factory=dict)
 
     # ------------------------------------------------------------------ loading
     def load(self, jobs: Iterable[JobRecord], nodes: Iterable[NodeRecord], ops: Iterable[OperationRecord],
@@ -118,6 +122,7 @@ class ClusterState:
         self._job_nodes = {}
         self._job_cache = {}
         self._active = set()
+        self._static = {}
         for j in self.jobs.values():
             self.reindex(j)
 
@@ -135,6 +140,7 @@ class ClusterState:
     def reindex(self, job: JobRecord) -> set[str]:
         """Update the node -> jobs index after ``job`` changed; return every node whose desired state
         may have changed (old and new)."""
+        self._static.pop(job.id, None)
         old = self._job_nodes.get(job.id, frozenset())
         new = self.nodes_of(job)
         if job.state in ACTIVE:
@@ -162,6 +168,7 @@ class ClusterState:
 
     def nodes_changed(self) -> None:
         self._layout = None
+        self._static.clear()
 
     def queue(self) -> list[JobRecord]:
         if self._queue_dirty:
@@ -236,36 +243,43 @@ class ClusterState:
         for name in lay.names:
             if self.nodes[name].state == "ready":
                 off = lay.offset[name]
-                for c in range(lay.cores[name]):
-                    usable[off + c] = True
+                usable[off:off + lay.cores[name]] = [True] * lay.cores[name]
         running: dict[str, RunningJob] = {}
         active = [self.jobs[i] for i in sorted(self._active)]
         offset, ncores, util_of = lay.offset, lay.cores, self._util
         placed: list[tuple[JobRecord, tuple[int, ...]]] = []
+        static = self._static
         for rec in active:
-            cores: list[int] = []
             shared = rec.tier == "shared"
-            for n, c in rec.placement:
-                base = offset.get(n)
-                if base is not None and shared and c == -1:
-                    cores.append(base)  # vcsched: an unpinned VM stands for its node (no fg/bg slot)
-                elif base is not None and 0 <= c < ncores[n]:
-                    cores.append(base + c)
-            if rec.placement and len(cores) == len(rec.placement):
-                placed.append((rec, tuple(cores)))
+            st = static.get(rec.id)
+            if st is None:
+                cores: list[int] = []
+                for n, c in rec.placement:
+                    base = offset.get(n)
+                    if base is not None and shared and c == -1:
+                        cores.append(base)  # vcsched: an unpinned VM stands for its node (no fg/bg slot)
+                    elif base is not None and 0 <= c < ncores[n]:
+                        cores.append(base + c)
+                job = self.job_obj(rec)
+                st = (tuple(cores), tuple(rec.vm_name(i) for i in range(len(rec.placement))),
+                      tuple(job.usage_of(i) for i in range(len(rec.placement))),
+                      bool(rec.placement) and len(cores) == len(rec.placement))
+                static[rec.id] = st
+            cores_t, names, usages, complete = st
+            if complete:
+                placed.append((rec, cores_t))
             if shared:
                 continue
             if not rec.checkpointed:
+                jid = rec.id
                 if rec.tier == "fg":
-                    job = self.job_obj(rec)
-                    prefix = f"j{rec.id}-r{rec.run}-p"
-                    for i, g in enumerate(cores):
-                        fg[g] = rec.id
-                        u = util_of.get(f"{prefix}{i}")
-                        util[g] = job.usage_of(i) if u is None else u
+                    for g, name, us in zip(cores_t, names, usages, strict=False):
+                        fg[g] = jid
+                        u = util_of.get(name)
+                        util[g] = us if u is None else u
                 else:
-                    for g in cores:
-                        bg[g] = rec.id
+                    for g in cores_t:
+                        bg[g] = jid
             if rec.migrating:
                 # the source slots stay reserved until the migration is confirmed or rolled back
                 op = self.ops.get(rec.migrating)
