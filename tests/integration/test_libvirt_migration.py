@@ -141,3 +141,34 @@ def test_reconnects_after_the_peer_daemon_restarts(peer_qemu: Any, peer: PeerHos
     assert v is not None and v.power is PowerState.RUNNING and peer_qemu.domain_id(name) == dom_id
     peer_qemu.stop(name)
     peer_qemu.undefine(name)
+
+
+def test_a_restarted_agent_sees_and_aborts_a_running_migration(
+        qemu: Any, peer_qemu: Any, peer: PeerHost, images: Path) -> None:
+    from vmctl.agents.backends.libvirt.backend import LibvirtBackend
+
+    name = spawn(qemu, "adoptmig", images / "spin.img", 0, memory_mib=256)
+    _wait_counting(qemu, name)
+    fresh = LibvirtBackend("qemu:///system", domain_type="qemu")  # knows nothing of the migration
+    try:
+        qemu.start_migration(name, peer.uri, "tcp://127.0.0.1")
+        seen = None
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and qemu.migration_status(name).state is MigrationState.RUNNING:
+            try:
+                seen = fresh.migration_status(name)  # from libvirt's job, not from memory
+                break
+            except VmStateError:
+                time.sleep(0.01)  # libvirt's job has not begun yet
+        if seen is None:
+            pytest.fail(f"never saw the migration running: {qemu.migration_status(name)}")
+        assert seen.state is MigrationState.RUNNING
+        fresh.abort_migration(name)
+        st = qemu.wait_migration(name, timeout=60)
+        assert st.state is MigrationState.FAILED and st.error  # aborted by someone else
+        assert _info(qemu, name).power is PowerState.RUNNING  # type: ignore[union-attr]
+        assert _info(peer_qemu, name) is None
+    finally:
+        fresh.close()
+    qemu.stop(name)
+    qemu.undefine(name)
