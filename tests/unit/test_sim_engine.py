@@ -314,3 +314,25 @@ def test_full_cpu_usage_overrides_the_workload() -> None:
 )
 def test_bg_process_rate_formula(u_fg: float | None, u_bg: float, expected: float) -> None:
     assert FIXED.bg_process_rate(0.9, 0.02, u_bg, u_fg) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "easy", "sjf", "keasy", "reasy", "measy"])
+def test_every_job_respects_causality_and_the_work_it_needs(policy: str) -> None:
+    """No job starts before its submission or runs faster than a dedicated core; one-tier jobs run
+    exactly their work; the dedicated-core work done never exceeds one slot per core (one tier) or two
+    (two tiers: a bg process turns idle fg cycles into work, so utilization may pass 1)."""
+    jobs = _random_jobs(300, 11)
+    sim = Simulator(jobs, 24, create_policy(policy), SimConfig(seed=5))
+    res = sim.run()
+    assert res.jobs == 300
+    busy = 0.0
+    for j in jobs:
+        start, end = sim.outcome(str(j.id))
+        work = min(j.run_time, j.estimate)
+        assert start >= j.submit - 1e-9
+        assert end - start >= work - 1e-6  # rates never exceed 1
+        if not create_policy(policy).uses_bg_tier:
+            assert end - start == pytest.approx(work)  # dedicated cores, no kills, no loss
+        busy += work * j.procs
+    assert res.metrics.utilization == pytest.approx(busy / (24 * res.metrics.makespan))
+    assert res.metrics.utilization <= (2.0 if create_policy(policy).uses_bg_tier else 1.0)

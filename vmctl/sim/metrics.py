@@ -9,7 +9,9 @@ job is killed at its estimate):
 
 Whole run: utilization = useful work / (cores x makespan), where useful work is ``procs x run`` summed
 over the jobs (work lost to kills is not useful) and the makespan runs from the first submission to
-the last completion.
+the last completion. Work is counted in dedicated-core seconds, so on the two-tier architecture the
+utilization can exceed 1: a process that needs 50 % of a core in fg and one that uses the idle half
+in bg both deliver work in the same core-second (the consolidation gain the paper is after).
 
 Confidence intervals use the batch-means method [34]: the jobs, in completion order, are cut into
 ``batches`` consecutive batches of equal size (the last ``n mod batches`` jobs are dropped); the
