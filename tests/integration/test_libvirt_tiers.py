@@ -9,6 +9,7 @@ Runs with TCG guests and, where /dev/kvm works, KVM guests.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,6 @@ pytestmark = pytest.mark.libvirt
 
 CORE = 1
 WINDOW = 2.0
-RESULTS: dict[str, dict[str, float]] = {}
 
 
 @dataclass
@@ -67,7 +67,6 @@ def pair(request: pytest.FixtureRequest, system_host: Any, images: Path) -> Iter
 
 def _wait_booted(b: Any, names: list[str], timeout: float = 30.0) -> None:
     """Boot-sector guests count from the first instruction: wait until every counter moves."""
-    import time
 
     from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
 
@@ -94,7 +93,6 @@ def test_fg_takes_the_core_when_both_spin(pair: Pair) -> None:
     assert info[pair.fg].pinned_cores == info[pair.bg].pinned_cores == (CORE,)
     s = measure(b, [pair.fg, pair.bg], WINDOW)
     fg_share, bg_share = _split(s, pair.fg, pair.bg)
-    RESULTS.setdefault(pair.kind, {}).update(fg_share=fg_share, bg_share=bg_share, fg_abs=s.frac[pair.fg])
     assert fg_share >= 0.95, f"fg got {fg_share:.1%} of the pair's CPU ({s.frac})"
     assert bg_share <= 0.05, f"bg got {bg_share:.1%} of the pair's CPU ({s.frac})"
 
@@ -112,7 +110,6 @@ def test_bg_uses_the_cycles_an_idle_fg_leaves(pair: Pair) -> None:
             best = max(best, used)
             if best >= 0.90:
                 break
-        RESULTS.setdefault(pair.kind, {}).update(bg_idle_use=best, bg_abs=bg, fg_idle_abs=fg)
         assert best >= 0.90, f"bg used only {best:.1%} of the cycles the idle fg left (bg {bg:.3f}, idle {s.idle})"
         assert bg > 10 * fg
     finally:
@@ -140,15 +137,17 @@ def test_promote_swaps_weights_without_restarting(pair: Pair) -> None:
         b.set_cpu_tune(pair.bg, weight=WEIGHT_MIN)
 
 
-@pytest.mark.parametrize("cap", [0.5])
+@pytest.mark.parametrize("cap", [0.25, 0.5])
 def test_cap_holds_within_three_points(pair: Pair, cap: float) -> None:
-    """A cap of 50 % on a spinning VM alone on core 0 (the pair is on core 1). The cap is an upper
+    """A cap of 25 % / 50 % on a spinning VM alone on core 0 (the pair is on core 1). The cap is an upper
     bound in every window; the lower bound is checked where the core had cycles to give (a cap
     that throttles too hard leaves the core idle)."""
     b = pair.backend
-    name = spawn(b, f"{pair.kind}-capped", _image("spin"), 0, weight=WEIGHT_MAX, cap=cap)
+    name = spawn(b, f"{pair.kind}-capped{int(cap * 100)}", _image("spin"), 0, weight=WEIGHT_MAX)
     try:
-        _wait_booted(b, [name])
+        _wait_booted(b, [name])  # boot uncapped: SeaBIOS under KVM's emulator needs seconds of CPU
+        b.set_cpu_tune(name, cap=cap)
+        time.sleep(0.3)
         got: list[float] = []
         for _ in range(4):
             s = measure(b, [name], WINDOW)
@@ -160,7 +159,6 @@ def test_cap_holds_within_three_points(pair: Pair, cap: float) -> None:
             # below the cap: fine only if other processes took the rest of the core
             assert s.idle[0] <= 0.03, (
                 f"capped at {cap:.0%}, used {f:.1%} while core 0 was {s.idle[0]:.1%} idle: throttled too hard")
-        RESULTS.setdefault(pair.kind, {}).update(cap=cap, cap_measured=max(got))
         assert max(got) >= cap - 0.03, f"never reached the cap, other processes kept core 0 busy: {got}"
         assert {v.name: v for v in b.list_vms()}[name].cap == pytest.approx(cap)
     finally:
