@@ -157,7 +157,7 @@ class _Run:
     blocked_until))`` for ``t >= t0``)."""
 
     __slots__ = (
-        "blocked_until", "cores", "idx", "job", "p0", "rate", "start_time", "t0",
+        "blocked_until", "cores", "idx", "job", "p0", "placed", "rate", "start_time", "t0",
         "tier", "tier_since", "version",
     )
 
@@ -173,6 +173,7 @@ class _Run:
         self.rate = 0.0
         self.blocked_until = now
         self.version = 0
+        self.placed = True  # the view's snapshot must be rebuilt at the next reschedule
 
     def progress_at(self, t: float) -> float:
         start = self.t0 if self.t0 > self.blocked_until else self.blocked_until
@@ -411,7 +412,9 @@ class Simulator:
         """Settle progress at now, recompute the rate and push a fresh completion event."""
         run.settle(self.now)
         run.rate = self._rate(run)
-        self._snapshot(run)
+        if run.placed:  # a rate change alone leaves the snapshot valid (its progress is live)
+            self._snapshot(run)
+            run.placed = False
         self._version += 1
         run.version = self._version
         if run.rate > 0.0:
@@ -445,6 +448,7 @@ class Simulator:
         jid = run.job.id
         run.tier = tier
         run.cores = cores
+        run.placed = True
         if tier is Tier.FG:
             fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
             for c, u in zip(cores, self._usage[run.idx], strict=True):
@@ -511,7 +515,7 @@ class Simulator:
         job = self._dequeue(job_id)
         run = _Run(idx, job, tier, cores, self.now)
         self._runs[job_id] = run
-        if math.isnan(self._first_start[idx]):
+        if self._first_start[idx] != self._first_start[idx]:  # NaN: first start
             self._first_start[idx] = self.now
         self._place(run, tier, cores)
 
@@ -588,10 +592,11 @@ class Simulator:
         view = self.view
         cpu_info = self.config.cpu_info
         next_report = every
+        heappop = heapq.heappop
         while True:
             # next event time
             while heap and heap[0][2].version != heap[0][1]:
-                heapq.heappop(heap)
+                heappop(heap)
             t_c = heap[0][0] if heap else _INF
             t_a = submit[ai] if ai < n else _INF
             t_w = self._wake if self._wake is not None else _INF
@@ -603,10 +608,11 @@ class Simulator:
             now = self.now
             # (1) completions
             while heap and heap[0][0] <= now + _EPS:
-                _, ver, r = heapq.heappop(heap)
+                _, ver, r = heappop(heap)
                 if r.version == ver:
                     self._complete(r)
-            self._flush_dirty()
+            if self._dirty:
+                self._flush_dirty()
             # (2) arrivals
             while ai < n and submit[ai] <= now:
                 job = Job(id=self._ids[ai], submit_time=submit[ai], procs=self._procs[ai],
