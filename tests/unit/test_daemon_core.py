@@ -17,7 +17,18 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits, parse_config
 from vmctl.daemon.core import Daemon
 from vmctl.errors import ConfigError, Conflict, InvariantViolation, LeaseLost, NotFound
-from vmctl.model import ClusterView, Decision, Migrate, NodeObserved, PowerState, StartFg, Tier, VmObserved
+from vmctl.model import (
+    Checkpoint,
+    ClusterView,
+    Decision,
+    Migrate,
+    NodeObserved,
+    PowerState,
+    Restore,
+    StartFg,
+    Tier,
+    VmObserved,
+)
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
@@ -345,3 +356,47 @@ def test_vcsched_mode_runs_shared_capped_vms(tmp_path: Path) -> None:
     assert len(vms) == 3 and all(v.role.value == "shared" and v.core == -1 for v in vms)
     assert all(v.cap is not None and 0 < v.cap <= 1 for v in vms)
     c.run_until(lambda: all(c.state(j) == "done" for j in jobs), limit=100)
+
+
+def test_checkpoint_and_restore_through_the_agents(tmp_path: Path) -> None:
+    class CheckpointOnce(SchedulingPolicy):
+        """Starts jobs on fg; checkpoints the first one after 2 s of work, restores it 3 s later."""
+
+        name = "checkpoint-once"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.saved_at: float | None = None
+            self.restored = False
+
+        def decide(self, view: ClusterView, now: float) -> Decision:
+            acts: list[Any] = []
+            free = sorted(view.idle_fg)
+            for j in view.queue:
+                if len(free) >= j.procs:
+                    acts.append(StartFg(j.id, tuple(free[: j.procs])))
+                    free = free[j.procs:]
+            for rj in view.running.values():
+                if self.saved_at is None and not rj.suspended and rj.progress >= 2:
+                    acts.append(Checkpoint(rj.id))
+                    self.saved_at = now
+                elif rj.suspended and not self.restored and self.saved_at is not None and now >= self.saved_at + 3:
+                    acts.append(Restore(rj.id, rj.cores, Tier.FG))
+                    self.restored = True
+            return Decision(actions=tuple(acts))
+
+    c = Cluster(tmp_path, {"n1": 2}, policy=CheckpointOnce())
+    jid = c.submit(1, 100, 8)
+    c.run_until(lambda: any(o.kind == "checkpoint" for o in c.daemon.state.ops.values()), limit=20)
+    ck = next(o for o in c.daemon.state.ops.values() if o.kind == "checkpoint")
+    assert c.state(jid) == "suspended"
+    vm = next(v for v in c.daemon.desired("n1").vms if v.process is not None)
+    assert vm.power is PowerState.SAVED and vm.checkpoint_path
+    c.run_until(lambda: c.daemon.state.ops[ck.id].state == "done", limit=20)
+    c.run_until(lambda: any(o.kind == "restore" and o.state == "done" for o in c.daemon.state.ops.values()),
+                limit=30)
+    c.run_until(lambda: c.state(jid) == "done", limit=60)
+    job = c.daemon.job(jid)
+    assert job.run == 1 and job.tasks[0]["exit_status"] == 0
+    assert job.end_time is not None and job.start_time is not None
+    assert job.end_time - job.start_time >= 8 + 3 - 1  # the work plus the time spent saved
