@@ -543,7 +543,13 @@ class DaemonServer:
         log.info("wrote the bootstrap admin token to %s", p)
 
     def render_metrics(self) -> tuple[bytes, str]:
-        self.metrics.set_leader(self.daemon.leader, self.daemon.epoch)
+        d = self.daemon
+        self.metrics.set_leader(d.leader, d.epoch)
+        if d.leader:  # gauges from the state as it is now (a scrape need not wait for a decision)
+            self.metrics.set_queue_length(len(d.state.queue()))
+            active = d.state.active()
+            self.metrics.set_running("fg", sum(1 for j in active if j.tier == "fg"))
+            self.metrics.set_running("bg", sum(1 for j in active if j.tier == "bg"))
         body, ctype = self.metrics.exposition()
         return bytes(body), str(ctype)
 
