@@ -97,17 +97,20 @@ def pack(
     hosts = np.full(n, -1, dtype=np.int64)
     c_l: list[float] = c.tolist()
     m_l: list[float] = m.tolist()
-    # Per list: task indices (numpy and Python), their needs (numpy) and an "alive" flag per position
-    # (numpy for the vectorized scan, bytearray for the Python scan). Placed tasks are only flagged;
-    # a list is compacted when more than half of it is dead.
+    # Per list: task indices (numpy and Python) and their needs (numpy). Short lists drop their placed
+    # tasks after every host (within a host, placed tasks are behind the scan pointer). Long lists
+    # ("lazy") only flag placed tasks as dead (numpy for the vectorized scan, bytearray for the
+    # Python scan) and are compacted when more than half of them is dead.
     idx = [list_cpu, list_mem]
     py: list[list[int]] = [list_cpu.tolist(), list_mem.tolist()]
     cs = [c[list_cpu], c[list_mem]]
     ms = [m[list_cpu], m[list_mem]]
-    alive = [np.ones(list_cpu.size, dtype=bool), np.ones(list_mem.size, dtype=bool)]
-    alive_py = [bytearray(b"\x01") * list_cpu.size, bytearray(b"\x01") * list_mem.size]
+    lazy = [list_cpu.size > _COMPACT_ALWAYS, list_mem.size > _COMPACT_ALWAYS]
+    alive = [np.ones(list_cpu.size if lazy[0] else 0, dtype=bool), np.ones(list_mem.size if lazy[1] else 0, dtype=bool)]
+    alive_py = [bytearray(b"\x01") * alive[0].size, bytearray(b"\x01") * alive[1].size]
     dead = [0, 0]
-    head = [0, 0]  # first alive position of each list
+    placed = [0, 0]
+    head = [0, 0]  # first alive position of each lazy list
     left = list_cpu.size + list_mem.size
     caps_c: list[float] = cap_c.tolist()
     caps_m: list[float] = cap_m.tolist()
@@ -124,18 +127,30 @@ def pack(
             p = 0
             for side in (first, 1 - first):
                 lst = py[side]
-                ok = alive_py[side]
                 p = ptr[side]
                 end = len(lst)
-                stop = min(end, p + _SCAN_PY)
-                while p < stop:
-                    t = lst[p]
-                    if ok[p] and c_l[t] <= cc and m_l[t] <= mm:
-                        got = t
-                        break
-                    p += 1
+                stop = p + _SCAN_PY
+                if stop > end:
+                    stop = end
+                if lazy[side]:
+                    ok = alive_py[side]
+                    while p < stop:
+                        t = lst[p]
+                        if ok[p] and c_l[t] <= cc and m_l[t] <= mm:
+                            got = t
+                            break
+                        p += 1
+                else:
+                    while p < stop:
+                        t = lst[p]
+                        if c_l[t] <= cc and m_l[t] <= mm:
+                            got = t
+                            break
+                        p += 1
                 if got < 0 and p < end:
-                    fit = (cs[side][p:] <= cc) & (ms[side][p:] <= mm) & alive[side][p:]
+                    fit = (cs[side][p:] <= cc) & (ms[side][p:] <= mm)
+                    if lazy[side]:
+                        fit &= alive[side][p:]
                     k = int(fit.argmax())
                     if fit[k]:
                         p += k
@@ -149,21 +164,28 @@ def pack(
             if got < 0:
                 break
             hosts[got] = j
-            alive[side][p] = False
-            alive_py[side][p] = 0
-            dead[side] += 1
+            if lazy[side]:
+                alive[side][p] = False
+                alive_py[side][p] = 0
+                dead[side] += 1
+            placed[side] += 1
             cc -= c_l[got]
             mm -= m_l[got]
             left -= 1
         for sd in (0, 1):
-            if dead[sd] > 0 and (dead[sd] * 2 > len(py[sd]) or len(py[sd]) <= _COMPACT_ALWAYS):
-                keep = alive[sd]
+            if not placed[sd]:
+                continue
+            placed[sd] = 0
+            if not lazy[sd] or dead[sd] * 2 > len(py[sd]):
+                keep = hosts[idx[sd]] < 0
                 idx[sd] = idx[sd][keep]
                 cs[sd] = cs[sd][keep]
                 ms[sd] = ms[sd][keep]
                 py[sd] = idx[sd].tolist()
-                alive[sd] = np.ones(idx[sd].size, dtype=bool)
-                alive_py[sd] = bytearray(b"\x01") * idx[sd].size
+                lazy[sd] = idx[sd].size > _COMPACT_ALWAYS
+                size = idx[sd].size if lazy[sd] else 0
+                alive[sd] = np.ones(size, dtype=bool)
+                alive_py[sd] = bytearray(b"\x01") * size
                 dead[sd] = 0
                 head[sd] = 0
             else:
