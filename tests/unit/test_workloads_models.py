@@ -410,3 +410,28 @@ def test_stats_entry_point(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert "mean_procs" in out and "MEASY target" in out and "offered_load" in out
     assert stats_main(["--trace", str(tmp_path / "missing.swf")]) == 2
     assert "error: trace-format:" in capsys.readouterr().err
+
+
+def test_default_max_estimate_covers_small_samples() -> None:
+    """Regression: with the longest run time rounded up to an hour as the maximal estimate, TModel
+    cannot cover feitelson96's 12 jobs of seed 2 (too few long estimates); the default now searches
+    the smallest whole hour that works with the histogram the model will draw."""
+    import numpy as np
+
+    from vmctl.errors import OutOfRange
+    from vmctl.sim.workloads.registry import MODELS, generate_model
+    from vmctl.sim.workloads.tsafrir05 import default_max_estimate, feasible_max_estimate, tmodel_estimates
+
+    run = MODELS["feitelson96"](12, 12, 2).run_time
+    with pytest.raises(OutOfRange, match="too small for these run times"):
+        tmodel_estimates(run, default_max_estimate(run), np.random.default_rng([2, 1]))
+    m = feasible_max_estimate(run, np.random.default_rng([2, 1]))
+    assert m > default_max_estimate(run) and m % 3600 == 0
+    w = generate_model("feitelson96", 12, 12, 2)
+    assert f"maximal estimate {m} s, 0 run times truncated" in w.header["Estimates"]
+    assert all(j.estimate >= j.run_time for j in w.jobs)
+    for seed in range(12):  # small samples of every model
+        for n in (3, 12, 30):
+            for name in MODELS:
+                jobs = generate_model(name, n, 16, seed).jobs
+                assert all(j.estimate >= j.run_time for j in jobs)

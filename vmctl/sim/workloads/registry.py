@@ -18,7 +18,7 @@ from vmctl.errors import OutOfRange
 from vmctl.sim.workloads import feitelson96, jann97, lublin99
 from vmctl.sim.workloads.core import JobArrays, Workload
 from vmctl.sim.workloads.load import load_factor
-from vmctl.sim.workloads.tsafrir05 import default_max_estimate, tmodel_estimates
+from vmctl.sim.workloads.tsafrir05 import feasible_max_estimate, tmodel_estimates
 from vmctl.sim.workloads.usage import USAGE_MODES, usage_tuples
 
 MODELS: dict[str, Callable[[int, int, int], JobArrays]] = {
@@ -46,7 +46,8 @@ def generate_model(
 ) -> Workload:
     """A complete model workload: ``n_jobs`` jobs of model ``name`` (feitelson96 | jann97 | lublin99)
     for ``procs`` processors, with TModel estimates (maximal estimate ``max_estimate`` seconds,
-    default: the longest run time rounded up to an hour), offered load ``load`` if given (else the
+    default: the smallest whole hour >= the longest run time with which TModel can give every job
+    an estimate >= its run time, see ``tsafrir05.feasible_max_estimate``), offered load ``load`` if given (else the
     model's own) and CPU usage mode ``usage`` (paper | full)."""
     if name not in MODELS:
         raise OutOfRange(what="workload model", value=name, allowed=" | ".join(MODELS))
@@ -58,8 +59,9 @@ def generate_model(
     submit, run = base.submit, base.run_time
     estimate = run
     if len(base):
-        m = max_estimate if max_estimate is not None else default_max_estimate(run)
-        estimate, run, truncated = tmodel_estimates(run, m, np.random.default_rng([seed, 1]))
+        rng = np.random.default_rng([seed, 1])
+        m = max_estimate if max_estimate is not None else feasible_max_estimate(run, rng)
+        estimate, run, truncated = tmodel_estimates(run, m, rng)
         header["Estimates"] = f"tsafrir05, maximal estimate {m} s, {truncated} run times truncated to it"
     if load is not None:
         factor = load_factor(submit, run, base.procs, procs, load)

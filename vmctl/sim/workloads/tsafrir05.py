@@ -41,6 +41,7 @@ no job); M = 3600 s gets about 21.7 % of the jobs, i.e. 4 of them, the rest shar
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Sequence
@@ -255,3 +256,34 @@ def default_max_estimate(run_times: Sequence[float] | FloatArray) -> int:
     up to a whole hour (at least 1 h), so that no run time is truncated."""
     longest = float(np.max(run_times)) if len(run_times) else 0.0
     return max(HOUR, math.ceil(longest / HOUR) * HOUR)
+
+
+def _feasible(run_times: FloatArray, max_estimate: int, rng: np.random.Generator) -> bool:
+    """Whether the histogram drawn from ``rng`` (a copy: the caller's stream does not move) gives
+    the j-th longest run time an estimate at least as long, for every j (step 6's precondition)."""
+    hist = estimate_histogram(len(run_times), max_estimate, copy.deepcopy(rng))
+    ests = np.sort(np.repeat(np.array(list(hist), dtype=np.float64), list(hist.values())))[::-1]
+    sr = np.sort(np.minimum(run_times, float(max_estimate)))[::-1]
+    return bool(np.all(sr <= ests))
+
+
+def feasible_max_estimate(run_times: Sequence[float] | FloatArray, rng: np.random.Generator,
+                          max_steps: int = 400) -> int:
+    """The default maximal estimate: the smallest whole hour, at least the longest run time (no run
+    time is truncated), for which the model can give every job an estimate >= its run time with the
+    histogram that ``rng`` will draw (``tmodel_estimates(run_times, M, rng)`` then cannot fail).
+
+    :func:`default_max_estimate` alone is not enough: with few jobs the histogram may hold fewer long
+    estimates than there are long run times (e.g. two jobs of 50 min but one estimate above 30 min).
+    Candidates go up one hour at a time for a day, then by a quarter each step."""
+    run = np.asarray(run_times, dtype=np.float64)
+    m = default_max_estimate(run)
+    if len(run) == 0:
+        return m
+    for step in range(max_steps):
+        if _feasible(run, m, rng):
+            return m
+        m = m + HOUR if step < 24 else math.ceil(m * 1.25 / HOUR) * HOUR
+    raise OutOfRange(what="max_estimate", value=m,
+                     allowed=f"a maximal estimate for which TModel can cover these run times (none found in "
+                     f"{max_steps} steps from {default_max_estimate(run)} s)")
