@@ -72,3 +72,15 @@ class ScaledClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds / self.factor)
+
+
+def accelerated_clock(speed: float, epoch: float | None = None) -> Clock:
+    """A clock for ``clock: {speed: N, epoch: T}`` in the daemon's and the agents' configs: model
+    time equals wall time at the wall-clock instant ``epoch`` (default: now) and runs ``speed`` times
+    faster from there. Processes given the same ``speed`` and ``epoch`` agree on the time (as far as
+    their wall clocks agree). ``speed == 1`` without an epoch is the plain ``SystemClock``."""
+    if speed == 1.0 and epoch is None:
+        return SystemClock()
+    now = time.time()
+    e = now if epoch is None else float(epoch)
+    return ScaledClock(speed, origin=e + (now - e) * speed)

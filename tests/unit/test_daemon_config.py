@@ -58,3 +58,31 @@ def test_vmctld_check_cli(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "config-invalid" in r.stderr and "api.port" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_clock_section_accelerates_the_daemon() -> None:
+    from vmctl.clock import ScaledClock, SystemClock, accelerated_clock
+    from vmctl.daemon.config import parse_config
+
+    cfg = parse_config("clock: {speed: 50, epoch: 1000}\n")
+    assert (cfg.clock_speed, cfg.clock_epoch) == (50.0, 1000.0)
+    assert parse_config("{}").clock_speed == 1.0 and parse_config("{}").clock_epoch is None
+    with pytest.raises(ConfigError, match=r"clock\.speed"):
+        parse_config("clock: {speed: 0}\n")
+    with pytest.raises(ConfigError, match=r"clock\.tempo"):
+        parse_config("clock: {tempo: 3}\n")
+    assert isinstance(accelerated_clock(1.0), SystemClock)
+    import time
+
+    a, b = accelerated_clock(50.0, time.time() - 10), accelerated_clock(50.0, time.time() - 10)
+    assert isinstance(a, ScaledClock)
+    # two processes with the same epoch agree; 10 real seconds after the epoch are 500 model seconds
+    assert abs(a.now() - b.now()) < 1.0 and abs(a.now() - (time.time() + 490)) < 2.0
+
+
+def test_daemon_watchdog_health() -> None:
+    from vmctl.daemon.main import daemon_healthy, watchdog_limit
+
+    limit = watchdog_limit(0.5)
+    assert daemon_healthy(100.0, limit, now=100.0 + limit - 0.1)
+    assert not daemon_healthy(100.0, limit, now=100.0 + limit + 0.1)

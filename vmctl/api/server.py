@@ -630,7 +630,7 @@ class DaemonServer:
             self._wake.clear()
             # bursts of events (many submissions) are decided together: at most one decision per
             # loop.min_interval_s while events keep coming
-            gap = d.last_decide_at + self.config.min_interval_s - d.clock.now()
+            gap = (d.last_decide_at - d.clock.now()) / d.speed + self.config.min_interval_s  # real seconds
             if d.dirty and 0 < gap <= self.config.min_interval_s:
                 await asyncio.sleep(gap)
             nxt: float | None = None
@@ -647,7 +647,7 @@ class DaemonServer:
             if d.dirty:
                 await asyncio.sleep(0)
                 continue
-            delay = self.config.tick_s if nxt is None else max(0.0, nxt - d.clock.now())
+            delay = self.config.tick_s if nxt is None else max(0.0, (nxt - d.clock.now()) / d.speed)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.001, delay))
 

@@ -48,6 +48,8 @@ class DaemonConfig:
     checkpoint_dir: str = "/var/lib/vmctl/checkpoints"
     migration: MigrationLimits = field(default_factory=MigrationLimits)
     log_level: str = "info"
+    clock_speed: float = 1.0  # clock: {speed}: model seconds per real second (accelerated demos)
+    clock_epoch: float | None = None  # clock: {epoch}: wall time where model time = wall time
 
     @property
     def ca_pem_path(self) -> Path:
@@ -125,6 +127,10 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
         timeout_s=mig.number("timeout_s", 600.0, lo=1),
     )
     mig.finish()
+    clk = top.section("clock")
+    clock_speed = clk.number("speed", 1.0, lo=0.001, hi=1e6)
+    clock_epoch = clk.number("epoch", 0.0, lo=0) if clk.has("epoch") else None
+    clk.finish()
     log_level = top.choice("log_level", ("debug", "info", "warning", "error"), d.log_level)
     top.finish()
     if pol_explicit or params:
@@ -143,4 +149,5 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
         tick_s=tick, min_interval_s=min_interval, node_timeout_s=node_timeout,
         kill_at_estimate=kill_at, estimate_grace_s=grace, lease_ttl_s=ttl, holder=holder, fg_weight=fg_w,
         bg_weight=bg_w, vm_memory_mib=mem, checkpoint_dir=ckpt, migration=limits, log_level=log_level,
+        clock_speed=clock_speed, clock_epoch=clock_epoch,
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -55,6 +56,12 @@ class Daemon:
         self.config = config
         self.store = store
         self.clock = clock or SystemClock()
+        # model seconds per real second (an accelerated ScaledClock); operational periods in the config
+        # (tick, node timeout, migration timeout) are real seconds and are scaled by this
+        self.speed = float(getattr(self.clock, "factor", 1.0))
+        # the lease is operational: real time under an accelerated clock
+        self.lease_clock: Clock = SystemClock() if self.speed != 1.0 else self.clock
+        self.last_pass = time.monotonic()  # real time of the last decision-loop pass (the watchdog's health)
         self.state = ClusterState(settings=DesiredSettings(
             fg_weight=config.fg_weight, bg_weight=config.bg_weight, memory_mib=config.vm_memory_mib,
             checkpoint_dir=config.checkpoint_dir))
@@ -102,8 +109,7 @@ class Daemon:
         return self.try_lead()
 
     def try_lead(self) -> bool:
-        now = self.clock.now()
-        epoch = self.store.acquire_lease(self.config.holder, self.config.lease_ttl_s, now)
+        epoch = self.store.acquire_lease(self.config.holder, self.config.lease_ttl_s, self.lease_clock.now())
         if epoch is None:
             self.leader = False
             return False
@@ -118,7 +124,7 @@ class Daemon:
         if not self.leader:
             return
         try:
-            self.store.renew_lease(self.config.holder, self.epoch, self.config.lease_ttl_s, self.clock.now())
+            self.store.renew_lease(self.config.holder, self.epoch, self.config.lease_ttl_s, self.lease_clock.now())
         except LeaseLost:
             self.step_down()
             raise
@@ -442,7 +448,7 @@ class Daemon:
     def housekeeping(self, now: float, ch: Changes) -> None:
         st = self.state
         for n in st.nodes.values():
-            if n.state in ("ready", "draining") and now - n.last_seen > self.config.node_timeout_s:
+            if n.state in ("ready", "draining") and now - n.last_seen > self.config.node_timeout_s * self.speed:
                 n.state = "lost"
                 ch.nodes[n.name] = n
                 ch.events.append(f"node {n.name} lost")
@@ -461,7 +467,7 @@ class Daemon:
                 n.state = "drained"
                 ch.nodes[n.name] = n
         for op in [o for o in st.ops.values() if o.state == "pending" and o.kind == "migrate"]:
-            if now - op.created > self.config.migration.timeout_s:
+            if now - op.created > self.config.migration.timeout_s * self.speed:
                 mj = st.jobs.get(op.job_id)
                 if mj is not None:
                     self.actuator.rollback_migration(op, mj, now, ch, "timed out")
@@ -474,6 +480,7 @@ class Daemon:
     def run_once(self) -> float | None:
         """One pass: housekeeping, then (if anything happened or a wake time passed) one decision.
         Returns when the daemon wants the next pass at the latest."""
+        self.last_pass = time.monotonic()
         if not self.leader:
             return None
         now = self.clock.now()
@@ -483,10 +490,10 @@ class Daemon:
             self.commit(ch)
             self.dirty = True
         due = self.wake_at is not None and now >= self.wake_at
-        tick = now >= self.last_decide_at + self.config.tick_s
+        tick = now >= self.last_decide_at + self.config.tick_s * self.speed
         if self.dirty or due or tick:
             self.decide(now)
-        nxt = self.last_decide_at + self.config.tick_s
+        nxt = self.last_decide_at + self.config.tick_s * self.speed
         if self.wake_at is not None:
             nxt = min(nxt, self.wake_at)
         return nxt
