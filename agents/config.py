@@ -25,6 +25,9 @@ class BackendConfig:
     uri: str = ""  # libvirt connection URI; mock: fabric URI (default mock://<node>)
     cores: int = 2  # mock: cores of the simulated host
     memory_mib: int = 16384  # mock: memory of the simulated host
+    fabric_dir: str = ""  # mock: shared directory through which agent processes migrate VMs; "" = none
+    migration_seconds: float = 1.0  # mock: length of a live migration (clock seconds)
+    poll_seconds: float = 0.2  # mock: settle the model this often (real s) and wake the agent; 0 = off
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,8 @@ class AgentConfig:
     metrics_listen: str = ""  # host:port of the Prometheus endpoint; "" = none
     checkpoint_transfer: str = "shared"  # shared | sftp
     checkpoint_hosts: dict[str, str] = field(default_factory=dict)  # sftp: node -> host address
+    clock_speed: float = 1.0  # clock: {speed}: model seconds per real second (mock backend only)
+    clock_epoch: float | None = None  # clock: {epoch}: wall time where model time = wall time
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:
@@ -112,10 +117,27 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
     b = top.section("backend")
     kind = b.choice("kind", BACKENDS, "mock")
     backend = BackendConfig(kind=kind, uri=b.get("uri", str, ""), cores=b.integer("cores", 2, lo=1, hi=4096),
-                            memory_mib=b.integer("memory_mib", 16384, lo=1))
+                            memory_mib=b.integer("memory_mib", 16384, lo=1),
+                            fabric_dir=b.get("fabric_dir", str, ""),
+                            migration_seconds=b.number("migration_seconds", 1.0, lo=0.0, hi=86400),
+                            poll_seconds=b.number("poll_seconds", 0.2, lo=0.0, hi=3600))
     if kind == "libvirt" and not backend.uri:
         raise b.error("uri", "is required for the libvirt backend (e.g. qemu:///system)")
+    if kind != "mock":
+        for key in ("fabric_dir", "migration_seconds", "poll_seconds"):
+            if b.has(key):
+                raise b.error(key, f"applies to the mock backend only (backend.kind is {kind})")
+    if backend.fabric_dir and not backend.fabric_dir.startswith("/"):
+        raise b.error("fabric_dir", f"must be an absolute path, got {backend.fabric_dir!r}")
     b.finish()
+
+    clk = top.section("clock")
+    clock_speed = clk.number("speed", 1.0, lo=0.001, hi=1e6)
+    clock_epoch = clk.number("epoch", 0.0, lo=0) if clk.has("epoch") else None
+    if kind != "mock" and (clock_speed != 1.0 or clock_epoch is not None):
+        raise clk.error("speed", f"an accelerated clock needs the mock backend (real guests run in real time; "
+                        f"backend.kind is {kind})")
+    clk.finish()
 
     lay = top.section("layout")
     cores: tuple[int, ...] | None = None
@@ -223,4 +245,5 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
     return AgentConfig(path=path, node=node, backend=backend, layout=layout, desired_file=desired_file,
                        report_file=report_file, reconcile=reconcile, peers=peers, migrate_uris=migrate_uris,
                        ssh=ssh, log_level=log_level, daemon=daemon, metrics_listen=metrics_listen,
-                       checkpoint_transfer=checkpoint_transfer, checkpoint_hosts=checkpoint_hosts)
+                       checkpoint_transfer=checkpoint_transfer, checkpoint_hosts=checkpoint_hosts,
+                       clock_speed=clock_speed, clock_epoch=clock_epoch)

@@ -31,7 +31,7 @@ from vmctl.agents.config import AgentConfig, load_agent_config
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter, observed_to_dict
-from vmctl.clock import SystemClock
+from vmctl.clock import Clock, SystemClock, accelerated_clock
 from vmctl.errors import ConfigError, HypervisorUnavailable, VmctlError
 from vmctl.model import NodeObserved
 
@@ -79,8 +79,9 @@ def _http_endpoint(cfg: AgentConfig) -> Any:
 def make_backend(cfg: AgentConfig) -> HypervisorBackend:
     b = cfg.backend
     if b.kind == "mock":
-        return MockBackend(hostname=cfg.node, cores=b.cores, memory_mib=b.memory_mib, clock=SystemClock(),
-                           uri=b.uri or None)
+        return MockBackend(hostname=cfg.node, cores=b.cores, memory_mib=b.memory_mib, clock=agent_clock(cfg),
+                           uri=b.uri or None, fabric_dir=b.fabric_dir or None, migration_seconds=b.migration_seconds,
+                           poll_seconds=b.poll_seconds or None)
     try:
         module = importlib.import_module("vmctl.agents.backends.libvirt")
     except ImportError as exc:
@@ -92,6 +93,11 @@ def make_backend(cfg: AgentConfig) -> HypervisorBackend:
     backend = factory(uri=b.uri)
     assert isinstance(backend, HypervisorBackend)
     return backend
+
+
+def agent_clock(cfg: AgentConfig) -> Clock:
+    """The agent's clock (``clock: {speed, epoch}``; the mock's processes run in its time)."""
+    return accelerated_clock(cfg.clock_speed, cfg.clock_epoch)
 
 
 def _ssh_settings(cfg: AgentConfig) -> Any:
@@ -171,7 +177,8 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
     if report_file:
         reporter = FileReporter(report_file) if reporter is None else _Both(reporter, FileReporter(report_file))
     rc = cfg.reconcile
-    reconciler = Reconciler(backend, layout, source, reporter, clock=SystemClock(), runner=make_runner(cfg, backend),
+    clock = backend.clock if isinstance(backend, MockBackend) else SystemClock()  # CPU time and samples agree
+    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=make_runner(cfg, backend),
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
                             max_passes=rc.max_passes, transfer=make_transfer(cfg))

@@ -20,6 +20,18 @@ allocation. Two ``MockBackend`` objects that share a ``MockFabric`` can migrate 
 (live: the VM keeps running on the source for ``migration_seconds`` and then moves with its process;
 or by checkpoint file and restore). Checkpoints are small JSON files holding the VM's state.
 
+Between processes (one agent per mock host, as in ``vmctl demo``) the fabric is a shared directory,
+``fabric_dir``: every backend owns an inbox ``<fabric_dir>/<uri as a file name>/``. A live migration
+to a host that is not in this process runs on the source for ``migration_seconds`` and then hands
+off: the source writes the VM's state (spec, pinning, weight, cap, CPU time, job process progress)
+atomically to ``<target inbox>/<vm>.json`` and freezes the VM (still MIGRATING). The target picks it
+up on its next call (or poll, ``poll_seconds``): it claims the file by renaming it and adopts the VM,
+running; or, if it already has a live VM of that name or cannot read the file, it answers with
+``<vm>.rejected`` (the reason) and deletes the offer. The source then sees the offer gone: COMPLETED
+(VM removed here) or, with a ``.rejected`` answer, FAILED (the VM runs on here). ``abort_migration``
+deletes an unclaimed offer; a claimed one completes. With ``poll_seconds`` a thread settles the
+model that often and emits events for arrivals, hand-offs and process exits, so agents wake at once.
+
 Faults: ``Fault(operation, vm_glob, times, error)`` makes the next ``times`` matching calls raise
 (``times=None``: every call). ``operation`` is a method name (``"list_vms"``, ``"start"``, ...) or
 ``"*"``. The journal records every state-changing call (not reads) with its time and result.
@@ -27,6 +39,7 @@ Faults: ``Fault(operation, vm_glob, times, error)`` makes the next ``times`` mat
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import math
@@ -104,12 +117,14 @@ class _Process:
 @dataclass
 class _Migration:
     name: str
-    target: MockBackend
+    target: MockBackend | None  # None: a host in another process, reached through the fabric directory
     started: float
     duration: float
     state: MigrationState = MigrationState.RUNNING
     error: str = ""
     finished: float | None = None
+    target_uri: str = ""
+    offer: Path | None = None  # remote: the state file handed to the target (written at the hand-off)
 
 
 @dataclass
@@ -123,9 +138,10 @@ class _Vm:
     alloc: float = 0.0
     process: _Process | None = None
     saved_to: str | None = None
+    frozen: bool = False  # handed off to a remote target: no longer runs here
 
     def demand(self) -> float:
-        if self.power not in (PowerState.RUNNING, PowerState.MIGRATING):
+        if self.power not in (PowerState.RUNNING, PowerState.MIGRATING) or self.frozen:
             return 0.0
         p = self.process
         if p is None or p.exit_code is not None:
@@ -202,6 +218,8 @@ class MockBackend(HypervisorBackend):
         uri: str | None = None,
         migration_seconds: float = 1.0,
         capabilities: Iterable[Capability] | None = None,
+        fabric_dir: str | os.PathLike[str] | None = None,
+        poll_seconds: float | None = None,
     ) -> None:
         if cores <= 0:
             raise OutOfRange(what="cores", value=cores, allowed="> 0")
@@ -222,8 +240,24 @@ class MockBackend(HypervisorBackend):
         self._t = self.clock.now()
         self._dirty = True
         self._closed = False
+        self._exits = 0  # process exits so far (the poll thread turns new ones into events)
         if fabric is not None:
             fabric.attach(self)
+        self.fabric_dir = Path(fabric_dir) if fabric_dir is not None else None
+        self.inbox: Path | None = None
+        if self.fabric_dir is not None:
+            self.inbox = self.fabric_dir / inbox_name(self.uri)
+            try:
+                self.inbox.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise HypervisorError(backend=self.name, operation="connect",
+                                      problem=f"cannot create the fabric inbox {self.inbox}: {exc}") from exc
+        self._poll_stop = threading.Event()
+        self._poller: threading.Thread | None = None
+        if poll_seconds is not None and poll_seconds > 0:
+            self._poller = threading.Thread(target=self._poll, args=(poll_seconds,), name=f"mock-{hostname}-poll",
+                                            daemon=True)
+            self._poller.start()
 
     # ------------------------------------------------------------------ helpers
 
@@ -265,6 +299,8 @@ class MockBackend(HypervisorBackend):
             b._advance(now)
         for b in peers:
             b._finish_migrations(now)
+        if self.inbox is not None:
+            self._receive(now)
 
     def _finish_migrations(self, now: float) -> None:
         with self._lock:
@@ -276,6 +312,9 @@ class MockBackend(HypervisorBackend):
                     mig.state, mig.error = MigrationState.FAILED, "VM vanished"
                     continue
                 target = mig.target
+                if target is None:
+                    self._remote_step(mig, vm, now)
+                    continue
                 with target._lock:
                     target._advance(now)
                     if mig.name in target._vms:
@@ -295,6 +334,122 @@ class MockBackend(HypervisorBackend):
                 target._log("migration_arrived", mig.name, self.uri)
                 target._emit(mig.name, "started", f"migrated from {self.uri}")
                 target._invalidate()
+
+    # ------------------------------------------------------------------ the fabric directory
+
+    def _remote_step(self, mig: _Migration, vm: _Vm, now: float) -> None:
+        """A migration to another process: hand the VM off once its time is up, then wait for the
+        target's answer (offer claimed: completed; ``.rejected``: failed)."""
+        assert self.fabric_dir is not None
+        target_dir = self.fabric_dir / inbox_name(mig.target_uri)
+        if mig.offer is None:
+            offer = target_dir / f"{mig.name}.json"
+            try:
+                _write_json(offer, {**_vm_state(vm, self.hostname, now),
+                                    "migration": {"from": self.uri, "to": mig.target_uri, "time": now}})
+            except OSError as exc:
+                mig.state, mig.error, mig.finished = MigrationState.FAILED, f"cannot hand off to {offer}: {exc}", now
+                vm.power = PowerState.RUNNING
+                self._invalidate()
+                self._log("migration_failed", mig.name, mig.error, ok=False)
+                self._emit(mig.name, "migration_failed", mig.error)
+                return
+            mig.offer = offer
+            vm.frozen = True
+            self._invalidate()
+            self._log("migration_handoff", mig.name, str(offer))
+            return
+        if mig.offer.exists():
+            return  # not picked up yet
+        rejected = mig.offer.with_suffix(".rejected")
+        if rejected.exists():
+            try:
+                why = rejected.read_text(encoding="utf-8").strip() or "rejected"
+                rejected.unlink()
+            except OSError as exc:
+                why = f"rejected (unreadable answer: {exc})"
+            mig.state, mig.error, mig.finished = MigrationState.FAILED, f"{mig.target_uri}: {why}", now
+            vm.frozen = False
+            vm.power = PowerState.RUNNING
+            self._invalidate()
+            self._log("migration_failed", mig.name, mig.error, ok=False)
+            self._emit(mig.name, "migration_failed", mig.error)
+            return
+        del self._vms[mig.name]
+        mig.state, mig.finished = MigrationState.COMPLETED, now
+        self._invalidate()
+        self._log("migration_completed", mig.name, mig.target_uri)
+        self._emit(mig.name, "migrated", f"to {mig.target_uri}")
+
+    def _receive(self, now: float) -> None:
+        """Adopt the VMs other processes handed to this host (see the module docstring)."""
+        assert self.inbox is not None
+        try:
+            offers = sorted(self.inbox.glob("*.json"))
+        except OSError:
+            return
+        for offer in offers:
+            name = offer.stem
+            with self._lock:
+                try:
+                    state = json.loads(offer.read_text(encoding="utf-8"))
+                    vm = _vm_from_state(state, str(offer))
+                except FileNotFoundError:
+                    continue  # withdrawn (aborted) meanwhile
+                except (OSError, ValueError, HypervisorError) as exc:
+                    self._reject(offer, f"cannot read the migration state: {exc}")
+                    continue
+                existing = self._vms.get(name)
+                if vm.spec.name != name:
+                    self._reject(offer, f"the offer holds VM {vm.spec.name!r}, not {name!r}")
+                    continue
+                if existing is not None and existing.power in (PowerState.RUNNING, PowerState.PAUSED,
+                                                               PowerState.MIGRATING):
+                    self._reject(offer, f"{self.hostname} already has a {existing.power.value} VM {name}")
+                    continue
+                claimed = offer.with_name(f"{offer.name}.claimed-{os.getpid()}")
+                try:
+                    os.rename(offer, claimed)
+                except FileNotFoundError:
+                    continue  # the source aborted first
+                except OSError as exc:
+                    self._log("migration_arrived", name, f"cannot claim {offer}: {exc}", ok=False)
+                    continue
+                with contextlib.suppress(OSError):
+                    claimed.unlink()
+                self._advance(now)
+                if vm.pinned is not None and max(vm.pinned) >= self.cores:
+                    vm.pinned = None
+                vm.power = PowerState.RUNNING
+                self._vms[name] = vm
+                self._invalidate()
+                source = str(state.get("migration", {}).get("from", "?"))
+                self._log("migration_arrived", name, source)
+            self._emit(name, "started", f"migrated from {source}")
+
+    def _reject(self, offer: Path, why: str) -> None:
+        try:
+            _write_text(offer.with_suffix(".rejected"), why)
+            offer.unlink()
+        except FileNotFoundError:  # the source withdrew the offer meanwhile: no answer needed
+            with contextlib.suppress(OSError):
+                offer.with_suffix(".rejected").unlink()
+            return
+        except OSError:
+            return
+        self._log("migration_rejected", offer.stem, why, ok=False)
+
+    def _poll(self, seconds: float) -> None:
+        seen = (0, 0)
+        while not self._poll_stop.wait(seconds):
+            with self._lock:
+                if self._closed:
+                    continue
+                self._settle()
+                now_seen = (self._exits, len(self._migrations))
+            if now_seen[0] > seen[0]:
+                self._emit("", "process_exited")
+            seen = now_seen
 
     def _invalidate(self) -> None:
         self._dirty = True
@@ -355,6 +510,7 @@ class MockBackend(HypervisorBackend):
                     if p is not None and p.exit_code is None and p.done >= p.spec.work_seconds - 1e-7:
                         p.done = p.spec.work_seconds
                         p.exit_code = 0
+                        self._exits += 1
                         self._dirty = True
                         self._log("process_exited", name, f"{p.spec.job_id}[{p.spec.index}] status 0")
                 if step <= 0.0:  # a zero-work process just ended; loop again with new rates
@@ -518,30 +674,10 @@ class MockBackend(HypervisorBackend):
             vm = self._vm(name)
             if vm.power not in (PowerState.RUNNING, PowerState.PAUSED):
                 raise VmStateError(backend=self.name, name=name, state=vm.power.value, operation="checkpoint")
-            state: dict[str, Any] = {
-                "format": CHECKPOINT_FORMAT,
-                "host": self.hostname,
-                "time": self._t,
-                "spec": {"name": vm.spec.name, "vcpus": vm.spec.vcpus, "memory_mib": vm.spec.memory_mib,
-                         "image": vm.spec.image, "metadata": dict(vm.spec.metadata)},
-                "paused": vm.power is PowerState.PAUSED,
-                "pinned": list(vm.pinned) if vm.pinned is not None else None,
-                "weight": vm.weight,
-                "cap": vm.cap,
-                "cpu_time": vm.cpu_time,
-                "process": None if vm.process is None else {
-                    "job_id": vm.process.spec.job_id, "index": vm.process.spec.index,
-                    "command": vm.process.spec.command, "work_seconds": vm.process.spec.work_seconds,
-                    "cpu_usage": vm.process.spec.cpu_usage, "done": vm.process.done,
-                    "exit_code": vm.process.exit_code,
-                },
-            }
-            tmp = f"{path}.tmp{os.getpid()}"
+            state = _vm_state(vm, self.hostname, self._t)
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-                with open(tmp, "w", encoding="utf-8") as fh:
-                    json.dump(state, fh, indent=1)
-                os.replace(tmp, path)
+                _write_json(Path(path), state)
             except OSError as exc:
                 raise HypervisorError(backend=self.name, operation="checkpoint",
                                       problem=f"cannot write {path}: {exc}") from exc
@@ -563,24 +699,8 @@ class MockBackend(HypervisorBackend):
             except (OSError, ValueError) as exc:
                 raise HypervisorError(backend=self.name, operation="restore",
                                       problem=f"cannot read checkpoint {path}: {exc}") from exc
-            try:
-                if state.get("format") != CHECKPOINT_FORMAT:
-                    raise ValueError(f"format {state.get('format')!r} is not {CHECKPOINT_FORMAT}")
-                s = state["spec"]
-                spec = VmSpec(name=str(s["name"]), vcpus=int(s["vcpus"]), memory_mib=int(s["memory_mib"]),
-                              image=s["image"], metadata={str(k): str(v) for k, v in s["metadata"].items()})
-                pinned = tuple(int(c) for c in state["pinned"]) if state["pinned"] is not None else None
-                proc = state["process"]
-                process = None if proc is None else _Process(
-                    spec=ProcessSpec(job_id=str(proc["job_id"]), index=int(proc["index"]),
-                                     command=str(proc["command"]), work_seconds=float(proc["work_seconds"]),
-                                     cpu_usage=float(proc["cpu_usage"])),
-                    done=float(proc["done"]), exit_code=proc["exit_code"])
-                weight, cap, cpu_time = int(state["weight"]), state["cap"], float(state["cpu_time"])
-                paused = bool(state["paused"])
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise HypervisorError(backend=self.name, operation="restore",
-                                      problem=f"{path} is not a mock checkpoint: {exc}") from exc
+            restored = _vm_from_state(state, path)
+            spec, pinned = restored.spec, restored.pinned
             existing = self._vms.get(spec.name)
             if existing is not None and existing.power in (PowerState.RUNNING, PowerState.PAUSED,
                                                            PowerState.MIGRATING):
@@ -588,9 +708,8 @@ class MockBackend(HypervisorBackend):
                                    operation=f"restore from {path}")
             if pinned is not None and max(pinned) >= self.cores:
                 pinned = None
-            self._vms[spec.name] = _Vm(
-                spec=spec, power=PowerState.PAUSED if paused else PowerState.RUNNING, pinned=pinned,
-                weight=weight, cap=None if cap is None else float(cap), cpu_time=cpu_time, process=process)
+            restored.pinned = pinned
+            self._vms[spec.name] = restored
             self._invalidate()
             self._log("restore", spec.name, path)
         self._emit(spec.name, "restored", path)
@@ -603,25 +722,35 @@ class MockBackend(HypervisorBackend):
             vm = self._vm(name)
             mig = self._migrations.get(name)
             if mig is not None and mig.state is MigrationState.RUNNING:
-                if mig.target.uri == dest_uri:
+                if mig.target_uri == dest_uri:
                     return
                 raise VmStateError(backend=self.name, name=name, state="migrating",
                                    operation=f"migrate to {dest_uri}")
             if vm.power is not PowerState.RUNNING:
                 raise VmStateError(backend=self.name, name=name, state=vm.power.value, operation="migrate")
             target = self.fabric.lookup(dest_uri) if self.fabric is not None else None
-            if target is None:
-                raise MigrationError(backend=self.name, name=name, target=dest_uri,
-                                     problem="no such host on the mock fabric")
-            if target is self:
+            if dest_uri == self.uri or target is self:
                 raise MigrationError(backend=self.name, name=name, target=dest_uri,
                                      problem="source and destination are the same host")
-            if name in target._vms:
+            if target is None and self.fabric_dir is not None:
+                inbox = self.fabric_dir / inbox_name(dest_uri)
+                if not inbox.is_dir():
+                    raise MigrationError(backend=self.name, name=name, target=dest_uri,
+                                         problem=f"no such host on the mock fabric (no inbox {inbox})")
+                if (inbox / f"{name}.json").exists():
+                    raise MigrationError(backend=self.name, name=name, target=dest_uri,
+                                         problem="an offer of that VM is already waiting there")
+                with contextlib.suppress(FileNotFoundError):
+                    (inbox / f"{name}.rejected").unlink()  # a stale answer to an earlier offer
+            elif target is None:
+                raise MigrationError(backend=self.name, name=name, target=dest_uri,
+                                     problem="no such host on the mock fabric")
+            elif name in target._vms:
                 raise MigrationError(backend=self.name, name=name, target=dest_uri,
                                      problem="destination already has a VM of that name")
             vm.power = PowerState.MIGRATING
             self._migrations[name] = _Migration(name=name, target=target, started=self._t,
-                                                duration=self.migration_seconds)
+                                                duration=self.migration_seconds, target_uri=dest_uri)
             self._log("start_migration", name, dest_uri)
 
     def migration_status(self, name: str) -> MigrationStatus:
@@ -649,11 +778,23 @@ class MockBackend(HypervisorBackend):
                 raise VmStateError(backend=self.name, name=name, state="not migrating", operation="abort migration")
             if mig.state is not MigrationState.RUNNING:
                 return
+            if mig.offer is not None:
+                try:
+                    mig.offer.unlink()  # withdraw the offer; too late once the target claimed it
+                except FileNotFoundError:
+                    self._settle()
+                    self._log("abort_migration", name, "too late: the target answered", ok=False)
+                    return
+                except OSError as exc:
+                    raise HypervisorError(backend=self.name, operation="abort_migration",
+                                          problem=f"cannot withdraw {mig.offer}: {exc}") from exc
             mig.state = MigrationState.ABORTED
             mig.finished = self._t
             vm = self._vms.get(name)
             if vm is not None:
                 vm.power = PowerState.RUNNING
+                vm.frozen = False
+                self._invalidate()
             self._log("abort_migration", name)
 
     def subscribe(self, callback: EventCallback) -> None:
@@ -662,9 +803,12 @@ class MockBackend(HypervisorBackend):
             self._callbacks.append(callback)
 
     def close(self) -> None:
+        self._poll_stop.set()
         with self._lock:
             self._closed = True
             self._callbacks.clear()
+        if self._poller is not None and self._poller is not threading.current_thread():
+            self._poller.join(timeout=5)
 
     def reopen(self) -> None:
         """Reconnect after ``close`` (the VMs were never gone: a hypervisor outlives its clients)."""
@@ -727,6 +871,74 @@ class MockBackend(HypervisorBackend):
         return [e for e in self.journal if (not ops or e.operation in ops) and (e.ok or not ok_only)]
 
 
+def inbox_name(uri: str) -> str:
+    """The fabric-directory inbox of a host URI (``mock://node2`` -> ``mock_node2``)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uri.replace("://", "_")) or "_"
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Atomically: a temporary file in the same directory, then rename."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _write_json(path: Path, state: dict[str, Any]) -> None:
+    _write_text(path, json.dumps(state, indent=1))
+
+
+def _vm_state(vm: _Vm, host: str, t: float) -> dict[str, Any]:
+    """The VM as a checkpoint (also the migration hand-off's payload)."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "host": host,
+        "time": t,
+        "spec": {"name": vm.spec.name, "vcpus": vm.spec.vcpus, "memory_mib": vm.spec.memory_mib,
+                 "image": vm.spec.image, "metadata": dict(vm.spec.metadata)},
+        "paused": vm.power is PowerState.PAUSED,
+        "pinned": list(vm.pinned) if vm.pinned is not None else None,
+        "weight": vm.weight,
+        "cap": vm.cap,
+        "cpu_time": vm.cpu_time,
+        "process": None if vm.process is None else {
+            "job_id": vm.process.spec.job_id, "index": vm.process.spec.index,
+            "command": vm.process.spec.command, "work_seconds": vm.process.spec.work_seconds,
+            "cpu_usage": vm.process.spec.cpu_usage, "done": vm.process.done,
+            "exit_code": vm.process.exit_code,
+        },
+    }
+
+
+def _vm_from_state(state: Any, where: str) -> _Vm:
+    """Parse :func:`_vm_state`'s output; HypervisorError naming ``where`` when it is not one."""
+    try:
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"format {state.get('format')!r} is not {CHECKPOINT_FORMAT}")
+        s = state["spec"]
+        spec = VmSpec(name=str(s["name"]), vcpus=int(s["vcpus"]), memory_mib=int(s["memory_mib"]),
+                      image=s["image"], metadata={str(k): str(v) for k, v in s["metadata"].items()})
+        pinned = tuple(int(c) for c in state["pinned"]) if state["pinned"] is not None else None
+        proc = state["process"]
+        process = None if proc is None else _Process(
+            spec=ProcessSpec(job_id=str(proc["job_id"]), index=int(proc["index"]),
+                             command=str(proc["command"]), work_seconds=float(proc["work_seconds"]),
+                             cpu_usage=float(proc["cpu_usage"])),
+            done=float(proc["done"]), exit_code=proc["exit_code"])
+        weight, cap, cpu_time = int(state["weight"]), state["cap"], float(state["cpu_time"])
+        paused = bool(state["paused"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise HypervisorError(backend="mock", operation="restore",
+                              problem=f"{where} is not a mock checkpoint: {exc}") from exc
+    return _Vm(spec=spec, power=PowerState.PAUSED if paused else PowerState.RUNNING, pinned=pinned,
+               weight=weight, cap=None if cap is None else float(cap), cpu_time=cpu_time, process=process)
+
+
 class MockProcessRunner:
     """The ``ProcessRunner`` of a MockBackend: job processes live in the backend's CPU model."""
 
@@ -743,4 +955,4 @@ class MockProcessRunner:
         self.backend.kill_process(vm)
 
 
-__all__ = ["Fault", "JournalEntry", "MockBackend", "MockFabric", "MockProcessRunner", "share_core"]
+__all__ = ["Fault", "JournalEntry", "MockBackend", "MockFabric", "MockProcessRunner", "inbox_name", "share_core"]

@@ -306,3 +306,107 @@ def test_events_are_delivered() -> None:
     b.stop("v")
     b.undefine("v")
     assert [e.kind for e in got] == ["defined", "started", "suspended", "resumed", "stopped", "undefined"]
+
+
+# ------------------------------------------------------------------ the fabric directory (between processes)
+
+
+def dir_pair(tmp_path: Path, **kw: object) -> tuple[MockBackend, MockBackend, VirtualClock]:
+    """Two backends that share only a directory (no MockFabric): what two agent processes see."""
+    clock = VirtualClock(0.0)
+    a = MockBackend("a", clock=clock, fabric_dir=tmp_path / "fab", migration_seconds=2.0, **kw)  # type: ignore[arg-type]
+    b = MockBackend("b", clock=clock, fabric_dir=tmp_path / "fab")
+    return a, b, clock
+
+
+def test_migration_through_the_fabric_directory_carries_the_process(tmp_path: Path) -> None:
+    a, b, clock = dir_pair(tmp_path)
+    vm_up(a, "v", 1, 10000, usage=1.0, work=100)
+    a.set_cpu_tune("v", cap=0.5)
+    a.start_migration("v", b.uri)
+    a.start_migration("v", b.uri)  # idempotent while running
+    clock.advance(1.0)
+    assert a.migration_status("v").state is MigrationState.RUNNING
+    clock.advance(1.5)
+    assert a.list_vms()[0].power is PowerState.MIGRATING  # handed off: frozen, waiting for the target
+    offer = tmp_path / "fab" / "mock_b" / "v.json"
+    assert json.loads(offer.read_text())["process"]["done"] == pytest.approx(1.25)  # 2.5 s at cap 0.5
+    assert a.migration_status("v").state is MigrationState.RUNNING
+    clock.advance(3.0)  # the frozen VM makes no progress while the offer waits
+    got = b.list_vms()  # the target's next call adopts it
+    assert [(v.name, v.power, v.cap) for v in got] == [("v", PowerState.RUNNING, 0.5)]
+    assert not offer.exists() and list(offer.parent.iterdir()) == []
+    assert a.migration_status("v").state is MigrationState.COMPLETED and a.list_vms() == []
+    assert b.process_status("v").work_done == pytest.approx(1.25)  # type: ignore[union-attr]
+    clock.advance(2.0)
+    assert b.process_status("v").work_done == pytest.approx(2.25)  # type: ignore[union-attr]
+    assert [e.operation for e in a.operations("start_migration", "migration_handoff", "migration_completed")] == [
+        "start_migration", "migration_handoff", "migration_completed"]
+    assert b.operations("migration_arrived")[0].detail == a.uri
+
+
+def test_fabric_directory_failures(tmp_path: Path) -> None:
+    a, b, clock = dir_pair(tmp_path)
+    vm_up(a, "v", 0, 10000, usage=1.0, work=100)
+    with pytest.raises(MigrationError, match="no such host"):
+        a.start_migration("v", "mock://nowhere")
+    with pytest.raises(MigrationError, match="same host"):
+        a.start_migration("v", a.uri)
+    # the target already runs a VM of that name: it rejects the offer, the VM runs on at the source
+    vm_up(b, "v", 0, 10000)
+    a.start_migration("v", b.uri)
+    clock.advance(2.5)
+    a.list_vms()  # hand-off
+    b.list_vms()  # rejection
+    st = a.migration_status("v")
+    assert st.state is MigrationState.FAILED and "already has a running VM v" in st.error
+    assert a.list_vms()[0].power is PowerState.RUNNING
+    done = a.process_status("v").work_done  # type: ignore[union-attr]
+    clock.advance(1.0)
+    assert a.process_status("v").work_done == pytest.approx(done + 1.0)  # type: ignore[union-attr]
+    assert list((tmp_path / "fab" / "mock_b").iterdir()) == []
+    # abort after the hand-off but before the target looked: the offer is withdrawn
+    b.stop("v")
+    b.undefine("v")
+    a.start_migration("v", b.uri)
+    clock.advance(2.5)
+    a.list_vms()
+    a.abort_migration("v")
+    assert a.migration_status("v").state is MigrationState.ABORTED
+    assert b.list_vms() == [] and a.list_vms()[0].power is PowerState.RUNNING
+    # an unreadable offer is answered with a rejection
+    (tmp_path / "fab" / "mock_b" / "w.json").write_text("{not json")
+    b.list_vms()
+    assert "cannot read" in (tmp_path / "fab" / "mock_b" / "w.rejected").read_text()
+    # the target's inbox vanished (host gone): the hand-off fails, the VM stays
+    a.start_migration("v", b.uri)
+    for f in (tmp_path / "fab" / "mock_b").iterdir():
+        f.unlink()
+    (tmp_path / "fab" / "mock_b").rmdir()
+    clock.advance(2.5)
+    assert a.list_vms()[0].power is PowerState.RUNNING
+    assert "cannot hand off" in a.migration_status("v").error
+
+
+def test_poll_thread_emits_arrivals(tmp_path: Path) -> None:
+    import threading
+
+    from vmctl.clock import SystemClock
+
+    a = MockBackend("a", clock=SystemClock(), fabric_dir=tmp_path, migration_seconds=0.05)
+    b = MockBackend("b", clock=SystemClock(), fabric_dir=tmp_path, poll_seconds=0.02)
+    try:
+        got = threading.Event()
+        b.subscribe(lambda ev: got.set() if ev.kind == "started" else None)
+        vm_up(a, "v", 0, 10000, usage=1.0, work=100)
+        a.start_migration("v", b.uri)
+        import time
+
+        deadline = time.monotonic() + 5
+        while a.migration_status("v").state is MigrationState.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert got.wait(5) and a.migration_status("v").state is MigrationState.COMPLETED
+        assert [v.name for v in b.list_vms()] == ["v"]
+    finally:
+        a.close()
+        b.close()
