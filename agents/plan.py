@@ -221,6 +221,7 @@ def validate(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | No
     if dup:
         raise ValidationError(field=f"{base}.vms", problem=f"VM {dup[0]!r} is listed more than once")
     slots: dict[tuple[int, VmRole], str] = {}
+    incoming: dict[tuple[int, VmRole], str] = {}
     for i, v in enumerate(desired.vms):
         where = f"{base}.vms[{i}]({v.name})"
         if not v.name or any(ch.isspace() or ch == "/" for ch in v.name):
@@ -233,11 +234,17 @@ def validate(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | No
             if not 0 <= v.core < layout.size:
                 raise ValidationError(field=f"{where}.core",
                                       problem=f"{v.core} out of range 0..{layout.size - 1} for a {v.role.value} VM")
-            other = slots.get((v.core, v.role))
+            # a VM still on its way here may share its core with one about to leave (the daemon moves
+            # a job's processes in one operation: a chain node1:2 -> node2:0, node2:2 -> node1:2 lists the
+            # arriving VM on core 2 while the leaving one still runs there); two arriving ones may not
+            m = v.migration
+            arriving = m is not None and m.target_node == layout.host and m.phase in ("requested", "running")
+            table = incoming if arriving else slots
+            other = table.get((v.core, v.role))
             if other is not None:
                 raise ValidationError(field=f"{where}.role",
                                       problem=f"core {v.core} already has a {v.role.value} VM ({other})")
-            slots[(v.core, v.role)] = v.name
+            table[(v.core, v.role)] = v.name
         if not WEIGHT_MIN <= v.weight <= WEIGHT_MAX:
             raise ValidationError(field=f"{where}.weight",
                                   problem=f"{v.weight} out of range {WEIGHT_MIN}..{WEIGHT_MAX}")

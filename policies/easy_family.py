@@ -461,7 +461,10 @@ class _TwoTier(SchedulingPolicy):
             else:
                 # descending index, then a stable sort by usage (a C-level key: no per-core call)
                 ordered = sorted(busy, reverse=True)
-                ordered.sort(key=self._bg_usage_map(st).__getitem__)
+                # a busy bg slot without a bg job in the view (held for a migration in flight) counts
+                # as fully used
+                usage_of = self._bg_usage_map(st)
+                ordered.sort(key=lambda c: usage_of.get(c, 1.0))
                 chosen.extend(ordered[: k - len(chosen)])
         out = [0] * k
         for slot, p in enumerate(self._proc_order(job)):

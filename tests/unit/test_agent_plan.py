@@ -253,6 +253,10 @@ BAD: list[tuple[str, NodeDesired, str]] = [
     ("migration target core", node(want("v", role=VmRole.SHARED, migration=replace(MIG_IN, target_core=5))),
      "target_core"),
     ("checkpoint migration without path", node(want(migration=MIG_CK)), ".checkpoint_path"),
+    ("two arriving fg on a core", node(want("a", core=1, migration=MIG_IN), want("b", core=1, migration=MIG_IN)),
+     "already has a fg VM"),
+    ("arrived fg (completed) on a taken core", node(want(core=1), want("b", core=1, migration=replace(
+        MIG_IN, phase="completed"))), "already has a fg VM"),
     ("bad name", node(want("a b")), ".name"),
 ]
 
@@ -269,3 +273,5 @@ def test_validate_accepts_the_full_layout_and_a_swap() -> None:
     validate(L.base_desired(3), L, peers={})
     validate(swap_tiers(L.base_desired(3), 1), L, peers={})
     validate(node(want("s", core=-1, role=VmRole.SHARED, weight=3, cap=0.3)), L)
+    # a chain of moves: the VM arriving on core 1 shares it with the one about to leave from there
+    validate(node(want("leaving", core=1), want("arriving", core=1, migration=MIG_IN)), L)
