@@ -113,8 +113,12 @@ class Job:
         deadline: float | None = None,
         profile: Profile | None = None,
         tasks: Iterable[Task] = (),
+        cpu_need: float | None = None,
+        mem: float | None = None,
     ) -> None:
         self.name = name
+        self.cpu_need = cpu_need  # vcsched: CPU need per VM, fraction of one host core
+        self.mem = mem  # vcsched: memory need per VM, fraction of one host's memory
         self.estimate = estimate
         self.priority = priority
         self.deadline = deadline
@@ -145,6 +149,16 @@ class Job:
                                 "priority": int(self.priority)}
         if self.deadline is not None:
             spec["deadline"] = float(self.deadline)
+        if self.cpu_need is not None:
+            if not 0 < self.cpu_need <= 1:
+                raise errors.ValidationError(field=f"job {self.name!r}.cpu_need",
+                                             problem=f"must be in (0, 1], got {self.cpu_need}")
+            spec["cpu_need"] = float(self.cpu_need)
+        if self.mem is not None:
+            if not 0 <= self.mem <= 1:
+                raise errors.ValidationError(field=f"job {self.name!r}.mem",
+                                             problem=f"must be in [0, 1], got {self.mem}")
+            spec["mem"] = float(self.mem)
         default_usage = self.profile.cpu_usage if self.profile is not None else None
         usage = [t.cpu_usage if t.cpu_usage is not None else default_usage for t in self.tasks]
         if all(u is not None for u in usage):

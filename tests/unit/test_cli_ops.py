@@ -342,3 +342,15 @@ def test_large_tables_print_as_plain_text(server: tuple[str, Recorder], capsys: 
     assert lines[0].split() == ["NAME", "NODE", "CORE", "ROLE", "WEIGHT", "CAP", "POWER", "JOB", "UTIL"]
     assert lines[1].split() == ["n1-c0-fg", "n1", "0", "fg", "10000", "none", "running", "17", "97%"]
     assert lines[0].index("NODE") == lines[-1].index("n1 ")  # aligned columns
+
+
+def test_job_submit_vcsched_needs(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("POST", "/v1/jobs", 201, {"job": JOB})
+    code, _, _ = run(capsys, "job", "submit", "--url", url, "-n", "2", "-t", "60", "--cpu-need", "0.4", "--mem",
+                     "0.25", "-o", "json")
+    assert code == 0
+    assert rec.requests[-1]["body"] == {"procs": 2, "estimate": 60.0, "cpu_need": 0.4, "mem": 0.25}
+    for opt, val in (("--cpu-need", "0"), ("--cpu-need", "1.5"), ("--mem", "-0.1"), ("--mem", "2")):
+        code, _, err = run(capsys, "job", "submit", "--url", url, "-n", "1", "-t", "60", opt, val)
+        assert code == 2 and "out-of-range" in err and opt in err

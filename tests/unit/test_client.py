@@ -181,3 +181,14 @@ def test_unreachable_daemon() -> None:
     c = Client(Job("x", estimate=5).add_task(Task()), url="http://127.0.0.1:9")
     with pytest.raises(errors.DaemonUnavailable):
         c.submit()
+
+
+def test_job_spec_carries_vcsched_needs() -> None:
+    j = Job("vc", estimate=60, cpu_need=0.4, mem=0.25).add_task(Task(command="a")).add_task(Task(command="b"))
+    spec = j.to_spec()
+    assert spec["procs"] == 2 and spec["cpu_need"] == 0.4 and spec["mem"] == 0.25
+    assert "cpu_need" not in Job("plain", estimate=60).add_task(Task(command="a")).to_spec()
+    with pytest.raises(errors.ValidationError, match="cpu_need"):
+        Job("bad", estimate=60, cpu_need=0.0).add_task(Task(command="a")).to_spec()
+    with pytest.raises(errors.ValidationError, match="mem"):
+        Job("bad", estimate=60, mem=1.5).add_task(Task(command="a")).to_spec()

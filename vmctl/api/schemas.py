@@ -96,7 +96,7 @@ def _usage_list(raw: Any, procs: int, where: str) -> list[float]:
 
 
 JOB_KEYS = ("name", "procs", "estimate", "cpu_usage", "priority", "deadline", "command", "work_seconds", "tasks",
-            "user")
+            "user", "cpu_need", "mem")
 TASK_KEYS = ("command", "work_seconds", "cpu_usage")
 
 
@@ -126,6 +126,14 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
     user = string(d, "user", where, max_len=200)
     if user is not None:
         spec["user"] = user
+    # vcsched virtual-cluster request: CPU need per VM (fraction of one host's core) and memory need
+    # (fraction of one host's memory); absent = a full core and no memory constraint
+    cpu_need = number(d, "cpu_need", where, lo=0.0, lo_open=True, hi=1.0)
+    if cpu_need is not None:
+        spec["cpu_need"] = cpu_need
+    mem = number(d, "mem", where, lo=0.0, hi=1.0)
+    if mem is not None:
+        spec["mem"] = mem
     if d.get("tasks") is not None:
         tw = _path(where, "tasks")
         tasks = d["tasks"]

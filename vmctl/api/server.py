@@ -60,6 +60,8 @@ def job_json(r: JobRecord) -> dict[str, Any]:
         "reason": r.reason, "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]}
                                       for t in r.tasks],
         "migrations": r.migrations,
+        # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
+        "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
     }
 
 

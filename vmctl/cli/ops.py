@@ -348,7 +348,7 @@ def parse_cpu_usage(value: str | None, procs: int | None) -> list[float] | None:
 def build_job_spec(
     *, procs: int, estimate: float, name: str | None = None, priority: int | None = None,
     deadline: float | None = None, cpu_usage: str | None = None, command: str | None = None,
-    work_seconds: float | None = None,
+    work_seconds: float | None = None, cpu_need: float | None = None, mem: float | None = None,
 ) -> dict[str, Any]:
     """The ``POST /v1/jobs`` body for the command-line options (only the given optional fields)."""
     if procs < 1:
@@ -371,6 +371,14 @@ def build_job_spec(
         if work_seconds < 0:
             raise errors.OutOfRange(what="--work-seconds", value=work_seconds, allowed=">= 0")
         spec["work_seconds"] = work_seconds
+    if cpu_need is not None:
+        if not 0 < cpu_need <= 1:
+            raise errors.OutOfRange(what="--cpu-need", value=cpu_need, allowed="0 < x <= 1 (fraction of one host core)")
+        spec["cpu_need"] = cpu_need
+    if mem is not None:
+        if not 0 <= mem <= 1:
+            raise errors.OutOfRange(what="--mem", value=mem, allowed="0 <= x <= 1 (fraction of one host's memory)")
+        spec["mem"] = mem
     return spec
 
 
@@ -419,13 +427,16 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 @click.option("--cpu-usage", default=None, help="Estimated CPU use per process, e.g. 0.5 or 0.5,0.9.")
 @click.option("--command", "command_", default=None, help="Command each process runs in its VM.")
 @click.option("--work-seconds", type=float, default=None, help="Mock backend: work per process in seconds.")
+@click.option("--cpu-need", type=float, default=None,
+              help="vcsched: CPU need per VM, fraction of one host core (0 < x <= 1).")
+@click.option("--mem", type=float, default=None, help="vcsched: memory need per VM, fraction of one host (0..1).")
 @click.option("--file", "-f", "file_", default=None, metavar="PATH",
               help="YAML/JSON job spec(s) ('-' for stdin); several are submitted as one batch.")
 @api_options
 def job_submit(
     procs: int | None, estimate: float | None, name: str | None, priority: int | None, deadline: float | None,
-    cpu_usage: str | None, command_: str | None, work_seconds: float | None, file_: str | None,
-    url: str | None, token: str | None, ca: str | None, output: str,
+    cpu_usage: str | None, command_: str | None, work_seconds: float | None, cpu_need: float | None,
+    mem: float | None, file_: str | None, url: str | None, token: str | None, ca: str | None, output: str,
 ) -> None:
     """Submit a job (options) or jobs (--file)."""
     client = _client(url, token, ca)
@@ -439,7 +450,7 @@ def job_submit(
             raise errors.UserError(where="job submit", problem="--procs and --estimate are required (or --file)")
         spec = build_job_spec(
             procs=procs, estimate=estimate, name=name, priority=priority, deadline=deadline, cpu_usage=cpu_usage,
-            command=command_, work_seconds=work_seconds,
+            command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem,
         )
         jobs = [client.submit_job(spec)]
     show({"jobs": jobs}, output, lambda: job_table(jobs, title="submitted"))

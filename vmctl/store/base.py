@@ -75,6 +75,8 @@ class JobRecord:
             priority=int(s.get("priority", 0)),
             deadline=s.get("deadline"),
             user=str(s.get("user", "")),
+            mem=float(s.get("mem", 0.0)),
+            cpu_need=float(s.get("cpu_need", 1.0)),
         )
 
     @property
