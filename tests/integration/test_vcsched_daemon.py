@@ -136,7 +136,7 @@ def _three_clusters(d: Vmctld, agents: list[Agent], capsys: pytest.CaptureFixtur
             return None
         return {jid: float(j["cap"]) for jid, j in jobs.items()}
 
-    caps = _wait("c placed", three_placed)
+    caps: dict[str, float] = _wait("c placed", three_placed)
     assert sorted(caps.values()) == pytest.approx([0.5, 0.5, 0.6])
     _wait("arrival caps applied", lambda: _caps_match(d, agents, caps))
     assert {_job(d, jid)["placement"][0]["node"] for jid in (a, b)} == set(nodes.values())  # a, b did not move
