@@ -64,6 +64,17 @@ def _quota(name: str) -> float | None:
     return float(quota) / float(period)
 
 
+def _domain_ids(names: list[str]) -> dict[str, int]:
+    """libvirt's runtime domain id of each VM (a new id after every restart)."""
+    import libvirt
+
+    conn = libvirt.open(URI)
+    try:
+        return {n: int(conn.lookupByName(n).ID()) for n in names}
+    finally:
+        conn.close()
+
+
 def _wait(what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
     end = time.monotonic() + timeout
     last: Any = None
@@ -163,15 +174,15 @@ def test_daemon_caps_reach_libvirt_and_follow_the_workload(setup: tuple[Vmctld, 
     assert len(got) == 3
     # arrival: a 1-VM cluster needing 0.5 -> total need 1.3 on one host: everyone at yield 1/1.3, the
     # running VMs re-capped live (same domains, no restart)
-    ids_before = {v.name: v for v in backend.list_vms() if layout.is_ours(v.name, v.metadata)}
+    ids_before = _domain_ids(sorted(got))
     c = _submit(d, "c", 1, 0.5, 0.2)
     y = 1 / 1.3
     _wait("arrival caps in libvirt", lambda: _libvirt_caps(d, backend, layout, {a: 0.3 * y, b: 0.2 * y, c: 0.5 * y}))
-    for name in ids_before:
-        assert name in {v.name for v in backend.list_vms() if v.power is PowerState.RUNNING}
+    assert _domain_ids(sorted(got)) == ids_before  # re-capped live: the same running domains
     # departure: c leaves -> back to full need
     s, doc = d.call("DELETE", f"/v1/jobs/{c}")
     assert s in (200, 202), doc
     _wait("departure caps in libvirt", lambda: _libvirt_caps(d, backend, layout, {a: 0.3, b: 0.2}))
+    assert _domain_ids(sorted(got)) == ids_before
     _wait("c's VM gone", lambda: f"j{c}-r1-p0" not in {v.name for v in backend.list_vms()
                                                       if v.power is PowerState.RUNNING})
