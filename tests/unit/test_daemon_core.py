@@ -400,3 +400,25 @@ def test_checkpoint_and_restore_through_the_agents(tmp_path: Path) -> None:
     assert job.run == 1 and job.tasks[0]["exit_status"] == 0
     assert job.end_time is not None and job.start_time is not None
     assert job.end_time - job.start_time >= 8 + 3 - 1  # the work plus the time spent saved
+
+
+def test_leaving_vm_keeps_its_source_tier_until_gone(cluster: Cluster) -> None:
+    """A bg job promoted by moving to fg cores on another node: its source slot stays reserved in the
+    bg tier, so the leaving VM must stay a bg VM there (as fg it could collide with a fg job placed on
+    that core meanwhile, and the agent would reject the node's whole desired state)."""
+    from vmctl.model import VmRole
+
+    jid = cluster.submit(1, 200, 60)
+    cluster.step()
+    src = cluster.daemon.job(jid).placement[0][0]
+    dst = "n2" if src == "n1" else "n1"
+    op = cluster.daemon.migrate_job(jid, dst)
+    rec = cluster.daemon.job(jid)
+    assert rec.tier == "fg"
+    leaving = [v for v in cluster.daemon.state.desired_vms(src) if v.name == rec.vm_name(0)]
+    assert [(v.role, v.weight) for v in leaving] == [(VmRole.FG, 10000)]  # same tier: unchanged
+    cluster.daemon.state.ops[op.id].detail["from_tier"] = "bg"  # as after a policy's bg -> fg move
+    leaving = [v for v in cluster.daemon.state.desired_vms(src) if v.name == rec.vm_name(0)]
+    arriving = [v for v in cluster.daemon.state.desired_vms(dst) if v.name == rec.vm_name(0)]
+    assert [(v.role, v.weight) for v in leaving] == [(VmRole.BG, 1)]
+    assert [(v.role, v.weight) for v in arriving] == [(VmRole.FG, 10000)]

@@ -355,6 +355,7 @@ class ClusterState:
                 mv = moves.get(i)
                 mig: MigrationSpec | None = None
                 core = c
+                vm_role, vm_weight = role, weight
                 emit = n == node
                 if mv is not None and op is not None:
                     src = mv["from"]
@@ -370,6 +371,13 @@ class ClusterState:
                             # two-phase: the source starts only once the target applied the generation
                             # that expects the VM (else the target would prune the arriving VM)
                             core = int(src[1])
+                            # the leaving VM keeps the tier of the slot it holds (reserved in the view
+                            # under from_tier) until it is gone: a bg VM promoted by moving stays bg here,
+                            # so it never collides with a fg VM placed on its old core meanwhile
+                            from_tier = str(op.detail.get("from_tier") or rec.tier)
+                            if from_tier != rec.tier and {from_tier, rec.tier} <= {"fg", "bg"}:
+                                vm_role = VmRole.FG if from_tier == "fg" else VmRole.BG
+                                vm_weight = s.fg_weight if from_tier == "fg" else s.bg_weight
                             mig = spec if op.detail.get("stage") == "go" else None
                             emit = True
                         elif node == dst[0]:
@@ -377,7 +385,7 @@ class ClusterState:
                 if not emit:
                     continue
                 out.append(VmDesired(
-                    name=name, core=core, role=role, weight=weight, cap=rec.cap, power=power, process=proc,
+                    name=name, core=core, role=vm_role, weight=vm_weight, cap=rec.cap, power=power, process=proc,
                     checkpoint_path=ckpt, migration=mig, memory_mib=s.memory_mib,
                 ))
         out.sort(key=lambda v: v.name)
