@@ -15,22 +15,44 @@ import pytest
 from vmctl.cli.demo import BSLD_TAU, build_demo_workload, summarize
 
 
-def test_workload_is_compressed_and_fits() -> None:
+def test_workload_is_in_model_time_and_fits() -> None:
     jobs, info = build_demo_workload(30, 12, speed=100, duration=60, seed=3)
-    assert len(jobs) == 30 and info["model"] == "feitelson96"
+    assert len(jobs) == 30 and info["model"] == "feitelson96" and not info["compressed"]
     assert all(j.spec["procs"] <= 12 for j in jobs)
-    assert max(j.at for j in jobs) <= 30.0 + 1e-6  # arrivals in the first half of the duration
+    assert max(j.at for j in jobs) <= 30.0 + 1e-6  # arrivals (real seconds) in the first half of the duration
     assert [j.at for j in jobs] == sorted(j.at for j in jobs)
     for j in jobs:
         tasks = j.spec["tasks"]
         assert len(tasks) == j.spec["procs"]
-        run = tasks[0]["work_seconds"]
-        assert 0 < run <= 20.0 + 1e-6  # capped at a third of the duration
-        assert j.spec["estimate"] >= run  # never killed for the compression itself
-        if run < 20.0 and run > 0.2:
-            assert run == pytest.approx(j.model_run_time / 100, abs=2e-3)
+        run = tasks[0]["work_seconds"]  # model seconds: the daemon and the agents run at 100x
+        assert 0 < run <= 2000.0 + 1e-6  # capped at a third of the duration (20 real s = 2000 model s)
+        assert j.spec["estimate"] >= run
+        if 20.0 < run < 2000.0:
+            assert run == pytest.approx(j.model_run_time, abs=2e-3)
     again, _ = build_demo_workload(30, 12, speed=100, duration=60, seed=3)
     assert [j.spec for j in again] == [j.spec for j in jobs]  # seeded
+    # a real-time daemon (--backend libvirt): the job times are compressed instead
+    comp, info = build_demo_workload(30, 12, speed=100, duration=60, seed=3, compress=True)
+    assert info["compressed"] and [j.at for j in comp] == [j.at for j in jobs]
+    for a, b in zip(jobs, comp, strict=True):
+        assert b.spec["tasks"][0]["work_seconds"] == pytest.approx(a.spec["tasks"][0]["work_seconds"] / 100, abs=1e-3)
+        assert b.spec["estimate"] == pytest.approx(a.spec["estimate"] / 100, abs=1e-3)
+
+
+def test_small_samples_need_no_estimate_workaround() -> None:
+    """feitelson96, seed 2, 12 jobs: TModel's default maximal estimate used to be too small."""
+    jobs, _ = build_demo_workload(12, 12, speed=100, duration=60, seed=2)
+    assert len(jobs) == 12 and all(j.spec["estimate"] >= j.spec["tasks"][0]["work_seconds"] for j in jobs)
+
+
+def test_migration_outcomes_from_metrics() -> None:
+    from vmctl.cli.demo import migration_outcomes
+
+    text = ('# HELP vmctl_migrations_total Migrations finished, by outcome\n'
+            'vmctl_migrations_total{outcome="completed"} 3.0\nvmctl_migrations_total{outcome="aborted"} 1.0\n'
+            'vmctl_migrations_created{outcome="completed"} 1.7e9\n')
+    assert migration_outcomes(text) == {"completed": 3.0, "aborted": 1.0}
+    assert migration_outcomes("") == {}
 
 
 def test_summary_in_model_time() -> None:

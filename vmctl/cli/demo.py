@@ -7,15 +7,18 @@ What it does, in order (everything it starts, it stops, by pid):
    token written to the state directory) and waits for its ``vmctld ready port=N`` line;
 3. issues a client certificate per node through the API (``POST /v1/certs``) and starts one
    ``vmctl-agent`` per node on the mock backend (``--backend libvirt``: the local libvirt), each with
-   its own Prometheus endpoint;
-4. generates a Feitelson (1996) workload (``vmctl.sim.workloads.generate_model``: TModel estimates,
-   the paper's CPU usage per process), compresses its time
-   axis ``--speed`` times (a 1-hour job runs 36 s at 100x: run time, estimate and inter-arrival times
-   are all divided by the factor) and fits the arrivals into the first half of ``--duration``;
-5. submits the jobs at their arrival times and shows a live view (nodes with fg/bg occupancy, running
-   jobs with tier and placement, migrations, the metrics URL);
-6. prints a summary: response time and bounded slowdown (in model time, i.e. multiplied back by the
-   speed factor), jobs by final state, migrations; then stops the agents and the daemon.
+   its own Prometheus endpoint; the mock agents share a fabric directory, so the daemon's live
+   migrations really move VMs (with their job's progress) between the agent processes;
+4. runs everything on an accelerated clock: vmctld and the mock agents get ``clock: {speed, epoch}``
+   (``--speed`` model seconds per real second from one shared epoch), so daemon timestamps, the mock
+   processes' progress and the workload's own times are all model seconds;
+5. generates a Feitelson (1996) workload (``vmctl.sim.workloads.generate_model``: TModel estimates,
+   the paper's CPU usage per process), in model seconds; when its arrivals would not fit into the
+   first half of ``--duration`` they are squeezed further, and run times are capped at a third of it;
+6. submits the jobs at their arrival times and shows a live view (nodes with fg/bg occupancy, running
+   jobs with tier and placement, migrations as they happen, the metrics URL);
+7. prints a summary: response time and bounded slowdown in model seconds, jobs by final state,
+   migrations; then stops the agents and the daemon.
 
 The processes run as ``python -m vmctl.daemon.main`` / ``python -m vmctl.agents.main`` with this
 interpreter, so the demo works from a checkout's virtualenv without the console scripts on PATH.
@@ -218,10 +221,14 @@ class DaemonProcess(ManagedProcess):
 
 
 def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: str, cores: int,
-                 libvirt_uri: str, metrics_port: int, peers: Sequence[str] = ()) -> dict[str, Any]:
+                 libvirt_uri: str, metrics_port: int, peers: Sequence[str] = (), fabric_dir: str = "",
+                 clock: dict[str, float] | None = None, migration_seconds: float = 1.0) -> dict[str, Any]:
     b: dict[str, Any] = {"kind": backend}
     if backend == "mock":
         b["cores"] = cores
+        if fabric_dir:
+            b["fabric_dir"] = fabric_dir
+            b["migration_seconds"] = migration_seconds
     else:
         b["uri"] = libvirt_uri
     cfg: dict[str, Any] = {
@@ -236,8 +243,9 @@ def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: 
     }
     if backend == "libvirt":
         cfg["layout"] = {"cores": list(range(cores))}
-    # migration targets; mock fabrics live in one process, so a live migration between two agent
-    # processes fails (and is rolled back by the daemon) - see docs/operations.md
+    if clock and backend == "mock":
+        cfg["clock"] = dict(clock)
+    # migration targets: mock agents reach each other through fabric_dir (live migration between processes)
     others = [p for p in peers if p != node]
     if others:
         cfg["peers"] = {p: (f"mock://{p}" if backend == "mock" else libvirt_uri) for p in others}
@@ -251,24 +259,25 @@ def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: 
 class DemoJob:
     name: str
     at: float  # seconds after the demo's start (real time)
-    spec: dict[str, Any]
+    spec: dict[str, Any]  # times (estimate, work): model seconds (compressed: real seconds)
     model_run_time: float
 
 
 def build_demo_workload(n_jobs: int, total_cores: int, speed: float, duration: float, seed: int,
-                        model: str = "feitelson96") -> tuple[list[DemoJob], dict[str, Any]]:
-    """The first ``n_jobs`` of a generated model workload for a machine of ``total_cores`` cores,
-    on a time axis compressed ``speed`` times; arrivals fit into the first half of ``duration`` and
-    run times are capped at a third of ``duration`` (real seconds) so the demo ends in time."""
+                        model: str = "feitelson96", compress: bool = False) -> tuple[list[DemoJob], dict[str, Any]]:
+    """The first ``n_jobs`` of a generated model workload for a machine of ``total_cores`` cores, for
+    a clock running ``speed`` model seconds per real second: job times stay in model seconds, the
+    arrival offsets ``at`` are real seconds (model / speed, squeezed further when the arrivals would
+    not fit into the first half of ``duration``), and run times are capped at a third of ``duration``
+    (real seconds, i.e. ``duration / 3 * speed`` model seconds) so the demo ends in time.
+
+    ``compress``: for a daemon on a real-time clock (``--backend libvirt``), job times are divided by
+    ``speed`` too (the spec's times are then real seconds)."""
     from vmctl.sim.workloads.registry import MODELS, generate_model
 
     if model not in MODELS:
         raise errors.OutOfRange(what="workload model", value=model, allowed=" | ".join(MODELS))
-    # TModel's maximal estimate: twice the longest run time, in whole hours. generate_model's default
-    # (the longest run time rounded up to an hour) is rejected by TModel for some small samples.
-    base = MODELS[model](n_jobs, total_cores, seed)
-    max_est = math.ceil(2.0 * float(base.run_time.max()) / 3600.0) * 3600 if len(base) else None
-    built = generate_model(model, n_jobs, total_cores, seed, usage="paper", max_estimate=max_est)
+    built = generate_model(model, n_jobs, total_cores, seed, usage="paper")
     jobs = list(built.jobs)[:n_jobs]
     if not jobs:
         raise DemoError(what="workload", problem=f"model {model} generated no jobs")
@@ -277,16 +286,18 @@ def build_demo_workload(n_jobs: int, total_cores: int, speed: float, duration: f
     arrival_scale = 1.0 / speed
     if span / speed > duration * 0.5 and span > 0:
         arrival_scale = duration * 0.5 / span  # squeeze arrivals further so all jobs arrive in time
-    max_run = duration / 3.0
+    max_run = duration / 3.0 * speed
     capped = 0
     out = []
     for j in sorted(jobs, key=lambda x: (float(x.submit), x.id)):
-        run = float(j.run_time) / speed
+        run = float(j.run_time)
         if run > max_run:
             run = max_run
             capped += 1
-        run = max(run, 0.2)
-        estimate = max(float(j.estimate) / speed, run * 1.05, 0.5)
+        run = max(run, 0.2 * speed)  # at least 0.2 real seconds
+        estimate = max(float(j.estimate), run * 1.05)
+        unit = 1.0 / speed if compress else 1.0
+        run, estimate = run * unit, estimate * unit
         procs = max(1, min(int(j.procs), total_cores))
         usage = list(j.cpu_usage)[:procs] if j.cpu_usage else None
         if usage is not None and len(usage) < procs:
@@ -300,7 +311,7 @@ def build_demo_workload(n_jobs: int, total_cores: int, speed: float, duration: f
         out.append(DemoJob(name=spec["name"], at=(float(j.submit) - t0) * arrival_scale, spec=spec,
                            model_run_time=float(j.run_time)))
     info = {"model": model, "jobs": len(out), "source": built.source, "arrival_scale": arrival_scale,
-            "capped_run_times": capped, "speed": speed}
+            "capped_run_times": capped, "speed": speed, "compressed": compress}
     return out, info
 
 
@@ -424,11 +435,24 @@ class Demo:
         self.agents: list[ManagedProcess] = []
         self.agent_metrics: list[str] = []
         self.events: list[str] = []
+        # mock hosts run on the accelerated clock (model time); real guests cannot, so with libvirt the
+        # workload's times are compressed instead
+        self.accelerated = opts.backend == "mock"
+        self.migration_outcomes: dict[str, float] = {}  # the daemon's vmctl_migrations_total by outcome
+        self.epoch = time.time()
+
+    def clock_config(self) -> dict[str, float] | None:
+        return {"speed": self.o.speed, "epoch": self.epoch} if self.accelerated else None
 
     # -- setup ----------------------------------------------------------------------------
     def start_cluster(self) -> ApiClient:
         o = self.o
-        self.daemon = DaemonProcess(self.state_dir, policy=o.policy)
+        extra: dict[str, Any] = {"migration": {"timeout_s": 30.0}}
+        grace = 1.0
+        if self.accelerated:
+            extra["clock"] = self.clock_config()
+            grace = 2.0 * o.speed  # model seconds: two real seconds of reporting delay
+        self.daemon = DaemonProcess(self.state_dir, policy=o.policy, estimate_grace_s=grace, extra=extra)
         self.daemon.start_and_wait()
         client = self.daemon.client()
         from vmctl.agents.config import parse_agent_config  # offline check of what we are about to run
@@ -442,7 +466,9 @@ class Demo:
             port = free_port()
             cfg = agent_config(node, self.daemon.url, {"cert": str(crt), "key": str(key), "ca": str(ca)},
                                backend=o.backend, cores=o.cores, libvirt_uri=o.libvirt_uri, metrics_port=port,
-                               peers=[f"node{k + 1}" for k in range(o.nodes)])
+                               peers=[f"node{k + 1}" for k in range(o.nodes)],
+                               fabric_dir=str(self.state_dir / "fabric") if o.backend == "mock" else "",
+                               clock=self.clock_config(), migration_seconds=max(1.0, 0.1 * o.speed))
             path = self.state_dir / f"agent-{node}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
             try:
@@ -476,19 +502,23 @@ class Demo:
         planned = o.nodes * o.cores
         workload: list[DemoJob] = []
         info: dict[str, Any] = {}
+        compress = not self.accelerated
         if o.backend == "mock":  # fail on a bad workload before starting anything
-            workload, info = build_demo_workload(o.jobs, planned, o.speed, o.duration, o.seed)
+            workload, info = build_demo_workload(o.jobs, planned, o.speed, o.duration, o.seed, compress=compress)
         try:
+            self.epoch = time.time()
             client = self.start_cluster()
             total = sum(int(n["cores"]) for n in client.list_nodes())
             if total != planned or not workload:
-                workload, info = build_demo_workload(o.jobs, total, o.speed, o.duration, o.seed)
+                workload, info = build_demo_workload(o.jobs, total, o.speed, o.duration, o.seed, compress=compress)
             self.echo(f"state dir {self.state_dir}; vmctld {self.daemon.url if self.daemon else ''} (pid "
                       f"{self.daemon.pid if self.daemon else ''}); {len(self.agents)} agents "
                       f"(pids {', '.join(str(a.pid) for a in self.agents)}); {len(workload)} {info['model']} jobs on "
-                      f"{total} cores at {o.speed:g}x")
+                      f"{total} cores, clock at {o.speed:g}x" + ("" if self.accelerated else " (compressed workload)"))
             jobs = self.drive(client, workload)
-            summary = summarize(jobs, o.speed)
+            with contextlib.suppress(errors.VmctlError, OSError):
+                self.migration_outcomes = migration_outcomes(client.metrics_text())
+            summary = summarize(jobs, 1.0 if self.accelerated else o.speed)
             self.print_summary(summary, info)
             return summary
         finally:
@@ -505,6 +535,7 @@ class Demo:
                                 "agent_metrics": ", ".join(self.agent_metrics[:2])
                                 + (" ..." if len(self.agent_metrics) > 2 else "")}
         seen_mig: dict[str, int] = {}
+        seen_nodes: dict[str, str] = {}
         migrated = False
         seen_tier: dict[str, str] = {}
         last_print = -10.0
@@ -527,9 +558,16 @@ class Demo:
                 for j in state["jobs"]:
                     jid = str(j["id"])
                     m = int(j.get("migrations") or 0)
+                    nodes_now = fmt_nodes(j)
+                    before = seen_nodes.get(jid)
+                    if j["state"] == "running" and before and nodes_now not in ("-", before):
+                        # the daemon decided a move to other nodes: the agents now carry it out
+                        self.events.append(f"{now:6.1f}s  job {jid} migrating {before} -> {nodes_now}")
                     if m > seen_mig.get(jid, 0):
-                        self.events.append(f"{now:6.1f}s  job {jid} migrated -> {fmt_nodes(j)}")
+                        self.events.append(f"{now:6.1f}s  job {jid} migration done, on {nodes_now}")
                     seen_mig[jid] = m
+                    if nodes_now != "-":
+                        seen_nodes[jid] = nodes_now
                     tier = str(j.get("tier") or "")
                     if j["state"] == "running" and tier and seen_tier.get(jid) != tier:
                         if seen_tier.get(jid) == "bg" and tier == "fg":
@@ -592,11 +630,14 @@ class Demo:
             return "-" if math.isnan(x) else f"{x:,.1f}"
 
         self.echo("")
-        self.echo(f"summary ({info['jobs']} {info['model']} jobs, times in model seconds = real x {self.o.speed:g}):")
+        how = (f"daemon clock at {self.o.speed:g}x" if self.accelerated else f"real x {self.o.speed:g}")
+        self.echo(f"summary ({info['jobs']} {info['model']} jobs, times in model seconds, {how}):")
         self.echo("  jobs by state: " + ", ".join(f"{k} {v}" for k, v in sorted(s.by_state.items())))
         self.echo(f"  mean response time: {f(s.mean_response)} s   mean wait: {f(s.mean_wait)} s")
         self.echo(f"  bounded slowdown (tau={BSLD_TAU:g} s): mean {f(s.mean_bsld)}, max {f(s.max_bsld)}")
-        self.echo(f"  migrations: {s.migrations}")
+        between = ", ".join(f"{k} {v:g}" for k, v in sorted(self.migration_outcomes.items())) or "none"
+        self.echo(f"  migrations: {s.migrations} (jobs' counters, same-host re-pins included); "
+                  f"between nodes: {between}")
         if info.get("capped_run_times"):
             self.echo(f"  note: {info['capped_run_times']} run times were capped to fit --duration")
         unfinished = sum(v for k, v in s.by_state.items() if k not in TERMINAL)
@@ -616,6 +657,21 @@ class Demo:
             self.echo(f"kept {self.state_dir} (logs, database, certificates)")
 
 
+def migration_outcomes(metrics_text: str) -> dict[str, float]:
+    """``vmctl_migrations_total{outcome="..."}`` of vmctld's /metrics: migrations between nodes by outcome."""
+    out: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        if not line.startswith("vmctl_migrations_total{"):
+            continue
+        labels, _, value = line.partition("} ")
+        for part in labels.split("{", 1)[1].split(","):
+            key, _, val = part.partition("=")
+            if key.strip() == "outcome":
+                with contextlib.suppress(ValueError):
+                    out[val.strip().strip('"')] = out.get(val.strip().strip('"'), 0.0) + float(value)
+    return out
+
+
 def fmt_nodes(job: dict[str, Any]) -> str:
     nodes = sorted({str(p.get("node")) for p in job.get("placement") or [] if isinstance(p, dict)})
     return ",".join(nodes) or "-"
@@ -627,8 +683,8 @@ def fmt_nodes(job: dict[str, Any]) -> str:
 @click.option("--jobs", type=click.IntRange(1, 5000), default=40, show_default=True, help="Jobs to submit.")
 @click.option("--duration", type=click.FloatRange(5, 3600), default=120.0, show_default=True,
               help="Target run time of the demo in real seconds.")
-@click.option("--speed", type=click.FloatRange(1, 100000), default=100.0, show_default=True,
-              help="Time compression of the workload (model seconds per real second).")
+@click.option("--speed", type=click.FloatRange(1, 100000), default=DemoOptions.speed, show_default=True,
+              help="Accelerated clock of vmctld and the mock agents (model seconds per real second).")
 @click.option("--policy", default="measy", show_default=True, help="Scheduling policy of vmctld.")
 @click.option("--backend", type=click.Choice(["mock", "libvirt"]), default="mock", show_default=True)
 @click.option("--libvirt-uri", default="qemu:///system", show_default=True, help="With --backend libvirt.")
@@ -638,8 +694,7 @@ def fmt_nodes(job: dict[str, Any]) -> str:
 @click.option("--keep", is_flag=True, help="Keep the temporary state directory (logs, DB).")
 @click.option("--live/--no-live", default=None, help="Live view (default: on a terminal).")
 @click.option("--migrate/--no-migrate", default=False, show_default=True,
-              help="At 30% of the duration, migrate a running job as an operator would (vmctl migrate). "
-                   "Mock agents in separate processes cannot live-migrate: use with --backend libvirt.")
+              help="At 30% of the duration, also migrate a running job as an operator would (vmctl migrate).")
 def demo(nodes: int, cores: int, jobs: int, duration: float, speed: float, policy: str, backend: str,
          libvirt_uri: str, seed: int, state_dir: str | None, keep: bool, live: bool | None, migrate: bool) -> None:
     """Run vmctld and mock agents on this machine and show a Feitelson workload running."""

@@ -1,0 +1,87 @@
+"""A live migration between two ``vmctl-agent`` processes on the mock backend, driven by a real
+``vmctld`` on loopback (both on an accelerated clock): the VM moves through the shared fabric
+directory with its job's progress, and the daemon sees the migration complete."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vmctl.cli.demo import DaemonProcess, ManagedProcess, agent_config, free_port
+from vmctl.cli.ops import write_cert_files
+
+SPEED = 20.0  # model seconds per real second
+WORK = 300.0  # model seconds of work: 15 real seconds
+
+
+def _wait(what: str, cond: Any, timeout: float, procs: list[ManagedProcess]) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        for p in procs:
+            assert p.alive(), f"{p.name} died{p.tail(20)}"
+        time.sleep(0.1)
+    tails = "".join(p.tail(15) for p in procs)
+    pytest.fail(f"timed out waiting for {what}{tails}")
+
+
+@pytest.mark.slow
+def test_live_migration_between_agent_processes(tmp_path: Path) -> None:
+    epoch = time.time()
+    clock = {"speed": SPEED, "epoch": epoch}
+    daemon = DaemonProcess(tmp_path / "state", policy="fcfs",
+                           extra={"clock": clock, "migration": {"timeout_s": 30.0}})
+    agents: list[ManagedProcess] = []
+    try:
+        daemon.start_and_wait(timeout=60)
+        client = daemon.client()
+        for node in ("node1", "node2"):
+            crt, key, ca = write_cert_files(tmp_path / "pki", node, client.issue_cert(node))
+            cfg = agent_config(node, daemon.url, {"cert": str(crt), "key": str(key), "ca": str(ca)}, backend="mock",
+                               cores=1, libvirt_uri="", metrics_port=free_port(), peers=["node1", "node2"],
+                               fabric_dir=str(tmp_path / "fabric"), clock=clock, migration_seconds=10.0)
+            path = tmp_path / f"{node}.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+            a = ManagedProcess(node, [sys.executable, "-m", "vmctl.agents.main", "--config", str(path)],
+                               tmp_path / f"{node}.log")
+            a.start()
+            agents.append(a)
+        procs = [daemon, *agents]
+        _wait("two ready nodes", lambda: len([n for n in client.list_nodes() if n["state"] == "ready"]) == 2, 30,
+              procs)
+        job = client.submit_job({"name": "mover", "procs": 1, "estimate": 3 * WORK,
+                                 "tasks": [{"work_seconds": WORK, "cpu_usage": 1.0}]})
+        jid = str(job["id"])
+        running = _wait("the job to run", lambda: (j := client.get_job(jid))["state"] == "running" and j, 20, procs)
+        src = running["placement"][0]["node"]
+        dst = "node2" if src == "node1" else "node1"
+        # daemon timestamps are model seconds: about SPEED x the real time since the epoch
+        assert abs(running["start_time"] - (epoch + (time.time() - epoch) * SPEED)) < 5 * SPEED
+        time.sleep(3.0)  # ~60 model seconds of progress on the source
+        op = client.migrate_job(jid, dst)
+        assert op["kind"] == "migrate"
+        moved = _wait("the migration to complete",
+                      lambda: (j := client.get_job(jid))["migrations"] >= 1 and j, 20, procs)
+        assert moved["state"] == "running" and moved["placement"][0]["node"] == dst
+        mine = [v for v in client.list_vms(node=dst) if str(v["name"]).startswith(f"j{jid}-")]
+        assert len(mine) == 1 and mine[0]["power"] == "running", mine
+        assert not [v for v in client.list_vms(node=src) if str(v["name"]).startswith(f"j{jid}-")]
+        done = _wait("the job to finish", lambda: (j := client.get_job(jid))["state"] in
+                     ("done", "failed", "killed") and j, 30, procs)
+        assert done["state"] == "done", done
+        # the progress moved with the VM: a restart on the target would need >= WORK + 60 model seconds
+        took = done["end_time"] - done["start_time"]
+        assert WORK - 1 <= took < WORK + 45, took
+        assert list((tmp_path / "fabric").rglob("*.json")) == []
+        assert 'vmctl_migrations_total{outcome="completed"} 1.0' in client.metrics_text()
+    finally:
+        for a in agents:
+            a.stop()
+        daemon.stop()
