@@ -35,7 +35,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
@@ -56,10 +56,13 @@ from vmctl.model import (
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.sim import metrics as metrics_mod
-from vmctl.sim.progress import ProgressModel, fg_rate
+from vmctl.sim.progress import ProgressModel
 
 _EPS = 1e-9
 _INF = math.inf
+# Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
+_FG = Tier.FG
+_BG = Tier.BG
 
 
 class WorkloadJobLike(Protocol):
@@ -359,7 +362,8 @@ class Simulator:
 
     def _snapshot(self, run: _Run) -> None:
         """(Re)build the job's entry in ``view.running`` after its placement or rate changed."""
-        fixed_end = run.tier is not Tier.FG or run.rate == 1.0
+        fg = run.tier is _FG
+        fixed_end = not fg or run.rate == 1.0
         cls = _LiveProgress if fixed_end else _LiveRunningJob
         snap = cls.__new__(cls)
         setattr_ = object.__setattr__
@@ -372,7 +376,7 @@ class Simulator:
         setattr_(snap, "_run", run)
         setattr_(snap, "_sim", self)
         if fixed_end:
-            if run.tier is Tier.FG:
+            if fg:
                 start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
                 setattr_(snap, "expected_end", start + run.job.estimate - run.p0)
             else:
@@ -386,8 +390,8 @@ class Simulator:
         because it is the engine's hottest loop for two-tier policies)."""
         i = run.idx
         loss = self._loss[i]
-        if run.tier is Tier.FG:
-            return fg_rate(loss, self.two_tier)
+        if run.tier is _FG:
+            return 1.0 - loss if self.two_tier else 1.0  # progress.fg_rate, inlined
         beta = self._beta[i]
         alone = 1.0 - loss
         threshold = self._pm.bg_threshold
@@ -410,18 +414,19 @@ class Simulator:
 
     def _reschedule(self, run: _Run) -> None:
         """Settle progress at now, recompute the rate and push a fresh completion event."""
-        run.settle(self.now)
-        run.rate = self._rate(run)
+        now = self.now
+        run.settle(now)
+        rate = run.rate = self._rate(run)
         if run.placed:  # a rate change alone leaves the snapshot valid (its progress is live)
             self._snapshot(run)
             run.placed = False
-        self._version += 1
-        run.version = self._version
-        if run.rate > 0.0:
+        version = self._version = self._version + 1
+        run.version = version
+        if rate > 0.0:
             start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
             remaining = self._work[run.idx] - run.p0
-            t = start + (remaining / run.rate if remaining > 0 else 0.0)
-            heapq.heappush(self._heap, (t, run.version, run))
+            t = start + (remaining / rate if remaining > 0 else 0.0)
+            heapq.heappush(self._heap, (t, version, run))
 
     def _mark_fg_change(self, cores: tuple[int, ...]) -> None:
         """The fg occupancy of ``cores`` changed: the bg jobs there need a new rate."""
@@ -449,7 +454,7 @@ class Simulator:
         run.tier = tier
         run.cores = cores
         run.placed = True
-        if tier is Tier.FG:
+        if tier is _FG:
             fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
             for c, u in zip(cores, self._usage[run.idx], strict=True):
                 fg_job[c] = jid
@@ -468,7 +473,7 @@ class Simulator:
 
     def _vacate(self, run: _Run) -> None:
         cores = run.cores
-        if run.tier is Tier.FG:
+        if run.tier is _FG:
             fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
             for c in cores:
                 fg_job[c] = None
@@ -512,51 +517,75 @@ class Simulator:
 
     def _start(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> None:
         idx = self._index[job_id]
-        job = self._dequeue(job_id)
-        run = _Run(idx, job, tier, cores, self.now)
+        q = self._queue
+        if q[0].id == job_id:  # the usual case: the queue head starts
+            del self._qkey[job_id]
+            job = q.pop(0)
+        else:
+            job = self._dequeue(job_id)
+        now = self.now
+        run = _Run(idx, job, tier, cores, now)
         self._runs[job_id] = run
-        if self._first_start[idx] != self._first_start[idx]:  # NaN: first start
-            self._first_start[idx] = self.now
+        first = self._first_start
+        if first[idx] != first[idx]:  # NaN: first start
+            first[idx] = now
         self._place(run, tier, cores)
 
     def _apply(self, decision: Decision) -> None:
-        now = self.now
-        for act in decision.actions:
-            if isinstance(act, StartFg):
-                self._start(act.job_id, Tier.FG, act.cores)
-            elif isinstance(act, StartBg):
-                self._start(act.job_id, Tier.BG, act.cores)
-            elif isinstance(act, Promote | Demote):
-                run = self._runs[act.job_id]
-                run.settle(now)
-                self._vacate(run)
-                run.tier_since = now
-                self._place(run, Tier.FG if isinstance(act, Promote) else Tier.BG, run.cores)
-            elif isinstance(act, Migrate):
-                run = self._runs[act.job_id]
-                run.settle(now)
-                self._vacate(run)
-                run.tier_since = now
-                run.blocked_until = max(now, run.blocked_until) + act.cost
-                self._migrations += 1
-                self._place(run, act.tier, act.cores)
-            elif isinstance(act, Kill):
-                run = self._runs.pop(act.job_id)
-                del self._snaps[act.job_id]
-                run.settle(now)
-                self._vacate(run)
-                self._version += 1
-                run.version = -1
-                self._policy_kills += 1
-                self._wasted += run.p0 * run.job.procs
-                if act.requeue:
-                    self._enqueue(run.idx, run.job)
-                else:  # cancelled for good: no end time, left out of the metrics
-                    self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
-                    self._done += 1
+        actions = decision.actions
+        if not actions:
+            if self._dirty:
+                self._flush_dirty()
+            return
+        start = self._start
+        for act in actions:
+            t = type(act)
+            if t is StartFg or t is StartBg:
+                sact = cast("StartFg | StartBg", act)
+                start(sact.job_id, _FG if t is StartFg else _BG, sact.cores)
             else:
-                raise SimulationError(time=now, problem=f"the simulator does not model {act.kind} ({act.job_id})")
-        self._flush_dirty()
+                self._apply_other(act)
+        if self._dirty:
+            self._flush_dirty()
+
+    def _apply_other(self, act: object) -> None:
+        now = self.now
+        if isinstance(act, StartFg):
+            self._start(act.job_id, Tier.FG, act.cores)
+        elif isinstance(act, StartBg):
+            self._start(act.job_id, Tier.BG, act.cores)
+        elif isinstance(act, Promote | Demote):
+            run = self._runs[act.job_id]
+            run.settle(now)
+            self._vacate(run)
+            run.tier_since = now
+            self._place(run, Tier.FG if isinstance(act, Promote) else Tier.BG, run.cores)
+        elif isinstance(act, Migrate):
+            run = self._runs[act.job_id]
+            run.settle(now)
+            self._vacate(run)
+            run.tier_since = now
+            run.blocked_until = max(now, run.blocked_until) + act.cost
+            self._migrations += 1
+            self._place(run, act.tier, act.cores)
+        elif isinstance(act, Kill):
+            run = self._runs.pop(act.job_id)
+            del self._snaps[act.job_id]
+            run.settle(now)
+            self._vacate(run)
+            self._version += 1
+            run.version = -1
+            self._policy_kills += 1
+            self._wasted += run.p0 * run.job.procs
+            if act.requeue:
+                self._enqueue(run.idx, run.job)
+            else:  # cancelled for good: no end time, left out of the metrics
+                self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
+                self._done += 1
+        else:
+            kind = getattr(act, "kind", type(act).__name__)
+            raise SimulationError(time=now, problem=f"the simulator does not model {kind} "
+                                                    f"({getattr(act, 'job_id', '?')})")
 
     def _complete(self, run: _Run) -> None:
         idx = run.idx
@@ -593,41 +622,43 @@ class Simulator:
         cpu_info = self.config.cpu_info
         next_report = every
         heappop = heapq.heappop
+        ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
+        complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
+        dirty = self._dirty
         while True:
             # next event time
             while heap and heap[0][2].version != heap[0][1]:
                 heappop(heap)
-            t_c = heap[0][0] if heap else _INF
-            t_a = submit[ai] if ai < n else _INF
-            t_w = self._wake if self._wake is not None else _INF
-            t = min(t_c, t_a, t_w)
+            t = heap[0][0] if heap else _INF
+            if ai < n and submit[ai] < t:
+                t = submit[ai]
+            wake = self._wake
+            if wake is not None and wake < t:
+                t = wake
             if t == _INF:
                 break
             if t > self.now:
                 self.now = t
             now = self.now
             # (1) completions
-            while heap and heap[0][0] <= now + _EPS:
+            due = now + _EPS
+            while heap and heap[0][0] <= due:
                 _, ver, r = heappop(heap)
                 if r.version == ver:
-                    self._complete(r)
-            if self._dirty:
+                    complete(r)
+            if dirty:
                 self._flush_dirty()
             # (2) arrivals
             while ai < n and submit[ai] <= now:
-                job = Job(id=self._ids[ai], submit_time=submit[ai], procs=self._procs[ai],
-                          estimate=self._estimate[ai], cpu_usage=self._usage[ai] if cpu_info else None)
-                self._enqueue(ai, job)
+                enqueue(ai, Job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None))
                 ai += 1
-            if self._wake is not None and self._wake <= now + _EPS:
-                self._wake = None
-            # (3) one scheduling pass
+            # (3) one scheduling pass (a due wake-up is consumed by it: the decision sets the next one)
             self._decisions += 1
-            decision = policy.decide(view, now)
+            decision = decide(view, now)
             check_decision(view, decision, now)
-            self._apply(decision)
+            apply(decision)
             w = decision.wake_at
-            self._wake = w if w is not None and w > now + _EPS else None
+            self._wake = w if w is not None and w > due else None
             if on_progress is not None and self._done >= next_report:
                 on_progress(self._done, n)
                 next_report = self._done + every
