@@ -415,7 +415,11 @@ class Simulator:
     def _reschedule(self, run: _Run) -> None:
         """Settle progress at now, recompute the rate and push a fresh completion event."""
         now = self.now
-        run.settle(now)
+        # run.settle(now), inlined (same arithmetic as _Run.progress_at)
+        start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
+        if now > start:
+            run.p0 = run.p0 + run.rate * (now - start)
+        run.t0 = now
         rate = run.rate = self._rate(run)
         if run.placed:  # a rate change alone leaves the snapshot valid (its progress is live)
             self._snapshot(run)
@@ -442,9 +446,10 @@ class Simulator:
     def _flush_dirty(self) -> None:
         if self._dirty:
             runs = self._runs
+            reschedule = self._reschedule
             for run in self._dirty.values():
                 if runs.get(run.job.id) is run:
-                    self._reschedule(run)
+                    reschedule(run)
             self._dirty.clear()
 
     # ------------------------------------------------------------------ placement
