@@ -422,3 +422,38 @@ def test_leaving_vm_keeps_its_source_tier_until_gone(cluster: Cluster) -> None:
     arriving = [v for v in cluster.daemon.state.desired_vms(dst) if v.name == rec.vm_name(0)]
     assert [(v.role, v.weight) for v in leaving] == [(VmRole.BG, 1)]
     assert [(v.role, v.weight) for v in arriving] == [(VmRole.FG, 10000)]
+
+
+def test_source_slot_stays_reserved_within_the_decision(tmp_path: Path) -> None:
+    """A decision that moves a bg job to fg cores on another node and, later in the same decision,
+    starts another job in the bg slot the mover is leaving: the start is skipped (the leaving VM still
+    runs there), as it would be in the next decision's view."""
+    from vmctl.model import Decision, Migrate, StartBg, Tier
+
+    class Scripted(SchedulingPolicy):
+        name = "scripted"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.script: list[Decision] = []
+
+        def decide(self, view: Any, now: float) -> Decision:
+            return self.script.pop(0) if self.script else Decision(actions=())
+
+    pol = Scripted()
+    c = Cluster(tmp_path, {"n1": 1, "n2": 1}, policy=pol)
+    a = c.submit(1, 500, 400)
+    b = c.submit(1, 500, 400)
+    pol.script.append(Decision(actions=(StartBg(job_id=a, cores=(0,)),)))
+    c.step()
+    assert c.daemon.job(a).tier == "bg" and c.daemon.job(a).placement == [("n1", 0)]
+    pol.script.append(Decision(actions=(Migrate(job_id=a, cores=(1,), tier=Tier.FG), StartBg(job_id=b, cores=(0,)))))
+    c.daemon.dirty = True
+    c.daemon.run_once()
+    assert c.daemon.job(a).migrating and c.daemon.job(a).placement == [("n2", 0)]
+    assert c.daemon.job(b).state == "queued"
+    assert c.daemon.last_result is not None and any(act.job_id == b for act, _why in c.daemon.last_result.skipped)
+    # the leaving VM on n1 is still the bg VM of its reserved slot, and n1's desired state is valid
+    from vmctl.agents.plan import validate
+
+    validate(c.daemon.desired("n1"), Layout(host="n1", cores=(0,)), peers={"n2": "mock://n2"})

@@ -283,11 +283,19 @@ class Actuator:
             if gain < lim.min_gain_s:
                 return f"expected gain {gain:.1f}s below migration.min_gain_s {lim.min_gain_s}"
         self._freeze_progress(job, now)
+        # processes that leave their node keep their source slot until the migration is confirmed (as
+        # ClusterState.build_view reserves it between decisions): no later action of this decision may
+        # place another VM of that tier there while the leaving VM still runs
+        leaving = tuple(rj.cores[i] for i in range(min(len(new_place), len(rj.cores)))
+                        if job.placement[i][0] != new_place[i][0])
         vacate(job)
         from_tier = job.tier
         job.tier = act.tier.value
         job.placement = new_place
         occupy(act.tier, act.cores, job.id)
+        if hosts and from_tier in ("fg", "bg"):
+            src_tier = Tier.FG if from_tier == "fg" else Tier.BG
+            occupy(src_tier, tuple(c for c in leaving if free(src_tier, (c,), job.id)), job.id)
         if hosts:
             op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": act.tier.value,
                                                           "stage": "prepare", "target_gens": {},
