@@ -466,7 +466,8 @@ class Simulator:
                 fg_run[c] = run
                 fg_util[c] = u
             self._idle_fg.difference_update(cores)
-            self._mark_fg_change(cores)
+            if self._bg_count:
+                self._mark_fg_change(cores)
         else:
             bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
@@ -485,7 +486,8 @@ class Simulator:
                 fg_run[c] = None
                 fg_util[c] = 0.0
             self._idle_fg.update(cores)
-            self._mark_fg_change(cores)
+            if self._bg_count:
+                self._mark_fg_change(cores)
         else:
             bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
