@@ -113,6 +113,8 @@ def test_short_demo_run(tmp_path: Path) -> None:
     assert m and "done" in m.group(1)
     assert re.search(r"mean response time: [\d,.]+ s", out), out
     assert re.search(r"bounded slowdown \(tau=10 s\): mean [\d,.]+", out), out
+    assert re.search(r"migrations: \d+ \(jobs' counters, same-host re-pins included\); between nodes: ", out), out
+    assert "daemon clock at 1000x" in out  # vmctld and the agents ran on the accelerated clock
     pids = [int(p) for p in re.findall(r"pid (\d+)", out)] + [
         int(p) for p in re.search(r"pids ([\d, ]+)\)", out).group(1).split(",")]  # type: ignore[union-attr]
     assert len(pids) == 4
