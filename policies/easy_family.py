@@ -89,6 +89,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Sequence, Set
+from itertools import islice
 from typing import Any, ClassVar, Literal
 
 from vmctl.errors import PolicyParameterError
@@ -269,11 +270,13 @@ class EasyPolicy(_OneTier):
         computed = False
         shadow = -math.inf
         extra = 0
-        while i < n and free > 0:
-            job = queue[i]
-            i += 1
+        # Only jobs no wider than the cores idle now can ever be backfilled in this pass (``free``
+        # only shrinks): one comprehension picks them, instead of testing every job in Python code.
+        for job in [j for j in islice(queue, i, n) if j.procs <= free] if free > 0 else ():
             procs = job.procs
             if procs > free or job.submit_time > now:
+                if free <= 0:
+                    break
                 continue
             if not computed:
                 computed = True
