@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from vmctl import errors
+from tests.livedaemon import live_daemon
 from vmctl.cli.demo import DaemonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,15 +28,7 @@ TIME_BUDGET_S = 100.0
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path_factory.mktemp("fuzz"), policy="easy", tick_s=0.5)
-    try:
-        d.start_and_wait(timeout=60)
-    except errors.VmctlError as exc:
-        d.stop()
-        pytest.fail(f"vmctld did not start: {exc}")
-    yield d
-    rc = d.stop()
-    assert rc == 0, f"vmctld exited with {rc} after the fuzzing:{d.tail(30)}"
+    yield from live_daemon(tmp_path_factory.mktemp("fuzz"), policy="easy", tick_s=0.5)
 
 
 def _load_schema() -> Any:

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.livedaemon import run_cli
 from vmctl import errors
 from vmctl.apiclient import ApiClient, error_from_response
 from vmctl.cli import ops
-from vmctl.cli.main import exit_code_for, main
+from vmctl.cli.main import exit_code_for
 
 JOB = {
     "id": "17", "name": "sim-a", "state": "running", "procs": 2, "estimate": 600.0, "priority": 0,
@@ -77,14 +78,7 @@ def server() -> Iterator[tuple[str, Recorder]]:
         srv.server_close()
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 def test_job_submit_builds_body_and_sends_token(server: tuple[str, Recorder], capsys: Any) -> None:

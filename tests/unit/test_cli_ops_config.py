@@ -7,19 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.cli.main import main
+from tests.livedaemon import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 def test_valid_daemon_and_agent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

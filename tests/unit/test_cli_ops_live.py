@@ -9,21 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from vmctl import errors
+from tests.livedaemon import live_daemon, run_cli
 from vmctl.cli.demo import DaemonProcess
-from vmctl.cli.main import main
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path_factory.mktemp("cli"), policy="easy", tick_s=0.2)
-    try:
-        d.start_and_wait(timeout=60)
-    except errors.VmctlError as exc:
-        d.stop()
-        pytest.fail(f"vmctld did not start: {exc}")
-    yield d
-    assert d.stop() == 0
+    yield from live_daemon(tmp_path_factory.mktemp("cli"), policy="easy", tick_s=0.2)
 
 
 @pytest.fixture()
@@ -34,14 +26,7 @@ def env(daemon: DaemonProcess, monkeypatch: pytest.MonkeyPatch) -> DaemonProcess
     return daemon
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_cli
 
 
 def test_job_lifecycle(env: DaemonProcess, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.livedaemon import live_daemon
 from vmctl import errors
 from vmctl.cli.demo import DaemonProcess
 from vmctl.client import Client, Job, Profile, Task
@@ -14,14 +15,7 @@ from vmctl.client import Client, Job, Profile, Task
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path_factory.mktemp("client"), policy="easy", tick_s=0.2)
-    try:
-        d.start_and_wait(timeout=60)
-    except errors.VmctlError as exc:
-        d.stop()
-        pytest.fail(f"vmctld did not start: {exc}")
-    yield d
-    assert d.stop() == 0
+    yield from live_daemon(tmp_path_factory.mktemp("client"), policy="easy", tick_s=0.2)
 
 
 def test_batch_submit_cancel_wait(daemon: DaemonProcess) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.livedaemon import live_daemon
 from vmctl import errors
 from vmctl.apiclient import ApiClient
 from vmctl.cli.demo import DaemonProcess
@@ -23,14 +24,7 @@ from vmctl.cli.ops import write_cert_files
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path_factory.mktemp("vmctld"), policy="easy", tick_s=0.2)
-    try:
-        d.start_and_wait(timeout=60)
-    except errors.VmctlError as exc:
-        d.stop()
-        pytest.fail(f"vmctld did not start: {exc}")
-    yield d
-    assert d.stop() == 0, d.tail(20)
+    yield from live_daemon(tmp_path_factory.mktemp("vmctld"), policy="easy", tick_s=0.2)
 
 
 def values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
