@@ -27,7 +27,7 @@ from typing import Any
 
 from vmctl import errors
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_URL = "https://127.0.0.1:8443"  # what vmctld serves by default (etc/vmctld.yaml api.port)
 USER_AGENT = "vmctl-apiclient/1"
 
 

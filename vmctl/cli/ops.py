@@ -48,7 +48,7 @@ def api_options(f: F) -> F:
     f = click.option("--token", envvar="VMCTL_TOKEN", default=None, metavar="TOKEN",
                      help="Bearer token [env VMCTL_TOKEN].")(f)
     f = click.option("--url", envvar="VMCTL_URL", default=None, metavar="URL",
-                     help="Daemon URL, default http://127.0.0.1:8080 [env VMCTL_URL].")(f)
+                     help="Daemon URL, default https://127.0.0.1:8443 [env VMCTL_URL].")(f)
     return f
 
 
