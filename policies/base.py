@@ -58,5 +58,15 @@ class SchedulingPolicy(ABC):
     def decide(self, view: ClusterView, now: float) -> Decision:
         """Return the actions to take now. Must not mutate or retain ``view``."""
 
+    def cannot_act(self, view: ClusterView) -> bool:
+        """A cheap, pure test that lets a caller skip ``decide`` when it cannot change anything.
+
+        Contract: True only if ``decide(view, now)`` would return a Decision with no actions and no
+        ``wake_at`` for every ``now``. Its reasons, default reason and reservation are not covered:
+        a caller that needs them (the daemon reports waiting reasons) must call ``decide`` anyway.
+        The default, False, is always correct; override only with a proof. Must not mutate or
+        retain ``view``."""
+        return False
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary, "params": dict(self.params)}

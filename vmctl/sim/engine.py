@@ -11,8 +11,10 @@ completion event in a heap, invalidated lazily (a version number per change) whe
 One instant. At time ``t`` the engine (1) completes every job whose completion event is due, (2) adds
 every job submitted at ``t`` to the queue, (3) calls ``policy.decide(view, t)`` once, (4) checks the
 decision with :func:`vmctl.policies.invariants.check_decision` (always), and (5) applies the actions in
-order. A decision's ``wake_at`` schedules another pass at that time; a later decision replaces it
-(policies are stateless, so the latest decision is the one that knows what it waits for).
+order. Steps (3)-(5) are skipped when ``policy.cannot_act(view)`` is True: by its contract the decision
+would have no actions and no ``wake_at`` (counted in ``SimResult.skipped_passes``). A decision's
+``wake_at`` schedules another pass at that time; a later decision replaces it (policies are
+stateless, so the latest decision is the one that knows what it waits for).
 
 The view. ``ClusterView`` is built once and stays a *live* view of the engine's incrementally
 maintained structures: the queue (a list in queue order: submit time, then position in the workload,
@@ -123,6 +125,9 @@ class SimResult:
     wasted_work: float
     seed: int
     source: str = ""
+    #: passes (counted in ``decisions``) where ``policy.cannot_act(view)`` held, so ``decide`` and the
+    #: check were skipped; not in ``to_dict`` (an implementation detail, results do not depend on it)
+    skipped_passes: int = 0
 
     def to_dict(self) -> dict[str, object]:
         m = self.metrics
@@ -326,6 +331,7 @@ class Simulator:
         self._policy_kills = 0
         self._wasted = 0.0
         self._decisions = 0
+        self._skipped = 0
         # cluster state
         self.now = 0.0
         self._queue: list[Job] = []
@@ -631,6 +637,7 @@ class Simulator:
         heappop = heapq.heappop
         ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
         complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
+        cannot_act = policy.cannot_act
         dirty = self._dirty
         while True:
             # next event time
@@ -661,11 +668,19 @@ class Simulator:
                 ai += 1
             # (3) one scheduling pass (a due wake-up is consumed by it: the decision sets the next one)
             self._decisions += 1
-            decision = decide(view, now)
-            check_decision(view, decision, now)
-            apply(decision)
-            w = decision.wake_at
-            self._wake = w if w is not None and w > due else None
+            if cannot_act(view):
+                # By the contract of ``cannot_act`` the decision would have no actions and no wake_at:
+                # applying it would only flush the dirty state and clear the wake-up.
+                self._skipped += 1
+                if self._dirty:
+                    self._flush_dirty()
+                self._wake = None
+            else:
+                decision = decide(view, now)
+                check_decision(view, decision, now)
+                apply(decision)
+                w = decision.wake_at
+                self._wake = w if w is not None and w > due else None
             if on_progress is not None and self._done >= next_report:
                 on_progress(self._done, n)
                 next_report = self._done + every
@@ -701,6 +716,7 @@ class Simulator:
             estimate_kills=int(sum(self._est_killed)),
             policy_kills=self._policy_kills,
             decisions=self._decisions,
+            skipped_passes=self._skipped,
             wasted_work=self._wasted,
             seed=self.config.seed,
             source=self.source,
