@@ -187,10 +187,10 @@ class _OneTier(SchedulingPolicy):
         return tuple(taken)
 
     def cannot_act(self, view: ClusterView) -> bool:
-        """No idle usable fg core: nothing can start. FCFS, EASY and SJF emit only ``StartFg`` (on
-        idle fg cores, ``procs >= 1``) and never set ``wake_at``, so their decision has no actions
-        and no wake-up whatever ``now`` is."""
-        return not view.idle_fg
+        """No idle usable fg core, or no queued job: nothing can start. FCFS, EASY and SJF emit only
+        ``StartFg`` (of a queued job, on idle fg cores, ``procs >= 1``) and never set ``wake_at``, so
+        their decision has no actions and no wake-up whatever ``now`` is."""
+        return not view.idle_fg or not view.queue
 
 
 @register

@@ -56,7 +56,7 @@ def busy_views(draw: st.DrawFn) -> ClusterView:
             end = 1.0 + est - progress if tier is Tier.FG else math.inf
             running[job.id] = RunningJob(job, tier, cores, 0.0, 0.0, progress=progress, expected_end=end)
     queue = []
-    for q in range(draw(st.integers(0, 8))):
+    for q in range(draw(st.integers(0, 8))):  # empty sometimes: two-tier policies may still act
         procs = draw(st.integers(1, n + 1))
         submit = draw(st.sampled_from([0.0, 1.0, 10.0, 20.0]))
         est = draw(st.sampled_from([1.0, 4.0, 60.0, 1000.0]))
@@ -74,11 +74,12 @@ def test_every_registered_policy_answers_cannot_act() -> None:
     names = set(available_policies())
     assert set(ONE_TIER) <= names
     empty = ClusterView(
-        total_cores=2, queue=[], running={}, fg_job=[None, None], bg_job=[None, None], idle_fg={0, 1},
+        total_cores=2, queue=[Job(id="q", submit_time=0.0, procs=1, estimate=5.0)], running={},
+        fg_job=[None, None], bg_job=[None, None], idle_fg={0, 1},
         idle_bg={0, 1}, fg_util=[0.0, 0.0], usable=[True, True],
     )  # fmt: skip
     for name in names:
-        assert create_policy(name).cannot_act(empty) is False, name  # idle cores: it might act
+        assert create_policy(name).cannot_act(empty) is False, name  # idle cores, a job: it might act
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,9 +97,9 @@ def test_cannot_act_implies_an_empty_decision(view: ClusterView) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(view=busy_views())
-def test_one_tier_cannot_act_exactly_when_no_idle_fg(view: ClusterView) -> None:
+def test_one_tier_cannot_act_exactly_when_no_idle_fg_or_no_queue(view: ClusterView) -> None:
     for name in ONE_TIER:
-        assert create_policy(name).cannot_act(view) is (not view.idle_fg)
+        assert create_policy(name).cannot_act(view) is (not view.idle_fg or not view.queue)
 
 
 def test_strategy_reaches_cannot_act() -> None:
