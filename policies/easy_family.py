@@ -152,22 +152,6 @@ def _reservation(
     ``extra_ends`` holds (end, procs) of jobs placed on fg during this call. Returns None when the
     head cannot fit even after every fg job has ended. A heap instead of a sort: the walk usually
     stops after a few jobs."""
-    fg_ends = view.fg_ends
-    if fg_ends is not None:  # already sorted by the provider: walk it, merged with this call's starts
-        it: Iterator[tuple[Any, ...]] = (
-            iter(fg_ends) if not extra_ends else heapq.merge(fg_ends, sorted(extra_ends))
-        )
-        avail = free
-        for item in it:
-            avail += item[1]
-            if avail >= need:
-                shadow: float = item[0]
-                for nxt in it:  # every job ending at the shadow time frees its cores
-                    if nxt[0] > shadow:
-                        break
-                    avail += nxt[1]
-                return (shadow if shadow > now else now, avail - need)
-        return None
     fg = _FG
     ends = [(rj.expected_end, rj.job.procs) for rj in view.running.values() if rj.tier is fg]
     if extra_ends:

@@ -143,10 +143,6 @@ class ClusterView:
     local_core: Sequence[int] = ()
     # vcsched: capacity of each node (cores) and memory (fraction of one host) when modelled.
     node_names: Sequence[str] = ()
-    # Optional, for speed: the fg jobs sorted by expected_end as (expected_end, procs, job id),
-    # maintained by the provider (the simulator, one-tier runs). None = not provided (the daemon):
-    # policies then compute the same from ``running``.
-    fg_ends: Sequence[tuple[float, int, str]] | None = None
 
     def node(self, core: int) -> str:
         return self.node_of_core[core] if self.node_of_core else "sim"

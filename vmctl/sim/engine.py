@@ -352,10 +352,6 @@ class Simulator:
         self._bg_count = 0  # jobs in the bg tier (fg changes need no bg rate updates when 0)
         self._wake: float | None = None
         self._done = 0
-        # fg jobs sorted by expected_end, (end, procs, id), for ``ClusterView.fg_ends``: kept only in
-        # one-tier runs, where every fg job runs at rate 1 and its expected_end is fixed at placement.
-        self._fg_ends: list[tuple[float, int, str]] | None = None if self.two_tier else []
-        self._fg_end_key: dict[str, tuple[float, int, str]] = {}
         self.view = ClusterView(
             total_cores=cores,
             queue=self._queue,
@@ -366,7 +362,6 @@ class Simulator:
             idle_bg=self._idle_bg,
             fg_util=self._fg_util,
             usable=self._usable,
-            fg_ends=self._fg_ends,
         )
 
     # ------------------------------------------------------------------ view support
@@ -389,21 +384,9 @@ class Simulator:
         if fixed_end:
             if fg:
                 start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
-                end = start + run.job.estimate - run.p0
-                setattr_(snap, "expected_end", end)
-                fg_ends = self._fg_ends
-                if fg_ends is not None:
-                    jid = run.job.id
-                    old = self._fg_end_key.pop(jid, None)
-                    if old is not None:
-                        del fg_ends[bisect.bisect_left(fg_ends, old)]
-                    key = (end, run.job.procs, jid)
-                    self._fg_end_key[jid] = key
-                    bisect.insort(fg_ends, key)
+                setattr_(snap, "expected_end", start + run.job.estimate - run.p0)
             else:
                 setattr_(snap, "expected_end", _INF)
-        elif self._fg_ends is not None:  # pragma: no cover - one-tier fg jobs always run at rate 1
-            raise SimulationError(time=self.now, problem=f"fg job {run.job.id} has a moving expected end")
         self._snaps[run.job.id] = snap
 
     # ------------------------------------------------------------------ rates and events
@@ -511,11 +494,6 @@ class Simulator:
             self._idle_fg.update(cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
-            fg_ends = self._fg_ends
-            if fg_ends is not None:
-                key = self._fg_end_key.pop(run.job.id, None)
-                if key is not None:
-                    del fg_ends[bisect.bisect_left(fg_ends, key)]
         else:
             bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
@@ -565,12 +543,6 @@ class Simulator:
         if first[idx] != first[idx]:  # NaN: first start
             first[idx] = now
         self._place(run, tier, cores)
-        dirty = self._dirty
-        if len(dirty) == 1 and self._fg_ends is not None and not self._bg_count:
-            # One tier, nothing else pending: reschedule now rather than through ``_flush_dirty`` (the
-            # same call in the same order, as the flush would have rescheduled this run next).
-            dirty.clear()
-            self._reschedule(run)
 
     def _apply(self, decision: Decision) -> None:
         actions = decision.actions
