@@ -46,7 +46,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from vmctl.errors import OutOfRange
 from vmctl.sim.workloads.core import JobArrays, Workload
@@ -148,6 +147,10 @@ def _runtimes(p: ClassParams, sizes: IntArray, rng: np.random.Generator) -> Floa
 
 def daily_weights(p: ClassParams) -> list[float]:
     """Relative arrival intensity of the 48 half-hour buckets of a day (mean 1)."""
+    # Imported here: scipy.stats costs over a second to import, and every `vmctl sim` run reading a
+    # trace imports this package.
+    from scipy import stats
+
     w = [0.0] * BUCKETS
     for i in range(CYCLE_START, CYCLE_START + BUCKETS):
         w[(i - 1) % BUCKETS] = float(stats.gamma.cdf(i + 0.5, p.anum, scale=p.bnum)) - float(
