@@ -70,8 +70,15 @@ class ConfigError(UserError):
 
 
 class TraceFormatError(UserError):
+    """``line`` is 1-based; 0 means the problem concerns the whole file (missing, unreadable)."""
+
     reference = "trace-format"
     template = "{path}:{line}: {problem}"
+
+    def __init__(self, **fields: Any) -> None:
+        super().__init__(**fields)
+        if not fields.get("line"):
+            self.args = (f"{fields.get('path')}: {fields.get('problem')}",)
 
 
 class InstanceFormatError(UserError):

@@ -26,6 +26,7 @@ def test_job_validation_names_field() -> None:
 def test_error_messages_and_dict() -> None:
     e = errors.TraceFormatError(path="x.swf", line=4, problem="bad")
     assert str(e) == "x.swf:4: bad"
+    assert str(errors.TraceFormatError(path="x.swf", line=0, problem="no such file")) == "x.swf: no such file"
     d = e.to_dict()
     assert d["reference"] == "trace-format" and d["line"] == 4 and d["retryable"] is False
     assert errors.HypervisorUnavailable(backend="libvirt", uri="qemu:///system", problem="x").retryable
