@@ -1,6 +1,6 @@
 """The EASY family: FCFS, EASY, SJF (one tier) and KEASY, REASY, MEASY (two tiers).
 
-Source: the MEASY paper (``/work/shared/seeds/000_2116516f63e5bc7c.txt``), sec. 2.2 (KEASY,
+Source: the MEASY paper (``../shared/seeds/000_2116516f63e5bc7c.txt``), sec. 2.2 (KEASY,
 Algorithms 1 and 2), sec. 2.3.1 (REASY, Algorithm 3), sec. 2.3.2 (MEASY), sec. 3.5.1 (no CPU usage
 information). The symbols of the algorithm listings were lost in conversion; they are reconstructed
 here from the prose and the Figure 1 example (reproduced in ``tests/unit/test_policies_easy_figure1.py``).

@@ -8,7 +8,7 @@ instance is not guaranteed to be feasible.
 
 Parallel instances (sec. 5): job sizes from the Lublin & Feitelson (2003) model, whole-sample
 parameters (SerialProb 0.244, Pow2Prob 0.576, ULow 0.8, UProb 0.86) with UHi = log2(max size) and
-UMed = UHi - 2.5 as the model's authors advise when rescaling (``/work/shared/notes``, sec. 3.1):
+UMed = UHi - 2.5 as the model's authors advise when rescaling (``../shared/notes``, sec. 3.1):
 u ~ U(0,1); u <= SerialProb gives a serial job; otherwise log2(size) is two-stage uniform
 (U(ULow, UMed) with probability UProb, else U(UMed, UHi)) and rounded to an integer when
 u <= SerialProb + Pow2Prob; size = round(2^x) clipped to [1, max]. Jobs are drawn until the task

@@ -2,7 +2,7 @@
 second, independent libvirtd in its own mount + UTS namespace that acts as a migration peer.
 
 Everything started here is stopped here, by pid; a daemon that was already running is left alone.
-Facts behind the recipe: /work/shared/notes/libvirt-on-these-machines.md.
+Facts behind the recipe: ../shared/notes/libvirt-on-these-machines.md.
 """
 
 from __future__ import annotations
