@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -166,13 +167,13 @@ class Agent:
         self.reporter.close()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[Vmctld, list[Agent]]]:
-    d = Vmctld(tmp_path)
+@contextmanager
+def two_node_cluster(d: Vmctld, cores: int) -> Iterator[tuple[Vmctld, list[Agent]]]:
+    """Start ``d`` and two HTTP agents (n1, n2) on mock backends sharing one fabric; stop all after."""
     d.start()
     fabric = MockFabric()
     peers = {"n1": "mock://n1", "n2": "mock://n2"}
-    agents = [Agent("n1", 4, d, fabric, peers), Agent("n2", 4, d, fabric, peers)]
+    agents = [Agent("n1", cores, d, fabric, peers), Agent("n2", cores, d, fabric, peers)]
     for a in agents:
         a.start()
     try:
@@ -181,6 +182,12 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Vmctld, list[Agent]]]:
         for a in agents:
             a.stop()
         d.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[Vmctld, list[Agent]]]:
+    with two_node_cluster(Vmctld(tmp_path), cores=4) as c:
+        yield c
 
 
 def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_daemon_crash import Agent, Vmctld
-from vmctl.agents.backends.mock import MockFabric
+from tests.integration.test_daemon_crash import Agent, Vmctld, two_node_cluster
 from vmctl.cli.main import main
 from vmctl.model import PowerState
 
@@ -39,18 +38,8 @@ def _config(d: Vmctld, budget: float) -> None:
 def vcluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Vmctld, list[Agent]]]:
     d = Vmctld(tmp_path)
     _config(d, budget=float(getattr(request, "param", 0.5)))
-    d.start()
-    fabric = MockFabric()
-    peers = {"n1": "mock://n1", "n2": "mock://n2"}
-    agents = [Agent("n1", 2, d, fabric, peers), Agent("n2", 2, d, fabric, peers)]
-    for a in agents:
-        a.start()
-    try:
-        yield d, agents
-    finally:
-        for a in agents:
-            a.stop()
-        d.stop()
+    with two_node_cluster(d, cores=2) as c:
+        yield c
 
 
 def _wait(what: str, cond: Callable[[], Any], timeout: float = 20.0) -> Any:
