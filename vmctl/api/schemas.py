@@ -95,6 +95,12 @@ def _usage_list(raw: Any, procs: int, where: str) -> list[float]:
     return out
 
 
+def _put(target: dict[str, Any], key: str, value: Any) -> None:
+    """Set an optional field only when the request gave it."""
+    if value is not None:
+        target[key] = value
+
+
 JOB_KEYS = ("name", "procs", "estimate", "cpu_usage", "priority", "deadline", "command", "work_seconds", "tasks",
             "user", "cpu_need", "mem")
 TASK_KEYS = ("command", "work_seconds", "cpu_usage")
@@ -108,32 +114,18 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
     assert procs is not None
     spec: dict[str, Any] = {"procs": procs, "estimate": number(d, "estimate", where, required=True, lo=0.0,
                                                                 lo_open=True)}
-    name = string(d, "name", where, max_len=200)
-    if name is not None:
-        spec["name"] = name
+    _put(spec, "name", string(d, "name", where, max_len=200))
     if d.get("cpu_usage") is not None:
         spec["cpu_usage"] = _usage_list(d["cpu_usage"], procs, _path(where, "cpu_usage"))
     spec["priority"] = integer(d, "priority", where, lo=-1_000_000, hi=1_000_000, default=0)
-    dl = number(d, "deadline", where, lo=0.0)
-    if dl is not None:
-        spec["deadline"] = dl
-    cmd = string(d, "command", where, max_len=65536)
-    if cmd is not None:
-        spec["command"] = cmd
-    ws = number(d, "work_seconds", where, lo=0.0)
-    if ws is not None:
-        spec["work_seconds"] = ws
-    user = string(d, "user", where, max_len=200)
-    if user is not None:
-        spec["user"] = user
+    _put(spec, "deadline", number(d, "deadline", where, lo=0.0))
+    _put(spec, "command", string(d, "command", where, max_len=65536))
+    _put(spec, "work_seconds", number(d, "work_seconds", where, lo=0.0))
+    _put(spec, "user", string(d, "user", where, max_len=200))
     # vcsched virtual-cluster request: CPU need per VM (fraction of one host's core) and memory need
     # (fraction of one host's memory); absent = a full core and no memory constraint
-    cpu_need = number(d, "cpu_need", where, lo=0.0, lo_open=True, hi=1.0)
-    if cpu_need is not None:
-        spec["cpu_need"] = cpu_need
-    mem = number(d, "mem", where, lo=0.0, hi=1.0)
-    if mem is not None:
-        spec["mem"] = mem
+    _put(spec, "cpu_need", number(d, "cpu_need", where, lo=0.0, lo_open=True, hi=1.0))
+    _put(spec, "mem", number(d, "mem", where, lo=0.0, hi=1.0))
     if d.get("tasks") is not None:
         tw = _path(where, "tasks")
         tasks = d["tasks"]
@@ -147,15 +139,9 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
             td = _obj(t, w)
             unknown_keys(td, TASK_KEYS, w)
             item: dict[str, Any] = {}
-            c = string(td, "command", w, max_len=65536)
-            if c is not None:
-                item["command"] = c
-            ws_t = number(td, "work_seconds", w, lo=0.0)
-            if ws_t is not None:
-                item["work_seconds"] = ws_t
-            u = number(td, "cpu_usage", w, lo=0.0, lo_open=True, hi=1.0)
-            if u is not None:
-                item["cpu_usage"] = u
+            _put(item, "command", string(td, "command", w, max_len=65536))
+            _put(item, "work_seconds", number(td, "work_seconds", w, lo=0.0))
+            _put(item, "cpu_usage", number(td, "cpu_usage", w, lo=0.0, lo_open=True, hi=1.0))
             out.append(item)
         spec["tasks"] = out
     return spec
