@@ -303,6 +303,7 @@ class MockBackend(HypervisorBackend):
             self._receive(now)
 
     def _finish_migrations(self, now: float) -> None:
+        in_process: list[_Migration] = []
         with self._lock:
             for mig in self._migrations.values():
                 if mig.state is not MigrationState.RUNNING or now < mig.started + mig.duration:
@@ -310,30 +311,42 @@ class MockBackend(HypervisorBackend):
                 vm = self._vms.get(mig.name)
                 if vm is None:
                     mig.state, mig.error = MigrationState.FAILED, "VM vanished"
-                    continue
-                target = mig.target
-                if target is None:
+                elif mig.target is None:
                     self._remote_step(mig, vm, now)
-                    continue
-                with target._lock:
-                    target._advance(now)
-                    if mig.name in target._vms:
-                        mig.state, mig.error = MigrationState.FAILED, "target already has a VM of that name"
-                        vm.power = PowerState.RUNNING
-                        continue
-                    del self._vms[mig.name]
-                    vm.power = PowerState.RUNNING
-                    vm.alloc = 0.0
-                    if vm.pinned is not None and max(vm.pinned) >= target.cores:
-                        vm.pinned = None
-                    target._vms[mig.name] = vm
-                    mig.state, mig.finished = MigrationState.COMPLETED, now
-                self._invalidate()
-                self._log("migration_completed", mig.name, target.uri)
-                self._emit(mig.name, "migrated", f"to {target.uri}")
-                target._log("migration_arrived", mig.name, self.uri)
-                target._emit(mig.name, "started", f"migrated from {self.uri}")
-                target._invalidate()
+                else:
+                    in_process.append(mig)
+        for mig in in_process:
+            self._hand_over(mig, now)
+
+    def _hand_over(self, mig: _Migration, now: float) -> None:
+        """Move a migrated VM to an in-process target. Both backends' locks are taken in one global
+        order (by URI): two hosts finishing migrations towards each other at the same moment would
+        otherwise each hold its own lock and wait for the other's. Events go out after the locks."""
+        target = mig.target
+        assert target is not None
+        first, second = sorted((self, target), key=lambda b: b.uri)
+        with first._lock, second._lock:
+            vm = self._vms.get(mig.name)
+            if mig.state is not MigrationState.RUNNING or vm is None:
+                return  # settled meanwhile (aborted, or handled by a concurrent pass)
+            target._advance(now)
+            if mig.name in target._vms:
+                mig.state, mig.error = MigrationState.FAILED, "target already has a VM of that name"
+                vm.power = PowerState.RUNNING
+                return
+            del self._vms[mig.name]
+            vm.power = PowerState.RUNNING
+            vm.alloc = 0.0
+            if vm.pinned is not None and max(vm.pinned) >= target.cores:
+                vm.pinned = None
+            target._vms[mig.name] = vm
+            mig.state, mig.finished = MigrationState.COMPLETED, now
+            self._invalidate()
+            self._log("migration_completed", mig.name, target.uri)
+            target._log("migration_arrived", mig.name, self.uri)
+            target._invalidate()
+        self._emit(mig.name, "migrated", f"to {target.uri}")
+        target._emit(mig.name, "started", f"migrated from {self.uri}")
 
     # ------------------------------------------------------------------ the fabric directory
 

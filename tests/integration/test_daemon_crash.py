@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import random
+import select
 import signal
 import socket
 import ssl
@@ -66,6 +67,13 @@ class Vmctld:
             self.proc = subprocess.Popen([sys.executable, "-m", "vmctl.daemon.main", "--config", str(self.config)],
                                          stdout=subprocess.PIPE, stderr=log, text=True)
         assert self.proc.stdout is not None
+        # Bounded: a daemon that never says "ready" fails the test instead of hanging it.
+        ready, _, _ = select.select([self.proc.stdout], [], [], 60)
+        if not ready:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+            log = (self.tmp / "vmctld.log").read_text()[-2000:]
+            raise AssertionError(f"vmctld printed nothing for 60 s; its log ends:\n{log}")
         line = self.proc.stdout.readline()
         assert "vmctld ready" in line, f"vmctld did not start: {line!r} (see {self.tmp}/vmctld.log)"
 

@@ -281,6 +281,38 @@ def test_live_migration_through_a_fabric() -> None:
         b.start_migration("v", "mock://nowhere")
 
 
+def test_crossing_migrations_from_two_threads_do_not_deadlock() -> None:
+    """Two hosts finishing migrations towards each other while both relist concurrently: both VMs
+    arrive, nothing hangs. (The lock-order bug this guards against showed up only under full-suite
+    timing; this race does not reproduce it reliably, the ordered locking in _hand_over is the fix.)"""
+    import threading
+
+    for round_ in range(30):
+        clock = VirtualClock(0.0)
+        fabric = MockFabric()
+        a = MockBackend("a", clock=clock, fabric=fabric, migration_seconds=1.0)
+        b = MockBackend("b", clock=clock, fabric=fabric, migration_seconds=1.0)
+        vm_up(a, "va", 0, 10000, usage=1.0, work=100)
+        vm_up(b, "vb", 0, 10000, usage=1.0, work=100)
+        a.start_migration("va", b.uri)
+        b.start_migration("vb", a.uri)
+        clock.advance(1.5)
+        go = threading.Barrier(2)
+
+        def relist(backend: MockBackend, go: threading.Barrier = go) -> None:
+            go.wait()
+            for _ in range(20):
+                backend.list_vms()
+
+        threads = [threading.Thread(target=relist, args=(x,), daemon=True) for x in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads), f"deadlock in round {round_}"
+        assert [v.name for v in a.list_vms()] == ["vb"] and [v.name for v in b.list_vms()] == ["va"]
+
+
 def test_abort_migration_keeps_the_vm_on_the_source() -> None:
     clock = VirtualClock(0.0)
     fabric = MockFabric()
