@@ -2,8 +2,8 @@
 
 ``check_decision(view, decision, now)`` replays the decision's actions in order against an overlay
 of the view (only the cores the actions touch are copied, so a check costs O(actions) plus
-O(reasons) plus a scan of the queue up to the last job the decision names) and raises
-``InvariantViolation`` on the first broken rule:
+O(reasons) plus, unless the view carries a ``queue_index``, a scan of the queue up to the last job
+the decision names) and raises ``InvariantViolation`` on the first broken rule:
 
 - a core never gets two fg processes or two bg processes; a usable core only;
 - a job starts only from the queue, only once per decision (unless killed in between), and never
@@ -271,11 +271,20 @@ def _touched(decision: Decision) -> set[str]:
 
 
 def _queued_subset(view: ClusterView, wanted: set[str]) -> dict[str, Job]:
-    """The queued jobs among ``wanted``: scans the queue only up to the last one found (the jobs a
-    decision names are usually near its front), never indexes the whole queue."""
+    """The queued jobs among ``wanted``: looked up in ``view.queue_index`` when the view has one,
+    else found by scanning the queue only up to the last one (the jobs a decision names are usually
+    near its front), never indexing the whole queue."""
     out: dict[str, Job] = {}
     left = len(wanted)
     if not left:
+        return out
+    index = view.queue_index
+    if index is not None:
+        get = index.get
+        for jid in wanted:
+            j = get(jid)
+            if j is not None:
+                out[jid] = j
         return out
     for j in view.queue:
         if j.id in wanted and j.id not in out:

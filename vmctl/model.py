@@ -128,6 +128,9 @@ class ClusterView:
       0..1; 0 when the fg slot is idle. A bg VM takes a process only while this is under the
       threshold (0.96 in the paper).
     - ``usable[c]``: False for cores of drained, lost or excluded nodes.
+    - ``queue_index``: optional ``job id -> Job`` map of exactly the jobs in ``queue``. A caller that
+      maintains one anyway (the simulator) passes it so that the invariant checker finds the jobs a
+      decision names in O(1) instead of scanning the queue; None means "scan ``queue``".
     """
 
     total_cores: int
@@ -143,6 +146,7 @@ class ClusterView:
     local_core: Sequence[int] = ()
     # vcsched: capacity of each node (cores) and memory (fraction of one host) when modelled.
     node_names: Sequence[str] = ()
+    queue_index: Mapping[str, Job] | None = None
 
     def node(self, core: int) -> str:
         return self.node_of_core[core] if self.node_of_core else "sim"

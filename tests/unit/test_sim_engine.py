@@ -243,6 +243,64 @@ def test_queue_order_is_submit_then_workload_order_and_requeue_goes_back_in_plac
     assert orders == [["2", "3"]]
 
 
+def test_queue_index_is_exactly_the_queue_at_every_decision() -> None:
+    """The view's ``queue_index`` (which the invariant checker trusts instead of scanning the queue)
+    names exactly the queued jobs, through starts from the middle of the queue and a requeue."""
+    seen: list[tuple[list[str], dict[str, object]]] = []
+
+    def look(acts):  # type: ignore[no-untyped-def]
+        def f(view, now):  # type: ignore[no-untyped-def]
+            assert view.queue_index is not None
+            seen.append(([j.id for j in view.queue], dict(view.queue_index)))
+            return acts
+        return f
+
+    jobs = [wj(1, 0, 100, 1), wj(2, 0, 10, 1), wj(3, 0, 10, 1), wj(4, 1, 10, 1)]
+    pol = Scripted({
+        0.0: look([StartFg("3", (0,))]),  # from the middle of the queue
+        1.0: look([Kill("3", requeue=True), StartFg("2", (0,))]),
+        2.0: look([StartFg("1", (1,))]),
+    })
+    with pytest.raises(SimulationError):  # J3, J4 are never started again
+        run(jobs, 2, pol, TWO_TIER)
+    assert [ids for ids, _ in seen] == [["1", "2", "3"], ["1", "2", "4"], ["1", "3", "4"]]
+    for ids, index in seen:
+        assert sorted(index) == sorted(ids)
+        assert all(index[k].id == k for k in ids)  # type: ignore[attr-defined]
+
+
+def test_jobs_the_policy_sees_equal_jobs_built_and_validated_by_the_model() -> None:
+    """The engine builds queued jobs without ``Job.__post_init__`` (it validates the workload once);
+    they must be indistinguishable from jobs built the ordinary way."""
+    from vmctl.model import Job
+
+    got: list[Job] = []
+
+    def look(view, now):  # type: ignore[no-untyped-def]
+        got.extend(view.queue)
+        return [StartFg(j.id, (i,)) for i, j in enumerate(view.queue)]
+
+    run([wj(7, 0, 10, 1, 20.0), wj(8, 0, 10, 1)], 2, Scripted({0.0: look}), TWO_TIER)
+    assert got == [Job("7", 0.0, 1, 20.0, (1.0,)), Job("8", 0.0, 1, 10.0, (1.0,))]
+
+
+@pytest.mark.parametrize(
+    ("job", "field", "problem"),
+    [
+        (wj(5, 0, 10, 1, 0.0), "job 5.estimate", "positive number"),
+        (wj(5, 0, 10, 1, float("inf")), "job 5.estimate", "positive number"),
+        (wj(5, 0, 10, 0), "job 5.procs", "must be > 0"),
+        (wj(5, 0, 10, 2, None, (0.5, 1.5)), "job 5.cpu_usage", "1.5 not in"),
+    ],
+)
+def test_a_malformed_job_is_refused_before_the_run_with_its_id(job: object, field: str, problem: str) -> None:
+    from vmctl.errors import ValidationError
+
+    with pytest.raises(ValidationError) as err:
+        Simulator([wj(1, 0, 10, 1), job], 4, create_policy("easy"))  # type: ignore[list-item]
+    assert field in str(err.value) and problem in str(err.value)
+
+
 # ------------------------------------------------------------------------------ determinism
 
 

@@ -31,6 +31,7 @@ Checkpoint/Restore/SetCap/Suspend/Resume are not modelled and raise :class:`Simu
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import gc
 import heapq
 import math
@@ -65,6 +66,44 @@ _INF = math.inf
 # Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
 _FG = Tier.FG
 _BG = Tier.BG
+
+
+def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None], Job]:
+    """A ``Job`` constructor without ``Job.__post_init__`` for jobs the simulator has already
+    validated (``Simulator._validate_jobs``): it fills the slots through their member descriptors,
+    which costs half of the frozen dataclass ``__init__``. Guarded: if ``Job`` gains or reorders a
+    field, this fails at import time instead of building incomplete jobs."""
+    names = tuple(f.name for f in dataclasses.fields(Job))
+    expected = ("id", "submit_time", "procs", "estimate", "cpu_usage", "priority", "deadline", "user", "mem",
+                "cpu_need")
+    if names != expected:  # pragma: no cover - a tripwire for whoever changes Job
+        raise RuntimeError(f"vmctl.sim.engine._job_maker knows Job fields {expected}, Job has {names}")
+    defaults = {f.name: f.default for f in dataclasses.fields(Job)}
+    d = {name: Job.__dict__[name].__set__ for name in names}
+    s_id, s_submit, s_procs, s_est, s_usage = d["id"], d["submit_time"], d["procs"], d["estimate"], d["cpu_usage"]
+    s_prio, s_deadline, s_user, s_mem, s_need = d["priority"], d["deadline"], d["user"], d["mem"], d["cpu_need"]
+    prio, deadline, user, mem, need = (defaults["priority"], defaults["deadline"], defaults["user"],
+                                       defaults["mem"], defaults["cpu_need"])
+    new = object.__new__
+
+    def make(job_id: str, submit: float, procs: int, estimate: float, usage: tuple[float, ...] | None) -> Job:
+        job: Job = new(Job)
+        s_id(job, job_id)
+        s_submit(job, submit)
+        s_procs(job, procs)
+        s_est(job, estimate)
+        s_usage(job, usage)
+        s_prio(job, prio)
+        s_deadline(job, deadline)
+        s_user(job, user)
+        s_mem(job, mem)
+        s_need(job, need)
+        return job
+
+    return make
+
+
+_make_job = _job_maker()
 
 
 class WorkloadJobLike(Protocol):
@@ -318,6 +357,7 @@ class Simulator:
                     raise ValidationError(field=f"job {j.id}.cpu_usage",
                                           problem=f"{len(u)} entries for {j.procs} processes")
                 self._usage.append(tuple(u))
+        self._validate_jobs()
         self._pm = self.config.progress
         if self.two_tier:
             self._loss, self._beta = self._pm.draw(self.config.seed, np.asarray(self._procs, dtype=np.int64))
@@ -336,6 +376,7 @@ class Simulator:
         self.now = 0.0
         self._queue: list[Job] = []
         self._qkey: dict[str, tuple[float, int]] = {}
+        self._qjobs: dict[str, Job] = {}  # the view's queue_index: exactly the jobs in _queue
         self._runs: dict[str, _Run] = {}
         self._snaps: dict[str, RunningJob] = {}
         self._fg_job: list[str | None] = [None] * cores
@@ -362,7 +403,25 @@ class Simulator:
             idle_bg=self._idle_bg,
             fg_util=self._fg_util,
             usable=self._usable,
+            queue_index=self._qjobs,
         )
+
+    def _validate_jobs(self) -> None:
+        """The rules of ``Job.__post_init__``, checked once for the whole workload: jobs are then built
+        by :func:`_make_job`, which skips them (the engine's hottest allocation)."""
+        if self.n and min(self._procs) <= 0:
+            i = next(i for i, p in enumerate(self._procs) if p <= 0)
+            raise ValidationError(field=f"job {self._ids[i]}.procs", problem=f"must be > 0, got {self._procs[i]}")
+        for i, e in enumerate(self._estimate):
+            if not (e > 0 and math.isfinite(e)):
+                raise ValidationError(field=f"job {self._ids[i]}.estimate",
+                                      problem=f"must be a positive number, got {e}")
+        for i, usage in enumerate(self._usage):
+            if usage.count(1.0) == len(usage):  # the usual SWF case, counted in C
+                continue
+            for u in usage:
+                if not 0.0 < u <= 1.0:
+                    raise ValidationError(field=f"job {self._ids[i]}.cpu_usage", problem=f"{u} not in (0, 1]")
 
     # ------------------------------------------------------------------ view support
 
@@ -505,6 +564,7 @@ class Simulator:
     def _enqueue(self, idx: int, job: Job) -> None:
         key = (self._submit[idx], idx)
         self._qkey[job.id] = key
+        self._qjobs[job.id] = job
         q = self._queue
         if not q or self._qkey[q[-1].id] <= key:
             q.append(job)
@@ -515,6 +575,7 @@ class Simulator:
     def _dequeue(self, job_id: str) -> Job:
         q = self._queue
         qkey = self._qkey
+        del self._qjobs[job_id]
         if q[0].id == job_id:
             del qkey[job_id]
             return q.pop(0)
@@ -528,14 +589,18 @@ class Simulator:
 
     # ------------------------------------------------------------------ actions
 
-    def _start(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> None:
-        idx = self._index[job_id]
+    def _take(self, job_id: str) -> Job:
+        """Remove a job from the queue for a start."""
         q = self._queue
         if q[0].id == job_id:  # the usual case: the queue head starts
             del self._qkey[job_id]
-            job = q.pop(0)
-        else:
-            job = self._dequeue(job_id)
+            del self._qjobs[job_id]
+            return q.pop(0)
+        return self._dequeue(job_id)
+
+    def _start(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> None:
+        idx = self._index[job_id]
+        job = self._take(job_id)
         now = self.now
         run = _Run(idx, job, tier, cores, now)
         self._runs[job_id] = run
@@ -544,21 +609,55 @@ class Simulator:
             first[idx] = now
         self._place(run, tier, cores)
 
+    def _start_fg_now(self, job_id: str, cores: tuple[int, ...]) -> None:
+        """StartFg while no job runs in the bg tier and no rate waits for the flush (``_dirty`` empty):
+        ``_start``, ``_place`` and the flush's ``_reschedule`` in one. The effects and their order are
+        the same: nothing else is marked dirty (no bg job exists), and this run takes its version now,
+        which is the version the flush would have given it first."""
+        idx = self._index[job_id]
+        job = self._take(job_id)
+        now = self.now
+        run = _Run(idx, job, _FG, cores, now)
+        self._runs[job_id] = run
+        first = self._first_start
+        if first[idx] != first[idx]:  # NaN: first start
+            first[idx] = now
+        fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
+        for c, u in zip(cores, self._usage[idx], strict=True):
+            fg_job[c] = job_id
+            fg_run[c] = run
+            fg_util[c] = u
+        self._idle_fg.difference_update(cores)
+        rate = run.rate = 1.0 - self._loss[idx] if self.two_tier else 1.0
+        run.placed = False
+        self._snapshot(run)
+        version = self._version = self._version + 1
+        run.version = version
+        if rate > 0.0:
+            work = self._work[idx]
+            heapq.heappush(self._heap, (now + (work / rate if work > 0 else 0.0), version, run))
+
     def _apply(self, decision: Decision) -> None:
         actions = decision.actions
+        dirty = self._dirty
         if not actions:
-            if self._dirty:
+            if dirty:
                 self._flush_dirty()
             return
-        start = self._start
         for act in actions:
             t = type(act)
-            if t is StartFg or t is StartBg:
-                sact = cast("StartFg | StartBg", act)
-                start(sact.job_id, _FG if t is StartFg else _BG, sact.cores)
+            if t is StartFg:
+                sact = cast("StartFg", act)
+                if dirty or self._bg_count:
+                    self._start(sact.job_id, _FG, sact.cores)
+                else:
+                    self._start_fg_now(sact.job_id, sact.cores)
+            elif t is StartBg:
+                bact = cast("StartBg", act)
+                self._start(bact.job_id, _BG, bact.cores)
             else:
                 self._apply_other(act)
-        if self._dirty:
+        if dirty:
             self._flush_dirty()
 
     def _apply_other(self, act: object) -> None:
@@ -639,6 +738,7 @@ class Simulator:
         complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
         cannot_act = policy.cannot_act
         dirty = self._dirty
+        make_job = _make_job
         while True:
             # next event time
             while heap and heap[0][2].version != heap[0][1]:
@@ -664,7 +764,7 @@ class Simulator:
                 self._flush_dirty()
             # (2) arrivals
             while ai < n and submit[ai] <= now:
-                enqueue(ai, Job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None))
+                enqueue(ai, make_job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None))
                 ai += 1
             # (3) one scheduling pass (a due wake-up is consumed by it: the decision sets the next one)
             self._decisions += 1
