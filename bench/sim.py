@@ -10,6 +10,11 @@ Run: ``python -m bench.sim [--quick] [--skip-measy] [--jobs N]`` from the reposi
    EASY on the same input as the baseline.
 3. **Memory**: tracemalloc peak of an EASY run at 3 workload sizes (the workload itself excluded);
    bytes per job should stay flat if memory is linear in jobs.
+4. **Protocol floor**: what the shared policy protocol alone costs for as many jobs as HPC2N has, with
+   no scheduling in it: one ``Job`` built the engine's way, one ``StartFg``, one ``Decision``, one
+   ``check_decision`` of that decision against a one-core view (queue index on), one heap push and pop
+   per job. It is a lower bound for any engine that runs the daemon's policies and checks every
+   decision; the EASY run is printed as a multiple of it.
 
 Wall times are noisy on a shared 2-core machine, so CPU time (``time.process_time``) is printed too.
 Nothing is asserted: the numbers are for people (and for ``docs/simulator.md``).
@@ -19,14 +24,17 @@ from __future__ import annotations
 
 import argparse
 import gc
+import heapq
 import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vmctl.model import ClusterView, Decision, Job, StartFg
+from vmctl.policies.invariants import check_decision
 from vmctl.policies.registry import create_policy
-from vmctl.sim.engine import SimConfig, SimResult, Simulator
+from vmctl.sim.engine import SimConfig, SimResult, Simulator, _make_job
 from vmctl.sim.workloads import generate_model, read_swf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,11 +52,11 @@ def _line(label: str, jobs: int, wall: float, cpu: float, extra: str = "") -> No
     print(f"  {label:<34} {wall:8.2f} s wall {cpu:8.2f} s cpu {jobs / max(cpu, 1e-9):10,.0f} jobs/s {extra}")
 
 
-def bench_easy_hpc2n(limit: int | None) -> None:
+def bench_easy_hpc2n(limit: int | None) -> float | None:
     print(f"EASY over {HPC2N.name} (parsing included)")
     if not HPC2N.exists():
         print(f"  skipped: {HPC2N} not found")
-        return
+        return None
 
     def parse_and_run(policy: str) -> tuple[int, SimResult]:
         wl = read_swf(HPC2N)
@@ -60,6 +68,58 @@ def bench_easy_hpc2n(limit: int | None) -> None:
     _line("fcfs (baseline)", n, wall_f, cpu_f, f"passes {fcfs.decisions:,} (skipped {fcfs.skipped_passes:,})")
     _line("easy", n, wall_e, cpu_e, f"passes {easy.decisions:,} (skipped {easy.skipped_passes:,})")
     print(f"  ratio easy/fcfs (cpu) {cpu_e / cpu_f:.2f}; target <= 3 s wall: {'met' if wall_e <= 3 else 'NOT met'}")
+    return cpu_e
+
+
+def bench_protocol_floor(n: int, easy_cpu: float | None) -> None:
+    print(f"Protocol floor: {n:,} jobs through the policy protocol with no scheduling (cyclic GC paused, as in a run)")
+    queue: list[Job] = []
+    index: dict[str, Job] = {}
+    view = ClusterView(total_cores=1, queue=queue, running={}, fg_job=[None], bg_job=[None], idle_fg={0},
+                       idle_bg={0}, fg_util=[0.0], usable=[True], queue_index=index)
+    ids = [str(i) for i in range(n)]
+    usage = (1.0,)
+    heap: list[tuple[float, int, Job]] = []
+    parts: dict[str, float] = {}
+
+    def part(label: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.process_time()
+        out = fn()
+        parts[label] = time.process_time() - t0
+        return out
+
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        jobs: list[Job] = part("Job", lambda: [_make_job(i, 0.0, 1, 100.0, usage) for i in ids])
+        acts: list[StartFg] = part("StartFg", lambda: [StartFg(j.id, (0,)) for j in jobs])
+        decs: list[Decision] = part("Decision", lambda: [Decision(actions=(a,), reasons={}, default_reason="waiting")
+                                                         for a in acts])
+
+        def check_all() -> None:
+            for j, d in zip(jobs, decs, strict=True):
+                queue.append(j)
+                index[j.id] = j
+                check_decision(view, d, 1.0)
+                queue.pop()
+                del index[j.id]
+
+        def heap_all() -> None:
+            for k, j in enumerate(jobs):
+                heapq.heappush(heap, (float(k), k, j))
+            while heap:
+                heapq.heappop(heap)
+
+        part("queue + check_decision", check_all)
+        part("heap push + pop", heap_all)
+    finally:
+        if was:
+            gc.enable()
+    total = sum(parts.values())
+    print("  " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()) + f"; total {total:.2f} s cpu")
+    if easy_cpu is not None:
+        print(f"  ratio easy (parse + simulate, cpu) / floor {easy_cpu / total:.2f}")
 
 
 def bench_measy_fw(jobs: int) -> None:
@@ -99,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="FWload size for the MEASY run (default 200,000)")
     ap.add_argument("--skip-measy", action="store_true")
     args = ap.parse_args(argv)
-    bench_easy_hpc2n(50_000 if args.quick else None)
+    limit = 50_000 if args.quick else None
+    easy_cpu = bench_easy_hpc2n(limit)
+    bench_protocol_floor(limit or 202_871, easy_cpu)
     if not args.skip_measy:
         bench_measy_fw(args.jobs or (20_000 if args.quick else 200_000))
     bench_memory([5_000, 10_000, 20_000] if args.quick else [10_000, 20_000, 40_000])
