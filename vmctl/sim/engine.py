@@ -598,30 +598,27 @@ class Simulator:
             return q.pop(0)
         return self._dequeue(job_id)
 
-    def _start(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> None:
+    def _new_run(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> _Run:
+        """Take a queued job out of the queue into a new run (not placed yet)."""
         idx = self._index[job_id]
-        job = self._take(job_id)
         now = self.now
-        run = _Run(idx, job, tier, cores, now)
+        run = _Run(idx, self._take(job_id), tier, cores, now)
         self._runs[job_id] = run
         first = self._first_start
         if first[idx] != first[idx]:  # NaN: first start
             first[idx] = now
-        self._place(run, tier, cores)
+        return run
+
+    def _start(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> None:
+        self._place(self._new_run(job_id, tier, cores), tier, cores)
 
     def _start_fg_now(self, job_id: str, cores: tuple[int, ...]) -> None:
         """StartFg while no job runs in the bg tier and no rate waits for the flush (``_dirty`` empty):
         ``_start``, ``_place`` and the flush's ``_reschedule`` in one. The effects and their order are
         the same: nothing else is marked dirty (no bg job exists), and this run takes its version now,
         which is the version the flush would have given it first."""
-        idx = self._index[job_id]
-        job = self._take(job_id)
-        now = self.now
-        run = _Run(idx, job, _FG, cores, now)
-        self._runs[job_id] = run
-        first = self._first_start
-        if first[idx] != first[idx]:  # NaN: first start
-            first[idx] = now
+        run = self._new_run(job_id, _FG, cores)
+        idx = run.idx
         fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
         for c, u in zip(cores, self._usage[idx], strict=True):
             fg_job[c] = job_id
@@ -635,7 +632,7 @@ class Simulator:
         run.version = version
         if rate > 0.0:
             work = self._work[idx]
-            heapq.heappush(self._heap, (now + (work / rate if work > 0 else 0.0), version, run))
+            heapq.heappush(self._heap, (self.now + (work / rate if work > 0 else 0.0), version, run))
 
     def _apply(self, decision: Decision) -> None:
         actions = decision.actions
