@@ -6,7 +6,12 @@
    new desired state committed to the store (report + housekeeping + view + policy + invariant check +
    actuation + one SQLite transaction). Baseline in the same process: ``policy.decide`` alone on the
    same view, so the ratio is the daemon's overhead around the policy.
-2. API throughput: job submissions over loopback HTTPS (one keep-alive connection, bearer token), one
+2. API latency while the policy decides: the same cluster served by a real vmctld (TLS on loopback);
+   one client thread submits jobs in a loop, each submission waking a MEASY decision, while another
+   times ``GET /v1/health``. The policy runs in a worker thread (``Daemon.choose``), so the API should
+   answer in milliseconds while decisions take far longer. Baseline in the same process: the same
+   request with no decision running.
+3. API throughput: job submissions over loopback HTTPS (one keep-alive connection, bearer token), one
    job per ``POST /v1/jobs`` and 100 per ``POST /v1/jobs:batch``. Baseline: ``Daemon.submit`` called
    in-process (the store write without HTTP, TLS, auth and validation).
 """
@@ -16,10 +21,13 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import random
 import ssl
 import tempfile
+import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from vmctl.clock import VirtualClock
@@ -36,12 +44,12 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
-def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path) -> None:
+def _populated(nodes: int, cores: int, queued: int, tmp: Path, name: str) -> tuple[Daemon, VirtualClock]:
+    """A daemon on a fresh SQLite store: ``nodes`` x ``cores``, every core busy, ``queued`` waiting."""
     clock = VirtualClock(1_000_000.0)
-    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/bench.db", state_dir=str(tmp), holder="bench", tick_s=3600,
-                       node_timeout_s=1e9, kill_at_estimate=False)
-    policy = create_policy("measy")
-    d = Daemon(cfg, open_store(cfg.store_url), clock=clock, policy=policy)
+    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/{name}.db", state_dir=str(tmp / name), holder="bench",
+                       tick_s=3600, node_timeout_s=1e9, kill_at_estimate=False)
+    d = Daemon(cfg, open_store(cfg.store_url), clock=clock, policy=create_policy("measy"))
     d.start()
     t0 = time.perf_counter()
     for i in range(nodes):
@@ -55,10 +63,16 @@ def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path
                "cpu_usage": None} for _ in range(queued)])
     clock.advance(1)
     d.run_once()
-    running = [j for j in d.state.active()]
-    queue_len = len(d.state.queue())
-    print(f"setup: {nodes} nodes x {cores} cores, {len(running)} running jobs, {queue_len} queued "
-          f"({time.perf_counter() - t0:.1f} s)")
+    print(f"setup: {nodes} nodes x {cores} cores, {len(d.state.active())} running jobs, {len(d.state.queue())} "
+          f"queued ({time.perf_counter() - t0:.1f} s)")
+    return d, clock
+
+
+def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path) -> None:
+    d, clock = _populated(nodes, cores, queued, tmp, "bench")
+    assert d.policy is not None
+    policy = d.policy
+    rng = random.Random(1)
     lat: list[float] = []
     base: list[float] = []
     for _ in range(events):
@@ -89,6 +103,61 @@ def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path
     print(f"  ratio p50 {p50 / b50:.2f}x  (daemon overhead around the policy)")
     d.close()
     d.store.close()
+
+
+def api_during_decisions(nodes: int, cores: int, queued: int, seconds: float, tmp: Path) -> None:
+    d, _clock = _populated(nodes, cores, queued, tmp, "busy")
+    cfg = replace(d.config, state_dir=str(tmp / "busy-server"), holder="bench-busy", tick_s=3600)
+    d.close()
+    d.store.close()
+    with InProcessDaemon(cfg, policy=create_policy("measy")) as srv:
+        ctx = ssl.create_default_context(cafile=srv.ca_file)
+        hdr = {"Authorization": f"Bearer {srv.admin_token}", "Content-Type": "application/json"}
+
+        def health(n: int | None, until: float = math.inf) -> list[float]:
+            conn = http.client.HTTPSConnection("127.0.0.1", srv.server.port, context=ctx, timeout=60)
+            out: list[float] = []
+            while (n is None or len(out) < n) and time.perf_counter() < until:
+                t = time.perf_counter()
+                conn.request("GET", "/v1/health", headers=hdr)
+                r = conn.getresponse()
+                r.read()
+                out.append(time.perf_counter() - t)
+                time.sleep(0.002)
+            conn.close()
+            return out
+
+        time.sleep(1.0)  # let the first decision after loading pass
+        idle = health(200)
+        srv.call(lambda: srv.daemon.decision_seconds.clear())
+        stop = threading.Event()
+
+        def submitter() -> None:
+            conn = http.client.HTTPSConnection("127.0.0.1", srv.server.port, context=ctx, timeout=60)
+            body = json.dumps({"procs": 1, "estimate": 600.0})
+            while not stop.is_set():
+                conn.request("POST", "/v1/jobs", body=body, headers=hdr)
+                r = conn.getresponse()
+                r.read()
+                time.sleep(0.05)
+            conn.close()
+
+        th = threading.Thread(target=submitter)
+        th.start()
+        busy = health(None, time.perf_counter() + seconds)
+        stop.set()
+        th.join()
+        cycles = list(srv.call(lambda: list(srv.daemon.decision_seconds)))
+    print(f"API latency while MEASY decides ({nodes} nodes x {cores} cores, {queued} queued, {seconds:.0f} s of "
+          f"submissions):")
+    print(f"  decisions      {len(cycles):6d}   cycle p50 {pct(cycles, 50) * 1e3:8.1f} ms   p99 "
+          f"{pct(cycles, 99) * 1e3:8.1f} ms   max {max(cycles) * 1e3:8.1f} ms" if cycles else "  no decision ran")
+    print(f"  GET /v1/health {len(busy):6d}   p50 {pct(busy, 50) * 1e3:8.1f} ms   p99 {pct(busy, 99) * 1e3:8.1f} ms   "
+          f"max {max(busy) * 1e3:8.1f} ms   (during decisions)")
+    print(f"  GET /v1/health {len(idle):6d}   p50 {pct(idle, 50) * 1e3:8.1f} ms   p99 {pct(idle, 99) * 1e3:8.1f} ms   "
+          f"(baseline: no decision running)")
+    print(f"  ratio p99 busy/idle {pct(busy, 99) / pct(idle, 99):.2f}x; "
+          f"max health / max cycle {max(busy) / max(cycles):.2f}" if cycles else "")
 
 
 def api_throughput(jobs: int, tmp: Path) -> None:
@@ -133,9 +202,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if a.quick:
             decision_latency(50, 32, 500, 10, Path(tmp))
+            api_during_decisions(50, 32, 500, 3.0, Path(tmp))
             api_throughput(200, Path(tmp))
         else:
             decision_latency(1000, 32, 10_000, 40, Path(tmp))
+            api_during_decisions(1000, 32, 10_000, 20.0, Path(tmp))
             api_throughput(2000, Path(tmp))
 
 

@@ -457,3 +457,90 @@ def test_source_slot_stays_reserved_within_the_decision(tmp_path: Path) -> None:
     from vmctl.agents.plan import validate
 
     validate(c.daemon.desired("n1"), Layout(host="n1", cores=(0,)), peers={"n2": "mock://n2"})
+
+
+# ------------------------------------------------------------------ events while the policy decides
+# The API server runs ``Daemon.choose`` in a worker thread between ``begin_pass`` and
+# ``finish_decision``; these tests put events exactly there, on one thread.
+
+
+def _pending(cluster: Cluster) -> Any:
+    cluster.clock.advance(1)
+    pending = cluster.daemon.begin_pass()
+    assert pending is not None
+    return pending
+
+
+def test_a_job_cancelled_while_the_policy_decides_is_not_started(cluster: Cluster) -> None:
+    a = cluster.submit(2, 100, 10)
+    b = cluster.submit(2, 100, 10)
+    pending = _pending(cluster)
+    decision = cluster.daemon.choose(pending)
+    assert {act.job_id for act in decision.actions} == {a, b}
+    cluster.daemon.cancel(a)  # an API call served meanwhile
+    cluster.daemon.finish_decision(pending, decision)
+    assert cluster.state(a) == "cancelled" and cluster.state(b) == "running"
+    res = cluster.daemon.last_result
+    assert res is not None and [(s.job_id, why) for s, why in res.skipped] == [(a, "job is cancelled, not queued")]
+    assert cluster.daemon.dirty  # the cancel is decided on in the next pass
+
+
+def test_a_node_drained_while_the_policy_decides_gets_no_new_job(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, {"n1": 4})
+    a = cluster.submit(2, 100, 10)
+    pending = _pending(cluster)
+    decision = cluster.daemon.choose(pending)
+    assert [act.job_id for act in decision.actions] == [a]
+    cluster.daemon.set_node_state("n1", drain=True)
+    cluster.daemon.finish_decision(pending, decision)
+    assert cluster.state(a) == "queued"
+    assert not [v for v in cluster.daemon.desired("n1").vms if v.process is not None]
+    cluster.close()
+
+
+def test_a_decision_made_before_a_node_joined_is_dropped_and_made_again(cluster: Cluster) -> None:
+    a = cluster.submit(4, 100, 10)
+    pending = _pending(cluster)
+    decision = cluster.daemon.choose(pending)
+    assert decision.actions
+    cluster.daemon.register_node("n0", 4, "n0", "mock")  # core numbers move: n0 sorts first
+    cluster.daemon.finish_decision(pending, decision)
+    assert cluster.state(a) == "queued" and cluster.daemon.dirty
+    res = cluster.daemon.last_result
+    assert res is not None and not res.applied
+    cluster.daemon.run_once()  # decided again on the new layout
+    assert cluster.state(a) == "running"
+    view = cluster.daemon.view()
+    assert sorted(view.running[a].cores) == sorted(
+        view.node_of_core.index(n) + c for n, c in cluster.daemon.job(a).placement
+    )
+
+
+def test_a_decision_made_before_a_reload_is_dropped(cluster: Cluster) -> None:
+    a = cluster.submit(2, 100, 10)
+    pending = _pending(cluster)
+    decision = cluster.daemon.choose(pending)
+    cluster.daemon.load()  # e.g. after a failed store write
+    cluster.daemon.finish_decision(pending, decision)
+    assert cluster.state(a) == "queued" and cluster.daemon.dirty
+    cluster.daemon.run_once()
+    assert cluster.state(a) == "running"
+
+
+def test_the_two_step_pass_commits_what_run_once_commits(tmp_path: Path) -> None:
+    """With no event in between, begin_pass + choose + finish_decision is run_once."""
+    results = []
+    for split in (False, True):
+        c = Cluster(tmp_path / str(split), {"n1": 4, "n2": 4})
+        for procs in (4, 2, 2, 8, 1):
+            c.submit(procs, 100, 10)
+        c.clock.advance(1)
+        if split:
+            p = c.daemon.begin_pass()
+            assert p is not None
+            c.daemon.finish_decision(p, c.daemon.choose(p))
+        else:
+            c.daemon.run_once()
+        results.append({j.id: (j.state, tuple(j.placement)) for j in c.daemon.state.jobs.values()})
+        c.close()
+    assert results[0] == results[1]

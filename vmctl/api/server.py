@@ -3,9 +3,10 @@
 Every request is authenticated (``vmctl.api.auth``) before its body is read; bodies are limited in
 size (413) and validated (422 naming the field); every error is ``{"error": {"reference", "message",
 "field"}}``. Handlers call the synchronous ``Daemon`` on the event loop thread, so the decision loop
-and the API never interleave inside a change.
+and the API never interleave inside a change; only the policy itself (``Daemon.choose``, which reads
+nothing but its own view) runs in a worker thread meanwhile.
 
-``DaemonServer`` runs it all: the TLS listener, the decision loop (``run_once`` whenever an event
+``DaemonServer`` runs it all: the TLS listener, the decision loop (a pass whenever an event
 arrives, at the next tick, or at a decision's ``wake_at``), the leader lease (renewed every third of
 its TTL; a standby polls for it) and the long-poll waiters of the agents.
 """
@@ -637,7 +638,13 @@ class DaemonServer:
                 await asyncio.sleep(gap)
             nxt: float | None = None
             try:
-                nxt = d.run_once()
+                # the policy runs in a worker thread: a long decision (a large cluster, MEASY) must not
+                # hold up the API, the agents' long polls or the lease renewal (see vmctl.daemon.core)
+                pending = d.begin_pass()
+                if pending is not None:
+                    decision = await asyncio.to_thread(d.choose, pending)
+                    d.finish_decision(pending, decision)
+                nxt = d.next_pass_at()
             except LeaseLost:
                 self._wake_all_waiters()
             except VmctlError as exc:

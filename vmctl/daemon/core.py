@@ -15,7 +15,13 @@ before ``201``), never started twice (its ``run`` number and placement were comm
 desired state that starts it), and an open migration/checkpoint is an ``OperationRecord`` that is
 confirmed from the reports or rolled back at its timeout.
 
-The loop is synchronous (``run_once``); ``vmctl.daemon.main`` drives it from asyncio.
+The loop is synchronous (``run_once``). The API server drives it from asyncio in three steps so that
+the policy does not hold up the API: ``begin_pass`` (housekeeping, then the view, on the loop),
+``choose`` (the policy and the invariant check, in a worker thread: they read only that view, which
+shares nothing mutable with the state), ``finish_decision`` (actuation and commit, on the loop). Events
+that arrive meanwhile are handled as usual; the actuator then checks each action against the state as
+it is now (a fresh view), and a decision made before a reload or a node change is dropped and made
+again.
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DaemonConfig
-from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings
+from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings, Layout
 from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, UserError, ValidationError, VmctlError
 from vmctl.model import ClusterView, Decision, Demote, Migrate, NodeDesired, NodeObserved, Promote, SetCap, Tier
 from vmctl.policies.base import SchedulingPolicy
@@ -48,6 +55,18 @@ class NotLeader(VmctlError):
     retryable = True
     template = "this vmctld is a standby (leader: {holder})"
     http_status = 503
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDecision:
+    """A decision in the making: the view it is made on, built by ``Daemon.begin_decision``."""
+
+    now: float
+    view: ClusterView
+    layout: Layout
+    policy: SchedulingPolicy
+    started: float  # time.perf_counter() at the start, for the cycle-time metric
+    loads: int  # Daemon.loads when the view was built
 
 
 class Daemon:
@@ -76,6 +95,7 @@ class Daemon:
         self.last_decision: Decision | None = None
         self.last_result: ApplyResult | None = None
         self.decisions = 0
+        self.loads = 0  # state reloads from the store (a decision made before one is not applied)
         self.decision_seconds: list[float] = []
         self.skipped_total = 0
         #: called with the names of nodes whose desired state changed (after the commit)
@@ -147,6 +167,7 @@ class Daemon:
                                 for i, v in enumerate(doc.get("vms", []))))
                    for n, (g, doc) in desired_raw.items()}
         self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired)
+        self.loads += 1
         now = self.clock.now()
         for n in self.state.nodes.values():
             n.last_seen = max(n.last_seen, now)  # grace: agents re-report after a daemon restart
@@ -480,6 +501,13 @@ class Daemon:
     def run_once(self) -> float | None:
         """One pass: housekeeping, then (if anything happened or a wake time passed) one decision.
         Returns when the daemon wants the next pass at the latest."""
+        pending = self.begin_pass()
+        if pending is not None:
+            self.finish_decision(pending, self.choose(pending))
+        return self.next_pass_at()
+
+    def begin_pass(self) -> PendingDecision | None:
+        """The first part of ``run_once``: housekeeping, then the view for a decision if one is due."""
         self.last_pass = time.monotonic()
         if not self.leader:
             return None
@@ -492,22 +520,44 @@ class Daemon:
         due = self.wake_at is not None and now >= self.wake_at
         tick = now >= self.last_decide_at + self.config.tick_s * self.speed
         if self.dirty or due or tick:
-            self.decide(now)
+            return self.begin_decision(now)
+        return None
+
+    def next_pass_at(self) -> float | None:
+        """When the daemon wants the next pass at the latest (model time); None when standing by."""
+        if not self.leader:
+            return None
         nxt = self.last_decide_at + self.config.tick_s * self.speed
         if self.wake_at is not None:
             nxt = min(nxt, self.wake_at)
         return nxt
 
     def decide(self, now: float) -> Decision:
-        import time as _time
+        pending = self.begin_decision(now)
+        return self.finish_decision(pending, self.choose(pending))
 
+    def begin_decision(self, now: float) -> PendingDecision:
         assert self.policy is not None
-        t0 = _time.perf_counter()
+        started = time.perf_counter()
         self.dirty = False
         self.last_decide_at = now
         view, lay = self.state.build_view(now)
-        decision = self.policy.decide(view, now)
-        check_decision(view, decision, now)
+        return PendingDecision(now=now, view=view, layout=lay, policy=self.policy, started=started, loads=self.loads)
+
+    @staticmethod
+    def choose(pending: PendingDecision) -> Decision:
+        """The policy's decision, checked. Reads only ``pending`` (the view is built for this decision
+        and shares nothing mutable with the daemon's state), so it may run in a worker thread."""
+        decision = pending.policy.decide(pending.view, pending.now)
+        check_decision(pending.view, decision, pending.now)
+        return decision
+
+    def finish_decision(self, pending: PendingDecision, decision: Decision) -> Decision:
+        """Actuate ``decision`` and commit it. If events came in since ``begin_decision`` (possible when
+        ``choose`` ran in a thread), every action is checked against a fresh view of the state as it is
+        now; if the state was reloaded, the nodes changed (core numbers may have moved) or the lease was
+        lost meanwhile, nothing is applied and the next pass decides again."""
+        now = pending.now
         self.last_decision = decision
         self.wake_at = decision.wake_at if decision.wake_at is not None and math.isfinite(decision.wake_at) else None
         if self.config.migration.dry_run:
@@ -515,13 +565,22 @@ class Daemon:
                 log.info("dry-run: would apply %s", ", ".join(f"{a.kind} {a.job_id}" for a in decision.actions))
             self.last_result = ApplyResult(skipped=[(a, "dry-run") for a in decision.actions])
             return decision
+        view, lay = pending.view, pending.layout
+        if not self.leader or self.loads != pending.loads or self.state.layout() is not lay:
+            log.info("decision dropped: the state changed under it (reload, node change or lost lease)")
+            self.dirty = True
+            self.last_result = ApplyResult(skipped=[(a, "state changed during the decision")
+                                                    for a in decision.actions])
+            return decision
+        if self.dirty:
+            view, lay = self.state.build_view(now)
         ch = Changes()
         res = self.actuator.apply(decision, view, lay, now, ch)
         self.last_result = res
         self.skipped_total += len(res.skipped)
         self.commit(ch)
         self.decisions += 1
-        self.decision_seconds.append(_time.perf_counter() - t0)
+        self.decision_seconds.append(time.perf_counter() - pending.started)
         if self.metrics is not None:
             m = self.metrics
             m.observe_cycle(self.decision_seconds[-1])
