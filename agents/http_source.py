@@ -21,9 +21,11 @@ keeps the last desired state); an error answer raises ``ApiError`` with the daem
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
+import socket
 import ssl
 import threading
 import time
@@ -65,24 +67,32 @@ class _Conn:
         self.port = u.port or 443
         self._ctx = ep.ssl_context()
         self._conn: http.client.HTTPSConnection | None = None
+        # ``shutdown`` comes from another thread while a long-poll waits: the connection is only read,
+        # replaced and dropped under this lock, and a request works on its own reference to it
+        self._lock = threading.Lock()
+        self._shut = False
 
     def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
         for attempt in (1, 2):
-            if self._conn is None:
-                self._conn = http.client.HTTPSConnection(self.host, self.port, context=self._ctx,
-                                                         timeout=timeout or self.ep.timeout_s)
-            else:
-                self._conn.timeout = timeout or self.ep.timeout_s
-                if self._conn.sock is not None:
-                    self._conn.sock.settimeout(self._conn.timeout)
+            with self._lock:
+                if self._shut:
+                    raise DaemonUnavailable(url=self.ep.url, problem="the connection was shut down")
+                conn = self._conn
+                if conn is None:
+                    conn = self._conn = http.client.HTTPSConnection(self.host, self.port, context=self._ctx,
+                                                                    timeout=timeout or self.ep.timeout_s)
+                else:
+                    conn.timeout = timeout or self.ep.timeout_s
+                    if conn.sock is not None:
+                        conn.sock.settimeout(conn.timeout)
             try:
-                self._conn.request(method, path, body=data, headers=headers)
-                resp = self._conn.getresponse()
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
                 raw = resp.read()
             except (OSError, http.client.HTTPException) as exc:
-                self.close()
+                self._drop(conn)
                 if attempt == 2 or not isinstance(exc, http.client.RemoteDisconnected | BrokenPipeError |
                                                   ConnectionResetError):
                     raise DaemonUnavailable(url=self.ep.url, problem=str(exc) or type(exc).__name__) from exc
@@ -100,10 +110,30 @@ class _Conn:
             return resp.status, doc
         raise DaemonUnavailable(url=self.ep.url, problem="no answer")  # pragma: no cover
 
+    def _drop(self, conn: http.client.HTTPSConnection) -> None:
+        with self._lock:
+            if self._conn is conn:
+                self._conn = None
+        conn.close()
+
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Close the current connection; the next request opens a new one."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def shutdown(self) -> None:
+        """Close for good, from any thread: a request waiting on the connection fails now, and so
+        does every later one (no new connection is opened behind the caller's back)."""
+        with self._lock:
+            self._shut = True
+            conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread (close does not)
+        self.close()
 
 
 class HttpSource:
@@ -163,7 +193,7 @@ class HttpSource:
     def stop(self) -> None:
         self._stop.set()
         if self._poll_conn is not None:
-            self._poll_conn.close()  # interrupts a waiting long-poll
+            self._poll_conn.shutdown()  # interrupts a waiting long-poll, and no retry reconnects
         if self._thread is not None:
             self._thread.join(timeout=self.wait_s + 15)
         self._conn.close()

@@ -324,6 +324,46 @@ def test_agent_http_source_and_reporter(client: Client, daemon: InProcessDaemon,
     other.stop()
 
 
+def test_stopping_the_source_interrupts_its_long_poll_and_leaks_no_connection(
+        client: Client, daemon: InProcessDaemon, tmp_path: Path) -> None:
+    """``HttpSource.stop`` from the caller's thread wakes the long-poll thread at once (the socket is
+    shut down, not only closed), and the poll connection is never reopened behind it."""
+    import gc
+    import warnings
+
+    from vmctl.agents.http_source import _Conn
+    from vmctl.errors import DaemonUnavailable
+
+    cert, key = client.certs.get("n1") or daemon.agent_cert("n1", tmp_path)
+    ep = AgentEndpoint(daemon.url, "n1", cert, key, daemon.ca_file)
+    src = HttpSource(ep, wait_s=20)
+    first = src.fetch()
+    assert first is not None
+    src.start()
+
+    def polling() -> bool:  # the long-poll's connection is open (its request is out or about to be)
+        pc = src._poll_conn
+        return pc is not None and pc._conn is not None and pc._conn.sock is not None
+
+    deadline = time.monotonic() + 10
+    while not polling() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert polling()
+    time.sleep(0.2)  # into the server's wait
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        t = time.monotonic()
+        src.stop()
+        stopped_in = time.monotonic() - t
+        gc.collect()
+    assert stopped_in < 10, f"stop() waited {stopped_in:.1f} s: the 20 s long-poll was not interrupted"
+    assert not [w for w in seen if issubclass(w.category, ResourceWarning)]
+    conn = _Conn(ep)
+    conn.shutdown()
+    with pytest.raises(DaemonUnavailable, match="shut down"):
+        conn.request("GET", "/v1/agent/nodes/n1/desired")
+
+
 def test_certificate_from_another_ca_is_refused(client: Client, daemon: InProcessDaemon, tmp_path: Path) -> None:
     from vmctl.api.auth import ClusterCA
 

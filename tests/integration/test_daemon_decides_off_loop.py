@@ -76,3 +76,39 @@ def test_the_api_answers_while_the_policy_decides(tmp_path: Path) -> None:
         finally:
             policy.release.set()
         assert policy.decided.wait(20)
+
+
+def test_shutdown_answers_waiting_long_polls_instead_of_waiting_them_out(tmp_path: Path) -> None:
+    """An agent's long-poll (here 30 s) is always out; stopping vmctld answers it at once (304)
+    rather than holding the shutdown until the poll's time is up."""
+    import time
+
+    from vmctl.agents.http_source import AgentEndpoint, HttpSource
+
+    cfg = DaemonConfig(store_url=f"sqlite:///{tmp_path}/d.db", state_dir=str(tmp_path / "state"), tick_s=0.5,
+                       holder="shutdown-test", policy_name="easy", policy_explicit=True)
+    d = InProcessDaemon(cfg)
+    d.start()
+    cert, key = d.agent_cert("n1", tmp_path / "certs")
+    src = HttpSource(AgentEndpoint(d.url, "n1", cert, key, d.ca_file), wait_s=30)
+    src.register(cores=2, hostname="n1", backend="mock")
+    first = src.fetch()
+    assert first is not None
+    answers: list[object] = []
+
+    def poll() -> None:  # one long-poll with nothing new to wait for
+        try:
+            answers.append(src._poll(30.0, src._conn))
+        except Exception as exc:
+            answers.append(exc)
+
+    th = threading.Thread(target=poll)
+    th.start()
+    time.sleep(0.5)  # the request is waiting on the server
+    t = time.monotonic()
+    d.stop()
+    stopped_in = time.monotonic() - t
+    th.join(10)
+    src.stop()
+    assert stopped_in < 10, f"vmctld took {stopped_in:.1f} s to stop with a 30 s long-poll out"
+    assert answers == [None]  # 304: nothing new, the agent polls again (and finds the daemon gone)

@@ -424,6 +424,8 @@ class Api:
             ev = self.s.desired_event(node)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ev.wait(), timeout=left)
+            if self.s.stopping:  # shutting down: answer now instead of holding the shutdown up to `wait`
+                return web.Response(status=304)
             if not self.d.leader:
                 raise NotLeader(holder=self.d.store.lease().holder or "none")
 
