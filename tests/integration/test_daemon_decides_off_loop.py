@@ -81,7 +81,9 @@ def test_the_api_answers_while_the_policy_decides(tmp_path: Path) -> None:
 def test_shutdown_answers_waiting_long_polls_instead_of_waiting_them_out(tmp_path: Path) -> None:
     """An agent's long-poll (here 30 s) is always out; stopping vmctld answers it at once (304)
     rather than holding the shutdown until the poll's time is up."""
+    import gc
     import time
+    import warnings
 
     from vmctl.agents.http_source import AgentEndpoint, HttpSource
 
@@ -105,10 +107,15 @@ def test_shutdown_answers_waiting_long_polls_instead_of_waiting_them_out(tmp_pat
     th = threading.Thread(target=poll)
     th.start()
     time.sleep(0.5)  # the request is waiting on the server
-    t = time.monotonic()
-    d.stop()
-    stopped_in = time.monotonic() - t
-    th.join(10)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        t = time.monotonic()
+        d.stop()
+        stopped_in = time.monotonic() - t
+        th.join(10)
+        gc.collect()
     src.stop()
     assert stopped_in < 10, f"vmctld took {stopped_in:.1f} s to stop with a 30 s long-poll out"
     assert answers == [None]  # 304: nothing new, the agent polls again (and finds the daemon gone)
+    # the agent's connection was still open (keep-alive): the stopped server left no socket behind
+    assert not [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]

@@ -72,6 +72,18 @@ class InProcessDaemon:
         self._ready.set()
         loop.run_forever()
         loop.run_until_complete(self.server.stop())
+        # A TLS connection a client keeps open (an agent's keep-alive) is closed by the shutdown with a
+        # close_notify, and its socket only once the client answers, which a test's client may never
+        # do before the loop closes: abort what is left, so that no socket outlives the loop. (vmctld
+        # itself exits its process right after.) ``_transports`` is the selector loop's own registry.
+        for transport in list(getattr(loop, "_transports", {}).values()):
+            if transport is not None and not transport.is_closing():
+                transport.abort()
+        # then what asyncio.run does before closing: run the close callbacks (they close the sockets)
+        # and stop the worker threads of asyncio.to_thread
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
 
     def call(self, fn: Any, *args: Any) -> Any:
