@@ -573,6 +573,7 @@ class Simulator:
             q.insert(pos, job)
 
     def _dequeue(self, job_id: str) -> Job:
+        """Remove a queued job (usually the head) for a start."""
         q = self._queue
         qkey = self._qkey
         del self._qjobs[job_id]
@@ -589,20 +590,11 @@ class Simulator:
 
     # ------------------------------------------------------------------ actions
 
-    def _take(self, job_id: str) -> Job:
-        """Remove a job from the queue for a start."""
-        q = self._queue
-        if q[0].id == job_id:  # the usual case: the queue head starts
-            del self._qkey[job_id]
-            del self._qjobs[job_id]
-            return q.pop(0)
-        return self._dequeue(job_id)
-
     def _new_run(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> _Run:
         """Take a queued job out of the queue into a new run (not placed yet)."""
         idx = self._index[job_id]
         now = self.now
-        run = _Run(idx, self._take(job_id), tier, cores, now)
+        run = _Run(idx, self._dequeue(job_id), tier, cores, now)
         self._runs[job_id] = run
         first = self._first_start
         if first[idx] != first[idx]:  # NaN: first start
