@@ -16,10 +16,7 @@ process on the same request sequence.
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import random
-import ssl
 import tempfile
 import threading
 import time
@@ -60,19 +57,6 @@ class _Agent:
         self.thread.join(10)
         self.source.stop()
         self.reporter.close()
-
-
-def _call(d: InProcessDaemon, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    ctx = ssl.create_default_context(cafile=d.ca_file)
-    conn = http.client.HTTPSConnection("127.0.0.1", d.server.port, context=ctx, timeout=10)
-    try:
-        conn.request(method, path, body=None if body is None else json.dumps(body),
-                     headers={"Authorization": f"Bearer {d.admin_token}", "Content-Type": "application/json"})
-        resp = conn.getresponse()
-        raw = resp.read()
-        return resp.status, json.loads(raw) if raw else None
-    finally:
-        conn.close()
 
 
 def _quiet(d: InProcessDaemon, agents: list[_Agent]) -> tuple[bool, int, float]:
@@ -126,13 +110,13 @@ def run(policy: str, params: dict[str, Any], nodes: int, arrivals: int, departur
                 if kind == "arrive":
                     body = {"procs": rng.choice([1, 1, 2]), "estimate": 3600, "work_seconds": 3600,
                             "cpu_need": round(rng.uniform(0.2, 0.6), 2), "mem": round(rng.uniform(0.1, 0.3), 2)}
-                    s, doc = _call(d, "POST", "/v1/jobs", body)
+                    s, doc = d.request("POST", "/v1/jobs", body, timeout=10)
                     if s != 201:
                         raise RuntimeError(f"submit failed: {s} {doc}")
                     ids.append(doc["job"]["id"])
                 else:
                     jid = ids.pop(rng.randrange(len(ids)))
-                    _call(d, "DELETE", f"/v1/jobs/{jid}")
+                    d.request("DELETE", f"/v1/jobs/{jid}", timeout=10)
                 time.sleep(0.35)  # at least one decision tick after the change
                 while True:
                     quiet, migrations, min_yield = _quiet(d, agents)

@@ -5,12 +5,9 @@ be answered before it is released (they would time out)."""
 
 from __future__ import annotations
 
-import http.client
-import json
-import ssl
 import threading
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.testing import InProcessDaemon
@@ -43,32 +40,20 @@ class HeldPolicy(SchedulingPolicy):
         return self.inner.decide(view, now)
 
 
-def _call(d: InProcessDaemon, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    ctx = ssl.create_default_context(cafile=d.ca_file)
-    conn = http.client.HTTPSConnection("127.0.0.1", d.server.port, context=ctx, timeout=20)
-    try:
-        conn.request(method, path, body=None if body is None else json.dumps(body),
-                     headers={"Authorization": f"Bearer {d.admin_token}", "Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read() or b"null")
-    finally:
-        conn.close()
-
-
 def test_the_api_answers_while_the_policy_decides(tmp_path: Path) -> None:
     policy = HeldPolicy()
     cfg = DaemonConfig(store_url=f"sqlite:///{tmp_path}/d.db", state_dir=str(tmp_path / "state"), tick_s=0.5,
                        holder="off-loop-test")
     with InProcessDaemon(cfg, policy=policy) as d:
         try:
-            status, first = _call(d, "POST", "/v1/jobs", {"procs": 1, "estimate": 60})
+            status, first = d.request("POST", "/v1/jobs", {"procs": 1, "estimate": 60})
             assert status == 201
             assert policy.entered.wait(20), "no decision started after a submission"
             # the decision is under way and blocked: the API still answers, reads and writes alike
-            assert _call(d, "GET", "/v1/health")[0] == 200
-            status, second = _call(d, "POST", "/v1/jobs", {"procs": 1, "estimate": 60})
+            assert d.request("GET", "/v1/health")[0] == 200
+            status, second = d.request("POST", "/v1/jobs", {"procs": 1, "estimate": 60})
             assert status == 201
-            status, jobs = _call(d, "GET", "/v1/jobs")
+            status, jobs = d.request("GET", "/v1/jobs")
             assert status == 200
             assert {j["id"] for j in jobs["jobs"]} >= {first["job"]["id"], second["job"]["id"]}
             assert not policy.decided.is_set()

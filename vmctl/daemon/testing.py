@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import http.client
+import json
 import os
 import pwd
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 from dataclasses import replace
@@ -116,6 +119,19 @@ class InProcessDaemon:
     @property
     def ca_file(self) -> str:
         return str(Path(self.config.state_dir) / "ca.pem")
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 20) -> tuple[int, Any]:
+        """One HTTPS request as the admin (a fresh connection, closed after): (status, JSON or None)."""
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        conn = http.client.HTTPSConnection("127.0.0.1", self.server.port, context=ctx, timeout=timeout)
+        try:
+            conn.request(method, path, body=None if body is None else json.dumps(body),
+                         headers={"Authorization": f"Bearer {self.admin_token}", "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+        finally:
+            conn.close()
 
     def agent_cert(self, node: str, directory: Path) -> tuple[str, str]:
         """Issue a client certificate for ``node``; returns (cert file, key file)."""
