@@ -14,7 +14,6 @@ import random
 import select
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.clock import SystemClock
+from vmctl.daemon.testing import admin_request
 from vmctl.model import NodeObserved
 from vmctl.store import open_store
 
@@ -101,16 +101,7 @@ class Vmctld:
         return (self.tmp / "state" / "admin.token").read_text().strip()
 
     def call(self, method: str, path: str, body: Any = None, timeout: float = 10) -> tuple[int, Any]:
-        ctx = ssl.create_default_context(cafile=str(self.tmp / "state" / "ca.pem"))
-        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=timeout)
-        try:
-            conn.request(method, path, body=None if body is None else json.dumps(body),
-                         headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
-            resp = conn.getresponse()
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-        finally:
-            conn.close()
+        return admin_request(self.port, str(self.tmp / "state" / "ca.pem"), self.token, method, path, body, timeout)
 
     def try_call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         try:
@@ -214,7 +205,7 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
                 with lock:
                     acked.append(doc["job"]["id"])
 
-    s, doc = d.call("POST", "/v1/jobs", {"name": "long", "procs": 1, "estimate": 60, "work_seconds": 12})
+    s, doc = d.call("POST", "/v1/jobs", {"name": "long", "procs": 1, "estimate": 60, "work_seconds": 20})
     assert s == 201
     long_id = doc["job"]["id"]
     acked.append(long_id)
@@ -225,18 +216,26 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
         time.sleep(rng.uniform(0.4, 1.2))
         submit_some(4)
         if cycle == 1 and migrated is None:
-            # open a migration and kill the daemon right after it was accepted
-            for _attempt in range(50):
+            # open a migration and kill the daemon right after it was accepted. The target node may
+            # be full for a while (4 cores, jobs of up to 4 processes) and the daemon restarted in the
+            # previous cycle answers 503 until the dead one's lease has expired: keep trying while the
+            # long job runs, and say what the daemon answered if it never worked
+            tried: list[tuple[int, object]] = []
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
                 s, doc = d.try_call("GET", f"/v1/jobs/{long_id}")
                 if s == 200 and doc["job"]["state"] == "running":
                     src = doc["job"]["placement"][0]["node"]
-                    s2, _ = d.try_call("POST", f"/v1/jobs/{long_id}/migrate",
-                                       {"to_node": "n2" if src == "n1" else "n1"})
+                    s2, doc2 = d.try_call("POST", f"/v1/jobs/{long_id}/migrate",
+                                          {"to_node": "n2" if src == "n1" else "n1"})
                     if s2 == 202:
                         migrated = long_id
                         break
+                    tried.append((s2, doc2))
+                else:
+                    tried.append((s, doc and doc.get("job", {}).get("state")))
                 time.sleep(0.2)
-            assert migrated is not None, "could not open a migration"
+            assert migrated is not None, f"could not open a migration; last answers: {tried[-5:]}"
         d.kill9()
         d.start()
         # while the new daemon waits for the dead one's lease to expire it answers 503

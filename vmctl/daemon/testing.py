@@ -27,6 +27,22 @@ from typing import Any
 from vmctl.daemon.config import DaemonConfig
 
 
+def admin_request(port: int, ca_file: str, token: str, method: str, path: str, body: Any = None,
+                  timeout: float = 20) -> tuple[int, Any]:
+    """One HTTPS request to a vmctld on loopback with a bearer token, on a fresh connection that is
+    closed after: (status, the JSON answer or None)."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=timeout)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body),
+                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
 class InProcessDaemon:
     def __init__(self, config: DaemonConfig, store: Any = None, policy: Any = None, clock: Any = None) -> None:
         from vmctl.store import open_store
@@ -121,17 +137,8 @@ class InProcessDaemon:
         return str(Path(self.config.state_dir) / "ca.pem")
 
     def request(self, method: str, path: str, body: Any = None, timeout: float = 20) -> tuple[int, Any]:
-        """One HTTPS request as the admin (a fresh connection, closed after): (status, JSON or None)."""
-        ctx = ssl.create_default_context(cafile=self.ca_file)
-        conn = http.client.HTTPSConnection("127.0.0.1", self.server.port, context=ctx, timeout=timeout)
-        try:
-            conn.request(method, path, body=None if body is None else json.dumps(body),
-                         headers={"Authorization": f"Bearer {self.admin_token}", "Content-Type": "application/json"})
-            resp = conn.getresponse()
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-        finally:
-            conn.close()
+        """One HTTPS request as the admin: (status, JSON or None)."""
+        return admin_request(self.server.port, self.ca_file, self.admin_token, method, path, body, timeout)
 
     def agent_cert(self, node: str, directory: Path) -> tuple[str, str]:
         """Issue a client certificate for ``node``; returns (cert file, key file)."""
