@@ -4,7 +4,6 @@ end to end, a restart, and a standby daemon taking over when the leader stops re
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,20 +18,9 @@ from vmctl.store import open_store
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    problem = server.unavailable()
-    if problem:
-        pytest.skip(problem)
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def dsn(pg: PostgresServer) -> str:
-    return pg.create_db("d" + uuid.uuid4().hex[:12])
+def dsn(postgres: PostgresServer) -> str:
+    return postgres.create_db("d" + uuid.uuid4().hex[:12])
 
 
 def test_decision_loop_and_restart_on_postgres(tmp_path: Path, dsn: str) -> None:

@@ -4,8 +4,6 @@ spec document, so no schema migration is involved; the reloaded record gives the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from vmctl.api.schemas import job_spec
@@ -15,19 +13,8 @@ from vmctl.store import JobRecord, WriteBatch, open_store
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    problem = server.unavailable()
-    if problem:
-        pytest.skip(problem)
-    server.start()
-    yield server
-    server.stop()
-
-
-def test_needs_round_trip_on_postgres(pg: PostgresServer) -> None:
-    store = open_store(pg.create_db("vcfields"))
+def test_needs_round_trip_on_postgres(postgres: PostgresServer) -> None:
+    store = open_store(postgres.create_db("vcfields"))
     try:
         store.migrate()
         epoch = store.acquire_lease("t", 30.0, 0.0)

@@ -15,17 +15,6 @@ from vmctl.store.base import Store
 from vmctl.store.sql import SUPPORTED_VERSION
 
 
-@pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    pg = PostgresServer(tmp_path_factory.mktemp("pg"))
-    problem = pg.unavailable()
-    if problem:
-        pytest.skip(problem)
-    pg.start()
-    yield pg
-    pg.stop()
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
