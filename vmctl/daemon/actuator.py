@@ -274,11 +274,9 @@ class Actuator:
         hosts = sorted({a for a, _b in remote} | {b for _a, b in remote})
         if hosts:
             lim = self.limits
-            if cluster_moving + 1 > lim.max_per_cluster:
-                return f"cluster migration limit {lim.max_per_cluster} reached"
-            for h in hosts:
-                if moving_now.get(h, 0) + 1 > lim.max_per_host:
-                    return f"host {h} migration limit {lim.max_per_host} reached"
+            full = self._limit_reached(hosts, cluster_moving, moving_now)
+            if full is not None:
+                return full
             gain = self.expected_gain(job, rj.tier, act, now)
             if gain < lim.min_gain_s:
                 return f"expected gain {gain:.1f}s below migration.min_gain_s {lim.min_gain_s}"
@@ -305,6 +303,17 @@ class Actuator:
                 moving_now[h] = moving_now.get(h, 0) + 1
         else:
             job.migrations += 1  # a re-pin on the same host: done when the agent applies it
+        return None
+
+    def _limit_reached(self, hosts: list[str], cluster_moving: int, moving_now: dict[str, int]) -> str | None:
+        """Why one more migration touching ``hosts`` would exceed ``migration.max_per_cluster`` or
+        ``max_per_host``; None when it fits."""
+        lim = self.limits
+        if cluster_moving + 1 > lim.max_per_cluster:
+            return f"cluster migration limit {lim.max_per_cluster} reached"
+        for h in hosts:
+            if moving_now.get(h, 0) + 1 > lim.max_per_host:
+                return f"host {h} migration limit {lim.max_per_host} reached"
         return None
 
     def _place_shared(self, act: PlaceShared, job: JobRecord, now: float, ch: Changes, moving_now: dict[str, int],
@@ -342,12 +351,9 @@ class Actuator:
         moves: list[dict[str, Any]] = [
             {"index": i, "from": list(job.placement[i]), "to": list(new_place[i]), "mode": "live"} for i in moved]
         hosts = sorted({job.placement[i][0] for i in moved} | {new_place[i][0] for i in moved})
-        lim = self.limits
-        if cluster_moving + 1 > lim.max_per_cluster:
-            return f"cluster migration limit {lim.max_per_cluster} reached"
-        for h in hosts:
-            if moving_now.get(h, 0) + 1 > lim.max_per_host:
-                return f"host {h} migration limit {lim.max_per_host} reached"
+        full = self._limit_reached(hosts, cluster_moving, moving_now)
+        if full is not None:
+            return full
         self._freeze_progress(job, now)
         job.cap = act.cap
         job.placement = new_place
