@@ -99,6 +99,18 @@ class Cluster:
         assert self.daemon.start()
 
 
+def _start_what_fits(view: ClusterView) -> tuple[list[Any], list[int]]:
+    """StartFg for every queued job, in queue order, that fits the idle fg cores left (lowest first);
+    returns the actions and the cores still idle after them."""
+    acts: list[Any] = []
+    free = sorted(view.idle_fg)
+    for j in view.queue:
+        if len(free) >= j.procs:
+            acts.append(StartFg(j.id, tuple(free[: j.procs])))
+            free = free[j.procs:]
+    return acts, free
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Cluster:
     return Cluster(tmp_path, {"n1": 4, "n2": 4})
@@ -270,12 +282,7 @@ def test_migration_safety_limits_and_dry_run(tmp_path: Path) -> None:
         name = "mover"
 
         def decide(self, view: ClusterView, now: float) -> Decision:
-            acts: list[Any] = []
-            free = sorted(view.idle_fg)
-            for j in view.queue:
-                if len(free) >= j.procs:
-                    acts.append(StartFg(j.id, tuple(free[: j.procs])))
-                    free = free[j.procs:]
+            acts, free = _start_what_fits(view)
             for rj in view.running.values():
                 tgt = [c for c in free if view.node_of_core[c] != view.node_of_core[rj.cores[0]]]
                 if len(tgt) >= rj.job.procs:
@@ -370,12 +377,7 @@ def test_checkpoint_and_restore_through_the_agents(tmp_path: Path) -> None:
             self.restored = False
 
         def decide(self, view: ClusterView, now: float) -> Decision:
-            acts: list[Any] = []
-            free = sorted(view.idle_fg)
-            for j in view.queue:
-                if len(free) >= j.procs:
-                    acts.append(StartFg(j.id, tuple(free[: j.procs])))
-                    free = free[j.procs:]
+            acts, _free = _start_what_fits(view)
             for rj in view.running.values():
                 if self.saved_at is None and not rj.suspended and rj.progress >= 2:
                     acts.append(Checkpoint(rj.id))
