@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN, HypervisorBackend, VmSpec
+from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN, HypervisorBackend, VmSpec, remove_vms
 from vmctl.agents.backends.mock import MockBackend
 from vmctl.agents.layout import Layout, swap_tiers
 from vmctl.agents.reconciler import Reconciler
@@ -58,12 +58,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def cleanup(b: HypervisorBackend) -> None:
-    for v in b.list_vms():
-        if v.name.startswith(PREFIX):
-            with contextlib.suppress(Exception):
-                b.stop(v.name)
-            with contextlib.suppress(Exception):
-                b.undefine(v.name)
+    remove_vms(b, PREFIX)
 
 
 # ----------------------------------------------------------------------------- reconcile latency

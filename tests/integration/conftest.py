@@ -5,7 +5,6 @@ on failure."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -24,6 +23,8 @@ from tests.integration.libvirt_hosts import (
     shared_peer,
     shared_system,
 )
+from vmctl.agents.backends.base import remove_vms
+from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
 
 PREFIX = f"it{os.getpid()}-"
 
@@ -57,12 +58,37 @@ def images(system_host: Any) -> Path:
 
 
 def cleanup(backend: Any) -> None:
-    for v in backend.list_vms():
-        if v.name.startswith(PREFIX):
-            with contextlib.suppress(Exception):
-                backend.stop(v.name)
-            with contextlib.suppress(Exception):
-                backend.undefine(v.name)
+    remove_vms(backend, PREFIX)
+
+
+def counter(b: Any, name: str) -> int:
+    """The boot-sector guest's in-memory counter (it counts while the guest runs)."""
+    return decode_counter(b.memory_peek(name, COUNTER_ADDR, 8))
+
+
+def wait_counting(b: Any, name: str, timeout: float = 20.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c = counter(b, name)
+        if c > 0:
+            return c
+        time.sleep(0.1)
+    raise AssertionError(f"{name} never started counting")
+
+
+def vcpu_cap(uri: str, name: str) -> float | None:
+    """The CPU cap libvirt holds for a domain (vcpu_quota / vcpu_period), None when uncapped."""
+    import libvirt
+
+    conn = libvirt.open(uri)
+    try:
+        params = conn.lookupByName(name).schedulerParameters()
+    finally:
+        conn.close()
+    quota, period = params.get("vcpu_quota"), params.get("vcpu_period")
+    if quota is None or period is None or quota <= 0:
+        return None
+    return float(quota) / float(period)
 
 
 @pytest.fixture(scope="session")

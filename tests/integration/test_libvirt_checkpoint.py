@@ -9,33 +9,18 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import spawn
-from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
+from tests.integration.conftest import counter, spawn, wait_counting
 from vmctl.errors import HypervisorError, ValidationError, VmStateError
 from vmctl.model import PowerState
 
 pytestmark = pytest.mark.libvirt
 
 
-def _counter(b: Any, name: str) -> int:
-    return decode_counter(b.memory_peek(name, COUNTER_ADDR, 8))
-
-
-def _wait_counting(b: Any, name: str, timeout: float = 20.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        c = _counter(b, name)
-        if c > 0:
-            return c
-        time.sleep(0.1)
-    raise AssertionError(f"{name} never started counting")
-
-
 def test_checkpoint_then_restore_keeps_the_guest_running(qemu: Any, images: Path, tmp_path: Path) -> None:
     name = spawn(qemu, "ckpt", images / "spin.img", 0, weight=5000, cap=0.75)
-    _wait_counting(qemu, name)
+    wait_counting(qemu, name)
     time.sleep(0.5)
-    before = _counter(qemu, name)
+    before = counter(qemu, name)
     path = tmp_path / "ckpt.save"
     t0 = time.monotonic()
     qemu.checkpoint(name, str(path))
@@ -48,11 +33,11 @@ def test_checkpoint_then_restore_keeps_the_guest_running(qemu: Any, images: Path
     t0 = time.monotonic()
     assert qemu.restore(str(path)) == name
     restore_s = time.monotonic() - t0
-    after = _counter(qemu, name)
+    after = counter(qemu, name)
     # a reboot would have reset the counter to 0; a restore continues from where it was saved
     assert after >= before, f"counter went back from {before} to {after}: the guest rebooted"
     time.sleep(0.5)
-    assert _counter(qemu, name) > after, "the restored guest does not run"
+    assert counter(qemu, name) > after, "the restored guest does not run"
     v = {x.name: x for x in qemu.list_vms()}[name]
     assert v.power is PowerState.RUNNING and v.pinned_cores == (0,)
     assert v.weight == 5000 and v.cap == pytest.approx(0.75)

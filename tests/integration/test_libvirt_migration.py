@@ -14,32 +14,17 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import spawn
+from tests.integration.conftest import counter, spawn, wait_counting
 from tests.integration.libvirt_hosts import PeerHost
 from vmctl.agents.backends.base import MigrationState, VmInfo
-from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
 from vmctl.errors import ValidationError, VmStateError
 from vmctl.model import PowerState
 
 pytestmark = pytest.mark.libvirt
 
 
-def _counter(b: Any, name: str) -> int:
-    return decode_counter(b.memory_peek(name, COUNTER_ADDR, 8))
-
-
 def _info(b: Any, name: str) -> VmInfo | None:
     return {v.name: v for v in b.list_vms()}.get(name)
-
-
-def _wait_counting(b: Any, name: str) -> int:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        c = _counter(b, name)
-        if c > 0:
-            return c
-        time.sleep(0.1)
-    raise AssertionError(f"{name} never started counting")
 
 
 def _unix_dir(images: Path) -> Path:
@@ -65,7 +50,7 @@ def _check_tuned(b: Any, name: str, shares: int) -> None:
 
 def test_migrate_there_and_back(qemu: Any, peer_qemu: Any, peer: PeerHost, images: Path) -> None:
     name = spawn(qemu, "mig", images / "spin.img", 1, weight=10000, cap=0.5, metadata={"job": "7", "tier": "fg"})
-    before = _wait_counting(qemu, name)
+    before = wait_counting(qemu, name)
     shares = qemu.scheduler_parameters(name)["cpu_shares"]
 
     # there: peer-to-peer (the source libvirtd talks to the peer), data over TCP on loopback
@@ -76,7 +61,7 @@ def test_migrate_there_and_back(qemu: Any, peer_qemu: Any, peer: PeerHost, image
     assert st.elapsed_s > 0
     assert _info(qemu, name) is None  # undefined on the source
     _check_tuned(peer_qemu, name, shares)
-    there = _counter(peer_qemu, name)
+    there = counter(peer_qemu, name)
     assert there >= before, "the guest restarted instead of migrating"
 
     # back: client-managed (this process drives both sides), data over a UNIX socket
@@ -86,10 +71,10 @@ def test_migrate_there_and_back(qemu: Any, peer_qemu: Any, peer: PeerHost, image
     assert st.state is MigrationState.COMPLETED, st.error
     assert _info(peer_qemu, name) is None
     _check_tuned(qemu, name, shares)
-    back = _counter(qemu, name)
+    back = counter(qemu, name)
     assert back >= there
     time.sleep(0.3)
-    assert _counter(qemu, name) > back, "the migrated guest does not run"
+    assert counter(qemu, name) > back, "the migrated guest does not run"
     qemu.stop(name)
     qemu.undefine(name)
 
@@ -97,7 +82,7 @@ def test_migrate_there_and_back(qemu: Any, peer_qemu: Any, peer: PeerHost, image
 def test_abort_keeps_the_vm_on_the_source(qemu: Any, peer_qemu: Any, peer: PeerHost, images: Path) -> None:
     # 256 MiB of guest RAM so the transfer takes long enough to be caught mid-way
     name = spawn(qemu, "abort", images / "spin.img", 0, memory_mib=256)
-    _wait_counting(qemu, name)
+    wait_counting(qemu, name)
     qemu.start_migration(name, peer.uri, "tcp://127.0.0.1")
     qemu.abort_migration(name)
     st = qemu.migration_status(name)
@@ -148,7 +133,7 @@ def test_a_restarted_agent_sees_and_aborts_a_running_migration(
     from vmctl.agents.backends.libvirt.backend import LibvirtBackend
 
     name = spawn(qemu, "adoptmig", images / "spin.img", 0, memory_mib=256)
-    _wait_counting(qemu, name)
+    wait_counting(qemu, name)
     fresh = LibvirtBackend("qemu:///system", domain_type="qemu")  # knows nothing of the migration
     try:
         qemu.start_migration(name, peer.uri, "tcp://127.0.0.1")

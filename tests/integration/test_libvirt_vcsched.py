@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import PREFIX, cleanup
+from tests.integration.conftest import PREFIX, cleanup, vcpu_cap
 from vmctl.model import PowerState
 from vmctl.vcsched_controller import VcRequest, VcschedController
 
@@ -38,18 +38,14 @@ def agent(system_host: Any, images: Path) -> Iterator[tuple[Any, Any, Any]]:
         backend.close()
 
 
-def _quota(uri: str, name: str) -> float | None:
-    import libvirt
-
-    conn = libvirt.open(uri)
-    try:
-        params = conn.lookupByName(name).schedulerParameters()
-    finally:
-        conn.close()
-    quota, period = params.get("vcpu_quota"), params.get("vcpu_period")
-    if quota is None or period is None or quota <= 0:
-        return None
-    return float(quota) / float(period)
+def _converge(rec: Any, rounds: int = 3) -> Any:
+    """Reconcile until the host matches the desired state (or ``rounds`` passes); no pass may fail."""
+    for _ in range(rounds):
+        res = rec.run_once()
+        assert not res.errors, res.errors
+        if res.converged:
+            break
+    return res
 
 
 def test_controller_caps_reach_libvirt(agent: tuple[Any, Any, Any]) -> None:
@@ -62,30 +58,22 @@ def test_controller_caps_reach_libvirt(agent: tuple[Any, Any, Any]) -> None:
     # one host, needs 0.6 + 0.6 + 0.3 = 1.5: everything at yield 1/1.5
     assert alloc.min_yield == pytest.approx(1 / 1.5)
     source.set(ctl.desired(node))
-    for _ in range(3):
-        res = rec.run_once()
-        assert not res.errors, res.errors
-        if res.converged:
-            break
+    res = _converge(rec)
     assert res.converged
     vms = {v.name: v for v in backend.list_vms()}
     want = {f"{PREFIX}vc-a-0": 0.4, f"{PREFIX}vc-a-1": 0.4, f"{PREFIX}vc-b-0": 0.2}
     for name, cap in want.items():
         assert vms[name].power is PowerState.RUNNING
         assert vms[name].cap == pytest.approx(cap, abs=1e-3)
-        assert _quota("qemu:///system", name) == pytest.approx(cap, abs=1e-3)
+        assert vcpu_cap("qemu:///system", name) == pytest.approx(cap, abs=1e-3)
     # the workload changes: cluster b leaves, a now needs 0.5 per VM -> both at full need, re-capped live
     ctl.remove("b")
     ctl.update(VcRequest("a", 2, 0.5, 0.25))
     alloc = ctl.run_once()
     assert alloc.min_yield == 1.0
     source.set(ctl.desired(node))
-    for _ in range(3):
-        res = rec.run_once()
-        assert not res.errors, res.errors
-        if res.converged:
-            break
+    res = _converge(rec)
     names = {v.name for v in backend.list_vms() if v.power is PowerState.RUNNING}
     assert f"{PREFIX}vc-b-0" not in names
     for name in (f"{PREFIX}vc-a-0", f"{PREFIX}vc-a-1"):
-        assert _quota("qemu:///system", name) == pytest.approx(0.5, abs=1e-3)
+        assert vcpu_cap("qemu:///system", name) == pytest.approx(0.5, abs=1e-3)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import PREFIX
+from tests.integration.conftest import PREFIX, vcpu_cap
 from tests.integration.test_daemon_crash import Vmctld
 from vmctl.agents.backends.base import ProcessStatus
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
@@ -48,20 +48,6 @@ class RecordingRunner:
 
     def kill(self, vm: str) -> None:
         self.started.pop(vm, None)
-
-
-def _quota(name: str) -> float | None:
-    import libvirt
-
-    conn = libvirt.open(URI)
-    try:
-        params = conn.lookupByName(name).schedulerParameters()
-    finally:
-        conn.close()
-    quota, period = params.get("vcpu_quota"), params.get("vcpu_period")
-    if quota is None or period is None or quota <= 0:
-        return None
-    return float(quota) / float(period)
 
 
 def _domain_ids(names: list[str]) -> dict[str, int]:
@@ -157,7 +143,7 @@ def _libvirt_caps(d: Vmctld, backend: Any, layout: Layout, want: dict[str, float
             return None
         for i in range(job["procs"]):
             name = f"j{jid}-r1-p{i}"
-            q = _quota(name) if name in running else None
+            q = vcpu_cap(URI, name) if name in running else None
             if q is None or abs(q - cap) > 1e-3:
                 return None
             got[name] = q
