@@ -12,19 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.cli.main import main
+from tests.livedaemon import run_cli
 
 GOLDEN_TRACE = Path(__file__).resolve().parents[1] / "golden" / "sim" / "small-fw300.swf"
 
 
-def vmctl(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+vmctl = run_cli
 
 
 @pytest.fixture()
