@@ -120,7 +120,11 @@ def _three_clusters(d: Vmctld, agents: list[Agent], capsys: pytest.CaptureFixtur
     assert out["jobs"][0]["cpu_need"] == 0.6 and out["jobs"][0]["mem"] == 0.3
 
     def three_placed() -> dict[str, float] | None:
-        jobs = {jid: _job(d, jid) for jid in (a, b, c)}
+        # one listing = one snapshot of the daemon's state; three GETs could straddle the decision
+        # that starts c and re-caps a sharer (a, b read before it, c after: caps 0.6, 0.6, 0.5)
+        s, doc = d.call("GET", "/v1/jobs")
+        assert s == 200, doc
+        jobs = {j["id"]: j for j in doc["jobs"] if j["id"] in (a, b, c)}
         if any(j["state"] != "running" or j["cap"] is None for j in jobs.values()):
             return None
         return {jid: float(j["cap"]) for jid, j in jobs.items()}
