@@ -129,8 +129,9 @@ class ClusterView:
       threshold (0.96 in the paper).
     - ``usable[c]``: False for cores of drained, lost or excluded nodes.
     - ``queue_index``: optional ``job id -> Job`` map of exactly the jobs in ``queue``. A caller that
-      maintains one anyway (the simulator) passes it so that the invariant checker finds the jobs a
-      decision names in O(1) instead of scanning the queue; None means "scan ``queue``".
+      maintains one anyway (the simulator, vmctld's cluster state) passes it so that the invariant
+      checker finds the jobs a decision names in O(1) instead of scanning the queue; None means
+      "scan ``queue``".
     """
 
     total_cores: int

@@ -551,7 +551,7 @@ class DaemonServer:
         d = self.daemon
         self.metrics.set_leader(d.leader, d.epoch)
         if d.leader:  # gauges from the state as it is now (a scrape need not wait for a decision)
-            self.metrics.set_queue_length(len(d.state.queue()))
+            self.metrics.set_queue_length(d.state.queue_length())
             active = d.state.active()
             self.metrics.set_running("fg", sum(1 for j in active if j.tier == "fg"))
             self.metrics.set_running("bg", sum(1 for j in active if j.tier == "bg"))

@@ -588,7 +588,7 @@ class Daemon:
                 m.decision(a.kind, "applied")
             for a, _why in res.skipped:
                 m.decision(a.kind, "rejected")
-            m.set_queue_length(len(self.state.queue()))
+            m.set_queue_length(self.state.queue_length())
             active = self.state.active()
             m.set_running("fg", sum(1 for j in active if j.tier == "fg"))
             m.set_running("bg", sum(1 for j in active if j.tier == "bg"))

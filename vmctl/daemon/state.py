@@ -15,10 +15,12 @@ times the pace: 1 in fg, and in bg what the fg VMs of its cores leave (``1 - fg_
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from vmctl.model import (
     ClusterView,
@@ -90,8 +92,14 @@ class ClusterState:
     next_seq: int = 1
     next_op: int = 1
     settings: DesiredSettings = field(default_factory=DesiredSettings)
-    _queue: list[str] = field(default_factory=list)
-    _queue_dirty: bool = True
+    # The queue, kept sorted incrementally by ``reindex`` (a job enters or leaves it one at a time):
+    # (submit_time, seq, id) of every queued job, the same jobs' Job objects at the same positions,
+    # and each queued job's entry.
+    _qorder: list[tuple[float, int, str]] = field(default_factory=list)
+    _qjobs: list[Job] = field(default_factory=list)
+    _qentry: dict[str, tuple[float, int, str]] = field(default_factory=dict)
+    # the last snapshot handed to a view (queue, queue_index); None once the queue changed
+    _qsnap: tuple[list[Job], Mapping[str, Job]] | None = None
     _layout: Layout | None = None
     _node_jobs: dict[str, set[str]] = field(default_factory=dict)
     _job_nodes: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -116,7 +124,10 @@ class ClusterState:
         self.next_seq = max((j.seq for j in self.jobs.values()), default=0) + 1
         nums = [int(o.id[2:]) for o in self.ops.values() if o.id.startswith("op") and o.id[2:].isdigit()]
         self.next_op = max(nums, default=0) + 1
-        self._queue_dirty = True
+        self._qorder = []
+        self._qjobs = []
+        self._qentry = {}
+        self._qsnap = None
         self._layout = None
         self._node_jobs = {}
         self._job_nodes = {}
@@ -155,8 +166,32 @@ class ClusterState:
             self._job_nodes[job.id] = new
         else:
             self._job_nodes.pop(job.id, None)
-        self._queue_dirty = True
+        self._index_queue(job)
         return set(old | new)
+
+    def _index_queue(self, job: JobRecord) -> None:
+        """Keep ``_qorder`` sorted as ``job`` enters, leaves or stays in the queue: O(log n) to find
+        the place plus one list move, instead of re-sorting the whole queue after every change."""
+        old = self._qentry.get(job.id)
+        order, qjobs = self._qorder, self._qjobs
+        if job.state == "queued":
+            entry = (job.submit_time, job.seq, job.id)
+            if old == entry:
+                return
+            if old is not None:
+                pos = bisect.bisect_left(order, old)
+                del order[pos], qjobs[pos]
+            pos = bisect.bisect_left(order, entry)
+            order.insert(pos, entry)
+            qjobs.insert(pos, self.job_obj(job))
+            self._qentry[job.id] = entry
+        elif old is not None:
+            pos = bisect.bisect_left(order, old)
+            del order[pos], qjobs[pos]
+            del self._qentry[job.id]
+        else:
+            return
+        self._qsnap = None
 
     def jobs_on(self, node: str) -> list[JobRecord]:
         return [self.jobs[j] for j in sorted(self._node_jobs.get(node, ()))]
@@ -171,15 +206,22 @@ class ClusterState:
         self._static.clear()
 
     def queue(self) -> list[JobRecord]:
-        if self._queue_dirty:
-            q = [j for j in self.jobs.values() if j.state == "queued"]
-            q.sort(key=lambda j: (j.submit_time, j.seq))
-            self._queue = [j.id for j in q]
-            self._queue_dirty = False
-        return [self.jobs[i] for i in self._queue]
+        """The queued jobs in queue order: submit time, then submission sequence."""
+        jobs = self.jobs
+        return [jobs[e[2]] for e in self._qorder]
 
-    def mark_queue_dirty(self) -> None:
-        self._queue_dirty = True
+    def queue_length(self) -> int:
+        return len(self._qorder)
+
+    def queue_jobs(self) -> tuple[list[Job], Mapping[str, Job]]:
+        """The queue as ``Job`` objects, and the same jobs by id (a view's ``queue`` and
+        ``queue_index``): a fresh list and a read-only map each call, over objects cached until the
+        queue changes (a view outlives later changes unaltered)."""
+        if self._qsnap is None:
+            q = self._qjobs
+            self._qsnap = (q.copy(), MappingProxyType({j.id: j for j in q}))
+        q, index = self._qsnap
+        return q.copy(), index
 
     def job_obj(self, rec: JobRecord) -> Job:
         j = self._job_cache.get(rec.id)
@@ -299,13 +341,13 @@ class ClusterState:
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
                 suspended=rec.suspended or rec.checkpointed,
             )
-        queue = [self.job_obj(r) for r in self.queue()]
+        queue, queue_index = self.queue_jobs()
         idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
         idle_bg = {c for c in range(total) if usable[c] and bg[c] is None}
         view = ClusterView(
             total_cores=total, queue=queue, running=running, fg_job=fg, bg_job=bg, idle_fg=idle_fg,
             idle_bg=idle_bg, fg_util=util, usable=usable, node_of_core=lay.node_of_core,
-            local_core=lay.local_core, node_names=lay.names,
+            local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
         )
         return view, lay
 

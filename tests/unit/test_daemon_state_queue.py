@@ -1,0 +1,73 @@
+"""vmctld's queue is kept sorted incrementally (``ClusterState.reindex``): after any sequence of
+submissions, state changes and reloads it must equal the queue sorted from scratch (submit time, then
+sequence), and a view built from it must carry exactly those jobs in ``queue`` and ``queue_index``."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vmctl.daemon.state import ClusterState
+from vmctl.store.base import JobRecord
+
+STATES = ("queued", "running", "suspended", "done", "cancelled")
+
+
+def _scratch(state: ClusterState) -> list[str]:
+    q = [j for j in state.jobs.values() if j.state == "queued"]
+    q.sort(key=lambda j: (j.submit_time, j.seq))
+    return [j.id for j in q]
+
+
+def _check(state: ClusterState) -> None:
+    want = _scratch(state)
+    assert [j.id for j in state.queue()] == want
+    assert state.queue_length() == len(want)
+    view, _lay = state.build_view(0.0)
+    assert [j.id for j in view.queue] == want
+    assert view.queue_index is not None and sorted(view.queue_index) == sorted(want)
+    assert all(view.queue_index[j.id] is j for j in view.queue)
+
+
+# an operation: (job number, new state) applied in order; submit times collide on purpose (ties by seq)
+OPS = st.lists(st.tuples(st.integers(0, 11), st.sampled_from(STATES)), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(submits=st.lists(st.integers(0, 4), min_size=1, max_size=12), ops=OPS, reload_at=st.integers(0, 60))
+def test_incremental_queue_equals_the_sorted_queue(submits: list[int], ops: list[tuple[int, str]],
+                                                   reload_at: int) -> None:
+    state = ClusterState()
+    for seq, t in enumerate(submits, start=1):
+        rec = JobRecord(id=str(seq), seq=seq, name=f"j{seq}", spec={"procs": 1, "estimate": 10.0},
+                        state="queued", submit_time=float(t))
+        state.jobs[rec.id] = rec
+        state.reindex(rec)
+    _check(state)
+    for step, (k, new) in enumerate(ops):
+        rec = state.jobs.get(str(k % len(submits) + 1))
+        assert rec is not None
+        rec.state = new
+        state.reindex(rec)
+        _check(state)
+        if step == reload_at:  # a restart: the state is loaded again from the records
+            state.load(list(state.jobs.values()), [], [], {})
+            _check(state)
+
+
+def test_a_view_keeps_its_queue_when_the_queue_changes_later() -> None:
+    """The policy may run on a view in a worker thread while the event loop changes the state."""
+    state = ClusterState()
+    for seq in (1, 2, 3):
+        rec = JobRecord(id=str(seq), seq=seq, name="j", spec={"procs": 1, "estimate": 10.0}, state="queued",
+                        submit_time=0.0)
+        state.jobs[rec.id] = rec
+        state.reindex(rec)
+    view, _lay = state.build_view(0.0)
+    state.jobs["2"].state = "cancelled"
+    state.reindex(state.jobs["2"])
+    assert [j.id for j in view.queue] == ["1", "2", "3"]
+    assert view.queue_index is not None and set(view.queue_index) == {"1", "2", "3"}
+    later, _lay = state.build_view(0.0)
+    assert [j.id for j in later.queue] == ["1", "3"]
+    assert later.queue_index is not None and set(later.queue_index) == {"1", "3"}
