@@ -36,7 +36,8 @@ and never re-creates a VM that left (absent VM on the source = migrated). In che
 source checkpoints to ``checkpoint_path`` (and, with ``transfer_checkpoints``, copies the file to
 the target host) and the *target* restores from it once the phase is running and the file exists.
 The target leaves an absent migrating VM alone until it arrives, then pins and tunes it to
-``target_core`` like any other VM.
+``target_core`` like any other VM (a shared VM with ``target_core`` -1 stays unpinned, as it was on
+the source).
 """
 
 from __future__ import annotations
@@ -271,9 +272,10 @@ def validate(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | No
                                       problem=f"is between {m.source_node} and {m.target_node}, not this node")
             if m.source_node == m.target_node:
                 raise ValidationError(field=f"{where}.migration", problem="source and target are the same node")
-            if m.target_node == layout.host and not 0 <= m.target_core < layout.size:
+            lowest = -1 if v.role is VmRole.SHARED else 0  # -1: a shared VM arrives unpinned
+            if m.target_node == layout.host and not lowest <= m.target_core < layout.size:
                 raise ValidationError(field=f"{where}.migration.target_core",
-                                      problem=f"{m.target_core} out of range 0..{layout.size - 1}")
+                                      problem=f"{m.target_core} out of range {lowest}..{layout.size - 1}")
             if m.mode == "checkpoint" and not v.checkpoint_path:
                 raise ValidationError(field=f"{where}.checkpoint_path", problem="is required by a checkpoint migration")
             if (m.mode == "live" and m.source_node == layout.host and peers is not None

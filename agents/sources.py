@@ -106,7 +106,7 @@ def _vm_from_dict(item: Any, path: str, where: str) -> VmDesired:
             migration_id=ms.get("migration_id", str, required=True),
             source_node=ms.get("source_node", str, required=True),
             target_node=ms.get("target_node", str, required=True),
-            target_core=ms.integer("target_core", required=True, lo=0),
+            target_core=ms.integer("target_core", required=True, lo=-1),  # -1: unpinned (shared VMs)
             phase=ms.choice("phase", _PHASES, "requested"),  # type: ignore[arg-type]
             mode=ms.choice("mode", _MODES, "live"),  # type: ignore[arg-type]
         )

@@ -339,7 +339,7 @@ class MigrationSpec:
     migration_id: str
     source_node: str
     target_node: str
-    target_core: int
+    target_core: int  # local core on the target; -1 = unpinned (vcsched shared VMs)
     phase: Literal["requested", "running", "completed", "failed", "aborted"] = "requested"
     mode: Literal["live", "checkpoint"] = "live"
 

@@ -222,7 +222,7 @@ class VcschedController:
                     migration_id=f"{name}-m{self._migration_seq}",
                     source_node=src,
                     target_node=node,
-                    target_core=0,
+                    target_core=-1,  # unpinned on arrival, as on the source
                     mode=self.migration_mode,
                 )
                 self.pending[name] = mig

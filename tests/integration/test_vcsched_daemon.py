@@ -156,6 +156,8 @@ def test_virtual_clusters_are_capped_and_repacked_on_workload_change(
     assert sum(j["migrations"] for j in moved) == 1, moved
     assert {j["placement"][0]["node"] for j in moved} == {"n1", "n2"}
     assert len(_applied(agents)) == 2  # the cancelled VM is gone, each remaining VM runs exactly once
+    # shared VMs are not tied to a core, before and after the move
+    assert all(v.pinned_cores is None for a in agents for v in a.backend.list_vms() if v.name.startswith("j"))
     time.sleep(1.0)  # more decision ticks: the allocation is stable (no migration back and forth)
     assert sum(_job(d, jid)["migrations"] for jid in sharing) == 1
     assert _caps_match(d, agents, {jid: 0.6 for jid in sharing})

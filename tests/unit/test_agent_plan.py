@@ -150,6 +150,9 @@ CASES: list[tuple[str, NodeDesired, Observed, list[Action]]] = [
     ("migration target: arrived, pinned to target core",
      node(want("v9", core=0, role=VmRole.SHARED, weight=5, migration=MIG_IN)), obs(info("v9", core=0, weight=9)),
      [Tune("v9", weight=5), Pin("v9", (1,))]),  # a lowered weight goes first
+    ("migration target: an unpinned shared VM arrives and stays unpinned",
+     node(want("v9", core=-1, role=VmRole.SHARED, weight=5, migration=replace(MIG_IN, target_core=-1))),
+     obs(info("v9", core=None, weight=5)), []),
     ("checkpoint migration source", node(want(migration=MIG_CK, checkpoint_path="/ck/m")), obs(FG_INFO),
      [CheckpointVm("n1-c0-fg", "/ck/m")]),
     ("checkpoint migration source: saved, done", node(want(migration=MIG_CK, checkpoint_path="/ck/m")),
@@ -251,6 +254,8 @@ BAD: list[tuple[str, NodeDesired, str]] = [
     ("migration to self", node(want(migration=replace(MIG_LIVE, target_node="n1"))), ".migration"),
     ("migration unknown peer", node(want(migration=replace(MIG_LIVE, target_node="n5"))), "unknown peer"),
     ("migration target core", node(want("v", role=VmRole.SHARED, migration=replace(MIG_IN, target_core=5))),
+     "target_core"),
+    ("migration target core -1 for a fg VM", node(want("v", core=1, migration=replace(MIG_IN, target_core=-1))),
      "target_core"),
     ("checkpoint migration without path", node(want(migration=MIG_CK)), ".checkpoint_path"),
     ("two arriving fg on a core", node(want("a", core=1, migration=MIG_IN), want("b", core=1, migration=MIG_IN)),

@@ -103,6 +103,10 @@ def test_workload_change_migrates_within_budget() -> None:
     assert len(c.shared("n1")) == 1 and len(c.shared("n2")) == 1
     assert all(v.migration is None for n in ("n1", "n2") for v in ctl.desired(n).vms)
     assert list(c.shared("n2").values()) == [pytest.approx(0.8)]
+    # the moved VM stays unpinned on its new host, like every shared VM (it is not tied to one core)
+    assert mig.target_core == -1
+    assert all(v.pinned_cores is None for n in ("n1", "n2") for v in c.backends[n].list_vms()
+               if v.name.startswith("vc-"))
 
 
 def test_zero_budget_keeps_vms_and_lowers_caps() -> None:

@@ -406,7 +406,7 @@ class ClusterState:
                     if src[0] != dst[0]:
                         spec = MigrationSpec(
                             migration_id=str(op.id), source_node=str(src[0]), target_node=str(dst[0]),
-                            target_core=max(0, int(dst[1])), phase="requested",
+                            target_core=int(dst[1]), phase="requested",  # -1: a shared VM stays unpinned
                             mode="checkpoint" if str(mv.get("mode", "live")) == "checkpoint" else "live",
                         )
                         if node == src[0]:
