@@ -120,14 +120,21 @@ def test_output_tail_is_bounded(sshd: Sshd) -> None:
     assert res.output_tail.rstrip().endswith("5000")
 
 
+def _gated(tmp_path: Path, then: str) -> tuple[Path, str]:
+    """A shell command that waits until the test creates the gate file, then runs ``then``: no test
+    depends on how fast SSH connects on a loaded machine."""
+    gate = tmp_path / "gate"
+    return gate, f"while [ ! -e {gate} ]; do sleep 0.05; done; {then}"
+
+
 def test_run_timeout_kills_the_remote_process(sshd: Sshd, tmp_path: Path) -> None:
     marker = tmp_path / "survived"
+    gate, command = _gated(tmp_path, f"touch {marker}")
     r = ParamikoRunner(sshd.settings())
-    t0 = time.monotonic()
-    res = r.run("127.0.0.1", f"sleep 1.2; touch {marker}", timeout=0.3)
-    assert time.monotonic() - t0 < 1.1
+    res = r.run("127.0.0.1", command, timeout=0.3)  # would never end on its own
     assert res.timed_out and res.exit_code == TIMEOUT_EXIT
-    time.sleep(1.3)
+    gate.touch()
+    time.sleep(0.5)
     assert not marker.exists(), "the timed-out command kept running"
 
 
@@ -214,9 +221,10 @@ def test_process_runner_start_status_and_exit(sshd: Sshd) -> None:
 
 
 def test_process_runner_kill_ends_the_process_group(sshd: Sshd, tmp_path: Path) -> None:
-    marker = tmp_path / "after-sleep"
+    marker = tmp_path / "after-kill"
+    gate, command = _gated(tmp_path, f"touch {marker}")
     r = ParamikoRunner(sshd.settings(), address_of=lambda vm: "127.0.0.1")
-    r.start("vm-b", ProcessSpec(job_id="j8", index=0, command=f"sleep 1; touch {marker}"))
+    r.start("vm-b", ProcessSpec(job_id="j8", index=0, command=command))
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         st = r.status("vm-b")
@@ -226,7 +234,8 @@ def test_process_runner_kill_ends_the_process_group(sshd: Sshd, tmp_path: Path) 
         time.sleep(0.02)
     r.kill("vm-b")
     assert r.status("vm-b") is None
-    time.sleep(1.2)
+    gate.touch()
+    time.sleep(0.5)
     assert not marker.exists(), "the killed job's child kept running"
 
 
@@ -258,13 +267,15 @@ def test_a_restarted_runner_adopts_a_running_job_and_sees_its_exit(sshd: Sshd, t
                                           port=sshd.port, state_dir=str(tmp_path / "state")),
                               address_of=lambda vm: "127.0.0.1")
 
+    gate, command = _gated(tmp_path, "exit 4")
     first = runner()
-    first.start("vm-c", ProcessSpec(job_id="job 1", index=4, command="sleep 0.8; exit 4"))
+    first.start("vm-c", ProcessSpec(job_id="job 1", index=4, command=command))
     time.sleep(0.4)
     second = runner()  # the agent restarted: no memory of the job
     st = second.status("vm-c")
     assert st is not None and st.running and (st.job_id, st.index) == ("job 1", 4)
-    second.start("vm-c", ProcessSpec(job_id="job 1", index=4, command="sleep 0.8; exit 4"))  # adopted: no-op
+    second.start("vm-c", ProcessSpec(job_id="job 1", index=4, command=command))  # adopted: no-op
+    gate.touch()
     st = second.wait("vm-c", 10)
     assert st is not None and st.exit_code == 4
     assert runner().status("vm-c").exit_code == 4  # type: ignore[union-attr]
