@@ -124,18 +124,19 @@ class ClusterState:
         self.next_seq = max((j.seq for j in self.jobs.values()), default=0) + 1
         nums = [int(o.id[2:]) for o in self.ops.values() if o.id.startswith("op") and o.id[2:].isdigit()]
         self.next_op = max(nums, default=0) + 1
-        self._qorder = []
-        self._qjobs = []
-        self._qentry = {}
-        self._qsnap = None
         self._layout = None
         self._node_jobs = {}
         self._job_nodes = {}
         self._job_cache = {}
         self._active = set()
         self._static = {}
+        # the queue in one sort (inserting the jobs one by one in store order could be quadratic)
+        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values() if j.state == "queued")
+        self._qjobs = [self.job_obj(self.jobs[e[2]]) for e in self._qorder]
+        self._qentry = {e[2]: e for e in self._qorder}
+        self._qsnap = None
         for j in self.jobs.values():
-            self.reindex(j)
+            self.reindex(j)  # the queue entries are already in place: no change there
 
     # ------------------------------------------------------------------ indexes
     def nodes_of(self, job: JobRecord) -> frozenset[str]:
