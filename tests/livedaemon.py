@@ -11,6 +11,7 @@ import pytest
 from vmctl import errors
 from vmctl.cli.demo import DaemonProcess
 from vmctl.cli.main import main
+from vmctl.daemon.testing import InProcessDaemon
 
 
 def live_daemon(state_dir: Path, **kwargs: Any) -> Iterator[DaemonProcess]:
@@ -25,6 +26,11 @@ def live_daemon(state_dir: Path, **kwargs: Any) -> Iterator[DaemonProcess]:
     yield d
     rc = d.stop()
     assert rc == 0, f"vmctld exited with {rc}:{d.tail(30)}"
+
+
+def long_poll_parked(d: InProcessDaemon, node: str) -> bool:
+    """True while an agent's desired-state long-poll for ``node`` is parked in an in-process daemon."""
+    return bool(d.call(lambda: d.server.polls_waiting[node] > 0))
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -254,12 +254,21 @@ class Client:
         return all_done
 
     def cancel(self) -> None:
-        """Cancel every unfinished job of this client (idempotent) and stop following them."""
-        for j in self.jobs:
+        """Stop following the jobs, then cancel every unfinished one (idempotent). The follower thread
+        is stopped first and waited for: a poll still in flight would otherwise overwrite the states
+        the cancellations answered with older ones."""
+        self._stop.set()
+        th = self._thread
+        if th is not None and th is not threading.current_thread():
+            th.join()
+        for i, j in enumerate(self.jobs):
             if j.id is not None and j.state not in TERMINAL_STATES:
                 doc = self.api.cancel_job(j.id)
                 j.state = str(doc.get("state"))
-        self._stop.set()
+                j.info = doc
+                if j.state in TERMINAL_STATES:
+                    with self._lock:
+                        self._results[i] = result_of(j, doc)
 
     # ------------------------------------------------------------------------ background
 

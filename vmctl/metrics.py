@@ -243,6 +243,10 @@ class DaemonMetrics:
         self.response_seconds = Histogram(
             "vmctl_job_response_seconds", "Time from submission to completion", buckets=JOB_TIME_BUCKETS, registry=r,
         )
+        self.polls_waiting = Gauge(
+            "vmctl_agent_polls_waiting", "Agent desired-state long-polls parked on the daemon, waiting for a change",
+            registry=r,
+        )
         self.leader = Gauge("vmctl_leader", "1 if this daemon holds the leader lease", registry=r)
         self.epoch = Gauge("vmctl_leader_epoch", "Leader lease epoch of this daemon", registry=r)
         self.api_requests_total = Counter(

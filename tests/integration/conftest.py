@@ -66,7 +66,7 @@ def counter(b: Any, name: str) -> int:
     return decode_counter(b.memory_peek(name, COUNTER_ADDR, 8))
 
 
-def wait_counting(b: Any, name: str, timeout: float = 20.0) -> int:
+def wait_counting(b: Any, name: str, timeout: float = 60.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         c = counter(b, name)
@@ -74,6 +74,18 @@ def wait_counting(b: Any, name: str, timeout: float = 20.0) -> int:
             return c
         time.sleep(0.1)
     raise AssertionError(f"{name} never started counting")
+
+
+def wait_counter_above(b: Any, name: str, value: int, timeout: float = 60.0) -> int:
+    """The guest's counter once it is above ``value`` (the guest runs), however slowly the host gives it
+    CPU time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        c = counter(b, name)
+        if c > value:
+            return c
+        assert time.monotonic() < deadline, f"{name}'s counter stayed at {c} for {timeout:.0f} s: it does not run"
+        time.sleep(0.05)
 
 
 def vcpu_cap(uri: str, name: str) -> float | None:

@@ -137,17 +137,17 @@ def start_system_daemons() -> SystemDaemons:
     try:
         if _pid_from(Path("/run/virtlogd.pid")) is None:
             subprocess.run(["virtlogd", "-d"], check=True, timeout=30)
-            _wait_for(lambda: _pid_from(Path("/run/virtlogd.pid")) is not None, 10, "virtlogd")
+            _wait_for(lambda: _pid_from(Path("/run/virtlogd.pid")) is not None, 60, "virtlogd")
             pid = _pid_from(Path("/run/virtlogd.pid"))
             if pid is not None:
                 d.started.append(pid)
         if _pid_from(Path("/run/libvirtd.pid")) is None:
             subprocess.run(["libvirtd", "-d"], check=True, timeout=30)
-            _wait_for(lambda: _pid_from(Path("/run/libvirtd.pid")) is not None, 10, "libvirtd")
+            _wait_for(lambda: _pid_from(Path("/run/libvirtd.pid")) is not None, 60, "libvirtd")
             pid = _pid_from(Path("/run/libvirtd.pid"))
             if pid is not None:
                 d.started.append(pid)
-        _wait_for(lambda: _socket_answers(SYSTEM_SOCKET), 20, "libvirtd's socket")
+        _wait_for(lambda: _socket_answers(SYSTEM_SOCKET), 60, "libvirtd's socket")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError, Unavailable) as exc:
         d.stop()
         raise Unavailable(f"cannot start libvirtd: {exc}") from exc
@@ -188,7 +188,7 @@ class PeerHost:
         """How the peer libvirtd reaches the system one (its /run/libvirt is private)."""
         return f"qemu+unix:///system?socket={self.root}/host-run-libvirt/libvirt-sock"
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not _socket_answers(self.socket):
             if self.process.poll() is not None:

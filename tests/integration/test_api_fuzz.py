@@ -5,7 +5,8 @@ Every operation of the document gets up to ``MAX_EXAMPLES`` generated requests (
 data). Checked on every answer: no 5xx, the status code is one the document declares, the content
 type and the body match the document. Agent routes are fuzzed with the operator's bearer token, so
 they must answer with their documented 401/403 - never a 5xx. Bounded: the whole test stays well
-under two minutes on two cores.
+under two minutes on two idle cores; the time budget below only catches a run-away (a loaded CI
+machine may take several times as long without anything being wrong).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from vmctl.cli.demo import DaemonProcess
 ROOT = Path(__file__).resolve().parents[2]
 OPENAPI = ROOT / "vmctl" / "api" / "openapi.yaml"
 MAX_EXAMPLES = 30
-TIME_BUDGET_S = 100.0
+TIME_BUDGET_S = 600.0  # below pytest's 900 s timeout: the failure names the operations left
 
 
 @pytest.fixture(scope="module")

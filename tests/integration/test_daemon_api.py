@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.livedaemon import long_poll_parked
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.testing import InProcessDaemon
@@ -42,7 +43,10 @@ class Client:
         return ctx
 
     def call(self, method: str, path: str, body: Any = None, *, token: str | None = None, node: str | None = None,
-             raw: bytes | None = None, timeout: float = 20) -> tuple[int, Any]:
+             raw: bytes | None = None, timeout: float = 20, arrived: dict[str, float] | None = None,
+             ) -> tuple[int, Any]:
+        """One request; ``arrived["t"]`` (if given) is set to the monotonic time the answer was read,
+        before the test's own parsing and schema checks."""
         conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx(node), timeout=timeout)
         headers = {"Content-Type": "application/json"}
         if token:
@@ -51,6 +55,8 @@ class Client:
         conn.request(method, path, body=data, headers=headers)
         resp = conn.getresponse()
         text = resp.read()
+        if arrived is not None:
+            arrived["t"] = time.monotonic()
         conn.close()
         doc = json.loads(text) if text and resp.getheader("Content-Type", "").startswith("application/json") else text
         check_openapi(method, path, resp.status, doc)
@@ -122,6 +128,21 @@ def _jobs_in_store(daemon: InProcessDaemon) -> int:
     return len(daemon.store.load_jobs())
 
 
+def _wait_until(what: str, cond: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.02)
+
+
+def _heartbeat(client: Client) -> None:
+    """A report from n1, so that it is not declared lost (30 s without news) however slow the tests
+    before were."""
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/observed", {"node": "n1", "generation_applied": 0, "cores": 4},
+                       node="n1")
+    assert s == 204
+
+
 # route, body, who may: "read" (any operator), "admin", "agent:n1"
 ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/v1/health", None, "read"),
@@ -170,11 +191,15 @@ def test_auth_matrix(client: Client, daemon: InProcessDaemon, tokens: dict[str, 
 def test_bad_token_and_expired_token(client: Client, tokens: dict[str, str]) -> None:
     s, doc = client.call("GET", "/v1/jobs", token="vmctl_not-a-token")
     assert s == 401 and "unknown token" in doc["error"]["message"]
-    s, doc = client.call("POST", "/v1/tokens", {"name": "brief", "role": "admin", "ttl_s": 1}, token=tokens["admin"])
+    # 3 s: ample for the next request, even on a loaded machine (with 1 s, a slow round trip could see
+    # the token expire before its first use)
+    asked = time.time()
+    s, doc = client.call("POST", "/v1/tokens", {"name": "brief", "role": "admin", "ttl_s": 3}, token=tokens["admin"])
     assert s == 201
-    brief = doc["token"]
+    brief, expires = doc["token"], doc["expires"]
+    assert asked + 3 <= expires <= time.time() + 3
     assert client.call("GET", "/v1/jobs", token=brief)[0] == 200
-    time.sleep(1.2)
+    time.sleep(max(0.0, expires - time.time()) + 0.2)  # past the expiry on the (shared) wall clock
     s, doc = client.call("GET", "/v1/jobs", token=brief)
     assert s == 401 and "expired" in doc["error"]["message"]
 
@@ -237,11 +262,12 @@ def test_unknown_ids_are_404(client: Client, tokens: dict[str, str]) -> None:
 
 def test_job_lifecycle_over_http(client: Client, tokens: dict[str, str]) -> None:
     admin = tokens["admin"]
+    _heartbeat(client)
     s, doc = client.call("POST", "/v1/jobs", {"name": "hello", "procs": 2, "estimate": 30, "work_seconds": 5,
                                               "cpu_usage": [0.5, 0.9]}, token=admin)
     assert s == 201 and doc["job"]["name"] == "hello"
     jid = doc["job"]["id"]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         s, doc = client.call("GET", f"/v1/jobs/{jid}", token=tokens["read"])
         if doc["job"]["state"] == "running":
@@ -270,6 +296,7 @@ def test_job_lifecycle_over_http(client: Client, tokens: dict[str, str]) -> None
 
 
 def test_long_poll_answers_within_100ms(client: Client, daemon: InProcessDaemon, tokens: dict[str, str]) -> None:
+    _heartbeat(client)
     s, doc = client.call("GET", "/v1/agent/nodes/n1/desired?after=-1", node="n1")
     gen = doc["generation"]
     s, _ = client.call("GET", f"/v1/agent/nodes/n1/desired?after={gen}&wait=0.3", node="n1")
@@ -277,21 +304,25 @@ def test_long_poll_answers_within_100ms(client: Client, daemon: InProcessDaemon,
     latencies = []
     for _ in range(3):
         got: dict[str, Any] = {}
+        arrived: dict[str, float] = {}
 
-        def poll(after: int = gen, out: dict[str, Any] = got) -> None:
+        def poll(after: int = gen, out: dict[str, Any] = got, at: dict[str, float] = arrived) -> None:
             out["status"], out["doc"] = client.call("GET", f"/v1/agent/nodes/n1/desired?after={after}&wait=20",
-                                                     node="n1")
-            out["t"] = time.monotonic()
+                                                     node="n1", arrived=at)
 
         th = threading.Thread(target=poll)
         th.start()
-        time.sleep(0.3)  # the poll is waiting
+        # the poll is parked on the server (not merely sent: else it could find the change already made)
+        _wait_until("the long-poll to wait on the server", lambda: long_poll_parked(daemon, "n1"))
+        assert b"vmctl_agent_polls_waiting 1.0" in daemon.call(lambda: daemon.server.metrics.exposition()[0])
         s, doc = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 100, "work_seconds": 50},
                              token=tokens["admin"])
         t_submit = time.monotonic()
-        th.join(10)
+        th.join(30)
+        assert not th.is_alive(), "the long-poll was not answered"
+        assert b"vmctl_agent_polls_waiting 0.0" in daemon.call(lambda: daemon.server.metrics.exposition()[0])
         assert got["status"] == 200 and got["doc"]["generation"] > gen
-        latencies.append(got["t"] - t_submit)
+        latencies.append(arrived["t"] - t_submit)
         gen = got["doc"]["generation"]
         client.call("DELETE", f"/v1/jobs/{doc['job']['id']}", token=tokens["admin"])
         gen = daemon.call(lambda: daemon.daemon.state.generation["n1"])
@@ -345,11 +376,7 @@ def test_stopping_the_source_interrupts_its_long_poll_and_leaks_no_connection(
         pc = src._poll_conn
         return pc is not None and pc._conn is not None and pc._conn.sock is not None
 
-    deadline = time.monotonic() + 10
-    while not polling() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert polling()
-    time.sleep(0.2)  # into the server's wait
+    _wait_until("the source's long-poll to wait on the server", lambda: polling() and long_poll_parked(daemon, "n1"))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         t = time.monotonic()

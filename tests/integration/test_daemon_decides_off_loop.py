@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import ClassVar
 
+from tests.livedaemon import long_poll_parked
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.testing import InProcessDaemon
 from vmctl.model import ClusterView, Decision
@@ -91,7 +92,10 @@ def test_shutdown_answers_waiting_long_polls_instead_of_waiting_them_out(tmp_pat
 
     th = threading.Thread(target=poll)
     th.start()
-    time.sleep(0.5)  # the request is waiting on the server
+    deadline = time.monotonic() + 30
+    while not long_poll_parked(d, "n1"):  # the request is waiting on the server (not merely sent)
+        assert time.monotonic() < deadline, "the long-poll never reached the server"
+        time.sleep(0.02)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         t = time.monotonic()

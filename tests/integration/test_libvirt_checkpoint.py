@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import counter, spawn, wait_counting
+from tests.integration.conftest import counter, spawn, wait_counter_above, wait_counting
 from vmctl.errors import HypervisorError, ValidationError, VmStateError
 from vmctl.model import PowerState
 
@@ -18,9 +18,7 @@ pytestmark = pytest.mark.libvirt
 
 def test_checkpoint_then_restore_keeps_the_guest_running(qemu: Any, images: Path, tmp_path: Path) -> None:
     name = spawn(qemu, "ckpt", images / "spin.img", 0, weight=5000, cap=0.75)
-    wait_counting(qemu, name)
-    time.sleep(0.5)
-    before = counter(qemu, name)
+    before = wait_counter_above(qemu, name, wait_counting(qemu, name))  # counting for a while
     path = tmp_path / "ckpt.save"
     t0 = time.monotonic()
     qemu.checkpoint(name, str(path))
@@ -36,8 +34,7 @@ def test_checkpoint_then_restore_keeps_the_guest_running(qemu: Any, images: Path
     after = counter(qemu, name)
     # a reboot would have reset the counter to 0; a restore continues from where it was saved
     assert after >= before, f"counter went back from {before} to {after}: the guest rebooted"
-    time.sleep(0.5)
-    assert counter(qemu, name) > after, "the restored guest does not run"
+    wait_counter_above(qemu, name, after)  # the restored guest runs
     v = {x.name: x for x in qemu.list_vms()}[name]
     assert v.power is PowerState.RUNNING and v.pinned_cores == (0,)
     assert v.weight == 5000 and v.cap == pytest.approx(0.75)

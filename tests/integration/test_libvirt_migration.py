@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import counter, spawn, wait_counting
+from tests.integration.conftest import counter, spawn, wait_counter_above, wait_counting
 from tests.integration.libvirt_hosts import PeerHost
 from vmctl.agents.backends.base import MigrationState, VmInfo
 from vmctl.errors import ValidationError, VmStateError
@@ -73,8 +73,7 @@ def test_migrate_there_and_back(qemu: Any, peer_qemu: Any, peer: PeerHost, image
     _check_tuned(qemu, name, shares)
     back = counter(qemu, name)
     assert back >= there
-    time.sleep(0.3)
-    assert counter(qemu, name) > back, "the migrated guest does not run"
+    wait_counter_above(qemu, name, back)  # the migrated guest runs
     qemu.stop(name)
     qemu.undefine(name)
 
@@ -138,7 +137,7 @@ def test_a_restarted_agent_sees_and_aborts_a_running_migration(
     try:
         qemu.start_migration(name, peer.uri, "tcp://127.0.0.1")
         seen = None
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline and qemu.migration_status(name).state is MigrationState.RUNNING:
             try:
                 seen = fresh.migration_status(name)  # from libvirt's job, not from memory

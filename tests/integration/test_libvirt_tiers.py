@@ -65,7 +65,7 @@ def pair(request: pytest.FixtureRequest, system_host: Any, images: Path) -> Iter
         b.close()
 
 
-def _wait_booted(b: Any, names: list[str], timeout: float = 30.0) -> None:
+def _wait_booted(b: Any, names: list[str], timeout: float = 60.0) -> None:
     """Boot-sector guests count from the first instruction: wait until every counter moves."""
 
     from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter

@@ -61,7 +61,7 @@ def _domain_ids(names: list[str]) -> dict[str, int]:
         conn.close()
 
 
-def _wait(what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
+def _wait(what: str, cond: Callable[[], Any], timeout: float = 60.0) -> Any:
     end = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < end:

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,19 +144,36 @@ def test_watchdog_thread_pings_only_while_healthy(tmp_path: Path) -> None:
     path = tmp_path / "wd.sock"
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     srv.bind(str(path))
-    srv.settimeout(2)
+    srv.settimeout(30)
     healthy = {"ok": True}
+    unhealthy_checks = [0]
+
+    def check() -> bool:
+        if not healthy["ok"]:
+            unhealthy_checks[0] += 1
+        return healthy["ok"]
+
+    def wait_checks(n: int) -> None:  # until the watchdog thread has asked n times since the loop hung
+        deadline = time.monotonic() + 30
+        while unhealthy_checks[0] < n:
+            assert time.monotonic() < deadline, "the watchdog thread stopped checking"
+            time.sleep(0.01)
+
     n = Notifier({"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "100000"})  # ping every 50 ms
     try:
-        assert n.start_watchdog(lambda: healthy["ok"]) is not None
+        assert n.start_watchdog(check) is not None
         assert srv.recv(64) == b"WATCHDOG=1"
         healthy["ok"] = False
-        srv.settimeout(0.3)
-        with contextlib.suppress(TimeoutError):
-            while True:  # drain pings already in flight
+        # once the thread asked again, the ping of its previous (healthy) round has been sent: drain those
+        wait_checks(1)
+        srv.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while True:
                 srv.recv(64)
-        with pytest.raises(TimeoutError):
-            srv.recv(64)  # a hung loop: no more pings
+        seen = unhealthy_checks[0]
+        wait_checks(seen + 3)
+        with pytest.raises(BlockingIOError):
+            srv.recv(64)  # a hung loop: three more rounds, no more pings
     finally:
         n.close()
         srv.close()
@@ -164,8 +182,6 @@ def test_watchdog_thread_pings_only_while_healthy(tmp_path: Path) -> None:
 
 def _notifications(sock: socket.socket, want: set[bytes], timeout: float) -> list[bytes]:
     """Datagrams received until every line in ``want`` was seen or ``timeout`` passed."""
-    import time
-
     got: list[bytes] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not want <= {line for msg in got for line in msg.split(b"\n")}:
@@ -197,7 +213,7 @@ def test_services_notify_ready_and_watchdog(tmp_path: Path) -> None:
     agent: ManagedProcess | None = None
     try:
         daemon.start_and_wait(timeout=60)
-        got = _notifications(dsock, {b"READY=1"}, 10)
+        got = _notifications(dsock, {b"READY=1"}, 30)
         assert any(b"READY=1" in m for m in got), got
         client = daemon.client()
         crt, key, ca = write_cert_files(tmp_path / "pki", "n1", client.issue_cert("n1"))
@@ -207,11 +223,11 @@ def test_services_notify_ready_and_watchdog(tmp_path: Path) -> None:
         agent = ManagedProcess("vmctl-agent", [sys.executable, "-m", "vmctl.agents.main", "--config",
                                                str(tmp_path / "agent.yaml")], tmp_path / "agent.log", env=aenv)
         agent.start()
-        got = _notifications(asock, {b"READY=1", b"WATCHDOG=1"}, 20)
+        got = _notifications(asock, {b"READY=1", b"WATCHDOG=1"}, 60)
         lines = {line for m in got for line in m.split(b"\n")}
         assert b"READY=1" in lines, f"agent sent {got}{agent.tail()}"
         assert b"WATCHDOG=1" in lines, f"agent sent {got}"
-        got = _notifications(dsock, {b"WATCHDOG=1"}, 4)
+        got = _notifications(dsock, {b"WATCHDOG=1"}, 30)
         assert any(b"WATCHDOG=1" in m for m in got), f"vmctld sent {got}{daemon.tail()}"
     finally:
         if agent is not None:

@@ -316,7 +316,7 @@ def test_serve_reconciles_exposes_metrics_and_notifies_systemd(tmp_path: Path, m
 
     notify = sk.socket(sk.AF_UNIX, sk.SOCK_DGRAM)
     notify.bind(str(tmp_path / "notify.sock"))
-    notify.settimeout(10)
+    notify.settimeout(30)
     monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
     with sk.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -330,7 +330,7 @@ def test_serve_reconciles_exposes_metrics_and_notifies_systemd(tmp_path: Path, m
     try:
         msg = notify.recv(4096).decode()
         assert "READY=1" in msg and "node n1: 2 cores" in msg
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         text = ""
         while time.monotonic() < deadline:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:

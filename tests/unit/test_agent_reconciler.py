@@ -13,7 +13,7 @@ import pytest
 from vmctl.agents.backends.base import VmSpec
 from vmctl.agents.backends.mock import Fault, MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.layout import Layout, swap_tiers
-from vmctl.agents.reconciler import Backoff, Reconciler
+from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import FileSource, MemoryReporter, MemorySource, desired_to_dict
 from vmctl.clock import VirtualClock
 from vmctl.errors import HypervisorError, StoreError
@@ -336,17 +336,31 @@ def test_run_loop_wakes_on_events_and_stops() -> None:
     r = Rig()
     r.rec.resync_seconds = 60.0
     stop = threading.Event()
-    th = threading.Thread(target=r.rec.run, args=(stop,), daemon=True)
+    finished: list[ReconcileResult | None] = []  # one entry per cycle the loop completed
+
+    def idle() -> int | None:
+        """The number of cycles once the loop went to sleep: its last cycle is complete and changed nothing
+        (so it caused no event), hence only an outside event or the 60 s resync starts another."""
+        n = len(finished)
+        if n and r.rec.cycles == n and finished[-1] is not None and not finished[-1].applied:
+            return n
+        return None
+
+    def wait_idle(after: int = 0) -> int:
+        """Wait until the loop has completed more than ``after`` cycles and sleeps."""
+        deadline = time.monotonic() + 30  # well below the resync: a wake-up within it came from an event
+        while (n := idle()) is None or n <= after:
+            assert time.monotonic() < deadline, f"the loop did not settle: {r.rec.cycles} cycles, {finished}"
+            time.sleep(0.01)
+        return n
+
+    th = threading.Thread(target=r.rec.run, args=(stop,), kwargs={"on_cycle": lambda res, _s: finished.append(res)},
+                          daemon=True)
     th.start()
-    deadline = time.monotonic() + 5
-    n = -1
-    while n != r.rec.cycles and time.monotonic() < deadline:  # the agent's own events wake it once more
-        n = r.rec.cycles
-        time.sleep(0.2)
-    assert 1 <= n <= 3
+    n = wait_idle()  # the agent's own events (starting the layout's VMs) wake it once more
+    assert 1 <= n <= 3, finished
     r.backend.define(VmSpec(name="someone-else"))  # a lifecycle event wakes the loop
-    while r.rec.cycles == n and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert wait_idle(after=n) == n + 1  # exactly one more cycle, and the loop sleeps again
     assert r.rec.cycles == n + 1
     stop.set()
     r.rec.wake()

@@ -26,6 +26,16 @@ class FakeDaemon:
         self.polls_to_finish = 2
         self.reject_batch: dict[str, Any] | None = None
         self.lock = threading.Lock()
+        # when set: a job GET, once its answer is made, signals ``get_held`` and waits for this event
+        # before it is sent (a poll in flight while something else happens)
+        self.hold_gets: threading.Event | None = None
+        self.get_held = threading.Event()
+
+    def hold(self, method: str, path: str) -> None:
+        gate = self.hold_gets
+        if gate is not None and method == "GET" and path.startswith("/v1/jobs/"):
+            self.get_held.set()
+            gate.wait(30)
 
     def handle(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         with self.lock:
@@ -75,8 +85,10 @@ def fake() -> Iterator[tuple[str, FakeDaemon]]:
         def _handle(self) -> None:
             n = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(n)) if n else None
-            status, doc = daemon.handle(self.command, self.path.partition("?")[0], body)
-            data = json.dumps(doc).encode()
+            path = self.path.partition("?")[0]
+            status, doc = daemon.handle(self.command, path, body)
+            data = json.dumps(doc).encode()  # the answer as of now, even if it is held
+            daemon.hold(self.command, path)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -137,9 +149,9 @@ def test_start_then_wait_all_paper_example(fake: tuple[str, FakeDaemon]) -> None
     j3 = Job("Job3", estimate=60).add_task(Task()).add_task(Task())
     c3 = Client(j3, url=url, poll_interval=0.01)
     c3.start()
-    r3 = c3.wait_all(timeout=10)
+    r3 = c3.wait_all(timeout=60)
     assert [r.name for r in r3] == ["Job3"] and r3[0].ok and len(r3[0].tasks) == 2
-    r12 = c12.wait_all(timeout=10)
+    r12 = c12.wait_all(timeout=60)
     assert [r.name for r in r12] == ["Job1", "Job2"] and all(r.ok for r in r12)
     assert all(r.tasks[0].exit_status == 0 for r in r12)
     batches = [r for r in daemon.requests if r[0] == "POST"]
@@ -151,7 +163,7 @@ def test_task_errors_are_reported_per_task(fake: tuple[str, FakeDaemon]) -> None
     url, _ = fake
     c = Client([Job("ok", estimate=5).add_task(Task()), Job("crash", estimate=5).add_task(Task()).add_task(Task())],
                url=url, poll_interval=0.01)
-    ok, crash = c.wait_all(timeout=10)
+    ok, crash = c.wait_all(timeout=60)
     assert ok.ok and not crash.ok and crash.state == "failed"
     assert [t.error for t in crash.tasks] == ["segfault", "segfault"]
 
@@ -164,8 +176,31 @@ def test_wait_all_timeout_then_cancel(fake: tuple[str, FakeDaemon]) -> None:
     with pytest.raises(errors.WaitTimeout, match="slow"):
         c.wait_all(timeout=0.3)
     c.cancel()
-    (r,) = c.wait_all(timeout=5)
+    (r,) = c.wait_all(timeout=60)
     assert r.state == "cancelled" and not r.ok
+    assert daemon.jobs["1"]["state"] == "cancelled"
+
+
+def test_cancel_is_not_undone_by_a_poll_in_flight(fake: tuple[str, FakeDaemon]) -> None:
+    """A follower's GET answered 'running' before the cancel but arriving after it must not turn the
+    cancelled job back into a running one."""
+    url, daemon = fake
+    daemon.polls_to_finish = 10**9
+    daemon.hold_gets = threading.Event()
+    c = Client(Job("held", estimate=5).add_task(Task()), url=url, poll_interval=0.01)
+    c.start()
+    assert daemon.get_held.wait(30), "the follower never polled"
+    canceller = threading.Thread(target=c.cancel)
+    canceller.start()
+    # a cancel that did not wait for the poll would have its DELETE answered now, before the poll
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and not any(m == "DELETE" for m, _p, _b in daemon.requests):
+        time.sleep(0.01)
+    daemon.hold_gets.set()
+    canceller.join(30)
+    assert not canceller.is_alive()
+    (r,) = c.wait_all(timeout=60)
+    assert r.state == "cancelled" and c.jobs[0].state == "cancelled"
     assert daemon.jobs["1"]["state"] == "cancelled"
 
 
@@ -174,7 +209,7 @@ def test_rejected_batch_raises_the_api_error(fake: tuple[str, FakeDaemon]) -> No
     daemon.reject_batch = {"reference": "validation-failed", "message": "must be >= 1", "field": "jobs[0].procs"}
     c = Client(Job("bad", estimate=5).add_task(Task()), url=url).start()
     with pytest.raises(errors.ValidationError, match=r"jobs\[0\]\.procs: must be >= 1"):
-        c.wait_all(timeout=10)
+        c.wait_all(timeout=60)
 
 
 def test_unreachable_daemon() -> None:

@@ -14,6 +14,7 @@ its TTL; a standby polls for it) and the long-poll waiters of the agents.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -422,8 +423,12 @@ class Api:
             if left <= 0:
                 return web.Response(status=304)
             ev = self.s.desired_event(node)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), timeout=left)
+            self.s.poll_parked(node, +1)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ev.wait(), timeout=left)
+            finally:
+                self.s.poll_parked(node, -1)
             if self.s.stopping:  # shutting down: answer now instead of holding the shutdown up to `wait`
                 return web.Response(status=304)
             if not self.d.leader:
@@ -475,6 +480,8 @@ class DaemonServer:
         self.daemon = daemon
         self.config = daemon.config
         self._events: dict[str, asyncio.Event] = {}
+        #: node -> agent long-polls parked right now, waiting for its desired state to change
+        self.polls_waiting: collections.Counter[str] = collections.Counter()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
@@ -497,6 +504,12 @@ class DaemonServer:
         if ev is None:
             ev = self._events[node] = asyncio.Event()
         return ev
+
+    def poll_parked(self, node: str, delta: int) -> None:
+        self.polls_waiting[node] += delta
+        if self.polls_waiting[node] <= 0:
+            del self.polls_waiting[node]
+        self.metrics.polls_waiting.inc(delta)
 
     def _desired_changed(self, nodes: set[str]) -> None:
         for n in nodes:
