@@ -59,11 +59,12 @@ class VirtualClock:
 class ScaledClock:
     """Wall time sped up ``factor`` times: one real second is ``factor`` clock seconds."""
 
-    def __init__(self, factor: float, origin: float | None = None) -> None:
+    def __init__(self, factor: float, origin: float | None = None, real0: float | None = None) -> None:
+        """``origin`` is the clock's time at the monotonic instant ``real0`` (default: now)."""
         if factor <= 0:
             raise ValueError(f"clock factor must be > 0, got {factor}")
         self.factor = float(factor)
-        self._real0 = time.monotonic()
+        self._real0 = time.monotonic() if real0 is None else float(real0)
         self._origin = time.time() if origin is None else float(origin)
 
     def now(self) -> float:
@@ -81,6 +82,6 @@ def accelerated_clock(speed: float, epoch: float | None = None) -> Clock:
     their wall clocks agree). ``speed == 1`` without an epoch is the plain ``SystemClock``."""
     if speed == 1.0 and epoch is None:
         return SystemClock()
-    now = time.time()
+    mono, now = time.monotonic(), time.time()  # one instant on both clocks: a pause after it shifts nothing
     e = now if epoch is None else float(epoch)
-    return ScaledClock(speed, origin=e + (now - e) * speed)
+    return ScaledClock(speed, origin=e + (now - e) * speed, real0=mono)

@@ -75,20 +75,19 @@ def test_clock_section_accelerates_the_daemon() -> None:
     import time
 
     epoch = time.time() - 10
-    t0 = time.time()
     a, b = accelerated_clock(50.0, epoch), accelerated_clock(50.0, epoch)
-    t1 = time.time()
     assert isinstance(a, ScaledClock)
     # two processes with the same epoch agree: both read epoch + 50 x (real time since the epoch), e.g.
     # 500 model seconds 10 real seconds after it. Bounds, not a tolerance (a loaded machine may pause the
     # test between any two lines): a reading lies between the model times of the instants before and after
-    # it, minus 50 x the time the clock took to set up (it reads the wall clock, then the monotonic clock)
+    # it (the clock takes the wall and the monotonic time of one instant, so no pause while it was set up
+    # shifts it; 10 ms of slack = 0.2 ms of wall/monotonic disagreement)
     for clock in (a, b):
         before = time.time()
         now = clock.now()
         after = time.time()
-        assert epoch + (before - epoch) * 50 - 50 * (t1 - t0) - 1e-3 <= now <= epoch + (after - epoch) * 50 + 1e-3
-        assert now >= before + 490 - 50 * (t1 - t0) - 1e-3
+        assert epoch + (before - epoch) * 50 - 1e-2 <= now <= epoch + (after - epoch) * 50 + 1e-2
+        assert now >= before + 490 - 1e-2
 
 
 def test_daemon_watchdog_health() -> None:
