@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,10 +45,15 @@ def test_run_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str], sm
     assert set(doc["kills"]) == {"estimate", "policy"}
 
 
-def test_run_table_and_procs_override(capsys: pytest.CaptureFixture[str], small_trace: Path) -> None:
+def test_run_table_and_procs_override(capsys: pytest.CaptureFixture[str], small_trace: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")  # the table's layout, whatever terminal runs the tests
     code, out, _ = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "easy", "--procs", "16")
     assert code == 0
-    assert "average bounded slowdown" in out and "16 cores" in out
+    assert "average bounded slowdown" in out
+    # the machine row, not the title: a title with the whole trace path wrapped at 80 columns and split "16 cores"
+    assert re.search(r"machine\s*│\s*16 cores", out), out
+    assert str(small_trace.parent) not in out  # the title names the trace file, not its directory
     assert "wider than the machine" in out or "wider_than_machine" in out
 
 

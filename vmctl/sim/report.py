@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -20,12 +21,21 @@ def _ci(i: Interval | None, fmt: str = "{:,.1f}") -> str:
     return "" if i is None else "± " + fmt.format(i.half_width)
 
 
+def _short_source(source: str | None) -> str:
+    """The trace's file name (not its whole path, which made the title wrap and split "16 cores")."""
+    if not source:
+        return "workload"
+    name = Path(source).name or source
+    return name if len(name) <= 40 else name[:37] + "..."
+
+
 def result_table(result: SimResult, title: str | None = None) -> Table:
     m = result.metrics
-    table = Table(title=title or f"{result.policy} on {result.source or 'workload'} ({result.cores} cores)")
+    table = Table(title=title or f"{result.policy} on {_short_source(result.source)} ({result.cores} cores)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95 % CI (batch means)", justify="right")
+    table.add_row("machine", f"{result.cores:,} cores", "")
     table.add_row("jobs", f"{result.jobs:,}", "")
     if result.dropped:
         table.add_row("dropped", ", ".join(f"{k}: {v:,}" for k, v in sorted(result.dropped.items())), "")
