@@ -105,14 +105,21 @@ def _with_workload_options(f: Any) -> Any:
 @click.option("--policy", required=True, help="Policy name (see vmctl policy list / registry).")
 @click.option("--param", "params", multiple=True, metavar="K=V", help="Policy parameter (repeatable).")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--jobs-out", type=str, default=None, metavar="FILE",
+              help="Also write one row per job (id, user, submit, start, end, width, wait, tier changes, "
+                   "migrations, kills): CSV, or Parquet when FILE ends in .parquet.")
 def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int | None, cpu_usage: str,
             no_cpu_info: bool, load: float | None, seed: int, policy: str, params: tuple[str, ...],
-            output: str) -> None:
+            output: str, jobs_out: str | None) -> None:
     """Run one policy over one workload and print the metrics."""
     from vmctl.sim import report
     from vmctl.sim.sweep import build_workload, run_one
 
     parsed = _parse_params(policy, params)
+    if jobs_out is not None:
+        from vmctl.sim.jobs_out import check_target
+
+        check_target(jobs_out)
     spec = _spec(trace, model, jobs, procs, load, seed, cpu_usage)
     t0 = time.perf_counter()
     built = build_workload(spec)
@@ -124,10 +131,10 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
         with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task(f"{policy}", total=len(built.jobs))
-            result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built,
+            result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built, jobs_out=jobs_out,
                              on_progress=lambda done, total: bar.update(task, completed=done))
     else:
-        result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built)
+        result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built, jobs_out=jobs_out)
     wall = time.perf_counter() - t0
     if output == "json":
         click.echo(report.to_json(result, {"wall_s": round(wall, 3), "cpu_info": not no_cpu_info,

@@ -367,6 +367,13 @@ class Simulator:
         self._first_start = array("d", [math.nan]) * n
         self._end = array("d", [math.nan]) * n
         self._est_killed = bytearray(n)
+        # per-job history for ``job_rows`` (vmctl sim run --jobs-out): first tier, tier changes (promote,
+        # demote, a migration to the other tier), migrations, policy kills; only the rare actions pay
+        self._first_bg = bytearray(n)
+        self._tier_changes = array("i", [0]) * n
+        self._job_migrations = array("i", [0]) * n
+        self._job_kills = array("i", [0]) * n
+        self._dropped_by_policy = bytearray(n)
         self._migrations = 0
         self._policy_kills = 0
         self._wasted = 0.0
@@ -599,6 +606,8 @@ class Simulator:
         first = self._first_start
         if first[idx] != first[idx]:  # NaN: first start
             first[idx] = now
+            if tier is not _FG:
+                self._first_bg[idx] = 1
         return run
 
     def _start(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> None:
@@ -660,6 +669,7 @@ class Simulator:
             run.settle(now)
             self._vacate(run)
             run.tier_since = now
+            self._tier_changes[run.idx] += 1
             self._place(run, Tier.FG if isinstance(act, Promote) else Tier.BG, run.cores)
         elif isinstance(act, Migrate):
             run = self._runs[act.job_id]
@@ -668,6 +678,9 @@ class Simulator:
             run.tier_since = now
             run.blocked_until = max(now, run.blocked_until) + act.cost
             self._migrations += 1
+            self._job_migrations[run.idx] += 1
+            if act.tier is not run.tier:
+                self._tier_changes[run.idx] += 1
             self._place(run, act.tier, act.cores)
         elif isinstance(act, Kill):
             run = self._runs.pop(act.job_id)
@@ -677,10 +690,12 @@ class Simulator:
             self._version += 1
             run.version = -1
             self._policy_kills += 1
+            self._job_kills[run.idx] += 1
             self._wasted += run.p0 * run.job.procs
             if act.requeue:
                 self._enqueue(run.idx, run.job)
             else:  # cancelled for good: no end time, left out of the metrics
+                self._dropped_by_policy[run.idx] = 1
                 self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
                 self._done += 1
         else:
@@ -817,6 +832,31 @@ class Simulator:
         """(first start, end) of a job after ``run``; NaN when it never started / ended."""
         i = self._index[job_id]
         return self._first_start[i], self._end[i]
+
+    def job_rows(self) -> Iterator[dict[str, Any]]:
+        """One record per job after ``run``, in workload order (what Batsim writes as ``jobs.csv``):
+        id, user, submit, start (first start), end, width (processes), wait (start - submit), first tier,
+        tier changes, migrations, policy kills (each a restart from scratch) and ``killed``: ``estimate``
+        (stopped at its estimate: the trace's run time was longer), ``policy`` (killed for good by the
+        policy) or empty. Times are simulation seconds; a job that never started has NaN times."""
+        src = self._src
+        for i in range(self.n):
+            start, end = self._first_start[i], self._end[i]
+            killed = "policy" if self._dropped_by_policy[i] else ("estimate" if self._est_killed[i] else "")
+            yield {
+                "id": self._ids[i],
+                "user": int(getattr(src[i], "user", -1)),
+                "submit": self._submit[i],
+                "start": start,
+                "end": end,
+                "width": self._procs[i],
+                "wait": start - self._submit[i],
+                "first_tier": "bg" if self._first_bg[i] else "fg",
+                "tier_changes": self._tier_changes[i],
+                "migrations": self._job_migrations[i],
+                "policy_kills": self._job_kills[i],
+                "killed": killed,
+            }
 
 
 def simulate(

@@ -115,12 +115,20 @@ def run_one(
     cpu_info: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     built: BuiltWorkload | None = None,
+    jobs_out: str | Path | None = None,
 ) -> SimResult:
+    """One policy over one workload; ``jobs_out``: also write one row per job there (CSV or Parquet,
+    :mod:`vmctl.sim.jobs_out`)."""
     built = built or build_workload(spec)
     pol = create_policy(policy, **policy_params(policy, params or {}, cpu_info))
     cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info)
     sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
-    return sim.run(on_progress)
+    result = sim.run(on_progress)
+    if jobs_out is not None:
+        from vmctl.sim.jobs_out import write_jobs
+
+        write_jobs(sim.job_rows(), jobs_out)
+    return result
 
 
 # ------------------------------------------------------------------------------------------- sweeps
