@@ -8,11 +8,12 @@ config is either fully valid or rejected.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
+from vmctl.agents.backends.mock import inbox_name
 from vmctl.agents.layout import DEFAULT_NAMING, check_naming
 from vmctl.config import Section, load_yaml
 
@@ -28,6 +29,9 @@ class BackendConfig:
     fabric_dir: str = ""  # mock: shared directory through which agent processes migrate VMs; "" = none
     migration_seconds: float = 1.0  # mock: length of a live migration (clock seconds)
     poll_seconds: float = 0.2  # mock: settle the model this often (real s) and wake the agent; 0 = off
+    # mock: the host's guests (VMs, job processes, migrations) live on in this file across agent restarts;
+    # default <fabric_dir>/<uri as a file name>.state with a fabric_dir, else "" (in this process only)
+    state_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,20 +124,26 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
                             memory_mib=b.integer("memory_mib", 16384, lo=1),
                             fabric_dir=b.get("fabric_dir", str, ""),
                             migration_seconds=b.number("migration_seconds", 1.0, lo=0.0, hi=86400),
-                            poll_seconds=b.number("poll_seconds", 0.2, lo=0.0, hi=3600))
+                            poll_seconds=b.number("poll_seconds", 0.2, lo=0.0, hi=3600),
+                            state_file=b.get("state_file", str, ""))
     if kind == "libvirt" and not backend.uri:
         raise b.error("uri", "is required for the libvirt backend (e.g. qemu:///system)")
     if kind != "mock":
-        for key in ("fabric_dir", "migration_seconds", "poll_seconds"):
+        for key in ("fabric_dir", "migration_seconds", "poll_seconds", "state_file"):
             if b.has(key):
                 raise b.error(key, f"applies to the mock backend only (backend.kind is {kind})")
     if backend.fabric_dir and not backend.fabric_dir.startswith("/"):
         raise b.error("fabric_dir", f"must be an absolute path, got {backend.fabric_dir!r}")
+    if backend.state_file and not backend.state_file.startswith("/"):
+        raise b.error("state_file", f"must be an absolute path, got {backend.state_file!r}")
+    if kind == "mock" and backend.fabric_dir and not b.has("state_file"):
+        uri = backend.uri or f"mock://{node}"
+        backend = replace(backend, state_file=f"{backend.fabric_dir.rstrip('/')}/{inbox_name(uri)}.state")
     b.finish()
 
     clk = top.section("clock")
     clock_speed = clk.number("speed", 1.0, lo=0.001, hi=1e6)
-    clock_epoch = clk.number("epoch", 0.0, lo=0) if clk.has("epoch") else None
+    clock_epoch = clk.number("epoch", 0.0, lo=0, hi=1e11) if clk.has("epoch") else None
     if kind != "mock" and (clock_speed != 1.0 or clock_epoch is not None):
         raise clk.error("speed", f"an accelerated clock needs the mock backend (real guests run in real time; "
                         f"backend.kind is {kind})")
@@ -225,7 +235,7 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
         port=s.integer("port", 22, lo=1, hi=65535), key_file=s.get("key_file", str, ""),
         known_hosts=s.get("known_hosts", str, ""),
         connect_timeout_seconds=s.number("connect_timeout_seconds", 10.0, lo=0.1, hi=3600),
-        command_timeout_seconds=s.number("command_timeout_seconds", 86400.0, lo=0.1),
+        command_timeout_seconds=s.number("command_timeout_seconds", 86400.0, lo=0.1, hi=1e9),
         address_pattern=s.get("address_pattern", str, "{vm}"), guests=_str_map(s, "guests"),
         state_dir=s.get("state_dir", str, "/tmp/vmctl-jobs"))
     if not ssh.state_dir.startswith("/"):

@@ -4,7 +4,7 @@ with a client certificate (mTLS, subject ``CN=node:<name>`` issued by the cluste
 Agents must not import the daemon, so this speaks plain HTTP (``http.client``) to the routes of
 ``vmctl/api/openapi.yaml``:
 
-- ``register(cores, hostname, backend)``: ``POST /v1/agent/nodes/<node>/register``.
+- ``register(cores, hostname, backend, peers, checkpoint_peers)``: ``POST /v1/agent/nodes/<node>/register``.
 - ``HttpSource``: a background thread long-polls ``GET /v1/agent/nodes/<node>/desired?after=G&wait=W``;
   the daemon answers as soon as the generation passes G (within 100 ms of the change), the thread
   keeps the newest document and calls ``on_change`` (the reconciler's ``wake``). ``fetch()`` returns
@@ -25,10 +25,12 @@ import contextlib
 import http.client
 import json
 import logging
+import math
 import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -156,10 +158,18 @@ class HttpSource:
     def base(self) -> str:
         return f"/v1/agent/nodes/{self.ep.node}"
 
-    def register(self, cores: int, hostname: str = "", backend: str = "") -> dict[str, Any]:
+    def register(self, cores: int, hostname: str = "", backend: str = "", peers: Iterable[str] | None = None,
+                 checkpoint_peers: Iterable[str] | None = None) -> dict[str, Any]:
+        """Register this node: its cores and the nodes it can migrate to -- ``peers`` (live; None: do
+        not say, the daemon does not restrict) and ``checkpoint_peers`` (checkpoint files over sftp;
+        None: shared storage, any node). vmctld plans no migration this node could not carry out."""
+        body: dict[str, Any] = {"cores": cores, "hostname": hostname, "backend": backend}
+        if peers is not None:
+            body["peers"] = sorted(peers)
+        if checkpoint_peers is not None:
+            body["checkpoint_peers"] = sorted(checkpoint_peers)
         with self._lock:
-            _s, doc = self._conn.request("POST", f"{self.base}/register",
-                                         {"cores": cores, "hostname": hostname, "backend": backend})
+            _s, doc = self._conn.request("POST", f"{self.base}/register", body)
         return dict(doc["node"]) if isinstance(doc, dict) else {}
 
     def _poll(self, wait: float, conn: _Conn) -> NodeDesired | None:
@@ -223,18 +233,188 @@ class HttpSource:
 
 
 class HttpReporter:
-    def __init__(self, endpoint: AgentEndpoint) -> None:
+    def __init__(self, endpoint: AgentEndpoint, liveness: Liveness | None = None) -> None:
         self.ep = endpoint
         self._conn = _Conn(endpoint)
         self._lock = threading.Lock()
         self.reports = 0
         self.last_ok: float | None = None
+        self.liveness = liveness  # an accepted report is contact with vmctld, as a heartbeat is
 
     def report(self, observed: NodeObserved) -> None:
         with self._lock:
+            sent = self.liveness.now() if self.liveness is not None else 0.0
             self._conn.request("POST", f"/v1/agent/nodes/{self.ep.node}/observed", observed_to_json(observed))
         self.reports += 1
         self.last_ok = time.monotonic()
+        if self.liveness is not None:
+            self.liveness.contact(sent)
 
     def close(self) -> None:
         self._conn.close()
+
+
+class Liveness:
+    """What this agent knows of its contact with vmctld: the basis of self-fencing.
+
+    ``last_contact`` is the (monotonic) time at which the last request that the leader *accepted* was
+    sent -- a heartbeat or a report, both of which make vmctld note the node as seen when it receives
+    them, so vmctld's "last seen" is never earlier than this agent's ``last_contact``. Once no request
+    was accepted for ``fence_s`` (told by vmctld in every heartbeat answer), ``fenced`` turns true and
+    the agent pauses its job VMs; vmctld requeues a silent node's jobs only ``node_down_s`` after it last
+    saw it, and ``node_down_s >= fence_s + 2 x heartbeat_s`` (checked by its config), so the old run is
+    paused before a new one can start. The fence lifts on a heartbeat answered after the fence began,
+    and only once the reconciler works on a desired generation at least as new as that answer's (the
+    daemon may have requeued the jobs meanwhile: then the new generation no longer lists them and the
+    paused VMs are removed instead of resumed). See docs/daemon.md, "What vmctld promises"."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.last_contact: float | None = None
+        self.heartbeat_s: float | None = None
+        self.fence_s: float | None = None
+        self.generation = 0  # the node's desired generation in the last heartbeat answer
+        self._answer_sent = -math.inf  # when the request of that answer was sent
+        self.fenced_since: float | None = None
+        self.changed = threading.Event()  # set on every accepted request (wakes the fence watch)
+
+    def now(self) -> float:
+        return float(self._clock())
+
+    def contact(self, sent_at: float, answer: Any = None) -> None:
+        """A request sent at ``sent_at`` was accepted; ``answer``: a heartbeat answer."""
+        with self._lock:
+            if self.last_contact is None or sent_at > self.last_contact:
+                self.last_contact = sent_at
+            if isinstance(answer, dict):
+                hb, fence, gen = answer.get("heartbeat_s"), answer.get("fence_s"), answer.get("generation")
+                if isinstance(hb, int | float) and _positive(hb):
+                    self.heartbeat_s = float(hb)
+                if isinstance(fence, int | float) and _positive(fence):
+                    self.fence_s = float(fence)
+                if isinstance(gen, int) and not isinstance(gen, bool) and sent_at >= self._answer_sent:
+                    self.generation = gen
+                    self._answer_sent = sent_at
+        self.changed.set()
+
+    def deadline(self) -> float | None:
+        """When this agent fences itself unless a request is accepted before (None: not told yet)."""
+        with self._lock:
+            if self.fence_s is None or self.last_contact is None:
+                return None
+            return self.last_contact + self.fence_s
+
+    def begin_fence(self) -> None:
+        """The fence deadline passed (the watch thread, before it pauses the VMs): from now on only a
+        heartbeat answered after this moment can lift the fence, whoever looks first."""
+        with self._lock:
+            if self.fenced_since is None:
+                self.fenced_since = self.now()
+                log.warning("no contact with vmctld for %.1f s (fence_s %.1f): pausing the job VMs",
+                            self.fenced_since - (self.last_contact or self.fenced_since), self.fence_s or 0.0)
+
+    def fenced(self, held_generation: int | None) -> bool:
+        """Must the job VMs be paused now? ``held_generation``: the desired generation the reconciler
+        works on (None: no desired state yet)."""
+        deadline = self.deadline()
+        now = self.now()
+        if deadline is None:
+            return False
+        if now > deadline:
+            self.begin_fence()
+            return True
+        with self._lock:
+            if self.fenced_since is None:
+                return False
+            if self._answer_sent >= self.fenced_since and (held_generation is None
+                                                           or held_generation >= self.generation):
+                log.warning("contact with vmctld is back (generation %d): lifting the fence", self.generation)
+                self.fenced_since = None
+                return False
+            return True
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+class Heartbeat:
+    """``POST /v1/agent/nodes/<node>/heartbeat`` every ``heartbeat_s`` (as vmctld answers; ``interval_s``
+    until the first answer) on its own connection, separate from the full relist and report, so a slow
+    reconcile cycle or a long resync period never makes a healthy node look lost. A second thread
+    watches the fence deadline (``Liveness``) and calls ``on_fence`` the moment it passes, whatever
+    the heartbeat request or the reconciler are doing; ``on_contact`` after contact returns."""
+
+    def __init__(self, endpoint: AgentEndpoint, liveness: Liveness, interval_s: float = 1.0,
+                 on_fence: Any = None, on_contact: Any = None) -> None:
+        self.ep = endpoint
+        self.liveness = liveness
+        self.interval_s = interval_s
+        self.on_fence = on_fence
+        self.on_contact = on_contact
+        self._conn = _Conn(endpoint)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.beats = 0
+        self.failures = 0
+
+    @property
+    def interval(self) -> float:
+        return self.liveness.heartbeat_s or self.interval_s
+
+    def beat(self) -> bool:
+        """One heartbeat; True when vmctld accepted it."""
+        sent = self.liveness.now()
+        try:
+            _s, doc = self._conn.request("POST", f"/v1/agent/nodes/{self.ep.node}/heartbeat", {},
+                                         timeout=min(self.ep.timeout_s, max(1.0, 2 * self.interval)))
+        except (DaemonUnavailable, ApiError) as exc:
+            self.failures += 1
+            log.debug("heartbeat: %s", exc)
+            return False
+        self.beats += 1
+        self.liveness.contact(sent, doc)
+        return True
+
+    def start(self) -> None:
+        self._stop.clear()
+        for target, name in ((self._run, "heartbeat"), (self._watch, "fence-watch")):
+            t = threading.Thread(target=target, name=f"{name}-{self.ep.node}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.liveness.changed.set()
+        self._conn.shutdown()
+        for t in self._threads:
+            t.join(timeout=self.ep.timeout_s + 5)
+        self._threads = []
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            self.beat()
+            self._stop.wait(max(0.0, t0 + self.interval - time.monotonic()))
+
+    def _watch(self) -> None:
+        fenced = False
+        while not self._stop.is_set():
+            self.liveness.changed.clear()
+            deadline = self.liveness.deadline()
+            now = self.liveness.now()
+            if deadline is not None and now > deadline:
+                if not fenced:
+                    fenced = True
+                    self.liveness.begin_fence()
+                    if self.on_fence is not None:
+                        self.on_fence()
+                wait = self.interval
+            else:
+                if fenced:
+                    fenced = False
+                    if self.on_contact is not None:
+                        self.on_contact()
+                wait = self.interval if deadline is None else deadline - now + 0.001
+            self.liveness.changed.wait(max(0.001, wait))

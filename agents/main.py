@@ -44,6 +44,7 @@ class Agent:
     backend: HypervisorBackend
     reconciler: Reconciler
     http_source: Any = None  # the daemon's HttpSource when the agent talks to vmctld
+    liveness: Any = None  # its contact with vmctld (http_source.Liveness: heartbeats, self-fencing)
 
 
 class _Both:
@@ -81,7 +82,7 @@ def make_backend(cfg: AgentConfig) -> HypervisorBackend:
     if b.kind == "mock":
         return MockBackend(hostname=cfg.node, cores=b.cores, memory_mib=b.memory_mib, clock=agent_clock(cfg),
                            uri=b.uri or None, fabric_dir=b.fabric_dir or None, migration_seconds=b.migration_seconds,
-                           poll_seconds=b.poll_seconds or None)
+                           poll_seconds=b.poll_seconds or None, state_file=b.state_file or None)
     try:
         module = importlib.import_module("vmctl.agents.backends.libvirt")
     except ImportError as exc:
@@ -163,12 +164,14 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
     source: DesiredStateSource
     reporter: Reporter | None
     http: Any = None
+    liveness: Any = None
     if desired is None and cfg.daemon is not None:
         http = _http_endpoint(cfg)
-        from vmctl.agents.http_source import HttpReporter, HttpSource
+        from vmctl.agents.http_source import HttpReporter, HttpSource, Liveness
 
         source = HttpSource(http, wait_s=cfg.daemon.wait_seconds)
-        reporter = HttpReporter(http)
+        liveness = Liveness()
+        reporter = HttpReporter(http, liveness)
     else:
         desired_file = desired or cfg.desired_file
         source = FileSource(desired_file) if desired_file else MemorySource(None)
@@ -181,8 +184,11 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
     reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=make_runner(cfg, backend),
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
-                            max_passes=rc.max_passes, transfer=make_transfer(cfg))
-    return Agent(cfg, backend, reconciler, source if http is not None else None)
+                            max_passes=rc.max_passes, transfer=make_transfer(cfg),
+                            checkpoint_peers=cfg.checkpoint_hosts if cfg.checkpoint_transfer == "sftp" else None)
+    if liveness is not None:
+        reconciler.fence = liveness.fenced
+    return Agent(cfg, backend, reconciler, source if http is not None else None, liveness)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -243,12 +249,14 @@ def serve(agent: Agent, stop: threading.Event) -> None:
         log.info("metrics on %s:%d", host or "127.0.0.1", bound)
     notifier = Notifier()
     src = agent.http_source
+    heartbeat: Any = None
     try:
         if src is not None:
             delay = 0.5
             while not stop.is_set():
                 try:
-                    src.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name)
+                    src.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name,
+                                 peers=rec.peers, checkpoint_peers=rec.checkpoint_peers)
                     break
                 except VmctlError as exc:
                     metrics.daemon_error()
@@ -257,6 +265,18 @@ def serve(agent: Agent, stop: threading.Event) -> None:
                     stop.wait(delay)
                     delay = min(cfg.reconcile.backoff_max_seconds, delay * 2)
             src.start(on_change=rec.wake)
+            if agent.liveness is not None:
+                from vmctl.agents.http_source import Heartbeat
+
+                def fence() -> None:
+                    rec.fence_vms()
+                    rec.wake()
+
+                # its own thread and connection: the node stays alive in vmctld's eyes whatever the
+                # reconcile loop does; the interval and the fence period come from vmctld's answers
+                heartbeat = Heartbeat(src.ep, agent.liveness, on_fence=fence, on_contact=rec.wake)
+                heartbeat.beat()
+                heartbeat.start()
         limit = 3 * max(rec.resync_seconds, cfg.reconcile.backoff_max_seconds)
         notifier.start_watchdog(lambda: time.monotonic() - float(last["t"]) < limit)
 
@@ -283,6 +303,8 @@ def serve(agent: Agent, stop: threading.Event) -> None:
     finally:
         notifier.stopping()
         notifier.close()
+        if heartbeat is not None:
+            heartbeat.stop()
         if src is not None:
             src.stop()
         metrics.close()

@@ -38,14 +38,20 @@ the target host) and the *target* restores from it once the phase is running and
 The target leaves an absent migrating VM alone until it arrives, then pins and tunes it to
 ``target_core`` like any other VM (a shared VM with ``target_core`` -1 stays unpinned, as it was on
 the source).
+
+A migration the source cannot carry out (live: no ``peers`` entry for the target; checkpoint over
+sftp: no ``checkpoints.hosts`` entry) does not make the agent reject the generation: ``accept``
+turns that one migration into an aborted one (the VM is left where and as it is; one that already
+left is still never re-created), the rest of the document is applied, and the refusal
+(``MigrationRefusal``) is reported so that the daemon takes the migration back.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Literal, TypeAlias
 
 from vmctl.agents.backends.base import (
@@ -59,7 +65,15 @@ from vmctl.agents.backends.base import (
 )
 from vmctl.agents.layout import Layout
 from vmctl.errors import ValidationError
-from vmctl.model import NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.model import (
+    MigrationRefusal,
+    MigrationSpec,
+    NodeDesired,
+    PowerState,
+    ProcessSpec,
+    VmDesired,
+    VmRole,
+)
 
 CAP_TOLERANCE = 1e-4
 
@@ -209,9 +223,11 @@ class Observed:
 # ------------------------------------------------------------------------------------ validation
 
 
-def validate(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | None = None) -> None:
+def validate(desired: NodeDesired, layout: Layout) -> None:
     """Reject a desired state as a whole before anything is applied. Raises ``ValidationError``
-    whose field is a path like ``desired[n1 gen 7].vms[3].weight``."""
+    whose field is a path like ``desired[n1 gen 7].vms[3].weight``. A well-formed migration that this
+    node cannot carry out (no peer entry for its target) is not a reason to reject the document:
+    ``accept`` refuses that migration alone."""
     base = f"desired[{desired.node} gen {desired.generation}]"
     if desired.node != layout.host:
         raise ValidationError(field=f"{base}.node",
@@ -278,10 +294,6 @@ def validate(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | No
                                       problem=f"{m.target_core} out of range {lowest}..{layout.size - 1}")
             if m.mode == "checkpoint" and not v.checkpoint_path:
                 raise ValidationError(field=f"{where}.checkpoint_path", problem="is required by a checkpoint migration")
-            if (m.mode == "live" and m.source_node == layout.host and peers is not None
-                    and m.target_node not in peers):
-                raise ValidationError(field=f"{where}.migration.target_node",
-                                      problem=f"unknown peer {m.target_node!r} (configure peers.{m.target_node})")
     for k in range(layout.size):
         fg = [v for v in desired.vms if v.core == k and v.role is VmRole.FG]
         bg = [v for v in desired.vms if v.core == k and v.role is VmRole.BG]
@@ -289,6 +301,45 @@ def validate(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | No
             raise ValidationError(field=f"{base}.core {k}",
                                   problem=f"fg VM {fg[0].name} weight {fg[0].weight} must exceed bg VM "
                                           f"{bg[0].name} weight {bg[0].weight}")
+
+
+def refusal_reason(m: MigrationSpec, peers: Mapping[str, str] | None,
+                   checkpoint_peers: Collection[str] | None = None) -> str | None:
+    """Why this node, as the source, cannot carry out migration ``m``; None when it can. Live: the
+    target must be in ``peers`` (None = not checked). Checkpoint: with ``checkpoints.transfer: sftp``
+    the target needs a ``checkpoints.hosts`` entry (``checkpoint_peers``; None = shared storage, any
+    node)."""
+    if m.mode == "live":
+        if peers is not None and m.target_node not in peers:
+            return f"unknown peer {m.target_node!r}: this agent's config has no peers.{m.target_node}"
+    elif checkpoint_peers is not None and m.target_node not in checkpoint_peers:
+        return (f"no checkpoint host for {m.target_node!r}: this agent's config has no "
+                f"checkpoints.hosts.{m.target_node}")
+    return None
+
+
+def accept(desired: NodeDesired, layout: Layout, peers: Mapping[str, str] | None = None,
+           checkpoint_peers: Collection[str] | None = None) -> tuple[NodeDesired, tuple[MigrationRefusal, ...]]:
+    """``validate`` the document (raises for the whole of it), then refuse each migration this node
+    would have to start but cannot (``refusal_reason``): in the returned document that migration's
+    phase is ``aborted`` (the source leaves the VM where and as it is, stops a transfer in flight and
+    never re-creates a VM that already left), everything else is as given, and the refusals are
+    reported to the daemon, which takes those migrations back."""
+    validate(desired, layout)
+    refused: list[MigrationRefusal] = []
+    vms: list[VmDesired] = []
+    for v in desired.vms:
+        m = v.migration
+        if m is not None and m.source_node == layout.host and m.phase in ("requested", "running"):
+            why = refusal_reason(m, peers, checkpoint_peers)
+            if why is not None:
+                refused.append(MigrationRefusal(vm=v.name, migration_id=m.migration_id, target_node=m.target_node,
+                                                reason=why))
+                v = replace(v, migration=replace(m, phase="aborted"))
+        vms.append(v)
+    if not refused:
+        return desired, ()
+    return replace(desired, vms=tuple(vms)), tuple(refused)
 
 
 # ------------------------------------------------------------------------------------ plan
@@ -478,6 +529,6 @@ def _plan_migration_source(v: VmDesired, o: VmInfo | None, obs: Observed, peers:
 
 __all__ = [
     "AbortMigration", "Action", "CheckpointVm", "Define", "KillProcess", "Observed", "Pin", "RestoreVm", "Resume",
-    "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "TransferCheckpoint", "Tune", "Undefine", "plan",
-    "validate",
+    "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "TransferCheckpoint", "Tune", "Undefine", "accept",
+    "plan", "refusal_reason", "validate",
 ]

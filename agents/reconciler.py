@@ -8,10 +8,13 @@ samples (for utilization) and the last valid desired state.
 
 Bad desired state (unknown core, weight or cap out of range, two fg VMs on a core, ...) is rejected as
 a whole by ``plan.validate`` before anything is applied; the agent reports the error and keeps
-reconciling toward the last valid desired state. A failing action does not stop the other VMs'
-actions; the remaining actions of *that* VM are skipped in this pass. After applying, the reconciler
-relists and plans again (up to ``max_passes``) so multi-step changes (restore, then pin and tune;
-start, then start the job process) converge in one cycle.
+reconciling toward the last valid desired state. A migration this node cannot carry out (its target
+is not in ``peers``) is refused alone (``plan.accept``): the rest of the generation is applied and the
+refusal is reported (``NodeObserved.refusals``) until the daemon takes that migration back. A
+failing action does not stop the other VMs' actions; the remaining actions of *that* VM are skipped
+in this pass. After applying, the reconciler relists and plans again (up to ``max_passes``) so
+multi-step changes (restore, then pin and tune; start, then start the job process) converge in one
+cycle.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 
 from vmctl.agents.backends.base import (
     Capability,
@@ -51,13 +54,13 @@ from vmctl.agents.plan import (
     TransferCheckpoint,
     Tune,
     Undefine,
+    accept,
     plan,
-    validate,
 )
 from vmctl.agents.sources import DesiredStateSource, Reporter
 from vmctl.clock import Clock, SystemClock
 from vmctl.errors import HypervisorError, OperationNotSupported, VmctlError, VmNotFound, VmStateError
-from vmctl.model import NodeDesired, NodeObserved, PowerState, VmObserved
+from vmctl.model import MigrationRefusal, NodeDesired, NodeObserved, PowerState, VmDesired, VmObserved
 
 log = logging.getLogger("vmctl.agent")
 
@@ -114,6 +117,8 @@ class Reconciler:
         backoff: Backoff | None = None,
         max_passes: int = 4,
         transfer: Callable[[str, str, str], int] | None = None,
+        checkpoint_peers: Collection[str] | None = None,
+        fence: Callable[[int | None], bool] | None = None,
     ) -> None:
         self.backend = backend
         self.layout = layout
@@ -127,7 +132,14 @@ class Reconciler:
         self.backoff = backoff if backoff is not None else Backoff()
         self.max_passes = max_passes
         self.transfer = transfer  # (src_path, target node, dst_path) -> bytes; None = shared storage
+        # nodes that checkpoint files can be sent to (sftp: checkpoints.hosts); None = shared storage
+        self.checkpoint_peers = None if checkpoint_peers is None else frozenset(checkpoint_peers)
+        self._refused: tuple[MigrationRefusal, ...] = ()  # migrations of the last valid desired state refused
         self._transferred: set[str] = set()
+        #: self-fencing (``vmctl.agents.http_source.Liveness.fenced``): called with the desired generation
+        #: worked on; True = no contact with vmctld for too long: pause the job VMs, start nothing
+        self.fence = fence
+        self.fenced = False  # the last plan was a fenced one
         self.cycles = 0
         self._desired: NodeDesired | None = None  # last valid desired state (completed with the layout)
         self._generation_applied = 0
@@ -205,7 +217,7 @@ class Reconciler:
             except _AbortPass as exc:
                 errors.append(f"observe: {exc.error.reference}: {exc.error}")
                 retry = True
-        if converged and not failed and desired is not None:
+        if converged and not failed and desired is not None and not self.fenced:
             self._generation_applied = desired.generation
         observed = self._report(target, observation, errors)
         if observed is None and self.reporter is not None:
@@ -231,20 +243,77 @@ class Reconciler:
         if fresh is None:
             return self._desired, self._desired is not None, False
         try:
-            full = self.layout.complete(fresh)
-            validate(full, self.layout, self.peers)
+            full, refused = accept(self.layout.complete(fresh), self.layout, self.peers, self.checkpoint_peers)
         except VmctlError as exc:
             errors.append(f"desired: {exc.reference}: {exc}")
             log.warning("rejected desired state generation %d: %s", fresh.generation, exc)
             return self._desired, self._desired is not None, False
-        self._desired = full
+        for r in set(refused) - set(self._refused):
+            log.warning("refused migration %s of %s to %s (generation %d; the rest is applied): %s",
+                        r.migration_id, r.vm, r.target_node, fresh.generation, r.reason)
+        self._desired, self._refused = full, refused
         return full, True, False
 
     # ------------------------------------------------------------------ observe and apply
 
     def _plan(self, target: NodeDesired, observation: Observed, prune: bool) -> list[Action]:
+        held = self._desired.generation if self._desired is not None else None
+        self.fenced = self.fence is not None and self.fence(held)
+        if self.fenced:
+            target = self._fence_target(target, observation)
+            acts = plan(target, observation, self.layout, self.peers, self.migrate_uris, prune=prune,
+                        transfer_checkpoints=self.transfer is not None)
+            return [a for a in acts if not isinstance(a, StartProcess | StartMigration)]
         return plan(target, observation, self.layout, self.peers, self.migrate_uris, prune=prune,
                     transfer_checkpoints=self.transfer is not None)
+
+    def _fence_target(self, target: NodeDesired, observation: Observed) -> NodeDesired:
+        """The desired state while fenced: every job VM paused, nothing new started, no migration
+        started or continued (a live migration in flight is aborted), nothing removed that may still
+        arrive."""
+        out: list[VmDesired] = []
+        for v in target.vms:
+            o = observation.vms.get(v.name)
+            power = o.power if o is not None else PowerState.ABSENT
+            m = v.migration
+            if v.process is None:
+                out.append(v)
+            elif m is not None and m.source_node == self.layout.host and m.phase not in ("completed", "failed"):
+                if power is PowerState.RUNNING:
+                    out.append(replace(v, migration=None, power=PowerState.PAUSED))
+                elif power is PowerState.MIGRATING and m.mode == "live":
+                    out.append(replace(v, migration=replace(m, phase="aborted")))
+                else:
+                    out.append(v)
+            elif power is PowerState.ABSENT and m is None:
+                continue  # not created yet: start nothing while fenced
+            else:
+                out.append(replace(v, power=PowerState.PAUSED) if v.power is PowerState.RUNNING else v)
+        return replace(target, vms=tuple(out))
+
+    def fence_vms(self) -> list[str]:
+        """Pause every running job VM of the last desired state now (from the fence watch thread, so a
+        reconcile cycle stuck in a slow call does not hold the fence up); returns their names."""
+        desired = self._desired
+        if desired is None:
+            return []
+        jobs = {v.name for v in desired.vms if v.process is not None}
+        paused: list[str] = []
+        try:
+            vms = self.backend.list_vms()
+        except VmctlError as exc:
+            log.error("fence: cannot list the VMs: %s", exc)
+            return paused
+        for vm in vms:
+            if vm.name in jobs and vm.power is PowerState.RUNNING:
+                try:
+                    self.backend.suspend(vm.name)
+                    paused.append(vm.name)
+                except VmctlError as exc:
+                    log.error("fence: cannot pause %s: %s", vm.name, exc)
+        if paused:
+            log.warning("fenced: paused %s", ", ".join(paused))
+        return paused
 
     def _observe(self, desired: NodeDesired) -> Observed:
         try:
@@ -353,9 +422,11 @@ class Reconciler:
         running = [v.utilization for v in self._last_vms if v.power is PowerState.RUNNING]
         if running:
             host_util = min(1.0, sum(running) / max(1, self.layout.size))
+        errors.extend(f"migration {r.migration_id} of {r.vm} to {r.target_node} refused: {r.reason}"
+                      for r in self._refused)
         observed = NodeObserved(node=self.layout.host, generation_applied=self._generation_applied,
                                 cores=self.layout.size, vms=self._last_vms, host_utilization=host_util,
-                                errors=tuple(errors), time=now)
+                                errors=tuple(errors), time=now, refusals=self._refused)
         if self.reporter is None:
             return observed
         try:

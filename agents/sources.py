@@ -43,7 +43,17 @@ from typing import Any, Protocol
 
 from vmctl.config import Section, parse_yaml
 from vmctl.errors import ConfigError, ValidationError
-from vmctl.model import MigrationSpec, NodeDesired, NodeObserved, PowerState, ProcessSpec, VmDesired, VmObserved, VmRole
+from vmctl.model import (
+    MigrationRefusal,
+    MigrationSpec,
+    NodeDesired,
+    NodeObserved,
+    PowerState,
+    ProcessSpec,
+    VmDesired,
+    VmObserved,
+    VmRole,
+)
 
 _PHASES = ("requested", "running", "completed", "failed", "aborted")
 _MODES = ("live", "checkpoint")
@@ -149,7 +159,9 @@ def observed_to_dict(o: NodeObserved) -> dict[str, Any]:
         d["power"] = v.power.value
         vms.append(d)
     return {"node": o.node, "generation_applied": o.generation_applied, "cores": o.cores, "vms": vms,
-            "host_utilization": o.host_utilization, "errors": list(o.errors), "time": o.time}
+            "host_utilization": o.host_utilization, "errors": list(o.errors), "time": o.time,
+            "refusals": [{"vm": r.vm, "migration_id": r.migration_id, "target_node": r.target_node,
+                          "reason": r.reason} for r in o.refusals]}
 
 
 def observed_from_dict(data: Mapping[str, Any], path: str = "<observed>") -> NodeObserved:
@@ -161,7 +173,16 @@ def observed_from_dict(data: Mapping[str, Any], path: str = "<observed>") -> Nod
     host_util = top.number("host_utilization", 0.0)
     errs = top.get("errors", list, [])
     t = top.number("time", 0.0)
+    raw_refusals = top.get("refusals", list, [])
     top.finish()
+    refusals = []
+    for i, item in enumerate(raw_refusals):
+        s = Section(item, path, f"refusals[{i}]")
+        refusals.append(MigrationRefusal(vm=s.get("vm", str, required=True),
+                                         migration_id=s.get("migration_id", str, required=True),
+                                         target_node=s.get("target_node", str, required=True),
+                                         reason=s.get("reason", str, required=True)))
+        s.finish()
     vms = []
     for i, item in enumerate(raw):
         s = Section(item, path, f"vms[{i}]")
@@ -174,7 +195,7 @@ def observed_from_dict(data: Mapping[str, Any], path: str = "<observed>") -> Nod
             process_exit=s.get("process_exit", int, None), migration_phase=s.get("migration_phase", str, None)))
         s.finish()
     return NodeObserved(node=node, generation_applied=gen, cores=cores, vms=tuple(vms), host_utilization=host_util,
-                        errors=tuple(str(e) for e in errs), time=t)
+                        errors=tuple(str(e) for e in errs), time=t, refusals=tuple(refusals))
 
 
 # ------------------------------------------------------------------------------------ files

@@ -35,6 +35,9 @@ Deploy(j): a bg job whose own cores all have idle fg slots is promoted in place 
 swapped, progress kept). Otherwise KEASY kills it and dispatches it to fg from scratch (``Kill`` then
 ``StartFg``), REASY cannot deploy it (the job is pinned to its cores), MEASY migrates it to fg slots
 (``Migrate`` with ``migration_cost`` seconds without progress). A queued job is dispatched to fg.
+MEASY migrates a job only to cores of nodes that every node it runs on can migrate to
+(``ClusterView.can_migrate``; vmctld fills it from the agents' ``peers``, the simulator does not
+restrict it).
 
 Dispatch(tier, j): j's processes sorted by descending estimated CPU usage are paired with candidate
 cores sorted by ascending utilization. For the bg tier the utilization of a core is its fg
@@ -134,6 +137,19 @@ def _usable_count(view: ClusterView) -> int:
 
 def _future_reason(job: Job) -> str:
     return f"not submitted yet (submit time {_fmt(job.submit_time)})"
+
+
+def _unreachable(view: ClusterView, rj: RunningJob) -> frozenset[int]:
+    """Cores a migration of ``rj`` may not go to: on nodes that some node it runs on cannot migrate
+    to (vmctld: no ``peers`` entry in that agent's config). Empty when nothing is restricted (the
+    simulator)."""
+    if view.migration_targets is None:
+        return frozenset()
+    sources = {view.node(c) for c in rj.cores}
+    barred = {n for n in view.node_names if not all(view.can_migrate(s, n) for s in sources)}
+    if not barred:
+        return frozenset()
+    return frozenset(c for c in range(view.total_cores) if view.node_of_core[c] in barred)
 
 
 def _never_fits_reason(job: Job, capacity: int) -> str:
@@ -525,6 +541,8 @@ class _TwoTier(SchedulingPolicy):
             st.actions.append(Promote(job.id))
             cores = item.cores
         else:
+            if how == "migrate":
+                avoid = avoid | _unreachable(st.view, item)
             found = self._fg_cores(st, job, item, avoid)
             if found is None:
                 return False
@@ -619,6 +637,11 @@ class _TwoTier(SchedulingPolicy):
             if plan is not None and self._deploy(st, item, plan[0], plan[2]):
                 if isinstance(item, Job):
                     started.add(item.id)
+                continue
+            if plan is not None and plan[0] == "migrate":
+                # enough fg cores are idle, but not on nodes its nodes can migrate to (only under vmctld's
+                # reachability limits): it runs on in bg and is not made the head (a reservation for it
+                # would hold the idle cores it cannot use)
                 continue
             if st.free == 0:
                 if isinstance(item, Job):

@@ -7,6 +7,7 @@ nothing is half-applied (a config is either fully valid or rejected).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +17,31 @@ import yaml
 from vmctl.errors import ConfigError
 
 T = TypeVar("T")
+
+#: the largest integer magnitude a config may hold (what a 64-bit field holds)
+MAX_INT = 2**63 - 1
+
+
+def _abbrev(value: int) -> str:
+    text = str(value) if value.bit_length() < 4000 else "a huge integer"
+    return text if len(text) <= 24 else f"{text[:12]}...{text[-6:]} ({len(text)} digits)"
+
+
+def check_finite(value: Any, path: str, where: str) -> None:
+    """Every number inside ``value`` (nested mappings and lists, such as policy parameters) is finite
+    and within 64 bits; else ``ConfigError`` naming ``where.key[i]``."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(path=path, where=where, problem=f"must be a finite number, got {value}")
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        raise ConfigError(path=path, where=where, problem=f"{_abbrev(value)} is out of range (at most 2^63-1)")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            check_finite(v, path, f"{where}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            check_finite(v, path, f"{where}[{i}]")
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -34,6 +60,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 def parse_yaml(text: str, path: str = "<string>") -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise ConfigError(path=path, where="document", problem=f"not valid YAML: {exc}") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "document"
@@ -74,12 +102,17 @@ class Section:
                 raise self.error(key, "is required")
             return default  # type: ignore[return-value]
         value = self._data[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
         if kind is not bool and isinstance(value, bool):
             raise self.error(key, f"must be {kind.__name__}, got a boolean")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise self.error(key, f"{_abbrev(value)} is out of range (at most 2^63-1 in magnitude)")
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
         if not isinstance(value, kind):
             raise self.error(key, f"must be {kind.__name__}, got {type(value).__name__} {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            # YAML's .nan and .inf: a NaN passes every range check (a resync period of NaN spins a core)
+            raise self.error(key, f"must be a finite number, got {value}")
         return value
 
     def number(

@@ -51,7 +51,7 @@ JOB_TIME_BUCKETS = (
 RECONCILE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 TIERS = ("fg", "bg")
-NODE_STATES = ("ready", "draining", "drained", "lost")
+NODE_STATES = ("ready", "draining", "drained", "lost", "down")
 
 
 def _version() -> str:
@@ -196,7 +196,7 @@ class ClusterCollector(_TimedCollector):
                 util.add_metric([nd, tier], total / ncores if ncores > 0 else 0.0)
             if n.get("utilization") is not None:
                 host_util.add_metric([nd], _num(n.get("utilization")))
-            agent_up.add_metric([nd], 0.0 if st == "lost" else 1.0)
+            agent_up.add_metric([nd], 0.0 if st in ("lost", "down") else 1.0)
             if n.get("last_seen") is not None:
                 seen = _num(n.get("last_seen"))
                 last_seen.add_metric([nd], seen)

@@ -148,9 +148,20 @@ class ClusterView:
     # vcsched: capacity of each node (cores) and memory (fraction of one host) when modelled.
     node_names: Sequence[str] = ()
     queue_index: Mapping[str, Job] | None = None
+    # vmctld: node -> the nodes it can live-migrate to (its agent's ``peers``); a node not in the map,
+    # or None for the whole map (the simulator), is not restricted. Use ``can_migrate``.
+    migration_targets: Mapping[str, Set[str]] | None = None
 
     def node(self, core: int) -> str:
         return self.node_of_core[core] if self.node_of_core else "sim"
+
+    def can_migrate(self, source: str, target: str) -> bool:
+        """Whether a process may move from node ``source`` to node ``target`` (always within a node)."""
+        targets = self.migration_targets
+        if targets is None or source == target:
+            return True
+        allowed = targets.get(source)
+        return allowed is None or target in allowed
 
 
 # --------------------------------------------------------------------------------------- actions
@@ -381,6 +392,18 @@ class VmObserved:
 
 
 @dataclass(frozen=True, slots=True)
+class MigrationRefusal:
+    """A migration the agent of its source node will not carry out (``reason``, e.g. the target is
+    not in its ``peers``). The agent applies the rest of the generation and reports this until the
+    daemon takes the migration back."""
+
+    vm: str
+    migration_id: str
+    target_node: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class NodeObserved:
     node: str
     generation_applied: int
@@ -389,3 +412,4 @@ class NodeObserved:
     host_utilization: float = 0.0
     errors: tuple[str, ...] = ()
     time: float = 0.0
+    refusals: tuple[MigrationRefusal, ...] = ()

@@ -1,5 +1,6 @@
-"""The mock backend in the contract suite: full capabilities, and a minimal variant (define and
-lifecycle only) that exercises the OperationNotSupported paths."""
+"""The mock backend in the contract suite: full capabilities (in memory, and with its guests in state
+files), and a minimal variant (define and lifecycle only) that exercises the OperationNotSupported
+paths."""
 
 from __future__ import annotations
 
@@ -50,10 +51,20 @@ def make_mock(tmp: Path) -> MockHarness:
     return MockHarness(backend=a, peer=b, clock=clock, peer_uri=b.uri)
 
 
+def make_mock_persistent(tmp: Path) -> MockHarness:
+    """The full mock with its guests in state files (as ``vmctl-agent`` runs it): the same contract."""
+    clock = VirtualClock(1000.0)
+    fabric = MockFabric()
+    a = MockBackend("ct-a", cores=2, clock=clock, fabric=fabric, migration_seconds=0.5, state_file=tmp / "ct-a.state")
+    b = MockBackend("ct-b", cores=2, clock=clock, fabric=fabric, migration_seconds=0.5, state_file=tmp / "ct-b.state")
+    return MockHarness(backend=a, peer=b, clock=clock, peer_uri=b.uri)
+
+
 def make_mock_minimal(tmp: Path) -> MockHarness:
     clock = VirtualClock(1000.0)
     a = MockBackend("ct-min", cores=2, clock=clock, capabilities=(Capability.DEFINE, Capability.LIFECYCLE))
     return MockHarness(backend=a, peer=None, clock=clock)
 
 
-FACTORIES: dict[str, Callable[[Path], MockHarness]] = {"mock": make_mock, "mock-minimal": make_mock_minimal}
+FACTORIES: dict[str, Callable[[Path], MockHarness]] = {"mock": make_mock, "mock-persistent": make_mock_persistent,
+                                                      "mock-minimal": make_mock_minimal}

@@ -27,6 +27,7 @@ from vmctl.agents.plan import (
     TransferCheckpoint,
     Tune,
     Undefine,
+    accept,
     plan,
     validate,
 )
@@ -252,7 +253,6 @@ BAD: list[tuple[str, NodeDesired, str]] = [
     ("process negative work", node(want(process=replace(P1, work_seconds=-1))), ".process.work_seconds"),
     ("migration elsewhere", node(want(migration=replace(MIG_LIVE, source_node="n7"))), ".migration"),
     ("migration to self", node(want(migration=replace(MIG_LIVE, target_node="n1"))), ".migration"),
-    ("migration unknown peer", node(want(migration=replace(MIG_LIVE, target_node="n5"))), "unknown peer"),
     ("migration target core", node(want("v", role=VmRole.SHARED, migration=replace(MIG_IN, target_core=5))),
      "target_core"),
     ("migration target core -1 for a fg VM", node(want("v", core=1, migration=replace(MIG_IN, target_core=-1))),
@@ -269,14 +269,51 @@ BAD: list[tuple[str, NodeDesired, str]] = [
 @pytest.mark.parametrize(("desired", "needle"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_validate_rejects(desired: NodeDesired, needle: str) -> None:
     with pytest.raises(ValidationError) as ei:
-        validate(desired, L, peers={"n2": "mock://n2"})
+        validate(desired, L)
     assert needle in str(ei.value)
     assert "desired[" in str(ei.value)
 
 
 def test_validate_accepts_the_full_layout_and_a_swap() -> None:
-    validate(L.base_desired(3), L, peers={})
-    validate(swap_tiers(L.base_desired(3), 1), L, peers={})
+    validate(L.base_desired(3), L)
+    validate(swap_tiers(L.base_desired(3), 1), L)
     validate(node(want("s", core=-1, role=VmRole.SHARED, weight=3, cap=0.3)), L)
     # a chain of moves: the VM arriving on core 1 shares it with the one about to leave from there
     validate(node(want("leaving", core=1), want("arriving", core=1, migration=MIG_IN)), L)
+
+
+def test_accept_refuses_only_the_migration_to_an_unknown_peer() -> None:
+    """issue 9 item 4: a migration toward a node missing from ``peers`` used to make ``validate`` reject
+    the whole generation (the node froze until the daemon's migration timeout). Now that migration
+    alone is refused (aborted: its VM is left as it is), every other VM of the document is applied."""
+    doc = node(want(migration=replace(MIG_LIVE, target_node="n5")), want("other", core=1, process=P2), gen=7)
+    full, refused = accept(doc, L, peers={"n2": "mock://n2"})
+    assert [(r.vm, r.migration_id, r.target_node) for r in refused] == [("n1-c0-fg", "m1", "n5")]
+    assert "unknown peer 'n5'" in refused[0].reason and "peers.n5" in refused[0].reason
+    assert full.generation == 7 and [v.name for v in full.vms] == ["n1-c0-fg", "other"]
+    assert full.vms[0].migration == replace(MIG_LIVE, target_node="n5", phase="aborted")
+    assert full.vms[1] == doc.vms[1]
+    # the plan of the accepted document runs the rest and never starts the refused migration
+    acts = plan(full, obs(FG_INFO), L, peers={"n2": "mock://n2"})
+    assert ("define", "other") in kinds(acts) and not any(a.vm == "n1-c0-fg" for a in acts)
+    # a VM that already left (absent here) is not re-created by the refusal
+    assert not any(a.vm == "n1-c0-fg" for a in plan(full, obs(), L, peers={"n2": "mock://n2"}))
+    # a known peer, an incoming migration, an aborted one: nothing refused, the document unchanged
+    for ok in (node(want(migration=MIG_LIVE)), node(want("v", core=1, migration=MIG_IN)),
+               node(want(migration=replace(MIG_LIVE, target_node="n5", phase="aborted")))):
+        assert accept(ok, L, peers={"n2": "mock://n2"}) == (ok, ())
+    # peers not given (None): not checked, as before
+    assert accept(doc, L)[1] == ()
+    # a broken document is still rejected as a whole
+    with pytest.raises(ValidationError, match="weight"):
+        accept(node(want(weight=0, migration=replace(MIG_LIVE, target_node="n5"))), L, peers={})
+
+
+def test_accept_refuses_a_checkpoint_migration_without_a_checkpoint_host() -> None:
+    ck = want(checkpoint_path="/ck/a.save", migration=MIG_CK)
+    assert accept(node(ck), L, peers={}, checkpoint_peers=None)[1] == ()  # shared storage: any node
+    assert accept(node(ck), L, peers={}, checkpoint_peers={"n2"})[1] == ()
+    full, refused = accept(node(ck), L, peers={}, checkpoint_peers={"n3"})
+    assert [r.vm for r in refused] == ["n1-c0-fg"] and "checkpoints.hosts.n2" in refused[0].reason
+    assert full.vms[0].migration is not None and full.vms[0].migration.phase == "aborted"
+    assert plan(full, obs(FG_INFO), L, transfer_checkpoints=True) == [], "the VM is not saved for nothing"

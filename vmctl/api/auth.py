@@ -20,6 +20,7 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -27,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vmctl.errors import ValidationError
+from vmctl.store.base import CorruptRecord, Store
 
 ROLES = ("read", "admin")
 TOKEN_PREFIX = "vmctl_"
@@ -39,6 +41,22 @@ def hash_token(token: str) -> str:
 
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def looks_like_token(text: str) -> bool:
+    """``text`` has the form of a token ``new_token`` makes."""
+    body = text[len(TOKEN_PREFIX):]
+    return (text.startswith(TOKEN_PREFIX) and len(body) >= 40
+            and all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in body))
+
+
+def load_stored_ca(saved: dict[str, Any], store: Store) -> ClusterCA:
+    """The CA kept in the store (``kv`` key ``ca``); unreadable, it is a ``CorruptRecord`` naming the row."""
+    try:
+        return ClusterCA.from_pem(str(saved["cert_pem"]), str(saved["key_pem"]))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CorruptRecord(backend=store.backend, where=store.location(), table="kv", row="key='ca'",
+                            problem=f"the cluster CA cannot be loaded ({exc}); restore a backup") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +107,10 @@ class ClusterCA:
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError("CA key is not an EC key")
         return cls(cert, key)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the CA certificate (DER), as ``openssl x509 -fingerprint -sha256`` shows it."""
+        return self.cert.fingerprint(hashes.SHA256()).hex(":").upper()
 
     @property
     def cert_pem(self) -> str:

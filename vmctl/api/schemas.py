@@ -3,19 +3,154 @@ dotted path (``jobs[2].cpu_usage[0]``), answered as 422 by the server."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from typing import Any
 
 from vmctl.errors import ValidationError
 
 MAX_PROCS = 1_000_000
 MAX_BATCH = 10_000
+#: bounds of every request body (``parse_body``): nesting depth, integer magnitude (what a 64-bit
+#: store column holds), and the longest name (jobs, tokens, users)
+MAX_DEPTH = 32
+MAX_INT = 2**63 - 1
+MAX_NAME = 200
+#: upper bounds of durations (seconds) and of points in time (epoch seconds) in a request
+MAX_SECONDS = 1e10
+MAX_TIME = 1e12
+
+
+# --------------------------------------------------------------------------- the JSON body
+
+
+class _Refused:
+    """A number the parser refused (too large, NaN, Infinity); named by its path after parsing."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _abbrev(text: str) -> str:
+    return text if len(text) <= 24 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
+
+
+def _parse_int(text: str) -> Any:
+    if len(text.lstrip("-")) > 19 or abs(int(text)) > MAX_INT:  # never int() a 5,000-digit string
+        return _Refused(f"integer {_abbrev(text)} is out of range (at most 2^63-1 in magnitude)")
+    return int(text)
+
+
+def _parse_float(text: str) -> Any:
+    v = float(text)
+    if not math.isfinite(v):
+        return _Refused(f"number {_abbrev(text)} is too large for a 64-bit float")
+    return v
+
+
+def _parse_constant(text: str) -> Any:
+    return _Refused(f"{text} is not a JSON number")
+
+
+_STRING_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS = frozenset(b"[]{}")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
+_EMPTY_PAIRS = re.compile(rb"\[\]|\{\}")
+#: what may hide a number the plain parser would take (long digit runs, 3-digit exponents, NaN, Infinity)
+_SUSPECT_NUMBER = re.compile(rb"[0-9]{16}|[eE][+-]?0*[0-9]{3}|NaN|Infinity")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def nesting_depth(raw: bytes, limit: int = MAX_DEPTH) -> int:
+    """The nesting depth of the JSON text ``raw`` (brackets inside strings do not count), or
+    ``limit + 1`` when it is deeper than ``limit``. Unbalanced brackets (not JSON: the parser says
+    why) count as 0. Each pass deletes the innermost pairs everywhere, in C: ``limit`` passes at most."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return 0  # cannot be deeper than the limit
+    brackets = _STRING_TOKEN.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    for depth in range(limit + 1):
+        if not brackets:
+            return depth
+        inner = _EMPTY_PAIRS.sub(b"", brackets)
+        if len(inner) == len(brackets):
+            return 0
+        brackets = inner
+    return limit + 1
+
+
+def has_surrogate(s: str) -> bool:
+    """``s`` holds a lone UTF-16 surrogate (not Unicode: it cannot be stored, printed or encoded)."""
+    return _SURROGATE.search(s) is not None
+
+
+def _field_text(key: str) -> str:
+    return key.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+
+
+def _first_problem(v: Any, where: str) -> tuple[str, str] | None:
+    if isinstance(v, _Refused):
+        return where or "body", v.problem
+    if isinstance(v, str):
+        if has_surrogate(v):
+            return where or "body", "contains a lone UTF-16 surrogate (\\ud800-\\udfff): not a Unicode string"
+        return None
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if has_surrogate(k):
+                return _path(where, _field_text(k)), "the field name contains a lone UTF-16 surrogate"
+            found = _first_problem(x, _path(where, k))
+            if found:
+                return found
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            found = _first_problem(x, f"{where or 'body'}[{i}]" if not where else f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def parse_body(raw: bytes) -> Any:
+    """A request body as JSON, refusing what no handler can take: empty bodies, text that is not
+    UTF-8 or not JSON, nesting deeper than ``MAX_DEPTH``, integers beyond 64 bits, numbers beyond a
+    float, ``NaN``/``Infinity`` and strings holding lone surrogates. Each is a ``ValidationError``
+    naming the field (``jobs[0].estimate``) or ``body``."""
+    if not raw.strip():
+        raise ValidationError(field="body", problem="is empty: send a JSON document")
+    depth = nesting_depth(raw)
+    if depth > MAX_DEPTH:
+        raise ValidationError(field="body", problem=f"is nested deeper than {MAX_DEPTH} levels")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValidationError(field="body", problem=f"is not UTF-8: {exc}") from exc
+    strict = _SUSPECT_NUMBER.search(raw) is not None
+    try:
+        if strict:
+            doc = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+        else:
+            doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise ValidationError(field="body", problem=f"not valid JSON: {exc}") from exc
+    if strict or _SURROGATE_ESCAPE.search(raw) is not None:
+        found = _first_problem(doc, "")
+        if found is not None:
+            raise ValidationError(field=found[0], problem=found[1])
+    return doc
 
 
 def _obj(raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ValidationError(field=where or "body", problem=f"must be a JSON object, got {_tname(raw)}")
     return raw
+
+
+def type_name(v: Any) -> str:
+    """The JSON name of ``v``'s type (for messages)."""
+    return _tname(v)
 
 
 def _tname(v: Any) -> str:
@@ -42,7 +177,10 @@ def number(d: dict[str, Any], key: str, where: str, *, required: bool = False, l
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise ValidationError(field=_path(where, key), problem=f"must be a number, got {_tname(v)}")
-    v = float(v)
+    try:
+        v = float(v)
+    except OverflowError:
+        v = math.inf
     if not math.isfinite(v):
         raise ValidationError(field=_path(where, key), problem="must be finite")
     if lo is not None and (v <= lo if lo_open else v < lo):
@@ -69,7 +207,10 @@ def integer(d: dict[str, Any], key: str, where: str, *, required: bool = False, 
 
 
 def string(d: dict[str, Any], key: str, where: str, *, required: bool = False, max_len: int = 4096,
-           default: str | None = None) -> str | None:
+           default: str | None = None, name: bool = False) -> str | None:
+    """A string field: at most ``max_len`` characters, no NUL and no lone surrogate; a ``name`` (of a
+    job, token, user, ...) is also non-empty and printable (no control or format characters, no
+    line breaks: it is shown in tables and logs as it is)."""
     if key not in d or d[key] is None:
         if required:
             raise ValidationError(field=_path(where, key), problem="is required")
@@ -79,6 +220,12 @@ def string(d: dict[str, Any], key: str, where: str, *, required: bool = False, m
         raise ValidationError(field=_path(where, key), problem=f"must be a string, got {_tname(v)}")
     if len(v) > max_len:
         raise ValidationError(field=_path(where, key), problem=f"longer than {max_len} characters")
+    if "\x00" in v or has_surrogate(v):
+        raise ValidationError(field=_path(where, key), problem="contains a NUL character or a lone surrogate")
+    if name and not (v and v.isprintable()):
+        bad = next((c for c in v if not c.isprintable()), "")
+        problem = "must not be empty" if not v else f"must be printable, but holds {bad!a}"
+        raise ValidationError(field=_path(where, key), problem=problem)
     return v
 
 
@@ -113,15 +260,15 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
     procs = integer(d, "procs", where, required=True, lo=1, hi=MAX_PROCS)
     assert procs is not None
     spec: dict[str, Any] = {"procs": procs, "estimate": number(d, "estimate", where, required=True, lo=0.0,
-                                                                lo_open=True)}
-    _put(spec, "name", string(d, "name", where, max_len=200))
+                                                                lo_open=True, hi=MAX_SECONDS)}
+    _put(spec, "name", string(d, "name", where, max_len=MAX_NAME, name=True))
     if d.get("cpu_usage") is not None:
         spec["cpu_usage"] = _usage_list(d["cpu_usage"], procs, _path(where, "cpu_usage"))
     spec["priority"] = integer(d, "priority", where, lo=-1_000_000, hi=1_000_000, default=0)
-    _put(spec, "deadline", number(d, "deadline", where, lo=0.0))
+    _put(spec, "deadline", number(d, "deadline", where, lo=0.0, hi=MAX_TIME))
     _put(spec, "command", string(d, "command", where, max_len=65536))
-    _put(spec, "work_seconds", number(d, "work_seconds", where, lo=0.0))
-    _put(spec, "user", string(d, "user", where, max_len=200))
+    _put(spec, "work_seconds", number(d, "work_seconds", where, lo=0.0, hi=MAX_SECONDS))
+    _put(spec, "user", string(d, "user", where, max_len=MAX_NAME, name=True))
     # vcsched virtual-cluster request: CPU need per VM (fraction of one host's core) and memory need
     # (fraction of one host's memory); absent = a full core and no memory constraint
     _put(spec, "cpu_need", number(d, "cpu_need", where, lo=0.0, lo_open=True, hi=1.0))
@@ -140,7 +287,7 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
             unknown_keys(td, TASK_KEYS, w)
             item: dict[str, Any] = {}
             _put(item, "command", string(td, "command", w, max_len=65536))
-            _put(item, "work_seconds", number(td, "work_seconds", w, lo=0.0))
+            _put(item, "work_seconds", number(td, "work_seconds", w, lo=0.0, hi=MAX_SECONDS))
             _put(item, "cpu_usage", number(td, "cpu_usage", w, lo=0.0, lo_open=True, hi=1.0))
             out.append(item)
         spec["tasks"] = out

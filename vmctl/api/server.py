@@ -18,7 +18,7 @@ import collections
 import contextlib
 import json
 import logging
-import os
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -28,7 +28,9 @@ from typing import Any
 from aiohttp import web
 
 from vmctl.api import auth, schemas
+from vmctl.api.listener import BoundedSite
 from vmctl.api.wire import desired_to_json, observed_from_json
+from vmctl.daemon import statedir
 from vmctl.daemon.core import Daemon, NotLeader
 from vmctl.daemon.state import ACTIVE
 from vmctl.errors import (
@@ -78,9 +80,26 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
         else:
             bg_busy += k
     obs = d.state.observed.get(n.name)
+    err_time, errs = d.state.agent_errors.get(n.name, (None, ()))
     return {"name": n.name, "cores": n.cores, "state": n.state, "last_seen": n.last_seen,
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
-            "utilization": obs.host_utilization if obs else 0.0}
+            "utilization": obs.host_utilization if obs else 0.0,
+            # migration reachability as the agent registered it (null: not restricted / shared storage)
+            "peers": n.peers, "checkpoint_peers": n.checkpoint_peers,
+            # the agent's latest report with errors (it may be older than the latest report)
+            "errors": list(errs), "errors_time": err_time,
+            "refusals": [{"vm": r.vm, "migration_id": r.migration_id, "target_node": r.target_node,
+                          "reason": r.reason} for r in (obs.refusals if obs else ())]}
+
+
+def _node_names(body: dict[str, Any], key: str) -> list[str] | None:
+    """An optional list of node names in a request body (null or absent: None)."""
+    raw = body.get(key)
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) > 10_000:
+        raise ValidationError(field=key, problem="must be an array of at most 10000 node names (or null)")
+    return [auth.check_node_name(n, f"{key}[{i}]") for i, n in enumerate(raw)]
 
 
 def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
@@ -103,9 +122,22 @@ def error_body(exc: VmctlError) -> dict[str, Any]:
                       "field": fld if isinstance(fld, str) else None}}
 
 
+def json_dumps(data: Any) -> bytes:
+    """Strict JSON as UTF-8: a NaN or an infinity is an error here (ValueError, a 500 that is logged),
+    never ``NaN`` on the wire; a lone surrogate in a stored string (from before requests were
+    checked) leaves as U+FFFD."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", text).encode("utf-8")
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(data, separators=(",", ":")), status=status,
-                        content_type="application/json")
+    return web.Response(body=json_dumps(data), status=status, content_type="application/json", charset="utf-8")
 
 
 def error_response(exc: VmctlError) -> web.Response:
@@ -146,7 +178,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except VmctlError as exc:
         if exc.http_status >= 500:
-            log.error("%s %s: %s", request.method, request.path, exc)
+            log.error("%s %s: %s", request.method, _log_path(request), exc)
         return error_response(exc)
     except web.HTTPRequestEntityTooLarge as exc:
         size = getattr(exc, "actual_size", None) or request.content_length or 0
@@ -160,8 +192,14 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         return error_response(_HttpError(exc.status, "http-error", exc.reason))
     except Exception:
-        log.exception("internal error in %s %s", request.method, request.path)
+        log.exception("internal error in %s %s", request.method, _log_path(request))
         return error_response(_HttpError(500, "internal-error", "internal error (see the daemon log)"))
+
+
+def _log_path(request: web.Request) -> str:
+    """The path as sent (still percent-encoded: a decoded %0A would forge a log line), shortened."""
+    raw = request.raw_path
+    return raw if len(raw) <= 200 else f"{raw[:200]}... ({len(raw)} characters)"
 
 
 def _authenticate(request: web.Request) -> auth.Principal:
@@ -216,16 +254,16 @@ def make_auth_mw(max_body: int) -> Any:
 
 
 async def read_json(request: web.Request) -> Any:
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise
-    if not raw:
-        raise ValidationError(field="body", problem="is empty: send a JSON document")
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValidationError(field="body", problem=f"not valid JSON: {exc}") from exc
+    """The request body as JSON: the one reader of every handler. ``Content-Type`` must be
+    ``application/json`` (UTF-8) or the answer is 415; the document is bounded and checked by
+    ``schemas.parse_body`` (422 naming the field)."""
+    ctype = request.content_type
+    charset = (request.charset or "utf-8").lower()
+    if ctype != "application/json" or charset not in ("utf-8", "utf8"):
+        got = request.headers.get("Content-Type", "")
+        raise _HttpError(415, "unsupported-media-type",
+                         f"send the body as Content-Type: application/json (UTF-8), got {got[:100]!r}")
+    return schemas.parse_body(await request.read())
 
 
 # ------------------------------------------------------------------------------ handlers
@@ -275,6 +313,12 @@ class Api:
         if state is not None and state not in allowed:
             raise ValidationError(field="state", problem=f"must be one of {', '.join(allowed)}")
         limit = _query_int(q.get("limit"), "limit", 1, 100000, 1000)
+        archived = q.get("archived", "false")
+        if archived not in ("true", "false"):
+            raise ValidationError(field="archived", problem=f"must be true or false, got {archived!r}")
+        if archived == "true":  # jobs pruned from memory by retention (newest first), from the store
+            recs = self.d.store.list_archived_jobs(state, limit)
+            return json_response({"jobs": [{**job_json(r), "archived": True} for r in recs]})
         out = []
         for r in self.d.state.jobs.values():
             if state is None or r.state == state:
@@ -285,11 +329,21 @@ class Api:
 
     async def get_job(self, request: web.Request) -> web.Response:
         self._leader()
-        return json_response({"job": job_json(self.d.job(request.match_info["id"]))})
+        jid = request.match_info["id"]
+        if jid not in self.d.state.jobs and _job_id_like(jid):
+            old = self.d.store.get_archived_job(jid)  # pruned by retention: still answers, from the store
+            if old is not None:
+                return json_response({"job": {**job_json(old), "archived": True}})
+        return json_response({"job": job_json(self.d.job(jid))})
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         self._leader()
-        rec = self.d.cancel(request.match_info["id"])
+        jid = request.match_info["id"]
+        if jid not in self.d.state.jobs and _job_id_like(jid):
+            old = self.d.store.get_archived_job(jid)  # an archived job finished long ago: nothing to cancel
+            if old is not None:
+                return json_response({"job": {**job_json(old), "archived": True}})
+        rec = self.d.cancel(jid)
         self.s.kick()
         return json_response({"job": job_json(rec)})
 
@@ -341,7 +395,7 @@ class Api:
         weight = schemas.integer(body, "weight", "", lo=1, hi=10000)
         cap_given = "cap" in body
         cap = schemas.number(body, "cap", "", lo=0.0, lo_open=True, hi=1.0)
-        pin = schemas.integer(body, "pin", "", lo=0)
+        pin = schemas.integer(body, "pin", "", lo=0, hi=4095)
         if tier is None and weight is None and not cap_given and pin is None:
             raise ValidationError(field="body", problem="give at least one of tier, weight, cap, pin")
         name = request.match_info["name"]
@@ -367,10 +421,12 @@ class Api:
     async def put_policy(self, request: web.Request) -> web.Response:
         self._leader()
         body = schemas.obj(await read_json(request), ("name", "params"))
-        name = schemas.string(body, "name", "", required=True, max_len=100)
-        params = body.get("params") or {}
-        if not isinstance(params, dict):
-            raise ValidationError(field="params", problem="must be an object")
+        name = schemas.string(body, "name", "", required=True, max_len=100, name=True)
+        params = body.get("params")
+        if params is None:
+            params = {}
+        elif not isinstance(params, dict):  # an empty array is no object either
+            raise ValidationError(field="params", problem=f"must be an object, got {schemas.type_name(params)}")
         assert name is not None
         self.d.set_policy(name, params)
         self.s.kick()
@@ -380,11 +436,11 @@ class Api:
     async def create_token(self, request: web.Request) -> web.Response:
         self._leader()
         body = schemas.obj(await read_json(request), ("name", "role", "ttl_s"))
-        name = schemas.string(body, "name", "", required=True, max_len=100)
+        name = schemas.string(body, "name", "", required=True, max_len=100, name=True)
         role = schemas.string(body, "role", "", required=True)
         if role not in auth.ROLES:
             raise ValidationError(field="role", problem=f"must be one of {', '.join(auth.ROLES)}, got {role!r}")
-        ttl = schemas.number(body, "ttl_s", "", lo=1.0)
+        ttl = schemas.number(body, "ttl_s", "", lo=1.0, hi=schemas.MAX_SECONDS)
         assert name is not None and role is not None
         token, rec = self.s.add_token(name, role, ttl)
         return json_response({"token": token, "name": rec.name, "role": rec.role, "expires": rec.expires}, 201)
@@ -399,12 +455,13 @@ class Api:
     # agents
     async def register(self, request: web.Request) -> web.Response:
         self._leader()
-        body = schemas.obj(await read_json(request), ("cores", "hostname", "backend"))
+        body = schemas.obj(await read_json(request), ("cores", "hostname", "backend", "peers", "checkpoint_peers"))
         cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
         hostname = schemas.string(body, "hostname", "", max_len=255, default="") or ""
         backend = schemas.string(body, "backend", "", max_len=64, default="") or ""
         assert cores is not None
-        rec = self.d.register_node(request.match_info["node"], cores, hostname, backend)
+        peers, ck_peers = _node_names(body, "peers"), _node_names(body, "checkpoint_peers")
+        rec = self.d.register_node(request.match_info["node"], cores, hostname, backend, peers, ck_peers)
         self.s.kick()
         return json_response({"node": node_json(self.d, rec)})
 
@@ -434,6 +491,14 @@ class Api:
             if not self.d.leader:
                 raise NotLeader(holder=self.d.store.lease().holder or "none")
 
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        self._leader()
+        schemas.obj(await read_json(request), ())
+        out = self.d.heartbeat(request.match_info["node"])
+        if self.d.dirty:
+            self.s.kick()
+        return json_response(out)
+
     async def observed(self, request: web.Request) -> web.Response:
         self._leader()
         node = request.match_info["node"]
@@ -446,13 +511,18 @@ class Api:
         return web.Response(status=204)
 
 
+def _job_id_like(v: str) -> bool:
+    """Whether ``v`` can be a job id (the decimal submission number): only those are looked up in the archive."""
+    return 0 < len(v) <= 20 and v.isascii() and v.isdigit()
+
+
 def _query_int(v: str | None, name: str, lo: int, hi: int, default: int) -> int:
     if v is None:
         return default
     try:
         x = int(v)
     except ValueError as exc:
-        raise ValidationError(field=name, problem=f"must be an integer, got {v!r}") from exc
+        raise ValidationError(field=name, problem=f"must be an integer, got {v[:40]!r}") from exc
     if not lo <= x <= hi:
         raise ValidationError(field=name, problem=f"must be in {lo}..{hi}, got {x}")
     return x
@@ -464,7 +534,7 @@ def _query_float(v: str | None, name: str, lo: float, hi: float, default: float)
     try:
         x = float(v)
     except ValueError as exc:
-        raise ValidationError(field=name, problem=f"must be a number, got {v!r}") from exc
+        raise ValidationError(field=name, problem=f"must be a number, got {v[:40]!r}") from exc
     if not lo <= x <= hi:
         raise ValidationError(field=name, problem=f"must be in [{lo}, {hi}], got {x}")
     return x
@@ -488,6 +558,7 @@ class DaemonServer:
         self.port: int = 0
         self.ca: auth.ClusterCA
         self.ssl: ssl.SSLContext | None = None
+        self.site: BoundedSite | None = None
         self.stopping = False
         daemon.on_desired = self._desired_changed
         from vmctl.metrics import DaemonMetrics
@@ -523,18 +594,34 @@ class DaemonServer:
 
     # security material
     def _load_ca(self) -> auth.ClusterCA:
+        """The cluster CA from the store, created on the first start only: never over the ``ca.pem``
+        or the admin token of an earlier cluster (``statedir.refuse_new_cluster``). ``ca.pem``
+        (the certificate only, no key) is written when missing and must match the store's CA."""
         d = self.daemon
+        cfg = self.config
         saved = d.store.get_kv("ca")
+        pem_path = cfg.ca_pem_path
         if isinstance(saved, dict) and "cert_pem" in saved and "key_pem" in saved:
-            ca = auth.ClusterCA.from_pem(saved["cert_pem"], saved["key_pem"])
+            ca = auth.load_stored_ca(saved, d.store)
+            on_disk = statedir.read_text(pem_path, "state_dir", cfg.path)
+            if on_disk is not None and on_disk.strip() != ca.cert_pem.strip():
+                raise statedir.StateConflict(problem=(
+                    f"{pem_path} is not the CA of the cluster in the store ({d.store.location()}): the store "
+                    f"or the state directory belongs to another cluster. Restore the matching backup, or remove "
+                    f"{pem_path} deliberately (vmctld writes the store's CA there)"))
         else:
             if not d.leader:
                 raise NotLeader(holder=d.store.lease().holder or "none")
+            statedir.refuse_new_cluster(cfg, d.store)
             ca = auth.ClusterCA.create()
             d.store.write(d.epoch, WriteBatch(kv={"ca": {"cert_pem": ca.cert_pem, "key_pem": ca.key_pem}}))
-        state_dir = Path(self.config.state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        (state_dir / "ca.pem").write_text(ca.cert_pem)
+            log.info("created the cluster CA (kept in the store)")
+            on_disk = None
+        fixed = statedir.private_dir(Path(cfg.state_dir), "state_dir", cfg.path)
+        if fixed:
+            log.warning("%s: made it 0700", fixed)
+        if on_disk is None:
+            statedir.write_public(pem_path, ca.cert_pem, "state_dir", cfg.path)
         return ca
 
     def add_token(self, name: str, role: str, ttl: float | None) -> tuple[str, TokenRecord]:
@@ -547,17 +634,42 @@ class DaemonServer:
         return token, rec
 
     def _bootstrap_token(self) -> None:
-        path = self.config.bootstrap_token_file
-        if not path or not self.daemon.leader:
+        """The first start writes an admin token to ``api.bootstrap_token_file`` (default
+        ``<state_dir>/admin.token``, mode 0600); an existing file is never overwritten."""
+        d = self.daemon
+        cfg = self.config
+        p = statedir.token_file(cfg)
+        if not d.leader:
             return
-        if any(t.role == "admin" for t in self.daemon.store.list_tokens()):
+        admins = [t for t in d.store.list_tokens() if t.role == "admin"]
+        text = statedir.read_text(p, "api.bootstrap_token_file", cfg.path)
+        if text is not None:
+            token = text.strip()
+            if admins or d.store.find_token(auth.hash_token(token)) is not None:
+                log.info("the bootstrap admin token is in %s", p)
+            elif auth.looks_like_token(token):
+                # written by a start that stopped before its store write: the file is the only copy
+                rec = TokenRecord(hash=auth.hash_token(token), name="bootstrap-admin", role="admin",
+                                  created=time.time(), expires=None)
+                d.store.write(d.epoch, WriteBatch(tokens=[rec]))
+                log.warning("the store had no admin token: registered the one in %s", p)
+            else:
+                log.error("%s holds no vmctl token and the store has no admin token: mint one with "
+                          "`vmctld token create --config %s --name NAME --role admin`", p, cfg.path)
             return
-        token, _rec = self.add_token("bootstrap-admin", "admin", None)
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(token + "\n")
+        if admins:
+            log.info("no admin token file at %s (the store has admin tokens); mint another one with "
+                     "`vmctld token create --config %s --name NAME --role admin`", p, cfg.path)
+            return
+        token = auth.new_token()
+        statedir.write_secret_file(p, token + "\n", "api.bootstrap_token_file", cfg.path)
+        rec = TokenRecord(hash=auth.hash_token(token), name="bootstrap-admin", role="admin", created=time.time(),
+                          expires=None)
+        try:
+            d.store.write(d.epoch, WriteBatch(tokens=[rec]))
+        except BaseException:
+            p.unlink(missing_ok=True)  # a token the store does not know is no token
+            raise
         log.info("wrote the bootstrap admin token to %s", p)
 
     def render_metrics(self) -> tuple[bytes, str]:
@@ -610,6 +722,7 @@ class DaemonServer:
         r.add_post("/v1/agent/nodes/{node}/register", a.register)
         r.add_get("/v1/agent/nodes/{node}/desired", a.desired)
         r.add_post("/v1/agent/nodes/{node}/observed", a.observed)
+        r.add_post("/v1/agent/nodes/{node}/heartbeat", a.heartbeat)
         return app
 
     async def start(self) -> None:
@@ -618,14 +731,22 @@ class DaemonServer:
         self.ca = self._load_ca()
         self._bootstrap_token()
         self.ssl = self.ca.server_context(self.config.server_names, Path(self.config.state_dir))
-        self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+        # idle and unauthenticated clients are bounded: connections open at once, TLS handshake time,
+        # idle keep-alive time (vmctl.api.listener)
+        self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False,
+                                     keepalive_timeout=self.config.keepalive_timeout_s)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.listen, self.config.port, ssl_context=self.ssl,
-                           reuse_address=True)
-        await site.start()
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        site = BoundedSite(self._runner, self.config.listen, self.config.port, ssl_context=self.ssl,
+                           max_connections=self.config.max_connections,
+                           handshake_timeout_s=self.config.handshake_timeout_s)
+        self.site = site
+        try:
+            await site.start()
+        except OSError as exc:  # taken since the preflight check, or an in-process start
+            await self._runner.cleanup()
+            self._runner = None
+            raise statedir.bind_error(self.config, self.config.listen, exc) from exc
+        self.port = site.port
         self._tasks.append(asyncio.create_task(self._loop(), name="vmctld-loop"))
         self._tasks.append(asyncio.create_task(self._lease_loop(), name="vmctld-lease"))
         log.info("vmctld listening on https://%s:%d (leader=%s)", self.config.listen, self.port, d.leader)

@@ -12,6 +12,7 @@ from typing import Any
 
 from vmctl.errors import ValidationError
 from vmctl.model import (
+    MigrationRefusal,
     MigrationSpec,
     NodeDesired,
     NodeObserved,
@@ -159,6 +160,8 @@ def observed_to_json(o: NodeObserved) -> dict[str, Any]:
         "node": o.node, "generation_applied": o.generation_applied, "cores": o.cores,
         "vms": [vm_observed_to_json(v) for v in o.vms], "host_utilization": o.host_utilization,
         "errors": list(o.errors), "time": o.time,
+        "refusals": [{"vm": r.vm, "migration_id": r.migration_id, "target_node": r.target_node, "reason": r.reason}
+                     for r in o.refusals],
     }
 
 
@@ -180,8 +183,15 @@ def vm_observed_from_json(raw: Any, where: str) -> VmObserved:
     )
 
 
+def refusal_from_json(raw: Any, where: str) -> MigrationRefusal:
+    d = _mapping(raw, where.rstrip("."))
+    return MigrationRefusal(vm=_get(d, "vm", str, where), migration_id=_get(d, "migration_id", str, where),
+                            target_node=_get(d, "target_node", str, where), reason=_get(d, "reason", str, where))
+
+
 def observed_from_json(raw: Any) -> NodeObserved:
     d = _mapping(raw, "")
+    refusals = _get(d, "refusals", list, "", default=[])  # absent from older agents' reports: none
     vms = _get(d, "vms", list, "", default=[])
     errs = _get(d, "errors", list, "", default=[])
     for i, e in enumerate(errs):
@@ -195,4 +205,5 @@ def observed_from_json(raw: Any) -> NodeObserved:
         vms=tuple(vm_observed_from_json(v, f"vms[{i}].") for i, v in enumerate(vms)),
         host_utilization=_get(d, "host_utilization", float, "", default=0.0),
         errors=tuple(errs), time=_get(d, "time", float, "", default=0.0),
+        refusals=tuple(refusal_from_json(r, f"refusals[{i}].") for i, r in enumerate(refusals)),
     )

@@ -222,10 +222,13 @@ class DaemonProcess(ManagedProcess):
 
 def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: str, cores: int,
                  libvirt_uri: str, metrics_port: int, peers: Sequence[str] = (), fabric_dir: str = "",
-                 clock: dict[str, float] | None = None, migration_seconds: float = 1.0) -> dict[str, Any]:
+                 clock: dict[str, float] | None = None, migration_seconds: float = 1.0,
+                 state_file: str = "") -> dict[str, Any]:
     b: dict[str, Any] = {"kind": backend}
     if backend == "mock":
         b["cores"] = cores
+        if state_file:  # the host's guests outlive its agent process (a restarted agent re-adopts them)
+            b["state_file"] = state_file
         if fabric_dir:
             b["fabric_dir"] = fabric_dir
             b["migration_seconds"] = migration_seconds
@@ -468,7 +471,8 @@ class Demo:
                                backend=o.backend, cores=o.cores, libvirt_uri=o.libvirt_uri, metrics_port=port,
                                peers=[f"node{k + 1}" for k in range(o.nodes)],
                                fabric_dir=str(self.state_dir / "fabric") if o.backend == "mock" else "",
-                               clock=self.clock_config(), migration_seconds=max(1.0, 0.1 * o.speed))
+                               clock=self.clock_config(), migration_seconds=max(1.0, 0.1 * o.speed),
+                               state_file=str(self.state_dir / f"mock-{node}.state") if o.backend == "mock" else "")
             path = self.state_dir / f"agent-{node}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
             try:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ import click
 from click.shell_completion import CompletionItem
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from vmctl import errors
 from vmctl.apiclient import ApiClient
@@ -84,7 +87,34 @@ def _console() -> Console:
 
 
 def emit_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    click.echo(json.dumps(json_safe(doc), indent=2, sort_keys=True, allow_nan=False))
+
+
+def json_safe(doc: Any) -> Any:
+    """``doc`` as strict JSON can hold it, whatever a daemon stored or sent: a lone surrogate in a string
+    or key becomes U+FFFD, a NaN or an infinity null (``json.dumps`` would print ``"\\ud800"`` and
+    ``NaN``, which strict parsers refuse)."""
+    if isinstance(doc, str):
+        return _SURROGATES.sub("\ufffd", doc)
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, Mapping):
+        return {json_safe(str(k)): json_safe(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [json_safe(v) for v in doc]
+    return doc
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def safe_text(s: str) -> str:
+    """``s`` for a terminal: control and format characters and lone surrogates are shown as escapes
+    (``\\x1b``, ``\\ud800``), so a stored name can neither break the output's encoding nor drive the
+    terminal."""
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in s)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -157,17 +187,18 @@ class Grid:
         for col in self.headers:
             t.add_column(col, overflow="fold")
         for row in self.rows:
-            t.add_row(*row)
+            t.add_row(*(Text(safe_text(cell)) for cell in row))  # Text: a "[/x]" in a name is no markup
         return t
 
     def to_text(self) -> str:
         widths = [len(h) for h in self.headers]
-        for row in self.rows:
+        rows = [tuple(safe_text(cell) for cell in row) for row in self.rows]
+        for row in rows:
             for i, cell in enumerate(row):
                 if len(cell) > widths[i]:
                     widths[i] = len(cell)
         lines = [] if self.title is None else [self.title]
-        for row in (self.headers, *self.rows):
+        for row in (self.headers, *rows):
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         return "\n".join(lines)
 
@@ -186,13 +217,47 @@ def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Gr
     )
 
 
+def fmt_peers(peers: Any, unset: str = "any", limit: int = 4) -> str:
+    """A node's migration peers: ``unset`` when its agent did not restrict them (null), "none" for an
+    empty list."""
+    if peers is None:
+        return unset
+    if not isinstance(peers, list) or not peers:
+        return "none"
+    names = [str(p) for p in peers]
+    if len(names) > limit:
+        return ", ".join(names[:limit]) + f" (+{len(names) - limit})"
+    return ", ".join(names)
+
+
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
     return Grid(
-        ("NAME", "STATE", "CORES", "FG BUSY", "BG BUSY", "UTIL", "GEN", "LAST SEEN"),
+        ("NAME", "STATE", "CORES", "FG BUSY", "BG BUSY", "UTIL", "GEN", "LAST SEEN", "PEERS", "ERRORS"),
         [(str(n.get("name", "")), str(n.get("state", "")), str(n.get("cores", "")), str(n.get("fg_busy", "")),
           str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), str(n.get("generation", "")),
-          fmt_time(n.get("last_seen"))) for n in nodes],
+          fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), str(len(n.get("errors") or ()) or "-"))
+         for n in nodes],
     )
+
+
+def node_text(n: Mapping[str, Any]) -> str:
+    """``vmctl node show``: one node, with the nodes it can migrate to and its agent's last errors."""
+    lines = [f"node {n.get('name')}: {n.get('state')}, {n.get('cores')} cores, generation {n.get('generation')}, "
+             f"last seen {fmt_time(n.get('last_seen'))}",
+             f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}",
+             "migrates to (live, peers): " + fmt_peers(n.get("peers"), "any node (its agent did not say)", 50),
+             "sends checkpoints to: " + fmt_peers(n.get("checkpoint_peers"), "any node (shared storage)", 50)]
+    refusals = [r for r in n.get("refusals") or () if isinstance(r, Mapping)]
+    for r in refusals:
+        lines.append(f"refused migration {r.get('migration_id')} of {r.get('vm')} to {r.get('target_node')}: "
+                     f"{r.get('reason')}")
+    errs = [str(e) for e in n.get("errors") or ()]
+    if errs:
+        lines.append(f"agent errors (its latest report with errors, at {fmt_time(n.get('errors_time'))}):")
+        lines.extend(f"  {e}" for e in errs)
+    else:
+        lines.append("agent errors: none reported")
+    return "\n".join(lines)
 
 
 def vm_table(vms: Sequence[Mapping[str, Any]]) -> Grid:
@@ -222,7 +287,7 @@ def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table
             s = json.dumps(v)
         else:
             s = "-" if v is None else str(v)
-        t.add_row(k, s)
+        t.add_row(Text(safe_text(k)), Text(safe_text(s)))
     return t
 
 
@@ -234,7 +299,7 @@ def show(doc: Any, output: str, render: Callable[[], Any]) -> None:
     if isinstance(out, Grid):
         out = out.render()
     if isinstance(out, str):
-        click.echo(out)
+        click.echo("\n".join(safe_text(line) for line in out.split("\n")))
     else:
         _console().print(out)
 
@@ -510,6 +575,11 @@ def explain_text(doc: Mapping[str, Any]) -> str:
         )
     elif state == "queued":
         lines.append("reservation: none blocks it")
+    for m in doc.get("migrations") or ():
+        if isinstance(m, Mapping):
+            to = ", ".join(str(t) for t in m.get("to") or ()) or "-"
+            note = f": {m['note']}" if m.get("note") else ""
+            lines.append(f"migration {m.get('id')} to {to} ({m.get('origin') or 'policy'}): {m.get('state')}{note}")
     return "\n".join(lines)
 
 
@@ -527,15 +597,26 @@ def job_explain(job_id: str, url: str | None, token: str | None, ca: str | None,
 
 @click.group()
 def node() -> None:
-    """List nodes; drain a node before maintenance and undrain it after."""
+    """List and show nodes; drain a node before maintenance and undrain it after."""
 
 
 @node.command("list")
 @api_options
 def node_list(url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """List nodes with their fg/bg occupancy."""
+    """List nodes with their fg/bg occupancy, migration peers and the count of their agents' last errors."""
     nodes = _client(url, token, ca).list_nodes()
     show({"nodes": nodes}, output, lambda: node_table(nodes))
+
+
+@node.command("show")
+@click.argument("name", shell_complete=_complete("node"))
+@api_options
+def node_show(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """One node: state, the nodes it can migrate to, and its agent's last errors (a refused migration)."""
+    n = next((x for x in _client(url, token, ca).list_nodes() if x.get("name") == name), None)
+    if n is None:
+        raise errors.NotFound(kind="node", name=name)
+    show({"node": n}, output, lambda: node_text(n))
 
 
 @node.command("drain")

@@ -167,7 +167,8 @@ class Actuator:
                     job.start_time = now
                     job.tier_since = now
                     job.progress_base = 0.0
-                    job.tasks = [{"index": i, "exit_status": None, "error": None} for i in range(len(act.cores))]
+                    job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False}
+                                 for i in range(len(act.cores))]
                     job.reason = None
                     job.suspended = job.checkpointed = job.restore_pending = False
                     occupy(tier, act.cores, job.id)
@@ -272,6 +273,9 @@ class Actuator:
         remote = [(job.placement[i][0], new_place[i][0]) for i in range(len(new_place))
                   if job.placement[i][0] != new_place[i][0]]
         hosts = sorted({a for a, _b in remote} | {b for _a, b in remote})
+        blocked = self._unreachable(moves)
+        if blocked is not None:
+            return blocked
         if hosts:
             lim = self.limits
             full = self._limit_reached(hosts, cluster_moving, moving_now)
@@ -305,6 +309,16 @@ class Actuator:
             job.migrations += 1  # a re-pin on the same host: done when the agent applies it
         return None
 
+    def _unreachable(self, moves: list[dict[str, Any]]) -> str | None:
+        """Why one of ``moves`` goes between nodes that cannot reach each other (the source's agent
+        registered no peer entry for the target); None when all can. The policy is not offered such
+        moves (``ClusterView.can_migrate``): this is the second line of defence."""
+        for m in moves:
+            why = self.state.migration_block(str(m["from"][0]), str(m["to"][0]), str(m.get("mode", "live")))
+            if why is not None:
+                return why
+        return None
+
     def _limit_reached(self, hosts: list[str], cluster_moving: int, moving_now: dict[str, int]) -> str | None:
         """Why one more migration touching ``hosts`` would exceed ``migration.max_per_cluster`` or
         ``max_per_host``; None when it fits."""
@@ -334,7 +348,7 @@ class Actuator:
             job.start_time = now
             job.tier_since = now
             job.progress_base = 0.0
-            job.tasks = [{"index": i, "exit_status": None, "error": None} for i in range(len(new_place))]
+            job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(new_place))]
             job.reason = None
             if self.on_start is not None:
                 self.on_start(job, now)
@@ -351,6 +365,9 @@ class Actuator:
         moves: list[dict[str, Any]] = [
             {"index": i, "from": list(job.placement[i]), "to": list(new_place[i]), "mode": "live"} for i in moved]
         hosts = sorted({job.placement[i][0] for i in moved} | {new_place[i][0] for i in moved})
+        blocked = self._unreachable(moves)
+        if blocked is not None:
+            return blocked
         full = self._limit_reached(hosts, cluster_moving, moving_now)
         if full is not None:
             return full
@@ -423,6 +440,14 @@ class Actuator:
             if job.placement and idx < len(job.placement) and job.placement[idx][0] != obs.node and not job.migrating:
                 continue  # a stale copy on a node the process left
             task = job.tasks[idx]
+            if task.get("seen") is False and v.process_job == jid and v.process_index == idx:
+                # the first report that shows this process started: its run is modelled from here, not from
+                # the decision that placed it (an agent may have learnt of it only after a daemon restart)
+                task["seen"] = True
+                if job.state == "running" and not job.migrating:
+                    job.progress_base = 0.0
+                    job.tier_since = now
+                ch.jobs[job.id] = job
             if task["exit_status"] is None:
                 if v.process_exit is not None:
                     task["exit_status"] = int(v.process_exit)
@@ -463,6 +488,12 @@ class Actuator:
 
     def _follow_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes) -> None:
         st = self.state
+        for host in op.detail.get("hosts", []):  # an agent refused this migration: take it back at once
+            o = st.observed.get(str(host))
+            ref = next((r for r in o.refusals if r.migration_id == op.id), None) if o is not None else None
+            if ref is not None:
+                self.rollback_migration(op, job, now, ch, f"the agent of {host} refused it: {ref.reason}")
+                return
         if op.detail.get("stage") == "prepare":
             # the target is ready when it applied the generation that expects the VM, or when its report
             # already lists the incoming VM (the agent reports it as absent, phase "waiting")

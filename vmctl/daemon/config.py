@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmctl.config import Section, load_yaml, parse_yaml
+from vmctl.config import Section, check_finite, load_yaml, parse_yaml
 from vmctl.errors import ConfigError
 
 
@@ -22,6 +23,17 @@ class MigrationLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """``retention:``: how long finished jobs (done, killed, failed, cancelled) stay in daemon memory."""
+
+    enabled: bool = True  # False: finished jobs are kept in memory forever (the behaviour before retention)
+    keep_s: float = 7 * 86400.0  # a finished job is pruned this long (model seconds) after it ended
+    keep_count: int = 10000  # and at most this many finished jobs stay in memory (the oldest go first)
+    archive: bool = True  # True: pruned jobs move to the store's job_archive table; False: deleted
+    max_per_pass: int = 1000  # at most this many jobs pruned per housekeeping pass (bounded work)
+
+
+@dataclass(frozen=True, slots=True)
 class DaemonConfig:
     path: str = "<defaults>"
     store_url: str = "sqlite:///var/lib/vmctl/vmctld.db"
@@ -30,14 +42,21 @@ class DaemonConfig:
     port: int = 8443
     server_names: tuple[str, ...] = ("localhost", "127.0.0.1")
     max_body_bytes: int = 1 << 20
-    bootstrap_token_file: str | None = None
+    max_connections: int = 4096  # client connections open at once (and never more than the open-file limit allows)
+    handshake_timeout_s: float = 10.0  # a client's TLS handshake must finish within this (real seconds)
+    keepalive_timeout_s: float = 75.0  # an idle client connection is closed after this (real seconds)
+    # the admin token written on the first start (mode 0600, never overwritten); default <state_dir>/admin.token
+    bootstrap_token_file: str | None = "/var/lib/vmctl/admin.token"
     policy_kind: str = "scheduling"  # scheduling | vcsched
     policy_name: str = "measy"
     policy_params: dict[str, Any] = field(default_factory=dict)
     policy_explicit: bool = False  # False: fall back to a registered policy when the default is missing
     tick_s: float = 5.0
     min_interval_s: float = 0.02  # at most one event-driven decision per this interval (bursts coalesce)
-    node_timeout_s: float = 30.0
+    heartbeat_s: float = 5.0  # agents send a heartbeat this often (told in every heartbeat answer)
+    node_timeout_s: float = 30.0  # no heartbeat for this long: the node is lost (unschedulable, keeps its jobs)
+    fence_s: float = 120.0  # an agent without contact for this long pauses its job VMs (self-fencing)
+    node_down_s: float = 300.0  # no heartbeat for this long: the node is down and its jobs are requeued
     kill_at_estimate: bool = True
     estimate_grace_s: float = 60.0
     lease_ttl_s: float = 10.0
@@ -47,6 +66,7 @@ class DaemonConfig:
     vm_memory_mib: int = 64
     checkpoint_dir: str = "/var/lib/vmctl/checkpoints"
     migration: MigrationLimits = field(default_factory=MigrationLimits)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     log_level: str = "info"
     clock_speed: float = 1.0  # clock: {speed}: model seconds per real second (accelerated demos)
     clock_epoch: float | None = None  # clock: {epoch}: wall time where model time = wall time
@@ -86,7 +106,12 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
         if not isinstance(n, str) or not n:
             raise api.error(f"server_names[{i}]", "must be a non-empty string")
     max_body = api.integer("max_body_bytes", d.max_body_bytes, lo=1024, hi=1 << 30)
-    token_file = api.get("bootstrap_token_file", str, None)
+    max_conns = api.integer("max_connections", d.max_connections, lo=16, hi=1 << 20)
+    handshake_s = api.number("handshake_timeout_s", d.handshake_timeout_s, lo=0.1, hi=600)
+    keepalive_s = api.number("keepalive_timeout_s", d.keepalive_timeout_s, lo=1, hi=86400)
+    token_file = api.get("bootstrap_token_file", str, f"{state_dir}/admin.token")
+    if not token_file:
+        raise api.error("bootstrap_token_file", "must be a file path (default: <state_dir>/admin.token)")
     api.finish()
 
     pol = top.section("policy")
@@ -94,14 +119,16 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
     pol_explicit = pol.has("name")
     name = pol.get("name", str, d.policy_name)
     params = pol.get("params", dict, {})
+    check_finite(params, path, "policy.params")  # every number finite (a NaN passes range checks)
     pol.finish()
 
     loop = top.section("loop")
     tick = loop.number("tick_s", d.tick_s, lo=0.01, hi=3600)
     min_interval = loop.number("min_interval_s", d.min_interval_s, lo=0.0, hi=10.0)
     node_timeout = loop.number("node_timeout_s", d.node_timeout_s, lo=0.1, hi=86400)
+    heartbeat, fence_s, node_down = _liveness(loop, d, node_timeout)
     kill_at = loop.get("kill_at_estimate", bool, d.kill_at_estimate)
-    grace = loop.number("estimate_grace_s", d.estimate_grace_s, lo=0)
+    grace = loop.number("estimate_grace_s", d.estimate_grace_s, lo=0, hi=1e9)
     loop.finish()
 
     lease = top.section("lease")
@@ -122,14 +149,15 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
     limits = MigrationLimits(
         max_per_host=mig.integer("max_per_host", 1, lo=0, hi=1000),
         max_per_cluster=mig.integer("max_per_cluster", 4, lo=0, hi=100000),
-        min_gain_s=mig.number("min_gain_s", 0.0, lo=0),
+        min_gain_s=mig.number("min_gain_s", 0.0, lo=0, hi=1e9),
         dry_run=mig.get("dry_run", bool, False),
-        timeout_s=mig.number("timeout_s", 600.0, lo=1),
+        timeout_s=mig.number("timeout_s", 600.0, lo=1, hi=1e9),
     )
     mig.finish()
+    retention = _retention(top.section("retention"))
     clk = top.section("clock")
     clock_speed = clk.number("speed", 1.0, lo=0.001, hi=1e6)
-    clock_epoch = clk.number("epoch", 0.0, lo=0) if clk.has("epoch") else None
+    clock_epoch = clk.number("epoch", 0.0, lo=0, hi=1e11) if clk.has("epoch") else None
     clk.finish()
     log_level = top.choice("log_level", ("debug", "info", "warning", "error"), d.log_level)
     top.finish()
@@ -145,9 +173,59 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
     return DaemonConfig(
         path=path, store_url=store_url, state_dir=state_dir, listen=listen, port=port,
         server_names=tuple(names_raw), max_body_bytes=max_body, bootstrap_token_file=token_file,
+        max_connections=max_conns, handshake_timeout_s=handshake_s, keepalive_timeout_s=keepalive_s,
         policy_kind=kind, policy_name=name, policy_params=dict(params), policy_explicit=pol_explicit,
-        tick_s=tick, min_interval_s=min_interval, node_timeout_s=node_timeout,
+        tick_s=tick, min_interval_s=min_interval, node_timeout_s=node_timeout, heartbeat_s=heartbeat,
+        fence_s=fence_s, node_down_s=node_down,
         kill_at_estimate=kill_at, estimate_grace_s=grace, lease_ttl_s=ttl, holder=holder, fg_weight=fg_w,
         bg_weight=bg_w, vm_memory_mib=mem, checkpoint_dir=ckpt, migration=limits, log_level=log_level,
-        clock_speed=clock_speed, clock_epoch=clock_epoch,
+        retention=retention, clock_speed=clock_speed, clock_epoch=clock_epoch,
     )
+
+
+#: the node timeout spans at least this many heartbeats (one late or lost heartbeat never loses a node)
+MIN_HEARTBEATS_PER_TIMEOUT = 3
+
+
+def fence_margin(heartbeat_s: float) -> float:
+    """Real seconds ``loop.node_down_s`` must exceed ``loop.fence_s`` by: the agent notices its fence
+    deadline within one heartbeat period (its heartbeat thread checks it at least that often, and a
+    heartbeat request times out after one period), and one more period covers pausing the VMs."""
+    return 2.0 * heartbeat_s
+
+
+def _liveness(loop: Section, d: DaemonConfig, node_timeout: float) -> tuple[float, float, float]:
+    """``loop.heartbeat_s``, ``loop.fence_s`` and ``loop.node_down_s``, checked against each other and
+    ``loop.node_timeout_s`` (all real seconds): heartbeat x 3 <= node timeout <= fence <= down - margin."""
+    # unset: 5 s, or shorter when a short node timeout asks for it (six heartbeats per timeout)
+    heartbeat = loop.number("heartbeat_s", min(d.heartbeat_s, node_timeout / 6), lo=0.01, hi=3600)
+    if node_timeout < MIN_HEARTBEATS_PER_TIMEOUT * heartbeat:
+        raise loop.error("node_timeout_s", f"must be at least {MIN_HEARTBEATS_PER_TIMEOUT} heartbeats long "
+                         f"({MIN_HEARTBEATS_PER_TIMEOUT} x loop.heartbeat_s = "
+                         f"{MIN_HEARTBEATS_PER_TIMEOUT * heartbeat:g} s), got {node_timeout:g}")
+    fence_s = loop.number("fence_s", max(d.fence_s, node_timeout), lo=0.1, hi=86400)
+    if fence_s < node_timeout:
+        raise loop.error("fence_s", f"must be at least loop.node_timeout_s ({node_timeout:g} s), got {fence_s:g}")
+    margin = fence_margin(heartbeat)
+    node_down = loop.number("node_down_s", max(d.node_down_s, fence_s + margin), lo=0.1, hi=86400 * 30)
+    if node_down < fence_s + margin:
+        raise loop.error("node_down_s", f"must be at least loop.fence_s + 2 x loop.heartbeat_s "
+                         f"({fence_s:g} + {margin:g} = {fence_s + margin:g} s: the agents pause their job VMs "
+                         f"before their jobs are requeued), got {node_down:g}")
+    return heartbeat, fence_s, node_down
+
+
+def _retention(sec: Section) -> RetentionConfig:
+    d = RetentionConfig()
+    keep_s = sec.number("keep_s", d.keep_s, lo=0)
+    if not math.isfinite(keep_s):
+        raise sec.error("keep_s", f"must be a finite number of seconds >= 0, got {keep_s}")
+    out = RetentionConfig(
+        enabled=sec.get("enabled", bool, d.enabled),
+        keep_s=keep_s,
+        keep_count=sec.integer("keep_count", d.keep_count, lo=0, hi=100_000_000),
+        archive=sec.get("archive", bool, d.archive),
+        max_per_pass=sec.integer("max_per_pass", d.max_per_pass, lo=1, hi=1_000_000),
+    )
+    sec.finish()
+    return out

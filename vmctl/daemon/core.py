@@ -37,6 +37,7 @@ from typing import Any
 from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DaemonConfig
+from vmctl.daemon.retention import prune_finished
 from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings, Layout
 from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, UserError, ValidationError, VmctlError
 from vmctl.model import ClusterView, Decision, Demote, Migrate, NodeDesired, NodeObserved, Promote, SetCap, Tier
@@ -98,6 +99,10 @@ class Daemon:
         self.loads = 0  # state reloads from the store (a decision made before one is not applied)
         self.decision_seconds: list[float] = []
         self.skipped_total = 0
+        #: node -> model time at which its last *fresh* full report (a new relist) arrived, since this daemon
+        #: took the lease (memory only, emptied by ``load``). No timer that ends work acts on a node before
+        #: its entry exists: what the agents observed while the daemon was down is learnt first.
+        self.observed_at: dict[str, float] = {}
         #: called with the names of nodes whose desired state changed (after the commit)
         self.on_desired: Callable[[set[str]], None] = lambda nodes: None
         self.metrics: Any = None  # a vmctl.metrics.DaemonMetrics when served (set by the API server)
@@ -169,6 +174,7 @@ class Daemon:
         self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired)
         self.loads += 1
         now = self.clock.now()
+        self.observed_at = {}  # nothing observed by this daemon yet: see housekeeping
         for n in self.state.nodes.values():
             n.last_seen = max(n.last_seen, now)  # grace: agents re-report after a daemon restart
         if self._fixed_policy is None:
@@ -309,7 +315,11 @@ class Daemon:
         self.commit(ch)
         return rec
 
-    def register_node(self, name: str, cores: int, hostname: str, backend: str) -> NodeRecord:
+    def register_node(self, name: str, cores: int, hostname: str, backend: str, peers: Iterable[str] | None = None,
+                      checkpoint_peers: Iterable[str] | None = None) -> NodeRecord:
+        """A node agent (re)registers. ``peers``: the nodes its agent can live-migrate to (None: it did
+        not say, not restricted); ``checkpoint_peers``: where it can send checkpoint files (None: shared
+        storage, any node). Policies are offered only migrations these allow (``ClusterView.can_migrate``)."""
         self._require_leader()
         now = self.clock.now()
         ch = Changes()
@@ -329,6 +339,11 @@ class Daemon:
             rec.hostname, rec.backend, rec.last_seen = hostname, backend, now
             if rec.state == "lost":
                 rec.state = "ready"
+        reach = (None if peers is None else sorted(set(peers) - {name}),
+                 None if checkpoint_peers is None else sorted(set(checkpoint_peers) - {name}))
+        if (rec.peers, rec.checkpoint_peers) != reach:
+            rec.peers, rec.checkpoint_peers = reach
+            self.state.nodes_changed()  # a decision made on the old reachability is made again
         ch.nodes[name] = rec
         ch.desired_nodes.add(name)
         ch.events.append(f"node {name} joined")
@@ -348,12 +363,39 @@ class Daemon:
         now = self.clock.now()
         rec.last_seen = now
         ch = Changes()
-        if rec.state == "lost":
+        self._node_back(rec, ch)
+        self.actuator.observe(obs, now, ch)
+        if not any(e.startswith("observe:") for e in obs.errors):
+            # a fresh relist (a report whose relist failed repeats the agent's previous VM list)
+            self.observed_at[rec.name] = now
+        self.commit(ch)
+
+    def heartbeat(self, name: str) -> dict[str, Any]:
+        """An agent's cheap sign of life (``POST /v1/agent/nodes/<n>/heartbeat``): keeps its node from
+        being lost, and tells the agent the liveness settings and its node's current generation (an agent
+        that fenced itself resumes its VMs only once it holds that generation). In memory only: a
+        heartbeat writes the store only when it brings a lost or down node back."""
+        self._require_leader()
+        rec = self.node(name)
+        rec.last_seen = self.clock.now()
+        ch = Changes()
+        self._node_back(rec, ch)
+        if ch.any():
+            self.commit(ch)
+        cfg = self.config
+        return {"node": name, "state": rec.state, "generation": self.state.generation.get(name, 0),
+                "heartbeat_s": cfg.heartbeat_s, "node_timeout_s": cfg.node_timeout_s, "fence_s": cfg.fence_s,
+                "node_down_s": cfg.node_down_s}
+
+    def _node_back(self, rec: NodeRecord, ch: Changes) -> None:
+        """The agent of a lost or down node was heard from: the node is schedulable again (a lost node
+        kept its jobs; a down node's were requeued)."""
+        if rec.state in ("lost", "down"):
+            log.warning("node %s back (was %s)", rec.name, rec.state)
             rec.state = "ready"
             ch.nodes[rec.name] = rec
             ch.events.append(f"node {rec.name} back")
-        self.actuator.observe(obs, now, ch)
-        self.commit(ch)
+            self.state.nodes_changed()
 
     def set_node_state(self, name: str, drain: bool) -> NodeRecord:
         self._require_leader()
@@ -409,6 +451,10 @@ class Daemon:
             raise Conflict(what=f"job {job_id}", problem=f"is {rec.state}{' and migrating' if rec.migrating else ''}")
         if node.state != "ready":
             raise Conflict(what=f"node {to_node}", problem=f"is {node.state}")
+        for src in sorted({n for n, _c in rec.placement}):
+            why = self.state.migration_block(src, to_node)
+            if why is not None:
+                raise Conflict(what=f"migration of job {job_id} to {to_node}", problem=why)
         view, lay = self.state.build_view(self.clock.now())
         off = lay.offset[to_node]
         free = [off + c for c in range(node.cores) if (off + c) in view.idle_fg]
@@ -467,35 +513,65 @@ class Daemon:
 
     # ------------------------------------------------------------------ housekeeping + decisions
     def housekeeping(self, now: float, ch: Changes) -> None:
+        """The timers: nodes lost (no heartbeat for ``node_timeout_s``: unschedulable, jobs kept) and
+        down (no heartbeat for ``node_down_s``: jobs requeued; their agent fenced them ``fence_s`` after
+        its last contact, see docs/daemon.md), migrations past ``migration.timeout_s`` rolled back, fg jobs
+        past estimate + grace killed. Timers that end work act only on what the agents reported to this
+        daemon (``observed_at``), never on a state that may have changed while no daemon was listening."""
         st = self.state
+        cfg = self.config
+        prune_finished(self, now, ch)  # retention: finished jobs past retention.keep_s / keep_count
         for n in st.nodes.values():
-            if n.state in ("ready", "draining") and now - n.last_seen > self.config.node_timeout_s * self.speed:
+            age = now - n.last_seen
+            if n.state in ("ready", "draining") and age > cfg.node_timeout_s * self.speed:
                 n.state = "lost"
                 ch.nodes[n.name] = n
                 ch.events.append(f"node {n.name} lost")
-                log.warning("node %s lost (last seen %.1fs ago)", n.name, now - n.last_seen)
+                log.warning("node %s lost (no heartbeat for %.1f s): nothing new is placed there; its %d jobs "
+                            "are kept until loop.node_down_s", n.name, age / self.speed, len(st.jobs_on(n.name)))
+                st.nodes_changed()
+            if n.state == "lost" and age > cfg.node_down_s * self.speed:
+                n.state = "down"
+                ch.nodes[n.name] = n
+                ch.events.append(f"node {n.name} down")
+                log.warning("node %s down (no heartbeat for %.1f s): its jobs are requeued (its agent paused "
+                            "them after loop.fence_s)", n.name, age / self.speed)
                 for job in st.jobs_on(n.name):
                     if job.migrating:
                         op = st.ops.get(job.migrating)
                         if op is not None:
                             srcs = {str(m["from"][0]) for m in op.detail.get("moves", [])}
                             if n.name not in srcs:  # the target died: go back to the source
-                                self.actuator.rollback_migration(op, job, now, ch, f"node {n.name} lost")
+                                self.actuator.rollback_migration(op, job, now, ch, f"node {n.name} down")
                                 continue
-                    self.actuator.stop_job(ch, job, now, "queued", f"requeued: node {n.name} lost")
+                    self.actuator.stop_job(ch, job, now, "queued", f"requeued: node {n.name} down")
                 st.nodes_changed()
             elif n.state == "draining" and not st.jobs_on(n.name):
                 n.state = "drained"
                 ch.nodes[n.name] = n
+        heard = self.observed_at
         for op in [o for o in st.ops.values() if o.state == "pending" and o.kind == "migrate"]:
-            if now - op.created > self.config.migration.timeout_s * self.speed:
+            hosts = [str(h) for h in op.detail.get("hosts", [])]
+            # not before every node of the migration reported to this daemon: it may have finished meanwhile
+            if now - op.created > cfg.migration.timeout_s * self.speed and all(h in heard for h in hosts):
                 mj = st.jobs.get(op.job_id)
                 if mj is not None:
                     self.actuator.rollback_migration(op, mj, now, ch, "timed out")
-        if self.config.kill_at_estimate:
+        if cfg.kill_at_estimate:
             for job in st.active():
-                over = st.progress(job, now) > float(job.spec["estimate"]) + self.config.estimate_grace_s
-                if job.state == "running" and job.tier == "fg" and not job.migrating and over:
+                if job.state != "running" or job.tier != "fg" or job.migrating:
+                    continue
+                if not all(t.get("seen", True) for t in job.tasks):
+                    continue  # not every process reported started yet: it cannot have overrun
+                limit = float(job.spec["estimate"]) + cfg.estimate_grace_s
+                prog = st.progress(job, now)
+                pace = st.pace(job)
+                if prog <= limit or pace <= 0:
+                    continue
+                crossed = now - (prog - limit) / pace  # when its modelled progress passed estimate + grace
+                # killed only when every node it runs on reported it still running in a relist that arrived
+                # after that moment (a process that exited meanwhile ends the job as done, not killed)
+                if all(heard.get(node, -math.inf) > crossed for node, _c in job.placement):
                     self.actuator.stop_job(ch, job, now, "killed", "killed: ran past its estimate")
 
     def run_once(self) -> float | None:
@@ -609,7 +685,12 @@ class Daemon:
         if d is not None and d.reservation is not None:
             r = d.reservation
             res = {"job_id": r.job_id, "shadow_time": r.shadow_time, "extra_cores": r.extra_cores}
-        return {"job_id": rec.id, "state": rec.state, "reason": rec.reason, "reservation": res, "queue_position": pos}
+        migs = [{"id": o.id, "state": o.state, "origin": o.detail.get("origin"), "note": o.detail.get("note"),
+                 "to": sorted({str(m["to"][0]) for m in o.detail.get("moves", []) if m["from"][0] != m["to"][0]})}
+                for o in sorted(self.state.ops.values(), key=lambda o: (o.created, len(o.id), o.id))
+                if o.job_id == rec.id and o.kind == "migrate"]
+        return {"job_id": rec.id, "state": rec.state, "reason": rec.reason, "reservation": res, "queue_position": pos,
+                "migrations": migs[-5:]}
 
     def view(self) -> ClusterView:
         return self.state.build_view(self.clock.now())[0]

@@ -16,9 +16,10 @@ times the pace: 1 in fg, and in bg what the fg VMs of its cores leave (``1 - fg_
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -87,6 +88,10 @@ class ClusterState:
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     ops: dict[str, OperationRecord] = field(default_factory=dict)
     observed: dict[str, NodeObserved] = field(default_factory=dict)
+    # node -> (agent time, errors) of its latest report that had errors (memory only, like observed)
+    agent_errors: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
+    # migration_targets() for the layout object it was computed with (a peers change calls nodes_changed)
+    _mtargets: tuple[Layout | None, Mapping[str, frozenset[str]] | None] = (None, None)
     desired: dict[str, tuple[VmDesired, ...]] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=dict)
     next_seq: int = 1
@@ -110,6 +115,10 @@ class ClusterState:
     # and whether every process maps to a known core
     _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool]] = field(
         default_factory=dict)
+    # retention: every finished job's (end_time, seq, id), and the same entries in a min-heap (oldest end
+    # first; an entry no longer in _fentry is stale and skipped when it comes up)
+    _fentry: dict[str, tuple[float, int, str]] = field(default_factory=dict)
+    _fheap: list[tuple[float, int, str]] = field(default_factory=list)
 
     # ------------------------------------------------------------------ loading
     def load(self, jobs: Iterable[JobRecord], nodes: Iterable[NodeRecord], ops: Iterable[OperationRecord],
@@ -130,6 +139,7 @@ class ClusterState:
         self._job_cache = {}
         self._active = set()
         self._static = {}
+        self._fentry, self._fheap = {}, []
         # the queue in one sort (inserting the jobs one by one in store order could be quadratic)
         self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values() if j.state == "queued")
         self._qjobs = [self.job_obj(self.jobs[e[2]]) for e in self._qorder]
@@ -168,6 +178,7 @@ class ClusterState:
         else:
             self._job_nodes.pop(job.id, None)
         self._index_queue(job)
+        self._index_finished(job)
         return set(old | new)
 
     def _index_queue(self, job: JobRecord) -> None:
@@ -193,6 +204,88 @@ class ClusterState:
         else:
             return
         self._qsnap = None
+
+    # ------------------------------------------------------------------ retention (config ``retention:``)
+    def _index_finished(self, job: JobRecord) -> None:
+        """Keep the finished-job index up to date as ``job`` becomes (or stops being) finished: O(log n)
+        per change, nothing for a change that keeps its entry."""
+        old = self._fentry.get(job.id)
+        if job.state in TERMINAL:
+            entry = (job.end_time if job.end_time is not None else job.submit_time, job.seq, job.id)
+            if old == entry:
+                return
+            self._fentry[job.id] = entry
+            heapq.heappush(self._fheap, entry)
+            if len(self._fheap) > 2 * len(self._fentry) + 64:  # mostly stale entries: rebuild (amortized O(1))
+                self._fheap = list(self._fentry.values())
+                heapq.heapify(self._fheap)
+        elif old is not None:
+            del self._fentry[job.id]
+
+    def finished_count(self) -> int:
+        """How many finished jobs (done, killed, failed, cancelled) are in memory."""
+        return len(self._fentry)
+
+    def select_prunable(self, now: float, keep_s: float, keep_count: int, limit: int,
+                        skip: Container[str] = ()) -> list[JobRecord]:
+        """Up to ``limit`` finished jobs to prune, oldest end first: those that ended ``keep_s`` or more
+        before ``now``, and the oldest beyond the ``keep_count`` most recent. Never a queued, running or
+        suspended job (only finished jobs are in the index), a job in ``skip`` (changed by the event being
+        handled and not committed yet), a job an open operation refers to, nor the newest submission (the
+        sequence number a restarted daemon continues from is the highest it loads).
+
+        Bounded: looks at no more than ``2 * limit + 16`` heap entries, O(log n) each, plus one pass over
+        the open operations when something is due. The chosen jobs leave the heap: ``forget_jobs`` drops
+        them once the store has, ``unselect`` puts them back if the store write failed."""
+        heap, fentry, jobs = self._fheap, self._fentry, self.jobs
+        out: list[JobRecord] = []
+        deferred: list[tuple[float, int, str]] = []
+        open_ops: set[str] | None = None
+        budget = 2 * limit + 16
+        cutoff = now - keep_s
+        while heap and len(out) < limit and budget > 0:
+            budget -= 1
+            entry = heap[0]
+            if fentry.get(entry[2]) != entry:
+                heapq.heappop(heap)  # stale: the job changed or was pruned since
+                continue
+            if entry[0] > cutoff and len(fentry) - len(out) <= keep_count:
+                break  # the oldest left is young enough and the count is within bounds: nothing more is due
+            heapq.heappop(heap)
+            rec = jobs.get(entry[2])
+            if rec is None:
+                del fentry[entry[2]]
+                continue
+            if open_ops is None:
+                open_ops = {o.job_id for o in self.ops.values() if o.state == "pending"}
+            if rec.id in skip or rec.id in open_ops or rec.migrating or rec.seq >= self.next_seq - 1:
+                deferred.append(entry)
+                continue
+            out.append(rec)
+        for entry in deferred:
+            heapq.heappush(heap, entry)
+        return out
+
+    def unselect(self, recs: Iterable[JobRecord]) -> None:
+        """Put jobs chosen by ``select_prunable`` back into the index (their pruning did not happen)."""
+        for rec in recs:
+            entry = self._fentry.get(rec.id)
+            if entry is not None:
+                heapq.heappush(self._fheap, entry)
+
+    def forget_jobs(self, recs: Iterable[JobRecord]) -> None:
+        """Drop pruned finished jobs from memory: the record and everything cached about it, including
+        the last reported utilization of its VMs (every run's)."""
+        for rec in recs:
+            if self.jobs.get(rec.id) is rec:
+                del self.jobs[rec.id]
+            self._fentry.pop(rec.id, None)
+            self._job_cache.pop(rec.id, None)
+            self._static.pop(rec.id, None)
+            procs = max(len(rec.tasks), int(rec.spec.get("procs") or 0))
+            for run in range(1, rec.run + 1):
+                for i in range(procs):
+                    self._util.pop(f"j{rec.id}-r{run}-p{i}", None)
 
     def jobs_on(self, node: str) -> list[JobRecord]:
         return [self.jobs[j] for j in sorted(self._node_jobs.get(node, ()))]
@@ -236,11 +329,39 @@ class ClusterState:
 
     def set_observed(self, obs: NodeObserved) -> None:
         self.observed[obs.node] = obs
+        if obs.errors:
+            self.agent_errors[obs.node] = (obs.time, obs.errors)
         for v in obs.vms:
             self._util[v.name] = v.utilization
 
     def vm_util(self, name: str) -> float | None:
         return self._util.get(name)
+
+    def migration_block(self, source: str, target: str, mode: str = "live") -> str | None:
+        """Why a process cannot move from node ``source`` to node ``target`` in ``mode`` (live |
+        checkpoint), judged from what the source's agent registered; None when it can."""
+        if source == target:
+            return None
+        rec = self.nodes.get(source)
+        if rec is None:
+            return f"node {source} is unknown"
+        if mode == "checkpoint":
+            if rec.checkpoint_peers is not None and target not in rec.checkpoint_peers:
+                return (f"node {source} cannot send checkpoints to {target}: its agent's config has no "
+                        f"checkpoints.hosts.{target}")
+        elif rec.peers is not None and target not in rec.peers:
+            return f"node {source} cannot reach {target}: its agent's config has no peers.{target}"
+        return None
+
+    def migration_targets(self) -> Mapping[str, frozenset[str]] | None:
+        """node -> the nodes it can live-migrate to, for the nodes whose agents registered their peers
+        (a ``ClusterView.migration_targets``, read-only); None when no node is restricted. Cached until
+        the nodes change (``nodes_changed``, also called when a node's peers change)."""
+        lay = self.layout()
+        if self._mtargets[0] is not lay:
+            out = {n.name: frozenset(n.peers) for n in self.nodes.values() if n.peers is not None}
+            self._mtargets = (lay, MappingProxyType(out) if out else None)
+        return self._mtargets[1]
 
     # ------------------------------------------------------------------ progress
     def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
@@ -349,6 +470,7 @@ class ClusterState:
             total_cores=total, queue=queue, running=running, fg_job=fg, bg_job=bg, idle_fg=idle_fg,
             idle_bg=idle_bg, fg_util=util, usable=usable, node_of_core=lay.node_of_core,
             local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
+            migration_targets=self.migration_targets(),
         )
         return view, lay
 

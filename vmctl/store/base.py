@@ -13,10 +13,31 @@ PostgreSQL (psycopg 3).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from vmctl.errors import StoreError
 from vmctl.model import Job, Tier
+
+
+class CorruptRecord(StoreError):
+    """A stored row that cannot be read back (invalid JSON, missing or wrong fields)."""
+
+    reference = "store-corrupt"
+    retryable = False
+    http_status = 400  # vmctld exits 2: the operator must repair or restore the store
+    template = "{backend}: {where}: table {table}, row {row}: {problem}"
+
+
+class LeaseHeld(StoreError):
+    """An offline store operation refused while a running daemon holds the leader lease."""
+
+    reference = "lease-held"
+    retryable = False
+    http_status = 409
+    template = ("{path}: a running vmctld ({holder}) holds the leader lease for {seconds:.0f} s more: stop it "
+                "first (a daemon killed with SIGKILL frees the lease when it expires)")
 
 # --------------------------------------------------------------------------------------- records
 
@@ -101,6 +122,11 @@ class NodeRecord:
     backend: str = ""
     registered: float = 0.0
     observed: dict[str, Any] | None = None  # last NodeObserved, wire form
+    # the nodes this node's agent can migrate to, as it registered them: ``peers`` for live migration
+    # (None = the agent did not say: not restricted), ``checkpoint_peers`` for checkpoint migration
+    # over sftp (None = shared checkpoint storage: any node)
+    peers: list[str] | None = None
+    checkpoint_peers: list[str] | None = None
 
     def to_doc(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,10 +232,32 @@ class Store(Protocol):
 
     def list_tokens(self) -> list[TokenRecord]: ...
 
+    def location(self) -> str:
+        """Where the data is, for messages (a file path; never a password)."""
+        ...
+
     # writes
+    def insert_token(self, rec: TokenRecord) -> None:
+        """Add a token without the lease (offline ``vmctld token create``; tokens are read per request)."""
+        ...
+
     def write(self, epoch: int, batch: WriteBatch) -> None:
         """Apply ``batch`` atomically if ``epoch`` is still the lease epoch, else raise ``LeaseLost``."""
         ...
+
+    # job retention (schema 002): finished jobs pruned from the daemon's memory
+    def prune_jobs(self, epoch: int, jobs: Sequence[JobRecord], archive: bool) -> None:
+        """In one transaction, if ``epoch`` is still the lease epoch (else ``LeaseLost``): delete ``jobs``
+        from the live job table and, with ``archive``, store these records in the job archive."""
+        ...
+
+    def get_archived_job(self, job_id: str) -> JobRecord | None: ...
+
+    def list_archived_jobs(self, state: str | None = None, limit: int = 1000) -> list[JobRecord]:
+        """Archived jobs, newest submission first, optionally only those in ``state``."""
+        ...
+
+    def count_archived_jobs(self) -> int: ...
 
 
 def dumps(doc: Any) -> str:

@@ -72,6 +72,10 @@ class PostgresStore(SqlStore):
             finally:
                 cur.close()
 
+    def location(self) -> str:
+        info = self._conn.info
+        return f"database {info.dbname!r} on {info.host or 'localhost'}:{info.port}"
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

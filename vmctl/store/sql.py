@@ -10,13 +10,14 @@ that lost its lease can never commit (``LeaseLost``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
 from vmctl.store.base import (
+    CorruptRecord,
     JobRecord,
     Lease,
     NodeRecord,
@@ -27,6 +28,7 @@ from vmctl.store.base import (
 )
 
 SCHEMA_DIR = Path(__file__).parent / "schema"
+_T = TypeVar("_T")
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -141,35 +143,65 @@ class SqlStore:
         return ""
 
     # ---------------------------------------------------------------- reads
+    def location(self) -> str:
+        """Where the data is, for messages (no credentials)."""
+        return self.backend
+
+    def _decode(self, table: str, key: str, value: Any, make: Callable[[Any], _T] | None, raw: Any) -> Any:
+        """One stored value read back: ``make(json document)`` (``int``: the column as a number;
+        None: the JSON value). A row that cannot be read back is a ``CorruptRecord`` naming the table
+        and the row, never a traceback."""
+        try:
+            if make is int:
+                return int(raw)
+            doc = json.loads(raw)
+            if make is None:
+                return doc
+            if not isinstance(doc, dict):
+                raise TypeError(f"expected a JSON object, got {type(doc).__name__}")
+            return make(doc)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError) as exc:
+            raise CorruptRecord(backend=self.backend, where=self.location(), table=table, row=f"{key}={value!r}",
+                                problem=f"cannot read the stored record ({type(exc).__name__}: {exc}); restore a "
+                                        f"backup or repair the row") from exc
+
     def load_jobs(self) -> list[JobRecord]:
         with self._read() as cur:
-            self._exec(cur, "SELECT doc FROM jobs ORDER BY seq")
+            self._exec(cur, "SELECT id, doc FROM jobs ORDER BY seq")
             rows = cur.fetchall()
-        return [JobRecord.from_doc(json.loads(r[0])) for r in rows]
+        return [self._decode("jobs", "id", r[0], JobRecord.from_doc, r[1]) for r in rows]
 
     def load_nodes(self) -> list[NodeRecord]:
         with self._read() as cur:
-            self._exec(cur, "SELECT doc FROM nodes ORDER BY name")
+            self._exec(cur, "SELECT name, doc FROM nodes ORDER BY name")
             rows = cur.fetchall()
-        return [NodeRecord.from_doc(json.loads(r[0])) for r in rows]
+        return [self._decode("nodes", "name", r[0], NodeRecord.from_doc, r[1]) for r in rows]
 
     def load_desired(self) -> dict[str, tuple[int, dict[str, Any]]]:
         with self._read() as cur:
             self._exec(cur, "SELECT node, generation, doc FROM desired")
             rows = cur.fetchall()
-        return {r[0]: (int(r[1]), json.loads(r[2])) for r in rows}
+        return {r[0]: (self._decode("desired", "node", r[0], int, r[1]),
+                       self._decode("desired", "node", r[0], dict, r[2])) for r in rows}
 
     def load_operations(self) -> list[OperationRecord]:
         with self._read() as cur:
-            self._exec(cur, "SELECT doc FROM operations ORDER BY id")
+            self._exec(cur, "SELECT id, doc FROM operations ORDER BY id")
             rows = cur.fetchall()
-        return [OperationRecord.from_doc(json.loads(r[0])) for r in rows]
+        return [self._decode("operations", "id", r[0], OperationRecord.from_doc, r[1]) for r in rows]
 
     def get_kv(self, key: str) -> Any:
         with self._read() as cur:
             self._exec(cur, "SELECT value FROM kv WHERE key = ?", (key,))
             row = cur.fetchone()
-        return None if row is None else json.loads(row[0])
+        return None if row is None else self._decode("kv", "key", key, None, row[0])
+
+    def insert_token(self, rec: TokenRecord) -> None:
+        """Add one token outside the leader's transactions (tokens are not part of the state the
+        leader acts on): ``vmctld token create`` mints one offline, also while a daemon runs."""
+        with self._transaction(lock=False) as cur:
+            self._exec(cur, "INSERT INTO tokens (hash, name, role, created, expires) VALUES (?, ?, ?, ?, ?)",
+                       (rec.hash, rec.name, rec.role, rec.created, rec.expires))
 
     def find_token(self, token_hash: str) -> TokenRecord | None:
         with self._read() as cur:
@@ -219,3 +251,47 @@ class SqlStore:
             for h in batch.delete_tokens:
                 self._exec(cur, "DELETE FROM tokens WHERE hash = ?", (h,))
 
+
+    # ---------------------------------------------------------------- job retention (schema 002)
+    def prune_jobs(self, epoch: int, jobs: Sequence[JobRecord], archive: bool) -> None:
+        if not jobs:
+            return
+        with self._transaction(lock=True) as cur:
+            row = self._lease_row(cur)
+            if int(row[1]) != epoch:
+                raise LeaseLost(epoch=epoch, current=int(row[1]))
+            for j in jobs:
+                if archive:
+                    self._exec(
+                        cur,
+                        "INSERT INTO job_archive (id, seq, state, end_time, doc) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
+                        "end_time = excluded.end_time, doc = excluded.doc",
+                        (j.id, j.seq, j.state, j.end_time, dumps(j.to_doc())),
+                    )
+                self._exec(cur, "DELETE FROM jobs WHERE id = ?", (j.id,))
+
+    def _archived(self, rows: list[Any]) -> list[JobRecord]:
+        return [self._decode("job_archive", "id", job_id, JobRecord.from_doc, doc) for job_id, doc in rows]
+
+    def get_archived_job(self, job_id: str) -> JobRecord | None:
+        with self._read() as cur:
+            self._exec(cur, "SELECT id, doc FROM job_archive WHERE id = ?", (job_id,))
+            row = cur.fetchone()
+        return None if row is None else self._archived([row])[0]
+
+    def list_archived_jobs(self, state: str | None = None, limit: int = 1000) -> list[JobRecord]:
+        with self._read() as cur:
+            if state is None:
+                self._exec(cur, "SELECT id, doc FROM job_archive ORDER BY seq DESC LIMIT ?", (limit,))
+            else:
+                self._exec(cur, "SELECT id, doc FROM job_archive WHERE state = ? ORDER BY seq DESC LIMIT ?",
+                           (state, limit))
+            rows = cur.fetchall()
+        return self._archived(rows)
+
+    def count_archived_jobs(self) -> int:
+        with self._read() as cur:
+            self._exec(cur, "SELECT COUNT(*) FROM job_archive")
+            row = cur.fetchone()
+        return int(row[0]) if row else 0

@@ -2,28 +2,46 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from vmctl.errors import StoreError, VmctlError
+from vmctl.store.base import LeaseHeld
 from vmctl.store.sql import SqlStore
+
+SECRET_MODE = 0o600
 
 
 class SqliteStore(SqlStore):
     backend = "sqlite"
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 10.0, must_exist: bool = False) -> None:
         self.path = str(path)
         try:
             if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                if must_exist and not Path(self.path).is_file():
+                    raise StoreError(backend=self.backend, problem=f"no database at {self.path}")
+                Path(self.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                # the database holds the CA's private key: 0600 whatever the umask (SQLite gives its
+                # -wal, -shm and -journal files the mode of the database file)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, SECRET_MODE)
+                try:
+                    if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+                        os.fchmod(fd, SECRET_MODE)
+                finally:
+                    os.close(fd)
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
                                          check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            if self.path == ":memory:" or os.path.getsize(self.path) > 0:
+                # an empty file stays empty until migrate(): a store refused at start changes nothing
+                self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
         except (sqlite3.Error, OSError) as exc:
@@ -65,9 +83,88 @@ class SqliteStore(SqlStore):
             finally:
                 cur.close()
 
+    def location(self) -> str:
+        return self.path
+
+    def migrate(self) -> int:
+        with self._lock:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.Error as exc:
+                raise StoreError(backend=self.backend, problem=f"{self.path}: {exc}") from exc
+        return super().migrate()
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    # ---------------------------------------------------------------- backup and restore
+    def backup(self, dest: str | Path) -> None:
+        """A consistent copy of the whole database (SQLite's online backup API: safe while a daemon
+        writes) into the new file ``dest``, created with mode 0600; never overwrites."""
+        dest = Path(dest)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SECRET_MODE)
+        os.fchmod(fd, SECRET_MODE)
+        os.close(fd)
+        try:
+            target = sqlite3.connect(str(dest), isolation_level=None)
+            try:
+                with self._lock:
+                    self._conn.backup(target)
+                target.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, no -wal
+                check = target.execute("PRAGMA integrity_check").fetchone()
+            finally:
+                target.close()
+            if not check or check[0] != "ok":
+                raise StoreError(backend=self.backend, problem=f"{dest}: the copy fails its integrity check: {check}")
+        except sqlite3.Error as exc:
+            dest.unlink(missing_ok=True)
+            raise StoreError(backend=self.backend, problem=f"backup of {self.path} to {dest}: {exc}") from exc
+        except BaseException:
+            dest.unlink(missing_ok=True)
+            raise
+
+    def restore(self, source: str | Path, *, now: float | None = None) -> None:
+        """Replace the whole database by the backup ``source`` (through the backup API, so the WAL
+        and every open reader stay consistent). Refused with ``LeaseHeld`` while a daemon holds the
+        lease. The restored lease is free, with an epoch above both the backup's and the current one."""
+        now = time.time() if now is None else now
+        src_path = Path(source)
+        if not src_path.is_file():
+            raise StoreError(backend=self.backend, problem=f"no backup file at {source}")
+        lease = self.lease() if self.schema_version() > 0 else None
+        if lease is not None and lease.holder is not None and lease.expires >= now:
+            raise LeaseHeld(holder=lease.holder, path=self.path, seconds=lease.expires - now)
+        current_epoch = lease.epoch if lease is not None else 0
+        try:
+            src = sqlite3.connect(f"file:{src_path}?mode=ro", uri=True, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(backend=self.backend, problem=f"cannot open {source}: {exc}") from exc
+        try:
+            check = src.execute("PRAGMA integrity_check").fetchone()
+            if not check or check[0] != "ok":
+                raise StoreError(backend=self.backend, problem=f"{source} fails its integrity check: {check}")
+            tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"schema_version", "kv", "lease", "jobs", "tokens"} <= tables or src.execute(
+                    "SELECT 1 FROM kv WHERE key = 'ca'").fetchone() is None:
+                raise StoreError(backend=self.backend, problem=f"{source} is not a vmctld backup (no cluster in it)")
+            with self._lock:
+                src.backup(self._conn)
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    row = self._conn.execute("SELECT epoch FROM lease WHERE id = 1").fetchone()
+                    epoch = max(int(row[0]) if row else 0, current_epoch) + 1
+                    self._conn.execute("UPDATE lease SET holder = NULL, epoch = ?, expires = 0 WHERE id = 1",
+                                       (epoch,))
+                    self._conn.commit()
+                except BaseException:
+                    self._conn.rollback()
+                    raise
+        except sqlite3.Error as exc:
+            raise StoreError(backend=self.backend, problem=f"restore of {source} into {self.path}: {exc}") from exc
+        finally:
+            src.close()
 
 
 class _Translating:

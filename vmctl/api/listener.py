@@ -1,0 +1,254 @@
+"""The API's TCP listener: an aiohttp site that bounds what unauthenticated clients can hold.
+
+``asyncio``'s own server accepts every connection it can and gives each one a full TLS handshake
+time (60 s) before it has sent a byte; ~1,000 idle connections then use up the open-file limit, the
+accept loop fails with EMFILE on every turn and the API is locked out. ``BoundedSite`` accepts
+connections itself instead:
+
+- at most ``max_connections`` sockets are open at once (counting those still in their TLS
+  handshake), and never more than the open-file limit leaves room for (``fd_budget``);
+- a TLS handshake must finish within ``handshake_timeout_s``;
+- when the limit is reached, the oldest connection still in its handshake is closed to make room
+  for the new one (an idle client cannot keep a real one out); with none in a handshake the new
+  connection is closed at once;
+- an accept that fails (EMFILE, ENFILE, ...) is logged and retried after a short pause, never in a
+  tight loop.
+
+Connections past their handshake belong to aiohttp (its ``keepalive_timeout`` closes idle ones;
+``AppRunner.cleanup`` closes them all at shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import resource
+import socket
+import ssl
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger("vmctld.api")
+
+#: file descriptors kept free for everything but client connections (store, WAL, logs, certificates)
+FD_RESERVE = 64
+#: pause after a failed accept() (EMFILE and the like) before the next try
+ACCEPT_RETRY_S = 0.1
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_DEAD_LISTENER_ERRNOS = frozenset({errno.EBADF, errno.EINVAL, errno.ENOTSOCK})
+
+
+def fd_budget(max_connections: int, soft_limit: int | None = None) -> int:
+    """How many client connections may be open at once: ``max_connections``, but no more than the
+    open-file soft limit minus ``FD_RESERVE`` (at least 16)."""
+    if soft_limit is None:
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft_limit == resource.RLIM_INFINITY or soft_limit < 0:
+        return max_connections
+    return max(16, min(max_connections, soft_limit - FD_RESERVE))
+
+
+class _Slot:
+    """One accepted socket, from accept() to its close; ``release`` is idempotent."""
+
+    __slots__ = ("_site", "conn", "owned", "released", "task")
+
+    def __init__(self, site: BoundedSite, conn: socket.socket) -> None:
+        self._site = site
+        self.conn = conn
+        self.task: asyncio.Task[None] | None = None
+        #: asyncio made a transport for the socket: from then on only the transport may close it (closing
+        #: the descriptor under a registered transport would confuse the selector once the number is reused)
+        self.owned = False
+        self.released = False
+
+    def close(self) -> None:
+        if not self.owned:
+            self.conn.close()
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._site._open -= 1
+            self._site._pending.pop(self, None)
+
+
+class _Counted(asyncio.Protocol):
+    """Passes everything to aiohttp's protocol and frees the connection's slot when it closes."""
+
+    def __init__(self, inner: asyncio.Protocol, slot: _Slot) -> None:
+        self._inner = inner
+        self._slot = slot
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            self._inner.connection_lost(exc)
+        finally:
+            self._slot.release()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class BoundedSite(web.BaseSite):
+    """Like ``web.TCPSite`` (same host resolution: every address ``host`` resolves to), with the
+    bounds of the module docstring. ``sockets`` are the listening sockets once started."""
+
+    __slots__ = ("_accepts", "_handshake_timeout", "_host", "_limit", "_listeners", "_open", "_pending", "_port",
+                 "closed_at_limit")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
+                 max_connections: int, handshake_timeout_s: float, backlog: int = 1024) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        self._host = host
+        self._port = port
+        self._handshake_timeout = handshake_timeout_s
+        self._limit = fd_budget(max_connections)
+        self._listeners: list[socket.socket] = []
+        self._accepts: list[asyncio.Task[None]] = []
+        self._open = 0
+        #: connections still in their TLS handshake, oldest first (dicts keep insertion order)
+        self._pending: dict[_Slot, None] = {}
+        self.closed_at_limit = 0
+
+    @property
+    def name(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self._host}:{self.port}"
+
+    @property
+    def port(self) -> int:
+        return int(self._listeners[0].getsockname()[1]) if self._listeners else self._port
+
+    @property
+    def sockets(self) -> list[socket.socket]:
+        return list(self._listeners)
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def open_connections(self) -> int:
+        return self._open
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(self._host or None, self._port, family=socket.AF_UNSPEC,
+                                           type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            for family, kind, proto, _name, addr in dict.fromkeys(infos):
+                sock = socket.socket(family, kind, proto)
+                self._listeners.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(addr)
+                sock.listen(self._backlog)
+                sock.setblocking(False)
+        except BaseException:
+            for s in self._listeners:
+                s.close()
+            self._listeners.clear()
+            self._runner._unreg_site(self)
+            raise
+        self._accepts = [asyncio.create_task(self._accept_loop(s), name="vmctld-accept") for s in self._listeners]
+        log.info("API accepts at most %d connections at once (TLS handshake within %g s)", self._limit,
+                 self._handshake_timeout)
+
+    async def stop(self) -> None:
+        for t in self._accepts:
+            t.cancel()
+        for t in self._accepts:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._accepts = []
+        for s in self._listeners:
+            s.close()
+        for slot in list(self._pending):
+            self._evict(slot)
+        await super().stop()
+
+    # ------------------------------------------------------------------ accepting
+    async def _accept_loop(self, lsock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _addr = await loop.sock_accept(lsock)
+            except OSError as exc:
+                if exc.errno in _RESOURCE_ERRNOS:
+                    log.error("accept() failed: %s; retrying in %g s (client connections are limited to %d)",
+                              exc.strerror or exc, ACCEPT_RETRY_S, self._limit)
+                    await asyncio.sleep(ACCEPT_RETRY_S)
+                elif exc.errno in _DEAD_LISTENER_ERRNOS:
+                    log.error("accept() failed: %s: the API stops accepting connections", exc)
+                    return
+                continue  # ECONNABORTED and the like: the client gave up, nothing to do
+            self._admit(conn)
+            # sock_accept() does not suspend while the backlog is full: let the loop run (requests, and the
+            # handshakes cancelled by an eviction, which close their sockets) before the next accept
+            await asyncio.sleep(0)
+
+    def _admit(self, conn: socket.socket) -> None:
+        if self._open >= self._limit:
+            oldest = next(iter(self._pending), None)
+            if oldest is None:
+                conn.close()
+                self.closed_at_limit += 1
+                log.warning("connection limit of %d reached: closing new connections", self._limit)
+                return
+            self._evict(oldest)
+        self._open += 1
+        slot = _Slot(self, conn)
+        self._pending[slot] = None
+        slot.task = asyncio.create_task(self._handshake(slot))
+
+    def _evict(self, slot: _Slot) -> None:
+        """Close a connection that is still in its handshake."""
+        if slot.task is not None:
+            slot.task.cancel()  # a transport (if any) is closed by asyncio on the way out
+        slot.close()
+        slot.release()
+
+    async def _handshake(self, slot: _Slot) -> None:
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+
+        def factory() -> asyncio.Protocol:
+            slot.owned = True  # the transport is made right after, in the same step
+            return _Counted(server(), slot)
+
+        try:
+            if self._ssl_context is not None:
+                await loop.connect_accepted_socket(factory, slot.conn, ssl=self._ssl_context,
+                                                   ssl_handshake_timeout=self._handshake_timeout)
+            else:
+                await loop.connect_accepted_socket(factory, slot.conn)
+        except (asyncio.CancelledError, Exception) as exc:
+            # timed out, evicted, a bad TLS hello, a reset: asyncio closed its transport (if it made one)
+            slot.close()
+            slot.release()
+            if not isinstance(exc, asyncio.CancelledError | OSError | ssl.SSLError):
+                log.debug("connection setup failed: %r", exc)
+            return
+        self._pending.pop(slot, None)  # now aiohttp's; _Counted releases the slot when it closes
