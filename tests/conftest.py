@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from vmctl.daemon.testing import PostgresServer
+from vmctl.store import open_store
+from vmctl.store.base import Store
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +24,21 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServe
     pg.start()
     yield pg
     pg.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh empty store of each kind: a SQLite file, or a new database in the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/s.db"
+    pg: PostgresServer = request.getfixturevalue("postgres")
+    return pg.create_db("t" + uuid.uuid4().hex[:12])
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """An open, migrated store of each kind (see ``store_url``)."""
+    s = open_store(store_url)
+    s.migrate()
+    yield s
+    s.close()

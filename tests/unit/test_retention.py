@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from vmctl.daemon.config import DaemonConfig, RetentionConfig, load_config, pars
 from vmctl.daemon.state import ClusterState
 from vmctl.daemon.testing import PostgresServer
 from vmctl.errors import ConfigError, LeaseLost, StoreError
-from vmctl.store import JobRecord, OperationRecord, WriteBatch, open_store
+from vmctl.store import JobRecord, OperationRecord, WriteBatch
 from vmctl.store.base import Store
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "etc" / "vmctld.yaml"
@@ -201,19 +201,6 @@ def test_repeated_passes_leave_what_a_scratch_computation_keeps(jobs: list[tuple
 
 
 # ----------------------------------------------------------------------------------------------- store
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/s.db"
-    else:
-        pg: PostgresServer = request.getfixturevalue("postgres")
-        url = pg.create_db("r" + uuid.uuid4().hex[:12])
-    s = open_store(url)
-    s.migrate()
-    yield s
-    s.close()
 
 
 def test_store_archives_or_deletes_pruned_jobs(store: Store) -> None:

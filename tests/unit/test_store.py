@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from vmctl.daemon.testing import PostgresServer
 from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
 from vmctl.store import JobRecord, NodeRecord, OperationRecord, TokenRecord, WriteBatch, open_store
 from vmctl.store.base import Store
 from vmctl.store.sql import SUPPORTED_VERSION
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/s.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    return pg.create_db("t" + uuid.uuid4().hex[:12])
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    s = open_store(store_url)
-    s.migrate()
-    yield s
-    s.close()
 
 
 def _job(i: int, state: str = "queued") -> JobRecord:

@@ -7,31 +7,15 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from vmctl.daemon.testing import PostgresServer
 from vmctl.errors import StoreError
 from vmctl.store import JobRecord, NodeRecord, OperationRecord, TokenRecord, WriteBatch, open_store, sqlite_path
 from vmctl.store.base import CorruptRecord, LeaseHeld, Store
 from vmctl.store.sql import SqlStore
 from vmctl.store.sqlite import SqliteStore
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/s.db"
-    else:
-        pg: PostgresServer = request.getfixturevalue("postgres")
-        url = pg.create_db("t" + uuid.uuid4().hex[:12])
-    s = open_store(url)
-    s.migrate()
-    yield s
-    s.close()
 
 
 def _fill(s: Store) -> int:

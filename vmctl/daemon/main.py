@@ -168,11 +168,31 @@ def _summary(store: Store) -> str:
     return f"schema {store.schema_version()}, {len(store.load_jobs())} jobs, {len(store.list_tokens())} tokens, CA {fp}"
 
 
+def _open_cluster_store(cfg: DaemonConfig, no_cluster: str) -> Store:
+    """The configured store, which must exist and hold a cluster; else ``Refused`` (``no_cluster`` says
+    why that matters to the command). Never creates a database file."""
+    from vmctl.daemon import statedir
+    from vmctl.store import open_store
+
+    try:
+        store = open_store(cfg.store_url, config_path=cfg.path, must_exist=True)
+    except VmctlError as exc:
+        raise Refused(exc) from exc
+    try:
+        has_cluster = statedir.store_has_cluster(store)
+    except VmctlError as exc:
+        store.close()
+        raise Refused(exc) from exc
+    if not has_cluster:
+        store.close()
+        raise Refused(statedir.StateConflict(problem=f"the store ({store.location()}) holds no cluster: {no_cluster}"))
+    return store
+
+
 def backup(config_path: str, file: str) -> int:
     """``vmctld backup FILE``: SQLite's online backup API into the new file FILE (0600)."""
     from vmctl.daemon import statedir
     from vmctl.daemon.config import load_config
-    from vmctl.store import open_store
     from vmctl.store.sqlite import SqliteStore
 
     cfg = load_config(config_path)
@@ -180,13 +200,8 @@ def backup(config_path: str, file: str) -> int:
     dest = Path(file)
     if dest.exists() or dest.is_symlink():
         raise Refused(statedir.StartupError(problem=f"{dest} exists: vmctld backup never overwrites a file"))
+    store = _open_cluster_store(cfg, "nothing to back up")
     try:
-        store = open_store(cfg.store_url, config_path=cfg.path, must_exist=True)
-    except VmctlError as exc:
-        raise Refused(exc) from exc
-    try:
-        if not statedir.store_has_cluster(store):
-            raise Refused(statedir.StateConflict(problem=f"{db} holds no cluster: nothing to back up"))
         assert isinstance(store, SqliteStore)
         store.backup(dest)
         summary = _summary(store)
@@ -250,7 +265,6 @@ def token_create(config_path: str, name: str, role: str, ttl: float | None, out:
     from vmctl.api import auth
     from vmctl.daemon import statedir
     from vmctl.daemon.config import load_config
-    from vmctl.store import open_store
     from vmctl.store.base import TokenRecord
 
     cfg = load_config(config_path)
@@ -261,15 +275,9 @@ def token_create(config_path: str, name: str, role: str, ttl: float | None, out:
     out_path = Path(out) if out else None
     if out_path is not None and (out_path.exists() or out_path.is_symlink()):
         raise Refused(statedir.StartupError(problem=f"{out_path} exists: the token is written to a new file only"))
+    store = _open_cluster_store(cfg, (
+        f"start vmctld once (it creates the cluster and writes an admin token to {statedir.token_file(cfg)})"))
     try:
-        store = open_store(cfg.store_url, config_path=cfg.path, must_exist=True)
-    except VmctlError as exc:
-        raise Refused(exc) from exc
-    try:
-        if not statedir.store_has_cluster(store):
-            raise statedir.StateConflict(problem=(
-                f"the store ({store.location()}) holds no cluster yet: start vmctld once (it creates the cluster "
-                f"and writes an admin token to {statedir.token_file(cfg)})"))
         token = auth.new_token()
         now = time.time()
         rec = TokenRecord(hash=auth.hash_token(token), name=name, role=role, created=now,
