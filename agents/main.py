@@ -255,8 +255,11 @@ def serve(agent: Agent, stop: threading.Event) -> None:
             delay = 0.5
             while not stop.is_set():
                 try:
+                    hc = cfg.host
+                    memory = hc.memory_mib if hc.memory_mib is not None else agent.backend.host_info().memory_mib
                     src.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name,
-                                 peers=rec.peers, checkpoint_peers=rec.checkpoint_peers)
+                                 peers=rec.peers, checkpoint_peers=rec.checkpoint_peers, speed=hc.speed,
+                                 group=hc.group, memory_mib=memory)
                     break
                 except VmctlError as exc:
                     metrics.daemon_error()
