@@ -6,14 +6,13 @@ tests/integration/test_daemon_api.py (``test_agent_registers_speed_group_and_mem
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.unit.test_store import store, store_url  # noqa: F401 - fixtures: each test on SQLite and PostgreSQL
 from vmctl.agents.backends.mock import MockBackend
 from vmctl.agents.config import load_agent_config, parse_agent_config
 from vmctl.agents.main import host_registration
@@ -23,7 +22,6 @@ from vmctl.cli.ops import node_table, node_text
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
-from vmctl.daemon.testing import PostgresServer
 from vmctl.errors import ConfigError, ValidationError
 from vmctl.model import ClusterView
 from vmctl.policies.registry import create_policy
@@ -103,22 +101,6 @@ def test_the_registration_check_names_the_field() -> None:
 # ------------------------------------------------------------------------------ the store
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/s.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    return pg.create_db("t" + uuid.uuid4().hex[:12])
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    s = open_store(store_url)
-    s.migrate()
-    yield s
-    s.close()
-
-
 def _migrate_to(s: Store, version: int) -> None:
     """Bring an empty database to schema ``version`` the way a vmctld of that version did."""
     assert isinstance(s, SqlStore)
@@ -131,7 +113,7 @@ def _migrate_to(s: Store, version: int) -> None:
                 s._exec(cur, "INSERT INTO schema_version (version, applied) VALUES (?, ?)", (v, f"migration {v:03d}"))
 
 
-def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:
+def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:  # noqa: F811
     s = open_store(store_url)
     _migrate_to(s, 2)
     assert s.schema_version() == 2
@@ -159,7 +141,8 @@ def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:
     ("node_group", "a b", "column node_group must hold only letters"),
     ("memory_mib", -1, "column memory_mib must be an integer >= 0"),
 ])
-def test_a_bad_stored_column_names_its_table_and_row(store: Store, column: str, value: Any, words: str) -> None:
+def test_a_bad_stored_column_names_its_table_and_row(store: Store, column: str, value: Any,  # noqa: F811
+                                                     words: str) -> None:
     epoch = store.acquire_lease("a", 10, 0)
     assert epoch is not None and isinstance(store, SqlStore)
     store.write(epoch, WriteBatch(nodes={"n1": NodeRecord(name="n1", cores=2)}))
