@@ -348,10 +348,15 @@ class Simulator:
         self._procs = [int(j.procs) for j in kept]
         # what the policy sees of who submitted a job and how urgent it is (traces carry no deadline):
         # the workload's priority and user id ("" when unknown; one string object per user)
-        self._priority = [int(getattr(j, "priority", 0)) for j in kept]
+        self._priority: list[int] = [getattr(j, "priority", 0) for j in kept]
         user_names: dict[int, str] = {}
-        self._user_name = [user_names.setdefault(u, str(u) if u >= 0 else "")
-                           for u in (int(getattr(j, "user", -1)) for j in kept)]
+
+        def user_name(u: int) -> str:
+            name = user_names[u] = str(u) if u >= 0 else ""
+            return name
+
+        self._user_name = [user_names[u] if u in user_names else user_name(u)
+                           for u in [getattr(j, "user", -1) for j in kept]]
         full = self.config.cpu_usage == "full"
         self._usage: list[tuple[float, ...]] = []
         for j in kept:
