@@ -102,7 +102,8 @@ class JobResult:
 
 
 class Job:
-    """A parallel job: a name, tasks, a priority, a deadline (epoch seconds) and an estimate/profile."""
+    """A parallel job: a name, tasks, a priority, a deadline (epoch seconds), the user it runs for and
+    an estimate/profile."""
 
     def __init__(
         self,
@@ -115,8 +116,10 @@ class Job:
         tasks: Iterable[Task] = (),
         cpu_need: float | None = None,
         mem: float | None = None,
+        user: str | None = None,
     ) -> None:
         self.name = name
+        self.user = user  # who the job runs for (None: not said)
         self.cpu_need = cpu_need  # vcsched: CPU need per VM, fraction of one host core
         self.mem = mem  # vcsched: memory need per VM, fraction of one host's memory
         self.estimate = estimate
@@ -149,6 +152,8 @@ class Job:
                                 "priority": int(self.priority)}
         if self.deadline is not None:
             spec["deadline"] = float(self.deadline)
+        if self.user is not None:
+            spec["user"] = str(self.user)
         if self.cpu_need is not None:
             if not 0 < self.cpu_need <= 1:
                 raise errors.ValidationError(field=f"job {self.name!r}.cpu_need",

@@ -58,7 +58,8 @@ def job_json(r: JobRecord) -> dict[str, Any]:
     return {
         "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
         "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
-        "deadline": r.spec.get("deadline"), "submit_time": r.submit_time, "start_time": r.start_time,
+        "deadline": r.spec.get("deadline"), "user": str(r.spec.get("user", "")),
+        "submit_time": r.submit_time, "start_time": r.start_time,
         "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
         "placement": [{"node": n, "core": c} for n, c in r.placement],
         "reason": r.reason, "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]}
@@ -82,6 +83,7 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
     obs = d.state.observed.get(n.name)
     err_time, errs = d.state.agent_errors.get(n.name, (None, ()))
     return {"name": n.name, "cores": n.cores, "state": n.state, "last_seen": n.last_seen,
+            "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
             "utilization": obs.host_utilization if obs else 0.0,
             # migration reachability as the agent registered it (null: not restricted / shared storage)
@@ -455,13 +457,16 @@ class Api:
     # agents
     async def register(self, request: web.Request) -> web.Response:
         self._leader()
-        body = schemas.obj(await read_json(request), ("cores", "hostname", "backend", "peers", "checkpoint_peers"))
+        body = schemas.obj(await read_json(request), ("cores", "hostname", "backend", "peers", "checkpoint_peers",
+                                                      "speed", "group", "memory_mib"))
         cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
         hostname = schemas.string(body, "hostname", "", max_len=255, default="") or ""
         backend = schemas.string(body, "backend", "", max_len=64, default="") or ""
         assert cores is not None
         peers, ck_peers = _node_names(body, "peers"), _node_names(body, "checkpoint_peers")
-        rec = self.d.register_node(request.match_info["node"], cores, hostname, backend, peers, ck_peers)
+        speed, group, memory_mib = schemas.node_host(body)
+        rec = self.d.register_node(request.match_info["node"], cores, hostname, backend, peers, ck_peers,
+                                   speed=speed, group=group, memory_mib=memory_mib)
         self.s.kick()
         return json_response({"node": node_json(self.d, rec)})
 

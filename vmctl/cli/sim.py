@@ -11,6 +11,7 @@ Bad input (missing or malformed trace, unknown policy or parameter) raises a vmc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -108,9 +109,11 @@ def _with_workload_options(f: Any) -> Any:
 @click.option("--jobs-out", type=str, default=None, metavar="FILE",
               help="Also write one row per job (id, user, submit, start, end, width, wait, tier changes, "
                    "migrations, kills): CSV, or Parquet when FILE ends in .parquet.")
+@click.option("--priority-from-queue", is_flag=True,
+              help="Trace only: each job's priority is its SWF queue number (field 15; SWF has no priority).")
 def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int | None, cpu_usage: str,
             no_cpu_info: bool, load: float | None, seed: int, policy: str, params: tuple[str, ...],
-            output: str, jobs_out: str | None) -> None:
+            output: str, jobs_out: str | None, priority_from_queue: bool) -> None:
     """Run one policy over one workload and print the metrics."""
     from vmctl.sim import report
     from vmctl.sim.sweep import build_workload, run_one
@@ -121,6 +124,8 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
 
         check_target(jobs_out)
     spec = _spec(trace, model, jobs, procs, load, seed, cpu_usage)
+    if priority_from_queue:
+        spec = dataclasses.replace(spec, priority_from_queue=True)
     t0 = time.perf_counter()
     built = build_workload(spec)
     show_bar = output == "table" and sys.stderr.isatty() and len(built.jobs) >= 5000

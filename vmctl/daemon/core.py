@@ -316,10 +316,13 @@ class Daemon:
         return rec
 
     def register_node(self, name: str, cores: int, hostname: str, backend: str, peers: Iterable[str] | None = None,
-                      checkpoint_peers: Iterable[str] | None = None) -> NodeRecord:
+                      checkpoint_peers: Iterable[str] | None = None, speed: float | None = None,
+                      group: str | None = None, memory_mib: int | None = None) -> NodeRecord:
         """A node agent (re)registers. ``peers``: the nodes its agent can live-migrate to (None: it did
         not say, not restricted); ``checkpoint_peers``: where it can send checkpoint files (None: shared
-        storage, any node). Policies are offered only migrations these allow (``ClusterView.can_migrate``)."""
+        storage, any node). Policies are offered only migrations these allow (``ClusterView.can_migrate``).
+        ``speed``, ``group`` and ``memory_mib`` describe the host (None: the agent did not say; the node
+        keeps what it had, at first the defaults) and reach the policy's view (``ClusterView.speed_of``)."""
         self._require_leader()
         now = self.clock.now()
         ch = Changes()
@@ -344,6 +347,11 @@ class Daemon:
         if (rec.peers, rec.checkpoint_peers) != reach:
             rec.peers, rec.checkpoint_peers = reach
             self.state.nodes_changed()  # a decision made on the old reachability is made again
+        host = (rec.speed if speed is None else speed, rec.group if group is None else group,
+                rec.memory_mib if memory_mib is None else memory_mib)
+        if (rec.speed, rec.group, rec.memory_mib) != host:
+            rec.speed, rec.group, rec.memory_mib = host
+            self.state.nodes_changed()
         ch.nodes[name] = rec
         ch.desired_nodes.add(name)
         ch.events.append(f"node {name} joined")

@@ -92,6 +92,9 @@ class ClusterState:
     agent_errors: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
     # migration_targets() for the layout object it was computed with (a peers change calls nodes_changed)
     _mtargets: tuple[Layout | None, Mapping[str, frozenset[str]] | None] = (None, None)
+    # node_attributes() for the layout object it was computed with (a change calls nodes_changed)
+    _nattrs: tuple[Layout | None, tuple[Mapping[str, float], Mapping[str, str], Mapping[str, int]] | None] = (
+        None, None)
     desired: dict[str, tuple[VmDesired, ...]] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=dict)
     next_seq: int = 1
@@ -363,6 +366,20 @@ class ClusterState:
             self._mtargets = (lay, MappingProxyType(out) if out else None)
         return self._mtargets[1]
 
+    def node_attributes(self) -> tuple[Mapping[str, float], Mapping[str, str], Mapping[str, int]]:
+        """Each node's speed, group and memory (MiB) as registered by its agent: the view's
+        ``node_speed``, ``node_group`` and ``node_mem_mib`` (read-only; cached until the nodes change)."""
+        lay = self.layout()
+        cached = self._nattrs
+        if cached[0] is not lay or cached[1] is None:
+            nodes = [self.nodes[n] for n in lay.names]
+            cached = (lay, (MappingProxyType({n.name: n.speed for n in nodes}),
+                            MappingProxyType({n.name: n.group for n in nodes}),
+                            MappingProxyType({n.name: n.memory_mib for n in nodes})))
+            self._nattrs = cached
+        assert cached[1] is not None
+        return cached[1]
+
     # ------------------------------------------------------------------ progress
     def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
         if job.state != "running" or job.suspended or job.checkpointed or job.migrating:
@@ -466,11 +483,13 @@ class ClusterState:
         queue, queue_index = self.queue_jobs()
         idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
         idle_bg = {c for c in range(total) if usable[c] and bg[c] is None}
+        speed, group, mem = self.node_attributes()
         view = ClusterView(
             total_cores=total, queue=queue, running=running, fg_job=fg, bg_job=bg, idle_fg=idle_fg,
             idle_bg=idle_bg, fg_util=util, usable=usable, node_of_core=lay.node_of_core,
             local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
             migration_targets=self.migration_targets(),
+            node_speed=speed, node_group=group, node_mem_mib=mem,
         )
         return view, lay
 
