@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.test_store import store, store_url  # noqa: F401 - fixtures: each test on SQLite and PostgreSQL
 from vmctl.agents.backends.mock import MockBackend
 from vmctl.agents.config import load_agent_config, parse_agent_config
 from vmctl.agents.main import host_registration
@@ -113,7 +112,7 @@ def _migrate_to(s: Store, version: int) -> None:
                 s._exec(cur, "INSERT INTO schema_version (version, applied) VALUES (?, ?)", (v, f"migration {v:03d}"))
 
 
-def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:  # noqa: F811
+def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:
     s = open_store(store_url)
     _migrate_to(s, 2)
     assert s.schema_version() == 2
@@ -141,7 +140,7 @@ def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:  # noqa:
     ("node_group", "a b", "column node_group must hold only letters"),
     ("memory_mib", -1, "column memory_mib must be an integer >= 0"),
 ])
-def test_a_bad_stored_column_names_its_table_and_row(store: Store, column: str, value: Any,  # noqa: F811
+def test_a_bad_stored_column_names_its_table_and_row(store: Store, column: str, value: Any,
                                                      words: str) -> None:
     epoch = store.acquire_lease("a", 10, 0)
     assert epoch is not None and isinstance(store, SqlStore)
