@@ -42,6 +42,7 @@ from vmctl.errors import (
     ValidationError,
     VmctlError,
 )
+from vmctl.model import JobState
 from vmctl.store.base import JobRecord, NodeRecord, TokenRecord, WriteBatch
 
 log = logging.getLogger("vmctld.api")
@@ -309,7 +310,7 @@ class Api:
         self._leader()
         q = request.query
         state = q.get("state")
-        allowed = ("queued", "running", "suspended", "done", "killed", "failed", "cancelled")
+        allowed = tuple(s.value for s in JobState)
         if state is not None and state not in allowed:
             raise ValidationError(field="state", problem=f"must be one of {', '.join(allowed)}")
         limit = _query_int(q.get("limit"), "limit", 1, 100000, 1000)

@@ -48,8 +48,9 @@ import yaml
 
 from vmctl import errors
 from vmctl.apiclient import ApiClient
+from vmctl.model import JobState
 
-TERMINAL = ("done", "killed", "failed", "cancelled")
+TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
 BSLD_TAU = 10.0  # bounded-slowdown threshold in (model) seconds, as in MEASY sec. 3.3
 
 
@@ -347,7 +348,7 @@ def summarize(jobs: Sequence[dict[str, Any]], speed: float, tau: float = BSLD_TA
         if j.get("tier") == "bg":
             s.bg_starts += 1
         sub, start, end = j.get("submit_time"), j.get("start_time"), j.get("end_time")
-        if st == "done" and sub is not None and start is not None and end is not None:
+        if st == JobState.DONE and sub is not None and start is not None and end is not None:
             r = (float(end) - float(sub)) * speed
             run = (float(end) - float(start)) * speed
             resp.append(r)
@@ -376,15 +377,16 @@ def render(client_state: dict[str, Any], info: dict[str, Any]) -> Any:
     counts: dict[str, int] = {}
     for j in jobs:
         counts[j["state"]] = counts.get(j["state"], 0) + 1
-    running = [j for j in jobs if j["state"] == "running"]
+    running = [j for j in jobs if j["state"] == JobState.RUNNING]
     migs = sum(int(j.get("migrations") or 0) for j in jobs)
     n_fg = sum(1 for j in running if j.get("tier") == "fg")
     head = (
         f"[bold]vmctl demo[/] {info['elapsed']:.0f}/{info['duration']:.0f} s   speed {info['speed']:g}x   "
         f"policy {info['policy']}   submitted {info['submitted']}/{info['total']}\n"
-        f"queued {counts.get('queued', 0)}  running {len(running)} "
+        f"queued {counts.get(JobState.QUEUED, 0)}  running {len(running)} "
         f"(fg {n_fg}, bg {len(running) - n_fg})"
-        f"  done {counts.get('done', 0)}  killed {counts.get('killed', 0)}  failed {counts.get('failed', 0)}"
+        f"  done {counts.get(JobState.DONE, 0)}  killed {counts.get(JobState.KILLED, 0)}"
+        f"  failed {counts.get(JobState.FAILED, 0)}"
         f"   migrations {migs}\n"
         f"API {info['url']}   metrics {info['url']}/metrics (token in {info['token_path']})"
         + (f"\nagent metrics: {info['agent_metrics']}" if info.get("agent_metrics") else "")
@@ -564,7 +566,7 @@ class Demo:
                     m = int(j.get("migrations") or 0)
                     nodes_now = fmt_nodes(j)
                     before = seen_nodes.get(jid)
-                    if j["state"] == "running" and before and nodes_now not in ("-", before):
+                    if j["state"] == JobState.RUNNING and before and nodes_now not in ("-", before):
                         # the daemon decided a move to other nodes: the agents now carry it out
                         self.events.append(f"{now:6.1f}s  job {jid} migrating {before} -> {nodes_now}")
                     if m > seen_mig.get(jid, 0):
@@ -573,7 +575,7 @@ class Demo:
                     if nodes_now != "-":
                         seen_nodes[jid] = nodes_now
                     tier = str(j.get("tier") or "")
-                    if j["state"] == "running" and tier and seen_tier.get(jid) != tier:
+                    if j["state"] == JobState.RUNNING and tier and seen_tier.get(jid) != tier:
                         if seen_tier.get(jid) == "bg" and tier == "fg":
                             self.events.append(f"{now:6.1f}s  job {jid} promoted bg -> fg")
                         elif tier == "bg" and jid not in seen_tier:
@@ -613,7 +615,7 @@ class Demo:
                 if n.get("state") == "ready"}
         for j in state["jobs"]:
             nodes = {str(p.get("node")) for p in j.get("placement") or []}
-            if j.get("state") != "running" or j.get("tier") != "fg" or len(nodes) != 1:
+            if j.get("state") != JobState.RUNNING or j.get("tier") != "fg" or len(nodes) != 1:
                 continue
             src = next(iter(nodes))
             targets = [n for n, f in sorted(free.items()) if n != src and f >= int(j["procs"])]
@@ -706,5 +708,5 @@ def demo(nodes: int, cores: int, jobs: int, duration: float, speed: float, polic
                        backend=backend, libvirt_uri=libvirt_uri, seed=seed, state_dir=state_dir, keep=keep,
                        live=sys.stdout.isatty() if live is None else live, migrate=migrate)
     summary = Demo(opts).run()
-    if summary.by_state.get("done", 0) == 0:
+    if summary.by_state.get(JobState.DONE, 0) == 0:
         raise DemoError(what="demo", problem="no job finished; see the logs (--keep)")
