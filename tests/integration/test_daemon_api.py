@@ -392,7 +392,7 @@ def test_stopping_the_source_interrupts_its_long_poll_and_leaks_no_connection(
 
 
 def test_certificate_from_another_ca_is_refused(client: Client, daemon: InProcessDaemon, tmp_path: Path) -> None:
-    from vmctl.api.auth import ClusterCA
+    from vmctl.auth import ClusterCA
 
     rogue = ClusterCA.create("rogue")
     cert, key = rogue.issue("node:n1")

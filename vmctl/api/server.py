@@ -1,6 +1,6 @@
 """The daemon's HTTP API v1 on aiohttp (contract: ``vmctl/api/openapi.yaml``).
 
-Every request is authenticated (``vmctl.api.auth``) before its body is read; bodies are limited in
+Every request is authenticated (``vmctl.auth``) before its body is read; bodies are limited in
 size (413) and validated (422 naming the field); every error is ``{"error": {"reference", "message",
 "field"}}``. Handlers call the synchronous ``Daemon`` on the event loop thread, so the decision loop
 and the API never interleave inside a change; only the policy itself (``Daemon.choose``, which reads
@@ -27,9 +27,9 @@ from typing import Any
 
 from aiohttp import web
 
-from vmctl.api import auth, schemas
+from vmctl import auth
+from vmctl.api import schemas
 from vmctl.api.listener import BoundedSite
-from vmctl.api.wire import desired_to_json, observed_from_json
 from vmctl.daemon import statedir
 from vmctl.daemon.core import Daemon, NotLeader
 from vmctl.daemon.state import ACTIVE
@@ -44,6 +44,7 @@ from vmctl.errors import (
 )
 from vmctl.model import JobState
 from vmctl.store.base import JobRecord, NodeRecord, TokenRecord, WriteBatch
+from vmctl.wire import desired_to_json, observed_from_json
 
 log = logging.getLogger("vmctld.api")
 

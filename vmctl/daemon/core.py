@@ -55,6 +55,7 @@ from vmctl.model import (
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Store, WriteBatch
+from vmctl.wire import vm_desired_from_json, vm_desired_to_json
 
 log = logging.getLogger("vmctld")
 
@@ -176,8 +177,6 @@ class Daemon:
         self.leader = False
 
     def load(self) -> None:
-        from vmctl.api.wire import vm_desired_from_json
-
         desired_raw = self.store.load_desired()
         desired = {n: (g, tuple(vm_desired_from_json(v, f"desired[{n}].vms[{i}].")
                                 for i, v in enumerate(doc.get("vms", []))))
@@ -247,8 +246,6 @@ class Daemon:
                 new_desired[node] = vms
         gens: dict[str, int] = {}
         if new_desired:
-            from vmctl.api.wire import vm_desired_to_json
-
             for node, vms in new_desired.items():
                 gen = st.generation.get(node, 0) + 1
                 gens[node] = gen
