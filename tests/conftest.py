@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from vmctl.daemon.testing import PostgresServer
+from tests.support.daemon import PostgresServer
 
 
 @pytest.fixture(scope="session")

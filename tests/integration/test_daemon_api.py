@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from tests.livedaemon import long_poll_parked
+from tests.support.daemon import InProcessDaemon
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.daemon.config import DaemonConfig
-from vmctl.daemon.testing import InProcessDaemon
 from vmctl.errors import ApiError
 from vmctl.model import NodeObserved
 

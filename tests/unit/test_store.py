@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.daemon.testing import PostgresServer
+from tests.support.daemon import PostgresServer
 from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
 from vmctl.store import JobRecord, NodeRecord, OperationRecord, TokenRecord, WriteBatch, open_store
 from vmctl.store.base import Store

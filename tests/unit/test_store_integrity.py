@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.daemon.testing import PostgresServer
+from tests.support.daemon import PostgresServer
 from vmctl.errors import StoreError
 from vmctl.store import JobRecord, NodeRecord, OperationRecord, TokenRecord, WriteBatch, open_store, sqlite_path
 from vmctl.store.base import CorruptRecord, LeaseHeld, Store
