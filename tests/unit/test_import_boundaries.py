@@ -76,8 +76,10 @@ def test_agents_never_import_policies_or_daemon(path: Path) -> None:
             assert rel.startswith("agents/backends/libvirt"), f"only agents/backends/libvirt may import libvirt: {rel}"
 
 
-@pytest.mark.parametrize("path", _files("vmctl/sim"), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", _files("vmctl/sim") + _files("vmctl/experiments"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_sim_never_imports_agents_or_daemon(path: Path) -> None:
+    # the experiment runners are simulations and solver runs too: no daemon, store, API or agents
     for mod in _imports(path):
         forbidden = ("vmctl.agents", "vmctl.daemon", "vmctl.store", "vmctl.api")
         assert not mod.startswith(forbidden), f"{path.name} imports {mod}"
