@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.daemon import InProcessDaemon
 from vmctl import errors
-from vmctl.cli.demo import DaemonProcess
+from vmctl.cli.demo.processes import DaemonProcess
 from vmctl.cli.main import main
 
 

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.support.daemon import admin_request
-from vmctl.cli.demo import ManagedProcess
+from vmctl.cli.demo.processes import ManagedProcess
 
 PY = sys.executable
 
