@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from vmctl.api.wire import desired_from_json, observed_to_json
 from vmctl.errors import ApiError, DaemonUnavailable, ValidationError
 from vmctl.model import NodeDesired, NodeObserved
+from vmctl.wire import desired_from_json, observed_to_json
 
 log = logging.getLogger("vmctl.agent.http")
 

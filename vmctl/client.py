@@ -35,8 +35,9 @@ from typing import Any
 
 from vmctl import errors
 from vmctl.apiclient import ApiClient
+from vmctl.model import JobState
 
-TERMINAL_STATES = frozenset({"done", "killed", "failed", "cancelled"})
+TERMINAL_STATES = frozenset({JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED})
 
 
 @dataclass
@@ -98,7 +99,7 @@ class JobResult:
 
     @property
     def ok(self) -> bool:
-        return self.state == "done" and self.error is None and all(t.ok for t in self.tasks)
+        return self.state == JobState.DONE and self.error is None and all(t.ok for t in self.tasks)
 
 
 class Job:

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from tests.livedaemon import long_poll_parked
+from tests.support.daemon import InProcessDaemon
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.daemon.config import DaemonConfig
-from vmctl.daemon.testing import InProcessDaemon
 from vmctl.errors import ApiError
 from vmctl.model import NodeObserved
 
@@ -392,7 +392,7 @@ def test_stopping_the_source_interrupts_its_long_poll_and_leaks_no_connection(
 
 
 def test_certificate_from_another_ca_is_refused(client: Client, daemon: InProcessDaemon, tmp_path: Path) -> None:
-    from vmctl.api.auth import ClusterCA
+    from vmctl.auth import ClusterCA
 
     rogue = ClusterCA.create("rogue")
     cert, key = rogue.issue("node:n1")

@@ -21,10 +21,10 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
 from vmctl.errors import TraceFormatError, ValidationError
+from vmctl.experiments.sweep import WorkloadSpec, build_workload
 from vmctl.model import ClusterView, Decision, Job
 from vmctl.policies.easy_family import FcfsPolicy
 from vmctl.sim.engine import Simulator
-from vmctl.sim.sweep import WorkloadSpec, build_workload
 from vmctl.sim.workloads import Workload, WorkloadJob, read_swf, to_model_job, write_swf
 from vmctl.store import open_store
 

@@ -24,7 +24,6 @@ from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource, observed_from_dict, observed_to_dict
 from vmctl.api.server import node_json
-from vmctl.api.wire import observed_from_json, observed_to_json
 from vmctl.cli.ops import explain_text, node_table, node_text
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits
@@ -34,6 +33,7 @@ from vmctl.model import ClusterView, Decision, Migrate, MigrationRefusal, NodeOb
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
+from vmctl.wire import observed_from_json, observed_to_json
 
 TIMEOUT_S = 600.0  # migration.timeout_s: the length of the freeze that was seen
 

@@ -31,10 +31,11 @@ from rich.text import Text
 
 from vmctl import errors
 from vmctl.apiclient import ApiClient
+from vmctl.model import JobState
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-JOB_STATES = ("queued", "running", "suspended", "done", "killed", "failed", "cancelled")
+JOB_STATES = tuple(s.value for s in JobState)  # queued, running, suspended, done, killed, failed, cancelled
 
 
 # ----------------------------------------------------------------------------- common options
@@ -598,7 +599,7 @@ def explain_text(doc: Mapping[str, Any]) -> str:
             f"reservation: {who} the reservation; it starts at the latest at {fmt_time(res.get('shadow_time'))} "
             f"(shadow time); {res.get('extra_cores')} extra core(s) may be backfilled until then"
         )
-    elif state == "queued":
+    elif state == JobState.QUEUED:
         lines.append("reservation: none blocks it")
     for m in doc.get("migrations") or ():
         if isinstance(m, Mapping):

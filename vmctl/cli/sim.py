@@ -68,7 +68,7 @@ def _ints(option: str, text: str) -> list[int]:
 
 def _spec(trace: str | None, model: str | None, jobs: int | None, procs: int | None, load: float | None,
           seed: int, cpu_usage: str) -> Any:
-    from vmctl.sim.sweep import WorkloadSpec
+    from vmctl.experiments.sweep import WorkloadSpec
 
     if (trace is None) == (model is None):
         raise ValidationError(field="--trace/--model", problem="give exactly one of --trace FILE and --model NAME")
@@ -115,8 +115,8 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
             no_cpu_info: bool, load: float | None, seed: int, policy: str, params: tuple[str, ...],
             output: str, jobs_out: str | None, priority_from_queue: bool) -> None:
     """Run one policy over one workload and print the metrics."""
+    from vmctl.experiments.sweep import build_workload, run_one
     from vmctl.sim import report
-    from vmctl.sim.sweep import build_workload, run_one
 
     parsed = _parse_params(policy, params)
     if jobs_out is not None:
@@ -163,7 +163,7 @@ def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int
               no_cpu_info: bool, policies: str, loads: str | None, seeds: str, migration_costs: str | None,
               params: tuple[str, ...], workers: int | None, out_dir: str, no_plots: bool) -> None:
     """Run policies x loads x seeds (x migration costs) in parallel; write results.csv and plots."""
-    from vmctl.sim.sweep import sweep, sweep_points, write_csv
+    from vmctl.experiments.sweep import sweep, sweep_points, write_csv
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:

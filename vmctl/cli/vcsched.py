@@ -233,7 +233,7 @@ def eval_cmd(
     out_dir: str,
 ) -> None:
     """Run an evaluation suite; write results, tables (Markdown) and PNG plots into OUT."""
-    from vmctl.vcsched_eval import run_suite
+    from vmctl.experiments.vcsched import run_suite
 
     algs = None
     if algorithms:

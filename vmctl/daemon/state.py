@@ -26,6 +26,7 @@ from types import MappingProxyType
 from vmctl.model import (
     ClusterView,
     Job,
+    JobState,
     MigrationSpec,
     NodeObserved,
     PowerState,
@@ -37,8 +38,8 @@ from vmctl.model import (
 )
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
-ACTIVE = ("running", "suspended")
-TERMINAL = ("done", "killed", "failed", "cancelled")
+ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
+TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
 
 
@@ -144,7 +145,7 @@ class ClusterState:
         self._static = {}
         self._fentry, self._fheap = {}, []
         # the queue in one sort (inserting the jobs one by one in store order could be quadratic)
-        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values() if j.state == "queued")
+        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values() if j.state == JobState.QUEUED)
         self._qjobs = [self.job_obj(self.jobs[e[2]]) for e in self._qorder]
         self._qentry = {e[2]: e for e in self._qorder}
         self._qsnap = None
@@ -189,7 +190,7 @@ class ClusterState:
         the place plus one list move, instead of re-sorting the whole queue after every change."""
         old = self._qentry.get(job.id)
         order, qjobs = self._qorder, self._qjobs
-        if job.state == "queued":
+        if job.state == JobState.QUEUED:
             entry = (job.submit_time, job.seq, job.id)
             if old == entry:
                 return
@@ -382,7 +383,7 @@ class ClusterState:
 
     # ------------------------------------------------------------------ progress
     def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
-        if job.state != "running" or job.suspended or job.checkpointed or job.migrating:
+        if job.state != JobState.RUNNING or job.suspended or job.checkpointed or job.migrating:
             return 0.0
         if job.tier == Tier.FG.value:
             return 1.0
@@ -474,7 +475,7 @@ class ClusterState:
             tier = Tier.BG if rec.tier == "bg" else Tier.FG  # vcsched's shared VMs count as fg
             prog = self._progress_with(rec, now, util, cores_t)
             job = self.job_obj(rec)
-            end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == "running" else math.inf
+            end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == JobState.RUNNING else math.inf
             running[rec.id] = RunningJob(
                 job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
@@ -496,7 +497,7 @@ class ClusterState:
     def _progress_with(self, rec: JobRecord, now: float, util: list[float], cores: tuple[int, ...]) -> float:
         if rec.tier_since is None:
             return rec.progress_base
-        if rec.state != "running" or rec.suspended or rec.checkpointed or rec.migrating:
+        if rec.state != JobState.RUNNING or rec.suspended or rec.checkpointed or rec.migrating:
             pace = 0.0
         elif rec.tier == "fg":
             pace = 1.0

@@ -6,7 +6,7 @@
 - ``migration_cost.png``: response time and bounded slowdown of the policies that take a migration
   cost, against that cost, with the other policies as horizontal references (figures 13, 14).
 
-Values are averaged over seeds. Rows come from :func:`vmctl.sim.sweep.sweep` (or ``results.csv``).
+Values are averaged over seeds. Rows come from :func:`vmctl.experiments.sweep.sweep` (or ``results.csv``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from vmctl.errors import StoreError
-from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, Job, Tier
+from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, Job, JobState, Tier
 
 
 class CorruptRecord(StoreError):
@@ -52,7 +52,7 @@ class JobRecord:
     seq: int
     name: str
     spec: dict[str, Any]
-    state: str
+    state: JobState
     submit_time: float
     start_time: float | None = None
     end_time: float | None = None
@@ -82,6 +82,7 @@ class JobRecord:
     def from_doc(cls, d: dict[str, Any]) -> JobRecord:
         d = dict(d)
         d["placement"] = [(str(n), int(c)) for n, c in d.get("placement", [])]
+        d["state"] = JobState(d["state"])
         return cls(**d)
 
     def to_job(self) -> Job:

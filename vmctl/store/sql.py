@@ -252,7 +252,7 @@ class SqlStore:
                     cur,
                     "INSERT INTO jobs (id, seq, state, doc) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
                     "SET state = excluded.state, doc = excluded.doc",
-                    (j.id, j.seq, j.state, dumps(j.to_doc())),
+                    (j.id, j.seq, str(j.state), dumps(j.to_doc())),
                 )
             for n in batch.nodes.values():
                 self._exec(cur, "INSERT INTO nodes (name, doc, speed, node_group, memory_mib) VALUES (?, ?, ?, ?, ?) "
@@ -292,7 +292,7 @@ class SqlStore:
                         "INSERT INTO job_archive (id, seq, state, end_time, doc) VALUES (?, ?, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
                         "end_time = excluded.end_time, doc = excluded.doc",
-                        (j.id, j.seq, j.state, j.end_time, dumps(j.to_doc())),
+                        (j.id, j.seq, str(j.state), j.end_time, dumps(j.to_doc())),
                     )
                 self._exec(cur, "DELETE FROM jobs WHERE id = ?", (j.id,))
 
