@@ -8,9 +8,21 @@ Cores are identified by a global integer index ``0 .. total_cores-1``. ``Cluster
 maps a core to the node (physical host) that carries it, and ``ClusterView.local_core`` to its index
 on that node, so a policy can reason about whole nodes when it needs to (migration, vcsched hosts).
 
-Each physical core carries two VM slots: the foreground (fg) slot, with the highest CPU priority, and
-the background (bg) slot, with the lowest (MEASY paper sec. 2.1). A job with ``procs`` processes
-runs one process per core, all in the same tier.
+Levels. Each physical core carries ``L`` VM slots, its *levels*, numbered ``0 .. L-1``, under one
+``Discipline`` per cluster:
+
+- ``priority`` (the MEASY family, L = 2): level 0 is the foreground (fg) slot with the highest CPU
+  priority, level 1 the background (bg) slot with the lowest (MEASY paper sec. 2.1). ``fg``/``bg``
+  (``Tier``, ``ClusterView.fg_job``/``bg_job``/``idle_fg``/``idle_bg``) stay the names of levels 0
+  and 1, so the EASY family reads as it always did;
+- ``timeslice`` (gang scheduling, L = the multiprogramming level): level k is row k of the
+  Ousterhout matrix; one row is active per time slice;
+- ``shared`` (L workers of equal weight on one core, paper 001).
+
+A job runs one process per core, all on the same level; its *width* is its number of processes
+(``procs`` for a rigid job). Besides the per-core levels, vcsched places capped *shared VMs* on whole
+nodes (``PlaceShared``); they hold no level of a core and count against the node's CPU and memory.
+What each action does to this occupancy is written once, in :mod:`vmctl.occupancy`.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from vmctl.errors import ValidationError
 
@@ -32,6 +44,19 @@ class Tier(StrEnum):
 
     def other(self) -> Tier:
         return Tier.BG if self is Tier.FG else Tier.FG
+
+
+class Discipline(StrEnum):
+    """How the L levels of a core share it (see the module docstring)."""
+
+    PRIORITY = "priority"
+    TIMESLICE = "timeslice"
+    SHARED = "shared"
+
+
+def tier_of_level(level: int) -> Tier:
+    """The priority discipline's name of a level: 0 is fg, every lower level bg."""
+    return Tier.FG if level == 0 else Tier.BG
 
 
 class JobState(StrEnum):
@@ -89,7 +114,13 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A job that holds VM slots. ``cores[i]`` carries process ``i``.
+    """A job that holds VM slots. ``cores[i]`` carries process ``i``, on ``level`` of that core.
+
+    ``level`` is the job's level on its cores (0 = fg, 1 = bg under the priority discipline);
+    left at -1 it follows ``tier``, and ``tier`` stays the priority discipline's name of the level
+    (a level >= 1 reads as bg). ``width`` is the number of processes it runs (``len(cores)``).
+    vcsched's capped shared VMs hold no level: ``shared_nodes[i]`` is the node of process ``i`` and
+    ``cap`` its CPU cap (fraction of one node; None = uncapped); their ``cores`` are stand-ins.
 
     ``progress`` is the dedicated-processor work (seconds) the job has received in its current run as
     of the view's time (reset to 0 by a kill; kept by promote, migrate and checkpoint/restore).
@@ -105,10 +136,26 @@ class RunningJob:
     progress: float = 0.0
     expected_end: float = math.inf
     suspended: bool = False
+    level: int = -1
+    cap: float | None = None
+    shared_nodes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.level < 0:
+            object.__setattr__(self, "level", 0 if self.tier is Tier.FG else 1)
+        elif (self.level == 0) != (self.tier is Tier.FG):
+            raise ValidationError(
+                field=f"running job {self.job.id}.tier",
+                problem=f"{self.tier.value} does not name level {self.level} (fg is level 0)",
+            )
 
     @property
     def id(self) -> str:
         return self.job.id
+
+    @property
+    def width(self) -> int:
+        return len(self.cores)
 
     @property
     def remaining_estimate(self) -> float:
@@ -128,6 +175,11 @@ class ClusterView:
       0..1; 0 when the fg slot is idle. A bg VM takes a process only while this is under the
       threshold (0.96 in the paper).
     - ``usable[c]``: False for cores of drained, lost or excluded nodes.
+    - ``levels`` / ``discipline``: the number L of VM levels per core and how they share it (see the
+      module docstring); ``slot_job[level][core]`` and ``idle[level]`` give the occupancy of every
+      level. ``fg_job``/``idle_fg`` are level 0 and ``bg_job``/``idle_bg`` level 1 (for L = 1,
+      ``bg_job`` is all None and ``idle_bg`` empty); levels 2 .. L-1 are ``upper_job`` /
+      ``upper_idle``. Build a view of any L with :meth:`ClusterView.leveled`.
     - ``queue_index``: optional ``job id -> Job`` map of exactly the jobs in ``queue``. A caller that
       maintains one anyway (the simulator, vmctld's cluster state) passes it so that the invariant
       checker finds the jobs a decision names in O(1) instead of scanning the queue; None means
@@ -151,6 +203,61 @@ class ClusterView:
     # vmctld: node -> the nodes it can live-migrate to (its agent's ``peers``); a node not in the map,
     # or None for the whole map (the simulator), is not restricted. Use ``can_migrate``.
     migration_targets: Mapping[str, Set[str]] | None = None
+    levels: int = 2
+    discipline: Discipline = Discipline.PRIORITY
+    upper_job: Sequence[Sequence[str | None]] = ()
+    upper_idle: Sequence[Set[int]] = ()
+
+    def __post_init__(self) -> None:
+        if self.levels < 1:
+            raise ValidationError(field="view.levels", problem=f"must be >= 1, got {self.levels}")
+        if self.discipline is Discipline.PRIORITY and self.levels != 2:
+            raise ValidationError(
+                field="view.levels", problem=f"the priority discipline has 2 levels, not {self.levels}"
+            )
+        upper = max(0, self.levels - 2)
+        if len(self.upper_job) != upper or len(self.upper_idle) != upper:
+            raise ValidationError(
+                field="view.upper_job",
+                problem=f"{self.levels} levels need {upper} upper levels, got {len(self.upper_job)} "
+                f"occupancies and {len(self.upper_idle)} idle sets",
+            )
+
+    @classmethod
+    def leveled(
+        cls,
+        total_cores: int,
+        queue: Sequence[Job],
+        running: Mapping[str, RunningJob],
+        slot_job: Sequence[Sequence[str | None]],
+        idle: Sequence[Set[int]],
+        discipline: Discipline,
+        fg_util: Sequence[float],
+        usable: Sequence[bool],
+        **rest: Any,
+    ) -> ClusterView:
+        """A view of ``len(slot_job)`` levels: ``slot_job[level][core]`` and ``idle[level]``; ``rest``
+        are the other fields (``node_of_core``, ``queue_index`` ...)."""
+        levels = len(slot_job)
+        if levels < 1 or len(idle) != levels:
+            raise ValidationError(field="view.slot_job", problem=f"{levels} levels with {len(idle)} idle sets")
+        none: Sequence[str | None] = [None] * total_cores
+        return cls(
+            total_cores=total_cores, queue=queue, running=running, fg_job=slot_job[0],
+            bg_job=slot_job[1] if levels > 1 else none, idle_fg=idle[0],
+            idle_bg=idle[1] if levels > 1 else frozenset(), fg_util=fg_util, usable=usable, levels=levels,
+            discipline=discipline, upper_job=tuple(slot_job[2:]), upper_idle=tuple(idle[2:]), **rest,
+        )
+
+    @property
+    def slot_job(self) -> tuple[Sequence[str | None], ...]:
+        """``slot_job[level][core]``: the job on that level of that core, or None."""
+        return (self.fg_job, self.bg_job, *self.upper_job)[: self.levels]
+
+    @property
+    def idle(self) -> tuple[Set[int], ...]:
+        """``idle[level]``: the usable cores whose slot on that level is free."""
+        return (self.idle_fg, self.idle_bg, *self.upper_idle)[: self.levels]
 
     def node(self, core: int) -> str:
         return self.node_of_core[core] if self.node_of_core else "sim"

@@ -445,6 +445,9 @@ class Simulator:
         setattr_(snap, "start_time", run.start_time)
         setattr_(snap, "tier_since", run.tier_since)
         setattr_(snap, "suspended", False)
+        setattr_(snap, "level", 0 if fg else 1)
+        setattr_(snap, "cap", None)
+        setattr_(snap, "shared_nodes", ())
         setattr_(snap, "_run", run)
         setattr_(snap, "_sim", self)
         if fixed_end:
