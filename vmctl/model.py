@@ -385,9 +385,51 @@ class PlaceShared:
     kind: Literal["place_shared"] = "place_shared"
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start a queued job on ``level`` of ``cores``: process i on cores[i]. Its width is
+    ``len(cores)``, which must equal ``job.procs`` for a rigid job. ``StartFg``/``StartBg`` are the
+    priority discipline's names of a start on level 0 / 1 (kept as their own classes: the simulator's
+    hot path)."""
+
+    job_id: str
+    cores: tuple[int, ...]
+    level: int = 0
+    kind: Literal["start"] = "start"
+
+    @property
+    def width(self) -> int:
+        return len(self.cores)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Move a running job, keeping its progress, to ``level`` of ``cores`` (None = its own cores);
+    ``cost`` seconds of no progress. One action for what the priority discipline calls promote
+    (level 1 -> 0 in place), demote (0 -> 1 in place) and migrate (other cores), and for a restore of
+    a checkpointed job. Keeps its width."""
+
+    job_id: str
+    cores: tuple[int, ...] | None = None
+    level: int = 0
+    cost: float = 0.0
+    kind: Literal["move"] = "move"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceSchedule:
+    """Time slicing (``timeslice`` discipline): row (level) ``order[k]`` is active during the k-th
+    ``period`` seconds of each cycle, starting at ``epoch``. Agents switch rows on their own clock: no
+    decision per slice."""
+
+    period: float
+    order: tuple[int, ...]
+    epoch: float = 0.0
+
+
 Action: TypeAlias = (
     StartFg | StartBg | Promote | Demote | Migrate | Kill | Checkpoint | Restore | SetCap | Suspend | Resume
-    | PlaceShared
+    | PlaceShared | Start | Move
 )
 
 
@@ -413,6 +455,7 @@ class Decision:
     reasons: Mapping[str, str] = field(default_factory=dict)
     default_reason: str = "waiting for free cores"
     reservation: Reservation | None = None  # optional: the head job's reservation, when the policy has one
+    schedule: SliceSchedule | None = None  # timeslice discipline: the row rotation from now on
 
     def reason_for(self, job_id: str) -> str:
         return self.reasons.get(job_id, self.default_reason)

@@ -32,6 +32,7 @@ from vmctl.model import (
     Demote,
     Kill,
     Migrate,
+    Move,
     NodeObserved,
     PlaceShared,
     PowerState,
@@ -39,11 +40,13 @@ from vmctl.model import (
     Restore,
     Resume,
     SetCap,
+    Start,
     StartBg,
     StartFg,
     Suspend,
     Tier,
 )
+from vmctl.policies.occupancy import priority_form
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 log = logging.getLogger("vmctld.actuator")
@@ -152,6 +155,8 @@ class Actuator:
             if job is None:
                 res.skipped.append((act, "unknown job"))
                 continue
+            if isinstance(act, Start | Move):
+                act = priority_form(act, checkpointed=job.checkpointed)
             why: str | None = None
             if isinstance(act, StartFg | StartBg):
                 tier = Tier.FG if isinstance(act, StartFg) else Tier.BG

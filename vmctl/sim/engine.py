@@ -24,7 +24,8 @@ progress as of now) on first access in a pass and caches it for that pass. Nothi
 beyond what the policy reads. Starting a queued job removes it from the queue list by bisection.
 
 Actions: StartFg, StartBg, Promote (keeps progress), Demote, Migrate (keeps progress, no progress for
-``cost`` seconds), Kill (progress lost; with ``requeue`` the job goes back to the queue in order).
+``cost`` seconds), Kill (progress lost; with ``requeue`` the job goes back to the queue in order);
+the general ``Start``/``Move`` on levels 0 and 1 run as those (``occupancy.priority_form``).
 Checkpoint/Restore/SetCap/Suspend/Resume are not modelled and raise :class:`SimulationError`.
 """
 
@@ -50,14 +51,17 @@ from vmctl.model import (
     Job,
     Kill,
     Migrate,
+    Move,
     Promote,
     RunningJob,
+    Start,
     StartBg,
     StartFg,
     Tier,
 )
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.invariants import check_decision
+from vmctl.policies.occupancy import priority_form
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.progress import ProgressModel
 
@@ -663,6 +667,8 @@ class Simulator:
 
     def _apply_other(self, act: object) -> None:
         now = self.now
+        if isinstance(act, Start | Move):
+            act = priority_form(act)
         if isinstance(act, StartFg):
             self._start(act.job_id, Tier.FG, act.cores)
         elif isinstance(act, StartBg):
