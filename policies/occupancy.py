@@ -3,8 +3,9 @@
 An :class:`Occupancy` is a copy-on-write overlay of a ``ClusterView``: applying an action changes only
 the overlay (per level, only the cores it touches; per job, only the jobs it names), so replaying a
 decision costs O(actions), never O(cluster). Every ``apply`` either changes the overlay or raises
-``InvariantViolation`` naming the broken rule (the overlay is then to be dropped, as a decision with
-a broken rule is refused whole).
+``InvariantViolation`` naming the broken rule and changes nothing (the checker then refuses the whole
+decision; vmctld's actuator skips that action and goes on, so later actions that depended on it fail
+in turn).
 
 State, per core and level: the job on that slot (``slot(level, core)``). Per job touched: where it
 runs (level and cores, or shared VMs on nodes with a cap), whether it is suspended or checkpointed.
@@ -151,13 +152,17 @@ class Occupancy:
         if not 0 <= level < self.view.levels:
             raise fail("level-range", f"{action} {job_id}: level {level} not in 0..{self.view.levels - 1}")
 
-    def _take(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
+    def _check_free(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
+        """Each of ``cores`` has ``level`` free, or held by ``job_id`` itself."""
         for c in cores:
             other = self.slot(level, c)
-            if other is not None:
+            if other is not None and other != job_id:
                 name = level_name(level)
                 rule = f"two-{name}" if level < 2 else "two-on-level"
                 raise fail(rule, f"{action} {job_id}: {name} slot of core {c} holds {other}")
+
+    def _take(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
+        self._check_free(job_id, level, cores, action)
         over = self.over[level]
         for c in cores:
             over[c] = job_id
@@ -213,8 +218,23 @@ class Occupancy:
         _old_level, old_cores = self._need_running(job_id, action)
         target = old_cores if cores is None else cores
         self.cores_ok(job_id, target, self._procs(job_id, len(old_cores)), action)
+        self._check_free(job_id, level, target, action)  # before freeing: a refused move changes nothing
         self._free(job_id)
         self._take(job_id, level, target, action)
+
+    def fits(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
+        """Raise unless ``job_id`` could take ``level`` of ``cores`` now (changes nothing)."""
+        self._level_ok(job_id, level, action)
+        self.cores_ok(job_id, cores, len(cores), action)
+        self._check_free(job_id, level, cores, action)
+
+    def hold(self, job_id: str, level: int, cores: tuple[int, ...]) -> None:
+        """Keep ``level`` of ``cores`` reserved for ``job_id`` where it is free (vmctld: the source slots
+        of processes that leave their node stay reserved until the migration is confirmed)."""
+        over = self.over[level]
+        for c in cores:
+            if self.slot(level, c) is None:
+                over[c] = job_id
 
     def promote(self, job_id: str) -> None:
         level, cores = self._need_running(job_id, "promote")
@@ -233,13 +253,18 @@ class Occupancy:
 
     def restore(self, job_id: str, cores: tuple[int, ...], level: int) -> None:
         rj = self.view.running.get(job_id)
-        if job_id not in self.checkpointed and not (rj is not None and rj.suspended):
+        was_checkpointed = job_id in self.checkpointed
+        if not was_checkpointed and not (rj is not None and rj.suspended):
             raise fail("restore-not-checkpointed", f"restore {job_id}: job is not checkpointed")
-        if job_id not in self.checkpointed:  # a suspended job in the view: restored from its slots
+        self._level_ok(job_id, level, "restore")
+        self.cores_ok(job_id, cores, self._procs(job_id, len(cores)), "restore")
+        self._check_free(job_id, level, cores, "restore")
+        if not was_checkpointed:  # a suspended job of the view: restored from its own slots
             self._need_running(job_id, "restore")
             self._free(job_id)
-            self.checkpointed.add(job_id)
-        self.move(job_id, cores, level, 0.0, "restore")
+        self._take(job_id, level, cores, "restore")
+        self.checkpointed.discard(job_id)
+        self.suspended[job_id] = False
 
     def kill(self, job_id: str, requeue: bool) -> None:
         self._need_running(job_id, "kill")
