@@ -32,7 +32,7 @@ import numpy as np
 
 from vmctl.errors import PolicyParameterError
 from vmctl.model import Action, ClusterView, Decision, Job, PlaceShared, SetCap
-from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.base import Needs, SchedulingPolicy
 from vmctl.policies.registry import register
 from vmctl.policies.vcsched.algorithms import ALGORITHMS, solve
 from vmctl.policies.vcsched.dynamic import dynamic_mcb, dynamic_milp
@@ -58,6 +58,7 @@ def _need(job: Job) -> tuple[float, float]:
 
 
 class VcschedPolicy(SchedulingPolicy):
+    needs: ClassVar[Needs] = Needs(levels=1, shared_vms=True)  # capped shared VMs on whole nodes
     algorithm: ClassVar[str] = "mcb8"
     dynamic: ClassVar[bool] = False
     parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {

@@ -48,6 +48,7 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Demote,
+    Discipline,
     Job,
     Kill,
     Migrate,
@@ -59,7 +60,7 @@ from vmctl.model import (
     StartFg,
     Tier,
 )
-from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.occupancy import priority_form
 from vmctl.sim import metrics as metrics_mod
@@ -67,6 +68,9 @@ from vmctl.sim.progress import ProgressModel
 
 _EPS = 1e-9
 _INF = math.inf
+#: what the simulated cluster offers a policy (checked before a run): 2 levels per core under the
+#: priority discipline, rigid jobs; no capped shared VMs yet (the engine does not model them)
+SIM_OFFER = Offer(where="the simulator", levels=2, discipline=Discipline.PRIORITY)
 # Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
 _FG = Tier.FG
 _BG = Tier.BG
@@ -138,8 +142,8 @@ class SimConfig:
     - ``cpu_usage``: ``paper`` uses the workload's per-process usage (sec. 3.1; a job without one runs
       at 100 %); ``full`` sets every process to 100 % (sec. 3.5.2).
     - ``cpu_info``: when False the policy sees ``Job.cpu_usage = None`` (sec. 3.5.1).
-    - ``two_tier``: run on the two-tier architecture (fg loss applies); None = the policy's
-      ``uses_bg_tier``.
+    - ``two_tier``: run on the two-tier architecture (fg loss applies); None = whether the policy
+      needs it (``policy.needs.two_tier``: 2 levels under the priority discipline).
     - ``batches``: number of batches for the batch-means confidence intervals.
     """
 
@@ -327,7 +331,8 @@ class Simulator:
         self.cores = cores
         self.source = source
         self.dropped: dict[str, int] = dict(dropped or {})
-        self.two_tier = policy.uses_bg_tier if self.config.two_tier is None else self.config.two_tier
+        SIM_OFFER.check(policy)
+        self.two_tier = policy.needs.two_tier if self.config.two_tier is None else self.config.two_tier
         kept = [j for j in jobs if j.procs <= cores]
         if len(kept) < len(jobs):
             self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + (
