@@ -251,6 +251,13 @@ class _LiveProgress(RunningJob):
     __slots__ = ("_run", "_sim")
     _run: _Run
     _sim: Simulator
+    # class attributes shadow RunningJob's slots (read-only here): no per-snapshot stores on the hot path
+    cap = None
+    shared_nodes = ()
+
+    @property
+    def level(self) -> int:
+        return 0 if self.tier is _FG else 1
 
     @property
     def progress(self) -> float:
@@ -454,9 +461,6 @@ class Simulator:
         setattr_(snap, "start_time", run.start_time)
         setattr_(snap, "tier_since", run.tier_since)
         setattr_(snap, "suspended", False)
-        setattr_(snap, "level", 0 if fg else 1)
-        setattr_(snap, "cap", None)
-        setattr_(snap, "shared_nodes", ())
         setattr_(snap, "_run", run)
         setattr_(snap, "_sim", self)
         if fixed_end:
