@@ -120,8 +120,10 @@ class VcschedPolicy(SchedulingPolicy):
         best = attempt(len(queued))
         admitted = len(queued)
         if best is None:
-            # largest admissible queue prefix; invariant: attempt(hi) fails, attempt(lo) works or lo == -1
-            lo, hi = -1, len(queued)
+            # largest admissible queue prefix; invariant: attempt(hi) fails, attempt(lo) works or lo == -1.
+            # With nothing running, admitting nobody trivially works (attempt(0) has no instance to
+            # solve): start at lo = 0, or a failing attempt(2) would hide a feasible attempt(1)
+            lo, hi = (-1 if running else 0), len(queued)
             while hi - lo > 1:
                 mid = (lo + hi) // 2
                 got = attempt(mid)

@@ -46,8 +46,9 @@ def test_offer_names_every_unmet_need() -> None:
 
 def test_simulator_refuses_a_policy_it_cannot_serve() -> None:
     jobs = [WorkloadJob(id=1, submit=0.0, run_time=10.0, procs=1, estimate=10.0, cpu_usage=None)]
-    with pytest.raises(PolicyNeedsUnmet, match="the simulator: needs capped shared VMs"):
-        Simulator(jobs, 4, create_policy("vcsched-mcb8"))
+    with pytest.raises(PolicyNeedsUnmet, match="the simulator: needs 5 VM levels per core"):
+        Simulator(jobs, 4, Gang())
+    SIM_OFFER.check(create_policy("vcsched-mcb8"))  # capped shared VMs: offered
 
 
 def test_old_policy_kind_key_loads_deprecated() -> None:

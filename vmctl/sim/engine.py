@@ -53,8 +53,10 @@ from vmctl.model import (
     Kill,
     Migrate,
     Move,
+    PlaceShared,
     Promote,
     RunningJob,
+    SetCap,
     Start,
     StartBg,
     StartFg,
@@ -69,8 +71,8 @@ from vmctl.sim.progress import ProgressModel
 _EPS = 1e-9
 _INF = math.inf
 #: what the simulated cluster offers a policy (checked before a run): 2 levels per core under the
-#: priority discipline, rigid jobs; no capped shared VMs yet (the engine does not model them)
-SIM_OFFER = Offer(where="the simulator", levels=2, discipline=Discipline.PRIORITY)
+#: priority discipline, rigid jobs, and capped shared VMs (vcsched; each core is then a one-core node)
+SIM_OFFER = Offer(where="the simulator", levels=2, discipline=Discipline.PRIORITY, shared_vms=True)
 # Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
 _FG = Tier.FG
 _BG = Tier.BG
@@ -212,9 +214,11 @@ class _Run:
     blocked_until))`` for ``t >= t0``)."""
 
     __slots__ = (
-        "blocked_until", "cores", "idx", "job", "p0", "placed", "rate", "start_time", "t0",
-        "tier", "tier_since", "version",
+        "blocked_until", "cap", "cores", "idx", "job", "nodes", "p0", "placed", "rate", "shared", "start_time",
+        "t0", "tier", "tier_since", "version",
     )
+    cap: float  # set for shared runs only
+    nodes: tuple[str, ...]  # set for shared runs only
 
     def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
         self.idx = idx
@@ -229,6 +233,7 @@ class _Run:
         self.blocked_until = now
         self.version = 0
         self.placed = True  # the view's snapshot must be rebuilt at the next reschedule
+        self.shared = False  # capped shared VMs on ``nodes`` (vcsched) instead of a level of ``cores``
 
     def progress_at(self, t: float) -> float:
         start = self.t0 if self.t0 > self.blocked_until else self.blocked_until
@@ -280,6 +285,25 @@ class _LiveRunningJob(_LiveProgress):
         now = self._sim.now
         begin = run.blocked_until if run.blocked_until > now else now
         return begin + run.job.estimate - run.progress_at(now)
+
+
+class _LiveShared(RunningJob):
+    """A running job of capped shared VMs (vcsched): ``shared_nodes``/``cap`` are its placement; its
+    ``cores`` stand for its nodes (the first core of each); progress is live."""
+
+    __slots__ = ("_run", "_sim")
+    _run: _Run
+    _sim: Simulator
+
+    @property
+    def progress(self) -> float:
+        return self._run.progress_at(self._sim.now)
+
+
+def shared_rate(cap: float, need: float) -> float:
+    """Pace of a job of capped shared VMs: each task gets ``cap`` of a node and would use ``need`` alone
+    (VCSCHED's yield, Casanova et al. sec. 2), so it advances at ``min(1, cap / need)``."""
+    return 1.0 if cap >= need else cap / need
 
 
 class _RunningView(Mapping[str, RunningJob]):
@@ -416,6 +440,10 @@ class Simulator:
         self._bg_count = 0  # jobs in the bg tier (fg changes need no bg rate updates when 0)
         self._wake: float | None = None
         self._done = 0
+        # capped shared VMs (policies that need them): every core is a one-core node "core<i>"
+        self._shared = policy.needs.shared_vms
+        names = [f"core{c}" for c in range(cores)] if self._shared else []
+        self._node_core = {name: c for c, name in enumerate(names)}
         self.view = ClusterView(
             total_cores=cores,
             queue=self._queue,
@@ -427,6 +455,9 @@ class Simulator:
             fg_util=self._fg_util,
             usable=self._usable,
             queue_index=self._qjobs,
+            node_of_core=names,
+            local_core=[0] * len(names),
+            node_names=names,
         )
 
     def _validate_jobs(self) -> None:
@@ -451,6 +482,9 @@ class Simulator:
     def _snapshot(self, run: _Run) -> None:
         """(Re)build the job's entry in ``view.running`` after its placement or rate changed."""
         fg = run.tier is _FG
+        if not fg and run.shared:
+            self._snapshot_shared(run)
+            return
         fixed_end = not fg or run.rate == 1.0
         cls = _LiveProgress if fixed_end else _LiveRunningJob
         snap = cls.__new__(cls)
@@ -471,6 +505,15 @@ class Simulator:
                 setattr_(snap, "expected_end", _INF)
         self._snaps[run.job.id] = snap
 
+    def _snapshot_shared(self, run: _Run) -> None:
+        snap = _LiveShared.__new__(_LiveShared)
+        setattr_ = object.__setattr__
+        for name, value in (("job", run.job), ("tier", _FG), ("cores", run.cores), ("start_time", run.start_time),
+                            ("tier_since", run.tier_since), ("suspended", False), ("level", 0), ("cap", run.cap),
+                            ("shared_nodes", run.nodes), ("expected_end", _INF), ("_run", run), ("_sim", self)):
+            setattr_(snap, name, value)
+        self._snaps[run.job.id] = snap
+
     # ------------------------------------------------------------------ rates and events
 
     def _rate(self, run: _Run) -> float:
@@ -480,6 +523,8 @@ class Simulator:
         loss = self._loss[i]
         if run.tier is _FG:
             return 1.0 - loss if self.two_tier else 1.0  # progress.fg_rate, inlined
+        if run.shared:
+            return shared_rate(run.cap, run.job.cpu_need)
         beta = self._beta[i]
         alone = 1.0 - loss
         threshold = self._pm.bg_threshold
@@ -576,6 +621,8 @@ class Simulator:
             self._idle_fg.update(cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
+        elif run.shared:
+            return  # shared VMs hold no level of a core
         else:
             bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
@@ -716,10 +763,43 @@ class Simulator:
                 self._dropped_by_policy[run.idx] = 1
                 self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
                 self._done += 1
+        elif isinstance(act, PlaceShared | SetCap):
+            self._apply_shared(act)
         else:
             kind = getattr(act, "kind", type(act).__name__)
             raise SimulationError(time=now, problem=f"the simulator does not model {kind} "
                                                     f"({getattr(act, 'job_id', '?')})")
+
+    def _apply_shared(self, act: PlaceShared | SetCap) -> None:
+        """Capped shared VMs (vcsched): PlaceShared starts a queued job or re-places a running one (a
+        change of nodes counts as one migration, at no cost); SetCap changes the cap. The job advances
+        at ``shared_rate(cap, cpu_need)``."""
+        now = self.now
+        run = self._runs.get(act.job_id)
+        if run is not None and not run.shared:
+            raise SimulationError(time=now, problem=f"the simulator does not model {act.kind} of {act.job_id}, "
+                                                    "which runs on a level of its cores")
+        if isinstance(act, SetCap):
+            assert run is not None  # the checker: SetCap names a running job
+            run.settle(now)
+            run.cap = act.cap if act.cap is not None else min(1.0, run.job.cpu_need)
+        else:
+            stand_in = tuple(self._node_core[n] for n in act.nodes)
+            if run is None:
+                run = self._new_run(act.job_id, _BG, stand_in)
+                run.shared = True
+                self._first_bg[run.idx] = 2
+            else:
+                run.settle(now)
+                if sorted(run.nodes) != sorted(act.nodes):
+                    run.tier_since = now
+                    self._migrations += 1
+                    self._job_migrations[run.idx] += 1
+                run.cores = stand_in
+            run.nodes = act.nodes
+            run.cap = act.cap
+        run.placed = True
+        self._dirty[run.idx] = run
 
     def _complete(self, run: _Run) -> None:
         idx = run.idx
@@ -761,6 +841,13 @@ class Simulator:
         cannot_act = policy.cannot_act
         dirty = self._dirty
         make_job = _make_job
+        if self._shared:  # a job's CPU need (vcsched) is its processes' peak usage, when the policy may know it
+            def make_job(jid: str, submit: float, procs: int, estimate: float,
+                         usage: tuple[float, ...] | None) -> Job:
+                job = _make_job(jid, submit, procs, estimate, usage)
+                if usage is not None:
+                    object.__setattr__(job, "cpu_need", max(usage))
+                return job
         while True:
             # next event time
             while heap and heap[0][2].version != heap[0][1]:
@@ -869,7 +956,7 @@ class Simulator:
                 "end": end,
                 "width": self._procs[i],
                 "wait": start - self._submit[i],
-                "first_tier": "bg" if self._first_bg[i] else "fg",
+                "first_tier": ("fg", "bg", "shared")[self._first_bg[i]],
                 "tier_changes": self._tier_changes[i],
                 "migrations": self._job_migrations[i],
                 "policy_kills": self._job_kills[i],
