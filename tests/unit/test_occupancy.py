@@ -156,3 +156,36 @@ def test_capacity_counts_what_is_already_placed() -> None:
     check(v, PlaceShared("new", ("a",), 0.6), PlaceShared("old", ("b",), 0.4))
     # killing it frees the node as well
     check(v, Kill("old", requeue=False), PlaceShared("new", ("a",), 0.6))
+
+
+# ----------------------------------------------------------------------------- general actions in the executors
+
+
+def test_priority_form_of_the_general_actions() -> None:
+    from vmctl.model import Demote, Migrate
+    from vmctl.policies.occupancy import priority_form
+
+    assert priority_form(Start("a", (0, 1), level=0)) == StartFg("a", (0, 1))
+    assert priority_form(Start("a", (0,), level=1)) == StartBg("a", (0,))
+    assert priority_form(Move("a", None, level=0)) == Promote("a")
+    assert priority_form(Move("a", None, level=1)) == Demote("a")
+    assert priority_form(Move("a", (2,), level=1, cost=5.0)) == Migrate("a", (2,), Tier.BG, 5.0)
+    assert priority_form(Move("a", (2,), level=0), checkpointed=True) == Restore("a", (2,), Tier.FG)
+    assert priority_form(Start("a", (0,), level=2)) == Start("a", (0,), level=2)  # no priority name
+
+
+def test_simulator_runs_start_and_move_like_the_priority_actions() -> None:
+    from test_sim_support import Scripted, wj
+
+    from vmctl.sim.engine import SimConfig, Simulator
+    from vmctl.sim.progress import ProgressModel
+
+    fixed = ProgressModel(loss_low=0.02, loss_high=0.02, beta_single_low=0.9, beta_single_high=0.9,
+                          beta_multi_low=0.9, beta_multi_high=0.9)
+    cfg = SimConfig(progress=fixed, two_tier=True)
+    jobs = [wj(1, 0, 49, 1, usage=0.5), wj(2, 0, 71.5, 1, usage=1.0)]
+    old = Simulator(jobs, 1, Scripted({0.0: [StartFg("1", (0,)), StartBg("2", (0,))], 60.0: [Promote("2")]}), cfg)
+    new = Simulator(jobs, 1, Scripted({0.0: [Start("1", (0,), 0), Start("2", (0,), 1)], 60.0: [Move("2", None, 0)]}),
+                    cfg)
+    assert old.run().to_dict() == new.run().to_dict()
+    assert old.outcome("2") == new.outcome("2")
