@@ -85,14 +85,15 @@ class Occupancy:
     """Copy-on-write occupancy of a view (see the module docstring). ``queued`` holds the queued jobs
     the caller will name (``queued_subset``); jobs not in it are treated as not waiting."""
 
-    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "checkpointed", "nodes", "now", "over", "placed",
-                 "queued", "started", "suspended", "view")
+    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "base", "checkpointed", "nodes", "now", "over",
+                 "placed", "queued", "started", "suspended", "view")
 
     def __init__(self, view: ClusterView, queued: dict[str, Job], now: float) -> None:
         self.view = view
         self.now = now
         self.queued = queued
         self.over: list[dict[int, str | None]] = [{} for _ in range(view.levels)]
+        self.base = view.slot_job  # built once: ``slot_job`` is a property
         # job -> (level, cores) on core levels, (-1, ()) for shared VMs, None when it does not run;
         # filled from the view on first touch
         self.placed: dict[str, tuple[int, tuple[int, ...]] | None] = {}
@@ -109,7 +110,7 @@ class Occupancy:
         over = self.over[level]
         if core in over:
             return over[core]
-        return self.view.slot_job[level][core]
+        return self.base[level][core]
 
     def running(self, job_id: str) -> tuple[int, tuple[int, ...]] | None:
         """(level, cores) of a running job (level -1: shared VMs), None when it does not run."""
