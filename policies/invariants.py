@@ -49,7 +49,7 @@ def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
         if t is not StartFg and (t is not StartBg or view.levels < 2):
             _check_general(view, decision, now)
             return
-    if decision.schedule is not None:
+    if decision.schedule is not None or view.shapes:  # moldable/task-bag widths: the general rules
         _check_general(view, decision, now)
         return
     reasons = decision.reasons

@@ -17,8 +17,9 @@ actions of one decision are carried out together, so two jobs may swap nodes.
 Actions (``vmctl.model``), with ``Tier.FG``/``Tier.BG`` read as levels 0 and 1:
 
 ========================  =========================================================================
-start (StartFg/StartBg,   a queued, submitted job takes ``level`` of ``cores``; rigid: width = procs
-Start)
+start (StartFg/StartBg,   a queued, submitted job takes ``level`` of ``cores``; rigid: width = procs,
+Start)                    moldable/task bag: a width its ``JobShape`` allows
+resize                    a running task bag's workers move to ``level`` of ``cores`` (new width)
 move (Promote, Demote,    a running (or checkpointed, for Restore) job moves to ``level`` of cores
 Migrate, Restore, Move)   (its own when None), keeping its width; Promote needs level 1 -> 0
 kill                      frees its slots; with ``requeue`` it is queued again (may restart at once)
@@ -52,6 +53,7 @@ from vmctl.model import (
     Move,
     PlaceShared,
     Promote,
+    Resize,
     Restore,
     Resume,
     SetCap,
@@ -195,11 +197,17 @@ class Occupancy:
         return job
 
     # ------------------------------------------------------------------ actions
+    def _width(self, job: Job, cores: tuple[int, ...]) -> int:
+        """The width ``cores`` gives the job, when its shape allows it; else ``procs`` (then
+        ``cores_ok`` names the mismatch): a rigid job's width is ``procs``."""
+        shape = self.view.shapes.get(job.id) if self.view.shapes else None
+        return len(cores) if shape is not None and shape.allows(len(cores)) else job.procs
+
     def start(self, job_id: str, cores: tuple[int, ...], level: int, action: str) -> None:
         job = self._queued_job(job_id, action)
         self._submitted(job)
         self._level_ok(job_id, level, action)
-        self.cores_ok(job_id, cores, job.procs, action)  # rigid: width == procs
+        self.cores_ok(job_id, cores, self._width(job, cores), action)  # rigid: width == procs
         self._take(job_id, level, cores, action)
         self.started.add(job_id)
         self.suspended[job_id] = False
@@ -236,6 +244,20 @@ class Occupancy:
         for c in cores:
             if self.slot(level, c) is None:
                 over[c] = job_id
+
+    def resize(self, job_id: str, cores: tuple[int, ...], level: int) -> None:
+        """A task bag's workers move to ``level`` of ``cores`` (any width its shape allows)."""
+        shape = self.view.shapes.get(job_id) if self.view.shapes else None
+        if shape is None or shape.kind != "task-bag":
+            raise fail("resize-not-task-bag", f"resize {job_id}: only a task bag changes its worker count")
+        self._need_running(job_id, "resize")
+        self._level_ok(job_id, level, "resize")
+        if not shape.allows(len(cores)):
+            raise fail("cores-count", f"resize {job_id}: {len(cores)} workers, its shape allows 1..{max(shape.widths)}")
+        self.cores_ok(job_id, cores, len(cores), "resize")
+        self._check_free(job_id, level, cores, "resize")
+        self._free(job_id)
+        self._take(job_id, level, cores, "resize")
 
     def promote(self, job_id: str) -> None:
         level, cores = self._need_running(job_id, "promote")
@@ -366,6 +388,8 @@ class Occupancy:
             self.set_cap(act.job_id, act.cap)
         elif isinstance(act, PlaceShared):
             self.place_shared(act)
+        elif isinstance(act, Resize):
+            self.resize(act.job_id, act.cores, act.level)
         else:  # pragma: no cover - exhaustive over Action
             raise fail("unknown-action", repr(act))
 

@@ -113,6 +113,30 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class JobShape:
+    """How wide a job may run, when it is not rigid (a rigid job runs exactly ``procs`` processes).
+
+    - ``moldable``: the policy picks the width when it starts the job, one of ``widths``, and cannot
+      change it later (``Start`` with that many cores);
+    - ``task-bag``: independent tasks; the policy sets how many workers the job holds (1 ..
+      ``max(widths)``) when it starts it and may change it at task boundaries (``Resize``).
+
+    The view carries shapes in ``ClusterView.shapes`` (job id -> shape; absent = rigid)."""
+
+    kind: Literal["moldable", "task-bag"]
+    widths: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.widths or min(self.widths) < 1:
+            raise ValidationError(field="shape.widths", problem=f"must list widths >= 1, got {self.widths}")
+
+    def allows(self, width: int) -> bool:
+        if self.kind == "task-bag":
+            return 1 <= width <= max(self.widths)
+        return width in self.widths
+
+
+@dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job that holds VM slots. ``cores[i]`` carries process ``i``, on ``level`` of that core.
 
@@ -175,6 +199,7 @@ class ClusterView:
       0..1; 0 when the fg slot is idle. A bg VM takes a process only while this is under the
       threshold (0.96 in the paper).
     - ``usable[c]``: False for cores of drained, lost or excluded nodes.
+    - ``shapes``: job id -> ``JobShape`` of the moldable and task-bag jobs (absent = rigid).
     - ``levels`` / ``discipline``: the number L of VM levels per core and how they share it (see the
       module docstring); ``slot_job[level][core]`` and ``idle[level]`` give the occupancy of every
       level. ``fg_job``/``idle_fg`` are level 0 and ``bg_job``/``idle_bg`` level 1 (for L = 1,
@@ -207,6 +232,8 @@ class ClusterView:
     discipline: Discipline = Discipline.PRIORITY
     upper_job: Sequence[Sequence[str | None]] = ()
     upper_idle: Sequence[Set[int]] = ()
+    # job id -> shape of the jobs that are not rigid (moldable, task bags); absent = rigid
+    shapes: Mapping[str, JobShape] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.levels < 1:
@@ -417,6 +444,17 @@ class Move:
 
 
 @dataclass(frozen=True, slots=True)
+class Resize:
+    """Task bags: the job's workers run on ``level`` of ``cores`` from now on (the width is
+    ``len(cores)``). Applied at task boundaries: a running task is never killed to shrink a job."""
+
+    job_id: str
+    cores: tuple[int, ...]
+    level: int = 0
+    kind: Literal["resize"] = "resize"
+
+
+@dataclass(frozen=True, slots=True)
 class SliceSchedule:
     """Time slicing (``timeslice`` discipline): row (level) ``order[k]`` is active during the k-th
     ``period`` seconds of each cycle, starting at ``epoch``. Agents switch rows on their own clock: no
@@ -429,7 +467,7 @@ class SliceSchedule:
 
 Action: TypeAlias = (
     StartFg | StartBg | Promote | Demote | Migrate | Kill | Checkpoint | Restore | SetCap | Suspend | Resume
-    | PlaceShared | Start | Move
+    | PlaceShared | Start | Move | Resize
 )
 
 

@@ -189,3 +189,25 @@ def test_simulator_runs_start_and_move_like_the_priority_actions() -> None:
                     cfg)
     assert old.run().to_dict() == new.run().to_dict()
     assert old.outcome("2") == new.outcome("2")
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+def test_width_follows_the_shape() -> None:
+    from vmctl.model import JobShape, Resize
+
+    mold, bag, rigid = job("m", 4, 10), job("t", 1, 10), job("r", 2, 10)
+    v = dataclasses.replace(view(8, queue=[mold, bag, rigid]),
+                            shapes={"m": JobShape("moldable", (2, 4)), "t": JobShape("task-bag", (3,))})
+    check(v, StartFg("m", (0, 1)), StartFg("t", (2, 3, 4)), StartFg("r", (5, 6)))  # widths 2 (of 2, 4) and 3
+    assert rule_of(v, StartFg("m", (0, 1, 2))) == "cores-count"  # 3 is not a width of m
+    assert rule_of(v, StartFg("t", (0, 1, 2, 3))) == "cores-count"  # at most 3 workers
+    assert rule_of(v, StartFg("r", (0,))) == "cores-count"  # rigid: width == procs
+    running = dataclasses.replace(v, running={"t": RunningJob(bag, Tier.FG, (2, 3), 0.0, 0.0)},
+                                  fg_job=[None, None, "t", "t", None, None, None, None])
+    check(running, Resize("t", (2, 3, 4)))  # grows at a task boundary, keeping its own cores
+    check(running, Resize("t", (7,)))
+    assert rule_of(running, Resize("t", (1, 2, 3, 4))) == "cores-count"
+    assert rule_of(v, Resize("m", (0, 1))) == "resize-not-task-bag"
+    assert rule_of(v, Resize("t", (0,))) == "not-running"
