@@ -38,7 +38,8 @@ core 0); ``Kill(a)`` then ``Promote(b)`` succeeds, leaving fg = [b, None].
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
+from typing import Any
 
 from vmctl.errors import InvariantViolation
 from vmctl.model import (
@@ -359,39 +360,14 @@ class Occupancy:
 
     def apply(self, act: Action) -> None:
         """Apply one action (any kind) or raise ``InvariantViolation``."""
-        if isinstance(act, StartFg):
-            self.start(act.job_id, act.cores, 0, act.kind)
-        elif isinstance(act, StartBg):
-            self.start(act.job_id, act.cores, 1, act.kind)
-        elif isinstance(act, Start):
-            self.start(act.job_id, act.cores, act.level, act.kind)
-        elif isinstance(act, Promote):
-            self.promote(act.job_id)
-        elif isinstance(act, Demote):
-            self.demote(act.job_id)
-        elif isinstance(act, Migrate):
-            self._need_running(act.job_id, "migrate")
-            self.move(act.job_id, act.cores, level_of(act.tier), act.cost, "migrate")
-        elif isinstance(act, Move):
-            self.move(act.job_id, act.cores, act.level, act.cost, act.kind)
-        elif isinstance(act, Restore):
-            self.restore(act.job_id, act.cores, level_of(act.tier))
-        elif isinstance(act, Kill):
-            self.kill(act.job_id, act.requeue)
-        elif isinstance(act, Checkpoint):
-            self.checkpoint(act.job_id)
-        elif isinstance(act, Suspend):
-            self.suspend(act.job_id)
-        elif isinstance(act, Resume):
-            self.resume(act.job_id)
-        elif isinstance(act, SetCap):
-            self.set_cap(act.job_id, act.cap)
-        elif isinstance(act, PlaceShared):
-            self.place_shared(act)
-        elif isinstance(act, Resize):
-            self.resize(act.job_id, act.cores, act.level)
-        else:  # pragma: no cover - exhaustive over Action
+        handler = _HANDLERS.get(type(act))
+        if handler is None:  # pragma: no cover - exhaustive over Action
             raise fail("unknown-action", repr(act))
+        handler(self, act)
+
+    def _migrate(self, act: Migrate) -> None:
+        self._need_running(act.job_id, "migrate")
+        self.move(act.job_id, act.cores, level_of(act.tier), act.cost, "migrate")
 
     # ------------------------------------------------------------------ shared VMs and node capacity
     def _totals(self) -> dict[str, float]:
@@ -436,6 +412,26 @@ class Occupancy:
                 raise fail("node-cpu", f"CPU caps of the shared VMs on {node} sum to {cpu[node]:.6f} > 1")
             if mem.get(node, 0.0) > 1.0 + CAPACITY_TOL:
                 raise fail("node-memory", f"memory of the shared VMs on {node} sums to {mem[node]:.6f} > 1")
+
+
+# what each action does, by its type (the priority names read fg/bg as levels 0/1)
+_HANDLERS: dict[type, Callable[[Occupancy, Any], None]] = {
+    StartFg: lambda o, a: o.start(a.job_id, a.cores, 0, a.kind),
+    StartBg: lambda o, a: o.start(a.job_id, a.cores, 1, a.kind),
+    Start: lambda o, a: o.start(a.job_id, a.cores, a.level, a.kind),
+    Promote: lambda o, a: o.promote(a.job_id),
+    Demote: lambda o, a: o.demote(a.job_id),
+    Migrate: Occupancy._migrate,
+    Move: lambda o, a: o.move(a.job_id, a.cores, a.level, a.cost, a.kind),
+    Restore: lambda o, a: o.restore(a.job_id, a.cores, level_of(a.tier)),
+    Kill: lambda o, a: o.kill(a.job_id, a.requeue),
+    Checkpoint: lambda o, a: o.checkpoint(a.job_id),
+    Suspend: lambda o, a: o.suspend(a.job_id),
+    Resume: lambda o, a: o.resume(a.job_id),
+    SetCap: lambda o, a: o.set_cap(a.job_id, a.cap),
+    PlaceShared: Occupancy.place_shared,
+    Resize: lambda o, a: o.resize(a.job_id, a.cores, a.level),
+}
 
 
 def _cap_of(cap: float | None, job: Job) -> float:
