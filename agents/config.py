@@ -43,6 +43,8 @@ class LayoutConfig:
     bg_weight: int = WEIGHT_MIN
     memory_mib: int = 64
     image: str | None = None
+    discipline: str = "priority"  # priority (fg/bg with idle placeholders) | shared (no placeholders)
+    levels: int = 2  # VM levels per core: 2 (fg, bg) under priority; 1 or 2 under shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +184,18 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
     bg = lay.integer("bg_weight", WEIGHT_MIN, lo=WEIGHT_MIN, hi=WEIGHT_MAX)
     if fg <= bg:
         raise lay.error("fg_weight", f"must exceed bg_weight ({fg} <= {bg})")
+    discipline = lay.get("discipline", str, "priority")
+    if discipline == "timeslice":
+        raise lay.error("discipline", "timeslice (gang rows, one VM per row) is not supported by this agent yet; "
+                                      "use priority or shared")
+    if discipline not in ("priority", "shared"):
+        raise lay.error("discipline", f"must be priority or shared, got {discipline!r}")
+    levels = lay.integer("levels", 2, lo=1, hi=2)
+    if discipline == "priority" and levels != 2:
+        raise lay.error("levels", f"the priority discipline has 2 levels (fg, bg), got {levels}")
     layout = LayoutConfig(cores=cores, naming=naming, fg_weight=fg, bg_weight=bg,
-                          memory_mib=lay.integer("memory_mib", 64, lo=16), image=lay.get("image", str, None))
+                          memory_mib=lay.integer("memory_mib", 64, lo=16), image=lay.get("image", str, None),
+                          discipline=discipline, levels=levels)
     if layout.image is not None and not layout.image.startswith("/"):
         raise lay.error("image", f"must be an absolute path, got {layout.image!r}")
     lay.finish()

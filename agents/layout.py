@@ -1,4 +1,12 @@
-"""The two-tier core layout of one host (MEASY paper, sec. 2.1).
+"""The core layout of one host: one VM per (core, level) (MEASY paper, sec. 2.1, for two levels).
+
+Levels and placeholders. ``levels`` is the number of VM levels per core the host carries (the
+cluster's ``ClusterView.levels``); this agent supports the priority discipline's fg (level 0) and bg
+(level 1) VMs, so 1 or 2. ``placeholders`` says whether the agent keeps an idle VM on every (core,
+level) even when no job runs there: the priority discipline needs them (a job starts in a booted VM,
+a promote is a live weight swap); the ``shared`` discipline does not (its workers and vcsched's
+capped shared VMs come and go with desired state). Gang rows (``timeslice``, L > 2) need row VMs in
+desired state and are not supported by this agent yet.
 
 For a host with C managed physical cores the agent keeps 2C single-VCPU VMs: on core k a foreground
 VM and a background VM, both pinned to core k. The fg VM runs at the highest weight, the bg VM at the
@@ -64,8 +72,12 @@ class Layout:
     bg_weight: int = WEIGHT_MIN
     memory_mib: int = 64
     image: str | None = None
+    levels: int = 2
+    placeholders: bool = True
 
     def __post_init__(self) -> None:
+        if self.levels not in (1, 2):
+            raise OutOfRange(what="layout.levels", value=self.levels, allowed="1..2 (fg, bg)")
         if not self.cores:
             raise ValidationError(field="layout.cores", problem="must list at least one core")
         if len(set(self.cores)) != len(self.cores) or min(self.cores) < 0:
@@ -110,16 +122,24 @@ class Layout:
         return VmDesired(name=self.vm_name(core, tier), core=core, role=role, weight=self.weight_of(role),
                          memory_mib=self.memory_mib)
 
+    @property
+    def tiers(self) -> tuple[Tier, ...]:
+        """The levels of each core, by their priority names (fg, then bg)."""
+        return (Tier.FG, Tier.BG)[: self.levels]
+
     def pair_vms(self) -> list[VmDesired]:
-        """The 2C VMs of the bare layout (no processes), fg before bg on each core."""
-        return [self.pair_vm(k, t) for k in range(self.size) for t in (Tier.FG, Tier.BG)]
+        """The idle placeholder VMs of the bare layout (no processes): one per (core, level), fg before
+        bg on each core, when the layout keeps placeholders; none otherwise."""
+        if not self.placeholders:
+            return []
+        return [self.pair_vm(k, t) for k in range(self.size) for t in self.tiers]
 
     def base_desired(self, generation: int = 0) -> NodeDesired:
         return NodeDesired(node=self.host, generation=generation, vms=tuple(self.pair_vms()))
 
     def complete(self, desired: NodeDesired) -> NodeDesired:
-        """Add the layout's core-pair VMs that ``desired`` leaves out (by name, and only where the
-        core's slot of that role is not taken by another VM), so the 2C VMs always exist."""
+        """Add the layout's placeholder VMs that ``desired`` leaves out (by name, and only where the
+        core's slot of that role is not taken by another VM), so the L x C VMs always exist."""
         names = {v.name for v in desired.vms}
         taken = {(v.core, v.role) for v in desired.vms if v.role is not VmRole.SHARED}
         extra = []
@@ -139,7 +159,7 @@ class Layout:
         """True for VMs this agent manages: our metadata, or a core-pair name of this layout."""
         if metadata.get(META_NODE) == self.host and metadata.get(META_MANAGED) == "1":
             return True
-        return any(name == self.vm_name(k, t) for k in range(self.size) for t in (Tier.FG, Tier.BG))
+        return any(name == self.vm_name(k, t) for k in range(self.size) for t in self.tiers)
 
 
 def swap_tiers(desired: NodeDesired, core: int, fg_weight: int = WEIGHT_MAX, bg_weight: int = WEIGHT_MIN,

@@ -160,7 +160,8 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
             raise ConfigError(path=cfg.path, where="layout.cores",
                               problem=f"core {bad[0]} does not exist: {cfg.node} has {host_cores} cores")
     layout = Layout(host=cfg.node, cores=cores, naming=cfg.layout.naming, fg_weight=cfg.layout.fg_weight,
-                    bg_weight=cfg.layout.bg_weight, memory_mib=cfg.layout.memory_mib, image=cfg.layout.image)
+                    bg_weight=cfg.layout.bg_weight, memory_mib=cfg.layout.memory_mib, image=cfg.layout.image,
+                    levels=cfg.layout.levels, placeholders=cfg.layout.discipline == "priority")
     source: DesiredStateSource
     reporter: Reporter | None
     http: Any = None

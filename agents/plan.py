@@ -251,6 +251,9 @@ def validate(desired: NodeDesired, layout: Layout) -> None:
             if not 0 <= v.core < layout.size:
                 raise ValidationError(field=f"{where}.core",
                                       problem=f"{v.core} out of range 0..{layout.size - 1} for a {v.role.value} VM")
+            if v.role is VmRole.BG and layout.levels < 2:
+                raise ValidationError(field=f"{where}.role",
+                                      problem=f"a bg VM needs 2 levels per core; this host has {layout.levels}")
             # a VM still on its way here may share its core with one about to leave (the daemon moves
             # a job's processes in one operation: a chain node1:2 -> node2:0, node2:2 -> node1:2 lists the
             # arriving VM on core 2 while the leaving one still runs there); two arriving ones may not

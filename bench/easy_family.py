@@ -60,7 +60,7 @@ class Recorder(SchedulingPolicy):
     def __init__(self, inner: SchedulingPolicy, every: int) -> None:
         super().__init__()
         self.inner = inner
-        self.uses_bg_tier = inner.uses_bg_tier  # type: ignore[misc]
+        self.needs = inner.needs  # type: ignore[misc]
         self.every = every
         self.calls = 0
         self.views: list[tuple[ClusterView, float]] = []

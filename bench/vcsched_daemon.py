@@ -87,7 +87,7 @@ def _quiet(d: InProcessDaemon, agents: list[_Agent]) -> tuple[bool, int, float]:
 
 def run(policy: str, params: dict[str, Any], nodes: int, arrivals: int, departures: int, seed: int,
         tmp: Path) -> dict[str, Any]:
-    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp / "state"), policy_kind="vcsched",
+    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp / "state"),
                        policy_name=policy, policy_params=params, policy_explicit=True, tick_s=0.3, holder="bench",
                        log_level="warning")
     rng = random.Random(seed)

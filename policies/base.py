@@ -8,16 +8,72 @@ by ``vmctl.policies.invariants.check_decision`` in both.
 A policy object may hold configuration (thresholds, costs, a seed) but no state that changes between
 calls: everything it needs about the cluster is in the view. That makes a policy result in the
 simulator a claim about the daemon, and lets the daemon restart at any point.
+
+A policy declares what it ``needs`` of the cluster (:class:`Needs`: VM levels per core, the level
+discipline, job shapes, capped shared VMs); the simulator and vmctld describe what they offer as a
+:class:`Offer` and refuse, before the first decision, a policy whose needs it does not meet
+(``PolicyNeedsUnmet``, with what is missing). Example: MEASY needs 2 levels under the priority
+discipline; EASY needs 1 level (any discipline); ``vcsched-*`` need capped shared VMs.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from vmctl.errors import PolicyParameterError
-from vmctl.model import ClusterView, Decision
+from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError
+from vmctl.model import ClusterView, Decision, Discipline
+
+#: job shapes (``rigid``: ``procs`` fixed; ``moldable``: width chosen at start; ``task-bag``: workers
+#: set by the policy)
+SHAPES = ("rigid", "moldable", "task-bag")
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What a policy needs of the cluster: at least ``levels`` VM levels per core, under one of
+    ``disciplines`` (empty = any), the job ``shapes`` it schedules, and whether it places capped
+    shared VMs on nodes (``PlaceShared``/``SetCap``)."""
+
+    levels: int = 1
+    disciplines: frozenset[Discipline] = frozenset()
+    shapes: frozenset[str] = frozenset({"rigid"})
+    shared_vms: bool = False
+
+    @property
+    def two_tier(self) -> bool:
+        """The MEASY two-tier architecture: 2 levels under the priority discipline (fg loss applies)."""
+        return self.levels >= 2 and Discipline.PRIORITY in self.disciplines
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What a cluster (simulated or real) offers a policy; ``where`` names it in errors."""
+
+    where: str
+    levels: int
+    discipline: Discipline
+    shapes: frozenset[str] = frozenset({"rigid"})
+    shared_vms: bool = False
+
+    def check(self, policy: SchedulingPolicy) -> None:
+        """Raise ``PolicyNeedsUnmet`` naming every need this offer does not meet."""
+        needs = policy.needs
+        missing: list[str] = []
+        if needs.levels > self.levels:
+            missing.append(f"{needs.levels} VM levels per core (it has {self.levels})")
+        if needs.disciplines and self.discipline not in needs.disciplines:
+            wanted = " or ".join(sorted(d.value for d in needs.disciplines))
+            missing.append(f"the {wanted} discipline (it has {self.discipline.value})")
+        shapes = sorted(needs.shapes - self.shapes)
+        if shapes:
+            missing.append(f"job shapes {', '.join(shapes)} (it has {', '.join(sorted(self.shapes))})")
+        if needs.shared_vms and not self.shared_vms:
+            missing.append("capped shared VMs (PlaceShared/SetCap)")
+        if missing:
+            raise PolicyNeedsUnmet(policy=policy.name, where=self.where, problem="needs " + "; ".join(missing))
 
 PolicyParams = Mapping[str, Any]
 
@@ -29,8 +85,8 @@ class SchedulingPolicy(ABC):
     summary: ClassVar[str] = ""
     #: parameter name -> (type, default, help); validated by ``__init__``
     parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {}
-    #: True when the policy uses the bg tier (two-tier policies)
-    uses_bg_tier: ClassVar[bool] = False
+    #: what the policy needs of the cluster (checked by the simulator and vmctld before it runs)
+    needs: ClassVar[Needs] = Needs()
 
     def __init__(self, **params: Any) -> None:
         self.params: dict[str, Any] = {}

@@ -100,6 +100,7 @@ from vmctl.model import (
     Action,
     ClusterView,
     Decision,
+    Discipline,
     Job,
     Kill,
     Migrate,
@@ -110,7 +111,7 @@ from vmctl.model import (
     StartFg,
     Tier,
 )
-from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.base import Needs, SchedulingPolicy
 from vmctl.policies.registry import register
 
 __all__ = ["EasyPolicy", "FcfsPolicy", "KeasyPolicy", "MeasyPolicy", "ReasyPolicy", "SjfPolicy"]
@@ -191,7 +192,7 @@ def _reservation(
 class _OneTier(SchedulingPolicy):
     """Shared core picking for the one-tier policies: idle fg cores by descending index."""
 
-    uses_bg_tier: ClassVar[bool] = False
+    needs: ClassVar[Needs] = Needs(levels=1)  # level 0 (fg) only, under any discipline
 
     @staticmethod
     def _pick(pool: list[int], job: Job) -> tuple[int, ...]:
@@ -405,7 +406,7 @@ class _Pass:
 
 
 class _TwoTier(SchedulingPolicy):
-    uses_bg_tier: ClassVar[bool] = True
+    needs: ClassVar[Needs] = Needs(levels=2, disciplines=frozenset({Discipline.PRIORITY}))  # fg above bg
     mode: ClassVar[Mode] = "K"
     parameters: ClassVar[dict[str, tuple[type, Any, str]]] = {
         "bg_util_threshold": (

@@ -110,6 +110,16 @@ class PolicyParameterError(UserError):
     template = "policy {policy}: parameter {param}: {problem}"
 
 
+class PolicyNeedsUnmet(UserError):
+    """A policy needs more of the cluster than it offers (``SchedulingPolicy.needs``): VM levels per
+    core, a level discipline, job shapes or capped shared VMs. Raised by the simulator and vmctld
+    before the policy runs."""
+
+    reference = "policy-needs-unmet"
+    template = "policy {policy} cannot run on {where}: {problem}"
+    hint = "pick a policy this cluster can serve (`vmctl policy list`), or give the cluster what it needs"
+
+
 class OutOfRange(UserError):
     reference = "out-of-range"
     template = "{what} = {value} is out of range ({allowed})"

@@ -8,9 +8,21 @@ Cores are identified by a global integer index ``0 .. total_cores-1``. ``Cluster
 maps a core to the node (physical host) that carries it, and ``ClusterView.local_core`` to its index
 on that node, so a policy can reason about whole nodes when it needs to (migration, vcsched hosts).
 
-Each physical core carries two VM slots: the foreground (fg) slot, with the highest CPU priority, and
-the background (bg) slot, with the lowest (MEASY paper sec. 2.1). A job with ``procs`` processes
-runs one process per core, all in the same tier.
+Levels. Each physical core carries ``L`` VM slots, its *levels*, numbered ``0 .. L-1``, under one
+``Discipline`` per cluster:
+
+- ``priority`` (the MEASY family, L = 2): level 0 is the foreground (fg) slot with the highest CPU
+  priority, level 1 the background (bg) slot with the lowest (MEASY paper sec. 2.1). ``fg``/``bg``
+  (``Tier``, ``ClusterView.fg_job``/``bg_job``/``idle_fg``/``idle_bg``) stay the names of levels 0
+  and 1, so the EASY family reads as it always did;
+- ``timeslice`` (gang scheduling, L = the multiprogramming level): level k is row k of the
+  Ousterhout matrix; one row is active per time slice;
+- ``shared`` (L workers of equal weight on one core, paper 001).
+
+A job runs one process per core, all on the same level; its *width* is its number of processes
+(``procs`` for a rigid job). Besides the per-core levels, vcsched places capped *shared VMs* on whole
+nodes (``PlaceShared``); they hold no level of a core and count against the node's CPU and memory.
+What each action does to this occupancy is written once, in :mod:`vmctl.occupancy`.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from vmctl.errors import ValidationError
 
@@ -53,6 +65,19 @@ class Tier(StrEnum):
 
     def other(self) -> Tier:
         return Tier.BG if self is Tier.FG else Tier.FG
+
+
+class Discipline(StrEnum):
+    """How the L levels of a core share it (see the module docstring)."""
+
+    PRIORITY = "priority"
+    TIMESLICE = "timeslice"
+    SHARED = "shared"
+
+
+def tier_of_level(level: int) -> Tier:
+    """The priority discipline's name of a level: 0 is fg, every lower level bg."""
+    return Tier.FG if level == 0 else Tier.BG
 
 
 class JobState(StrEnum):
@@ -109,8 +134,38 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class JobShape:
+    """How wide a job may run, when it is not rigid (a rigid job runs exactly ``procs`` processes).
+
+    - ``moldable``: the policy picks the width when it starts the job, one of ``widths``, and cannot
+      change it later (``Start`` with that many cores);
+    - ``task-bag``: independent tasks; the policy sets how many workers the job holds (1 ..
+      ``max(widths)``) when it starts it and may change it at task boundaries (``Resize``).
+
+    The view carries shapes in ``ClusterView.shapes`` (job id -> shape; absent = rigid)."""
+
+    kind: Literal["moldable", "task-bag"]
+    widths: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.widths or min(self.widths) < 1:
+            raise ValidationError(field="shape.widths", problem=f"must list widths >= 1, got {self.widths}")
+
+    def allows(self, width: int) -> bool:
+        if self.kind == "task-bag":
+            return 1 <= width <= max(self.widths)
+        return width in self.widths
+
+
+@dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A job that holds VM slots. ``cores[i]`` carries process ``i``.
+    """A job that holds VM slots. ``cores[i]`` carries process ``i``, on ``level`` of that core.
+
+    ``level`` is the job's level on its cores (0 = fg, 1 = bg under the priority discipline);
+    left at -1 it follows ``tier``, and ``tier`` stays the priority discipline's name of the level
+    (a level >= 1 reads as bg). ``width`` is the number of processes it runs (``len(cores)``).
+    vcsched's capped shared VMs hold no level: ``shared_nodes[i]`` is the node of process ``i`` and
+    ``cap`` its CPU cap (fraction of one node; None = uncapped); their ``cores`` are stand-ins.
 
     ``progress`` is the dedicated-processor work (seconds) the job has received in its current run as
     of the view's time (reset to 0 by a kill; kept by promote, migrate and checkpoint/restore).
@@ -126,10 +181,26 @@ class RunningJob:
     progress: float = 0.0
     expected_end: float = math.inf
     suspended: bool = False
+    level: int = -1
+    cap: float | None = None
+    shared_nodes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.level < 0:
+            object.__setattr__(self, "level", 0 if self.tier is Tier.FG else 1)
+        elif (self.level == 0) != (self.tier is Tier.FG):
+            raise ValidationError(
+                field=f"running job {self.job.id}.tier",
+                problem=f"{self.tier.value} does not name level {self.level} (fg is level 0)",
+            )
 
     @property
     def id(self) -> str:
         return self.job.id
+
+    @property
+    def width(self) -> int:
+        return len(self.cores)
 
     @property
     def remaining_estimate(self) -> float:
@@ -149,6 +220,12 @@ class ClusterView:
       0..1; 0 when the fg slot is idle. A bg VM takes a process only while this is under the
       threshold (0.96 in the paper).
     - ``usable[c]``: False for cores of drained, lost or excluded nodes.
+    - ``shapes``: job id -> ``JobShape`` of the moldable and task-bag jobs (absent = rigid).
+    - ``levels`` / ``discipline``: the number L of VM levels per core and how they share it (see the
+      module docstring); ``slot_job[level][core]`` and ``idle[level]`` give the occupancy of every
+      level. ``fg_job``/``idle_fg`` are level 0 and ``bg_job``/``idle_bg`` level 1 (for L = 1,
+      ``bg_job`` is all None and ``idle_bg`` empty); levels 2 .. L-1 are ``upper_job`` /
+      ``upper_idle``. Build a view of any L with :meth:`ClusterView.leveled`.
     - ``queue_index``: optional ``job id -> Job`` map of exactly the jobs in ``queue``. A caller that
       maintains one anyway (the simulator, vmctld's cluster state) passes it so that the invariant
       checker finds the jobs a decision names in O(1) instead of scanning the queue; None means
@@ -178,6 +255,63 @@ class ClusterView:
     node_speed: Mapping[str, float] = field(default_factory=dict)
     node_group: Mapping[str, str] = field(default_factory=dict)
     node_mem_mib: Mapping[str, int] = field(default_factory=dict)
+    levels: int = 2
+    discipline: Discipline = Discipline.PRIORITY
+    upper_job: Sequence[Sequence[str | None]] = ()
+    upper_idle: Sequence[Set[int]] = ()
+    # job id -> shape of the jobs that are not rigid (moldable, task bags); absent = rigid
+    shapes: Mapping[str, JobShape] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.levels < 1:
+            raise ValidationError(field="view.levels", problem=f"must be >= 1, got {self.levels}")
+        if self.discipline is Discipline.PRIORITY and self.levels != 2:
+            raise ValidationError(
+                field="view.levels", problem=f"the priority discipline has 2 levels, not {self.levels}"
+            )
+        upper = max(0, self.levels - 2)
+        if len(self.upper_job) != upper or len(self.upper_idle) != upper:
+            raise ValidationError(
+                field="view.upper_job",
+                problem=f"{self.levels} levels need {upper} upper levels, got {len(self.upper_job)} "
+                f"occupancies and {len(self.upper_idle)} idle sets",
+            )
+
+    @classmethod
+    def leveled(
+        cls,
+        total_cores: int,
+        queue: Sequence[Job],
+        running: Mapping[str, RunningJob],
+        slot_job: Sequence[Sequence[str | None]],
+        idle: Sequence[Set[int]],
+        discipline: Discipline,
+        fg_util: Sequence[float],
+        usable: Sequence[bool],
+        **rest: Any,
+    ) -> ClusterView:
+        """A view of ``len(slot_job)`` levels: ``slot_job[level][core]`` and ``idle[level]``; ``rest``
+        are the other fields (``node_of_core``, ``queue_index`` ...)."""
+        levels = len(slot_job)
+        if levels < 1 or len(idle) != levels:
+            raise ValidationError(field="view.slot_job", problem=f"{levels} levels with {len(idle)} idle sets")
+        none: Sequence[str | None] = [None] * total_cores
+        return cls(
+            total_cores=total_cores, queue=queue, running=running, fg_job=slot_job[0],
+            bg_job=slot_job[1] if levels > 1 else none, idle_fg=idle[0],
+            idle_bg=idle[1] if levels > 1 else frozenset(), fg_util=fg_util, usable=usable, levels=levels,
+            discipline=discipline, upper_job=tuple(slot_job[2:]), upper_idle=tuple(idle[2:]), **rest,
+        )
+
+    @property
+    def slot_job(self) -> tuple[Sequence[str | None], ...]:
+        """``slot_job[level][core]``: the job on that level of that core, or None."""
+        return (self.fg_job, self.bg_job, *self.upper_job)[: self.levels]
+
+    @property
+    def idle(self) -> tuple[Set[int], ...]:
+        """``idle[level]``: the usable cores whose slot on that level is free."""
+        return (self.idle_fg, self.idle_bg, *self.upper_idle)[: self.levels]
 
     def node(self, core: int) -> str:
         return self.node_of_core[core] if self.node_of_core else "sim"
@@ -317,9 +451,62 @@ class PlaceShared:
     kind: Literal["place_shared"] = "place_shared"
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start a queued job on ``level`` of ``cores``: process i on cores[i]. Its width is
+    ``len(cores)``, which must equal ``job.procs`` for a rigid job. ``StartFg``/``StartBg`` are the
+    priority discipline's names of a start on level 0 / 1 (kept as their own classes: the simulator's
+    hot path)."""
+
+    job_id: str
+    cores: tuple[int, ...]
+    level: int = 0
+    kind: Literal["start"] = "start"
+
+    @property
+    def width(self) -> int:
+        return len(self.cores)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Move a running job, keeping its progress, to ``level`` of ``cores`` (None = its own cores);
+    ``cost`` seconds of no progress. One action for what the priority discipline calls promote
+    (level 1 -> 0 in place), demote (0 -> 1 in place) and migrate (other cores), and for a restore of
+    a checkpointed job. Keeps its width."""
+
+    job_id: str
+    cores: tuple[int, ...] | None = None
+    level: int = 0
+    cost: float = 0.0
+    kind: Literal["move"] = "move"
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Task bags: the job's workers run on ``level`` of ``cores`` from now on (the width is
+    ``len(cores)``). Applied at task boundaries: a running task is never killed to shrink a job."""
+
+    job_id: str
+    cores: tuple[int, ...]
+    level: int = 0
+    kind: Literal["resize"] = "resize"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceSchedule:
+    """Time slicing (``timeslice`` discipline): row (level) ``order[k]`` is active during the k-th
+    ``period`` seconds of each cycle, starting at ``epoch``. Agents switch rows on their own clock: no
+    decision per slice."""
+
+    period: float
+    order: tuple[int, ...]
+    epoch: float = 0.0
+
+
 Action: TypeAlias = (
     StartFg | StartBg | Promote | Demote | Migrate | Kill | Checkpoint | Restore | SetCap | Suspend | Resume
-    | PlaceShared
+    | PlaceShared | Start | Move | Resize
 )
 
 
@@ -345,6 +532,7 @@ class Decision:
     reasons: Mapping[str, str] = field(default_factory=dict)
     default_reason: str = "waiting for free cores"
     reservation: Reservation | None = None  # optional: the head job's reservation, when the policy has one
+    schedule: SliceSchedule | None = None  # timeslice discipline: the row rotation from now on
 
     def reason_for(self, job_id: str) -> str:
         return self.reasons.get(job_id, self.default_reason)

@@ -32,7 +32,7 @@ import numpy as np
 
 from vmctl.errors import PolicyParameterError
 from vmctl.model import Action, ClusterView, Decision, Job, PlaceShared, SetCap
-from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.base import Needs, SchedulingPolicy
 from vmctl.policies.registry import register
 from vmctl.policies.vcsched.algorithms import ALGORITHMS, solve
 from vmctl.policies.vcsched.dynamic import dynamic_mcb, dynamic_milp
@@ -58,6 +58,7 @@ def _need(job: Job) -> tuple[float, float]:
 
 
 class VcschedPolicy(SchedulingPolicy):
+    needs: ClassVar[Needs] = Needs(levels=1, shared_vms=True)  # capped shared VMs on whole nodes
     algorithm: ClassVar[str] = "mcb8"
     dynamic: ClassVar[bool] = False
     parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {
@@ -119,8 +120,10 @@ class VcschedPolicy(SchedulingPolicy):
         best = attempt(len(queued))
         admitted = len(queued)
         if best is None:
-            # largest admissible queue prefix; invariant: attempt(hi) fails, attempt(lo) works or lo == -1
-            lo, hi = -1, len(queued)
+            # largest admissible queue prefix; invariant: attempt(hi) fails, attempt(lo) works or lo == -1.
+            # With nothing running, admitting nobody trivially works (attempt(0) has no instance to
+            # solve): start at lo = 0, or a failing attempt(2) would hide a feasible attempt(1)
+            lo, hi = (-1 if running else 0), len(queued)
             while hi - lo > 1:
                 mid = (lo + hi) // 2
                 got = attempt(mid)

@@ -357,7 +357,7 @@ def test_config_rejects_bad_values_with_location(tmp_path: Path) -> None:
 
 
 def test_vcsched_mode_runs_shared_capped_vms(tmp_path: Path) -> None:
-    c = Cluster(tmp_path, {"n1": 2, "n2": 2}, policy=create_policy("vcsched-mcb8"), policy_kind="vcsched")
+    c = Cluster(tmp_path, {"n1": 2, "n2": 2}, policy=create_policy("vcsched-mcb8"))
     jobs = [c.submit(1, 500, 5) for _ in range(3)]
     c.step()
     assert all(c.state(j) == "running" for j in jobs)

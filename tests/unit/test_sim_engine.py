@@ -389,8 +389,8 @@ def test_every_job_respects_causality_and_the_work_it_needs(policy: str) -> None
         work = min(j.run_time, j.estimate)
         assert start >= j.submit - 1e-9
         assert end - start >= work - 1e-6  # rates never exceed 1
-        if not create_policy(policy).uses_bg_tier:
+        if not create_policy(policy).needs.two_tier:
             assert end - start == pytest.approx(work)  # dedicated cores, no kills, no loss
         busy += work * j.procs
     assert res.metrics.utilization == pytest.approx(busy / (24 * res.metrics.makespan))
-    assert res.metrics.utilization <= (2.0 if create_policy(policy).uses_bg_tier else 1.0)
+    assert res.metrics.utilization <= (2.0 if create_policy(policy).needs.two_tier else 1.0)

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from vmctl.model import Action, ClusterView, Decision, StartFg
-from vmctl.policies.base import SchedulingPolicy
+from vmctl.model import Action, ClusterView, Decision, Discipline, StartFg
+from vmctl.policies.base import Needs, SchedulingPolicy
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Scripted(SchedulingPolicy):
 
     name: ClassVar[str] = "scripted"
 
-    uses_bg_tier: ClassVar[bool] = True
+    needs: ClassVar[Needs] = Needs(levels=2, disciplines=frozenset({Discipline.PRIORITY}))
 
     def __init__(self, plan: dict[float, Sequence[Action] | Script]) -> None:
         super().__init__()

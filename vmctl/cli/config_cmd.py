@@ -63,8 +63,9 @@ def _jsonable(obj: Any) -> Any:
 
 def summary(kind: str, cfg: Any) -> str:
     if kind == "daemon":
+        notes = "".join(f"\nwarning: {note}" for note in cfg.deprecations)
         return (f"daemon config: store {cfg.store_url}, API {cfg.listen}:{cfg.port}, "
-                f"policy {cfg.policy_name} ({cfg.policy_kind}), tick {cfg.tick_s} s")
+                f"policy {cfg.policy_name}, tick {cfg.tick_s} s{notes}")
     uri = f" {cfg.backend.uri}" if cfg.backend.uri else ""
     return f"agent config: node {cfg.node}, backend {cfg.backend.kind}{uri}"
 

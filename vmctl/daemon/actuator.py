@@ -6,9 +6,10 @@ plans; this module carries the plan out. Each action changes ``JobRecord``s; the
 state may have changed are collected in ``Changes.desired_nodes`` and their desired documents are
 re-derived (``ClusterState.desired_vms``) and written in the same transaction as the records.
 
-Actions are re-checked against the actual slot occupancy while they are applied: one that cannot
-be carried out (a migration over the safety limits, a slot that a skipped action did not free) is
-skipped and logged, and so is every later action that depended on it; the next decision re-plans.
+Actions are re-checked against the actual slot occupancy while they are applied, on the one
+occupancy model (``vmctl.policies.occupancy``, the invariant checker's): one that cannot be carried
+out (a migration over the safety limits, a slot that a skipped action did not free) is skipped and
+logged, and so is every later action that depended on it; the next decision re-plans.
 
 Multi-step actions are ``OperationRecord``s: migrate (between nodes), checkpoint, restore. While a
 migration runs, the job's *source* slots stay reserved (``ClusterState.build_view``) so that a
@@ -24,6 +25,7 @@ from typing import Any
 
 from vmctl.daemon.config import MigrationLimits
 from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
+from vmctl.errors import InvariantViolation
 from vmctl.model import (
     Action,
     Checkpoint,
@@ -33,6 +35,7 @@ from vmctl.model import (
     JobState,
     Kill,
     Migrate,
+    Move,
     NodeObserved,
     PlaceShared,
     PowerState,
@@ -40,14 +43,25 @@ from vmctl.model import (
     Restore,
     Resume,
     SetCap,
+    Start,
     StartBg,
     StartFg,
     Suspend,
     Tier,
 )
+from vmctl.policies.occupancy import Occupancy, level_of, priority_form, queued_subset
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 log = logging.getLogger("vmctld.actuator")
+
+
+def _occupy(occ: Occupancy, act: Action) -> str | None:
+    """Apply ``act`` to the occupancy overlay; the broken rule when it cannot be carried out."""
+    try:
+        occ.apply(act)
+    except InvariantViolation as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(slots=True)
@@ -110,33 +124,10 @@ class Actuator:
     # ------------------------------------------------------------------ decisions
     def apply(self, decision: Decision, view: ClusterView, lay: Layout, now: float, ch: Changes) -> ApplyResult:
         res = ApplyResult()
-        fg: dict[int, str | None] = {}
-        bg: dict[int, str | None] = {}
-
-        def owner(tier: Tier, c: int) -> str | None:
-            over = fg if tier is Tier.FG else bg
-            if c in over:
-                return over[c]
-            return (view.fg_job if tier is Tier.FG else view.bg_job)[c]
-
-        def free(tier: Tier, cores: tuple[int, ...], me: str) -> bool:
-            return all(owner(tier, c) in (None, me) and view.usable[c] for c in cores)
-
-        def occupy(tier: Tier, cores: tuple[int, ...], jid: str | None) -> None:
-            over = fg if tier is Tier.FG else bg
-            for c in cores:
-                over[c] = jid
-
-        def vacate(job: JobRecord) -> None:
-            if job.tier == "shared":
-                return  # shared VMs hold no fg/bg slot
-            rj = view.running.get(job.id)
-            cores = rj.cores if rj is not None else ()
-            tier = Tier(job.tier or "fg")
-            over = fg if tier is Tier.FG else bg
-            for c in cores:
-                if owner(tier, c) == job.id:
-                    over[c] = None
+        # what each action does to slot occupancy: the one occupancy model, on a copy-on-write overlay
+        # of the view (the decision was checked on it; an action fails here only when an earlier one
+        # was skipped, or when the view was rebuilt after events that came in during the decision)
+        occ = Occupancy(view, queued_subset(view, {a.job_id for a in decision.actions}), now)
 
         def place(cores: tuple[int, ...]) -> list[tuple[str, int]]:
             return [(lay.node_of_core[c], lay.local_core[c]) for c in cores]
@@ -153,14 +144,14 @@ class Actuator:
             if job is None:
                 res.skipped.append((act, "unknown job"))
                 continue
+            if isinstance(act, Start | Move):
+                act = priority_form(act, checkpointed=job.checkpointed)
             why: str | None = None
             if isinstance(act, StartFg | StartBg):
                 tier = Tier.FG if isinstance(act, StartFg) else Tier.BG
                 if job.state != JobState.QUEUED:
                     why = f"job is {job.state}, not queued"
-                elif not free(tier, act.cores, job.id):
-                    why = "target slots are not free"
-                else:
+                elif (why := _occupy(occ, act)) is None:
                     job.run += 1
                     job.state = JobState.RUNNING
                     job.tier = tier.value
@@ -172,7 +163,6 @@ class Actuator:
                                  for i in range(len(act.cores))]
                     job.reason = None
                     job.suspended = job.checkpointed = job.restore_pending = False
-                    occupy(tier, act.cores, job.id)
                     if self.on_start is not None:
                         self.on_start(job, now)
             elif isinstance(act, Promote | Demote):
@@ -180,69 +170,59 @@ class Actuator:
                 rj = view.running.get(job.id)
                 if job.state not in ACTIVE or rj is None or job.tier == want.value:
                     why = f"job is not running in {want.other().value}"
-                elif not free(want, rj.cores, job.id):
-                    why = f"{want.value} slots are not free"
-                else:
+                elif (why := _occupy(occ, act)) is None:
                     self._freeze_progress(job, now)
-                    vacate(job)
                     job.tier = want.value
-                    occupy(want, rj.cores, job.id)
             elif isinstance(act, Migrate):
-                why = self._migrate(act, job, view, lay, now, ch, free, vacate, occupy, place, moving_now,
-                                    cluster_moving)
+                why = self._migrate(act, job, view, lay, now, ch, occ, place, moving_now, cluster_moving)
                 if why is None and job.migrating:
                     cluster_moving += 1
             elif isinstance(act, Kill):
                 if job.state not in ACTIVE:
                     why = f"job is {job.state}"
-                else:
-                    vacate(job)
+                elif (why := _occupy(occ, act)) is None:
                     self.stop_job(ch, job, now, JobState.QUEUED if act.requeue else JobState.KILLED,
                                   act.reason or ("killed and requeued" if act.requeue else "killed by the policy"))
             elif isinstance(act, Checkpoint):
                 if job.state != JobState.RUNNING or job.checkpointed or job.migrating:
                     why = "job is not running (or is migrating)"
-                else:
+                elif (why := _occupy(occ, act)) is None:
                     self._freeze_progress(job, now)
-                    vacate(job)
                     job.checkpointed = True
                     job.state = JobState.SUSPENDED
                     self.new_op(ch, "checkpoint", job.id, now, {"placement": [list(p) for p in job.placement]})
             elif isinstance(act, Restore):
                 if not (job.checkpointed or job.suspended):
                     why = "job is not checkpointed"
-                elif not free(act.tier, act.cores, job.id):
-                    why = "target slots are not free"
-                else:
+                elif (why := _occupy(occ, act)) is None:
                     job.placement = place(act.cores)
                     job.tier = act.tier.value
                     job.restore_pending = job.checkpointed
                     job.checkpointed = job.suspended = False
                     job.state = JobState.RUNNING
                     job.tier_since = now
-                    occupy(act.tier, act.cores, job.id)
                     self.new_op(ch, "restore", job.id, now, {"placement": [list(p) for p in job.placement]})
             elif isinstance(act, SetCap):
                 if job.state not in ACTIVE:
                     why = "job is not running"
-                else:
+                elif (why := _occupy(occ, act)) is None:
                     job.cap = act.cap
             elif isinstance(act, Suspend):
                 if job.state != JobState.RUNNING:
                     why = "job is not running"
-                else:
+                elif (why := _occupy(occ, act)) is None:
                     self._freeze_progress(job, now)
                     job.suspended = True
                     job.state = JobState.SUSPENDED
             elif isinstance(act, Resume):
                 if not job.suspended or job.checkpointed:
                     why = "job is not suspended"
-                else:
+                elif (why := _occupy(occ, act)) is None:
                     job.suspended = False
                     job.state = JobState.RUNNING
                     job.tier_since = now
             elif isinstance(act, PlaceShared):
-                why = self._place_shared(act, job, now, ch, moving_now, cluster_moving)
+                why = self._place_shared(act, job, now, ch, occ, moving_now, cluster_moving)
                 if why is None and job.migrating:
                     cluster_moving += 1
             else:
@@ -260,13 +240,14 @@ class Actuator:
         return res
 
     def _migrate(self, act: Migrate, job: JobRecord, view: ClusterView, lay: Layout, now: float, ch: Changes,
-                 free: Any, vacate: Any, occupy: Any, place: Any, moving_now: dict[str, int],
-                 cluster_moving: int) -> str | None:
+                 occ: Occupancy, place: Any, moving_now: dict[str, int], cluster_moving: int) -> str | None:
         rj = view.running.get(job.id)
         if job.state != JobState.RUNNING or rj is None or job.migrating or job.checkpointed:
             return "job is not running (or already migrating)"
-        if not free(act.tier, act.cores, job.id):
-            return "target slots are not free"
+        try:
+            occ.fits(job.id, level_of(act.tier), act.cores, "migrate")
+        except InvariantViolation as exc:
+            return str(exc)
         new_place: list[tuple[str, int]] = place(act.cores)
         moves: list[dict[str, Any]] = [
             {"index": i, "from": list(job.placement[i]), "to": list(new_place[i]), "mode": "live"}
@@ -285,20 +266,19 @@ class Actuator:
             gain = self.expected_gain(job, rj.tier, act, now)
             if gain < lim.min_gain_s:
                 return f"expected gain {gain:.1f}s below migration.min_gain_s {lim.min_gain_s}"
+        if (why := _occupy(occ, act)) is not None:
+            return why
         self._freeze_progress(job, now)
         # processes that leave their node keep their source slot until the migration is confirmed (as
         # ClusterState.build_view reserves it between decisions): no later action of this decision may
         # place another VM of that tier there while the leaving VM still runs
         leaving = tuple(rj.cores[i] for i in range(min(len(new_place), len(rj.cores)))
                         if job.placement[i][0] != new_place[i][0])
-        vacate(job)
         from_tier = job.tier
         job.tier = act.tier.value
         job.placement = new_place
-        occupy(act.tier, act.cores, job.id)
         if hosts and from_tier in ("fg", "bg"):
-            src_tier = Tier.FG if from_tier == "fg" else Tier.BG
-            occupy(src_tier, tuple(c for c in leaving if free(src_tier, (c,), job.id)), job.id)
+            occ.hold(job.id, 0 if from_tier == "fg" else 1, leaving)
         if hosts:
             op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": act.tier.value,
                                                           "stage": "prepare", "target_gens": {},
@@ -331,8 +311,8 @@ class Actuator:
                 return f"host {h} migration limit {lim.max_per_host} reached"
         return None
 
-    def _place_shared(self, act: PlaceShared, job: JobRecord, now: float, ch: Changes, moving_now: dict[str, int],
-                      cluster_moving: int) -> str | None:
+    def _place_shared(self, act: PlaceShared, job: JobRecord, now: float, ch: Changes, occ: Occupancy,
+                      moving_now: dict[str, int], cluster_moving: int) -> str | None:
         """vcsched: process i runs in an unpinned, capped VM (``VmRole.SHARED``) on ``act.nodes[i]``.
         A queued job starts; a running one whose nodes change migrates the processes that move."""
         for n in act.nodes:
@@ -341,6 +321,8 @@ class Actuator:
                 return f"node {n} is not ready"
         new_place = [(n, -1) for n in act.nodes]
         if job.state == JobState.QUEUED:
+            if (why := _occupy(occ, act)) is not None:
+                return why
             job.run += 1
             job.state = JobState.RUNNING
             job.tier = "shared"
@@ -360,6 +342,8 @@ class Actuator:
             return f"{len(new_place)} nodes for {len(job.placement)} processes"
         moved = [i for i in range(len(new_place)) if job.placement[i][0] != new_place[i][0]]
         if not moved:
+            if (why := _occupy(occ, act)) is not None:
+                return why
             self._freeze_progress(job, now)
             job.cap = act.cap
             return None
@@ -372,6 +356,8 @@ class Actuator:
         full = self._limit_reached(hosts, cluster_moving, moving_now)
         if full is not None:
             return full
+        if (why := _occupy(occ, act)) is not None:
+            return why
         self._freeze_progress(job, now)
         job.cap = act.cap
         job.placement = new_place

@@ -11,6 +11,12 @@ from typing import Any
 
 from vmctl.config import Section, check_finite, load_yaml, parse_yaml
 from vmctl.errors import ConfigError
+from vmctl.model import Discipline
+from vmctl.policies.base import Offer
+
+#: what vmctld offers a policy: 2 VM levels per core under the priority discipline (fg/bg), rigid jobs,
+#: capped shared VMs (vcsched). A policy needing more is refused when configured or switched to.
+DAEMON_OFFER = Offer(where="vmctld", levels=2, discipline=Discipline.PRIORITY, shared_vms=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +53,8 @@ class DaemonConfig:
     keepalive_timeout_s: float = 75.0  # an idle client connection is closed after this (real seconds)
     # the admin token written on the first start (mode 0600, never overwritten); default <state_dir>/admin.token
     bootstrap_token_file: str | None = "/var/lib/vmctl/admin.token"
-    policy_kind: str = "scheduling"  # scheduling | vcsched
+    # notes on deprecated keys the config file used (logged at start, printed by `vmctl config check`)
+    deprecations: tuple[str, ...] = ()
     policy_name: str = "measy"
     policy_params: dict[str, Any] = field(default_factory=dict)
     policy_explicit: bool = False  # False: fall back to a registered policy when the default is missing
@@ -115,7 +122,13 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
     api.finish()
 
     pol = top.section("policy")
-    kind = pol.choice("kind", ("scheduling", "vcsched"), d.policy_kind)
+    deprecations: list[str] = []
+    if pol.has("kind"):
+        # deprecated: vmctld now checks each policy's declared needs against what it offers (levels,
+        # discipline, shapes, shared VMs), so a mode that restricts the policy list is not needed
+        old = pol.choice("kind", ("scheduling", "vcsched"), "scheduling")
+        deprecations.append(f"{path}: policy.kind ({old}) is deprecated and ignored: vmctld refuses a policy "
+                            "whose needs the cluster cannot meet; remove the key")
     pol_explicit = pol.has("name")
     name = pol.get("name", str, d.policy_name)
     params = pol.get("params", dict, {})
@@ -165,16 +178,15 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
         from vmctl.errors import VmctlError
         from vmctl.policies.registry import policy_class
 
-        if kind == "scheduling":
-            try:
-                policy_class(name)(**params)  # validates the parameters now, naming the file
-            except VmctlError as exc:
-                raise ConfigError(path=path, where="policy", problem=str(exc)) from exc
+        try:
+            DAEMON_OFFER.check(policy_class(name)(**params))  # parameters and needs, naming the file
+        except VmctlError as exc:
+            raise ConfigError(path=path, where="policy", problem=str(exc)) from exc
     return DaemonConfig(
         path=path, store_url=store_url, state_dir=state_dir, listen=listen, port=port,
         server_names=tuple(names_raw), max_body_bytes=max_body, bootstrap_token_file=token_file,
         max_connections=max_conns, handshake_timeout_s=handshake_s, keepalive_timeout_s=keepalive_s,
-        policy_kind=kind, policy_name=name, policy_params=dict(params), policy_explicit=pol_explicit,
+        deprecations=tuple(deprecations), policy_name=name, policy_params=dict(params), policy_explicit=pol_explicit,
         tick_s=tick, min_interval_s=min_interval, node_timeout_s=node_timeout, heartbeat_s=heartbeat,
         fence_s=fence_s, node_down_s=node_down,
         kill_at_estimate=kill_at, estimate_grace_s=grace, lease_ttl_s=ttl, holder=holder, fg_weight=fg_w,

@@ -36,10 +36,10 @@ from typing import Any
 
 from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
-from vmctl.daemon.config import DaemonConfig
+from vmctl.daemon.config import DAEMON_OFFER, DaemonConfig
 from vmctl.daemon.retention import prune_finished
 from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings, Layout
-from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, UserError, ValidationError, VmctlError
+from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, ValidationError, VmctlError
 from vmctl.model import (
     ClusterView,
     Decision,
@@ -88,6 +88,8 @@ class Daemon:
         self.config = config
         self.store = store
         self.clock = clock or SystemClock()
+        for note in config.deprecations:
+            log.warning("%s", note)
         # model seconds per real second (an accelerated ScaledClock); operational periods in the config
         # (tick, node timeout, migration timeout) are real seconds and are scaled by this
         self.speed = float(getattr(self.clock, "factor", 1.0))
@@ -202,10 +204,9 @@ class Daemon:
     def _make_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
         from vmctl.policies.registry import create_policy
 
-        if self.config.policy_kind == "vcsched" and not name.startswith("vcsched-"):
-            # vcsched mode: the registered vcsched-* policies (PlaceShared + SetCap on shared VMs)
-            raise UserError(where="policy.name", problem=f"vcsched mode needs a vcsched-* policy, got {name!r}")
-        return create_policy(name, **params)
+        policy = create_policy(name, **params)
+        DAEMON_OFFER.check(policy)  # PolicyNeedsUnmet when the cluster cannot serve it
+        return policy
 
     def _configured_policy(self) -> SchedulingPolicy:
         from vmctl.errors import UnknownPolicyError

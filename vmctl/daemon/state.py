@@ -480,6 +480,7 @@ class ClusterState:
                 job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
                 suspended=rec.suspended or rec.checkpointed,
+                cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
             )
         queue, queue_index = self.queue_jobs()
         idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}

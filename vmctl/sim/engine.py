@@ -24,7 +24,8 @@ progress as of now) on first access in a pass and caches it for that pass. Nothi
 beyond what the policy reads. Starting a queued job removes it from the queue list by bisection.
 
 Actions: StartFg, StartBg, Promote (keeps progress), Demote, Migrate (keeps progress, no progress for
-``cost`` seconds), Kill (progress lost; with ``requeue`` the job goes back to the queue in order).
+``cost`` seconds), Kill (progress lost; with ``requeue`` the job goes back to the queue in order);
+the general ``Start``/``Move`` on levels 0 and 1 run as those (``occupancy.priority_form``).
 Checkpoint/Restore/SetCap/Suspend/Resume are not modelled and raise :class:`SimulationError`.
 """
 
@@ -47,22 +48,31 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Demote,
+    Discipline,
     Job,
     Kill,
     Migrate,
+    Move,
+    PlaceShared,
     Promote,
     RunningJob,
+    SetCap,
+    Start,
     StartBg,
     StartFg,
     Tier,
 )
-from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
+from vmctl.policies.occupancy import priority_form
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.progress import ProgressModel
 
 _EPS = 1e-9
 _INF = math.inf
+#: what the simulated cluster offers a policy (checked before a run): 2 levels per core under the
+#: priority discipline, rigid jobs, and capped shared VMs (vcsched; each core is then a one-core node)
+SIM_OFFER = Offer(where="the simulator", levels=2, discipline=Discipline.PRIORITY, shared_vms=True)
 # Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
 _FG = Tier.FG
 _BG = Tier.BG
@@ -134,8 +144,8 @@ class SimConfig:
     - ``cpu_usage``: ``paper`` uses the workload's per-process usage (sec. 3.1; a job without one runs
       at 100 %); ``full`` sets every process to 100 % (sec. 3.5.2).
     - ``cpu_info``: when False the policy sees ``Job.cpu_usage = None`` (sec. 3.5.1).
-    - ``two_tier``: run on the two-tier architecture (fg loss applies); None = the policy's
-      ``uses_bg_tier``.
+    - ``two_tier``: run on the two-tier architecture (fg loss applies); None = whether the policy
+      needs it (``policy.needs.two_tier``: 2 levels under the priority discipline).
     - ``batches``: number of batches for the batch-means confidence intervals.
     """
 
@@ -204,9 +214,11 @@ class _Run:
     blocked_until))`` for ``t >= t0``)."""
 
     __slots__ = (
-        "blocked_until", "cores", "idx", "job", "p0", "placed", "rate", "start_time", "t0",
-        "tier", "tier_since", "version",
+        "blocked_until", "cap", "cores", "idx", "job", "nodes", "p0", "placed", "rate", "shared", "start_time",
+        "t0", "tier", "tier_since", "version",
     )
+    cap: float  # set for shared runs only
+    nodes: tuple[str, ...]  # set for shared runs only
 
     def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
         self.idx = idx
@@ -221,6 +233,7 @@ class _Run:
         self.blocked_until = now
         self.version = 0
         self.placed = True  # the view's snapshot must be rebuilt at the next reschedule
+        self.shared = False  # capped shared VMs on ``nodes`` (vcsched) instead of a level of ``cores``
 
     def progress_at(self, t: float) -> float:
         start = self.t0 if self.t0 > self.blocked_until else self.blocked_until
@@ -243,6 +256,13 @@ class _LiveProgress(RunningJob):
     __slots__ = ("_run", "_sim")
     _run: _Run
     _sim: Simulator
+    # class attributes shadow RunningJob's slots (read-only here): no per-snapshot stores on the hot path
+    cap = None
+    shared_nodes = ()
+
+    @property
+    def level(self) -> int:
+        return 0 if self.tier is _FG else 1
 
     @property
     def progress(self) -> float:
@@ -265,6 +285,25 @@ class _LiveRunningJob(_LiveProgress):
         now = self._sim.now
         begin = run.blocked_until if run.blocked_until > now else now
         return begin + run.job.estimate - run.progress_at(now)
+
+
+class _LiveShared(RunningJob):
+    """A running job of capped shared VMs (vcsched): ``shared_nodes``/``cap`` are its placement; its
+    ``cores`` stand for its nodes (the first core of each); progress is live."""
+
+    __slots__ = ("_run", "_sim")
+    _run: _Run
+    _sim: Simulator
+
+    @property
+    def progress(self) -> float:
+        return self._run.progress_at(self._sim.now)
+
+
+def shared_rate(cap: float, need: float) -> float:
+    """Pace of a job of capped shared VMs: each task gets ``cap`` of a node and would use ``need`` alone
+    (VCSCHED's yield, Casanova et al. sec. 2), so it advances at ``min(1, cap / need)``."""
+    return 1.0 if cap >= need else cap / need
 
 
 class _RunningView(Mapping[str, RunningJob]):
@@ -323,7 +362,8 @@ class Simulator:
         self.cores = cores
         self.source = source
         self.dropped: dict[str, int] = dict(dropped or {})
-        self.two_tier = policy.uses_bg_tier if self.config.two_tier is None else self.config.two_tier
+        SIM_OFFER.check(policy)
+        self.two_tier = policy.needs.two_tier if self.config.two_tier is None else self.config.two_tier
         kept = [j for j in jobs if j.procs <= cores]
         if len(kept) < len(jobs):
             self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + (
@@ -411,6 +451,10 @@ class Simulator:
         self._bg_count = 0  # jobs in the bg tier (fg changes need no bg rate updates when 0)
         self._wake: float | None = None
         self._done = 0
+        # capped shared VMs (policies that need them): every core is a one-core node "core<i>"
+        self._shared = policy.needs.shared_vms
+        names = [f"core{c}" for c in range(cores)] if self._shared else []
+        self._node_core = {name: c for c, name in enumerate(names)}
         self.view = ClusterView(
             total_cores=cores,
             queue=self._queue,
@@ -422,6 +466,9 @@ class Simulator:
             fg_util=self._fg_util,
             usable=self._usable,
             queue_index=self._qjobs,
+            node_of_core=names,
+            local_core=[0] * len(names),
+            node_names=names,
         )
 
     def _validate_jobs(self) -> None:
@@ -446,6 +493,9 @@ class Simulator:
     def _snapshot(self, run: _Run) -> None:
         """(Re)build the job's entry in ``view.running`` after its placement or rate changed."""
         fg = run.tier is _FG
+        if not fg and run.shared:
+            self._snapshot_shared(run)
+            return
         fixed_end = not fg or run.rate == 1.0
         cls = _LiveProgress if fixed_end else _LiveRunningJob
         snap = cls.__new__(cls)
@@ -466,6 +516,15 @@ class Simulator:
                 setattr_(snap, "expected_end", _INF)
         self._snaps[run.job.id] = snap
 
+    def _snapshot_shared(self, run: _Run) -> None:
+        snap = _LiveShared.__new__(_LiveShared)
+        setattr_ = object.__setattr__
+        for name, value in (("job", run.job), ("tier", _FG), ("cores", run.cores), ("start_time", run.start_time),
+                            ("tier_since", run.tier_since), ("suspended", False), ("level", 0), ("cap", run.cap),
+                            ("shared_nodes", run.nodes), ("expected_end", _INF), ("_run", run), ("_sim", self)):
+            setattr_(snap, name, value)
+        self._snaps[run.job.id] = snap
+
     # ------------------------------------------------------------------ rates and events
 
     def _rate(self, run: _Run) -> float:
@@ -475,6 +534,8 @@ class Simulator:
         loss = self._loss[i]
         if run.tier is _FG:
             return 1.0 - loss if self.two_tier else 1.0  # progress.fg_rate, inlined
+        if run.shared:
+            return shared_rate(run.cap, run.job.cpu_need)
         beta = self._beta[i]
         alone = 1.0 - loss
         threshold = self._pm.bg_threshold
@@ -571,6 +632,8 @@ class Simulator:
             self._idle_fg.update(cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
+        elif run.shared:
+            return  # shared VMs hold no level of a core
         else:
             bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
@@ -671,6 +734,8 @@ class Simulator:
 
     def _apply_other(self, act: object) -> None:
         now = self.now
+        if isinstance(act, Start | Move):
+            act = priority_form(act)
         if isinstance(act, StartFg):
             self._start(act.job_id, Tier.FG, act.cores)
         elif isinstance(act, StartBg):
@@ -709,10 +774,43 @@ class Simulator:
                 self._dropped_by_policy[run.idx] = 1
                 self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
                 self._done += 1
+        elif isinstance(act, PlaceShared | SetCap):
+            self._apply_shared(act)
         else:
             kind = getattr(act, "kind", type(act).__name__)
             raise SimulationError(time=now, problem=f"the simulator does not model {kind} "
                                                     f"({getattr(act, 'job_id', '?')})")
+
+    def _apply_shared(self, act: PlaceShared | SetCap) -> None:
+        """Capped shared VMs (vcsched): PlaceShared starts a queued job or re-places a running one (a
+        change of nodes counts as one migration, at no cost); SetCap changes the cap. The job advances
+        at ``shared_rate(cap, cpu_need)``."""
+        now = self.now
+        run = self._runs.get(act.job_id)
+        if run is not None and not run.shared:
+            raise SimulationError(time=now, problem=f"the simulator does not model {act.kind} of {act.job_id}, "
+                                                    "which runs on a level of its cores")
+        if isinstance(act, SetCap):
+            assert run is not None  # the checker: SetCap names a running job
+            run.settle(now)
+            run.cap = act.cap if act.cap is not None else min(1.0, run.job.cpu_need)
+        else:
+            stand_in = tuple(self._node_core[n] for n in act.nodes)
+            if run is None:
+                run = self._new_run(act.job_id, _BG, stand_in)
+                run.shared = True
+                self._first_bg[run.idx] = 2
+            else:
+                run.settle(now)
+                if sorted(run.nodes) != sorted(act.nodes):
+                    run.tier_since = now
+                    self._migrations += 1
+                    self._job_migrations[run.idx] += 1
+                run.cores = stand_in
+            run.nodes = act.nodes
+            run.cap = act.cap
+        run.placed = True
+        self._dirty[run.idx] = run
 
     def _complete(self, run: _Run) -> None:
         idx = run.idx
@@ -755,6 +853,13 @@ class Simulator:
         cannot_act = policy.cannot_act
         dirty = self._dirty
         make_job = _make_job
+        if self._shared:  # a job's CPU need (vcsched) is its processes' peak usage, when the policy may know it
+            def make_job(jid: str, submit: float, procs: int, estimate: float,
+                         usage: tuple[float, ...] | None, priority: int, user: str) -> Job:
+                job = _make_job(jid, submit, procs, estimate, usage, priority, user)
+                if usage is not None:
+                    object.__setattr__(job, "cpu_need", max(usage))
+                return job
         while True:
             # next event time
             while heap and heap[0][2].version != heap[0][1]:
@@ -864,7 +969,7 @@ class Simulator:
                 "end": end,
                 "width": self._procs[i],
                 "wait": start - self._submit[i],
-                "first_tier": "bg" if self._first_bg[i] else "fg",
+                "first_tier": ("fg", "bg", "shared")[self._first_bg[i]],
                 "tier_changes": self._tier_changes[i],
                 "migrations": self._job_migrations[i],
                 "policy_kills": self._job_kills[i],

@@ -1,0 +1,497 @@
+"""The one occupancy model: what each action does to the cluster, written once.
+
+An :class:`Occupancy` is a copy-on-write overlay of a ``ClusterView``: applying an action changes only
+the overlay (per level, only the cores it touches; per job, only the jobs it names), so replaying a
+decision costs O(actions), never O(cluster). Every ``apply`` either changes the overlay or raises
+``InvariantViolation`` naming the broken rule and changes nothing (the checker then refuses the whole
+decision; vmctld's actuator skips that action and goes on, so later actions that depended on it fail
+in turn).
+
+State, per core and level: the job on that slot (``slot(level, core)``). Per job touched: where it
+runs (level and cores, or shared VMs on nodes with a cap), whether it is suspended or checkpointed.
+Per node (capped shared VMs, vcsched): the sum of CPU caps and of memory of every shared VM on it,
+*counting what is already placed* (``RunningJob.shared_nodes`` / ``cap`` of the view's running jobs,
+summed on first use), checked against 1 on the decision's end state (:meth:`check_capacity`): the
+actions of one decision are carried out together, so two jobs may swap nodes.
+
+Actions (``vmctl.model``), with ``Tier.FG``/``Tier.BG`` read as levels 0 and 1:
+
+========================  =========================================================================
+start (StartFg/StartBg,   a queued, submitted job takes ``level`` of ``cores``; rigid: width = procs,
+Start)                    moldable/task bag: a width its ``JobShape`` allows
+resize                    a running task bag's workers move to ``level`` of ``cores`` (new width)
+move (Promote, Demote,    a running (or checkpointed, for Restore) job moves to ``level`` of cores
+Migrate, Restore, Move)   (its own when None), keeping its width; Promote needs level 1 -> 0
+kill                      frees its slots; with ``requeue`` it is queued again (may restart at once)
+checkpoint                frees its slots, the job keeps its progress; only Restore/Move bring it back
+suspend / resume          keep the slots; suspend needs a running, not suspended job, resume a
+                          suspended one (no double suspend, no resume of a job that is not suspended)
+set_cap                   cap in (0, 1] or None; a shared VM's node totals follow the new cap
+place_shared              a queued job starts, or a running one is re-placed, as capped shared VMs
+========================  =========================================================================
+
+Example (priority discipline, 2 cores): view fg = [a, None], bg = [None, None]. ``StartBg(b, (0,))``
+puts b on level 1 of core 0; ``Promote(b)`` then fails (``promote-fg-busy``: a holds level 0 of
+core 0); ``Kill(a)`` then ``Promote(b)`` succeeds, leaving fg = [b, None].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Set
+from typing import Any
+
+from vmctl.errors import InvariantViolation
+from vmctl.model import (
+    Action,
+    Checkpoint,
+    ClusterView,
+    Demote,
+    Discipline,
+    Job,
+    Kill,
+    Migrate,
+    Move,
+    PlaceShared,
+    Promote,
+    Resize,
+    Restore,
+    Resume,
+    SetCap,
+    SliceSchedule,
+    Start,
+    StartBg,
+    StartFg,
+    Suspend,
+    Tier,
+)
+
+EPS = 1e-9
+CAPACITY_TOL = 1e-6
+_FG = Tier.FG
+
+
+def fail(rule: str, detail: str) -> InvariantViolation:
+    return InvariantViolation(rule=rule, detail=detail)
+
+
+def level_name(level: int) -> str:
+    """``fg``/``bg`` for levels 0/1 (the priority names every message used so far), else ``level k``."""
+    return "fg" if level == 0 else "bg" if level == 1 else f"level {level}"
+
+
+def level_of(tier: Tier) -> int:
+    return 0 if tier is _FG else 1
+
+
+class Occupancy:
+    """Copy-on-write occupancy of a view (see the module docstring). ``queued`` holds the queued jobs
+    the caller will name (``queued_subset``); jobs not in it are treated as not waiting."""
+
+    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "base", "checkpointed", "nodes", "now", "over",
+                 "placed", "queued", "started", "suspended", "view")
+
+    def __init__(self, view: ClusterView, queued: dict[str, Job], now: float) -> None:
+        self.view = view
+        self.now = now
+        self.queued = queued
+        self.over: list[dict[int, str | None]] = [{} for _ in range(view.levels)]
+        self.base = view.slot_job  # built once: ``slot_job`` is a property
+        # job -> (level, cores) on core levels, (-1, ()) for shared VMs, None when it does not run;
+        # filled from the view on first touch
+        self.placed: dict[str, tuple[int, tuple[int, ...]] | None] = {}
+        self.started: set[str] = set()
+        self.checkpointed: set[str] = set()
+        self.suspended: dict[str, bool] = {}
+        self.nodes: dict[str, tuple[tuple[str, ...], float, float]] = {}  # shared job -> (nodes, cap, mem)
+        self._node_cpu: dict[str, float] | None = None
+        self._node_mem: dict[str, float] = {}
+        self._node_touched: set[str] = set()
+
+    # ------------------------------------------------------------------ reading
+    def slot(self, level: int, core: int) -> str | None:
+        over = self.over[level]
+        if core in over:
+            return over[core]
+        return self.base[level][core]
+
+    def running(self, job_id: str) -> tuple[int, tuple[int, ...]] | None:
+        """(level, cores) of a running job (level -1: shared VMs), None when it does not run."""
+        if job_id in self.placed:
+            return self.placed[job_id]
+        rj = self.view.running.get(job_id)
+        if rj is None:
+            return None
+        where = (-1, rj.cores) if rj.shared_nodes else (rj.level, rj.cores)
+        self.placed[job_id] = where
+        if rj.shared_nodes:
+            self.nodes[job_id] = (rj.shared_nodes, _cap_of(rj.cap, rj.job), rj.job.mem)
+        self.suspended[job_id] = rj.suspended
+        return where
+
+    def _need_running(self, job_id: str, action: str) -> tuple[int, tuple[int, ...]]:
+        where = self.running(job_id)
+        if where is None:
+            raise fail("not-running", f"{action} {job_id}: job is not running")
+        return where
+
+    def _procs(self, job_id: str, default: int) -> int:
+        rj = self.view.running.get(job_id)
+        return rj.job.procs if rj is not None else default
+
+    # ------------------------------------------------------------------ rules shared by actions
+    def cores_ok(self, job_id: str, cores: tuple[int, ...], procs: int, action: str) -> None:
+        view = self.view
+        if len(cores) != procs:
+            raise fail("cores-count", f"{action} {job_id}: {len(cores)} cores for {procs} processes")
+        if len(set(cores)) != len(cores):
+            raise fail("cores-distinct", f"{action} {job_id}: a core is listed twice")
+        for c in cores:
+            if not 0 <= c < view.total_cores:
+                raise fail("core-range", f"{action} {job_id}: core {c} not in 0..{view.total_cores - 1}")
+            if not view.usable[c]:
+                raise fail("core-unusable", f"{action} {job_id}: core {c} is not usable")
+
+    def _level_ok(self, job_id: str, level: int, action: str) -> None:
+        if not 0 <= level < self.view.levels:
+            raise fail("level-range", f"{action} {job_id}: level {level} not in 0..{self.view.levels - 1}")
+
+    def _check_free(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
+        """Each of ``cores`` has ``level`` free, or held by ``job_id`` itself."""
+        for c in cores:
+            other = self.slot(level, c)
+            if other is not None and other != job_id:
+                name = level_name(level)
+                rule = f"two-{name}" if level < 2 else "two-on-level"
+                raise fail(rule, f"{action} {job_id}: {name} slot of core {c} holds {other}")
+
+    def _take(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
+        self._check_free(job_id, level, cores, action)
+        over = self.over[level]
+        for c in cores:
+            over[c] = job_id
+        self.placed[job_id] = (level, cores)
+
+    def _free(self, job_id: str) -> None:
+        """Free the slots (or shared VMs) of a running job; it then does not run until placed again."""
+        where = self.placed[job_id]
+        self.placed[job_id] = None
+        if where is None:
+            return
+        level, cores = where
+        if level < 0:
+            self._unshare(job_id)
+            return
+        over = self.over[level]
+        for c in cores:
+            if self.slot(level, c) == job_id:
+                over[c] = None
+
+    def _submitted(self, job: Job) -> None:
+        if job.submit_time > self.now + EPS:
+            raise fail("start-before-submit", f"{job.id} submitted at {job.submit_time}, now {self.now}")
+
+    def _queued_job(self, job_id: str, action: str) -> Job:
+        job = self.queued.get(job_id)
+        if job is None or job_id in self.started:
+            raise fail("start-not-queued", f"{action} {job_id}: job is not waiting in the queue")
+        return job
+
+    # ------------------------------------------------------------------ actions
+    def _width(self, job: Job, cores: tuple[int, ...]) -> int:
+        """The width ``cores`` gives the job, when its shape allows it; else ``procs`` (then
+        ``cores_ok`` names the mismatch): a rigid job's width is ``procs``."""
+        shape = self.view.shapes.get(job.id) if self.view.shapes else None
+        return len(cores) if shape is not None and shape.allows(len(cores)) else job.procs
+
+    def start(self, job_id: str, cores: tuple[int, ...], level: int, action: str) -> None:
+        job = self._queued_job(job_id, action)
+        self._submitted(job)
+        self._level_ok(job_id, level, action)
+        self.cores_ok(job_id, cores, self._width(job, cores), action)  # rigid: width == procs
+        self._take(job_id, level, cores, action)
+        self.started.add(job_id)
+        self.suspended[job_id] = False
+
+    def move(self, job_id: str, cores: tuple[int, ...] | None, level: int, cost: float, action: str) -> None:
+        if cost < 0 or not math.isfinite(cost):
+            raise fail("migrate-cost", f"{action} {job_id}: cost {cost}")
+        self._level_ok(job_id, level, action)
+        if job_id in self.checkpointed:
+            if cores is None:
+                raise fail("restore-cores", f"{action} {job_id}: a checkpointed job needs target cores")
+            self.cores_ok(job_id, cores, self._procs(job_id, len(cores)), action)
+            self._take(job_id, level, cores, action)
+            self.checkpointed.discard(job_id)
+            self.suspended[job_id] = False
+            return
+        _old_level, old_cores = self._need_running(job_id, action)
+        target = old_cores if cores is None else cores
+        self.cores_ok(job_id, target, self._procs(job_id, len(old_cores)), action)
+        self._check_free(job_id, level, target, action)  # before freeing: a refused move changes nothing
+        self._free(job_id)
+        self._take(job_id, level, target, action)
+
+    def fits(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
+        """Raise unless ``job_id`` could take ``level`` of ``cores`` now (changes nothing)."""
+        self._level_ok(job_id, level, action)
+        self.cores_ok(job_id, cores, len(cores), action)
+        self._check_free(job_id, level, cores, action)
+
+    def hold(self, job_id: str, level: int, cores: tuple[int, ...]) -> None:
+        """Keep ``level`` of ``cores`` reserved for ``job_id`` where it is free (vmctld: the source slots
+        of processes that leave their node stay reserved until the migration is confirmed)."""
+        over = self.over[level]
+        for c in cores:
+            if self.slot(level, c) is None:
+                over[c] = job_id
+
+    def resize(self, job_id: str, cores: tuple[int, ...], level: int) -> None:
+        """A task bag's workers move to ``level`` of ``cores`` (any width its shape allows)."""
+        shape = self.view.shapes.get(job_id) if self.view.shapes else None
+        if shape is None or shape.kind != "task-bag":
+            raise fail("resize-not-task-bag", f"resize {job_id}: only a task bag changes its worker count")
+        self._need_running(job_id, "resize")
+        self._level_ok(job_id, level, "resize")
+        if not shape.allows(len(cores)):
+            raise fail("cores-count", f"resize {job_id}: {len(cores)} workers, its shape allows 1..{max(shape.widths)}")
+        self.cores_ok(job_id, cores, len(cores), "resize")
+        self._check_free(job_id, level, cores, "resize")
+        self._free(job_id)
+        self._take(job_id, level, cores, "resize")
+
+    def promote(self, job_id: str) -> None:
+        level, cores = self._need_running(job_id, "promote")
+        if level != 1:
+            raise fail("promote-not-bg", f"promote {job_id}: job runs in {level_name(level)}")
+        for c in cores:
+            if self.slot(0, c) is not None:
+                raise fail("promote-fg-busy", f"promote {job_id}: fg slot of core {c} is busy")
+        self.move(job_id, None, 0, 0.0, "promote")
+
+    def demote(self, job_id: str) -> None:
+        level, _cores = self._need_running(job_id, "demote")
+        if level != 0:
+            raise fail("demote-not-fg", f"demote {job_id}: job runs in {level_name(level)}")
+        self.move(job_id, None, 1, 0.0, "demote")
+
+    def restore(self, job_id: str, cores: tuple[int, ...], level: int) -> None:
+        rj = self.view.running.get(job_id)
+        was_checkpointed = job_id in self.checkpointed
+        if not was_checkpointed and not (rj is not None and rj.suspended):
+            raise fail("restore-not-checkpointed", f"restore {job_id}: job is not checkpointed")
+        self._level_ok(job_id, level, "restore")
+        self.cores_ok(job_id, cores, self._procs(job_id, len(cores)), "restore")
+        self._check_free(job_id, level, cores, "restore")
+        if not was_checkpointed:  # a suspended job of the view: restored from its own slots
+            self._need_running(job_id, "restore")
+            self._free(job_id)
+        self._take(job_id, level, cores, "restore")
+        self.checkpointed.discard(job_id)
+        self.suspended[job_id] = False
+
+    def kill(self, job_id: str, requeue: bool) -> None:
+        self._need_running(job_id, "kill")
+        self._free(job_id)
+        if requeue:
+            rj = self.view.running.get(job_id)
+            if rj is not None:
+                self.queued[job_id] = rj.job
+            self.started.discard(job_id)
+
+    def checkpoint(self, job_id: str) -> None:
+        self._need_running(job_id, "checkpoint")
+        self._free(job_id)
+        self.checkpointed.add(job_id)
+
+    def suspend(self, job_id: str) -> None:
+        self._need_running(job_id, "suspend")
+        if self.suspended.get(job_id, False):
+            raise fail("double-suspend", f"suspend {job_id}: job is already suspended")
+        self.suspended[job_id] = True
+
+    def resume(self, job_id: str) -> None:
+        self._need_running(job_id, "resume")
+        if not self.suspended.get(job_id, False):
+            raise fail("resume-not-suspended", f"resume {job_id}: job is not suspended")
+        self.suspended[job_id] = False
+
+    def set_cap(self, job_id: str, cap: float | None) -> None:
+        self._need_running(job_id, "set_cap")
+        if cap is not None and not (0.0 < cap <= 1.0 + EPS):
+            raise fail("cap-range", f"set_cap {job_id}: cap {cap} not in (0, 1]")
+        shared = self.nodes.get(job_id)
+        if shared is not None:
+            nodes, _old, mem = shared
+            job = self.view.running[job_id].job
+            self._unshare(job_id)
+            self._share(job_id, nodes, _cap_of(cap, job), mem)
+
+    def place_shared(self, act: PlaceShared) -> None:
+        view = self.view
+        jid = act.job_id
+        queued = self.queued.get(jid)
+        if queued is not None and jid not in self.started:
+            job = queued
+            self._submitted(job)
+            fresh = True
+        else:
+            rj = view.running.get(jid)
+            if rj is None or jid in self.started or self.running(jid) is None:
+                raise fail("place-shared-unknown", f"place_shared {jid}: job is neither waiting nor running")
+            job = rj.job
+            fresh = False
+        if len(act.nodes) != job.procs:
+            raise fail("cores-count", f"place_shared {jid}: {len(act.nodes)} nodes for {job.procs} processes")
+        known = _known_nodes(view)
+        for node in act.nodes:
+            if known and node not in known:
+                raise fail("unknown-node", f"place_shared {jid}: node {node!r} is not in the view")
+        top = min(1.0, job.cpu_need)
+        if not (0.0 < act.cap <= top + EPS):
+            raise fail("cap-range", f"place_shared {jid}: cap {act.cap} not in (0, {top}]")
+        if fresh:
+            self.started.add(jid)
+            self.suspended[jid] = False
+        else:
+            self._free(jid)
+        self.placed[jid] = (-1, ())
+        self._share(jid, act.nodes, act.cap, job.mem)
+
+    def apply(self, act: Action) -> None:
+        """Apply one action (any kind) or raise ``InvariantViolation``."""
+        handler = _HANDLERS.get(type(act))
+        if handler is None:  # pragma: no cover - exhaustive over Action
+            raise fail("unknown-action", repr(act))
+        handler(self, act)
+
+    def _migrate(self, act: Migrate) -> None:
+        self._need_running(act.job_id, "migrate")
+        self.move(act.job_id, act.cores, level_of(act.tier), act.cost, "migrate")
+
+    # ------------------------------------------------------------------ shared VMs and node capacity
+    def _totals(self) -> dict[str, float]:
+        """Per-node CPU caps of the shared VMs already placed (memory in ``_node_mem``), on first use."""
+        if self._node_cpu is None:
+            cpu: dict[str, float] = {}
+            mem = self._node_mem
+            for rj in self.view.running.values():
+                if rj.shared_nodes:
+                    cap = _cap_of(rj.cap, rj.job)
+                    for node in rj.shared_nodes:
+                        cpu[node] = cpu.get(node, 0.0) + cap
+                        mem[node] = mem.get(node, 0.0) + rj.job.mem
+            self._node_cpu = cpu
+        return self._node_cpu
+
+    def _share(self, job_id: str, nodes: tuple[str, ...], cap: float, mem: float) -> None:
+        cpu, mems = self._totals(), self._node_mem
+        for node in nodes:
+            cpu[node] = cpu.get(node, 0.0) + cap
+            mems[node] = mems.get(node, 0.0) + mem
+        self._node_touched.update(nodes)
+        self.nodes[job_id] = (nodes, cap, mem)
+
+    def _unshare(self, job_id: str) -> None:
+        got = self.nodes.pop(job_id, None)
+        if got is None:
+            return
+        nodes, cap, mem = got
+        cpu, mems = self._totals(), self._node_mem
+        for node in nodes:
+            cpu[node] -= cap
+            mems[node] -= mem
+
+    def check_capacity(self) -> None:
+        """No node the decision touched carries more than 1 of CPU caps or memory (end state)."""
+        if not self._node_touched:
+            return
+        cpu, mem = self._totals(), self._node_mem
+        for node in sorted(self._node_touched):
+            if cpu.get(node, 0.0) > 1.0 + CAPACITY_TOL:
+                raise fail("node-cpu", f"CPU caps of the shared VMs on {node} sum to {cpu[node]:.6f} > 1")
+            if mem.get(node, 0.0) > 1.0 + CAPACITY_TOL:
+                raise fail("node-memory", f"memory of the shared VMs on {node} sums to {mem[node]:.6f} > 1")
+
+
+# what each action does, by its type (the priority names read fg/bg as levels 0/1)
+_HANDLERS: dict[type, Callable[[Occupancy, Any], None]] = {
+    StartFg: lambda o, a: o.start(a.job_id, a.cores, 0, a.kind),
+    StartBg: lambda o, a: o.start(a.job_id, a.cores, 1, a.kind),
+    Start: lambda o, a: o.start(a.job_id, a.cores, a.level, a.kind),
+    Promote: lambda o, a: o.promote(a.job_id),
+    Demote: lambda o, a: o.demote(a.job_id),
+    Migrate: Occupancy._migrate,
+    Move: lambda o, a: o.move(a.job_id, a.cores, a.level, a.cost, a.kind),
+    Restore: lambda o, a: o.restore(a.job_id, a.cores, level_of(a.tier)),
+    Kill: lambda o, a: o.kill(a.job_id, a.requeue),
+    Checkpoint: lambda o, a: o.checkpoint(a.job_id),
+    Suspend: lambda o, a: o.suspend(a.job_id),
+    Resume: lambda o, a: o.resume(a.job_id),
+    SetCap: lambda o, a: o.set_cap(a.job_id, a.cap),
+    PlaceShared: Occupancy.place_shared,
+    Resize: lambda o, a: o.resize(a.job_id, a.cores, a.level),
+}
+
+
+def _cap_of(cap: float | None, job: Job) -> float:
+    """The CPU a shared VM may take: its cap, or (uncapped) its need."""
+    return min(1.0, job.cpu_need) if cap is None else cap
+
+
+def _known_nodes(view: ClusterView) -> Set[str]:
+    return set(view.node_names) | set(view.node_of_core)
+
+
+def priority_form(act: Action, checkpointed: bool = False) -> Action:
+    """A ``Start``/``Move`` on level 0 or 1 in the priority discipline's own words (StartFg/StartBg,
+    Promote/Demote, Migrate, Restore for a ``checkpointed`` job), for the two executors that speak
+    them (the simulator's two-tier engine and the daemon's actuator); any other action unchanged."""
+    if isinstance(act, Start) and act.level <= 1:
+        return StartFg(act.job_id, act.cores) if act.level == 0 else StartBg(act.job_id, act.cores)
+    if isinstance(act, Move) and act.level <= 1:
+        tier = Tier.FG if act.level == 0 else Tier.BG
+        if checkpointed and act.cores is not None:
+            return Restore(act.job_id, act.cores, tier)
+        if act.cores is None and act.cost == 0.0:
+            return Promote(act.job_id) if act.level == 0 else Demote(act.job_id)
+        if act.cores is not None:
+            return Migrate(act.job_id, act.cores, tier, act.cost)
+    return act
+
+
+def check_schedule(view: ClusterView, schedule: SliceSchedule) -> None:
+    """A time-slice schedule needs the ``timeslice`` discipline, a positive period and distinct rows."""
+    if view.discipline is not Discipline.TIMESLICE:
+        raise fail("schedule-discipline", f"a time-slice schedule needs the timeslice discipline, "
+                                          f"the cluster is {view.discipline.value}")
+    if not (schedule.period > 0 and math.isfinite(schedule.period)):
+        raise fail("schedule-period", f"period {schedule.period} is not a positive number of seconds")
+    order = schedule.order
+    if not order or len(set(order)) != len(order) or not all(0 <= r < view.levels for r in order):
+        raise fail("schedule-order", f"order {order} must list distinct rows of 0..{view.levels - 1}")
+
+
+def queued_subset(view: ClusterView, wanted: Set[str]) -> dict[str, Job]:
+    """The queued jobs among ``wanted``: looked up in ``view.queue_index`` when the view has one,
+    else found by scanning the queue only up to the last one (the jobs a decision names are usually
+    near its front), never indexing the whole queue."""
+    out: dict[str, Job] = {}
+    left = len(wanted)
+    if not left:
+        return out
+    index: Mapping[str, Job] | None = view.queue_index
+    if index is not None:
+        get = index.get
+        for jid in wanted:
+            j = get(jid)
+            if j is not None:
+                out[jid] = j
+        return out
+    for j in view.queue:
+        if j.id in wanted and j.id not in out:
+            out[j.id] = j
+            left -= 1
+            if not left:
+                break
+    return out
