@@ -268,3 +268,15 @@ class SimulationError(VmctlError):
 
     reference = "simulation-failed"
     template = "simulation at t={time}: {problem}"
+
+
+# ----------------------------------------------------------------------------- experiments
+
+
+class ClusterUnavailable(VmctlError):
+    """The experiment runner cannot start or reach its Dask cluster."""
+
+    reference = "cluster-unavailable"
+    retryable = True
+    template = "cannot reach the Dask scheduler at {address}: {problem}"
+    hint = "is `dask scheduler` running there? see docs/experiments.md"
