@@ -70,9 +70,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--scheduler")
     a = ap.parse_args()
-    from tests.experiment_cells import slow_square as fn  # by its importable name, not __main__'s
-
-    res = run_grid(grid(fn, {"count_dir": a.count_dir, "gate": a.gate}, i=list(range(a.n))), a.table,
+    res = run_grid(grid(slow_square, {"count_dir": a.count_dir, "gate": a.gate}, i=list(range(a.n))), a.table,
                    workers=a.workers, scheduler=a.scheduler, progress=False)
     print(f"ran {res.ran} skipped {res.skipped} failed {len(res.failed)}")
 

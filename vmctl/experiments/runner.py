@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -104,7 +105,12 @@ class Cell:
 
 
 def function_name(fn: Callable[..., Any]) -> str:
-    return f"{fn.__module__}:{fn.__qualname__}"
+    """``module:qualname``; a function of a module run with ``python -m pkg.mod`` gets ``pkg.mod``."""
+    module = fn.__module__
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        module = spec.name if spec is not None else module
+    return f"{module}:{fn.__qualname__}"
 
 
 def cell(fn: Callable[..., Mapping[str, Any]], **inputs: Scalar) -> Cell:
