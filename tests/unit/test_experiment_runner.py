@@ -187,3 +187,15 @@ def test_scheduler_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(ClusterUnavailable, match=r"tcp://127\.0\.0\.1:9"), \
             dask_client(scheduler="tcp://127.0.0.1:9", connect_timeout=1):
         pass
+
+
+def test_batched_cells_are_still_one_row_each_and_a_failure_stays_in_its_cell(tmp_path: Path) -> None:
+    counts = tmp_path / "c"
+    counts.mkdir()
+    cells = grid(ec.fail_on, {"bad": 4, "count_dir": str(counts)}, x=list(range(7)))
+    res = run_grid(cells, tmp_path / "t.parquet", workers=2, batch=3, progress=False)
+    assert [r["y"] for r in res.rows] == [1, 2, 3, 4, None, 6, 7]
+    assert [r["x"] for r in res.failed] == [4]
+    assert [ec.executions(counts, f"f{x}") for x in range(7)] == [1] * 7
+    with pytest.raises(ValidationError, match="batch"):
+        run_grid(cells, tmp_path / "t.parquet", batch=0)

@@ -16,9 +16,10 @@ it) and its inputs (scalars). :func:`run_grid` runs the cells of a grid on a Das
     empty when the cell succeeded, else ``"Type: message (at file.py:LINE)"`` (the metrics are empty).
 
 Durability: each finished cell is appended to a journal next to the table (``NAME.partial.jsonl``,
-flushed and fsync'ed per row) and the journal is folded into the table (Parquet or CSV, written to a
-temporary file and renamed) at the end of the run and every ``flush_interval`` seconds. A run killed
-with ``kill -9`` therefore loses at most the cells in flight; the next run folds the journal in first.
+written through to the kernel per row, fsync'ed at most every second) and the journal is folded into
+the table (Parquet or CSV, written to a temporary file and renamed) at the end of the run and every
+``flush_interval`` seconds. A run killed with ``kill -9`` therefore loses at most the cells in flight
+(a crash of the whole machine: also the last second's); the next run folds the journal in first.
 
 Resume: cells whose key is already in the table are skipped (``retry_failed``: except those that
 failed). A cell that raises is recorded with its error and does not stop the grid. A worker lost while
@@ -270,7 +271,9 @@ class ResultTable:
         self.journal = self.path.with_name(self.path.name + ".partial.jsonl")
         self.rows: dict[str, dict[str, Any]] = {}
         self._fh: IO[str] | None = None
-        self._flushed = time.monotonic()
+        self._flushed = self._synced = time.monotonic()
+        #: seconds between fsyncs of the journal (a machine crash may lose the rows of the last interval)
+        self.sync_interval = 1.0
 
     def open(self) -> ResultTable:
         try:
@@ -315,8 +318,10 @@ class ResultTable:
     def append(self, row: dict[str, Any], flush_interval: float | None = None) -> None:
         assert self._fh is not None, "ResultTable.open() first"
         self._fh.write(json.dumps(row, separators=(",", ":")) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        self._fh.flush()  # in the kernel now: a killed process loses nothing written
+        if time.monotonic() - self._synced >= self.sync_interval:  # and on disk, for a crash of the machine
+            os.fsync(self._fh.fileno())
+            self._synced = time.monotonic()
         self.rows[str(row["cell"])] = row
         if flush_interval is not None and time.monotonic() - self._flushed >= flush_interval:
             self.flush()
@@ -448,8 +453,15 @@ def run_grid(
     label: str = "cells",
     on_row: Callable[[dict[str, Any]], None] | None = None,
     flush_interval: float = 30.0,
+    batch: int = 1,
 ) -> GridResult:
-    """Run the cells not yet in ``table`` and return every cell's row (see the module docstring)."""
+    """Run the cells not yet in ``table`` and return every cell's row (see the module docstring).
+
+    ``batch``: cells per Dask task, for cells of a few milliseconds where the per-task cost of Dask
+    (about a millisecond of scheduler time and a round trip) would dominate; a killed run then loses
+    at most the batches in flight."""
+    if batch < 1:
+        raise ValidationError(field="batch", problem=f"{batch} must be at least 1")
     todo_all = unique_cells(cells)
     keys = [c.key for c in todo_all]
     t0 = time.perf_counter()
@@ -464,7 +476,7 @@ def run_grid(
                 n_workers = len(client.scheduler_info().get("workers", {}))
                 task = bar.add_task(label, total=len(todo), failed=0)
                 n_failed = 0
-                for c, res in _results(client, todo):
+                for c, res in _results(client, todo, batch):
                     row = make_row(c, res)
                     results.append(row, flush_interval)
                     n_failed += bool(row["error"])
@@ -477,22 +489,32 @@ def run_grid(
                       wall_s=time.perf_counter() - t0, workers=n_workers)
 
 
-def _results(client: Client, todo: Sequence[Cell]) -> Iterator[tuple[Cell, dict[str, Any]]]:
-    """Submit every cell and yield (cell, result) as they finish; a cell whose workers kept dying is
-    yielded with the reason as its error."""
+def execute_batch(cells: Sequence[tuple[str, Mapping[str, Scalar]]]) -> list[dict[str, Any]]:
+    """:func:`execute` for several cells in one Dask task (cells of a few milliseconds)."""
+    return [execute(function, inputs) for function, inputs in cells]
+
+
+def _results(client: Client, todo: Sequence[Cell], batch: int) -> Iterator[tuple[Cell, dict[str, Any]]]:
+    """Submit the cells, ``batch`` per Dask task, and yield (cell, result) as they finish; the cells of a
+    task whose workers kept dying are yielded with the reason as their error."""
     from distributed import as_completed
     from distributed.scheduler import KilledWorker
 
     from vmctl import __version__
 
-    futures = {client.submit(execute, c.function, dict(c.inputs), key=f"vmctl-cell-{c.key}", pure=False): c
-               for c in todo}
+    futures = {}
+    for i in range(0, len(todo), batch):
+        part = list(todo[i:i + batch])
+        name = part[0].key if len(part) == 1 else hashlib.sha256("".join(c.key for c in part).encode()).hexdigest()[:20]
+        fut = client.submit(execute_batch, [(c.function, dict(c.inputs)) for c in part], key=f"vmctl-cells-{name}",
+                            pure=False)
+        futures[fut] = part
     for fut in as_completed(list(futures), loop=client.loop):
-        c = futures[fut]
+        part = futures.pop(fut)
         try:
-            res = fut.result()
+            got: list[dict[str, Any]] = fut.result()
         except KilledWorker as exc:
-            res = {"metrics": {}, "wall_s": None, "host": None, "vmctl_version": __version__,
-                   "error": f"KilledWorker: the workers running this cell died: {exc}"}
+            got = [{"metrics": {}, "wall_s": None, "host": None, "vmctl_version": __version__,
+                    "error": f"KilledWorker: the workers running this cell died: {exc}"}] * len(part)
         fut.release()
-        yield c, res
+        yield from zip(part, got, strict=True)
