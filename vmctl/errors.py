@@ -280,3 +280,12 @@ class ClusterUnavailable(VmctlError):
     retryable = True
     template = "cannot reach the Dask scheduler at {address}: {problem}"
     hint = "is `dask scheduler` running there? see docs/experiments.md"
+
+
+class CellsFailed(VmctlError):
+    """Some cells of an experiment grid raised; the others' results are written, the failed cells'
+    inputs and errors are in the results table."""
+
+    reference = "cells-failed"
+    template = "{failed} of {total} cells failed (first: {first}); inputs and errors are in {table}"
+    hint = "fix the cause and rerun the same command: finished cells are skipped (--retry-failed reruns these)"
