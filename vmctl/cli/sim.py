@@ -12,7 +12,6 @@ Bad input (missing or malformed trace, unknown policy or parameter) raises a vmc
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -197,7 +196,9 @@ def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int
 
         raise TraceFormatError(path=spec.trace, line=0, problem="no such file")
     points = sweep_points(names, load_list, seed_list or [1], costs)
-    out = _out_dir(out_dir)
+    from vmctl.experiments.runner import writable_dir
+
+    out = writable_dir(out_dir)
     table_path = Path(table) if table else out / "results.parquet"
     t0 = time.perf_counter()
     done = 0
@@ -234,19 +235,6 @@ def _point_text(row: Mapping[str, Any]) -> str:
     if row.get("migration_cost") is not None:
         parts.append(f"cost={row['migration_cost']:g}")
     return " ".join(parts)
-
-
-def _out_dir(out_dir: str) -> Path:
-    """The output directory, created; a clear error (no traceback) when that is not possible."""
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".vmctl-write-test-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        raise ValidationError(field="--out", problem=f"cannot write to {out_dir}: {exc.strerror or exc}") from exc
-    return out
 
 
 @sim.command("compare")

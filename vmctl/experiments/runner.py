@@ -181,6 +181,19 @@ def make_row(c: Cell, result: Mapping[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------- the table
 
 
+def writable_dir(path: str | Path, option: str = "--out") -> Path:
+    """The directory ``path``, created if needed; a clear error (no traceback) when it cannot be written."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".vmctl-write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ValidationError(field=option, problem=f"cannot write to {path}: {exc.strerror or exc}") from exc
+    return out
+
+
 def table_format(path: Path, fmt: str | None = None) -> TableFormat:
     name = fmt or path.suffix.lstrip(".").lower()
     if name in ("parquet", "pq"):
