@@ -8,6 +8,7 @@ so that a worker can be killed while it certainly runs a cell.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import signal
@@ -122,3 +123,27 @@ def test_a_grid_runs_through_scheduler_and_a_killed_worker_has_its_cell_rerun(
                            capture_output=True, text=True, timeout=300, check=True)
     assert again.stdout.strip().splitlines()[-1] == "ran 0 skipped 10 failed 0"
     assert [ec.executions(counts, f"s{i}") for i in range(10)] == [1] * 10
+
+
+def test_vmctl_sim_sweep_through_scheduler_gives_the_local_results(dask_cluster: DaskCluster, tmp_path: Path) -> None:
+    golden = ROOT / "tests" / "golden" / "sim" / "small-fw300.swf"
+    data = [ln for ln in golden.read_text(encoding="utf-8").splitlines() if not ln.startswith(";")][:60]
+    trace = tmp_path / "small.swf"
+    trace.write_text("; MaxProcs: 64\n" + "\n".join(data) + "\n", encoding="utf-8")
+    args = [sys.executable, "-m", "vmctl.cli.main", "sim", "sweep", "--trace", str(trace), "--policies", "easy,measy",
+            "--loads", "0.6,0.9", "--migration-costs", "20,600", "--no-plots"]
+
+    def sweep(*extra: str) -> list[dict[str, str]]:
+        out = tmp_path / extra[-1].replace("/", "_").replace(":", "_")
+        proc = subprocess.run([*args, "--out", str(out), *extra], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        summary = json.loads(proc.stdout)
+        assert (summary["runs"], summary["ran"], summary["failed"]) == (6, 6, 0)
+        with (out / "results.csv").open(encoding="utf-8") as fh:
+            return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(fh)]
+
+    remote = sweep("--scheduler", dask_cluster.address)
+    local = sweep("--workers", "1")
+    assert remote == local
+    assert {r["migration_cost"] for r in remote if r["policy"] == "measy"} == {"20.0", "600.0"}
