@@ -226,3 +226,20 @@ def test_sweep_plots_have_interval_bars_one_line_per_cost_and_visible_zero_lines
         assert all(c.has_yerr for c in ax.containers)
     finally:
         plt.close(fig)
+
+
+def test_plots_are_redrawn_from_the_table_without_running_anything(capsys: pytest.CaptureFixture[str],
+                                                                   small_trace: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "sweep"
+    code, _, err = vmctl(capsys, "sim", "sweep", "--trace", str(small_trace), "--policies", "easy,measy",
+                         "--loads", "0.6,0.9", "--workers", "1", "--out", str(out_dir), "--no-plots")
+    assert code == 0, err
+    assert not list(out_dir.glob("*.png"))
+    for source in ("results.parquet", "results.csv"):
+        code, out, err = vmctl(capsys, "sim", "plot", str(out_dir / source), "--out", str(tmp_path / source))
+        assert code == 0, err
+        files = [Path(f) for f in json.loads(out)["files"]]
+        assert [f.name for f in files] == ["response_vs_load.png", "slowdown_vs_load.png", "migrations_vs_load.png"]
+        assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in files)
+    code, _, err = vmctl(capsys, "sim", "plot", str(tmp_path), "--out", str(tmp_path / "x"))
+    assert code == 2 and err.startswith("error: instance-format: ")

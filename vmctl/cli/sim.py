@@ -237,6 +237,36 @@ def _point_text(row: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+@sim.command("plot")
+@click.argument("results", type=str)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where the PNGs go.")
+@click.option("--title", default=None, help="Plot title (default: the workload).")
+def plot_cmd(results: str, out_dir: str, title: str | None) -> None:
+    """Redraw a sweep's plots from its results table (results.parquet, or results.csv) without
+    running anything."""
+    from vmctl.errors import InstanceFormatError
+    from vmctl.experiments.runner import read_table, writable_dir
+    from vmctl.sim.plots import plot_results
+    from vmctl.sim.sweep import csv_row
+
+    path = Path(results)
+    if not path.is_file():
+        raise InstanceFormatError(path=results, where="file", problem="no such file")
+    if path.suffix == ".parquet":
+        rows: list[dict[str, Any]] = [csv_row(r) for r in read_table(path) if not r.get("error")]
+    else:
+        import csv
+
+        with path.open(encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    need = {"workload", "policy", "load", "migration_cost", "avg_response", "avg_bounded_slowdown", "migrations"}
+    if not rows or not need <= set(rows[0]):
+        raise InstanceFormatError(path=results, where="header",
+                                  problem=f"not a sweep's results (needs columns {', '.join(sorted(need))})")
+    written = plot_results(rows, writable_dir(out_dir), title=title or str(rows[0]["workload"]))
+    click.echo(json.dumps({"files": [str(p) for p in written]}))
+
+
 @sim.command("compare")
 @click.argument("results", type=str, nargs=-1, required=True)
 @click.option("--baseline", default="easy", show_default=True, help="Policy the others are compared with.")
