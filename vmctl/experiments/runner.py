@@ -484,9 +484,10 @@ def run_grid(
         todo = [c for c in todo_all if c.key not in results.rows
                 or (retry_failed and results.rows[c.key].get("error"))]
         if todo:
-            with dask_client(min(workers or os.cpu_count() or 1, len(todo)) if not scheduler else None,
+            tasks = math.ceil(len(todo) / batch)
+            with dask_client(min(workers or os.cpu_count() or 1, tasks) if not scheduler else None,
                              scheduler) as client, _progress(progress) as bar:
-                n_workers = len(client.scheduler_info().get("workers", {}))
+                n_workers = len(client.nthreads())
                 task = bar.add_task(label, total=len(todo), failed=0)
                 n_failed = 0
                 for c, res in _results(client, todo, batch):
