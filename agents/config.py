@@ -16,6 +16,7 @@ from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
 from vmctl.agents.backends.mock import inbox_name
 from vmctl.agents.layout import DEFAULT_NAMING, check_naming
 from vmctl.config import Section, load_yaml
+from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, MAX_NODE_SPEED, group_name_problem
 
 BACKENDS = ("mock", "libvirt")
 
@@ -42,6 +43,17 @@ class LayoutConfig:
     bg_weight: int = WEIGHT_MIN
     memory_mib: int = 64
     image: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """What the agent tells vmctld about its host besides the cores: ``speed`` of one core relative to
+    a standard core, ``group`` (the cluster or partition the node belongs to) and ``memory_mib`` (None:
+    what the backend reports as the host's memory)."""
+
+    speed: float = DEFAULT_NODE_SPEED
+    group: str = DEFAULT_NODE_GROUP
+    memory_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +109,7 @@ class AgentConfig:
     checkpoint_hosts: dict[str, str] = field(default_factory=dict)  # sftp: node -> host address
     clock_speed: float = 1.0  # clock: {speed}: model seconds per real second (mock backend only)
     clock_epoch: float | None = None  # clock: {epoch}: wall time where model time = wall time
+    host: HostConfig = HostConfig()
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:
@@ -174,6 +187,18 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
     if layout.image is not None and not layout.image.startswith("/"):
         raise lay.error("image", f"must be an absolute path, got {layout.image!r}")
     lay.finish()
+
+    hs = top.section("host")
+    speed = hs.number("speed", DEFAULT_NODE_SPEED, lo=0.0, hi=MAX_NODE_SPEED)
+    if speed <= 0:
+        raise hs.error("speed", f"must be > 0 (relative to a standard core), got {speed}")
+    group = hs.get("group", str, DEFAULT_NODE_GROUP)
+    problem = group_name_problem(group)
+    if problem:
+        raise hs.error("group", f"{problem}, got {group!r}")
+    memory_mib = hs.integer("memory_mib", lo=1, hi=1 << 40) if hs.get("memory_mib", int) is not None else None
+    host = HostConfig(speed=speed, group=group, memory_mib=memory_mib)
+    hs.finish()
 
     des = top.section("desired")
     desired_file = des.get("file", str, None)
@@ -256,4 +281,4 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
                        report_file=report_file, reconcile=reconcile, peers=peers, migrate_uris=migrate_uris,
                        ssh=ssh, log_level=log_level, daemon=daemon, metrics_listen=metrics_listen,
                        checkpoint_transfer=checkpoint_transfer, checkpoint_hosts=checkpoint_hosts,
-                       clock_speed=clock_speed, clock_epoch=clock_epoch)
+                       clock_speed=clock_speed, clock_epoch=clock_epoch, host=host)

@@ -4,7 +4,8 @@ with a client certificate (mTLS, subject ``CN=node:<name>`` issued by the cluste
 Agents must not import the daemon, so this speaks plain HTTP (``http.client``) to the routes of
 ``vmctl/api/openapi.yaml``:
 
-- ``register(cores, hostname, backend, peers, checkpoint_peers)``: ``POST /v1/agent/nodes/<node>/register``.
+- ``register(cores, hostname, backend, peers, checkpoint_peers, speed, group, memory_mib)``:
+  ``POST /v1/agent/nodes/<node>/register``.
 - ``HttpSource``: a background thread long-polls ``GET /v1/agent/nodes/<node>/desired?after=G&wait=W``;
   the daemon answers as soon as the generation passes G (within 100 ms of the change), the thread
   keeps the newest document and calls ``on_change`` (the reconciler's ``wake``). ``fetch()`` returns
@@ -35,9 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from vmctl.api.wire import desired_from_json, observed_to_json
 from vmctl.errors import ApiError, DaemonUnavailable, ValidationError
 from vmctl.model import NodeDesired, NodeObserved
+from vmctl.wire import desired_from_json, observed_to_json
 
 log = logging.getLogger("vmctl.agent.http")
 
@@ -159,11 +160,17 @@ class HttpSource:
         return f"/v1/agent/nodes/{self.ep.node}"
 
     def register(self, cores: int, hostname: str = "", backend: str = "", peers: Iterable[str] | None = None,
-                 checkpoint_peers: Iterable[str] | None = None) -> dict[str, Any]:
+                 checkpoint_peers: Iterable[str] | None = None, speed: float | None = None,
+                 group: str | None = None, memory_mib: int | None = None) -> dict[str, Any]:
         """Register this node: its cores and the nodes it can migrate to -- ``peers`` (live; None: do
         not say, the daemon does not restrict) and ``checkpoint_peers`` (checkpoint files over sftp;
-        None: shared storage, any node). vmctld plans no migration this node could not carry out."""
+        None: shared storage, any node). vmctld plans no migration this node could not carry out.
+        ``speed``, ``group`` and ``memory_mib`` describe the host (None: do not say, vmctld keeps its
+        defaults: speed 1.0, group "default", memory unknown)."""
         body: dict[str, Any] = {"cores": cores, "hostname": hostname, "backend": backend}
+        for key, value in (("speed", speed), ("group", group), ("memory_mib", memory_mib)):
+            if value is not None:
+                body[key] = value
         if peers is not None:
             body["peers"] = sorted(peers)
         if checkpoint_peers is not None:

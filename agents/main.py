@@ -230,6 +230,13 @@ def cli(config_path: str, once: bool, desired: str | None, report: str | None, l
         agent.backend.close()
 
 
+def host_registration(cfg: AgentConfig, backend: HypervisorBackend) -> tuple[float, str, int]:
+    """What the agent registers about its host besides the cores: the configured speed and group, and
+    the configured memory or else what the backend reports as the host's memory."""
+    hc = cfg.host
+    return hc.speed, hc.group, hc.memory_mib if hc.memory_mib is not None else backend.host_info().memory_mib
+
+
 def serve(agent: Agent, stop: threading.Event) -> None:
     """The long-running agent: register with vmctld (when configured), long-poll its desired state,
     reconcile until ``stop``; Prometheus metrics when ``metrics.listen`` is set; sd_notify READY after
@@ -255,8 +262,10 @@ def serve(agent: Agent, stop: threading.Event) -> None:
             delay = 0.5
             while not stop.is_set():
                 try:
+                    speed, group, memory = host_registration(cfg, agent.backend)
                     src.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name,
-                                 peers=rec.peers, checkpoint_peers=rec.checkpoint_peers)
+                                 peers=rec.peers, checkpoint_peers=rec.checkpoint_peers, speed=speed,
+                                 group=group, memory_mib=memory)
                     break
                 except VmctlError as exc:
                     metrics.daemon_error()

@@ -30,10 +30,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from tests.support.daemon import InProcessDaemon
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
-from vmctl.daemon.testing import InProcessDaemon
 from vmctl.model import NodeObserved, PowerState, VmObserved
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store

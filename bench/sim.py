@@ -113,7 +113,7 @@ def bench_protocol_floor(n: int, easy_cpu: float | None) -> None:
     gc.collect()
     gc.disable()
     try:
-        jobs: list[Job] = part("Job", lambda: [_make_job(i, 0.0, 1, 100.0, usage) for i in ids])
+        jobs: list[Job] = part("Job", lambda: [_make_job(i, 0.0, 1, 100.0, usage, 0, "") for i in ids])
         acts: list[StartFg] = part("StartFg", lambda: [StartFg(j.id, (0,)) for j in jobs])
         decs: list[Decision] = part("Decision", lambda: [Decision(actions=(a,), reasons={}, default_reason="waiting")
                                                          for a in acts])

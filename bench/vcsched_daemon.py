@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.daemon import InProcessDaemon
 from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.clock import SystemClock
 from vmctl.daemon.config import DaemonConfig
-from vmctl.daemon.testing import InProcessDaemon
 from vmctl.model import PowerState
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.daemon.testing import PostgresServer
+from tests.support.daemon import PostgresServer
 from vmctl.store import open_store
 from vmctl.store.base import Store
 

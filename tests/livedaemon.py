@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.daemon import InProcessDaemon
 from vmctl import errors
-from vmctl.cli.demo import DaemonProcess
+from vmctl.cli.demo.processes import DaemonProcess
 from vmctl.cli.main import main
-from vmctl.daemon.testing import InProcessDaemon
 
 
 def live_daemon(state_dir: Path, **kwargs: Any) -> Iterator[DaemonProcess]:

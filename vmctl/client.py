@@ -35,8 +35,9 @@ from typing import Any
 
 from vmctl import errors
 from vmctl.apiclient import ApiClient
+from vmctl.model import JobState
 
-TERMINAL_STATES = frozenset({"done", "killed", "failed", "cancelled"})
+TERMINAL_STATES = frozenset({JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED})
 
 
 @dataclass
@@ -98,11 +99,12 @@ class JobResult:
 
     @property
     def ok(self) -> bool:
-        return self.state == "done" and self.error is None and all(t.ok for t in self.tasks)
+        return self.state == JobState.DONE and self.error is None and all(t.ok for t in self.tasks)
 
 
 class Job:
-    """A parallel job: a name, tasks, a priority, a deadline (epoch seconds) and an estimate/profile."""
+    """A parallel job: a name, tasks, a priority, a deadline (epoch seconds), the user it runs for and
+    an estimate/profile."""
 
     def __init__(
         self,
@@ -115,8 +117,10 @@ class Job:
         tasks: Iterable[Task] = (),
         cpu_need: float | None = None,
         mem: float | None = None,
+        user: str | None = None,
     ) -> None:
         self.name = name
+        self.user = user  # who the job runs for (None: not said)
         self.cpu_need = cpu_need  # vcsched: CPU need per VM, fraction of one host core
         self.mem = mem  # vcsched: memory need per VM, fraction of one host's memory
         self.estimate = estimate
@@ -149,6 +153,8 @@ class Job:
                                 "priority": int(self.priority)}
         if self.deadline is not None:
             spec["deadline"] = float(self.deadline)
+        if self.user is not None:
+            spec["user"] = str(self.user)
         if self.cpu_need is not None:
             if not 0 < self.cpu_need <= 1:
                 raise errors.ValidationError(field=f"job {self.name!r}.cpu_need",

@@ -23,6 +23,27 @@ from typing import Literal, TypeAlias
 
 from vmctl.errors import ValidationError
 
+#: a node's speed relative to a standard core, and its group (cluster or partition), when not configured
+DEFAULT_NODE_SPEED = 1.0
+DEFAULT_NODE_GROUP = "default"
+
+MAX_NODE_SPEED = 1000.0
+MAX_GROUP_NAME = 64
+
+
+def group_name_problem(group: str) -> str | None:
+    """Why ``group`` cannot name a node group, or None: a short printable name of letters, digits,
+    '-', '_' and '.' (it is shown in tables and used as a key)."""
+    if not group:
+        return "must not be empty"
+    if len(group) > MAX_GROUP_NAME:
+        return f"longer than {MAX_GROUP_NAME} characters"
+    bad = next((c for c in group if not (c.isalnum() or c in "-_.")), None)
+    if bad is not None:
+        return f"must hold only letters, digits, '-', '_' and '.', but holds {bad!a}"
+    return None
+
+
 # --------------------------------------------------------------------------------------- jobs
 
 
@@ -151,9 +172,27 @@ class ClusterView:
     # vmctld: node -> the nodes it can live-migrate to (its agent's ``peers``); a node not in the map,
     # or None for the whole map (the simulator), is not restricted. Use ``can_migrate``.
     migration_targets: Mapping[str, Set[str]] | None = None
+    # node -> its speed relative to a standard core, its group (cluster or partition) and its memory in
+    # MiB, keyed by the names of ``node_names``; a node not in a map has the default (use ``speed_of``,
+    # ``group_of`` and ``mem_mib_of``). The simulator, which has no nodes, leaves them empty.
+    node_speed: Mapping[str, float] = field(default_factory=dict)
+    node_group: Mapping[str, str] = field(default_factory=dict)
+    node_mem_mib: Mapping[str, int] = field(default_factory=dict)
 
     def node(self, core: int) -> str:
         return self.node_of_core[core] if self.node_of_core else "sim"
+
+    def speed_of(self, node: str) -> float:
+        """How fast one core of ``node`` runs relative to a standard core (1.0 when not known)."""
+        return self.node_speed.get(node, DEFAULT_NODE_SPEED)
+
+    def group_of(self, node: str) -> str:
+        """The cluster or partition ``node`` belongs to (``"default"`` when not known)."""
+        return self.node_group.get(node, DEFAULT_NODE_GROUP)
+
+    def mem_mib_of(self, node: str) -> int:
+        """The memory of ``node`` in MiB (0 when not known)."""
+        return self.node_mem_mib.get(node, 0)
 
     def can_migrate(self, source: str, target: str) -> bool:
         """Whether a process may move from node ``source`` to node ``target`` (always within a node)."""

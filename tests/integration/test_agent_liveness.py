@@ -206,7 +206,7 @@ class CuttableProxy:
                 if not data or self.cut_off.is_set():
                     return
                 dst.sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: cut()/heal() closed src under select() (fd -1)
             return
         finally:
             with contextlib.suppress(OSError):

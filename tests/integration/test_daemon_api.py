@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from tests.livedaemon import long_poll_parked
+from tests.support.daemon import InProcessDaemon
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.daemon.config import DaemonConfig
-from vmctl.daemon.testing import InProcessDaemon
 from vmctl.errors import ApiError
 from vmctl.model import NodeObserved
 
@@ -392,7 +392,7 @@ def test_stopping_the_source_interrupts_its_long_poll_and_leaks_no_connection(
 
 
 def test_certificate_from_another_ca_is_refused(client: Client, daemon: InProcessDaemon, tmp_path: Path) -> None:
-    from vmctl.api.auth import ClusterCA
+    from vmctl.auth import ClusterCA
 
     rogue = ClusterCA.create("rogue")
     cert, key = rogue.issue("node:n1")
@@ -424,3 +424,37 @@ def test_certs_endpoint_issues_working_agent_certs(client: Client, daemon: InPro
     src.stop()
     s, doc = client.call("POST", "/v1/certs", {"node": "bad name!"}, token=tokens["admin"])
     assert s == 422 and doc["error"]["field"] == "node"
+
+
+def test_agent_registers_speed_group_and_memory(client: Client, daemon: InProcessDaemon, tokens: dict[str, str],
+                                                tmp_path: Path) -> None:
+    """issue 10: an agent tells vmctld its core speed, group and memory when it registers; vmctld
+    stores them, shows them in its node answers and refuses bad values naming the field."""
+    cert, key = client.certs.get("n1") or daemon.agent_cert("n1", tmp_path)
+    src = HttpSource(AgentEndpoint(daemon.url, "n1", cert, key, daemon.ca_file))
+    node = src.register(cores=4, hostname="n1", backend="mock", speed=1.5, group="part-a", memory_mib=32768)
+    src.stop()
+    assert (node["speed"], node["group"], node["memory_mib"]) == (1.5, "part-a", 32768)
+    s, doc = client.call("GET", "/v1/nodes", token=tokens["read"])
+    n1 = next(n for n in doc["nodes"] if n["name"] == "n1")
+    assert s == 200 and (n1["speed"], n1["group"], n1["memory_mib"]) == (1.5, "part-a", 32768)
+    stored = next(n for n in daemon.store.load_nodes() if n.name == "n1")
+    assert (stored.speed, stored.group, stored.memory_mib) == (1.5, "part-a", 32768)
+    for raw, field in [(b'{"cores":4,"speed":NaN}', "speed"), (b'{"cores":4,"speed":0}', "speed"),
+                       (b'{"cores":4,"speed":-2}', "speed"), (b'{"cores":4,"group":"a b"}', "group"),
+                       (b'{"cores":4,"group":"\\u001b[2J"}', "group"), (b'{"cores":4,"memory_mib":0}', "memory_mib")]:
+        s, doc = client.call("POST", "/v1/agent/nodes/n1/register", raw=raw, node="n1")
+        assert s == 422 and doc["error"]["field"] == field, (raw, doc)
+    s, doc = client.call("GET", "/v1/nodes", token=tokens["read"])
+    n1 = next(n for n in doc["nodes"] if n["name"] == "n1")
+    assert (n1["speed"], n1["group"], n1["memory_mib"]) == (1.5, "part-a", 32768)  # nothing half-applied
+
+
+def test_job_priority_deadline_and_user_over_http(client: Client, tokens: dict[str, str]) -> None:
+    s, doc = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 30, "priority": 7, "deadline": 2e9,
+                                              "user": "alice"}, token=tokens["admin"])
+    assert s == 201
+    jid = doc["job"]["id"]
+    s, doc = client.call("GET", f"/v1/jobs/{jid}", token=tokens["read"])
+    assert (doc["job"]["priority"], doc["job"]["deadline"], doc["job"]["user"]) == (7, 2e9, "alice")
+    client.call("DELETE", f"/v1/jobs/{jid}", token=tokens["admin"])

@@ -31,12 +31,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.daemon import admin_request
 from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, Heartbeat, HttpReporter, HttpSource, Liveness
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.clock import Clock, SystemClock, accelerated_clock
-from vmctl.daemon.testing import admin_request
 from vmctl.model import NodeObserved
 from vmctl.store import open_store
 

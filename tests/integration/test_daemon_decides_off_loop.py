@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from tests.livedaemon import long_poll_parked
+from tests.support.daemon import InProcessDaemon
 from vmctl.daemon.config import DaemonConfig
-from vmctl.daemon.testing import InProcessDaemon
 from vmctl.model import ClusterView, Decision
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.registry import create_policy

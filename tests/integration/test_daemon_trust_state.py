@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
-from vmctl.cli.demo import ManagedProcess
-from vmctl.daemon.testing import admin_request
+from tests.support.daemon import admin_request
+from vmctl.cli.demo.processes import ManagedProcess
 
 PY = sys.executable
 

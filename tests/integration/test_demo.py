@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.cli.demo import BSLD_TAU, build_demo_workload, summarize
+from vmctl.cli.demo.summary import BSLD_TAU, summarize
+from vmctl.cli.demo.workload import build_demo_workload
 
 
 def test_workload_is_in_model_time_and_fits() -> None:
@@ -46,7 +47,7 @@ def test_small_samples_need_no_estimate_workaround() -> None:
 
 
 def test_migration_outcomes_from_metrics() -> None:
-    from vmctl.cli.demo import migration_outcomes
+    from vmctl.cli.demo.summary import migration_outcomes
 
     text = ('# HELP vmctl_migrations_total Migrations finished, by outcome\n'
             'vmctl_migrations_total{outcome="completed"} 3.0\nvmctl_migrations_total{outcome="aborted"} 1.0\n'
@@ -128,7 +129,7 @@ def test_operator_migration_picks_a_fitting_target(tmp_path: Path) -> None:
     from typing import Any
 
     from vmctl import errors
-    from vmctl.cli.demo import Demo, DemoOptions
+    from vmctl.cli.demo.command import Demo, DemoOptions
 
     class FakeApi:
         def __init__(self) -> None:

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.livedaemon import run_cli
+from tests.support.daemon import InProcessDaemon
 from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.daemon.config import DaemonConfig, MigrationLimits
-from vmctl.daemon.testing import InProcessDaemon
 
 
 class Agent:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vmctl.cli.demo import DaemonProcess, ManagedProcess, agent_config, free_port
+from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
 from vmctl.cli.ops import write_cert_files
 
 SPEED = 20.0  # model seconds per real second

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.daemon import PostgresServer
 from tests.unit.test_daemon_core import Cluster
 from vmctl.daemon.core import Daemon, NotLeader
-from vmctl.daemon.testing import PostgresServer
 from vmctl.errors import LeaseLost
 from vmctl.store import open_store
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tests.integration.test_daemon_api import Client
+from tests.support.daemon import InProcessDaemon
 from vmctl.daemon.config import DaemonConfig, RetentionConfig
-from vmctl.daemon.testing import InProcessDaemon
 
 
 @pytest.fixture

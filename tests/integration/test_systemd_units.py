@@ -199,7 +199,7 @@ def test_services_notify_ready_and_watchdog(tmp_path: Path) -> None:
 
     import yaml
 
-    from vmctl.cli.demo import DaemonProcess, ManagedProcess, agent_config, free_port
+    from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
     from vmctl.cli.ops import write_cert_files
 
     def notify_env(name: str) -> tuple[socket.socket, dict[str, str]]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.daemon import PostgresServer
 from vmctl.api.schemas import job_spec
-from vmctl.daemon.testing import PostgresServer
 from vmctl.store import JobRecord, WriteBatch, open_store
 
 pytestmark = pytest.mark.postgres

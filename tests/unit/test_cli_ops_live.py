@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.livedaemon import live_daemon, run_cli
-from vmctl.cli.demo import DaemonProcess
+from vmctl.cli.demo.processes import DaemonProcess
 
 
 @pytest.fixture(scope="module")

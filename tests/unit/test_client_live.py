@@ -9,7 +9,7 @@ import pytest
 
 from tests.livedaemon import live_daemon
 from vmctl import errors
-from vmctl.cli.demo import DaemonProcess
+from vmctl.cli.demo.processes import DaemonProcess
 from vmctl.client import Client, Job, Profile, Task
 
 

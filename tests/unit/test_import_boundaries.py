@@ -10,15 +10,39 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _imports(path: Path) -> set[str]:
+def _package(path: Path) -> list[str]:
+    """The dotted package a file belongs to (``agents`` and ``policies`` are ``vmctl.agents`` and
+    ``vmctl.policies`` through their links), to resolve relative imports."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    if parts and parts[0] in ("agents", "policies"):
+        parts.insert(0, "vmctl")
+    return parts
+
+
+def _imports(path: Path, as_path: Path | None = None) -> set[str]:
+    """Every module a file imports, anywhere in it (``ast.walk``: imports inside functions count too).
+    ``from A import b`` yields ``A`` and ``A.b`` (b may be a module: ``from vmctl import api``), and a
+    relative import is resolved against the package of the file (or of ``as_path``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    pkg = _package(as_path or path)
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg[: len(pkg) - (node.level - 1)]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            out.add(module)
+            out.update(f"{module}.{a.name}" for a in node.names)
     return out
+
+
+def _is(mod: str, package: str) -> bool:
+    """``mod`` is ``package`` or inside it (``vmctl.api`` is not ``vmctl.apiclient``)."""
+    return mod == package or mod.startswith(package + ".")
 
 
 def _files(folder: str) -> list[Path]:
@@ -52,8 +76,10 @@ def test_agents_never_import_policies_or_daemon(path: Path) -> None:
             assert rel.startswith("agents/backends/libvirt"), f"only agents/backends/libvirt may import libvirt: {rel}"
 
 
-@pytest.mark.parametrize("path", _files("vmctl/sim"), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", _files("vmctl/sim") + _files("vmctl/experiments"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_sim_never_imports_agents_or_daemon(path: Path) -> None:
+    # the experiment runners are simulations and solver runs too: no daemon, store, API or agents
     for mod in _imports(path):
         forbidden = ("vmctl.agents", "vmctl.daemon", "vmctl.store", "vmctl.api")
         assert not mod.startswith(forbidden), f"{path.name} imports {mod}"
@@ -63,13 +89,13 @@ def test_sim_never_imports_agents_or_daemon(path: Path) -> None:
 # `vmctl config check` parses daemon/agent configs; `vmctl demo` starts a daemon and agents itself.
 CLI_OFFLINE_ALLOWED = {
     "config_cmd.py": ("vmctl.daemon.config", "vmctl.agents.config"),
-    "demo.py": ("vmctl.daemon.config", "vmctl.daemon.main", "vmctl.agents"),
+    "demo/command.py": ("vmctl.agents.config",),
 }
 
 
 def test_cli_talks_to_daemon_only_through_api() -> None:
     for path in _files("vmctl/cli"):
-        allowed = CLI_OFFLINE_ALLOWED.get(path.name, ())
+        allowed = CLI_OFFLINE_ALLOWED.get(path.relative_to(ROOT / "vmctl" / "cli").as_posix(), ())
         for mod in _imports(path):  # ast.walk: function-local imports count too
             if allowed and mod.startswith(allowed):
                 continue
@@ -79,3 +105,47 @@ def test_cli_talks_to_daemon_only_through_api() -> None:
 def test_package_links_point_at_top_level_folders() -> None:
     assert (ROOT / "vmctl" / "policies").resolve() == (ROOT / "policies").resolve()
     assert (ROOT / "vmctl" / "agents").resolve() == (ROOT / "agents").resolve()
+
+
+# The daemon and the agents never import the HTTP layer (the wire codec is vmctl/wire.py, tokens and
+# the CA are vmctl/auth.py). The one exception is the composition root of the vmctld process, which
+# wires the HTTP server around the daemon, and only through vmctl.api.server.
+DAEMON_COMPOSITION_ROOT = "vmctl/daemon/main.py"
+
+
+@pytest.mark.parametrize("path", _files("vmctl/daemon") + _files("agents"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_daemon_and_agents_never_import_api(path: Path) -> None:
+    rel = path.relative_to(ROOT).as_posix()
+    for mod in _imports(path):
+        if rel == DAEMON_COMPOSITION_ROOT and _is(mod, "vmctl.api.server"):
+            continue
+        assert not _is(mod, "vmctl.api"), f"{rel} imports {mod} (use vmctl.wire / vmctl.auth)"
+
+
+def test_composition_root_exists_and_is_the_console_script() -> None:
+    # the exception above names a real file, and it is what `vmctld` and `python -m vmctl.daemon.main` run
+    assert (ROOT / DAEMON_COMPOSITION_ROOT).is_file()
+    assert 'vmctld = "vmctl.daemon.main:main"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "vmctl.api.server" in _imports(ROOT / DAEMON_COMPOSITION_ROOT)
+
+
+@pytest.mark.parametrize("path", _files("vmctl") + _files("agents") + _files("policies"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_product_never_imports_tests(path: Path) -> None:
+    # test helpers (tests/support/) are not shipped: nothing in the product package may need them
+    for mod in _imports(path):
+        assert not _is(mod, "tests"), f"{path.relative_to(ROOT)} imports {mod}"
+
+
+def test_import_scan_sees_what_the_rules_forbid(tmp_path: Path) -> None:
+    # the scanner catches the forms a boundary could be crossed with: inside a function, `from vmctl
+    # import api`, and relative imports
+    probe = ROOT / "vmctl" / "daemon" / "_probe_not_a_module.py"
+    src = ("def f() -> None:\n    from vmctl.api.server import DaemonServer\n"
+           "from vmctl import api\nfrom ..api import schemas\nimport tests.support.daemon\n")
+    tree_path = tmp_path / "probe.py"
+    tree_path.write_text(src, encoding="utf-8")
+    found = _imports(tree_path, as_path=probe)
+    assert {"vmctl.api.server", "vmctl.api", "vmctl.api.schemas", "tests.support.daemon"} <= found
+    assert not _is("vmctl.apiclient", "vmctl.api")
+

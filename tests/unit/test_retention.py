@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.daemon import PostgresServer
 from tests.unit.test_daemon_core import Cluster
 from vmctl.daemon.config import DaemonConfig, RetentionConfig, load_config, parse_config
 from vmctl.daemon.state import ClusterState
-from vmctl.daemon.testing import PostgresServer
 from vmctl.errors import ConfigError, LeaseLost, StoreError
 from vmctl.store import JobRecord, OperationRecord, WriteBatch
 from vmctl.store.base import Store

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from vmctl.sim.sweep import WorkloadSpec, run_one
+from vmctl.experiments.sweep import WorkloadSpec, run_one
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sim"
 TRACE = GOLDEN / "small-fw300.swf"

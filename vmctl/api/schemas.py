@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from vmctl.errors import ValidationError
+from vmctl.model import MAX_NODE_SPEED, group_name_problem
 
 MAX_PROCS = 1_000_000
 MAX_BATCH = 10_000
@@ -311,3 +312,15 @@ def obj(raw: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
     d = _obj(raw, "")
     unknown_keys(d, allowed, "")
     return d
+
+
+def node_host(body: dict[str, Any]) -> tuple[float | None, str | None, int | None]:
+    """``speed``, ``group`` and ``memory_mib`` of an agent's registration, each None when absent:
+    speed a finite number in (0, 1000], group a short printable name, memory MiB >= 1."""
+    speed = number(body, "speed", "", lo=0.0, lo_open=True, hi=MAX_NODE_SPEED)
+    group = string(body, "group", "", max_len=256)
+    if group is not None:
+        problem = group_name_problem(group)
+        if problem is not None:
+            raise ValidationError(field="group", problem=f"{problem}, got {group[:40]!r}")
+    return speed, group, integer(body, "memory_mib", "", lo=1, hi=1 << 40)

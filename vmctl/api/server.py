@@ -1,14 +1,16 @@
 """The daemon's HTTP API v1 on aiohttp (contract: ``vmctl/api/openapi.yaml``).
 
-Every request is authenticated (``vmctl.api.auth``) before its body is read; bodies are limited in
+Every request is authenticated (``vmctl.auth``) before its body is read; bodies are limited in
 size (413) and validated (422 naming the field); every error is ``{"error": {"reference", "message",
 "field"}}``. Handlers call the synchronous ``Daemon`` on the event loop thread, so the decision loop
 and the API never interleave inside a change; only the policy itself (``Daemon.choose``, which reads
 nothing but its own view) runs in a worker thread meanwhile.
 
 ``DaemonServer`` runs it all: the TLS listener, the decision loop (a pass whenever an event
-arrives, at the next tick, or at a decision's ``wake_at``), the leader lease (renewed every third of
-its TTL; a standby polls for it) and the long-poll waiters of the agents.
+arrives, at the next tick, or at a decision's ``wake_at``) and the long-poll waiters of the agents.
+The leader lease (renewed every third of its TTL; a standby polls for it) is held on the daemon side
+by ``vmctl.daemon.lease.LeaseHolder``, which the server starts and which tells it when leadership is
+gained or lost.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from typing import Any
 
 from aiohttp import web
 
-from vmctl.api import auth, schemas
+from vmctl import auth
+from vmctl.api import schemas
 from vmctl.api.listener import BoundedSite
-from vmctl.api.wire import desired_to_json, observed_from_json
 from vmctl.daemon import statedir
 from vmctl.daemon.core import Daemon, NotLeader
+from vmctl.daemon.lease import LeaseHolder
 from vmctl.daemon.state import ACTIVE
 from vmctl.errors import (
     Forbidden,
@@ -42,7 +45,9 @@ from vmctl.errors import (
     ValidationError,
     VmctlError,
 )
+from vmctl.model import JobState
 from vmctl.store.base import JobRecord, NodeRecord, TokenRecord, WriteBatch
+from vmctl.wire import desired_to_json, observed_from_json
 
 log = logging.getLogger("vmctld.api")
 
@@ -58,7 +63,8 @@ def job_json(r: JobRecord) -> dict[str, Any]:
     return {
         "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
         "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
-        "deadline": r.spec.get("deadline"), "submit_time": r.submit_time, "start_time": r.start_time,
+        "deadline": r.spec.get("deadline"), "user": str(r.spec.get("user", "")),
+        "submit_time": r.submit_time, "start_time": r.start_time,
         "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
         "placement": [{"node": n, "core": c} for n, c in r.placement],
         "reason": r.reason, "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]}
@@ -82,6 +88,7 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
     obs = d.state.observed.get(n.name)
     err_time, errs = d.state.agent_errors.get(n.name, (None, ()))
     return {"name": n.name, "cores": n.cores, "state": n.state, "last_seen": n.last_seen,
+            "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
             "utilization": obs.host_utilization if obs else 0.0,
             # migration reachability as the agent registered it (null: not restricted / shared storage)
@@ -309,7 +316,7 @@ class Api:
         self._leader()
         q = request.query
         state = q.get("state")
-        allowed = ("queued", "running", "suspended", "done", "killed", "failed", "cancelled")
+        allowed = tuple(s.value for s in JobState)
         if state is not None and state not in allowed:
             raise ValidationError(field="state", problem=f"must be one of {', '.join(allowed)}")
         limit = _query_int(q.get("limit"), "limit", 1, 100000, 1000)
@@ -455,13 +462,16 @@ class Api:
     # agents
     async def register(self, request: web.Request) -> web.Response:
         self._leader()
-        body = schemas.obj(await read_json(request), ("cores", "hostname", "backend", "peers", "checkpoint_peers"))
+        body = schemas.obj(await read_json(request), ("cores", "hostname", "backend", "peers", "checkpoint_peers",
+                                                      "speed", "group", "memory_mib"))
         cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
         hostname = schemas.string(body, "hostname", "", max_len=255, default="") or ""
         backend = schemas.string(body, "backend", "", max_len=64, default="") or ""
         assert cores is not None
         peers, ck_peers = _node_names(body, "peers"), _node_names(body, "checkpoint_peers")
-        rec = self.d.register_node(request.match_info["node"], cores, hostname, backend, peers, ck_peers)
+        speed, group, memory_mib = schemas.node_host(body)
+        rec = self.d.register_node(request.match_info["node"], cores, hostname, backend, peers, ck_peers,
+                                   speed=speed, group=group, memory_mib=memory_mib)
         self.s.kick()
         return json_response({"node": node_json(self.d, rec)})
 
@@ -544,7 +554,8 @@ def _query_float(v: str | None, name: str, lo: float, hi: float, default: float)
 
 
 class DaemonServer:
-    """The running daemon: API + decision loop + lease. ``await start()``, ``await stop()``."""
+    """The running daemon: API + decision loop, with the lease held by a ``LeaseHolder``.
+    ``await start()``, ``await stop()``."""
 
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
@@ -561,6 +572,8 @@ class DaemonServer:
         self.site: BoundedSite | None = None
         self.stopping = False
         daemon.on_desired = self._desired_changed
+        # the lease is held on the daemon side; the server reacts to a change of leadership
+        self.lease = LeaseHolder(daemon, on_gained=self._became_leader, on_lost=self._wake_all_waiters)
         from vmctl.metrics import DaemonMetrics
 
         self.metrics = DaemonMetrics(self._snapshot)
@@ -591,6 +604,11 @@ class DaemonServer:
     def _wake_all_waiters(self) -> None:
         for n in list(self._events):
             self._desired_changed({n})
+
+    def _became_leader(self) -> None:
+        """A standby took the lease: its bootstrap token (if none yet) and a decision pass now."""
+        self._bootstrap_token()
+        self.kick()
 
     # security material
     def _load_ca(self) -> auth.ClusterCA:
@@ -748,11 +766,12 @@ class DaemonServer:
             raise statedir.bind_error(self.config, self.config.listen, exc) from exc
         self.port = site.port
         self._tasks.append(asyncio.create_task(self._loop(), name="vmctld-loop"))
-        self._tasks.append(asyncio.create_task(self._lease_loop(), name="vmctld-lease"))
+        self._tasks.append(asyncio.create_task(self.lease.run(), name="vmctld-lease"))
         log.info("vmctld listening on https://%s:%d (leader=%s)", self.config.listen, self.port, d.leader)
 
     async def stop(self) -> None:
         self.stopping = True
+        self.lease.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -795,21 +814,3 @@ class DaemonServer:
             delay = self.config.tick_s if nxt is None else max(0.0, (nxt - d.clock.now()) / d.speed)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.001, delay))
-
-    async def _lease_loop(self) -> None:
-        d = self.daemon
-        period = self.config.lease_ttl_s / 3
-        while not self.stopping:
-            await asyncio.sleep(period)
-            try:
-                if d.leader:
-                    d.renew()
-                else:
-                    was = d.leader
-                    if d.try_lead() and not was:
-                        self._bootstrap_token()
-                        self.kick()
-            except LeaseLost:
-                self._wake_all_waiters()
-            except VmctlError as exc:
-                log.error("lease: %s", exc)

@@ -25,7 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "sim": "vmctl.cli.sim:sim",
     "vcsched": "vmctl.cli.vcsched:vcsched",
     "config": "vmctl.cli.config_cmd:config",
-    "demo": "vmctl.cli.demo:demo",
+    "demo": "vmctl.cli.demo.command:demo",
     "vm": "vmctl.cli.ops:vm",
     "job": "vmctl.cli.ops:job",
     "node": "vmctl.cli.ops:node",

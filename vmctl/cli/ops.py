@@ -31,10 +31,11 @@ from rich.text import Text
 
 from vmctl import errors
 from vmctl.apiclient import ApiClient
+from vmctl.model import JobState
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-JOB_STATES = ("queued", "running", "suspended", "done", "killed", "failed", "cancelled")
+JOB_STATES = tuple(s.value for s in JobState)  # queued, running, suspended, done, killed, failed, cancelled
 
 
 # ----------------------------------------------------------------------------- common options
@@ -208,9 +209,10 @@ class Grid:
 
 def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Grid:
     return Grid(
-        ("ID", "NAME", "STATE", "TIER", "PROCS", "EST", "SUBMITTED", "PLACEMENT", "MIG", "REASON"),
-        [(str(j.get("id", "")), str(j.get("name") or "-"), str(j.get("state", "")), str(j.get("tier") or "-"),
-          str(j.get("procs", "")), fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")),
+        ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "PLACEMENT", "MIG", "REASON"),
+        [(str(j.get("id", "")), str(j.get("name") or "-"), str(j.get("user") or "-"), str(j.get("state", "")),
+          str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
+          fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")),
           fmt_placement(j.get("placement")), str(j.get("migrations", 0)), str(j.get("reason") or ""))
          for j in jobs],
         title,
@@ -230,10 +232,27 @@ def fmt_peers(peers: Any, unset: str = "any", limit: int = 4) -> str:
     return ", ".join(names)
 
 
+def fmt_speed(speed: Any) -> str:
+    """A node's core speed relative to a standard core: ``1x``, ``2.5x``."""
+    return f"{speed:g}x" if isinstance(speed, int | float) and not isinstance(speed, bool) else "-"
+
+
+def fmt_mem(mib: Any) -> str:
+    """A node's memory: ``512M``, ``16G``, ``1.5T``; ``-`` when not known (0 or absent)."""
+    if isinstance(mib, bool) or not isinstance(mib, int | float) or mib <= 0:
+        return "-"
+    for unit, size in (("T", 1 << 20), ("G", 1 << 10)):
+        if mib >= size:
+            return f"{mib / size:.3g}{unit}"
+    return f"{mib:g}M"
+
+
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
     return Grid(
-        ("NAME", "STATE", "CORES", "FG BUSY", "BG BUSY", "UTIL", "GEN", "LAST SEEN", "PEERS", "ERRORS"),
-        [(str(n.get("name", "")), str(n.get("state", "")), str(n.get("cores", "")), str(n.get("fg_busy", "")),
+        ("NAME", "STATE", "GROUP", "CORES", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "LAST SEEN", "PEERS",
+         "ERRORS"),
+        [(str(n.get("name", "")), str(n.get("state", "")), str(n.get("group") or "-"), str(n.get("cores", "")),
+          fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
           str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), str(n.get("generation", "")),
           fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), str(len(n.get("errors") or ()) or "-"))
          for n in nodes],
@@ -244,6 +263,8 @@ def node_text(n: Mapping[str, Any]) -> str:
     """``vmctl node show``: one node, with the nodes it can migrate to and its agent's last errors."""
     lines = [f"node {n.get('name')}: {n.get('state')}, {n.get('cores')} cores, generation {n.get('generation')}, "
              f"last seen {fmt_time(n.get('last_seen'))}",
+             f"group {n.get('group') or '-'}; core speed {fmt_speed(n.get('speed'))} a standard core; "
+             f"memory {fmt_mem(n.get('memory_mib')) if n.get('memory_mib') else 'not known'}",
              f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}",
              "migrates to (live, peers): " + fmt_peers(n.get("peers"), "any node (its agent did not say)", 50),
              "sends checkpoints to: " + fmt_peers(n.get("checkpoint_peers"), "any node (shared storage)", 50)]
@@ -414,6 +435,7 @@ def build_job_spec(
     *, procs: int, estimate: float, name: str | None = None, priority: int | None = None,
     deadline: float | None = None, cpu_usage: str | None = None, command: str | None = None,
     work_seconds: float | None = None, cpu_need: float | None = None, mem: float | None = None,
+    user: str | None = None,
 ) -> dict[str, Any]:
     """The ``POST /v1/jobs`` body for the command-line options (only the given optional fields)."""
     if procs < 1:
@@ -427,6 +449,8 @@ def build_job_spec(
         spec["priority"] = priority
     if deadline is not None:
         spec["deadline"] = deadline
+    if user is not None:
+        spec["user"] = user
     usage = parse_cpu_usage(cpu_usage, procs)
     if usage is not None:
         spec["cpu_usage"] = usage
@@ -489,6 +513,7 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 @click.option("--name", default=None)
 @click.option("--priority", type=int, default=None)
 @click.option("--deadline", type=float, default=None, help="Deadline, epoch seconds.")
+@click.option("--user", default=None, help="The user the job runs for (a printable name).")
 @click.option("--cpu-usage", default=None, help="Estimated CPU use per process, e.g. 0.5 or 0.5,0.9.")
 @click.option("--command", "command_", default=None, help="Command each process runs in its VM.")
 @click.option("--work-seconds", type=float, default=None, help="Mock backend: work per process in seconds.")
@@ -501,7 +526,8 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 def job_submit(
     procs: int | None, estimate: float | None, name: str | None, priority: int | None, deadline: float | None,
     cpu_usage: str | None, command_: str | None, work_seconds: float | None, cpu_need: float | None,
-    mem: float | None, file_: str | None, url: str | None, token: str | None, ca: str | None, output: str,
+    mem: float | None, user: str | None, file_: str | None, url: str | None, token: str | None, ca: str | None,
+    output: str,
 ) -> None:
     """Submit a job (options) or jobs (--file)."""
     client = _client(url, token, ca)
@@ -515,7 +541,7 @@ def job_submit(
             raise errors.UserError(where="job submit", problem="--procs and --estimate are required (or --file)")
         spec = build_job_spec(
             procs=procs, estimate=estimate, name=name, priority=priority, deadline=deadline, cpu_usage=cpu_usage,
-            command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem,
+            command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem, user=user,
         )
         jobs = [client.submit_job(spec)]
     show({"jobs": jobs}, output, lambda: job_table(jobs, title="submitted"))
@@ -533,7 +559,7 @@ def job_list(
     show({"jobs": jobs}, output, lambda: job_table(jobs))
 
 
-JOB_KEYS = ("id", "name", "state", "tier", "procs", "estimate", "priority", "deadline", "submit_time",
+JOB_KEYS = ("id", "name", "user", "state", "tier", "procs", "estimate", "priority", "deadline", "submit_time",
             "start_time", "end_time", "placement", "migrations", "reason", "tasks")
 
 
@@ -573,7 +599,7 @@ def explain_text(doc: Mapping[str, Any]) -> str:
             f"reservation: {who} the reservation; it starts at the latest at {fmt_time(res.get('shadow_time'))} "
             f"(shadow time); {res.get('extra_cores')} extra core(s) may be backfilled until then"
         )
-    elif state == "queued":
+    elif state == JobState.QUEUED:
         lines.append("reservation: none blocks it")
     for m in doc.get("migrations") or ():
         if isinstance(m, Mapping):

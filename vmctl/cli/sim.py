@@ -11,6 +11,7 @@ Bad input (missing or malformed trace, unknown policy or parameter) raises a vmc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -68,7 +69,7 @@ def _ints(option: str, text: str) -> list[int]:
 
 def _spec(trace: str | None, model: str | None, jobs: int | None, procs: int | None, load: float | None,
           seed: int, cpu_usage: str) -> Any:
-    from vmctl.sim.sweep import WorkloadSpec
+    from vmctl.experiments.sweep import WorkloadSpec
 
     if (trace is None) == (model is None):
         raise ValidationError(field="--trace/--model", problem="give exactly one of --trace FILE and --model NAME")
@@ -109,12 +110,14 @@ def _with_workload_options(f: Any) -> Any:
 @click.option("--jobs-out", type=str, default=None, metavar="FILE",
               help="Also write one row per job (id, user, submit, start, end, width, wait, tier changes, "
                    "migrations, kills): CSV, or Parquet when FILE ends in .parquet.")
+@click.option("--priority-from-queue", is_flag=True,
+              help="Trace only: each job's priority is its SWF queue number (field 15; SWF has no priority).")
 def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int | None, cpu_usage: str,
             no_cpu_info: bool, load: float | None, seed: int, policy: str, params: tuple[str, ...],
-            output: str, jobs_out: str | None) -> None:
+            output: str, jobs_out: str | None, priority_from_queue: bool) -> None:
     """Run one policy over one workload and print the metrics."""
+    from vmctl.experiments.sweep import build_workload, run_one
     from vmctl.sim import report
-    from vmctl.sim.sweep import build_workload, run_one
 
     parsed = _parse_params(policy, params)
     if jobs_out is not None:
@@ -122,6 +125,8 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
 
         check_target(jobs_out)
     spec = _spec(trace, model, jobs, procs, load, seed, cpu_usage)
+    if priority_from_queue:
+        spec = dataclasses.replace(spec, priority_from_queue=True)
     t0 = time.perf_counter()
     built = build_workload(spec)
     show_bar = output == "table" and sys.stderr.isatty() and len(built.jobs) >= 5000
@@ -169,7 +174,7 @@ def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int
     """Run policies x loads x seeds (x migration costs) on Dask; write the results table, results.csv
     and plots (rerunning resumes: runs already in the table are skipped)."""
     from vmctl.errors import CellsFailed
-    from vmctl.sim.sweep import sweep, sweep_points, write_csv
+    from vmctl.experiments.sweep import sweep, sweep_points, write_csv
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:
@@ -246,8 +251,8 @@ def plot_cmd(results: str, out_dir: str, title: str | None) -> None:
     running anything."""
     from vmctl.errors import InstanceFormatError
     from vmctl.experiments.runner import read_table, writable_dir
+    from vmctl.experiments.sweep import csv_row
     from vmctl.sim.plots import plot_results
-    from vmctl.sim.sweep import csv_row
 
     path = Path(results)
     if not path.is_file():

@@ -245,7 +245,7 @@ def eval_cmd(
     """Run an evaluation suite on Dask (local workers or --scheduler); write the results table,
     results-SUITE.jsonl, tables (Markdown) and PNG plots into OUT. Rerunning resumes."""
     from vmctl.experiments.runner import writable_dir
-    from vmctl.vcsched_eval import run_suite
+    from vmctl.experiments.vcsched import run_suite
 
     algs = None
     if algorithms:

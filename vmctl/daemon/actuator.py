@@ -30,6 +30,7 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Demote,
+    JobState,
     Kill,
     Migrate,
     NodeObserved,
@@ -155,13 +156,13 @@ class Actuator:
             why: str | None = None
             if isinstance(act, StartFg | StartBg):
                 tier = Tier.FG if isinstance(act, StartFg) else Tier.BG
-                if job.state != "queued":
+                if job.state != JobState.QUEUED:
                     why = f"job is {job.state}, not queued"
                 elif not free(tier, act.cores, job.id):
                     why = "target slots are not free"
                 else:
                     job.run += 1
-                    job.state = "running"
+                    job.state = JobState.RUNNING
                     job.tier = tier.value
                     job.placement = place(act.cores)
                     job.start_time = now
@@ -196,16 +197,16 @@ class Actuator:
                     why = f"job is {job.state}"
                 else:
                     vacate(job)
-                    self.stop_job(ch, job, now, "queued" if act.requeue else "killed",
+                    self.stop_job(ch, job, now, JobState.QUEUED if act.requeue else JobState.KILLED,
                                   act.reason or ("killed and requeued" if act.requeue else "killed by the policy"))
             elif isinstance(act, Checkpoint):
-                if job.state != "running" or job.checkpointed or job.migrating:
+                if job.state != JobState.RUNNING or job.checkpointed or job.migrating:
                     why = "job is not running (or is migrating)"
                 else:
                     self._freeze_progress(job, now)
                     vacate(job)
                     job.checkpointed = True
-                    job.state = "suspended"
+                    job.state = JobState.SUSPENDED
                     self.new_op(ch, "checkpoint", job.id, now, {"placement": [list(p) for p in job.placement]})
             elif isinstance(act, Restore):
                 if not (job.checkpointed or job.suspended):
@@ -217,7 +218,7 @@ class Actuator:
                     job.tier = act.tier.value
                     job.restore_pending = job.checkpointed
                     job.checkpointed = job.suspended = False
-                    job.state = "running"
+                    job.state = JobState.RUNNING
                     job.tier_since = now
                     occupy(act.tier, act.cores, job.id)
                     self.new_op(ch, "restore", job.id, now, {"placement": [list(p) for p in job.placement]})
@@ -227,18 +228,18 @@ class Actuator:
                 else:
                     job.cap = act.cap
             elif isinstance(act, Suspend):
-                if job.state != "running":
+                if job.state != JobState.RUNNING:
                     why = "job is not running"
                 else:
                     self._freeze_progress(job, now)
                     job.suspended = True
-                    job.state = "suspended"
+                    job.state = JobState.SUSPENDED
             elif isinstance(act, Resume):
                 if not job.suspended or job.checkpointed:
                     why = "job is not suspended"
                 else:
                     job.suspended = False
-                    job.state = "running"
+                    job.state = JobState.RUNNING
                     job.tier_since = now
             elif isinstance(act, PlaceShared):
                 why = self._place_shared(act, job, now, ch, moving_now, cluster_moving)
@@ -262,7 +263,7 @@ class Actuator:
                  free: Any, vacate: Any, occupy: Any, place: Any, moving_now: dict[str, int],
                  cluster_moving: int) -> str | None:
         rj = view.running.get(job.id)
-        if job.state != "running" or rj is None or job.migrating or job.checkpointed:
+        if job.state != JobState.RUNNING or rj is None or job.migrating or job.checkpointed:
             return "job is not running (or already migrating)"
         if not free(act.tier, act.cores, job.id):
             return "target slots are not free"
@@ -339,9 +340,9 @@ class Actuator:
             if node is None or node.state != "ready":
                 return f"node {n} is not ready"
         new_place = [(n, -1) for n in act.nodes]
-        if job.state == "queued":
+        if job.state == JobState.QUEUED:
             job.run += 1
-            job.state = "running"
+            job.state = JobState.RUNNING
             job.tier = "shared"
             job.placement = new_place
             job.cap = act.cap
@@ -353,7 +354,7 @@ class Actuator:
             if self.on_start is not None:
                 self.on_start(job, now)
             return None
-        if job.state != "running" or job.tier != "shared" or job.migrating:
+        if job.state != JobState.RUNNING or job.tier != "shared" or job.migrating:
             return "job is not a running shared job (or is migrating)"
         if len(new_place) != len(job.placement):
             return f"{len(new_place)} nodes for {len(job.placement)} processes"
@@ -394,7 +395,7 @@ class Actuator:
         return remaining * max(0.0, pace_after - pace_now) - act.cost
 
     # ------------------------------------------------------------------ job ends
-    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: str, reason: str) -> None:
+    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: JobState, reason: str) -> None:
         if job.migrating:
             op = self.state.ops.get(job.migrating)
             if op is not None and op.state == "pending":
@@ -407,8 +408,8 @@ class Actuator:
         job.suspended = job.checkpointed = job.restore_pending = False
         job.cap = None
         job.weight = None
-        if state == "queued":
-            job.state = "queued"
+        if state == JobState.QUEUED:
+            job.state = JobState.QUEUED
             job.tier = None
             job.progress_base = 0.0
             job.tier_since = None
@@ -420,7 +421,7 @@ class Actuator:
             job.reason = reason
         self.touch(ch, job)
         ch.events.append(f"job {job.id} {state}")
-        if self.on_job_end is not None and state != "queued":
+        if self.on_job_end is not None and state != JobState.QUEUED:
             self.on_job_end(job, state, now)
 
     # ------------------------------------------------------------------ agent reports
@@ -444,7 +445,7 @@ class Actuator:
                 # the first report that shows this process started: its run is modelled from here, not from
                 # the decision that placed it (an agent may have learnt of it only after a daemon restart)
                 task["seen"] = True
-                if job.state == "running" and not job.migrating:
+                if job.state == JobState.RUNNING and not job.migrating:
                     job.progress_base = 0.0
                     job.tier_since = now
                 ch.jobs[job.id] = job
@@ -458,7 +459,7 @@ class Actuator:
                     ch.jobs[job.id] = job
             if job.tasks and all(t["exit_status"] is not None for t in job.tasks):
                 ok = all(t["exit_status"] == 0 for t in job.tasks)
-                self.stop_job(ch, job, now, "done" if ok else "failed",
+                self.stop_job(ch, job, now, JobState.DONE if ok else JobState.FAILED,
                               "finished" if ok else "a process exited with a non-zero status")
         # operations waiting for this node
         for op in [o for o in st.ops.values() if o.state == "pending"]:

@@ -40,10 +40,22 @@ from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.retention import prune_finished
 from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings, Layout
 from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, UserError, ValidationError, VmctlError
-from vmctl.model import ClusterView, Decision, Demote, Migrate, NodeDesired, NodeObserved, Promote, SetCap, Tier
+from vmctl.model import (
+    ClusterView,
+    Decision,
+    Demote,
+    JobState,
+    Migrate,
+    NodeDesired,
+    NodeObserved,
+    Promote,
+    SetCap,
+    Tier,
+)
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Store, WriteBatch
+from vmctl.wire import vm_desired_from_json, vm_desired_to_json
 
 log = logging.getLogger("vmctld")
 
@@ -165,8 +177,6 @@ class Daemon:
         self.leader = False
 
     def load(self) -> None:
-        from vmctl.api.wire import vm_desired_from_json
-
         desired_raw = self.store.load_desired()
         desired = {n: (g, tuple(vm_desired_from_json(v, f"desired[{n}].vms[{i}].")
                                 for i, v in enumerate(doc.get("vms", []))))
@@ -236,8 +246,6 @@ class Daemon:
                 new_desired[node] = vms
         gens: dict[str, int] = {}
         if new_desired:
-            from vmctl.api.wire import vm_desired_to_json
-
             for node, vms in new_desired.items():
                 gen = st.generation.get(node, 0) + 1
                 gens[node] = gen
@@ -282,7 +290,7 @@ class Daemon:
         seq = self.state.next_seq
         for spec in specs:
             rec = JobRecord(id=str(seq), seq=seq, name=str(spec.get("name") or f"job-{seq}"), spec=dict(spec),
-                            state="queued", submit_time=now, reason="submitted")
+                            state=JobState.QUEUED, submit_time=now, reason="submitted")
             seq += 1
             out.append(rec)
             ch.jobs[rec.id] = rec
@@ -311,15 +319,18 @@ class Daemon:
         if rec.state in TERMINAL:
             return rec
         ch = Changes()
-        self.actuator.stop_job(ch, rec, self.clock.now(), "cancelled", "cancelled by an operator")
+        self.actuator.stop_job(ch, rec, self.clock.now(), JobState.CANCELLED, "cancelled by an operator")
         self.commit(ch)
         return rec
 
     def register_node(self, name: str, cores: int, hostname: str, backend: str, peers: Iterable[str] | None = None,
-                      checkpoint_peers: Iterable[str] | None = None) -> NodeRecord:
+                      checkpoint_peers: Iterable[str] | None = None, speed: float | None = None,
+                      group: str | None = None, memory_mib: int | None = None) -> NodeRecord:
         """A node agent (re)registers. ``peers``: the nodes its agent can live-migrate to (None: it did
         not say, not restricted); ``checkpoint_peers``: where it can send checkpoint files (None: shared
-        storage, any node). Policies are offered only migrations these allow (``ClusterView.can_migrate``)."""
+        storage, any node). Policies are offered only migrations these allow (``ClusterView.can_migrate``).
+        ``speed``, ``group`` and ``memory_mib`` describe the host (None: the agent did not say; the node
+        keeps what it had, at first the defaults) and reach the policy's view (``ClusterView.speed_of``)."""
         self._require_leader()
         now = self.clock.now()
         ch = Changes()
@@ -344,6 +355,11 @@ class Daemon:
         if (rec.peers, rec.checkpoint_peers) != reach:
             rec.peers, rec.checkpoint_peers = reach
             self.state.nodes_changed()  # a decision made on the old reachability is made again
+        host = (rec.speed if speed is None else speed, rec.group if group is None else group,
+                rec.memory_mib if memory_mib is None else memory_mib)
+        if (rec.speed, rec.group, rec.memory_mib) != host:
+            rec.speed, rec.group, rec.memory_mib = host
+            self.state.nodes_changed()
         ch.nodes[name] = rec
         ch.desired_nodes.add(name)
         ch.events.append(f"node {name} joined")
@@ -447,7 +463,7 @@ class Daemon:
     def migrate_job(self, job_id: str, to_node: str) -> OperationRecord:
         rec = self.job(job_id)
         node = self.node(to_node)
-        if rec.state != "running" or rec.migrating:
+        if rec.state != JobState.RUNNING or rec.migrating:
             raise Conflict(what=f"job {job_id}", problem=f"is {rec.state}{' and migrating' if rec.migrating else ''}")
         if node.state != "ready":
             raise Conflict(what=f"node {to_node}", problem=f"is {node.state}")
@@ -544,7 +560,7 @@ class Daemon:
                             if n.name not in srcs:  # the target died: go back to the source
                                 self.actuator.rollback_migration(op, job, now, ch, f"node {n.name} down")
                                 continue
-                    self.actuator.stop_job(ch, job, now, "queued", f"requeued: node {n.name} down")
+                    self.actuator.stop_job(ch, job, now, JobState.QUEUED, f"requeued: node {n.name} down")
                 st.nodes_changed()
             elif n.state == "draining" and not st.jobs_on(n.name):
                 n.state = "drained"
@@ -559,7 +575,7 @@ class Daemon:
                     self.actuator.rollback_migration(op, mj, now, ch, "timed out")
         if cfg.kill_at_estimate:
             for job in st.active():
-                if job.state != "running" or job.tier != "fg" or job.migrating:
+                if job.state != JobState.RUNNING or job.tier != "fg" or job.migrating:
                     continue
                 if not all(t.get("seen", True) for t in job.tasks):
                     continue  # not every process reported started yet: it cannot have overrun
@@ -572,7 +588,7 @@ class Daemon:
                 # killed only when every node it runs on reported it still running in a relist that arrived
                 # after that moment (a process that exited meanwhile ends the job as done, not killed)
                 if all(heard.get(node, -math.inf) > crossed for node, _c in job.placement):
-                    self.actuator.stop_job(ch, job, now, "killed", "killed: ran past its estimate")
+                    self.actuator.stop_job(ch, job, now, JobState.KILLED, "killed: ran past its estimate")
 
     def run_once(self) -> float | None:
         """One pass: housekeeping, then (if anything happened or a wake time passed) one decision.
@@ -677,7 +693,7 @@ class Daemon:
     def explain(self, job_id: str) -> dict[str, Any]:
         rec = self.job(job_id)
         pos: int | None = None
-        if rec.state == "queued":
+        if rec.state == JobState.QUEUED:
             ids = [j.id for j in self.state.queue()]
             pos = ids.index(rec.id) if rec.id in ids else None
         res = None

@@ -1,4 +1,10 @@
-"""``vmctld --config FILE``: the central daemon's console script."""
+"""``vmctld --config FILE``: the central daemon's console script and composition root.
+
+``serve`` wires the pieces of one vmctld process together: the store, the ``Daemon`` and the HTTP
+server of ``vmctl.api.server`` around it. This module is the one place under ``vmctl/daemon/`` that
+imports ``vmctl.api`` (only ``vmctl.api.server``; tests/unit/test_import_boundaries.py checks it): the
+daemon itself does not know the HTTP layer. The offline commands (backup, restore, token create) use
+the neutral ``vmctl.auth``."""
 
 from __future__ import annotations
 
@@ -161,7 +167,7 @@ def _sqlite_only(cfg: DaemonConfig, what: str, instead: str) -> str:
 
 
 def _summary(store: Store) -> str:
-    from vmctl.api import auth
+    from vmctl import auth
 
     ca = store.get_kv("ca")
     fp = auth.load_stored_ca(ca, store).fingerprint() if isinstance(ca, dict) else "none"
@@ -262,7 +268,7 @@ def restore(config_path: str, file: str) -> int:
 
 def token_create(config_path: str, name: str, role: str, ttl: float | None, out: str | None) -> int:
     """``vmctld token create``: a token minted straight into the store (no API, no lease needed)."""
-    from vmctl.api import auth
+    from vmctl import auth
     from vmctl.daemon import statedir
     from vmctl.daemon.config import load_config
     from vmctl.store.base import TokenRecord

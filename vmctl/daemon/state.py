@@ -26,6 +26,7 @@ from types import MappingProxyType
 from vmctl.model import (
     ClusterView,
     Job,
+    JobState,
     MigrationSpec,
     NodeObserved,
     PowerState,
@@ -37,8 +38,8 @@ from vmctl.model import (
 )
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
-ACTIVE = ("running", "suspended")
-TERMINAL = ("done", "killed", "failed", "cancelled")
+ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
+TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
 
 
@@ -92,6 +93,9 @@ class ClusterState:
     agent_errors: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
     # migration_targets() for the layout object it was computed with (a peers change calls nodes_changed)
     _mtargets: tuple[Layout | None, Mapping[str, frozenset[str]] | None] = (None, None)
+    # node_attributes() for the layout object it was computed with (a change calls nodes_changed)
+    _nattrs: tuple[Layout | None, tuple[Mapping[str, float], Mapping[str, str], Mapping[str, int]] | None] = (
+        None, None)
     desired: dict[str, tuple[VmDesired, ...]] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=dict)
     next_seq: int = 1
@@ -141,7 +145,7 @@ class ClusterState:
         self._static = {}
         self._fentry, self._fheap = {}, []
         # the queue in one sort (inserting the jobs one by one in store order could be quadratic)
-        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values() if j.state == "queued")
+        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values() if j.state == JobState.QUEUED)
         self._qjobs = [self.job_obj(self.jobs[e[2]]) for e in self._qorder]
         self._qentry = {e[2]: e for e in self._qorder}
         self._qsnap = None
@@ -186,7 +190,7 @@ class ClusterState:
         the place plus one list move, instead of re-sorting the whole queue after every change."""
         old = self._qentry.get(job.id)
         order, qjobs = self._qorder, self._qjobs
-        if job.state == "queued":
+        if job.state == JobState.QUEUED:
             entry = (job.submit_time, job.seq, job.id)
             if old == entry:
                 return
@@ -363,9 +367,23 @@ class ClusterState:
             self._mtargets = (lay, MappingProxyType(out) if out else None)
         return self._mtargets[1]
 
+    def node_attributes(self) -> tuple[Mapping[str, float], Mapping[str, str], Mapping[str, int]]:
+        """Each node's speed, group and memory (MiB) as registered by its agent: the view's
+        ``node_speed``, ``node_group`` and ``node_mem_mib`` (read-only; cached until the nodes change)."""
+        lay = self.layout()
+        cached = self._nattrs
+        if cached[0] is not lay or cached[1] is None:
+            nodes = [self.nodes[n] for n in lay.names]
+            cached = (lay, (MappingProxyType({n.name: n.speed for n in nodes}),
+                            MappingProxyType({n.name: n.group for n in nodes}),
+                            MappingProxyType({n.name: n.memory_mib for n in nodes})))
+            self._nattrs = cached
+        assert cached[1] is not None
+        return cached[1]
+
     # ------------------------------------------------------------------ progress
     def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
-        if job.state != "running" or job.suspended or job.checkpointed or job.migrating:
+        if job.state != JobState.RUNNING or job.suspended or job.checkpointed or job.migrating:
             return 0.0
         if job.tier == Tier.FG.value:
             return 1.0
@@ -457,7 +475,7 @@ class ClusterState:
             tier = Tier.BG if rec.tier == "bg" else Tier.FG  # vcsched's shared VMs count as fg
             prog = self._progress_with(rec, now, util, cores_t)
             job = self.job_obj(rec)
-            end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == "running" else math.inf
+            end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == JobState.RUNNING else math.inf
             running[rec.id] = RunningJob(
                 job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
@@ -466,18 +484,20 @@ class ClusterState:
         queue, queue_index = self.queue_jobs()
         idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
         idle_bg = {c for c in range(total) if usable[c] and bg[c] is None}
+        speed, group, mem = self.node_attributes()
         view = ClusterView(
             total_cores=total, queue=queue, running=running, fg_job=fg, bg_job=bg, idle_fg=idle_fg,
             idle_bg=idle_bg, fg_util=util, usable=usable, node_of_core=lay.node_of_core,
             local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
             migration_targets=self.migration_targets(),
+            node_speed=speed, node_group=group, node_mem_mib=mem,
         )
         return view, lay
 
     def _progress_with(self, rec: JobRecord, now: float, util: list[float], cores: tuple[int, ...]) -> float:
         if rec.tier_since is None:
             return rec.progress_base
-        if rec.state != "running" or rec.suspended or rec.checkpointed or rec.migrating:
+        if rec.state != JobState.RUNNING or rec.suspended or rec.checkpointed or rec.migrating:
             pace = 0.0
         elif rec.tier == "fg":
             pace = 1.0

@@ -68,7 +68,7 @@ _FG = Tier.FG
 _BG = Tier.BG
 
 
-def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None], Job]:
+def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, int, str], Job]:
     """A ``Job`` constructor without ``Job.__post_init__`` for jobs the simulator has already
     validated (``Simulator._validate_jobs``): it fills the slots through their member descriptors,
     which costs half of the frozen dataclass ``__init__``. Guarded: if ``Job`` gains or reorders a
@@ -82,20 +82,20 @@ def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None],
     d = {name: Job.__dict__[name].__set__ for name in names}
     s_id, s_submit, s_procs, s_est, s_usage = d["id"], d["submit_time"], d["procs"], d["estimate"], d["cpu_usage"]
     s_prio, s_deadline, s_user, s_mem, s_need = d["priority"], d["deadline"], d["user"], d["mem"], d["cpu_need"]
-    prio, deadline, user, mem, need = (defaults["priority"], defaults["deadline"], defaults["user"],
-                                       defaults["mem"], defaults["cpu_need"])
+    deadline, mem, need = defaults["deadline"], defaults["mem"], defaults["cpu_need"]
     new = object.__new__
 
-    def make(job_id: str, submit: float, procs: int, estimate: float, usage: tuple[float, ...] | None) -> Job:
+    def make(job_id: str, submit: float, procs: int, estimate: float, usage: tuple[float, ...] | None,
+             priority: int, user_name: str) -> Job:
         job: Job = new(Job)
         s_id(job, job_id)
         s_submit(job, submit)
         s_procs(job, procs)
         s_est(job, estimate)
         s_usage(job, usage)
-        s_prio(job, prio)
+        s_prio(job, priority)
         s_deadline(job, deadline)
-        s_user(job, user)
+        s_user(job, user_name)
         s_mem(job, mem)
         s_need(job, need)
         return job
@@ -346,6 +346,17 @@ class Simulator:
         self._run_time = [float(j.run_time) for j in kept]
         self._work = [min(r, e) for r, e in zip(self._run_time, self._estimate, strict=True)]
         self._procs = [int(j.procs) for j in kept]
+        # what the policy sees of who submitted a job and how urgent it is (traces carry no deadline):
+        # the workload's priority and user id ("" when unknown; one string object per user)
+        self._priority: list[int] = [getattr(j, "priority", 0) for j in kept]
+        user_names: dict[int, str] = {}
+
+        def user_name(u: int) -> str:
+            name = user_names[u] = str(u) if u >= 0 else ""
+            return name
+
+        self._user_name = [user_names[u] if u in user_names else user_name(u)
+                           for u in [getattr(j, "user", -1) for j in kept]]
         full = self.config.cpu_usage == "full"
         self._usage: list[tuple[float, ...]] = []
         for j in kept:
@@ -739,6 +750,7 @@ class Simulator:
         next_report = every
         heappop = heapq.heappop
         ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
+        priority, user_name = self._priority, self._user_name
         complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
         cannot_act = policy.cannot_act
         dirty = self._dirty
@@ -768,7 +780,8 @@ class Simulator:
                 self._flush_dirty()
             # (2) arrivals
             while ai < n and submit[ai] <= now:
-                enqueue(ai, make_job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None))
+                enqueue(ai, make_job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
+                                     priority[ai], user_name[ai]))
                 ai += 1
             # (3) one scheduling pass (a due wake-up is consumed by it: the decision sets the next one)
             self._decisions += 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,12 @@ from scipy.special import stdtrit
 
 TAU = 10.0
 DEFAULT_BATCHES = 25
+
+
+def bounded_slowdown(response: Any, run: Any) -> Any:
+    """``max(1, response / max(run, TAU))``, elementwise on arrays or on two floats (the one definition:
+    the simulator's metrics and ``vmctl demo``'s summary both use it)."""
+    return np.maximum(1.0, response / np.maximum(run, TAU))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +99,7 @@ def compute(
     if n == 0:
         return Metrics(0, 0.0, 0.0, 0.0, 0.0, 0.0, None, None, None)
     response = en - sub
-    bsld = np.maximum(1.0, response / np.maximum(rn, TAU))
+    bsld = bounded_slowdown(response, rn)
     wait = fst - sub
     makespan = float(en.max() - submit.min())
     useful = float(np.dot(rn, pr))

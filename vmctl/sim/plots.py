@@ -10,7 +10,7 @@ Values are averaged over seeds, with the 95 % intervals of the runs as error bar
 bounded slowdown). A policy swept over several migration costs has one line per cost in the "vs load"
 plots. Series that lie on top of each other stay visible (own marker and line style, shrinking markers)
 and a series that is 0 everywhere says so in the legend.
-Rows come from :func:`vmctl.sim.sweep.sweep` (or ``results.csv``).
+Rows come from :func:`vmctl.experiments.sweep.sweep` (or ``results.csv``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from vmctl.errors import StoreError
-from vmctl.model import Job, Tier
+from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, Job, JobState, Tier
 
 
 class CorruptRecord(StoreError):
@@ -52,7 +52,7 @@ class JobRecord:
     seq: int
     name: str
     spec: dict[str, Any]
-    state: str
+    state: JobState
     submit_time: float
     start_time: float | None = None
     end_time: float | None = None
@@ -82,6 +82,7 @@ class JobRecord:
     def from_doc(cls, d: dict[str, Any]) -> JobRecord:
         d = dict(d)
         d["placement"] = [(str(n), int(c)) for n, c in d.get("placement", [])]
+        d["state"] = JobState(d["state"])
         return cls(**d)
 
     def to_job(self) -> Job:
@@ -127,13 +128,26 @@ class NodeRecord:
     # over sftp (None = shared checkpoint storage: any node)
     peers: list[str] | None = None
     checkpoint_peers: list[str] | None = None
+    # what the agent registered about its host: core speed relative to a standard core, the group
+    # (cluster or partition) and the memory in MiB (0 = not known). Stored in columns of their own
+    # (schema 003, ``NODE_COLUMNS``), not in the document.
+    speed: float = DEFAULT_NODE_SPEED
+    group: str = DEFAULT_NODE_GROUP
+    memory_mib: int = 0
 
     def to_doc(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for key in NODE_COLUMNS:
+            del d[key]
+        return d
 
     @classmethod
     def from_doc(cls, d: dict[str, Any]) -> NodeRecord:
         return cls(**d)
+
+
+#: the NodeRecord fields stored as columns of the nodes table (schema 003) instead of in its document
+NODE_COLUMNS = ("speed", "group", "memory_mib")
 
 
 @dataclass(slots=True)

@@ -10,12 +10,14 @@ that lost its lease can never commit (``LeaseLost``).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
+from vmctl.model import group_name_problem
 from vmctl.store.base import (
     CorruptRecord,
     JobRecord,
@@ -45,6 +47,18 @@ def split_statements(sql: str) -> list[str]:
 
 
 SUPPORTED_VERSION = max(v for v, _ in migrations())
+
+
+def node_columns_problem(speed: Any, group: Any, memory: Any) -> str | None:
+    """Why the stored speed, group and memory of a node (schema 003) cannot be read back, or None."""
+    if isinstance(speed, bool) or not isinstance(speed, int | float) or not (math.isfinite(speed) and speed > 0):
+        return f"column speed must be a finite number > 0, got {speed!r}"
+    if not isinstance(group, str) or group_name_problem(group) is not None:
+        return f"column node_group {group_name_problem(group) if isinstance(group, str) else 'must be text'}, " \
+               f"got {group!r}"
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
+        return f"column memory_mib must be an integer >= 0, got {memory!r}"
+    return None
 
 
 class SqlStore:
@@ -173,9 +187,18 @@ class SqlStore:
 
     def load_nodes(self) -> list[NodeRecord]:
         with self._read() as cur:
-            self._exec(cur, "SELECT name, doc FROM nodes ORDER BY name")
+            self._exec(cur, "SELECT name, doc, speed, node_group, memory_mib FROM nodes ORDER BY name")
             rows = cur.fetchall()
-        return [self._decode("nodes", "name", r[0], NodeRecord.from_doc, r[1]) for r in rows]
+        out: list[NodeRecord] = []
+        for name, doc, speed, group, memory in rows:
+            rec: NodeRecord = self._decode("nodes", "name", name, NodeRecord.from_doc, doc)
+            problem = node_columns_problem(speed, group, memory)
+            if problem is not None:
+                raise CorruptRecord(backend=self.backend, where=self.location(), table="nodes", row=f"name={name!r}",
+                                    problem=f"{problem}; restore a backup or repair the row")
+            rec.speed, rec.group, rec.memory_mib = float(speed), str(group), int(memory)
+            out.append(rec)
+        return out
 
     def load_desired(self) -> dict[str, tuple[int, dict[str, Any]]]:
         with self._read() as cur:
@@ -229,11 +252,13 @@ class SqlStore:
                     cur,
                     "INSERT INTO jobs (id, seq, state, doc) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
                     "SET state = excluded.state, doc = excluded.doc",
-                    (j.id, j.seq, j.state, dumps(j.to_doc())),
+                    (j.id, j.seq, str(j.state), dumps(j.to_doc())),
                 )
             for n in batch.nodes.values():
-                self._exec(cur, "INSERT INTO nodes (name, doc) VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
-                                "SET doc = excluded.doc", (n.name, dumps(n.to_doc())))
+                self._exec(cur, "INSERT INTO nodes (name, doc, speed, node_group, memory_mib) VALUES (?, ?, ?, ?, ?) "
+                                "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, speed = excluded.speed, "
+                                "node_group = excluded.node_group, memory_mib = excluded.memory_mib",
+                           (n.name, dumps(n.to_doc()), n.speed, n.group, n.memory_mib))
             for node, (gen, doc) in batch.desired.items():
                 self._exec(cur, "INSERT INTO desired (node, generation, doc) VALUES (?, ?, ?) ON CONFLICT (node) "
                                 "DO UPDATE SET generation = excluded.generation, doc = excluded.doc",
@@ -267,7 +292,7 @@ class SqlStore:
                         "INSERT INTO job_archive (id, seq, state, end_time, doc) VALUES (?, ?, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
                         "end_time = excluded.end_time, doc = excluded.doc",
-                        (j.id, j.seq, j.state, j.end_time, dumps(j.to_doc())),
+                        (j.id, j.seq, str(j.state), j.end_time, dumps(j.to_doc())),
                     )
                 self._exec(cur, "DELETE FROM jobs WHERE id = ?", (j.id,))
 

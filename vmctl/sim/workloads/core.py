@@ -39,6 +39,9 @@ class WorkloadJob:
     - ``cpu_usage``: actual CPU utilization of each process on a dedicated core, in (0, 1], one entry
       per process; None when not assigned yet (SWF traces carry none).
     - ``user``: SWF user id, -1 when unknown.
+    - ``priority``: the scheduling priority the policy sees (``Job.priority``, higher first); 0 unless
+      the source gives one (SWF has no priority field: ``read_swf(..., priority_from_queue=True)`` takes
+      the queue number, docs/workloads.md).
     """
 
     id: int
@@ -48,6 +51,7 @@ class WorkloadJob:
     estimate: float
     cpu_usage: tuple[float, ...] | None
     user: int = -1
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +84,12 @@ class Workload:
 
 _new_object = object.__new__
 _SETTERS: tuple[Any, ...] = tuple(WorkloadJob.__dict__[f.name].__set__ for f in fields(WorkloadJob))
-(_set_id, _set_submit, _set_run, _set_procs, _set_est, _set_usage, _set_user) = _SETTERS
+(_set_id, _set_submit, _set_run, _set_procs, _set_est, _set_usage, _set_user, _set_priority) = _SETTERS
 
 
 def make_job(
-    id: int, submit: float, run_time: float, procs: int, estimate: float, cpu_usage: tuple[float, ...] | None, user: int
+    id: int, submit: float, run_time: float, procs: int, estimate: float, cpu_usage: tuple[float, ...] | None,
+    user: int, priority: int = 0,
 ) -> WorkloadJob:
     """Bulk constructor: the same object as ``WorkloadJob(...)``, built through the slot descriptors
     instead of the frozen dataclass ``__init__`` (which routes every field through
@@ -97,12 +102,14 @@ def make_job(
     _set_est(job, estimate)
     _set_usage(job, cpu_usage)
     _set_user(job, user)
+    _set_priority(job, priority)
     return job
 
 
 def to_model_job(w: WorkloadJob, usage_known: bool) -> Job:
-    """The scheduler's view of a workload job: id as a string, the estimate (not the run time), and the
-    CPU usage only when ``usage_known`` (MEASY sec. 3.5.1 runs the policies without it)."""
+    """The scheduler's view of a workload job: id as a string, the estimate (not the run time), the CPU
+    usage only when ``usage_known`` (MEASY sec. 3.5.1 runs the policies without it), the user id as a
+    string ("" when unknown) and the priority. Traces carry no deadline: ``deadline`` stays None."""
     return Job(
         id=str(w.id),
         submit_time=w.submit,
@@ -110,6 +117,7 @@ def to_model_job(w: WorkloadJob, usage_known: bool) -> Job:
         estimate=w.estimate,
         cpu_usage=w.cpu_usage if usage_known else None,
         user=str(w.user) if w.user >= 0 else "",
+        priority=w.priority,
     )
 
 

@@ -64,7 +64,8 @@ def scale_to_load(workload: Workload, target_load: float, procs: int | None = No
     t0 = workload.first_submit
     with gc_paused():
         jobs = [
-            make_job(j.id, t0 + (j.submit - t0) * factor, j.run_time, j.procs, j.estimate, j.cpu_usage, j.user)
+            make_job(j.id, t0 + (j.submit - t0) * factor, j.run_time, j.procs, j.estimate, j.cpu_usage, j.user,
+                     j.priority)
             for j in workload.jobs
         ]
     return Workload(

@@ -13,14 +13,19 @@ Conventions chosen here (docs/workloads.md explains why):
   ``nonpositive_procs`` (no processor count), ``wider_than_machine`` (more processors than the machine);
 - jobs are sorted by submit time, then id; times are *not* shifted (``Workload.first_submit`` tells
   where the trace starts);
-- the machine size is the ``max_procs`` argument if given, else the header's ``MaxProcs``.
+- the machine size is the ``max_procs`` argument if given, else the header's ``MaxProcs``;
+- the user id (field 12) becomes the job's ``user``; SWF has no priority and no deadline field, so
+  jobs have priority 0 and no deadline, unless ``priority_from_queue`` asks for the queue number
+  (field 15) as the priority (-1, unknown, gives 0); the number's meaning (which queue is favoured)
+  is the trace's own: check its header. Group (13) and partition (16) are not read.
 
 Malformed input raises :class:`vmctl.errors.TraceFormatError` naming the file and the line: wrong
 field count, a non-numeric or non-finite field, a fractional id / processor count / user, a negative
 submit time, an unreadable file or corrupt gzip data, a bad ``MaxProcs`` header, or no machine size.
-The seven fields the reader uses (1, 2, 4, 5, 8, 9, 12) are parsed strictly; the other eleven are
-only checked for characters that cannot occur in a number (letters, ``nan``...), so a garbled
-number made of digits and signs such as ``1-2`` in, say, the queue field goes unnoticed.
+The seven fields the reader uses (1, 2, 4, 5, 8, 9, 12; and 15 with ``priority_from_queue``) are
+parsed strictly; the others are only checked for characters that cannot occur in a number (letters,
+``nan``...), so a garbled number made of digits and signs such as ``1-2`` in, say, the queue field goes
+unnoticed unless that field is read.
 
 Speed: the numeric block is parsed in one call to numpy's C ``loadtxt`` and validated with array
 operations; only when a check fails is the offending line re-examined in Python to name the problem.
@@ -77,6 +82,10 @@ _INTEGRAL = (_ID, _ALLOC, _REQ_PROCS, _USER)
 _NUMBER_BYTES = b"0123456789.-+eE \t\n\r"
 #: what loadtxt reads: the used fields plus the last one (so that a short line fails to parse)
 _PARSED = (*_USED, N_FIELDS - 1)
+#: the queue field (0-based), read only for ``priority_from_queue``: then column ``_QUEUE`` of the array
+_QUEUE_FIELD = 14
+_QUEUE = len(_USED)
+_PARSED_QUEUE = (*_USED, _QUEUE_FIELD, N_FIELDS - 1)
 
 _HEADER_RE = re.compile(r"^\s*;\s*([A-Za-z][A-Za-z0-9_ ]*?)\s*:\s*(.*?)\s*$")
 _LEADING_INT_RE = re.compile(r"^\s*(\d+)")
@@ -107,8 +116,9 @@ def _is_data(line: str) -> bool:
     return ";" not in line and bool(line) and not line.isspace()
 
 
-def _line_problem(line: str) -> str | None:
-    """Why one data line is malformed, or None. The single source of the reader's messages."""
+def _line_problem(line: str, strict: tuple[int, ...] = ()) -> str | None:
+    """Why one data line is malformed, or None. The single source of the reader's messages. ``strict``:
+    more 0-based fields that must be integers (the queue, when it is read)."""
     tokens = line.split()
     if len(tokens) != N_FIELDS:
         return f"expected {N_FIELDS} fields, got {len(tokens)}"
@@ -121,7 +131,7 @@ def _line_problem(line: str) -> str | None:
         if not math.isfinite(v):
             return f"field {k + 1} ({FIELD_NAMES[k]}) is not a finite number: {tok!r}"
         values.append(v)
-    for k in (_USED[c] for c in _INTEGRAL):
+    for k in (*(_USED[c] for c in _INTEGRAL), *strict):
         if values[k] != math.floor(values[k]):
             return f"field {k + 1} ({FIELD_NAMES[k]}) must be an integer, got {tokens[k]!r}"
     if values[1] < 0:
@@ -133,10 +143,10 @@ def _data_line_numbers(lines: Sequence[str]) -> list[int]:
     return [i + 1 for i, line in enumerate(lines) if _is_data(line)]
 
 
-def _raise_at_row(path: Path, lines: Sequence[str], row: int) -> NoReturn:
+def _raise_at_row(path: Path, lines: Sequence[str], row: int, strict: tuple[int, ...] = ()) -> NoReturn:
     """Raise the error of the ``row``-th data line (0-based) of the file."""
     line_no = _data_line_numbers(lines)[row]
-    problem = _line_problem(lines[line_no - 1]) or "malformed record"
+    problem = _line_problem(lines[line_no - 1], strict) or "malformed record"
     raise TraceFormatError(path=str(path), line=line_no, problem=problem)
 
 
@@ -182,11 +192,13 @@ def _parse_header(path: Path, lines: Sequence[str], n_other: int) -> tuple[dict[
     return header, header_max_procs
 
 
-def read_swf(path: str | PathLike[str], max_procs: int | None = None) -> Workload:
+def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priority_from_queue: bool = False) -> Workload:
     """Read an SWF trace (plain or gzip-compressed) into a :class:`Workload`.
 
     ``max_procs`` is the size of the simulated machine; it overrides the header's ``MaxProcs``
-    (jobs wider than it are dropped). See the module docstring for the conventions.
+    (jobs wider than it are dropped). ``priority_from_queue``: each job's priority is its queue number
+    (field 15, parsed strictly then; -1 gives 0); without it every job has priority 0. See the module
+    docstring for the conventions.
     """
     p = Path(path)
     if max_procs is not None and max_procs <= 0:
@@ -217,17 +229,19 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None) -> Workloa
         n_fields = int(np.count_nonzero(space[:-1] & ~space[1:])) + (0 if space[0] else 1)
         if n_fields != N_FIELDS * len(data):
             _raise_first_bad_line(p, lines, fallback="wrong number of fields")
+        strict = (_QUEUE_FIELD,) if priority_from_queue else ()
         try:
-            arr: FloatArray = np.loadtxt(data, dtype=np.float64, ndmin=2, comments=None, usecols=_PARSED)
+            arr: FloatArray = np.loadtxt(data, dtype=np.float64, ndmin=2, comments=None,
+                                         usecols=_PARSED_QUEUE if priority_from_queue else _PARSED)
         except ValueError as exc:  # a short line, or "1-2": only number characters, yet no number
             _raise_first_bad_line(p, lines, fallback=f"cannot parse: {exc}")
 
         bad = ~np.isfinite(arr).all(axis=1)
-        for k in _INTEGRAL:
+        for k in (*_INTEGRAL, _QUEUE) if priority_from_queue else _INTEGRAL:
             bad |= arr[:, k] != np.floor(arr[:, k])
         bad |= arr[:, _SUBMIT] < 0
         if bad.any():
-            _raise_at_row(p, lines, int(np.flatnonzero(bad)[0]))
+            _raise_at_row(p, lines, int(np.flatnonzero(bad)[0]), strict)
 
         run = arr[:, _RUN]
         procs = np.where(arr[:, _ALLOC] > 0, arr[:, _ALLOC], arr[:, _REQ_PROCS])
@@ -249,18 +263,18 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None) -> Workloa
         krun = kept[:, _RUN]
         kest = np.where(kept[:, _REQ_TIME] > 0, kept[:, _REQ_TIME], krun)
         n = len(kept)
-        jobs = list(
-            map(
-                make_job,
-                kept[:, _ID].astype(np.int64).tolist(),
-                kept[:, _SUBMIT].tolist(),
-                krun.tolist(),
-                kprocs.astype(np.int64).tolist(),
-                kest.tolist(),
-                [None] * n,
-                kept[:, _USER].astype(np.int64).tolist(),
-            )
-        )
+        columns = [
+            kept[:, _ID].astype(np.int64).tolist(),
+            kept[:, _SUBMIT].tolist(),
+            krun.tolist(),
+            kprocs.astype(np.int64).tolist(),
+            kest.tolist(),
+            [None] * n,
+            kept[:, _USER].astype(np.int64).tolist(),
+        ]
+        if priority_from_queue:
+            columns.append(np.maximum(kept[:, _QUEUE], 0).astype(np.int64).tolist())
+        jobs = list(map(make_job, *columns))
     return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header)
 
 
@@ -275,8 +289,10 @@ def write_swf(workload: Workload, path: str | PathLike[str]) -> None:
     """Write ``workload`` as an 18-field SWF file (gzip-compressed when ``path`` ends in ``.gz``).
 
     Unknown fields are ``-1``; requested processors = allocated = ``procs``; requested time = the
-    estimate; status 1 (completed). CPU usage has no SWF field and is not written (regenerate it from
-    the seed). Reading the file back gives the same jobs, sorted the same way.
+    estimate; status 1 (completed); a positive priority is written as the queue number (field 15), as
+    ``read_swf(..., priority_from_queue=True)`` reads it back (a priority <= 0 is not written). CPU usage
+    has no SWF field and is not written (regenerate it from the seed). Reading the file back gives the
+    same jobs, sorted the same way.
     """
     p = Path(path)
     own = {
@@ -295,7 +311,8 @@ def write_swf(workload: Workload, path: str | PathLike[str]) -> None:
     for j in workload.jobs:
         fields = (
             str(j.id), _num(j.submit), "-1", _num(j.run_time), str(j.procs), "-1", "-1", str(j.procs),
-            _num(j.estimate), "-1", "1", str(j.user), "-1", "-1", "-1", "-1", "-1", "-1",
+            _num(j.estimate), "-1", "1", str(j.user), "-1", "-1", str(j.priority) if j.priority > 0 else "-1", "-1",
+            "-1", "-1",
         )  # fmt: skip
         out.append(" ".join(fields))
     text = "\n".join(out) + "\n"

@@ -34,7 +34,7 @@ class WorkloadSpec:
     ``procs`` overrides the trace header's machine size (models: the machine size, default 320).
     ``load`` rescales the inter-arrival times to reach that offered load (None: as generated/recorded).
     ``jobs`` keeps the first N jobs (models: generates N). ``seed`` seeds the model and the CPU usage
-    assignment."""
+    assignment. ``priority_from_queue``: a trace job's priority is its SWF queue number (else 0)."""
 
     trace: str | None = None
     model: str | None = None
@@ -43,6 +43,7 @@ class WorkloadSpec:
     load: float | None = None
     seed: int = 1
     cpu_usage: CpuUsageMode = "paper"
+    priority_from_queue: bool = False  # a trace's queue number (SWF field 15) is each job's priority
 
     def label(self) -> str:
         return Path(self.trace).name if self.trace else f"{self.model}"
@@ -78,7 +79,8 @@ def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
     if spec.procs is not None and spec.procs <= 0:
         raise OutOfRange(what="--procs", value=spec.procs, allowed="> 0")
     if spec.trace is not None:
-        workload = _module("swf").read_swf(spec.trace, max_procs=spec.procs)
+        workload = _module("swf").read_swf(spec.trace, max_procs=spec.procs,
+                                           priority_from_queue=spec.priority_from_queue)
         if spec.jobs is not None and spec.jobs < len(workload.jobs):
             workload = replace(workload, jobs=workload.jobs[: spec.jobs])
         if spec.load is not None:
@@ -87,6 +89,9 @@ def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
             rng = np.random.default_rng(np.random.SeedSequence([spec.seed, 0xC0]))
             workload = _module("usage").with_cpu_usage(workload, rng, "paper")
     else:
+        if spec.priority_from_queue:
+            raise ValidationError(field="--priority-from-queue", problem="applies to a --trace only (models have no "
+                                                                         "queues)")
         if spec.model not in MODELS:
             raise ValidationError(field="--model", problem=f"unknown model {spec.model!r}; known: {', '.join(MODELS)}")
         # the model, TModel estimates, load scaling and CPU usage all come from the workloads package

@@ -8,6 +8,9 @@
 
 The CA (EC P-256) is created on the first start and kept in the store (``kv`` key ``ca``) so that a
 standby daemon serves with the same CA; its certificate is also written to ``<state_dir>/ca.pem``.
+
+A neutral module (no HTTP): the API server authenticates requests with it, and vmctld's offline
+commands (``vmctld token create``, backup summaries) mint tokens and read the CA without ``vmctl.api``.
 """
 
 from __future__ import annotations

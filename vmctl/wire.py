@@ -1,7 +1,8 @@
 """JSON forms of the daemon <-> agent documents (``NodeDesired``, ``NodeObserved``).
 
-Shared by the daemon's API and the agent's HTTP source, which must not import the daemon: this
-module imports only the model and the error tree. Decoding validates every field and raises
+One codec beside the model, shared by the daemon (desired state kept in the store), its HTTP API and
+the agents' HTTP source; neither the daemon nor the agents import ``vmctl.api``. This module imports
+only the model and the error tree. Decoding validates every field and raises
 ``ValidationError`` with a dotted path (``vms[3].power``).
 """
 

@@ -1,4 +1,4 @@
-"""Helpers to run a real vmctld in tests, demos and benchmarks (loopback only).
+"""Helpers to run a real vmctld in tests and benchmarks (loopback only).
 
 - ``InProcessDaemon``: the full ``DaemonServer`` (TLS API + decision loop) in a background thread
   with its own event loop; gives the URL, an admin token, the CA file and agent certificates.

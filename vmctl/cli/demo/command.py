@@ -1,0 +1,306 @@
+"""``vmctl demo``: the command and the ``Demo`` that starts the cluster (daemon and agents as child
+processes), drives the workload through the API, shows the live view and prints the summary."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from vmctl import errors
+from vmctl.apiclient import ApiClient
+from vmctl.cli.demo.processes import DaemonProcess, DemoError, ManagedProcess, agent_config, free_port
+from vmctl.cli.demo.summary import BSLD_TAU, Summary, migration_outcomes, summarize
+from vmctl.cli.demo.view import fmt_nodes, render
+from vmctl.cli.demo.workload import DemoJob, build_demo_workload
+from vmctl.model import JobState
+
+TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass
+class DemoOptions:
+    nodes: int = 3
+    cores: int = 4
+    jobs: int = 40
+    duration: float = 120.0
+    speed: float = 1000.0  # the default shape (3 x 4 cores, 40 jobs, seed 2) shows MEASY migrating
+    policy: str = "measy"
+    backend: str = "mock"
+    libvirt_uri: str = "qemu:///system"
+    seed: int = 2
+    state_dir: str | None = None
+    keep: bool = False
+    live: bool = True
+    migrate: bool = False
+
+
+class Demo:
+    def __init__(self, opts: DemoOptions, echo: Any = click.echo) -> None:
+        self.o = opts
+        self.echo = echo
+        self.tmp_created = opts.state_dir is None
+        self.state_dir = Path(opts.state_dir or tempfile.mkdtemp(prefix="vmctl-demo-"))
+        self.daemon: DaemonProcess | None = None
+        self.agents: list[ManagedProcess] = []
+        self.agent_metrics: list[str] = []
+        self.events: list[str] = []
+        # mock hosts run on the accelerated clock (model time); real guests cannot, so with libvirt the
+        # workload's times are compressed instead
+        self.accelerated = opts.backend == "mock"
+        self.migration_outcomes: dict[str, float] = {}  # the daemon's vmctl_migrations_total by outcome
+        self.epoch = time.time()
+
+    def clock_config(self) -> dict[str, float] | None:
+        return {"speed": self.o.speed, "epoch": self.epoch} if self.accelerated else None
+
+    # -- setup ----------------------------------------------------------------------------
+    def start_cluster(self) -> ApiClient:
+        o = self.o
+        extra: dict[str, Any] = {"migration": {"timeout_s": 30.0}}
+        grace = 1.0
+        if self.accelerated:
+            extra["clock"] = self.clock_config()
+            grace = 2.0 * o.speed  # model seconds: two real seconds of reporting delay
+        self.daemon = DaemonProcess(self.state_dir, policy=o.policy, estimate_grace_s=grace, extra=extra)
+        self.daemon.start_and_wait()
+        client = self.daemon.client()
+        from vmctl.agents.config import parse_agent_config  # offline check of what we are about to run
+
+        for i in range(o.nodes):
+            node = f"node{i + 1}"
+            pki = self.state_dir / "pki"
+            from vmctl.cli.ops import write_cert_files
+
+            crt, key, ca = write_cert_files(pki, node, client.issue_cert(node))
+            port = free_port()
+            cfg = agent_config(node, self.daemon.url, {"cert": str(crt), "key": str(key), "ca": str(ca)},
+                               backend=o.backend, cores=o.cores, libvirt_uri=o.libvirt_uri, metrics_port=port,
+                               peers=[f"node{k + 1}" for k in range(o.nodes)],
+                               fabric_dir=str(self.state_dir / "fabric") if o.backend == "mock" else "",
+                               clock=self.clock_config(), migration_seconds=max(1.0, 0.1 * o.speed),
+                               state_file=str(self.state_dir / f"mock-{node}.state") if o.backend == "mock" else "")
+            path = self.state_dir / f"agent-{node}.yaml"
+            path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+            try:
+                parse_agent_config(cfg, str(path))
+            except errors.ConfigError as exc:
+                raise DemoError(what="vmctl-agent", problem=f"cannot be configured for the demo: {exc}") from exc
+            argv = [sys.executable, "-m", "vmctl.agents.main", "--config", str(path)]
+            agent = ManagedProcess(f"vmctl-agent {node}", argv, self.state_dir / f"agent-{node}.log")
+            agent.start()
+            self.agents.append(agent)
+            self.agent_metrics.append(f"http://127.0.0.1:{port}/metrics")
+        self.wait_nodes(client, o.nodes, timeout=60)
+        return client
+
+    def wait_nodes(self, client: ApiClient, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            ready = [x for x in client.list_nodes() if x.get("state") == "ready"]
+            if len(ready) >= n:
+                return
+            for a in self.agents:
+                if not a.alive():
+                    raise DemoError(what=a.name, problem=f"exited; see {a.log_path}{a.tail()}")
+            if time.monotonic() > deadline:
+                raise DemoError(what="agents", problem=f"{len(ready)} of {n} nodes registered after {timeout:.0f} s")
+            time.sleep(0.2)
+
+    # -- run ------------------------------------------------------------------------------
+    def run(self) -> Summary:
+        o = self.o
+        planned = o.nodes * o.cores
+        workload: list[DemoJob] = []
+        info: dict[str, Any] = {}
+        compress = not self.accelerated
+        if o.backend == "mock":  # fail on a bad workload before starting anything
+            workload, info = build_demo_workload(o.jobs, planned, o.speed, o.duration, o.seed, compress=compress)
+        try:
+            self.epoch = time.time()
+            client = self.start_cluster()
+            total = sum(int(n["cores"]) for n in client.list_nodes())
+            if total != planned or not workload:
+                workload, info = build_demo_workload(o.jobs, total, o.speed, o.duration, o.seed, compress=compress)
+            self.echo(f"state dir {self.state_dir}; vmctld {self.daemon.url if self.daemon else ''} (pid "
+                      f"{self.daemon.pid if self.daemon else ''}); {len(self.agents)} agents "
+                      f"(pids {', '.join(str(a.pid) for a in self.agents)}); {len(workload)} {info['model']} jobs on "
+                      f"{total} cores, clock at {o.speed:g}x" + ("" if self.accelerated else " (compressed workload)"))
+            jobs = self.drive(client, workload)
+            with contextlib.suppress(errors.VmctlError, OSError):
+                self.migration_outcomes = migration_outcomes(client.metrics_text())
+            summary = summarize(jobs, 1.0 if self.accelerated else o.speed)
+            self.print_summary(summary, info)
+            return summary
+        finally:
+            self.stop()
+
+    def drive(self, client: ApiClient, workload: list[DemoJob]) -> list[dict[str, Any]]:
+        o = self.o
+        t0 = time.monotonic()
+        submitted = 0
+        state: dict[str, Any] = {"nodes": [], "jobs": []}
+        info: dict[str, Any] = {"duration": o.duration, "speed": o.speed, "policy": o.policy, "total": len(workload),
+                                "url": self.daemon.url if self.daemon else "", "events": self.events,
+                                "token_path": str(self.daemon.token_path) if self.daemon else "",
+                                "agent_metrics": ", ".join(self.agent_metrics[:2])
+                                + (" ..." if len(self.agent_metrics) > 2 else "")}
+        seen_mig: dict[str, int] = {}
+        seen_nodes: dict[str, str] = {}
+        migrated = False
+        seen_tier: dict[str, str] = {}
+        last_print = -10.0
+        live_ctx: Any = contextlib.nullcontext()
+        live: Any = None
+        if o.live:
+            from rich.live import Live
+
+            live = Live(refresh_per_second=4, transient=False)
+            live_ctx = live
+        with live_ctx:
+            while True:
+                now = time.monotonic() - t0
+                due = [j for j in workload[submitted:] if j.at <= now]
+                if due:
+                    client.submit_jobs([j.spec for j in due])
+                    submitted += len(due)
+                state["nodes"] = client.list_nodes()
+                state["jobs"] = client.list_jobs(limit=max(1000, len(workload) + 10))
+                for j in state["jobs"]:
+                    jid = str(j["id"])
+                    m = int(j.get("migrations") or 0)
+                    nodes_now = fmt_nodes(j)
+                    before = seen_nodes.get(jid)
+                    if j["state"] == JobState.RUNNING and before and nodes_now not in ("-", before):
+                        # the daemon decided a move to other nodes: the agents now carry it out
+                        self.events.append(f"{now:6.1f}s  job {jid} migrating {before} -> {nodes_now}")
+                    if m > seen_mig.get(jid, 0):
+                        self.events.append(f"{now:6.1f}s  job {jid} migration done, on {nodes_now}")
+                    seen_mig[jid] = m
+                    if nodes_now != "-":
+                        seen_nodes[jid] = nodes_now
+                    tier = str(j.get("tier") or "")
+                    if j["state"] == JobState.RUNNING and tier and seen_tier.get(jid) != tier:
+                        if seen_tier.get(jid) == "bg" and tier == "fg":
+                            self.events.append(f"{now:6.1f}s  job {jid} promoted bg -> fg")
+                        elif tier == "bg" and jid not in seen_tier:
+                            self.events.append(f"{now:6.1f}s  job {jid} started in the bg tier on {fmt_nodes(j)}")
+                        seen_tier[jid] = tier
+                if o.migrate and not migrated and now >= o.duration * 0.3:
+                    migrated = self.operator_migration(client, state, now)
+                info.update(elapsed=now, submitted=submitted)
+                if live is not None:
+                    live.update(render(state, info))
+                elif now - last_print >= 5:
+                    last_print = now
+                    counts: dict[str, int] = {}
+                    for j in state["jobs"]:
+                        counts[j["state"]] = counts.get(j["state"], 0) + 1
+                    self.echo(f"[{now:5.1f}s] submitted {submitted}/{len(workload)} "
+                              + " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                              + f" migrations {sum(seen_mig.values())}")
+                finished = submitted == len(workload) and all(j["state"] in TERMINAL for j in state["jobs"])
+                if finished or now > o.duration * 1.25:
+                    break
+                for a in self.agents:
+                    if not a.alive():
+                        raise DemoError(what=a.name, problem=f"died; see {a.log_path}{a.tail()}")
+                if self.daemon is not None and not self.daemon.alive():
+                    raise DemoError(what="vmctld", problem=f"died; see {self.daemon.log_path}{self.daemon.tail()}")
+                time.sleep(0.25)
+        if not o.live:
+            for e in self.events[-10:]:
+                self.echo(e)
+        return list(state["jobs"])
+
+    def operator_migration(self, client: ApiClient, state: dict[str, Any], now: float) -> bool:
+        """What an operator would do with ``vmctl migrate JOB --to NODE``: move a running job that sits
+        on one node to another node with enough idle fg cores. True once one was requested."""
+        free = {str(n["name"]): int(n["cores"]) - int(n["fg_busy"]) for n in state["nodes"]
+                if n.get("state") == "ready"}
+        for j in state["jobs"]:
+            nodes = {str(p.get("node")) for p in j.get("placement") or []}
+            if j.get("state") != JobState.RUNNING or j.get("tier") != "fg" or len(nodes) != 1:
+                continue
+            src = next(iter(nodes))
+            targets = [n for n, f in sorted(free.items()) if n != src and f >= int(j["procs"])]
+            if not targets:
+                continue
+            try:
+                op = client.migrate_job(str(j["id"]), targets[0])
+            except errors.VmctlError as exc:
+                self.events.append(f"{now:6.1f}s  vmctl migrate {j['id']} --to {targets[0]}: {exc.reference}: {exc}")
+                continue
+            self.events.append(f"{now:6.1f}s  vmctl migrate {j['id']} --to {targets[0]}: operation {op.get('id')} "
+                               f"{op.get('state')}")
+            return True
+        return False
+
+    def print_summary(self, s: Summary, info: dict[str, Any]) -> None:
+        def f(x: float) -> str:
+            return "-" if math.isnan(x) else f"{x:,.1f}"
+
+        self.echo("")
+        how = (f"daemon clock at {self.o.speed:g}x" if self.accelerated else f"real x {self.o.speed:g}")
+        self.echo(f"summary ({info['jobs']} {info['model']} jobs, times in model seconds, {how}):")
+        self.echo("  jobs by state: " + ", ".join(f"{k} {v}" for k, v in sorted(s.by_state.items())))
+        self.echo(f"  mean response time: {f(s.mean_response)} s   mean wait: {f(s.mean_wait)} s")
+        self.echo(f"  bounded slowdown (tau={BSLD_TAU:g} s): mean {f(s.mean_bsld)}, max {f(s.max_bsld)}")
+        between = ", ".join(f"{k} {v:g}" for k, v in sorted(self.migration_outcomes.items())) or "none"
+        self.echo(f"  migrations: {s.migrations} (jobs' counters, same-host re-pins included); "
+                  f"between nodes: {between}")
+        if info.get("capped_run_times"):
+            self.echo(f"  note: {info['capped_run_times']} run times were capped to fit --duration")
+        unfinished = sum(v for k, v in s.by_state.items() if k not in TERMINAL)
+        if unfinished:
+            self.echo(f"  note: {unfinished} jobs had not finished when the demo's time was up")
+
+    def stop(self) -> None:
+        for a in self.agents:
+            a.terminate()
+        for a in self.agents:
+            a.stop()
+        if self.daemon is not None:
+            self.daemon.stop()
+        if self.tmp_created and not self.o.keep:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        elif self.o.keep:
+            self.echo(f"kept {self.state_dir} (logs, database, certificates)")
+
+
+@click.command()
+@click.option("--nodes", type=click.IntRange(1, 16), default=3, show_default=True, help="Agents (mock hosts).")
+@click.option("--cores", type=click.IntRange(1, 64), default=4, show_default=True, help="Cores per mock host.")
+@click.option("--jobs", type=click.IntRange(1, 5000), default=40, show_default=True, help="Jobs to submit.")
+@click.option("--duration", type=click.FloatRange(5, 3600), default=120.0, show_default=True,
+              help="Target run time of the demo in real seconds.")
+@click.option("--speed", type=click.FloatRange(1, 100000), default=DemoOptions.speed, show_default=True,
+              help="Accelerated clock of vmctld and the mock agents (model seconds per real second).")
+@click.option("--policy", default="measy", show_default=True, help="Scheduling policy of vmctld.")
+@click.option("--backend", type=click.Choice(["mock", "libvirt"]), default="mock", show_default=True)
+@click.option("--libvirt-uri", default="qemu:///system", show_default=True, help="With --backend libvirt.")
+@click.option("--seed", type=int, default=DemoOptions.seed, show_default=True)
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep state here (default: a temporary directory, removed at the end).")
+@click.option("--keep", is_flag=True, help="Keep the temporary state directory (logs, DB).")
+@click.option("--live/--no-live", default=None, help="Live view (default: on a terminal).")
+@click.option("--migrate/--no-migrate", default=False, show_default=True,
+              help="At 30% of the duration, also migrate a running job as an operator would (vmctl migrate).")
+def demo(nodes: int, cores: int, jobs: int, duration: float, speed: float, policy: str, backend: str,
+         libvirt_uri: str, seed: int, state_dir: str | None, keep: bool, live: bool | None, migrate: bool) -> None:
+    """Run vmctld and mock agents on this machine and show a Feitelson workload running."""
+    opts = DemoOptions(nodes=nodes, cores=cores, jobs=jobs, duration=duration, speed=speed, policy=policy,
+                       backend=backend, libvirt_uri=libvirt_uri, seed=seed, state_dir=state_dir, keep=keep,
+                       live=sys.stdout.isatty() if live is None else live, migrate=migrate)
+    summary = Demo(opts).run()
+    if summary.by_state.get(JobState.DONE, 0) == 0:
+        raise DemoError(what="demo", problem="no job finished; see the logs (--keep)")

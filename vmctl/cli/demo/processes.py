@@ -1,0 +1,225 @@
+"""The demo's child processes: ``ManagedProcess`` (a child with its output in a log file, stopped by
+pid), ``DaemonProcess`` (``vmctld`` with SQLite on a free loopback port) and the agent config the
+demo writes for each ``vmctl-agent``. Tests that need a real vmctld or agent process use these too.
+
+The processes run as ``python -m vmctl.daemon.main`` / ``python -m vmctl.agents.main`` with this
+interpreter, so they work from a checkout's virtualenv without the console scripts on PATH.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from vmctl import errors
+from vmctl.apiclient import ApiClient
+
+
+class DemoError(errors.VmctlError):
+    reference = "demo-failed"
+    template = "{what}: {problem}"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ManagedProcess:
+    """A child process with its output in a log file; stopped by pid (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = env
+        self.proc: subprocess.Popen[str] | None = None
+        self._log: IO[str] | None = None
+        self._reader: threading.Thread | None = None
+        self.lines: list[str] = []
+        self._line_event = threading.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.argv, stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, text=True,
+            env=self.env, start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, name=f"{self.name}-stdout", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._line_event.set()
+            if self._log is not None:
+                with contextlib.suppress(ValueError):
+                    self._log.write(line)
+                    self._log.flush()
+
+    def wait_line(self, prefix: str, timeout: float) -> str:
+        """The first stdout line starting with ``prefix``; DemoError if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.lines:
+                if line.startswith(prefix):
+                    return line
+            if self.proc is not None and self.proc.poll() is not None:
+                raise DemoError(what=self.name, problem=f"exited with {self.proc.returncode}; see {self.log_path}"
+                                + self.tail())
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DemoError(what=self.name, problem=f"not ready after {timeout:.0f} s; see {self.log_path}"
+                                + self.tail())
+            self._line_event.clear()
+            self._line_event.wait(min(0.2, left))
+
+    def tail(self, n: int = 5) -> str:
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-n:]
+        except OSError:
+            return ""
+        return ("\n  " + "\n  ".join(lines)) if lines else ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def terminate(self) -> None:
+        """Send SIGTERM to this pid (no wait)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM this pid, wait, then SIGKILL; returns the exit code."""
+        rc: int | None = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.terminate()
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(5)
+            rc = self.proc.returncode
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return rc
+
+
+class DaemonProcess(ManagedProcess):
+    """``vmctld`` with SQLite in ``state_dir`` on a free loopback port."""
+
+    def __init__(self, state_dir: Path, *, policy: str = "measy", tick_s: float = 0.5,
+                 node_timeout_s: float = 10.0, estimate_grace_s: float = 1.0,
+                 extra: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path = state_dir / "vmctld.yaml"
+        cfg: dict[str, Any] = {
+            "state_dir": str(state_dir),
+            "store": {"url": f"sqlite:///{state_dir}/vmctld.db"},
+            "api": {"listen": "127.0.0.1", "port": 0, "bootstrap_token_file": str(state_dir / "admin.token")},
+            "policy": {"name": policy},
+            "loop": {"tick_s": tick_s, "node_timeout_s": node_timeout_s, "estimate_grace_s": estimate_grace_s},
+            "log_level": "info",
+        }
+        for k, v in (extra or {}).items():
+            if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+                cfg[k].update(v)
+            else:
+                cfg[k] = v
+        self.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        super().__init__("vmctld", [sys.executable, "-m", "vmctl.daemon.main", "--config", str(self.config_path)],
+                         state_dir / "vmctld.log", env=env)
+        self.port = 0
+
+    def start_and_wait(self, timeout: float = 30.0) -> None:
+        self.start()
+        line = self.wait_line("vmctld ready", timeout)
+        for part in line.split():
+            if part.startswith("port="):
+                self.port = int(part.split("=", 1)[1])
+        if not self.port:
+            raise DemoError(what="vmctld", problem=f"no port in its ready line {line!r}")
+        deadline = time.monotonic() + 10
+        while not self.token_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self.token_path.exists():
+            raise DemoError(what="vmctld", problem=f"wrote no bootstrap token to {self.token_path}")
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def token_path(self) -> Path:
+        return self.state_dir / "admin.token"
+
+    @property
+    def ca_path(self) -> Path:
+        return self.state_dir / "ca.pem"
+
+    def token(self) -> str:
+        return self.token_path.read_text(encoding="utf-8").strip()
+
+    def client(self, timeout: float = 30.0) -> ApiClient:
+        return ApiClient(self.url, self.token(), ca=str(self.ca_path), timeout=timeout)
+
+
+def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: str, cores: int,
+                 libvirt_uri: str, metrics_port: int, peers: Sequence[str] = (), fabric_dir: str = "",
+                 clock: dict[str, float] | None = None, migration_seconds: float = 1.0,
+                 state_file: str = "") -> dict[str, Any]:
+    b: dict[str, Any] = {"kind": backend}
+    if backend == "mock":
+        b["cores"] = cores
+        if state_file:  # the host's guests outlive its agent process (a restarted agent re-adopts them)
+            b["state_file"] = state_file
+        if fabric_dir:
+            b["fabric_dir"] = fabric_dir
+            b["migration_seconds"] = migration_seconds
+    else:
+        b["uri"] = libvirt_uri
+    cfg: dict[str, Any] = {
+        "node": node,
+        "log_level": "info",
+        "backend": b,
+        "reconcile": {"resync_seconds": 2.0, "backoff_initial_seconds": 0.2, "backoff_max_seconds": 2.0},
+        # short long-polls: a change still arrives at once, and a stop never waits long
+        "daemon": {"url": daemon_url, "cert_file": certs["cert"], "key_file": certs["key"], "ca_file": certs["ca"],
+                   "wait_seconds": 2.0},
+        "metrics": {"listen": f"127.0.0.1:{metrics_port}"},
+    }
+    if backend == "libvirt":
+        cfg["layout"] = {"cores": list(range(cores))}
+    if clock and backend == "mock":
+        cfg["clock"] = dict(clock)
+    # migration targets: mock agents reach each other through fabric_dir (live migration between processes)
+    others = [p for p in peers if p != node]
+    if others:
+        cfg["peers"] = {p: (f"mock://{p}" if backend == "mock" else libvirt_uri) for p in others}
+    return cfg
