@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("distributed", reason="the experiment runner needs dask[distributed]")
 
 from tests import experiment_cells as ec
+from tests.support.processes import stop_process
 from vmctl.experiments.runner import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,16 +36,6 @@ class DaskCluster:
     address: str
     scheduler_file: Path
     workers: list[subprocess.Popen[bytes]]
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _wait_for(what: str, check: Callable[[], bool], procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> None:
@@ -87,7 +78,7 @@ def dask_cluster(tmp_path: Path) -> Iterator[DaskCluster]:
         yield DaskCluster(address, sched_file, workers)
     finally:
         for p in reversed(procs):
-            _stop(p)
+            stop_process(p)
 
 
 def test_a_grid_runs_through_scheduler_and_a_killed_worker_has_its_cell_rerun(
