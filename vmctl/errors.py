@@ -278,3 +278,24 @@ class SimulationError(VmctlError):
 
     reference = "simulation-failed"
     template = "simulation at t={time}: {problem}"
+
+
+# ----------------------------------------------------------------------------- experiments
+
+
+class ClusterUnavailable(VmctlError):
+    """The experiment runner cannot start or reach its Dask cluster."""
+
+    reference = "cluster-unavailable"
+    retryable = True
+    template = "cannot reach the Dask scheduler at {address}: {problem}"
+    hint = "is `dask scheduler` running there? see docs/experiments.md"
+
+
+class CellsFailed(VmctlError):
+    """Some cells of an experiment grid raised; the others' results are written, the failed cells'
+    inputs and errors are in the results table."""
+
+    reference = "cells-failed"
+    template = "{failed} of {total} cells failed (first: {first}); inputs and errors are in {table}"
+    hint = "fix the cause and rerun the same command: finished cells are skipped (--retry-failed reruns these)"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import stop_process
 from vmctl.agents.remote import TIMEOUT_EXIT, ParamikoRunner, SshSettings
 from vmctl.errors import ConfigError, RemoteExecError, RemoteHostKeyError
 from vmctl.model import ProcessSpec
@@ -93,12 +94,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         kh.write_text(f"[127.0.0.1]:{port} {host_pub}\n")
         yield Sshd(port=port, key_file=str(tmp / "client_key"), known_hosts=str(kh), host_pub=host_pub, tmp=tmp)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=5)
         log.close()
 
 

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,97 @@ def test_compare_rejects_a_file_that_is_not_a_sweep(capsys: pytest.CaptureFixtur
     assert code == 2 and err.startswith("error: instance-format: ") and "x.csv" in err
     code, _, err = vmctl(capsys, "sim", "compare", str(tmp_path / "missing.csv"))
     assert code == 2 and "missing.csv" in err
+
+
+def test_sweep_rerun_skips_every_run_and_rewrites_the_same_csv(capsys: pytest.CaptureFixture[str], small_trace: Path,
+                                                             tmp_path: Path) -> None:
+    out_dir = tmp_path / "sweep"
+    args = ["sim", "sweep", "--trace", str(small_trace), "--policies", "easy,measy", "--loads", "0.6,0.9",
+            "--migration-costs", "20,600", "--workers", "2", "--out", str(out_dir), "--no-plots"]
+    code, out, err = vmctl(capsys, *args)
+    assert code == 0, err
+    assert json.loads(out)["ran"] == 6
+    # progress lines: the cost only where the policy takes one, never an empty "cost=:"
+    assert "cost=:" not in err and "cost=" in err
+    assert re.search(r"^\[\d\] easy load=0\.6 seed=1: response ", err, re.M)
+    assert re.search(r"^\[\d\] measy load=0\.9 seed=1 cost=600: response ", err, re.M)
+    first = (out_dir / "results.csv").read_text()
+    code, out, err = vmctl(capsys, *args)
+    assert code == 0, err
+    assert (json.loads(out)["ran"], json.loads(out)["skipped"]) == (0, 6)
+    assert (out_dir / "results.csv").read_text() == first
+    from vmctl.experiments.runner import read_table
+
+    table = read_table(out_dir / "results.parquet")
+    assert len(table) == 6 and all(r["error"] is None and r["vmctl_version"] for r in table)
+    assert {"policy", "load", "seed", "migration_cost", "avg_response", "ci_response", "wall_s"} <= set(table[0])
+
+
+def test_sweep_reports_failing_runs_with_their_inputs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.swf"
+    bad.write_text("1 0 0 10\n", encoding="utf-8")
+    code, out, err = vmctl(capsys, "sim", "sweep", "--trace", str(bad), "--policies", "easy,fcfs", "--workers", "1",
+                           "--out", str(tmp_path / "o"))
+    assert code == 7
+    assert json.loads(out)["failed"] == 2
+    assert "error: cells-failed: 2 of 2 cells failed (first: easy seed=1: TraceFormatError[trace-format]: " in err
+    assert str(tmp_path / "o" / "results.parquet") in err
+    assert "Traceback" not in err
+
+
+def test_sweep_out_that_cannot_be_written_is_a_clear_error(capsys: pytest.CaptureFixture[str], small_trace: Path,
+                                                          tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    code, _, err = vmctl(capsys, "sim", "sweep", "--trace", str(small_trace), "--policies", "easy",
+                         "--out", str(blocker / "sub"))
+    assert code == 2
+    assert err.startswith("error: validation-failed: --out: cannot write to ") and "Traceback" not in err
+
+
+def test_sweep_plots_have_interval_bars_one_line_per_cost_and_visible_zero_lines() -> None:
+    import matplotlib.pyplot as plt
+
+    from vmctl.sim.plots import _draw, _series
+
+    def row(policy: str, load: float, seed: int, cost: float | None, resp: float, ci: float,
+            migr: int) -> dict[str, Any]:
+        return {"policy": policy, "load": load, "seed": seed, "migration_cost": "" if cost is None else cost,
+                "avg_response": resp, "ci_response": ci, "migrations": migr}
+
+    rows = [row("easy", 0.5, 1, None, 100.0, 3.0, 0), row("easy", 0.5, 2, None, 120.0, 4.0, 0),
+            row("keasy", 0.5, 1, None, 90.0, 2.0, 0),
+            row("measy", 0.5, 1, 20.0, 80.0, 1.0, 7), row("measy", 0.5, 1, 600.0, 95.0, 1.0, 2)]
+    resp = _series(rows, "load", "avg_response", by_cost=True)
+    assert list(resp) == ["easy", "keasy", "measy, cost 20 s", "measy, cost 600 s"]
+    assert resp["easy"][0.5] == pytest.approx((110.0, 2.5))  # mean of two seeds, sqrt(3^2 + 4^2) / 2
+    fig, ax = plt.subplots()
+    try:
+        _draw(ax, _series(rows, "load", "migrations", by_cost=True))
+        labels = [t.get_text() for t in ax.legend().get_texts()]
+        assert labels == ["easy (0 everywhere)", "keasy (0 everywhere)", "measy, cost 20 s", "measy, cost 600 s"]
+        lines = [c.lines[0] for c in ax.containers]
+        assert len({ln.get_marker() for ln in lines}) == 4
+        assert lines[0].get_markersize() > lines[1].get_markersize()  # easy's marker shows around keasy's
+        ax.clear()
+        _draw(ax, resp)
+        assert all(c.has_yerr for c in ax.containers)
+    finally:
+        plt.close(fig)
+
+
+def test_plots_are_redrawn_from_the_table_without_running_anything(capsys: pytest.CaptureFixture[str],
+                                                                   small_trace: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "sweep"
+    code, _, err = vmctl(capsys, "sim", "sweep", "--trace", str(small_trace), "--policies", "easy,measy",
+                         "--loads", "0.6,0.9", "--workers", "1", "--out", str(out_dir), "--no-plots")
+    assert code == 0, err
+    assert not list(out_dir.glob("*.png"))
+    for source in ("results.parquet", "results.csv"):
+        code, out, err = vmctl(capsys, "sim", "plot", str(out_dir / source), "--out", str(tmp_path / source))
+        assert code == 0, err
+        files = [Path(f) for f in json.loads(out)["files"]]
+        assert [f.name for f in files] == ["response_vs_load.png", "slowdown_vs_load.png", "migrations_vs_load.png"]
+        assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in files)
+    code, _, err = vmctl(capsys, "sim", "plot", str(tmp_path), "--out", str(tmp_path / "x"))
+    assert code == 2 and err.startswith("error: instance-format: ")

@@ -229,3 +229,31 @@ def test_eval_small_subset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "Table 1" in out and "| mcb8 |" in out
     assert (tmp_path / "small-fig11-all-min_yield.png").stat().st_size > 1000
     assert (tmp_path / "small-fig02-mcb-min_yield.png").exists()
+
+
+def test_eval_runs_on_the_experiment_runner_and_a_rerun_resumes(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The dynamic suite (several budgets per instance, and instances without an initial placement)
+    through the runner's table: the rerun computes nothing and writes the same results."""
+    from vmctl.experiments.runner import read_table
+
+    args = ["vcsched", "eval", "dynamic", "--instances", "3", "--tasks", "8", "--slacks", "0.3,0.5",
+            "--workers", "2", "--out", str(tmp_path)]
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    assert "dynamic: 288 cells (288 run now, 0 from " in err
+    first = (tmp_path / "results-dynamic.jsonl").read_text()
+    rows = [json.loads(line) for line in first.splitlines()]
+    # one row per instance, budget and algorithm; an instance without an initial placement has one 'none' row
+    nones = [r for r in rows if r["algorithm"] == "none"]
+    assert nones and len(rows) == (24 - len(nones)) * 6 * 2 + len(nones)
+    assert all(r["budget"] is None and r["status"] == "no-initial" for r in nones)
+    assert {r["budget"] for r in rows if r["algorithm"] != "none"} == {0.0, 0.1, 0.25, 0.5, 1.0, "all"}
+    table = read_table(tmp_path / "results-dynamic.parquet")
+    assert len(table) == 288 and all(r["error"] is None for r in table)
+
+    code, out2, err = run(args, capsys)
+    assert code == 0, err
+    assert "dynamic: 288 cells (0 run now, 288 from " in err
+    assert (tmp_path / "results-dynamic.jsonl").read_text() == first
+    assert out2 == out

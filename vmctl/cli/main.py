@@ -42,6 +42,7 @@ EXIT_CODES: list[tuple[type[errors.VmctlError], int]] = [
     (errors.Unauthenticated, 5),
     (errors.Forbidden, 5),
     (errors.DaemonUnavailable, 6),
+    (errors.ClusterUnavailable, 6),
     (errors.HypervisorUnavailable, 6),
     (errors.UserError, 2),
     (errors.SolverError, 7),

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -156,13 +157,23 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
 @click.option("--seeds", default="1", show_default=True, help="Comma-separated seeds.")
 @click.option("--migration-costs", default=None, help="Comma-separated migration costs (s) for policies that take one.")
 @click.option("--param", "params", multiple=True, metavar="K=V", help="Parameter for every policy that has it.")
-@click.option("--workers", type=int, default=None, help="Parallel processes (default: number of cores).")
+@click.option("--workers", type=int, default=None,
+              help="Worker processes of the local Dask cluster (default: number of cores).")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE",
+              help="Run on an existing Dask cluster: tcp://HOST:8786 or a scheduler file (docs/experiments.md).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--table", default=None, metavar="FILE",
+              help="Results table, one row per run: .parquet or .csv (default: OUT/results.parquet). "
+                   "Rerunning the same sweep skips the runs already in it.")
+@click.option("--retry-failed", is_flag=True, help="Rerun the runs that failed last time (default: skip them).")
 @click.option("--no-plots", is_flag=True, help="Write results.csv only.")
 def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int | None, cpu_usage: str,
               no_cpu_info: bool, policies: str, loads: str | None, seeds: str, migration_costs: str | None,
-              params: tuple[str, ...], workers: int | None, out_dir: str, no_plots: bool) -> None:
-    """Run policies x loads x seeds (x migration costs) in parallel; write results.csv and plots."""
+              params: tuple[str, ...], workers: int | None, scheduler: str | None, out_dir: str, table: str | None,
+              retry_failed: bool, no_plots: bool) -> None:
+    """Run policies x loads x seeds (x migration costs) on Dask; write the results table, results.csv
+    and plots (rerunning resumes: runs already in the table are skipped)."""
+    from vmctl.errors import CellsFailed
     from vmctl.experiments.sweep import sweep, sweep_points, write_csv
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
@@ -190,27 +201,75 @@ def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int
 
         raise TraceFormatError(path=spec.trace, line=0, problem="no such file")
     points = sweep_points(names, load_list, seed_list or [1], costs)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from vmctl.experiments.runner import writable_dir
+
+    out = writable_dir(out_dir)
+    table_path = Path(table) if table else out / "results.parquet"
     t0 = time.perf_counter()
     done = 0
 
     def tick(row: dict[str, Any]) -> None:
         nonlocal done
         done += 1
-        click.echo(f"[{done}/{len(points)}] {row['policy']} load={row['load']} seed={row['seed']} "
-                   f"cost={row['migration_cost']}: response {row['avg_response']:.0f} s, bsld "
-                   f"{row['avg_bounded_slowdown']:.2f} ({row['wall_s']:.1f} s)", err=True)
+        click.echo(f"[{done}] {_point_text(row)}: " + (f"failed: {row['error']}" if row["error"] else
+                   f"response {row['avg_response']:.0f} s, bsld {row['avg_bounded_slowdown']:.2f} "
+                   f"({row['wall_s']:.1f} s)"), err=True)
 
-    rows = sweep(spec, points, shared, cpu_info=not no_cpu_info, workers=workers, on_done=tick)
-    write_csv(rows, out / "results.csv")
-    written = [out / "results.csv"]
-    if not no_plots:
+    res = sweep(spec, points, table_path, shared, cpu_info=not no_cpu_info, workers=workers, scheduler=scheduler,
+                on_done=tick, progress=sys.stderr.isatty(), retry_failed=retry_failed)
+    write_csv(res.rows, out / "results.csv")
+    written = [table_path, out / "results.csv"]
+    if not no_plots and res.rows:
         from vmctl.sim.plots import plot_results
 
-        written += plot_results(rows, out, title=spec.label())
-    click.echo(json.dumps({"runs": len(rows), "wall_s": round(time.perf_counter() - t0, 2),
-                           "files": [str(p) for p in written]}))
+        written += plot_results(res.rows, out, title=spec.label())
+    click.echo(json.dumps({"runs": len(res.rows), "ran": res.ran, "skipped": res.skipped, "failed": len(res.failed),
+                           "wall_s": round(time.perf_counter() - t0, 2), "files": [str(p) for p in written]}))
+    if res.failed:
+        first = res.failed[0]
+        raise CellsFailed(failed=len(res.failed), total=len(points), table=str(table_path),
+                          first=f"{_point_text(first)}: {first['error']}")
+
+
+def _point_text(row: Mapping[str, Any]) -> str:
+    """``measy load=0.9 seed=1 cost=20``; the load and the cost only when the sweep has them."""
+    parts = [str(row["policy"])]
+    if row.get("load") is not None:
+        parts.append(f"load={row['load']}")
+    parts.append(f"seed={row['seed']}")
+    if row.get("migration_cost") is not None:
+        parts.append(f"cost={row['migration_cost']:g}")
+    return " ".join(parts)
+
+
+@sim.command("plot")
+@click.argument("results", type=str)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Where the PNGs go.")
+@click.option("--title", default=None, help="Plot title (default: the workload).")
+def plot_cmd(results: str, out_dir: str, title: str | None) -> None:
+    """Redraw a sweep's plots from its results table (results.parquet, or results.csv) without
+    running anything."""
+    from vmctl.errors import InstanceFormatError
+    from vmctl.experiments.runner import read_table, writable_dir
+    from vmctl.experiments.sweep import csv_row
+    from vmctl.sim.plots import plot_results
+
+    path = Path(results)
+    if not path.is_file():
+        raise InstanceFormatError(path=results, where="file", problem="no such file")
+    if path.suffix == ".parquet":
+        rows: list[dict[str, Any]] = [csv_row(r) for r in read_table(path) if not r.get("error")]
+    else:
+        import csv
+
+        with path.open(encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    need = {"workload", "policy", "load", "migration_cost", "avg_response", "avg_bounded_slowdown", "migrations"}
+    if not rows or not need <= set(rows[0]):
+        raise InstanceFormatError(path=results, where="header",
+                                  problem=f"not a sweep's results (needs columns {', '.join(sorted(need))})")
+    written = plot_results(rows, writable_dir(out_dir), title=title or str(rows[0]["workload"]))
+    click.echo(json.dumps({"files": [str(p) for p in written]}))
 
 
 @sim.command("compare")

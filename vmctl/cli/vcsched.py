@@ -14,6 +14,7 @@ A malformed instance is an ``InstanceFormatError`` naming the file and the JSON 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,12 @@ def generate_cmd(
     help="Run RRND/RRNZ only on instances with at most this many tasks (their LP is slow).",
 )
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE",
+              help="Run on an existing Dask cluster: tcp://HOST:8786 or a scheduler file (docs/experiments.md).")
+@click.option("--table", default=None, metavar="FILE",
+              help="Results table, one row per instance and algorithm: .parquet or .csv "
+                   "(default: OUT/results-SUITE.parquet). Rerunning skips the cells already in it.")
+@click.option("--retry-failed", is_flag=True, help="Rerun the cells that failed last time (default: skip them).")
 def eval_cmd(
     suite: str,
     instances: int | None,
@@ -231,8 +238,13 @@ def eval_cmd(
     slacks: str | None,
     rr_max_tasks: int,
     out_dir: str,
+    scheduler: str | None,
+    table: str | None,
+    retry_failed: bool,
 ) -> None:
-    """Run an evaluation suite; write results, tables (Markdown) and PNG plots into OUT."""
+    """Run an evaluation suite on Dask (local workers or --scheduler); write the results table,
+    results-SUITE.jsonl, tables (Markdown) and PNG plots into OUT. Rerunning resumes."""
+    from vmctl.experiments.runner import writable_dir
     from vmctl.experiments.vcsched import run_suite
 
     algs = None
@@ -252,7 +264,7 @@ def eval_cmd(
         raise click.UsageError("--slacks: values must be in [0, 1)")
     summary = run_suite(
         suite,
-        Path(out_dir),
+        writable_dir(out_dir),
         instances=instances,
         workers=workers,
         seed=seed,
@@ -262,5 +274,9 @@ def eval_cmd(
         progress=lambda s: click.echo(s, err=True),
         tasks=task_list,
         slacks=slack_list,
+        scheduler=scheduler,
+        table=Path(table) if table else None,
+        retry_failed=retry_failed,
+        progress_bar=sys.stderr.isatty(),
     )
     click.echo(summary)

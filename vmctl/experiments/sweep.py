@@ -4,21 +4,23 @@ A :class:`WorkloadSpec` names a workload (an SWF trace or a model, with its size
 seed) and is small and picklable, so sweep workers rebuild their workload themselves instead of
 receiving 200,000 job records through a pipe. :func:`run_one` builds the workload and the policy and
 runs the simulator; :func:`sweep` runs the cross product of policies x loads x seeds x migration costs
-on a process pool and returns one row per run (written to ``results.csv`` by the CLI).
+as cells of the experiment runner (:mod:`vmctl.experiments.runner`: a local Dask cluster or an existing
+one, one results table that a rerun resumes from) and returns one row per run (written to
+``results.csv`` by the CLI).
 """
 
 from __future__ import annotations
 
 import csv
 import importlib
-import os
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vmctl.errors import OutOfRange, ValidationError, VmctlError
+from vmctl.errors import OutOfRange, ValidationError
+from vmctl.experiments.runner import Cell, cell, run_grid
 from vmctl.policies.registry import create_policy, policy_class
 from vmctl.sim.engine import CpuUsageMode, SimConfig, SimResult, Simulator, WorkloadJobLike
 
@@ -154,60 +156,53 @@ CSV_FIELDS = (
 )
 
 
-def _row(spec: WorkloadSpec, point: SweepPoint, cpu_info: bool, res: SimResult, wall: float) -> dict[str, Any]:
+def sweep_cell(
+    trace: str | None, model: str | None, max_jobs: int | None, procs: int | None, load: float | None, seed: int,
+    cpu_usage: str, cpu_info: bool, policy: str, migration_cost: float | None, params: str,
+) -> dict[str, Any]:
+    """One sweep run as an experiment cell (a pure function of its inputs; ``params``: the policy
+    parameters as JSON). Returns the metrics of a ``results.csv`` row."""
+    spec = WorkloadSpec(trace=trace, model=model, jobs=max_jobs, procs=procs, load=load, seed=seed,
+                        cpu_usage="full" if cpu_usage == "full" else "paper")
+    p = dict(json.loads(params))
+    if migration_cost is not None:
+        p["migration_cost"] = float(migration_cost)
+    res = run_one(spec, policy, p, cpu_info=cpu_info)
     m = res.metrics
     return {
-        "workload": spec.label(),
-        "policy": point.policy,
-        "load": "" if point.load is None else point.load,
-        "seed": point.seed,
-        "migration_cost": "" if point.migration_cost is None else point.migration_cost,
-        "cpu_usage": spec.cpu_usage,
-        "cpu_info": int(cpu_info),
-        "cores": res.cores,
-        "jobs": res.jobs,
-        "avg_wait": m.avg_wait,
-        "avg_response": m.avg_response,
-        "avg_bounded_slowdown": m.avg_bounded_slowdown,
-        "utilization": m.utilization,
-        "makespan": m.makespan,
-        "migrations": res.migrations,
-        "estimate_kills": res.estimate_kills,
-        "policy_kills": res.policy_kills,
-        "ci_response": "" if m.ci_response is None else m.ci_response.half_width,
-        "ci_bounded_slowdown": "" if m.ci_bounded_slowdown is None else m.ci_bounded_slowdown.half_width,
-        "wall_s": round(wall, 3),
+        "workload": spec.label(), "cores": res.cores, "jobs": res.jobs, "avg_wait": m.avg_wait,
+        "avg_response": m.avg_response, "avg_bounded_slowdown": m.avg_bounded_slowdown,
+        "utilization": m.utilization, "makespan": m.makespan, "migrations": res.migrations,
+        "estimate_kills": res.estimate_kills, "policy_kills": res.policy_kills,
+        "ci_response": None if m.ci_response is None else m.ci_response.half_width,
+        "ci_bounded_slowdown": None if m.ci_bounded_slowdown is None else m.ci_bounded_slowdown.half_width,
     }
 
 
-def _worker(spec: WorkloadSpec, point: SweepPoint, params: Mapping[str, Any], cpu_info: bool) -> dict[str, Any]:
-    """One sweep run. A vmctl error is returned as data (exception classes with keyword-only
-    constructors do not survive pickling) and re-raised by :func:`sweep` in the parent."""
-    try:
-        return _run_point(spec, point, params, cpu_info)
-    except VmctlError as exc:
-        return {"__error__": (type(exc).__module__, type(exc).__qualname__, dict(exc.fields))}
+def sweep_cells(spec: WorkloadSpec, points: Iterable[SweepPoint], params: Mapping[str, Any] | None = None,
+                cpu_info: bool = True) -> list[Cell]:
+    """The experiment cells of the points (the policy parameters shared by every point: ``params``)."""
+    shared = json.dumps(dict(params or {}), sort_keys=True)
+    return [cell(sweep_cell, policy=p.policy, load=p.load, seed=p.seed, migration_cost=p.migration_cost,
+                 trace=spec.trace, model=spec.model, max_jobs=spec.jobs, procs=spec.procs, cpu_usage=spec.cpu_usage,
+                 cpu_info=cpu_info, params=shared)
+            for p in points]
 
 
-def _reraise(row: dict[str, Any]) -> dict[str, Any]:
-    err = row.get("__error__")
-    if err is None:
-        return row
-    module, qualname, fields = err
-    cls = getattr(importlib.import_module(module), qualname)
-    raise cls(**fields)
+def csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``results.csv`` row (the format of the committed sweeps) from a results-table row."""
+    def blank(v: Any) -> Any:
+        return "" if v is None else v
 
-
-def _run_point(spec: WorkloadSpec, point: SweepPoint, params: Mapping[str, Any], cpu_info: bool) -> dict[str, Any]:
-    import time
-
-    t0 = time.perf_counter()
-    s = replace(spec, load=point.load, seed=point.seed)
-    p = dict(params)
-    if point.migration_cost is not None:
-        p["migration_cost"] = float(point.migration_cost)
-    res = run_one(s, point.policy, p, cpu_info=cpu_info)
-    return _row(s, point, cpu_info, res, time.perf_counter() - t0)
+    return {
+        "workload": row["workload"], "policy": row["policy"], "load": blank(row["load"]), "seed": row["seed"],
+        "migration_cost": blank(row["migration_cost"]), "cpu_usage": row["cpu_usage"],
+        "cpu_info": int(bool(row["cpu_info"])),
+        **{k: row[k] for k in ("cores", "jobs", "avg_wait", "avg_response", "avg_bounded_slowdown", "utilization",
+                               "makespan", "migrations", "estimate_kills", "policy_kills")},
+        "ci_response": blank(row["ci_response"]), "ci_bounded_slowdown": blank(row["ci_bounded_slowdown"]),
+        "wall_s": round(float(row["wall_s"]), 3),
+    }
 
 
 def sweep_points(
@@ -227,35 +222,39 @@ def sweep_points(
     return pts
 
 
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """The ``results.csv`` rows of the cells that succeeded (in the order of the points), the table
+    rows of those that failed, and how many cells ran now or were already in the table."""
+
+    rows: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+    ran: int
+    skipped: int
+
+
 def sweep(
     spec: WorkloadSpec,
     points: Iterable[SweepPoint],
+    table: str | Path,
     params: Mapping[str, Any] | None = None,
     cpu_info: bool = True,
     workers: int | None = None,
+    scheduler: str | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Run every point on a process pool (``workers`` processes, default: the number of cores) and
-    return the rows in the order of ``points``."""
+    progress: bool = False,
+    retry_failed: bool = False,
+) -> SweepResult:
+    """Run every point with the experiment runner (a local Dask cluster of ``workers`` processes,
+    default one per core, or the cluster at ``scheduler``), resuming from ``table``."""
     pts = list(points)
     for p in pts:
         policy_class(p.policy)  # fail fast on an unknown name, before starting workers
-    n = max(1, min(workers or os.cpu_count() or 1, len(pts) or 1))
-    rows: list[dict[str, Any] | None] = [None] * len(pts)
-    if n == 1:
-        for i, p in enumerate(pts):
-            rows[i] = _reraise(_worker(spec, p, params or {}, cpu_info))
-            if on_done is not None:
-                on_done(rows[i] or {})
-    else:
-        with ProcessPoolExecutor(max_workers=n) as pool:
-            futs = {pool.submit(_worker, spec, p, dict(params or {}), cpu_info): i for i, p in enumerate(pts)}
-            for fut in as_completed(futs):
-                row = _reraise(fut.result())
-                rows[futs[fut]] = row
-                if on_done is not None:
-                    on_done(row)
-    return [r for r in rows if r is not None]
+    res = run_grid(sweep_cells(spec, pts, params, cpu_info), table, workers=workers, scheduler=scheduler,
+                   progress=progress, retry_failed=retry_failed, label="sweep",
+                   on_row=on_done)
+    ok = [csv_row(r) for r in res.rows if not r.get("error")]
+    return SweepResult(rows=ok, failed=res.failed, ran=res.ran, skipped=res.skipped)
 
 
 def write_csv(rows: Sequence[Mapping[str, Any]], path: Path) -> None:

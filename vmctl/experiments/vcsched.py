@@ -13,9 +13,13 @@ Suites (``vmctl vcsched eval SUITE --out DIR``):
 
 Every instance is generated from ``SeedSequence([seed, spec..., k])``, so a subset of instances is
 the same as the corresponding part of the full run. Every solution is checked against the
-constraints (``check_solution``); a violation aborts the run (it would be an algorithm bug).
-Output: ``results-SUITE.jsonl`` (one row per instance and algorithm), ``tables-SUITE.md`` and PNG
-plots (matplotlib, Agg backend) named after the paper's figures.
+constraints (``check_solution``); a violation fails that cell (it would be an algorithm bug).
+
+The suites run on the experiment runner (:mod:`vmctl.experiments.runner`): one cell per instance and
+algorithm (dynamic: and migration budget), on a local Dask cluster or an existing one, recorded in
+``results-SUITE.parquet``; a rerun skips the cells already there. Output, drawn from that table:
+``results-SUITE.jsonl`` (one row per instance and algorithm), ``tables-SUITE.md`` and PNG plots
+(matplotlib, Agg backend) named after the paper's figures.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vmctl.errors import CellsFailed
+from vmctl.experiments.runner import Cell, cell, run_grid
 from vmctl.policies.vcsched.algorithms import ALGORITHMS, RANDOMIZED, solve
 from vmctl.policies.vcsched.dynamic import dynamic_mcb, dynamic_milp, migration_cost
 from vmctl.policies.vcsched.generator import generate, generate_parallel
@@ -145,7 +150,17 @@ def run_instance(job: Job) -> list[dict[str, Any]]:
     return rows
 
 
-def _run_dynamic(job: Job) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class DynamicSetup:
+    """A dynamic instance after the workload change, the placement before it, and the stay yield."""
+
+    inst: Instance
+    prev: np.ndarray[Any, np.dtype[np.int64]]
+    stay: float
+
+
+def dynamic_setup(job: Job) -> DynamicSetup | None:
+    """The change of the job's dynamic instance; None when MCB8 finds no initial placement."""
     rng = job.rng()
     base = generate(job.hosts, job.tasks, job.slack, job.cv_mem, job.cv_cpu, rng)
     # before the change: the first tasks - 2 tasks, placed by MCB8
@@ -153,7 +168,7 @@ def _run_dynamic(job: Job) -> list[dict[str, Any]]:
     before = Instance.sequential(job.hosts, base.cpu[:n0], base.mem[:n0])
     first = solve(before, "mcb8")
     if not first.placed:
-        return [{**job.key(), "algorithm": "none", "status": "no-initial", "budget": None}]
+        return None
     # the change: CPU needs redrawn, one old task leaves, two new tasks arrive
     leave = int(rng.integers(n0))
     keep = [i for i in range(n0) if i != leave]
@@ -161,35 +176,40 @@ def _run_dynamic(job: Job) -> list[dict[str, Any]]:
     mem = [base.mem[i] for i in keep] + list(base.mem[n0:])
     inst = Instance.sequential(job.hosts, cpu, mem)
     prev = np.asarray([first.hosts[i] for i in keep] + [-1, -1], dtype=np.int64)
-    stay = solve_stay(inst, prev)
-    rows = []
-    total_mem = float(inst.mem_a.sum())
-    for budget in DYN_BUDGETS:
-        b = total_mem if math.isinf(budget) else budget
-        for alg in job.algorithms:
-            if alg == "dyn-milp":
-                sol, secs = _timed(lambda: dynamic_milp(inst, prev, b, time_limit=job.time_limit))  # noqa: B023
-            else:
-                sol, secs = _timed(lambda: dynamic_mcb(inst, prev, b))  # noqa: B023
-            _check(inst, sol, job)
-            moved = migration_cost(inst, prev, sol.hosts) if sol.placed else 0.0
-            if sol.placed and moved > b + 1e-9:
-                raise AssertionError(f"{alg} moved {moved} > budget {b} on {job.key()}")
-            rows.append(
-                {
-                    **job.key(),
-                    "algorithm": alg,
-                    "budget": "all" if math.isinf(budget) else budget,
-                    "status": sol.status,
-                    "placed": sol.placed,
-                    "min_yield": sol.min_yield,
-                    "avg_yield": sol.avg_yield,
-                    "moved": moved,
-                    "time_s": secs,
-                    "stay_yield": stay,
-                }
-            )
-    return rows
+    return DynamicSetup(inst, prev, solve_stay(inst, prev))
+
+
+def dynamic_one(job: Job, setup: DynamicSetup, alg: str, budget: float) -> dict[str, Any]:
+    """One algorithm under one migration budget (``math.inf``: all the memory may move)."""
+    inst, prev = setup.inst, setup.prev
+    b = float(inst.mem_a.sum()) if math.isinf(budget) else budget
+    if alg == "dyn-milp":
+        sol, secs = _timed(lambda: dynamic_milp(inst, prev, b, time_limit=job.time_limit))
+    else:
+        sol, secs = _timed(lambda: dynamic_mcb(inst, prev, b))
+    _check(inst, sol, job)
+    moved = migration_cost(inst, prev, sol.hosts) if sol.placed else 0.0
+    if sol.placed and moved > b + 1e-9:
+        raise AssertionError(f"{alg} moved {moved} > budget {b} on {job.key()}")
+    return {
+        **job.key(),
+        "algorithm": alg,
+        "budget": "all" if math.isinf(budget) else budget,
+        "status": sol.status,
+        "placed": sol.placed,
+        "min_yield": sol.min_yield,
+        "avg_yield": sol.avg_yield,
+        "moved": moved,
+        "time_s": secs,
+        "stay_yield": setup.stay,
+    }
+
+
+def _run_dynamic(job: Job) -> list[dict[str, Any]]:
+    setup = dynamic_setup(job)
+    if setup is None:
+        return [{**job.key(), "algorithm": "none", "status": "no-initial", "budget": None}]
+    return [dynamic_one(job, setup, alg, budget) for budget in DYN_BUDGETS for alg in job.algorithms]
 
 
 def solve_stay(inst: Instance, prev: np.ndarray[Any, np.dtype[np.int64]]) -> float:
@@ -237,6 +257,71 @@ def jobs_for(
     return out
 
 
+#: the inputs of a cell that name its instance (the columns of a results row before ``algorithm``)
+KEY_FIELDS = ("suite", "hosts", "tasks", "slack", "cv_mem", "cv_cpu", "k")
+#: a results row's fields after ``algorithm``, in the order of results-SUITE.jsonl
+STATIC_FIELDS = ("lp_bound", "status", "placed", "min_yield", "avg_yield", "time_s")
+DYNAMIC_FIELDS = ("budget", "status", "placed", "min_yield", "avg_yield", "moved", "time_s", "stay_yield")
+
+
+def eval_cell(suite: str, hosts: int, tasks: int, slack: float, cv_mem: float, cv_cpu: float, k: int, seed: int,
+              parallel: bool, algorithm: str, time_limit: float, rr_max_tasks: int,
+              budget: str | None = None) -> dict[str, Any]:
+    """One algorithm on one instance (dynamic: under one migration budget, ``"all"`` or a number) as an
+    experiment cell; returns the fields of its results row after ``algorithm`` (``budget`` excepted)."""
+    job = Job(suite, hosts, tasks, slack, cv_mem, cv_cpu, k, seed, (algorithm,), parallel, time_limit, rr_max_tasks)
+    if suite == "dynamic":
+        setup = dynamic_setup(job)
+        if setup is None:
+            return {"status": "no-initial"}
+        row = dynamic_one(job, setup, algorithm, math.inf if budget == "all" else float(budget or 0.0))
+    else:
+        [row] = run_instance(job)
+    return {k: v for k, v in row.items() if k not in KEY_FIELDS and k not in ("algorithm", "budget")}
+
+
+def eval_cells(jobs: Sequence[Job]) -> list[Cell]:
+    """The cells of the jobs, in the order of results-SUITE.jsonl (instance, [budget,] algorithm)."""
+    out = []
+    for job in jobs:
+        inputs: dict[str, Any] = {**job.key(), "seed": job.seed, "parallel": job.parallel,
+                                  "time_limit": job.time_limit, "rr_max_tasks": job.rr_max_tasks}
+        budgets: tuple[str | None, ...] = (None,)
+        if job.suite == "dynamic":
+            budgets = tuple("all" if math.isinf(b) else repr(b) for b in DYN_BUDGETS)
+        for b in budgets:
+            for alg in job.algorithms:
+                extra = {} if b is None else {"budget": b}
+                out.append(cell(eval_cell, **inputs, algorithm=alg, **extra))
+    return out
+
+
+def results_rows(suite: str, table_rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """results-SUITE.jsonl rows from the results table's rows of the cells that succeeded (dynamic: the
+    cells of an instance without an initial placement become its one ``none`` row)."""
+    out: list[dict[str, Any]] = []
+    no_initial: set[tuple[Any, ...]] = set()
+    for r in table_rows:
+        if r.get("error"):
+            continue
+        key = {f: r[f] for f in KEY_FIELDS}
+        if r["status"] == "no-initial":
+            ident = tuple(key.values())
+            if ident not in no_initial:
+                no_initial.add(ident)
+                out.append({**key, "algorithm": "none", "status": "no-initial", "budget": None})
+            continue
+        row = {**key, "algorithm": r["algorithm"]}
+        for f in DYNAMIC_FIELDS if suite == "dynamic" else STATIC_FIELDS:
+            v = r.get(f)
+            if f == "budget" and v is not None and v != "all":
+                v = float(v)
+            if not (f == "placed" and r["status"] == "skipped"):  # a skipped run has no 'placed'
+                row[f] = v
+        out.append(row)
+    return out
+
+
 def run_suite(
     suite: str,
     out: Path,
@@ -249,30 +334,45 @@ def run_suite(
     progress: Callable[[str], None] | None = None,
     tasks: Sequence[int] | None = None,
     slacks: Sequence[float] | None = None,
+    scheduler: str | None = None,
+    table: Path | None = None,
+    retry_failed: bool = False,
+    progress_bar: bool = False,
 ) -> str:
+    """Run the suite with the experiment runner (a local Dask cluster of ``workers`` processes or the
+    cluster at ``scheduler``; the cells of one instance in one Dask task), resuming from ``table``
+    (default ``OUT/results-SUITE.parquet``); write results-SUITE.jsonl, tables-SUITE.md and the plots
+    from the table and return the tables' text. Cells that failed (an invalid solution is an algorithm
+    bug) are left out of the outputs and raise :class:`CellsFailed` after they are written."""
     jobs = jobs_for(suite, instances, seed, time_limit, algorithms, rr_max_tasks, tasks, slacks)
-    out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
+    cells = eval_cells(jobs)
+    table_path = table or out / f"results-{suite}.parquet"
     t0 = time.perf_counter()
+    done = 0
 
-    def note(done: int) -> None:
-        if progress and (done % max(1, len(jobs) // 20) == 0 or done == len(jobs)):
-            progress(f"{suite}: {done}/{len(jobs)} instances, {time.perf_counter() - t0:.0f} s")
+    def note(row: dict[str, Any]) -> None:
+        nonlocal done
+        done += 1
+        if progress and (done % max(1, len(cells) // 20) == 0):
+            progress(f"{suite}: {done} cells run, {time.perf_counter() - t0:.0f} s")
 
-    if workers <= 1:
-        for i, job in enumerate(jobs, 1):
-            rows += run_instance(job)
-            note(i)
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for i, got in enumerate(pool.map(run_instance, jobs, chunksize=1), 1):
-                rows += got
-                note(i)
+    per_instance = max(1, len(cells) // max(1, len(jobs)))
+    res = run_grid(cells, table_path, workers=workers, scheduler=scheduler, retry_failed=retry_failed,
+                   progress=progress_bar, label=suite, on_row=note, batch=per_instance)
+    if progress:
+        progress(f"{suite}: {len(cells)} cells ({res.ran} run now, {res.skipped} from {table_path}), "
+                 f"{time.perf_counter() - t0:.0f} s")
+    rows = results_rows(suite, res.rows)
     with (out / f"results-{suite}.jsonl").open("w", encoding="utf-8") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
     text = report(suite, rows, out)
     (out / f"tables-{suite}.md").write_text(text, encoding="utf-8")
+    if res.failed:
+        first = res.failed[0]
+        raise CellsFailed(failed=len(res.failed), total=len(cells), table=str(table_path),
+                          first=f"{first['algorithm']} on tasks={first['tasks']} slack={first['slack']} "
+                                f"k={first['k']}: {first['error']}")
     return text
 
 
