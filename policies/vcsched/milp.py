@@ -38,7 +38,7 @@ from scipy.sparse import coo_matrix, csr_matrix, vstack
 
 from vmctl.errors import SolverError
 from vmctl.policies.vcsched.avgyield import finish
-from vmctl.policies.vcsched.instance import FloatArray, Instance, Solution, failed
+from vmctl.policies.vcsched.instance import EPS, FloatArray, Instance, Solution, failed
 
 
 def lp_bound(inst: Instance) -> float | None:
@@ -143,9 +143,16 @@ def _build(
                 np.zeros(m),
             )
     # (31) migration budget
+    too_big = np.zeros(0, dtype=np.int64)
     if prev_hosts is not None and budget is not None:
         moved = (prev_hosts[ti] >= 0) & (prev_hosts[ti] != hj)
         sel = np.flatnonzero(moved)
+        # A move that alone costs more than the budget is ruled out by its bounds, not by the row: HiGHS'
+        # feasibility tolerance is absolute (~1e-7), so the row alone let a task of memory 1e-6 move under
+        # a budget of 0.
+        over = mem[ti[sel]] > budget + EPS  # the same tolerance as the heuristics
+        too_big = e_idx[sel[over]]
+        sel = sel[~over]
         add(np.zeros(sel.size, dtype=np.int64), e_idx[sel], mem[ti[sel]], np.array([-inf]), np.array([float(budget)]))
 
     a = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, nv)).tocsr()
@@ -153,6 +160,7 @@ def _build(
     var_ub = np.ones(nv)
     if symmetry:
         var_ub[e_idx[hj > ti]] = 0.0
+    var_ub[too_big] = 0.0
     c = np.zeros(nv)
     c[y_col] = -1.0
     integrality = np.zeros(nv, dtype=np.int64)

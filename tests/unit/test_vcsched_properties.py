@@ -124,6 +124,16 @@ def test_dynamic_stays_within_budget(inst: Instance, data: st.DataObject) -> Non
         assert not fast.placed
 
 
+def test_dynamic_milp_moves_no_tiny_task_under_a_zero_budget() -> None:
+    """Found by hypothesis: a task of memory 1e-6 moved under a budget of 0, within HiGHS' absolute
+    feasibility tolerance; a move that alone costs more than the budget is now ruled out by its bounds."""
+    inst = Instance(hosts=2, cpu=(1.0,), mem=(1e-6,), job=(0,))
+    prev = np.asarray([0], dtype=np.int64)
+    sol = dynamic_milp(inst, prev, 0.0, time_limit=20.0)
+    assert sol.status == "ok" and sol.hosts == (0,)
+    assert migration_cost(inst, prev, sol.hosts) == 0.0
+
+
 def test_generator_is_deterministic_and_in_range() -> None:
     a = generate(4, 12, 0.3, 0.75, 0.25, np.random.default_rng(9))
     b = generate(4, 12, 0.3, 0.75, 0.25, np.random.default_rng(9))
