@@ -62,6 +62,23 @@ def test_grid_is_the_cross_product_first_axis_slowest() -> None:
     assert all(c.function == "tests.experiment_cells:square" and c.inputs["count_dir"] == "d" for c in cells)
 
 
+def test_a_local_cluster_runs_while_another_holds_the_dask_dashboard_port(tmp_path: Path) -> None:
+    """Two grids on one machine (or a Dask dashboard left open) used to collide on port 8787: the second
+    LocalCluster warned "Port 8787 is already in use" (an error under -W error). Its HTTP server now takes
+    a free port."""
+    import socket
+
+    with socket.socket() as holder:
+        with contextlib.suppress(OSError):  # already taken by someone else: the same situation
+            holder.bind(("", 8787))
+            holder.listen()
+        counts = tmp_path / "counts"
+        counts.mkdir()
+        done = run_grid(grid(ec.square, {"count_dir": str(counts)}, x=[1, 2]), tmp_path / "t.parquet", workers=1,
+                        progress=False)
+    assert (done.ran, done.failed) == (2, [])
+
+
 def test_two_workers_run_the_grid_record_a_failing_cell_and_skip_it_all_on_rerun(tmp_path: Path) -> None:
     counts = tmp_path / "counts"
     counts.mkdir()

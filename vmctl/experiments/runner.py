@@ -402,7 +402,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
     if n < 1:
         raise ValidationError(field="--workers", problem=f"{n} must be at least 1")
     try:
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                                silence_logs=logging.ERROR)
     except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "Nanny failed to start"
         raise ClusterUnavailable(address="a local cluster", problem=str(exc) or type(exc).__name__) from exc
