@@ -458,3 +458,41 @@ def test_job_priority_deadline_and_user_over_http(client: Client, tokens: dict[s
     s, doc = client.call("GET", f"/v1/jobs/{jid}", token=tokens["read"])
     assert (doc["job"]["priority"], doc["job"]["deadline"], doc["job"]["user"]) == (7, 2e9, "alice")
     client.call("DELETE", f"/v1/jobs/{jid}", token=tokens["admin"])
+
+
+def test_vms_show_what_the_agent_reports(client: Client, tokens: dict[str, str]) -> None:
+    """``GET /v1/vms`` is what the hosts do: a job VM its agent never defined is not 'running' there
+    (observed null, differs names power), and the idle VMs of a core's slots that the agent reports are
+    listed and addressable (a priority change on one is a clear conflict, not not-found)."""
+    admin, read = tokens["admin"], tokens["read"]
+    _heartbeat(client)
+    s, doc = client.call("POST", "/v1/jobs", {"name": "observed", "procs": 1, "estimate": 60, "work_seconds": 50},
+                         token=admin)
+    jid = doc["job"]["id"]
+    _wait_until("the job runs", lambda: client.call("GET", f"/v1/jobs/{jid}", token=read)[1]["job"]["state"]
+                == "running")
+    idle = {"name": "n1-c3-bg", "power": "running", "core": 3, "weight": 1, "utilization": 0.0}
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/observed",
+                       {"node": "n1", "generation_applied": 0, "cores": 4, "vms": [idle]}, node="n1")
+    assert s == 204
+    s, doc = client.call("GET", "/v1/vms?node=n1", token=read)
+    by_name = {v["name"]: v for v in doc["vms"]}
+    mine = [v for v in doc["vms"] if v["job_id"] == jid]
+    assert len(mine) == 1 and mine[0]["managed"] is True
+    assert mine[0]["power"] == "running" and mine[0]["observed"] is None and mine[0]["differs"] == ["power"]
+    assert by_name["n1-c3-bg"]["managed"] is False and by_name["n1-c3-bg"]["role"] == "bg"
+    assert by_name["n1-c3-bg"]["observed"]["power"] == "running" and by_name["n1-c3-bg"]["core"] == 3
+    s, doc = client.call("GET", "/v1/vms/n1-c3-bg", token=read)
+    assert s == 200 and doc["vm"]["managed"] is False
+    s, doc = client.call("PUT", "/v1/vms/n1-c3-bg/priority", {"cap": 0.25}, token=admin)
+    assert s == 409 and doc["error"]["reference"] == "conflict" and "n1" in doc["error"]["message"]
+    assert "idle" in doc["error"]["message"]
+    # the agent defines the job VM, paused where vmctld wants it running: the difference is shown
+    job_vm = {"name": mine[0]["name"], "power": "paused", "core": mine[0]["core"], "weight": mine[0]["weight"],
+              "process_job": jid, "process_index": 0}
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/observed",
+                       {"node": "n1", "generation_applied": 0, "cores": 4, "vms": [job_vm]}, node="n1")
+    s, doc = client.call("GET", f"/v1/vms/{mine[0]['name']}", token=read)
+    assert doc["vm"]["observed"]["power"] == "paused" and doc["vm"]["differs"] == ["power"]
+    client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+    _heartbeat(client)

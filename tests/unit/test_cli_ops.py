@@ -348,3 +348,27 @@ def test_job_submit_vcsched_needs(server: tuple[str, Recorder], capsys: Any) -> 
     for opt, val in (("--cpu-need", "0"), ("--cpu-need", "1.5"), ("--mem", "-0.1"), ("--mem", "2")):
         code, _, err = run(capsys, "job", "submit", "--url", url, "-n", "1", "-t", "60", opt, val)
         assert code == 2 and "out-of-range" in err and opt in err
+
+
+def test_vm_list_shows_observed_with_desired_beside(server: tuple[str, Recorder], capsys: Any) -> None:
+    """The table is what the agent reports; the desired value is shown beside where they differ, and the
+    idle VMs of the layout are listed without a job."""
+    url, rec = server
+    never = {**VM, "name": "j17-r0-p0", "managed": True, "observed": None, "differs": ["power"]}
+    paused = {**VM, "name": "j17-r0-p1", "managed": True, "differs": ["power", "weight"],
+              "observed": {"node": "n1", "power": "paused", "core": 0, "weight": 5, "cap": None, "job_id": "17",
+                           "utilization": 0.0, "migration_phase": None}}
+    idle = {**VM, "name": "n1-c5-bg", "role": "bg", "job_id": None, "weight": 1, "power": "running",
+            "managed": False, "differs": [],
+            "observed": {"node": "n1", "power": "running", "core": 5, "weight": 1, "cap": None, "job_id": None,
+                         "utilization": 0.0, "migration_phase": None}}
+    rec.answer("GET", "/v1/vms", 200, {"vms": [never, paused, idle]})
+    code, out, _ = run(capsys, "vm", "list", "--url", url)
+    assert code == 0 and "j17-r0-p0" in out and "n1-c5-bg" in out
+    rows = {line.split()[0]: line for line in ops.vm_table([never, paused, idle]).to_text().splitlines()}
+    assert "not reported (want running)" in rows["j17-r0-p0"]
+    assert "paused (want running)" in rows["j17-r0-p1"] and "5 (want 10000)" in rows["j17-r0-p1"]
+    assert "(idle)" in rows["n1-c5-bg"] and "want" not in rows["n1-c5-bg"]
+    rec.answer("GET", "/v1/vms/n1-c5-bg", 200, {"vm": idle})
+    code, out, _ = run(capsys, "vm", "show", "n1-c5-bg", "--url", url)
+    assert code == 0 and "idle core VM" in out and "observed: power running, core 5" in out

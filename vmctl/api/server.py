@@ -37,6 +37,7 @@ from vmctl.daemon.core import Daemon, NotLeader
 from vmctl.daemon.lease import LeaseHolder
 from vmctl.daemon.state import ACTIVE
 from vmctl.errors import (
+    Conflict,
     Forbidden,
     LeaseLost,
     NotFound,
@@ -45,7 +46,7 @@ from vmctl.errors import (
     ValidationError,
     VmctlError,
 )
-from vmctl.model import JobState
+from vmctl.model import JobState, VmObserved
 from vmctl.store.base import JobRecord, NodeRecord, TokenRecord, WriteBatch
 from vmctl.wire import desired_to_json, observed_from_json
 
@@ -109,17 +110,76 @@ def _node_names(body: dict[str, Any], key: str) -> list[str] | None:
     return [auth.check_node_name(n, f"{key}[{i}]") for i, n in enumerate(raw)]
 
 
+def _vm_observed(o: VmObserved | None, node: str) -> dict[str, Any] | None:
+    """What the node's agent last reported of one VM (None: it reported no such VM)."""
+    if o is None:
+        return None
+    return {"node": node, "power": o.power.value, "core": o.core, "weight": o.weight, "cap": o.cap,
+            "job_id": o.process_job, "utilization": o.utilization, "migration_phase": o.migration_phase}
+
+
+#: desired field -> observed field compared for ``differs`` (a VM the agent did not report differs in power)
+_COMPARED = ("power", "core", "weight", "cap")
+
+
+def _differs(want: dict[str, Any], seen: dict[str, Any] | None) -> list[str]:
+    if seen is None:
+        return ["power"]
+    out = []
+    for k in _COMPARED:
+        w, o = want[k], seen[k]
+        if k == "core" and (w < 0 or o is None):
+            continue  # unpinned (vcsched shared VMs) or the agent does not report pinning
+        if k == "weight" and o is None:
+            continue  # the backend does not report weights
+        if k == "cap" and w is not None and o is not None and abs(w - o) < 1e-6:
+            continue
+        if w != o:
+            out.append(k)
+    return out
+
+
+def _idle_role(name: str) -> str:
+    """The slot of a VM the daemon does not manage, from the layout's ``{host}-c{core}-{tier}`` names."""
+    for tier in ("fg", "bg"):
+        if name.endswith(f"-{tier}"):
+            return tier
+    return "idle"
+
+
 def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
+    """The VMs of the cluster (or of one node): every VM of desired state (its desired fields at the top,
+    what its agent reported under ``observed``, ``differs`` naming the fields where the two disagree)
+    and every VM the agents report that desired state does not hold (``managed: false``: a core's idle
+    fg/bg VM of the agent's layout, or a VM vmctld no longer wants), with the reported fields at the top."""
     out: list[dict[str, Any]] = []
     names = [node] if node is not None else sorted(d.state.nodes)
     for n in names:
+        obs = d.state.observed.get(n)
+        seen = {o.name: o for o in obs.vms} if obs is not None else {}
+        wanted: set[str] = set()
         for v in d.state.desired.get(n, ()):
+            wanted.add(v.name)
             if v.migration is not None and v.migration.target_node != n:
                 continue  # the source copy of a migrating VM is listed under its target
+            o_node, o = n, seen.get(v.name)
+            if o is None and v.migration is not None:  # not arrived yet: as its source reports it
+                src = d.state.observed.get(v.migration.source_node)
+                o_node = v.migration.source_node
+                o = next((x for x in src.vms if x.name == v.name), None) if src is not None else None
             u = d.state.vm_util(v.name)
-            out.append({"name": v.name, "node": n, "core": v.core, "role": v.role.value, "weight": v.weight,
-                        "cap": v.cap, "power": v.power.value, "job_id": v.process.job_id if v.process else None,
-                        "utilization": 0.0 if u is None else u})
+            doc: dict[str, Any] = {
+                "name": v.name, "node": n, "core": v.core, "role": v.role.value, "weight": v.weight,
+                "cap": v.cap, "power": v.power.value, "job_id": v.process.job_id if v.process else None,
+                "utilization": 0.0 if u is None else u, "managed": True, "observed": _vm_observed(o, o_node)}
+            doc["differs"] = _differs(doc, doc["observed"])
+            out.append(doc)
+        for name in sorted(set(seen) - wanted):
+            o = seen[name]
+            out.append({"name": name, "node": n, "core": -1 if o.core is None else o.core, "role": _idle_role(name),
+                        "weight": o.weight, "cap": o.cap, "power": o.power.value, "job_id": o.process_job,
+                        "utilization": o.utilization, "managed": False, "observed": _vm_observed(o, n),
+                        "differs": []})
     return out
 
 
@@ -406,6 +466,12 @@ class Api:
         if tier is None and weight is None and not cap_given and pin is None:
             raise ValidationError(field="body", problem="give at least one of tier, weight, cap, pin")
         name = request.match_info["name"]
+        idle = next((v for v in vms_json(self.d, None) if v["name"] == name and not v["managed"]), None)
+        if idle is not None:
+            raise Conflict(what=f"VM {name} on node {idle['node']}", problem=(
+                "no job runs in it (an idle core VM of the agent's layout, or one vmctld no longer wants): "
+                "vmctld sets the priority of job VMs only; an idle VM keeps the weight and cap of the "
+                "agent's layout (vmctl-agent.yaml)"))
         self.d.set_vm_priority(name, tier, weight, cap, cap_given, pin)
         self.s.kick()
         for v in vms_json(self.d, None):

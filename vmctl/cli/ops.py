@@ -281,13 +281,62 @@ def node_text(n: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _observed_vs_desired(v: Mapping[str, Any], key: str, fmt: Callable[[Any], str]) -> str:
+    """One field of a VM as its agent reported it, with the desired value beside it where they differ
+    (``absent (want running)``); ``not reported`` when its agent has not reported the VM."""
+    if "observed" not in v:  # a daemon from before observed state was served
+        return fmt(v.get(key))
+    o = v.get("observed")
+    if not isinstance(o, Mapping):
+        seen = "not reported"
+    elif key == "core" and o.get("core") is None:
+        seen = "-"
+    else:
+        seen = fmt(o.get(key))
+    if v.get("managed") is False or key not in (v.get("differs") or ()):
+        return seen
+    return f"{seen} (want {fmt(v.get(key))})"
+
+
+def _fmt_core(c: Any) -> str:
+    return "-" if c is None or (isinstance(c, int) and c < 0) else str(c)
+
+
 def vm_table(vms: Sequence[Mapping[str, Any]]) -> Grid:
+    """VMs as their agents report them (desired beside where it differs); idle VMs have no job."""
     return Grid(
         ("NAME", "NODE", "CORE", "ROLE", "WEIGHT", "CAP", "POWER", "JOB", "UTIL"),
-        [(str(v.get("name", "")), str(v.get("node", "")), str(v.get("core", "")), str(v.get("role", "")),
-          str(v.get("weight", "")), fmt_cap(v.get("cap")), str(v.get("power", "")), str(v.get("job_id") or "-"),
+        [(str(v.get("name", "")), str(v.get("node", "")), _observed_vs_desired(v, "core", _fmt_core),
+          str(v.get("role", "")), _observed_vs_desired(v, "weight", lambda w: "-" if w is None else str(w)),
+          _observed_vs_desired(v, "cap", fmt_cap), _observed_vs_desired(v, "power", str),
+          str(v.get("job_id") or ("-" if v.get("managed", True) else "- (idle)")),
           fmt_pct(v.get("utilization"))) for v in vms],
     )
+
+
+def vm_text(v: Mapping[str, Any]) -> str:
+    """``vmctl vm show``: what its agent reports and what vmctld wants."""
+    o = v.get("observed")
+    head = f"vm {v.get('name')} on {v.get('node')}"
+    if v.get("managed") is False:
+        lines = [f"{head}: not in vmctld's desired state (an idle core VM of the agent's layout, or one being "
+                 f"removed); its priority is the layout's"]
+    else:
+        lines = [f"{head}: job {v.get('job_id') or '-'}, tier {v.get('role')}",
+                 f"desired:  power {v.get('power')}, core {_fmt_core(v.get('core'))}, weight {v.get('weight')}, "
+                 f"cap {fmt_cap(v.get('cap'))}"]
+    if isinstance(o, Mapping):
+        w = o.get("weight")
+        lines.append(f"observed: power {o.get('power')}, core {_fmt_core(o.get('core'))}, "
+                     f"weight {'-' if w is None else w}, cap {fmt_cap(o.get('cap'))}, "
+                     f"utilization {fmt_pct(o.get('utilization'))} (reported by {o.get('node')})")
+    else:
+        lines.append("observed: not reported by its agent (not defined there yet)")
+    diff = [str(k) for k in v.get("differs") or ()]
+    if diff:
+        lines.append("differs in: " + ", ".join(diff) + " (the agent has not applied it yet, or refuses: see "
+                     "`vmctl node show`)")
+    return "\n".join(lines)
 
 
 def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table:
@@ -337,7 +386,8 @@ def vm() -> None:
 @click.option("--node", default=None, help="Only VMs of this node.", shell_complete=_complete("node"))
 @api_options
 def vm_list(node: str | None, url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """List VMs (two per core: the fg and the bg slot)."""
+    """List VMs as their agents report them (desired beside, where it differs): the job VMs and the
+    idle VMs of each core's fg and bg slot (with libvirt layouts)."""
     vms = _client(url, token, ca).list_vms(node)
     show({"vms": vms}, output, lambda: vm_table(vms))
 
@@ -348,7 +398,7 @@ def vm_list(node: str | None, url: str | None, token: str | None, ca: str | None
 def vm_show(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
     """Show one VM."""
     v = _client(url, token, ca).get_vm(name)
-    show({"vm": v}, output, lambda: kv_table(v))
+    show({"vm": v}, output, lambda: vm_text(v))
 
 
 @vm.group("priority")
@@ -385,7 +435,7 @@ def vm_priority_set(
     """Change tier, weight, cap or pinning of VM NAME."""
     body = build_priority_body(tier, weight, cap, pin)
     v = _client(url, token, ca).set_vm_priority(name, body)
-    show({"vm": v}, output, lambda: kv_table(v))
+    show({"vm": v}, output, lambda: vm_text(v))
 
 
 def build_priority_body(tier: str | None, weight: int | None, cap: str | None, pin: int | None) -> dict[str, Any]:
