@@ -496,3 +496,25 @@ def test_vms_show_what_the_agent_reports(client: Client, tokens: dict[str, str])
     assert doc["vm"]["observed"]["power"] == "paused" and doc["vm"]["differs"] == ["power"]
     client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
     _heartbeat(client)
+
+
+def test_nodes_show_applied_generation_report_age_and_last_error(client: Client, tokens: dict[str, str]) -> None:
+    """An agent that refuses every generation is visible: the generation it applied beside the desired
+    one, its last error, and the age of its last full report, which a heartbeat does not reset."""
+    read = tokens["read"]
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/observed",
+                       {"node": "n1", "generation_applied": 0, "cores": 4, "time": time.time(),
+                        "errors": ["plan: generation refused: core 9 out of range"]}, node="n1")
+    assert s == 204
+    s, doc = client.call("GET", "/v1/nodes", token=read)
+    n1 = next(n for n in doc["nodes"] if n["name"] == "n1")
+    assert n1["generation_applied"] == 0 and n1["generation"] >= 0
+    assert n1["errors"] == ["plan: generation refused: core 9 out of range"]
+    assert n1["last_report"] is not None and 0 <= n1["report_age_s"] < 5
+    reported = n1["last_report"]
+    time.sleep(0.05)
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/heartbeat", {}, node="n1")
+    assert s == 200
+    n1 = next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n1")
+    assert n1["last_report"] == reported and n1["last_seen"] > reported and n1["report_age_s"] >= 0.05
+    _heartbeat(client)

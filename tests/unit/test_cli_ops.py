@@ -372,3 +372,18 @@ def test_vm_list_shows_observed_with_desired_beside(server: tuple[str, Recorder]
     rec.answer("GET", "/v1/vms/n1-c5-bg", 200, {"vm": idle})
     code, out, _ = run(capsys, "vm", "show", "n1-c5-bg", "--url", url)
     assert code == 0 and "idle core VM" in out and "observed: power running, core 5" in out
+
+
+def test_node_list_and_show_give_applied_generation_report_age_and_last_error() -> None:
+    n = {**NODE, "generation": 9, "generation_applied": 4, "report_age_s": 95.0,
+         "errors": ["plan: generation refused: core 9 out of range"], "errors_time": 1.0,
+         "refusals": [{"vm": "j1-r0-p0", "migration_id": "op1", "target_node": "n2", "reason": "no peer"}]}
+    row = dict(zip(ops.node_table([n]).headers, ops.node_table([n]).rows[0], strict=True))
+    assert row["GEN"] == "4 (want 9)" and row["REPORT"] == "95s ago"
+    assert row["ERRORS"] == "plan: generation refused: core 9 out of range (1 migration(s) refused)"
+    text = ops.node_text(n)
+    assert "generation: desired 9, applied by its agent 4 (behind); last full report 95s ago" in text
+    assert "refused migration op1 of j1-r0-p0 to n2: no peer" in text
+    fresh = {**n, "generation_applied": None, "report_age_s": None, "errors": [], "refusals": []}
+    row = dict(zip(ops.node_table([fresh]).headers, ops.node_table([fresh]).rows[0], strict=True))
+    assert (row["GEN"], row["REPORT"], row["ERRORS"]) == ("- (want 9)", "never", "-")

@@ -88,9 +88,14 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
             bg_busy += k
     obs = d.state.observed.get(n.name)
     err_time, errs = d.state.agent_errors.get(n.name, (None, ()))
+    last_report = d.observed_at.get(n.name)
     return {"name": n.name, "cores": n.cores, "state": n.state, "last_seen": n.last_seen,
             "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
+            # what its agent applied, and when it last sent a full report (heartbeats only move last_seen)
+            "generation_applied": obs.generation_applied if obs else None,
+            "last_report": last_report,
+            "report_age_s": None if last_report is None else max(0.0, (d.clock.now() - last_report) / d.speed),
             "utilization": obs.host_utilization if obs else 0.0,
             # migration reachability as the agent registered it (null: not restricted / shared storage)
             "peers": n.peers, "checkpoint_peers": n.checkpoint_peers,

@@ -247,22 +247,56 @@ def fmt_mem(mib: Any) -> str:
     return f"{mib:g}M"
 
 
+def fmt_applied(n: Mapping[str, Any]) -> str:
+    """The generation a node's agent applied, with the desired one beside when it is behind:
+    ``7``, ``4 (want 9)``; ``- (want 3)`` before its first report."""
+    want, got = n.get("generation"), n.get("generation_applied")
+    if "generation_applied" not in n:  # a daemon from before the applied generation was served
+        return str(want if want is not None else "")
+    shown = "-" if got is None else str(got)
+    return shown if got == want else f"{shown} (want {want})"
+
+
+def fmt_report_age(n: Mapping[str, Any]) -> str:
+    """Age of the agent's last full report (not of its heartbeat): ``12s ago``, ``never``."""
+    if "report_age_s" not in n:
+        return "-"
+    age = n.get("report_age_s")
+    return "never" if age is None else f"{fmt_duration(age)} ago"
+
+
+def _last_error(n: Mapping[str, Any]) -> str:
+    errs = [str(e) for e in n.get("errors") or ()]
+    refused = len(n.get("refusals") or ())
+    if not errs and not refused:
+        return "-"
+    text = errs[-1] if errs else ""
+    if len(text) > 60:
+        text = text[:57] + "..."
+    more = [f"+{len(errs) - 1} more"] if len(errs) > 1 else []
+    if refused:
+        more.append(f"{refused} migration(s) refused")
+    return text + (f" ({', '.join(more)})" if more else "") if text else ", ".join(more)
+
+
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
     return Grid(
-        ("NAME", "STATE", "GROUP", "CORES", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "LAST SEEN", "PEERS",
-         "ERRORS"),
+        ("NAME", "STATE", "GROUP", "CORES", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "REPORT",
+         "LAST SEEN", "PEERS", "ERRORS"),
         [(str(n.get("name", "")), str(n.get("state", "")), str(n.get("group") or "-"), str(n.get("cores", "")),
           fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
-          str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), str(n.get("generation", "")),
-          fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), str(len(n.get("errors") or ()) or "-"))
+          str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), fmt_applied(n), fmt_report_age(n),
+          fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
          for n in nodes],
     )
 
 
 def node_text(n: Mapping[str, Any]) -> str:
     """``vmctl node show``: one node, with the nodes it can migrate to and its agent's last errors."""
-    lines = [f"node {n.get('name')}: {n.get('state')}, {n.get('cores')} cores, generation {n.get('generation')}, "
+    lines = [f"node {n.get('name')}: {n.get('state')}, {n.get('cores')} cores, "
              f"last seen {fmt_time(n.get('last_seen'))}",
+             f"generation: desired {n.get('generation')}, applied by its agent {fmt_applied_only(n)}; last full "
+             f"report {fmt_report_age(n)} (agents report every 30 s and heartbeat every 5 s)",
              f"group {n.get('group') or '-'}; core speed {fmt_speed(n.get('speed'))} a standard core; "
              f"memory {fmt_mem(n.get('memory_mib')) if n.get('memory_mib') else 'not known'}",
              f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}",
@@ -279,6 +313,16 @@ def node_text(n: Mapping[str, Any]) -> str:
     else:
         lines.append("agent errors: none reported")
     return "\n".join(lines)
+
+
+def fmt_applied_only(n: Mapping[str, Any]) -> str:
+    got = n.get("generation_applied")
+    if "generation_applied" not in n:
+        return "not known"
+    if got is None:
+        return "none yet (no report to this daemon)"
+    behind = n.get("generation")
+    return str(got) if got == behind else f"{got} (behind)"
 
 
 def _observed_vs_desired(v: Mapping[str, Any], key: str, fmt: Callable[[Any], str]) -> str:
