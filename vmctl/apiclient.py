@@ -264,8 +264,14 @@ class ApiClient:
         return dict(self._field(self.call("GET", f"/v1/vms/{self._seg(name)}"), "vm", "vm"))
 
     def set_vm_priority(self, name: str, change: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self._field(self.set_vm_priority_doc(name, change), "vm", "priority"))
+
+    def set_vm_priority_doc(self, name: str, change: Mapping[str, Any]) -> dict[str, Any]:
+        """The whole answer: ``vm`` and ``applied_to`` (the VMs the change applies to: every VM of the
+        job for tier, weight and cap, the VM alone for a pin)."""
         doc = self.call("PUT", f"/v1/vms/{self._seg(name)}/priority", dict(change))
-        return dict(self._field(doc, "vm", "priority"))
+        self._field(doc, "vm", "priority")
+        return dict(doc)
 
     # ------------------------------------------------------------------------------ policy, auth, health
 

@@ -518,3 +518,19 @@ def test_nodes_show_applied_generation_report_age_and_last_error(client: Client,
     n1 = next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n1")
     assert n1["last_report"] == reported and n1["last_seen"] > reported and n1["report_age_s"] >= 0.05
     _heartbeat(client)
+
+
+def test_priority_change_says_which_vms_it_applies_to(client: Client, tokens: dict[str, str]) -> None:
+    """A cap is the job's (all its VMs share it): the answer lists every VM of the job it applies to."""
+    admin, read = tokens["admin"], tokens["read"]
+    _heartbeat(client)
+    s, doc = client.call("POST", "/v1/jobs", {"procs": 2, "estimate": 60, "work_seconds": 50}, token=admin)
+    jid = doc["job"]["id"]
+    _wait_until("the job runs", lambda: client.call("GET", f"/v1/jobs/{jid}", token=read)[1]["job"]["state"]
+                == "running")
+    names = sorted(v["name"] for v in client.call("GET", "/v1/vms", token=read)[1]["vms"] if v["job_id"] == jid)
+    assert len(names) == 2
+    s, doc = client.call("PUT", f"/v1/vms/{names[0]}/priority", {"cap": 0.25}, token=admin)
+    assert s == 200 and doc["applied_to"] == names and doc["vm"]["cap"] == 0.25
+    client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+    _heartbeat(client)

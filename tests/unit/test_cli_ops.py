@@ -387,3 +387,13 @@ def test_node_list_and_show_give_applied_generation_report_age_and_last_error() 
     fresh = {**n, "generation_applied": None, "report_age_s": None, "errors": [], "refusals": []}
     row = dict(zip(ops.node_table([fresh]).headers, ops.node_table([fresh]).rows[0], strict=True))
     assert (row["GEN"], row["REPORT"], row["ERRORS"]) == ("- (want 9)", "never", "-")
+
+
+def test_vm_priority_set_says_it_applies_to_the_whole_job(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("PUT", "/v1/vms/j17-r0-p0/priority", 200,
+               {"vm": {**VM, "name": "j17-r0-p0", "cap": 0.25}, "applied_to": ["j17-r0-p0", "j17-r0-p1"]})
+    code, out, _ = run(capsys, "vm", "priority", "set", "j17-r0-p0", "--url", url, "--cap", "25")
+    assert code == 0 and "applied to 2 VM(s): j17-r0-p0, j17-r0-p1" in out
+    code, out, _ = run(capsys, "vm", "priority", "set", "--help")
+    assert "every VM of the job" in " ".join(out.split())

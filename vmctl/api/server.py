@@ -479,9 +479,14 @@ class Api:
                 "agent's layout (vmctl-agent.yaml)"))
         self.d.set_vm_priority(name, tier, weight, cap, cap_given, pin)
         self.s.kick()
-        for v in vms_json(self.d, None):
+        vms = vms_json(self.d, None)
+        for v in vms:
             if v["name"] == name:
-                return json_response({"vm": v})
+                # tier, weight and cap are the job's (all its VMs); a pin moves this VM alone
+                job_wide = tier is not None or weight is not None or cap_given
+                applied = sorted({x["name"] for x in vms if x["managed"] and x["job_id"] == v["job_id"]}) \
+                    if job_wide else [name]
+                return json_response({"vm": v, "applied_to": applied})
         raise NotFound(kind="vm", name=name)
 
     # policy

@@ -467,19 +467,42 @@ def parse_cap(value: str | None) -> tuple[bool, float | None]:
 
 @vm_priority.command("set")
 @click.argument("name", shell_complete=_complete("vm"))
-@click.option("--tier", type=click.Choice(["fg", "bg"]), default=None, help="Move the VM to the fg or bg tier.")
-@click.option("--weight", type=click.IntRange(1, 10000), default=None, help="CPU weight 1..10000.")
-@click.option("--cap", "cap", default=None, metavar="PCT", help="CPU cap in percent of one core, or 'none'.")
-@click.option("--pin", type=click.IntRange(min=0), default=None, metavar="CORE", help="Pin to this local core.")
+@click.option("--tier", type=click.Choice(["fg", "bg"]), default=None,
+              help="Move the VM's job (all its VMs) to the fg or bg tier.")
+@click.option("--weight", type=click.IntRange(1, 10000), default=None,
+              help="CPU weight 1..10000 of every VM of the job.")
+@click.option("--cap", "cap", default=None, metavar="PCT",
+              help="CPU cap of every VM of the job, in percent of one core, or 'none'.")
+@click.option("--pin", type=click.IntRange(min=0), default=None, metavar="CORE",
+              help="Move VM NAME alone to this local core of its node.")
 @api_options
 def vm_priority_set(
     name: str, tier: str | None, weight: int | None, cap: str | None, pin: int | None,
     url: str | None, token: str | None, ca: str | None, output: str,
 ) -> None:
-    """Change tier, weight, cap or pinning of VM NAME."""
+    """Change the CPU priority of the job VM NAME runs, or pin VM NAME.
+
+    A job's processes share one tier, weight and cap, so --tier, --weight and --cap apply to every VM
+    of the job (the output lists them); --pin moves VM NAME alone. Idle core VMs (no job) keep the
+    priority of the agent's layout: changing one is a conflict (exit 4)."""
     body = build_priority_body(tier, weight, cap, pin)
-    v = _client(url, token, ca).set_vm_priority(name, body)
-    show({"vm": v}, output, lambda: vm_text(v))
+    doc = _client(url, token, ca).set_vm_priority_doc(name, body)
+    v = doc.get("vm") or {}
+    applied = [str(x) for x in doc.get("applied_to") or ()]
+
+    def text() -> str:
+        out = vm_text(v)
+        if applied:
+            out += f"\napplied to {len(applied)} VM(s): {fmt_names(applied)}"
+        return out
+
+    show(doc, output, text)
+
+
+def fmt_names(names: Sequence[str], limit: int = 8) -> str:
+    if len(names) > limit:
+        return ", ".join(names[:limit]) + f" (+{len(names) - limit})"
+    return ", ".join(names)
 
 
 def build_priority_body(tier: str | None, weight: int | None, cap: str | None, pin: int | None) -> dict[str, Any]:

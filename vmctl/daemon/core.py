@@ -446,8 +446,14 @@ class Daemon:
         self._require_leader()
         now = self.clock.now()
         view, lay = self.state.build_view(now)
+        from vmctl.errors import InvariantViolation
+
         dec = Decision(actions=actions, reasons={}, default_reason="waiting")
-        check_decision(view, dec, now)
+        try:
+            check_decision(view, dec, now)
+        except InvariantViolation as exc:  # an operator's request the rules refuse: a conflict, not a bug
+            raise Conflict(what=f"{actions[0].kind} of job {actions[0].job_id}",
+                           problem=f"refused ({lay.name_cores(exc.message)})") from exc
         ch = Changes()
         saved = {j.id: j.reason for j in self.state.queue()}
         res = self.actuator.apply(dec, view, lay, now, ch)
