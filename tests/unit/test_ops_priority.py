@@ -45,3 +45,16 @@ def test_promote_on_busy_fg_slots_names_node_and_core(tmp_path: Path) -> None:
     assert exit_code_for(err.value) == 4
     assert c.daemon.job(bg).tier == "bg"  # nothing half-applied
     c.close()
+
+
+def test_operator_promote_is_in_the_job_history(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, {"n1": 4, "n2": 4}, policy=FgAndBgOnN2())
+    fg = c.submit(2, 100, 3)
+    bg = c.submit(2, 100, 80)
+    c.run_until(lambda: c.state(fg) == "done" and c.state(bg) == "running")
+    c.daemon.set_vm_priority(c.daemon.job(bg).vm_name(0), "fg", None, None, False, None)
+    hist = c.daemon.job(bg).history
+    assert c.daemon.job(bg).tier == "fg"
+    assert hist[-1]["event"] == "tier" and hist[-1]["detail"] == "bg -> fg by the operator", hist
+    assert [h["event"] for h in c.daemon.job(fg).history] == ["submitted", "started", "done"]
+    c.close()

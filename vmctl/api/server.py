@@ -34,6 +34,7 @@ from vmctl.api import schemas
 from vmctl.api.listener import BoundedSite
 from vmctl.daemon import statedir
 from vmctl.daemon.core import Daemon, NotLeader
+from vmctl.daemon.history import requeues
 from vmctl.daemon.lease import LeaseHolder
 from vmctl.daemon.state import ACTIVE
 from vmctl.errors import (
@@ -70,7 +71,8 @@ def job_json(r: JobRecord) -> dict[str, Any]:
         "placement": [{"node": n, "core": c} for n, c in r.placement],
         "reason": r.reason, "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]}
                                       for t in r.tasks],
-        "migrations": r.migrations,
+        "migrations": r.migrations, "runs": r.run, "requeues": requeues(r),
+        "history": [{"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")} for h in r.history],
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
         "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
     }

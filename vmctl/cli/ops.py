@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -677,7 +677,19 @@ def job_list(
 
 
 JOB_KEYS = ("id", "name", "user", "state", "tier", "procs", "estimate", "priority", "deadline", "submit_time",
-            "start_time", "end_time", "placement", "migrations", "reason", "tasks")
+            "start_time", "end_time", "placement", "runs", "requeues", "migrations", "reason", "tasks")
+
+
+def history_text(history: Any) -> str:
+    """A job's history, one line per entry: time, event, detail."""
+    entries = [h for h in history or () if isinstance(h, Mapping)]
+    if not entries:
+        return "history: none recorded"
+    lines = ["history:"]
+    for h in entries:
+        detail = f": {h['detail']}" if h.get("detail") else ""
+        lines.append(f"  {fmt_time(h.get('time'))}  {h.get('event')}{detail}")
+    return "\n".join(lines)
 
 
 @job.command("show")
@@ -686,8 +698,14 @@ JOB_KEYS = ("id", "name", "user", "state", "tier", "procs", "estimate", "priorit
 def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
     """Show one job."""
     j = _client(url, token, ca).get_job(job_id)
-    keys = [k for k in JOB_KEYS if k in j] + [k for k in j if k not in JOB_KEYS]
-    show({"job": j}, output, lambda: kv_table(j, keys))
+    keys = [k for k in JOB_KEYS if k in j] + [k for k in j if k not in JOB_KEYS and k != "history"]
+
+    def render() -> Any:
+        if "history" not in j:
+            return kv_table(j, keys)
+        return Group(kv_table(j, keys), Text(safe_text(history_text(j.get("history")))))
+
+    show({"job": j}, output, render)
 
 
 @job.command("cancel")

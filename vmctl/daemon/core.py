@@ -37,6 +37,7 @@ from typing import Any
 from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DaemonConfig
+from vmctl.daemon.history import JobHistory
 from vmctl.daemon.retention import prune_finished
 from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings, Layout
 from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, UserError, ValidationError, VmctlError
@@ -115,6 +116,7 @@ class Daemon:
         #: took the lease (memory only, emptied by ``load``). No timer that ends work acts on a node before
         #: its entry exists: what the agents observed while the daemon was down is learnt first.
         self.observed_at: dict[str, float] = {}
+        self.history = JobHistory()  # the jobs' history entries (vmctl job show)
         #: called with the names of nodes whose desired state changed (after the commit)
         self.on_desired: Callable[[set[str]], None] = lambda nodes: None
         self.metrics: Any = None  # a vmctl.metrics.DaemonMetrics when served (set by the API server)
@@ -183,6 +185,7 @@ class Daemon:
                    for n, (g, doc) in desired_raw.items()}
         self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired)
         self.loads += 1
+        self.history.forget()
         now = self.clock.now()
         self.observed_at = {}  # nothing observed by this daemon yet: see housekeeping
         for n in self.state.nodes.values():
@@ -236,6 +239,10 @@ class Daemon:
         """Derive the desired state of every touched node and write everything in one transaction.
         On a store error the in-memory state is reloaded from the store (nothing half-applied)."""
         st = self.state
+        if ch.jobs:  # stored with the jobs, in this transaction
+            by = "the operator" if "operator action" in ch.events else \
+                f"policy {self.policy.name if self.policy else '-'}"
+            self.history.note(ch.jobs.values(), self.clock.now(), by)
         batch = WriteBatch(jobs=dict(ch.jobs), nodes=dict(ch.nodes), operations=dict(ch.ops), kv=dict(ch.kv))
         new_desired: dict[str, tuple[Any, ...]] = {}
         for node in sorted(ch.desired_nodes):
@@ -295,6 +302,7 @@ class Daemon:
             out.append(rec)
             ch.jobs[rec.id] = rec
         ch.events.append("submit")
+        self.history.note(out, now, "the operator")
         try:
             self.store.write(self.epoch, WriteBatch(jobs=dict(ch.jobs)))
         except LeaseLost:

@@ -71,6 +71,9 @@ class JobRecord:
     migrating: str | None = None  # id of the open migration operation
     cancel_requested: bool = False
     restore_pending: bool = False  # VMs to be restored from their checkpoint files
+    #: what happened to the job (starts, tier changes, migrations, requeues, its end), oldest first and
+    #: bounded (vmctl.daemon.history); absent from jobs stored before it was kept: empty
+    history: list[dict[str, Any]] = field(default_factory=list)
 
     def to_doc(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict deep-copies and is ~20x slower on the hot path
