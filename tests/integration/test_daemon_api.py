@@ -534,3 +534,17 @@ def test_priority_change_says_which_vms_it_applies_to(client: Client, tokens: di
     assert s == 200 and doc["applied_to"] == names and doc["vm"]["cap"] == 0.25
     client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
     _heartbeat(client)
+
+
+def test_healthz_answers_without_credentials_and_says_nothing_else(client: Client, tokens: dict[str, str]) -> None:
+    """``/healthz`` is for load balancers and systemd: no token, no client certificate, liveness and
+    leadership only; every other route still needs credentials."""
+    s, doc = client.call("GET", "/healthz")
+    assert s == 200 and doc == {"status": "ok", "leader": True}
+    s, doc = client.call("GET", "/healthz", token="vmctl_not-a-token")  # a bad token is not looked at
+    assert s == 200 and doc == {"status": "ok", "leader": True}
+    s, doc = client.call("POST", "/healthz", {})
+    assert s == 405
+    for path in ("/v1/health", "/v1/jobs", "/v1/nodes"):
+        s, doc = client.call("GET", path)
+        assert s == 401, path

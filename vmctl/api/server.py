@@ -55,6 +55,8 @@ log = logging.getLogger("vmctld.api")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 DAEMON: web.AppKey[Daemon] = web.AppKey("daemon", Daemon)
+#: the one route answered without credentials: ``{"status": "ok", "leader": bool}`` and nothing else
+HEALTHZ = "/healthz"
 METRICS: web.AppKey[Any] = web.AppKey("metrics", object)
 
 
@@ -244,7 +246,7 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
 
 
 _GROUPS = frozenset({"/v1/jobs", "/v1/nodes", "/v1/vms", "/v1/policy", "/v1/tokens", "/v1/certs", "/v1/agent",
-                     "/v1/health", "/metrics"})
+                     "/v1/health", "/metrics", HEALTHZ})
 
 
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -318,6 +320,8 @@ def _authorize(request: web.Request, p: auth.Principal) -> None:
 def make_auth_mw(max_body: int) -> Any:
     @web.middleware
     async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == HEALTHZ:  # liveness for load balancers and systemd: no credentials, no data
+            return await handler(request)
         _authorize(request, _authenticate(request))
         cl = request.content_length
         if cl is not None and cl > max_body:
@@ -357,6 +361,10 @@ class Api:
 
     async def health(self, request: web.Request) -> web.Response:
         return json_response({"status": "ok", "leader": self.d.leader, "epoch": self.d.epoch})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too)."""
+        return json_response({"status": "ok", "leader": self.d.leader})
 
     async def metrics(self, request: web.Request) -> web.Response:
         body, ctype = self.s.render_metrics()
@@ -797,6 +805,7 @@ class DaemonServer:
         a = Api(self)
         r = app.router
         r.add_get("/v1/health", a.health)
+        r.add_get(HEALTHZ, a.healthz)
         r.add_get("/metrics", a.metrics)
         r.add_post("/v1/jobs", a.submit)
         r.add_post("/v1/jobs:batch", a.submit_batch)
