@@ -134,12 +134,16 @@ class ApiClient:
         self.timeout = timeout
         self._ssl: ssl.SSLContext | None = None
         if self.scheme == "https":
+            if self.ca and not os.path.isfile(self.ca):
+                what = "is not a file" if os.path.exists(self.ca) else "does not exist"
+                raise errors.UserError(where="--ca / VMCTL_CA", problem=f"the CA file {self.ca} {what}")
             try:
                 ctx = ssl.create_default_context(cafile=self.ca) if self.ca else ssl.create_default_context()
                 if cert:
                     ctx.load_cert_chain(cert, key)
             except (OSError, ssl.SSLError) as exc:
-                raise errors.UserError(where="TLS files (--ca / VMCTL_CA)", problem=str(exc)) from exc
+                files = ", ".join(f for f in (self.ca, cert, key) if f)
+                raise errors.UserError(where=f"TLS files (--ca / VMCTL_CA: {files})", problem=str(exc)) from exc
             self._ssl = ctx
 
     # ------------------------------------------------------------------------------ plumbing
@@ -186,8 +190,22 @@ class ApiClient:
             payload = resp.read()
             status = resp.status
             ctype = resp.getheader("Content-Type", "") or ""
+        except ssl.SSLCertVerificationError as exc:
+            reason = exc.verify_message or str(exc)
+            if self.ca:
+                problem = f"TLS: its certificate is not signed by the CA in {self.ca} ({reason})"
+            else:
+                problem = (f"TLS: its certificate is not signed by a CA this machine trusts ({reason}); no --ca "
+                           f"was given")
+            raise errors.TlsUntrusted(url=self.url, problem=problem) from exc
         except ssl.SSLError as exc:
             raise errors.DaemonUnavailable(url=self.url, problem=f"TLS: {exc}") from exc
+        except (ConnectionResetError, http.client.BadStatusLine) as exc:
+            # RemoteDisconnected is a BadStatusLine: a TLS listener drops a plain-HTTP request
+            problem = str(exc) or type(exc).__name__
+            if self.scheme == "http":
+                problem = f"vmctld serves HTTPS only: use https://{self.url.split('://', 1)[1]} ({problem})"
+            raise errors.DaemonUnavailable(url=self.url, problem=problem) from exc
         except (TimeoutError, OSError, http.client.HTTPException) as exc:
             problem = str(exc) or type(exc).__name__
             raise errors.DaemonUnavailable(url=self.url, problem=problem) from exc
