@@ -245,8 +245,11 @@ class ApiClient:
         doc = self.call("POST", "/v1/jobs:batch", {"jobs": [dict(s) for s in specs]})
         return list(self._field(doc, "jobs", "batch submit"))
 
-    def list_jobs(self, state: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        return list(self._field(self.call("GET", "/v1/jobs", query={"state": state, "limit": limit}), "jobs", "jobs"))
+    def list_jobs(self, state: str | None = None, limit: int | None = None,
+                  order: str | None = None) -> list[dict[str, Any]]:
+        """Jobs in submission order; ``order="newest"``: the newest first (a ``limit`` keeps those)."""
+        doc = self.call("GET", "/v1/jobs", query={"state": state, "limit": limit, "order": order})
+        return list(self._field(doc, "jobs", "jobs"))
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         return dict(self._field(self.call("GET", f"/v1/jobs/{self._seg(job_id)}"), "job", "job"))

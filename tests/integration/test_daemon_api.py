@@ -548,3 +548,18 @@ def test_healthz_answers_without_credentials_and_says_nothing_else(client: Clien
     for path in ("/v1/health", "/v1/jobs", "/v1/nodes"):
         s, doc = client.call("GET", path)
         assert s == 401, path
+
+
+
+def test_job_list_limit_keeps_the_newest_on_request(client: Client, tokens: dict[str, str]) -> None:
+    admin, read = tokens["admin"], tokens["read"]
+    ids = [client.call("POST", "/v1/jobs", {"procs": 64, "estimate": 5}, token=admin)[1]["job"]["id"]
+           for _ in range(3)]
+    s, doc = client.call("GET", "/v1/jobs?limit=2&order=newest", token=read)
+    assert s == 200 and [j["id"] for j in doc["jobs"]] == [ids[2], ids[1]]
+    s, doc = client.call("GET", "/v1/jobs?state=queued&limit=1&order=oldest", token=read)
+    assert s == 200 and doc["jobs"][0]["id"] not in ids[1:]
+    s, doc = client.call("GET", "/v1/jobs?order=sideways", token=read)
+    assert s == 422 and doc["error"]["field"] == "order"
+    for jid in ids:
+        client.call("DELETE", f"/v1/jobs/{jid}", token=admin)

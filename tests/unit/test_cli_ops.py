@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.livedaemon import run_cli
-from vmctl import errors
+from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient, error_from_response
 from vmctl.cli import ops
 from vmctl.cli.main import exit_code_for
@@ -130,7 +131,7 @@ def test_job_list_table_and_query(server: tuple[str, Recorder], capsys: Any) -> 
     rec.answer("GET", "/v1/jobs", 200, {"jobs": [JOB]})
     code, out, _ = run(capsys, "job", "list", "--url", url, "--state", "running", "--limit", "5")
     assert code == 0
-    assert rec.requests[-1]["query"] == "state=running&limit=5"
+    assert rec.requests[-1]["query"] == "state=running&limit=5&order=newest"  # --limit keeps the newest
     lines = out.splitlines()
     header = next(line for line in lines if "ID" in line and "STATE" in line)
     assert "PLACEMENT" in header
@@ -227,7 +228,7 @@ def test_explain_names_the_reservation(server: tuple[str, Recorder], capsys: Any
         "reservation": {"job_id": "19", "shadow_time": 1795003600.0, "extra_cores": 1}})
     code, out, _ = run(capsys, "job", "explain", "20", "--url", url)
     assert code == 0
-    assert "position 2" in out and "waiting for 8 cores" in out
+    assert "position 3 in the queue (2 job(s) ahead)" in out and "waiting for 8 cores" in out  # from 1
     assert "job 19 holds the reservation" in out and "2026-11-18" in out and "1 extra core" in out
 
 
@@ -267,10 +268,12 @@ def test_token_and_cert_issue(server: tuple[str, Recorder], capsys: Any, tmp_pat
     assert (tmp_path / "pki" / "ca.crt").read_text() == "CA\n"
 
 
-def test_formatters() -> None:
+def test_formatters(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ops.fmt_duration(59) == "59s" and ops.fmt_duration(600) == "10.0m" and ops.fmt_duration(None) == "-"
     assert ops.fmt_duration(86400 * 3) == "3.0d"
-    assert ops.fmt_time(0) == "1970-01-01 00:00:00"
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    assert ops.fmt_time(0) == "1970-01-01T00:00:00+00:00"  # ISO 8601 with the zone
     assert ops.fmt_placement([{"node": "a", "core": i} for i in range(6)], limit=2) == "a:0, a:1 (+4)"
     assert ops.parse_cap("50%") == (True, 0.5) and ops.parse_cap(None) == (False, None)
     with pytest.raises(errors.UserError):
@@ -397,3 +400,36 @@ def test_vm_priority_set_says_it_applies_to_the_whole_job(server: tuple[str, Rec
     assert code == 0 and "applied to 2 VM(s): j17-r0-p0, j17-r0-p1" in out
     code, out, _ = run(capsys, "vm", "priority", "set", "--help")
     assert "every VM of the job" in " ".join(out.split())
+
+
+def test_times_are_iso_8601_with_zone_and_relative(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Times carry their zone (the local one, TZ), show how long ago they are, and the reasons' raw
+    ``t=<epoch>`` become readable; the simulator's small model times stay as they are."""
+    monkeypatch.setenv("TZ", "EST5")
+    time.tzset()
+    try:
+        assert ops.fmt_time(0) == "1969-12-31T19:00:00-05:00"
+        assert timefmt.iso(1795460000, utc=True) == "2026-11-23T18:53:20Z"
+        assert timefmt.relative(1000.0, now=1300.0) == "5.0m ago" and timefmt.relative(1300.0, now=1000.0) == "in 5.0m"
+        now = time.time()
+        text = ops.fmt_reason(f"head of queue: reservation at t={now + 600:.1f} needs 4 cores")
+        assert "t=" not in text and "-05:00 (in 10.0m)" in text, text
+        assert ops.fmt_reason("head of queue: reservation at t=10 needs 4 cores").endswith("at t=10 needs 4 cores")
+        explain = ops.explain_text({"job_id": "3", "state": "queued", "queue_position": 0, "reason": None,
+                                    "reservation": None})
+        assert "position 1 in the queue (the head of the queue)" in explain
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_job_list_limit_shows_the_newest_and_offers_the_oldest(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    newest_first = [{**JOB, "id": "9", "name": "nine"}, {**JOB, "id": "8", "name": "eight"}]
+    rec.answer("GET", "/v1/jobs", 200, {"jobs": newest_first})
+    code, out, _ = run(capsys, "job", "list", "--url", url, "--limit", "2")
+    assert code == 0 and "order=newest" in rec.requests[-1]["query"]
+    assert "the newest 2 jobs (--oldest for the oldest)" in out
+    assert out.index("eight") < out.index("nine")  # shown in submission order
+    code, out, _ = run(capsys, "job", "list", "--url", url, "--limit", "2", "--oldest", "-o", "json")
+    assert code == 0 and "order" not in rec.requests[-1]["query"]

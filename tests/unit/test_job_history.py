@@ -8,6 +8,8 @@ from pathlib import Path
 from tests.unit.test_daemon_core import Cluster
 from vmctl.api.server import job_json
 from vmctl.cli.ops import history_text
+from vmctl.model import JobState
+from vmctl.store.base import JobRecord
 
 
 def test_requeue_and_restart_are_in_the_history(tmp_path: Path) -> None:
@@ -30,3 +32,12 @@ def test_requeue_and_restart_are_in_the_history(tmp_path: Path) -> None:
     c.restart()
     assert [h["event"] for h in c.daemon.job(jid).history] == events
     c.close()
+
+
+def test_api_reasons_carry_iso_8601_times() -> None:
+    """The policy writes ``t=<epoch seconds>``; the API answers ISO 8601 UTC instead."""
+    rec = JobRecord(id="2", seq=2, name="b", spec={"procs": 4, "estimate": 60.0}, state=JobState.QUEUED,
+                    submit_time=1795460000.0, reason="head of queue: reservation at t=1795460000.0 needs 4 cores")
+    assert job_json(rec)["reason"] == "head of queue: reservation at 2026-11-23T18:53:20Z needs 4 cores"
+    rec.reason = "does not fit, or would delay the reservation of 1 at t=1.79546e+09"
+    assert job_json(rec)["reason"].endswith("reservation of 1 at 2026-11-23T18:53:20Z")

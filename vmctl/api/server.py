@@ -49,6 +49,7 @@ from vmctl.errors import (
 )
 from vmctl.model import JobState, VmObserved
 from vmctl.store.base import JobRecord, NodeRecord, TokenRecord, WriteBatch
+from vmctl.timefmt import iso, rewrite_times
 from vmctl.wire import desired_to_json, observed_from_json
 
 log = logging.getLogger("vmctld.api")
@@ -71,13 +72,18 @@ def job_json(r: JobRecord) -> dict[str, Any]:
         "submit_time": r.submit_time, "start_time": r.start_time,
         "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
         "placement": [{"node": n, "core": c} for n, c in r.placement],
-        "reason": r.reason, "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]}
-                                      for t in r.tasks],
+        "reason": _reason(r.reason),
+        "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]} for t in r.tasks],
         "migrations": r.migrations, "runs": r.run, "requeues": requeues(r),
         "history": [{"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")} for h in r.history],
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
         "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
     }
+
+
+def _reason(reason: str | None) -> str | None:
+    """A reason as the API answers it: epoch times the policy wrote as ``t=<seconds>`` in ISO 8601 (UTC)."""
+    return None if reason is None else rewrite_times(reason, lambda t: iso(t, utc=True))
 
 
 def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
@@ -401,8 +407,12 @@ class Api:
         if archived == "true":  # jobs pruned from memory by retention (newest first), from the store
             recs = self.d.store.list_archived_jobs(state, limit)
             return json_response({"jobs": [{**job_json(r), "archived": True} for r in recs]})
+        order = q.get("order", "oldest")
+        if order not in ("oldest", "newest"):
+            raise ValidationError(field="order", problem=f"must be oldest or newest, got {order[:40]!r}")
         out = []
-        for r in self.d.state.jobs.values():
+        jobs = self.d.state.jobs.values()
+        for r in (reversed(jobs) if order == "newest" else jobs):
             if state is None or r.state == state:
                 out.append(job_json(r))
                 if len(out) >= limit:
@@ -431,7 +441,9 @@ class Api:
 
     async def explain(self, request: web.Request) -> web.Response:
         self._leader()
-        return json_response(self.d.explain(request.match_info["id"]))
+        doc = self.d.explain(request.match_info["id"])
+        doc["reason"] = _reason(doc.get("reason"))
+        return json_response(doc)
 
     async def migrate(self, request: web.Request) -> web.Response:
         self._leader()

@@ -12,7 +12,6 @@ Shell completion: ``eval "$(_VMCTL_COMPLETE=bash_source vmctl)"`` (zsh: ``zsh_so
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 import os
@@ -29,9 +28,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from vmctl import errors
+from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
 from vmctl.model import JobState
+from vmctl.timefmt import fmt_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,7 +70,7 @@ def _complete(kind: str) -> Callable[[click.Context, click.Parameter, str], list
         try:
             c = _completion_client(ctx)
             if kind == "job":
-                names = [str(j.get("id")) for j in c.list_jobs(limit=200)]
+                names = [str(j.get("id")) for j in c.list_jobs(limit=200, order="newest")]
             elif kind == "node":
                 names = [str(n.get("name")) for n in c.list_nodes()]
             else:
@@ -122,30 +122,18 @@ def safe_text(s: str) -> str:
 
 
 def fmt_time(t: Any) -> str:
-    if t is None:
-        return "-"
-    try:
-        return _dt.datetime.fromtimestamp(float(t), tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return str(t)
+    """A time in a table: ISO 8601 with the local time zone (``TZ``)."""
+    return timefmt.iso(t)
 
 
-def fmt_duration(seconds: Any) -> str:
-    if seconds is None:
-        return "-"
-    try:
-        s = float(seconds)
-    except (TypeError, ValueError):
-        return str(seconds)
-    if s < 0:
-        return f"-{fmt_duration(-s)}"
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    if s < 172800:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.1f}d"
+def fmt_when(t: Any) -> str:
+    """A time where there is room: ISO 8601 with the zone and how long ago (or ahead) it is."""
+    return timefmt.human(t)
+
+
+def fmt_reason(reason: Any) -> str:
+    """A waiting reason with its epoch times (``t=1.79546e+09`` from an older daemon) made readable."""
+    return "" if not reason else timefmt.rewrite_times(str(reason), timefmt.human)
 
 
 def fmt_pct(x: Any) -> str:
@@ -213,7 +201,7 @@ def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Gr
         [(str(j.get("id", "")), str(j.get("name") or "-"), str(j.get("user") or "-"), str(j.get("state", "")),
           str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
           fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")),
-          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), str(j.get("reason") or ""))
+          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_reason(j.get("reason")))
          for j in jobs],
         title,
     )
@@ -294,7 +282,7 @@ def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
 def node_text(n: Mapping[str, Any]) -> str:
     """``vmctl node show``: one node, with the nodes it can migrate to and its agent's last errors."""
     lines = [f"node {n.get('name')}: {n.get('state')}, {n.get('cores')} cores, "
-             f"last seen {fmt_time(n.get('last_seen'))}",
+             f"last seen {fmt_when(n.get('last_seen'))}",
              f"generation: desired {n.get('generation')}, applied by its agent {fmt_applied_only(n)}; last full "
              f"report {fmt_report_age(n)} (agents report every 30 s and heartbeat every 5 s)",
              f"group {n.get('group') or '-'}; core speed {fmt_speed(n.get('speed'))} a standard core; "
@@ -308,7 +296,7 @@ def node_text(n: Mapping[str, Any]) -> str:
                      f"{r.get('reason')}")
     errs = [str(e) for e in n.get("errors") or ()]
     if errs:
-        lines.append(f"agent errors (its latest report with errors, at {fmt_time(n.get('errors_time'))}):")
+        lines.append(f"agent errors (its latest report with errors, at {fmt_when(n.get('errors_time'))}):")
         lines.extend(f"  {e}" for e in errs)
     else:
         lines.append("agent errors: none reported")
@@ -390,7 +378,9 @@ def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table
     for k in keys if keys is not None else list(doc):
         v = doc.get(k)
         if k.endswith("_time") or k in ("deadline", "last_seen", "expires"):
-            s = fmt_time(v)
+            s = fmt_when(v)
+        elif k == "reason":
+            s = fmt_reason(v) or "-"
         elif k == "placement":
             s = fmt_placement(v, limit=64)
         elif k in ("cap",):
@@ -666,14 +656,24 @@ def job_submit(
 
 @job.command("list")
 @click.option("--state", type=click.Choice(JOB_STATES), default=None)
-@click.option("--limit", type=click.IntRange(min=1), default=None)
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="At most this many jobs: the newest ones (--oldest: the oldest ones).")
+@click.option("--oldest", is_flag=True, help="With --limit, keep the oldest jobs instead of the newest.")
 @api_options
 def job_list(
-    state: str | None, limit: int | None, url: str | None, token: str | None, ca: str | None, output: str,
+    state: str | None, limit: int | None, oldest: bool, url: str | None, token: str | None, ca: str | None,
+    output: str,
 ) -> None:
-    """List jobs."""
-    jobs = _client(url, token, ca).list_jobs(state, limit)
-    show({"jobs": jobs}, output, lambda: job_table(jobs))
+    """List jobs in submission order (oldest first); --limit N keeps the newest N."""
+    if oldest:
+        jobs = _client(url, token, ca).list_jobs(state, limit)
+    else:
+        jobs = list(reversed(_client(url, token, ca).list_jobs(state, limit, order="newest")))
+    title = None
+    if limit is not None and len(jobs) >= limit:
+        other = "" if oldest else " (--oldest for the oldest)"
+        title = f"the {'oldest' if oldest else 'newest'} {limit} jobs{other}"
+    show({"jobs": jobs}, output, lambda: job_table(jobs, title=title))
 
 
 JOB_KEYS = ("id", "name", "user", "state", "tier", "procs", "estimate", "priority", "deadline", "submit_time",
@@ -688,7 +688,7 @@ def history_text(history: Any) -> str:
     lines = ["history:"]
     for h in entries:
         detail = f": {h['detail']}" if h.get("detail") else ""
-        lines.append(f"  {fmt_time(h.get('time'))}  {h.get('event')}{detail}")
+        lines.append(f"  {fmt_when(h.get('time'))}  {h.get('event')}{fmt_reason(detail)}")
     return "\n".join(lines)
 
 
@@ -722,16 +722,18 @@ def explain_text(doc: Mapping[str, Any]) -> str:
     job_id = doc.get("job_id")
     state = doc.get("state")
     lines = [f"job {job_id} is {state}"]
-    if doc.get("queue_position") is not None:
-        lines[0] += f", position {doc['queue_position']} in the queue"
+    pos = doc.get("queue_position")
+    if isinstance(pos, int) and not isinstance(pos, bool):  # the API counts from 0 (the head)
+        ahead = "the head of the queue" if pos == 0 else f"{pos} job(s) ahead"
+        lines[0] += f", position {pos + 1} in the queue ({ahead})"
     if doc.get("reason"):
-        lines.append(f"reason: {doc['reason']}")
+        lines.append(f"reason: {fmt_reason(doc['reason'])}")
     res = doc.get("reservation")
     if isinstance(res, dict) and res:
         holder = res.get("job_id")
         who = "this job holds" if str(holder) == str(job_id) else f"job {holder} holds"
         lines.append(
-            f"reservation: {who} the reservation; it starts at the latest at {fmt_time(res.get('shadow_time'))} "
+            f"reservation: {who} the reservation; it starts at the latest at {fmt_when(res.get('shadow_time'))} "
             f"(shadow time); {res.get('extra_cores')} extra core(s) may be backfilled until then"
         )
     elif state == JobState.QUEUED:
