@@ -257,6 +257,14 @@ class ApiClient:
     def cancel_job(self, job_id: str) -> dict[str, Any]:
         return dict(self._field(self.call("DELETE", f"/v1/jobs/{self._seg(job_id)}"), "job", "cancel"))
 
+    def list_operations(self, job: str | None = None, state: str | None = None,
+                        limit: int | None = None) -> list[dict[str, Any]]:
+        doc = self.call("GET", "/v1/operations", query={"job": job, "state": state, "limit": limit})
+        return list(self._field(doc, "operations", "operations"))
+
+    def get_operation(self, op_id: str) -> dict[str, Any]:
+        return dict(self._field(self.call("GET", f"/v1/operations/{self._seg(op_id)}"), "operation", "operation"))
+
     def explain_job(self, job_id: str) -> dict[str, Any]:
         doc = self.call("GET", f"/v1/jobs/{self._seg(job_id)}/explain")
         if not isinstance(doc, dict):

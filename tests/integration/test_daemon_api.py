@@ -153,6 +153,7 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/v1/nodes", None, "read"),
     ("POST", "/v1/nodes/n1/undrain", None, "admin"),
     ("GET", "/v1/vms", None, "read"),
+    ("GET", "/v1/operations", None, "read"),
     ("GET", "/v1/policy", None, "read"),
     ("PUT", "/v1/policy", {"name": "easy"}, "admin"),
     ("POST", "/v1/tokens", {"name": "x", "role": "read"}, "admin"),
@@ -563,3 +564,13 @@ def test_job_list_limit_keeps_the_newest_on_request(client: Client, tokens: dict
     assert s == 422 and doc["error"]["field"] == "order"
     for jid in ids:
         client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+
+
+def test_operations_are_queryable(client: Client, tokens: dict[str, str]) -> None:
+    read = tokens["read"]
+    s, doc = client.call("GET", "/v1/operations?limit=5", token=read)
+    assert s == 200 and isinstance(doc["operations"], list)
+    s, doc = client.call("GET", "/v1/operations/op999999", token=read)
+    assert s == 404 and doc["error"]["reference"] == "not-found"
+    s, doc = client.call("GET", "/v1/operations?limit=0", token=read)
+    assert s == 422 and doc["error"]["field"] == "limit"

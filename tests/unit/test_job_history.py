@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.unit.test_daemon_core import Cluster
-from vmctl.api.server import job_json
-from vmctl.cli.ops import history_text
+from vmctl.api.server import job_json, op_json
+from vmctl.cli.ops import history_text, op_text
 from vmctl.model import JobState
 from vmctl.store.base import JobRecord
 
@@ -41,3 +41,25 @@ def test_api_reasons_carry_iso_8601_times() -> None:
     assert job_json(rec)["reason"] == "head of queue: reservation at 2026-11-23T18:53:20Z needs 4 cores"
     rec.reason = "does not fit, or would delay the reservation of 1 at t=1.79546e+09"
     assert job_json(rec)["reason"].endswith("reservation of 1 at 2026-11-23T18:53:20Z")
+
+
+def test_operator_migration_is_an_operation_and_in_the_history(tmp_path: Path) -> None:
+    """``vmctl migrate`` prints an operation id that ``vmctl op show`` answers: its moves as node:core,
+    who asked and how it ended; the job's history has the migration."""
+    c = Cluster(tmp_path, {"n1": 2, "n2": 2})
+    jid = c.submit(2, 200, 60)
+    c.step()
+    src = c.daemon.job(jid).placement[0][0]
+    dst = "n2" if src == "n1" else "n1"
+    op = c.daemon.migrate_job(jid, dst)
+    c.run_until(lambda: c.daemon.state.ops[op.id].state != "pending", limit=60)
+    doc = op_json(c.daemon.state.ops[op.id])
+    assert doc["id"] == op.id and doc["kind"] == "migrate" and doc["state"] == "done" and doc["job_id"] == jid
+    assert doc["origin"] == "operator"
+    assert {m["from"].split(":")[0] for m in doc["moves"]} == {src} and all(
+        m["to"].startswith(f"{dst}:") for m in doc["moves"])
+    text = op_text(doc)
+    assert f"operation {op.id}: migrate of job {jid}, done" in text and f"-> {dst}:" in text
+    hist = c.daemon.job(jid).history
+    assert hist[-1]["event"] == "migrated" and hist[-1]["detail"].startswith(f"{src}:"), hist
+    c.close()

@@ -48,7 +48,7 @@ from vmctl.errors import (
     VmctlError,
 )
 from vmctl.model import JobState, VmObserved
-from vmctl.store.base import JobRecord, NodeRecord, TokenRecord, WriteBatch
+from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, TokenRecord, WriteBatch
 from vmctl.timefmt import iso, rewrite_times
 from vmctl.wire import desired_to_json, observed_from_json
 
@@ -113,6 +113,27 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
             "errors": list(errs), "errors_time": err_time,
             "refusals": [{"vm": r.vm, "migration_id": r.migration_id, "target_node": r.target_node,
                           "reason": r.reason} for r in (obs.refusals if obs else ())]}
+
+
+def _slot(v: Any) -> str:
+    """A ``[node, core]`` pair of an operation's move as ``node:core`` (``node`` for an unpinned VM)."""
+    if isinstance(v, list | tuple) and len(v) == 2:
+        node, core = v
+        return str(node) if isinstance(core, int) and core < 0 else f"{node}:{core}"
+    return str(v)
+
+
+def op_json(o: OperationRecord) -> dict[str, Any]:
+    """An operation (``vmctl op show``): what it moves, who asked, how it ended and why."""
+    det = o.detail
+    moves = [{"index": int(m.get("index", i)), "from": _slot(m.get("from")), "to": _slot(m.get("to")),
+              "mode": str(m.get("mode", "live"))}
+             for i, m in enumerate(det.get("moves") or ()) if isinstance(m, dict)]
+    origin, note, stage = det.get("origin"), det.get("note"), det.get("stage")
+    return {"id": o.id, "kind": o.kind, "job_id": o.job_id, "state": o.state, "created": o.created,
+            "updated": o.updated, "origin": str(origin) if origin is not None else None,
+            "note": str(note) if note is not None else None, "stage": str(stage) if stage is not None else None,
+            "moves": moves}
 
 
 def _node_names(body: dict[str, Any], key: str) -> list[str] | None:
@@ -251,8 +272,8 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
     return resp
 
 
-_GROUPS = frozenset({"/v1/jobs", "/v1/nodes", "/v1/vms", "/v1/policy", "/v1/tokens", "/v1/certs", "/v1/agent",
-                     "/v1/health", "/metrics", HEALTHZ})
+_GROUPS = frozenset({"/v1/jobs", "/v1/operations", "/v1/nodes", "/v1/vms", "/v1/policy", "/v1/tokens", "/v1/certs",
+                     "/v1/agent", "/v1/health", "/metrics", HEALTHZ})
 
 
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -452,6 +473,25 @@ class Api:
         op = self.d.migrate_job(request.match_info["id"], to)
         self.s.kick()
         return json_response({"operation": {"id": op.id, "kind": op.kind, "state": op.state}}, 202)
+
+    # operations (vmctl migrate prints their id)
+    async def list_ops(self, request: web.Request) -> web.Response:
+        self._leader()
+        q = request.query
+        job = q.get("job")
+        state = q.get("state")
+        limit = _query_int(q.get("limit"), "limit", 1, 100000, 1000)
+        ops = sorted(self.d.state.ops.values(), key=lambda o: (o.created, len(o.id), o.id), reverse=True)
+        out = [op_json(o) for o in ops if (job is None or o.job_id == job) and (state is None or o.state == state)]
+        return json_response({"operations": out[:limit]})
+
+    async def get_op(self, request: web.Request) -> web.Response:
+        self._leader()
+        oid = request.match_info["id"]
+        o = self.d.state.ops.get(oid)
+        if o is None:
+            raise NotFound(kind="operation", name=oid)
+        return json_response({"operation": op_json(o)})
 
     # nodes and vms
     async def list_nodes(self, request: web.Request) -> web.Response:
@@ -826,6 +866,8 @@ class DaemonServer:
         r.add_delete("/v1/jobs/{id}", a.cancel_job)
         r.add_get("/v1/jobs/{id}/explain", a.explain)
         r.add_post("/v1/jobs/{id}/migrate", a.migrate)
+        r.add_get("/v1/operations", a.list_ops)
+        r.add_get("/v1/operations/{id}", a.get_op)
         r.add_get("/v1/nodes", a.list_nodes)
         r.add_post("/v1/nodes/{name}/drain", a.drain)
         r.add_post("/v1/nodes/{name}/undrain", a.drain)

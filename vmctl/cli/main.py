@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, str] = {
     "job": "vmctl.cli.ops:job",
     "node": "vmctl.cli.ops:node",
     "migrate": "vmctl.cli.ops:migrate",
+    "op": "vmctl.cli.ops:op",
     "policy": "vmctl.cli.ops:policy",
     "token": "vmctl.cli.ops:token",
     "cert": "vmctl.cli.ops:cert",

@@ -27,6 +27,9 @@ class _Seen:
     run: int
     migrations: int
     placement: tuple[tuple[str, int], ...]
+    #: the placement at the start of the run or the last completed migration (a migration moves the
+    #: placement when it begins and counts when it completes)
+    settled: tuple[tuple[str, int], ...]
 
 
 def _cores(placement: Iterable[tuple[str, int]]) -> str:
@@ -50,8 +53,11 @@ class JobHistory:
     def note(self, jobs: Iterable[JobRecord], now: float, by: str) -> None:
         """``by``: who made the change, for tier changes (``the operator``, ``policy easy``)."""
         for rec in jobs:
-            cur = _Seen(str(rec.state), rec.tier, rec.run, rec.migrations, tuple(rec.placement))
+            placement = tuple(rec.placement)
             prev = self._seen.get(rec.id)
+            settled = placement if prev is None or rec.run != prev.run or rec.migrations != prev.migrations \
+                else prev.settled
+            cur = _Seen(str(rec.state), rec.tier, rec.run, rec.migrations, placement, settled)
             self._seen[rec.id] = cur
             if prev is None:
                 if rec.state == JobState.QUEUED and rec.run == 0 and not rec.history:
@@ -75,7 +81,7 @@ class JobHistory:
         if cur.tier != prev.tier and prev.tier is not None and cur.tier is not None:
             self._add(rec, now, "tier", f"{prev.tier} -> {cur.tier} by {by}")
         if cur.migrations > prev.migrations:
-            self._add(rec, now, "migrated", f"{_cores(prev.placement)} -> {_cores(cur.placement)}")
+            self._add(rec, now, "migrated", f"{_cores(prev.settled)} -> {_cores(cur.placement)}")
         if cur.state != prev.state and cur.state not in (JobState.QUEUED, JobState.RUNNING):
             self._add(rec, now, str(cur.state), rec.reason)
         elif cur.state == JobState.RUNNING and prev.state == JobState.SUSPENDED:
