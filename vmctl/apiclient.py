@@ -317,6 +317,12 @@ class ApiClient:
         doc = self.call("PUT", "/v1/policy", body)
         return doc if isinstance(doc, dict) else {}
 
+    def list_tokens(self) -> list[dict[str, Any]]:
+        return list(self._field(self.call("GET", "/v1/tokens"), "tokens", "token list"))
+
+    def revoke_token(self, token_id: str) -> dict[str, Any]:
+        return dict(self._field(self.call("DELETE", f"/v1/tokens/{self._seg(token_id)}"), "token", "token revoke"))
+
     def issue_token(self, name: str, role: str, ttl_s: float | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"name": name, "role": role}
         if ttl_s is not None:

@@ -20,6 +20,7 @@ import yaml
 from tests.livedaemon import long_poll_parked
 from tests.support.daemon import InProcessDaemon
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
+from vmctl.auth import hash_token as auth_hash
 from vmctl.daemon.config import DaemonConfig
 from vmctl.errors import ApiError
 from vmctl.model import NodeObserved
@@ -154,6 +155,7 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("POST", "/v1/nodes/n1/undrain", None, "admin"),
     ("GET", "/v1/vms", None, "read"),
     ("GET", "/v1/operations", None, "read"),
+    ("GET", "/v1/tokens", None, "admin"),
     ("GET", "/v1/policy", None, "read"),
     ("PUT", "/v1/policy", {"name": "easy"}, "admin"),
     ("POST", "/v1/tokens", {"name": "x", "role": "read"}, "admin"),
@@ -574,3 +576,29 @@ def test_operations_are_queryable(client: Client, tokens: dict[str, str]) -> Non
     assert s == 404 and doc["error"]["reference"] == "not-found"
     s, doc = client.call("GET", "/v1/operations?limit=0", token=read)
     assert s == 422 and doc["error"]["field"] == "limit"
+
+
+def test_tokens_are_listed_and_revoked(client: Client, tokens: dict[str, str]) -> None:
+    """``token list`` shows ids, names and roles (never a token or its hash) to admins only; ``token
+    revoke`` by name or id ends a token at once; a name two tokens share must be revoked by id."""
+    admin, read = tokens["admin"], tokens["read"]
+    s, doc = client.call("POST", "/v1/tokens", {"name": "revoke-me", "role": "read"}, token=admin)
+    victim = doc["token"]
+    assert client.call("GET", "/v1/jobs", token=victim)[0] == 200
+    s, doc = client.call("GET", "/v1/tokens", token=admin)
+    listed = {t["name"]: t for t in doc["tokens"]}
+    assert s == 200 and listed["revoke-me"]["role"] == "read" and len(listed["revoke-me"]["id"]) == 12
+    assert victim not in json.dumps(doc) and auth_hash(victim) not in json.dumps(doc)
+    s, doc = client.call("DELETE", "/v1/tokens/revoke-me", token=read)
+    assert s == 403
+    s, doc = client.call("DELETE", "/v1/tokens/revoke-me", token=admin)
+    assert s == 200 and doc["token"]["name"] == "revoke-me"
+    assert client.call("GET", "/v1/jobs", token=victim)[0] == 401
+    assert client.call("DELETE", "/v1/tokens/revoke-me", token=admin)[0] == 404
+    for _ in range(2):
+        client.call("POST", "/v1/tokens", {"name": "dup", "role": "read"}, token=admin)
+    s, doc = client.call("DELETE", "/v1/tokens/dup", token=admin)
+    assert s == 409 and "by id" in doc["error"]["message"]
+    ids = [t["id"] for t in client.call("GET", "/v1/tokens", token=admin)[1]["tokens"] if t["name"] == "dup"]
+    for i in ids:
+        assert client.call("DELETE", f"/v1/tokens/{i}", token=admin)[0] == 200

@@ -136,6 +136,14 @@ def op_json(o: OperationRecord) -> dict[str, Any]:
             "moves": moves}
 
 
+#: a token's id in lists: the start of its SHA-256 (the token itself is never stored or shown again)
+TOKEN_ID_LEN = 12
+
+
+def token_json(t: TokenRecord) -> dict[str, Any]:
+    return {"id": t.hash[:TOKEN_ID_LEN], "name": t.name, "role": t.role, "created": t.created, "expires": t.expires}
+
+
 def _node_names(body: dict[str, Any], key: str) -> list[str] | None:
     """An optional list of node names in a request body (null or absent: None)."""
     raw = body.get(key)
@@ -338,8 +346,8 @@ def _authorize(request: web.Request, p: auth.Principal) -> None:
         return
     if p.kind == "agent":
         raise Forbidden(principal=p.describe(), action=f"{request.method} {path}")
-    if request.method in ("GET", "HEAD"):
-        return
+    if request.method in ("GET", "HEAD") and not path.startswith("/v1/tokens"):
+        return  # the token list (names, roles) is for admins only
     if p.role != "admin":
         raise Forbidden(principal=p.describe(), action=f"{request.method} {path} (needs role admin)")
 
@@ -589,6 +597,30 @@ class Api:
         assert name is not None and role is not None
         token, rec = self.s.add_token(name, role, ttl)
         return json_response({"token": token, "name": rec.name, "role": rec.role, "expires": rec.expires}, 201)
+
+    async def list_tokens(self, request: web.Request) -> web.Response:
+        self._leader()
+        return json_response({"tokens": [token_json(t) for t in self.d.store.list_tokens()]})
+
+    async def revoke_token(self, request: web.Request) -> web.Response:
+        """Revoke by id (the first 12 hex digits of its hash, as listed) or by name when one token has it."""
+        self._leader()
+        key = request.match_info["id"]
+        tokens = self.d.store.list_tokens()
+        hit = [t for t in tokens if t.hash[:TOKEN_ID_LEN] == key] or [t for t in tokens if t.name == key]
+        if not hit:
+            raise NotFound(kind="token", name=key)
+        if len(hit) > 1:
+            ids = ", ".join(t.hash[:TOKEN_ID_LEN] for t in hit)
+            raise Conflict(what=f"token name {key!r}", problem=f"{len(hit)} tokens have it: revoke one by id ({ids})")
+        t = hit[0]
+        now = time.time()
+        admins = [x for x in tokens if x.role == "admin" and (x.expires is None or x.expires > now)]
+        if t.role == "admin" and admins == [t]:
+            raise Conflict(what=f"token {t.name!r}", problem="it is the last admin token: issue another one first")
+        self.d.store.write(self.d.epoch, WriteBatch(delete_tokens=[t.hash]))
+        log.info("token %r (%s, id %s) revoked", t.name, t.role, t.hash[:TOKEN_ID_LEN])
+        return json_response({"token": token_json(t)})
 
     async def create_cert(self, request: web.Request) -> web.Response:
         self._leader()
@@ -877,6 +909,8 @@ class DaemonServer:
         r.add_get("/v1/policy", a.get_policy)
         r.add_put("/v1/policy", a.put_policy)
         r.add_post("/v1/tokens", a.create_token)
+        r.add_get("/v1/tokens", a.list_tokens)
+        r.add_delete("/v1/tokens/{id}", a.revoke_token)
         r.add_post("/v1/certs", a.create_cert)
         r.add_post("/v1/agent/nodes/{node}/register", a.register)
         r.add_get("/v1/agent/nodes/{node}/desired", a.desired)
