@@ -433,3 +433,15 @@ def test_job_list_limit_shows_the_newest_and_offers_the_oldest(server: tuple[str
     assert out.index("eight") < out.index("nine")  # shown in submission order
     code, out, _ = run(capsys, "job", "list", "--url", url, "--limit", "2", "--oldest", "-o", "json")
     assert code == 0 and "order" not in rec.requests[-1]["query"]
+
+
+def test_policy_list_is_offline_and_names_the_parameters(capsys: Any) -> None:
+    """``vmctl policy list`` exists (etc/vmctld.yaml and ``sim run --help`` point to it) and needs no daemon."""
+    code, out, _ = run(capsys, "policy", "list", "-o", "json", "--output", "json")
+    pols = {p["name"]: p for p in json.loads(out)["policies"]}
+    assert code == 0 and {"fcfs", "easy", "measy"} <= set(pols)
+    assert all(isinstance(q["name"], str) and "default" in q for p in pols.values() for q in p["params"])
+    code, out, _ = run(capsys, "policy", "list")
+    assert code == 0 and "measy" in out and "NAME" in out
+    cfg = (Path(__file__).resolve().parents[2] / "etc" / "vmctld.yaml").read_text()
+    assert "vmctl policy list" in cfg

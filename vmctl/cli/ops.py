@@ -888,6 +888,32 @@ def policy_show(url: str | None, token: str | None, ca: str | None, output: str)
     show(doc, output, lambda: kv_table(doc, [k for k in ("name", "params", "available") if k in doc]))
 
 
+def policy_catalog() -> list[dict[str, Any]]:
+    """The registered policies with their summary and parameters (name, type, default, help): read
+    from this installation, no daemon needed (the simulator takes the same names)."""
+    from vmctl.policies.registry import available_policies
+
+    out = []
+    for name, cls in sorted(available_policies().items()):
+        params = [{"name": k, "type": kind.__name__, "default": default, "help": help_}
+                  for k, (kind, default, help_) in sorted(cls.parameters.items())]
+        out.append({"name": name, "summary": str(cls.summary or ""), "params": params})
+    return out
+
+
+@policy.command("list")
+@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Human table or JSON for scripts.")
+def policy_list(output: str) -> None:
+    """The policies vmctld and `vmctl sim run --policy` know, with their parameters (`-p KEY=VALUE`).
+    Offline: lists this installation's registry."""
+    pols = policy_catalog()
+    show({"policies": pols}, output, lambda: Grid(
+        ("NAME", "SUMMARY", "PARAMETERS"),
+        [(p["name"], p["summary"], ", ".join(f"{q['name']}={q['default']}" for q in p["params"]) or "-")
+         for p in pols]))
+
+
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
     """``key=value`` pairs; values are read as YAML scalars (``3`` int, ``0.5`` float, ``true``)."""
     out: dict[str, Any] = {}
