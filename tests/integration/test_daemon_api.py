@@ -602,3 +602,20 @@ def test_tokens_are_listed_and_revoked(client: Client, tokens: dict[str, str]) -
     ids = [t["id"] for t in client.call("GET", "/v1/tokens", token=admin)[1]["tokens"] if t["name"] == "dup"]
     for i in ids:
         assert client.call("DELETE", f"/v1/tokens/{i}", token=admin)[0] == 200
+
+
+def test_drain_with_a_reason(client: Client, tokens: dict[str, str]) -> None:
+    admin, read = tokens["admin"], tokens["read"]
+    _heartbeat(client)
+    s, doc = client.call("POST", "/v1/nodes/n1/drain", {"reason": "DIMM swap, ticket 42"}, token=admin)
+    assert s == 200 and doc["node"]["drain_reason"] == "DIMM swap, ticket 42"
+    n1 = next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n1")
+    assert n1["state"] in ("draining", "drained") and n1["drain_reason"] == "DIMM swap, ticket 42"
+    from vmctl.cli.ops import node_table
+
+    grid = node_table([n1])
+    assert dict(zip(grid.headers, grid.rows[0], strict=True))["STATE"].endswith("(DIMM swap, ticket 42)")
+    s, doc = client.call("POST", "/v1/nodes/n1/drain", {"reason": "bad\nline"}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "reason"
+    s, doc = client.call("POST", "/v1/nodes/n1/undrain", token=admin)
+    assert s == 200 and doc["node"]["state"] == "ready" and doc["node"]["drain_reason"] is None

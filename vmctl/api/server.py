@@ -99,7 +99,8 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
     obs = d.state.observed.get(n.name)
     err_time, errs = d.state.agent_errors.get(n.name, (None, ()))
     last_report = d.observed_at.get(n.name)
-    return {"name": n.name, "cores": n.cores, "state": n.state, "last_seen": n.last_seen,
+    return {"name": n.name, "cores": n.cores, "state": n.state, "drain_reason": n.drain_reason,
+            "last_seen": n.last_seen,
             "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
             # what its agent applied, and when it last sent a full report (heartbeats only move last_seen)
@@ -509,7 +510,11 @@ class Api:
     async def drain(self, request: web.Request) -> web.Response:
         self._leader()
         drain = request.path.endswith("/drain")
-        rec = self.d.set_node_state(request.match_info["name"], drain)
+        reason: str | None = None
+        if drain and request.can_read_body:  # optional {"reason": "..."}
+            body = schemas.obj(await read_json(request), ("reason",))
+            reason = schemas.string(body, "reason", "", max_len=500, name=True)
+        rec = self.d.set_node_state(request.match_info["name"], drain, reason)
         self.s.kick()
         return json_response({"node": node_json(self.d, rec)})
 

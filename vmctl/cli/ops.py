@@ -267,11 +267,17 @@ def _last_error(n: Mapping[str, Any]) -> str:
     return text + (f" ({', '.join(more)})" if more else "") if text else ", ".join(more)
 
 
+def fmt_node_state(n: Mapping[str, Any]) -> str:
+    """``drained (disk swap)`` when an operator gave a reason."""
+    st = str(n.get("state", ""))
+    return f"{st} ({n['drain_reason']})" if n.get("drain_reason") else st
+
+
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
     return Grid(
         ("NAME", "STATE", "GROUP", "CORES", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "REPORT",
          "LAST SEEN", "PEERS", "ERRORS"),
-        [(str(n.get("name", "")), str(n.get("state", "")), str(n.get("group") or "-"), str(n.get("cores", "")),
+        [(str(n.get("name", "")), fmt_node_state(n), str(n.get("group") or "-"), str(n.get("cores", "")),
           fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
           str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), fmt_applied(n), fmt_report_age(n),
           fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
@@ -281,7 +287,7 @@ def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
 
 def node_text(n: Mapping[str, Any]) -> str:
     """``vmctl node show``: one node, with the nodes it can migrate to and its agent's last errors."""
-    lines = [f"node {n.get('name')}: {n.get('state')}, {n.get('cores')} cores, "
+    lines = [f"node {n.get('name')}: {fmt_node_state(n)}, {n.get('cores')} cores, "
              f"last seen {fmt_when(n.get('last_seen'))}",
              f"generation: desired {n.get('generation')}, applied by its agent {fmt_applied_only(n)}; last full "
              f"report {fmt_report_age(n)} (agents report every 30 s and heartbeat every 5 s)",
@@ -784,10 +790,12 @@ def node_show(name: str, url: str | None, token: str | None, ca: str | None, out
 
 @node.command("drain")
 @click.argument("name", shell_complete=_complete("node"))
+@click.option("--reason", default=None, metavar="TEXT", help="Why (shown in node list and node show).")
 @api_options
-def node_drain(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+def node_drain(name: str, reason: str | None, url: str | None, token: str | None, ca: str | None,
+               output: str) -> None:
     """Stop placing new work on NAME (running jobs finish or are migrated by the policy)."""
-    n = _client(url, token, ca).drain_node(name)
+    n = _client(url, token, ca).drain_node(name, reason)
     show({"node": n}, output, lambda: node_table([n]))
 
 

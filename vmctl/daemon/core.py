@@ -421,7 +421,7 @@ class Daemon:
             ch.events.append(f"node {rec.name} back")
             self.state.nodes_changed()
 
-    def set_node_state(self, name: str, drain: bool) -> NodeRecord:
+    def set_node_state(self, name: str, drain: bool, reason: str | None = None) -> NodeRecord:
         self._require_leader()
         rec = self.node(name)
         ch = Changes()
@@ -429,6 +429,7 @@ class Daemon:
             rec.state = "draining" if self.state.jobs_on(name) else "drained"
         elif not drain and rec.state in ("draining", "drained"):
             rec.state = "ready"
+        rec.drain_reason = reason if drain else None
         ch.nodes[name] = rec
         ch.events.append(f"node {name} {rec.state}")
         self.commit(ch)

@@ -137,6 +137,8 @@ class NodeRecord:
     speed: float = DEFAULT_NODE_SPEED
     group: str = DEFAULT_NODE_GROUP
     memory_mib: int = 0
+    #: why an operator drained the node (``vmctl node drain --reason``); None when not given or undrained
+    drain_reason: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         d = asdict(self)
