@@ -280,6 +280,9 @@ class ApiClient:
     def list_nodes(self) -> list[dict[str, Any]]:
         return list(self._field(self.call("GET", "/v1/nodes"), "nodes", "nodes"))
 
+    def remove_node(self, name: str) -> dict[str, Any]:
+        return dict(self._field(self.call("DELETE", f"/v1/nodes/{self._seg(name)}"), "node", "remove"))
+
     def drain_node(self, name: str, reason: str | None = None) -> dict[str, Any]:
         body = None if reason is None else {"reason": reason}
         return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/drain", body), "node", "drain"))

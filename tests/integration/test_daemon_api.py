@@ -619,3 +619,12 @@ def test_drain_with_a_reason(client: Client, tokens: dict[str, str]) -> None:
     assert s == 422 and doc["error"]["field"] == "reason"
     s, doc = client.call("POST", "/v1/nodes/n1/undrain", token=admin)
     assert s == 200 and doc["node"]["state"] == "ready" and doc["node"]["drain_reason"] is None
+
+
+def test_node_remove_refuses_a_live_node(client: Client, tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    _heartbeat(client)
+    s, doc = client.call("DELETE", "/v1/nodes/n1", token=admin)
+    assert s == 409 and "drain it first" in doc["error"]["message"]
+    assert client.call("DELETE", "/v1/nodes/n1", token=tokens["read"])[0] == 403
+    assert client.call("DELETE", "/v1/nodes/nowhere", token=admin)[0] == 404

@@ -36,6 +36,7 @@ from vmctl.daemon import statedir
 from vmctl.daemon.core import Daemon, NotLeader
 from vmctl.daemon.history import requeues
 from vmctl.daemon.lease import LeaseHolder
+from vmctl.daemon.removal import remove_node
 from vmctl.daemon.state import ACTIVE
 from vmctl.errors import (
     Conflict,
@@ -518,6 +519,14 @@ class Api:
         self.s.kick()
         return json_response({"node": node_json(self.d, rec)})
 
+    async def remove_node(self, request: web.Request) -> web.Response:
+        self._leader()
+        name = request.match_info["name"]
+        rec = remove_node(self.d, name)
+        log.warning("node %s removed by an operator (was %s)", name, rec.state)
+        self.s.kick()
+        return json_response({"node": {"name": rec.name, "state": "removed", "was": rec.state}})
+
     async def list_vms(self, request: web.Request) -> web.Response:
         self._leader()
         node = request.query.get("node")
@@ -906,6 +915,7 @@ class DaemonServer:
         r.add_get("/v1/operations", a.list_ops)
         r.add_get("/v1/operations/{id}", a.get_op)
         r.add_get("/v1/nodes", a.list_nodes)
+        r.add_delete("/v1/nodes/{name}", a.remove_node)
         r.add_post("/v1/nodes/{name}/drain", a.drain)
         r.add_post("/v1/nodes/{name}/undrain", a.drain)
         r.add_get("/v1/vms", a.list_vms)

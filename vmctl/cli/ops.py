@@ -799,6 +799,16 @@ def node_drain(name: str, reason: str | None, url: str | None, token: str | None
     show({"node": n}, output, lambda: node_table([n]))
 
 
+@node.command("remove")
+@click.argument("name", shell_complete=_complete("node"))
+@api_options
+def node_remove(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Forget NAME for good: only a lost, down or drained node that holds no process (exit 4 otherwise).
+    Its agent registering again brings it back."""
+    n = _client(url, token, ca).remove_node(name)
+    show({"node": n}, output, lambda: f"node {n.get('name')} removed (was {n.get('was')})")
+
+
 @node.command("undrain")
 @click.argument("name", shell_complete=_complete("node"))
 @api_options

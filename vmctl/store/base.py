@@ -203,10 +203,13 @@ class WriteBatch:
     kv: dict[str, Any] = field(default_factory=dict)
     tokens: list[TokenRecord] = field(default_factory=list)
     delete_tokens: list[str] = field(default_factory=list)
+    #: nodes an operator removed (``vmctl node remove``); their desired row stays, so that a node that
+    #: registers again continues its generations
+    delete_nodes: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (self.jobs or self.nodes or self.desired or self.operations or self.kv or self.tokens
-                    or self.delete_tokens)
+                    or self.delete_tokens or self.delete_nodes)
 
 
 # --------------------------------------------------------------------------------------- protocol
