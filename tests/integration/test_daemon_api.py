@@ -556,12 +556,12 @@ def test_healthz_answers_without_credentials_and_says_nothing_else(client: Clien
 
 def test_job_list_limit_keeps_the_newest_on_request(client: Client, tokens: dict[str, str]) -> None:
     admin, read = tokens["admin"], tokens["read"]
-    ids = [client.call("POST", "/v1/jobs", {"procs": 64, "estimate": 5}, token=admin)[1]["job"]["id"]
+    ids = [client.call("POST", "/v1/jobs", {"procs": 4, "estimate": 5}, token=admin)[1]["job"]["id"]
            for _ in range(3)]
     s, doc = client.call("GET", "/v1/jobs?limit=2&order=newest", token=read)
     assert s == 200 and [j["id"] for j in doc["jobs"]] == [ids[2], ids[1]]
-    s, doc = client.call("GET", "/v1/jobs?state=queued&limit=1&order=oldest", token=read)
-    assert s == 200 and doc["jobs"][0]["id"] not in ids[1:]
+    s, doc = client.call("GET", "/v1/jobs?limit=1&order=oldest", token=read)
+    assert s == 200 and doc["jobs"][0]["id"] not in ids
     s, doc = client.call("GET", "/v1/jobs?order=sideways", token=read)
     assert s == 422 and doc["error"]["field"] == "order"
     for jid in ids:
@@ -628,3 +628,16 @@ def test_node_remove_refuses_a_live_node(client: Client, tokens: dict[str, str])
     assert s == 409 and "drain it first" in doc["error"]["message"]
     assert client.call("DELETE", "/v1/nodes/n1", token=tokens["read"])[0] == 403
     assert client.call("DELETE", "/v1/nodes/nowhere", token=admin)[0] == 404
+
+
+def test_a_job_wider_than_the_cluster_is_refused(client: Client, daemon: InProcessDaemon,
+                                                 tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    total = sum(n.cores for n in daemon.daemon.state.nodes.values())
+    before = _jobs_in_store(daemon)
+    s, doc = client.call("POST", "/v1/jobs", {"procs": total + 1, "estimate": 5}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "procs" and "could never start" in doc["error"]["message"]
+    s, doc = client.call("POST", "/v1/jobs:batch", {"jobs": [{"procs": 1, "estimate": 5},
+                                                             {"procs": total + 1, "estimate": 5}]}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "jobs[1].procs"
+    assert _jobs_in_store(daemon) == before  # nothing of the batch was submitted

@@ -410,9 +410,24 @@ class Api:
         return resp
 
     # jobs
+    def _fits_the_cluster(self, specs: list[dict[str, Any]], batch: bool) -> None:
+        """A job wider than every core of the cluster (drained and lost nodes counted) would wait forever:
+        refused at submission. Not before the first node registered, and not in vcsched mode (VMs share
+        cores there)."""
+        nodes = self.d.state.nodes
+        if not nodes or self.d.config.policy_kind == "vcsched":
+            return
+        total = sum(n.cores for n in nodes.values())
+        for i, spec in enumerate(specs):
+            if int(spec["procs"]) > total:
+                raise ValidationError(field=f"jobs[{i}].procs" if batch else "procs", problem=(
+                    f"{spec['procs']} processes need {spec['procs']} cores, and the whole cluster has {total} "
+                    f"({len(nodes)} nodes): it could never start"))
+
     async def submit(self, request: web.Request) -> web.Response:
         self._leader()
         spec = schemas.job_spec(await read_json(request))
+        self._fits_the_cluster([spec], batch=False)
         rec = self.d.submit([spec])[0]
         self.s.kick()
         return json_response({"job": job_json(rec)}, 201)
@@ -420,6 +435,7 @@ class Api:
     async def submit_batch(self, request: web.Request) -> web.Response:
         self._leader()
         specs = schemas.job_batch(await read_json(request))
+        self._fits_the_cluster(specs, batch=True)
         recs = self.d.submit(specs)
         self.s.kick()
         return json_response({"jobs": [job_json(r) for r in recs]}, 201)
