@@ -148,3 +148,17 @@ def test_compare_rejects_a_file_that_is_not_a_sweep(capsys: pytest.CaptureFixtur
     assert code == 2 and err.startswith("error: instance-format: ") and "x.csv" in err
     code, _, err = vmctl(capsys, "sim", "compare", str(tmp_path / "missing.csv"))
     assert code == 2 and "missing.csv" in err
+
+
+def test_run_takes_o_warns_on_overload_and_prints_long_spans_readably(
+        capsys: pytest.CaptureFixture[str], small_trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-o json`` works on sim run as on the other commands; ``--load 5`` is no longer accepted silently;
+    the makespan says how long it is, not only raw seconds."""
+    monkeypatch.setenv("COLUMNS", "120")
+    code, out, err = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "easy", "-o", "json",
+                           "--load", "5")
+    assert code == 0 and "makespan" in json.loads(out)
+    assert "warning: --load 5 offers more work than the cluster can do" in err
+    code, out, err = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "easy")
+    assert code == 0 and "warning" not in err
+    assert re.search(r"makespan\s*│\s*[\d,.]+ s \(\d+(\.\d)?[mhd]\)", out), out
