@@ -641,3 +641,15 @@ def test_a_job_wider_than_the_cluster_is_refused(client: Client, daemon: InProce
                                                              {"procs": total + 1, "estimate": 5}]}, token=admin)
     assert s == 422 and doc["error"]["field"] == "jobs[1].procs"
     assert _jobs_in_store(daemon) == before  # nothing of the batch was submitted
+
+
+def test_cpu_usage_is_one_number_or_one_per_process(client: Client, tokens: dict[str, str]) -> None:
+    """A job file may say ``cpu_usage: 0.5`` as the command line does: one value for every process."""
+    admin = tokens["admin"]
+    s, doc = client.call("POST", "/v1/jobs:batch", {"jobs": [{"procs": 3, "estimate": 5, "cpu_usage": 0.5}]},
+                         token=admin)
+    assert s == 201, doc
+    jid = doc["jobs"][0]["id"]
+    s, doc = client.call("POST", "/v1/jobs", {"procs": 2, "estimate": 5, "cpu_usage": 1.5}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "cpu_usage[0]"
+    client.call("DELETE", f"/v1/jobs/{jid}", token=admin)

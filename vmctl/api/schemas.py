@@ -231,6 +231,10 @@ def string(d: dict[str, Any], key: str, where: str, *, required: bool = False, m
 
 
 def _usage_list(raw: Any, procs: int, where: str) -> list[float]:
+    """One CPU use per process: a list of ``procs`` numbers, or one number for every process (as
+    ``vmctl job submit --cpu-usage 0.5`` takes it)."""
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        raw = [raw] * procs
     if not isinstance(raw, list):
         raise ValidationError(field=where, problem=f"must be an array, got {_tname(raw)}")
     if len(raw) != procs:
