@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.unit.test_daemon_core import Cluster
-from vmctl.api.server import job_json, op_json
-from vmctl.cli.ops import history_text, op_text
+from vmctl.api.server import expected_starts, job_json, op_json
+from vmctl.cli.ops import fmt_start, history_text, op_text
 from vmctl.model import JobState
 from vmctl.store.base import JobRecord
 
@@ -62,4 +64,23 @@ def test_operator_migration_is_an_operation_and_in_the_history(tmp_path: Path) -
     assert f"operation {op.id}: migrate of job {jid}, done" in text and f"-> {dst}:" in text
     hist = c.daemon.job(jid).history
     assert hist[-1]["event"] == "migrated" and hist[-1]["detail"].startswith(f"{src}:"), hist
+    c.close()
+
+
+def test_the_queue_head_has_its_expected_start(tmp_path: Path) -> None:
+    """Like ``squeue --start``: the job holding the policy's reservation says when it starts at the latest."""
+    c = Cluster(tmp_path, {"n1": 3})
+    a = c.submit(2, 100, 90)
+    c.run_until(lambda: c.state(a) == "running")
+    b = c.submit(3, 50, 10)
+    c.submit(1, 500, 10)  # a backfill candidate: EASY computes the head's reservation for it
+    c.step()
+    starts = expected_starts(c.daemon)
+    ra = c.daemon.job(a)
+    assert ra.start_time is not None
+    assert starts == {b: pytest.approx(ra.start_time + 100.0)}
+    doc = job_json(c.daemon.job(b), starts.get(b))
+    assert doc["expected_start"] == starts[b]
+    assert fmt_start(doc).startswith("<= ") and fmt_start(job_json(ra, starts.get(a))) != "-"
+    assert job_json(ra, 5.0)["expected_start"] is None  # only a queued job has one
     c.close()

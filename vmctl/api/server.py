@@ -65,7 +65,9 @@ METRICS: web.AppKey[Any] = web.AppKey("metrics", object)
 # ------------------------------------------------------------------------------ JSON forms
 
 
-def job_json(r: JobRecord) -> dict[str, Any]:
+def job_json(r: JobRecord, expected_start: float | None = None) -> dict[str, Any]:
+    """``expected_start``: when the policy's reservation starts this queued job at the latest (only
+    the job holding the reservation has one, as with ``squeue --start``)."""
     return {
         "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
         "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
@@ -79,7 +81,15 @@ def job_json(r: JobRecord) -> dict[str, Any]:
         "history": [{"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")} for h in r.history],
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
         "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
+        "expected_start": expected_start if r.state == JobState.QUEUED else None,
     }
+
+
+def expected_starts(d: Daemon) -> dict[str, float]:
+    """job id -> the start time the policy's last reservation promises it (the queue head's)."""
+    dec = d.last_decision
+    res = dec.reservation if dec is not None else None
+    return {} if res is None else {res.job_id: res.shadow_time}
 
 
 def _reason(reason: str | None) -> str | None:
@@ -459,9 +469,10 @@ class Api:
             raise ValidationError(field="order", problem=f"must be oldest or newest, got {order[:40]!r}")
         out = []
         jobs = self.d.state.jobs.values()
+        starts = expected_starts(self.d)
         for r in (reversed(jobs) if order == "newest" else jobs):
             if state is None or r.state == state:
-                out.append(job_json(r))
+                out.append(job_json(r, starts.get(r.id)))
                 if len(out) >= limit:
                     break
         return json_response({"jobs": out})
@@ -473,7 +484,7 @@ class Api:
             old = self.d.store.get_archived_job(jid)  # pruned by retention: still answers, from the store
             if old is not None:
                 return json_response({"job": {**job_json(old), "archived": True}})
-        return json_response({"job": job_json(self.d.job(jid))})
+        return json_response({"job": job_json(self.d.job(jid), expected_starts(self.d).get(jid))})
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         self._leader()

@@ -195,12 +195,23 @@ class Grid:
         return self.to_rich() if len(self.rows) <= RICH_MAX_ROWS else self.to_text()
 
 
+def fmt_start(j: Mapping[str, Any]) -> str:
+    """When a job started, or for the queued job holding the reservation when it will start at the latest
+    (``<= 2026-...``, like ``squeue --start``); ``-`` when not known."""
+    if j.get("start_time") is not None:
+        return fmt_time(j.get("start_time"))
+    if j.get("expected_start") is not None:
+        return f"<= {fmt_time(j.get('expected_start'))}"
+    return "-"
+
+
 def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Grid:
     return Grid(
-        ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "PLACEMENT", "MIG", "REASON"),
+        ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "START", "PLACEMENT", "MIG",
+         "REASON"),
         [(str(j.get("id", "")), str(j.get("name") or "-"), str(j.get("user") or "-"), str(j.get("state", "")),
           str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
-          fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")),
+          fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")), fmt_start(j),
           fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_reason(j.get("reason")))
          for j in jobs],
         title,
