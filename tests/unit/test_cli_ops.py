@@ -445,3 +445,26 @@ def test_policy_list_is_offline_and_names_the_parameters(capsys: Any) -> None:
     assert code == 0 and "measy" in out and "NAME" in out
     cfg = (Path(__file__).resolve().parents[2] / "etc" / "vmctld.yaml").read_text()
     assert "vmctl policy list" in cfg
+
+
+def test_top_shows_cores_queue_and_recent_events(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("GET", "/v1/policy", 200, {"name": "measy", "params": {}, "available": ["measy"]})
+    rec.answer("GET", "/v1/nodes", 200, {"nodes": [{**NODE, "cores": 2, "fg_busy": 1, "bg_busy": 1}]})
+    vms = [{**VM, "name": "j5-r1-p0", "core": 0, "role": "fg", "job_id": "5", "managed": True},
+           {**VM, "name": "j7-r1-p0", "core": 0, "role": "bg", "job_id": "7", "managed": True},
+           {**VM, "name": "n1-c1-bg", "core": 1, "role": "bg", "job_id": None, "managed": False}]
+    rec.answer("GET", "/v1/vms", 200, {"vms": vms})
+    head = {**JOB, "id": "9", "name": "wide", "state": "queued", "procs": 2, "expected_start": 1795003600.0,
+            "start_time": None, "reason": "head of queue: reservation at 2026-11-18T09:06:40Z needs 2 cores",
+            "history": [{"time": 1795000000.0, "event": "submitted", "detail": None}]}
+    started = {**JOB, "id": "5",
+               "history": [{"time": 1795000100.0, "event": "started", "detail": "run 1 as fg on n1:0"}]}
+    rec.answer("GET", "/v1/jobs", 200, {"jobs": [head, started]})
+    code, out, _ = run(capsys, "top", "--url", url)
+    assert code == 0, out
+    assert "policy measy" in out
+    assert "5/7 -/-" in out  # core 0: job 5 fg, job 7 bg; core 1: free (its idle VM has no job)
+    assert "9 wide procs 2, starts <= " in out and "reservation at 2026-11-18T09:06:40Z" in out
+    events = out[out.index("recent events:"):]
+    assert events.index("job 9 submitted") < events.index("job 5 started: run 1 as fg on n1:0")
