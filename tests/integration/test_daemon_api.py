@@ -653,3 +653,20 @@ def test_cpu_usage_is_one_number_or_one_per_process(client: Client, tokens: dict
     s, doc = client.call("POST", "/v1/jobs", {"procs": 2, "estimate": 5, "cpu_usage": 1.5}, token=admin)
     assert s == 422 and doc["error"]["field"] == "cpu_usage[0]"
     client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+
+
+def test_operator_changes_are_audited_with_the_token_name(client: Client, tokens: dict[str, str],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    admin = tokens["admin"]
+    s, doc = client.call("POST", "/v1/tokens", {"name": "auditor-x", "role": "admin"}, token=admin)
+    tok = doc["token"]
+    with caplog.at_level("INFO", logger="vmctld.audit"):
+        s, _ = client.call("PUT", "/v1/policy", {"name": "easy"}, token=tok)
+        assert s == 200
+        s, _ = client.call("PUT", "/v1/policy", {"name": "nosuch"}, token=tok)
+        assert s == 400
+        client.call("GET", "/v1/jobs", token=tok)  # reads are not audited
+    lines = [r.getMessage() for r in caplog.records if r.name == "vmctld.audit" and "auditor-x" in r.getMessage()]
+    assert lines == ["PUT /v1/policy by token 'auditor-x' (admin): 200",
+                     "PUT /v1/policy by token 'auditor-x' (admin): 400"]
+    client.call("DELETE", "/v1/tokens/auditor-x", token=admin)
