@@ -670,3 +670,17 @@ def test_operator_changes_are_audited_with_the_token_name(client: Client, tokens
     assert lines == ["PUT /v1/policy by token 'auditor-x' (admin): 200",
                      "PUT /v1/policy by token 'auditor-x' (admin): 400"]
     client.call("DELETE", "/v1/tokens/auditor-x", token=admin)
+
+
+def test_user_and_account_are_kept_and_answered(client: Client, tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    s, doc = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 5, "user": "alice", "account": "proj7"},
+                         token=admin)
+    assert s == 201 and doc["job"]["user"] == "alice" and doc["job"]["account"] == "proj7"
+    from vmctl.cli.ops import job_table
+
+    grid = job_table([doc["job"]])
+    assert dict(zip(grid.headers, grid.rows[0], strict=True))["USER"] == "alice (proj7)"
+    s, bad = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 5, "account": "a\nb"}, token=admin)
+    assert s == 422 and bad["error"]["field"] == "account"
+    client.call("DELETE", f"/v1/jobs/{doc['job']['id']}", token=admin)

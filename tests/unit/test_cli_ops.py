@@ -468,3 +468,11 @@ def test_top_shows_cores_queue_and_recent_events(server: tuple[str, Recorder], c
     assert "9 wide procs 2, starts <= " in out and "reservation at 2026-11-18T09:06:40Z" in out
     events = out[out.index("recent events:"):]
     assert events.index("job 9 submitted") < events.index("job 5 started: run 1 as fg on n1:0")
+
+
+def test_job_submit_sends_the_account(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("POST", "/v1/jobs", 201, {"job": {**JOB, "user": "alice", "account": "proj7"}})
+    code, out, _ = run(capsys, "job", "submit", "-n", "1", "-t", "5", "--user", "alice", "--account", "proj7",
+                       "--url", url)
+    assert code == 0 and rec.requests[-1]["body"]["account"] == "proj7" and "proj7" in out

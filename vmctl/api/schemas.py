@@ -254,7 +254,7 @@ def _put(target: dict[str, Any], key: str, value: Any) -> None:
 
 
 JOB_KEYS = ("name", "procs", "estimate", "cpu_usage", "priority", "deadline", "command", "work_seconds", "tasks",
-            "user", "cpu_need", "mem")
+            "user", "account", "cpu_need", "mem")
 TASK_KEYS = ("command", "work_seconds", "cpu_usage")
 
 
@@ -274,6 +274,7 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
     _put(spec, "command", string(d, "command", where, max_len=65536))
     _put(spec, "work_seconds", number(d, "work_seconds", where, lo=0.0, hi=MAX_SECONDS))
     _put(spec, "user", string(d, "user", where, max_len=MAX_NAME, name=True))
+    _put(spec, "account", string(d, "account", where, max_len=MAX_NAME, name=True))  # Slurm's --account
     # vcsched virtual-cluster request: CPU need per VM (fraction of one host's core) and memory need
     # (fraction of one host's memory); absent = a full core and no memory constraint
     _put(spec, "cpu_need", number(d, "cpu_need", where, lo=0.0, lo_open=True, hi=1.0))

@@ -74,6 +74,7 @@ def job_json(r: JobRecord, expected_start: float | None = None) -> dict[str, Any
         "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
         "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
         "deadline": r.spec.get("deadline"), "user": str(r.spec.get("user", "")),
+        "account": str(r.spec.get("account", "")),
         "submit_time": r.submit_time, "start_time": r.start_time,
         "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
         "placement": [{"node": n, "core": c} for n, c in r.placement],

@@ -196,6 +196,14 @@ class Grid:
         return self.to_rich() if len(self.rows) <= RICH_MAX_ROWS else self.to_text()
 
 
+def fmt_user(j: Mapping[str, Any]) -> str:
+    """``alice`` or ``alice (proj7)`` with the account; ``-`` when neither was given."""
+    user, account = str(j.get("user") or ""), str(j.get("account") or "")
+    if account:
+        return f"{user or '-'} ({account})"
+    return user or "-"
+
+
 def fmt_start(j: Mapping[str, Any]) -> str:
     """When a job started, or for the queued job holding the reservation when it will start at the latest
     (``<= 2026-...``, like ``squeue --start``); ``-`` when not known."""
@@ -210,7 +218,7 @@ def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Gr
     return Grid(
         ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "START", "PLACEMENT", "MIG",
          "REASON"),
-        [(str(j.get("id", "")), str(j.get("name") or "-"), str(j.get("user") or "-"), str(j.get("state", "")),
+        [(str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), str(j.get("state", "")),
           str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
           fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")), fmt_start(j),
           fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_reason(j.get("reason")))
@@ -560,7 +568,7 @@ def build_job_spec(
     *, procs: int, estimate: float, name: str | None = None, priority: int | None = None,
     deadline: float | None = None, cpu_usage: str | None = None, command: str | None = None,
     work_seconds: float | None = None, cpu_need: float | None = None, mem: float | None = None,
-    user: str | None = None,
+    user: str | None = None, account: str | None = None,
 ) -> dict[str, Any]:
     """The ``POST /v1/jobs`` body for the command-line options (only the given optional fields)."""
     if procs < 1:
@@ -576,6 +584,8 @@ def build_job_spec(
         spec["deadline"] = deadline
     if user is not None:
         spec["user"] = user
+    if account is not None:
+        spec["account"] = account
     usage = parse_cpu_usage(cpu_usage, procs)
     if usage is not None:
         spec["cpu_usage"] = usage
@@ -639,6 +649,7 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 @click.option("--priority", type=int, default=None)
 @click.option("--deadline", type=float, default=None, help="Deadline, epoch seconds.")
 @click.option("--user", default=None, help="The user the job runs for (a printable name).")
+@click.option("--account", default=None, help="The account (project) charged, like Slurm's --account.")
 @click.option("--cpu-usage", default=None, help="Estimated CPU use per process, e.g. 0.5 or 0.5,0.9.")
 @click.option("--command", "command_", default=None, help="Command each process runs in its VM.")
 @click.option("--work-seconds", type=float, default=None, help="Mock backend: work per process in seconds.")
@@ -651,8 +662,8 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 def job_submit(
     procs: int | None, estimate: float | None, name: str | None, priority: int | None, deadline: float | None,
     cpu_usage: str | None, command_: str | None, work_seconds: float | None, cpu_need: float | None,
-    mem: float | None, user: str | None, file_: str | None, url: str | None, token: str | None, ca: str | None,
-    output: str,
+    mem: float | None, user: str | None, account: str | None, file_: str | None, url: str | None,
+    token: str | None, ca: str | None, output: str,
 ) -> None:
     """Submit a job (options) or jobs (--file)."""
     client = _client(url, token, ca)
@@ -666,7 +677,7 @@ def job_submit(
             raise errors.UserError(where="job submit", problem="--procs and --estimate are required (or --file)")
         spec = build_job_spec(
             procs=procs, estimate=estimate, name=name, priority=priority, deadline=deadline, cpu_usage=cpu_usage,
-            command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem, user=user,
+            command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem, user=user, account=account,
         )
         jobs = [client.submit_job(spec)]
     show({"jobs": jobs}, output, lambda: job_table(jobs, title="submitted"))
@@ -694,8 +705,8 @@ def job_list(
     show({"jobs": jobs}, output, lambda: job_table(jobs, title=title))
 
 
-JOB_KEYS = ("id", "name", "user", "state", "tier", "procs", "estimate", "priority", "deadline", "submit_time",
-            "start_time", "end_time", "placement", "runs", "requeues", "migrations", "reason", "tasks")
+JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "estimate", "priority", "deadline",
+            "submit_time", "start_time", "end_time", "placement", "runs", "requeues", "migrations", "reason", "tasks")
 
 
 def history_text(history: Any) -> str:
