@@ -213,6 +213,9 @@ def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
     fg/bg VM of the agent's layout, or a VM vmctld no longer wants), with the reported fields at the top."""
     out: list[dict[str, Any]] = []
     names = [node] if node is not None else sorted(d.state.nodes)
+    # a VM is listed once, under the node desired state puts it on: the copy a migration left on its
+    # source until that agent's next report is not a VM of its own
+    desired_anywhere = {v.name for vms in d.state.desired.values() for v in vms}
     for n in names:
         obs = d.state.observed.get(n)
         seen = {o.name: o for o in obs.vms} if obs is not None else {}
@@ -233,7 +236,7 @@ def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
                 "utilization": 0.0 if u is None else u, "managed": True, "observed": _vm_observed(o, o_node)}
             doc["differs"] = _differs(doc, doc["observed"])
             out.append(doc)
-        for name in sorted(set(seen) - wanted):
+        for name in sorted(set(seen) - wanted - desired_anywhere):
             o = seen[name]
             out.append({"name": name, "node": n, "core": -1 if o.core is None else o.core, "role": _idle_role(name),
                         "weight": o.weight, "cap": o.cap, "power": o.power.value, "job_id": o.process_job,
