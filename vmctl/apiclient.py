@@ -134,12 +134,16 @@ class ApiClient:
         self.timeout = timeout
         self._ssl: ssl.SSLContext | None = None
         if self.scheme == "https":
+            if self.ca and not os.path.isfile(self.ca):
+                what = "is not a file" if os.path.exists(self.ca) else "does not exist"
+                raise errors.UserError(where="--ca / VMCTL_CA", problem=f"the CA file {self.ca} {what}")
             try:
                 ctx = ssl.create_default_context(cafile=self.ca) if self.ca else ssl.create_default_context()
                 if cert:
                     ctx.load_cert_chain(cert, key)
             except (OSError, ssl.SSLError) as exc:
-                raise errors.UserError(where="TLS files (--ca / VMCTL_CA)", problem=str(exc)) from exc
+                files = ", ".join(f for f in (self.ca, cert, key) if f)
+                raise errors.UserError(where=f"TLS files (--ca / VMCTL_CA: {files})", problem=str(exc)) from exc
             self._ssl = ctx
 
     # ------------------------------------------------------------------------------ plumbing
@@ -186,8 +190,22 @@ class ApiClient:
             payload = resp.read()
             status = resp.status
             ctype = resp.getheader("Content-Type", "") or ""
+        except ssl.SSLCertVerificationError as exc:
+            reason = exc.verify_message or str(exc)
+            if self.ca:
+                problem = f"TLS: its certificate is not signed by the CA in {self.ca} ({reason})"
+            else:
+                problem = (f"TLS: its certificate is not signed by a CA this machine trusts ({reason}); no --ca "
+                           f"was given")
+            raise errors.TlsUntrusted(url=self.url, problem=problem) from exc
         except ssl.SSLError as exc:
             raise errors.DaemonUnavailable(url=self.url, problem=f"TLS: {exc}") from exc
+        except (ConnectionResetError, http.client.BadStatusLine) as exc:
+            # RemoteDisconnected is a BadStatusLine: a TLS listener drops a plain-HTTP request
+            problem = str(exc) or type(exc).__name__
+            if self.scheme == "http":
+                problem = f"vmctld serves HTTPS only: use https://{self.url.split('://', 1)[1]} ({problem})"
+            raise errors.DaemonUnavailable(url=self.url, problem=problem) from exc
         except (TimeoutError, OSError, http.client.HTTPException) as exc:
             problem = str(exc) or type(exc).__name__
             raise errors.DaemonUnavailable(url=self.url, problem=problem) from exc
@@ -227,14 +245,25 @@ class ApiClient:
         doc = self.call("POST", "/v1/jobs:batch", {"jobs": [dict(s) for s in specs]})
         return list(self._field(doc, "jobs", "batch submit"))
 
-    def list_jobs(self, state: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        return list(self._field(self.call("GET", "/v1/jobs", query={"state": state, "limit": limit}), "jobs", "jobs"))
+    def list_jobs(self, state: str | None = None, limit: int | None = None,
+                  order: str | None = None) -> list[dict[str, Any]]:
+        """Jobs in submission order; ``order="newest"``: the newest first (a ``limit`` keeps those)."""
+        doc = self.call("GET", "/v1/jobs", query={"state": state, "limit": limit, "order": order})
+        return list(self._field(doc, "jobs", "jobs"))
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         return dict(self._field(self.call("GET", f"/v1/jobs/{self._seg(job_id)}"), "job", "job"))
 
     def cancel_job(self, job_id: str) -> dict[str, Any]:
         return dict(self._field(self.call("DELETE", f"/v1/jobs/{self._seg(job_id)}"), "job", "cancel"))
+
+    def list_operations(self, job: str | None = None, state: str | None = None,
+                        limit: int | None = None) -> list[dict[str, Any]]:
+        doc = self.call("GET", "/v1/operations", query={"job": job, "state": state, "limit": limit})
+        return list(self._field(doc, "operations", "operations"))
+
+    def get_operation(self, op_id: str) -> dict[str, Any]:
+        return dict(self._field(self.call("GET", f"/v1/operations/{self._seg(op_id)}"), "operation", "operation"))
 
     def explain_job(self, job_id: str) -> dict[str, Any]:
         doc = self.call("GET", f"/v1/jobs/{self._seg(job_id)}/explain")
@@ -251,8 +280,12 @@ class ApiClient:
     def list_nodes(self) -> list[dict[str, Any]]:
         return list(self._field(self.call("GET", "/v1/nodes"), "nodes", "nodes"))
 
-    def drain_node(self, name: str) -> dict[str, Any]:
-        return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/drain"), "node", "drain"))
+    def remove_node(self, name: str) -> dict[str, Any]:
+        return dict(self._field(self.call("DELETE", f"/v1/nodes/{self._seg(name)}"), "node", "remove"))
+
+    def drain_node(self, name: str, reason: str | None = None) -> dict[str, Any]:
+        body = None if reason is None else {"reason": reason}
+        return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/drain", body), "node", "drain"))
 
     def undrain_node(self, name: str) -> dict[str, Any]:
         return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/undrain"), "node", "undrain"))
@@ -264,8 +297,14 @@ class ApiClient:
         return dict(self._field(self.call("GET", f"/v1/vms/{self._seg(name)}"), "vm", "vm"))
 
     def set_vm_priority(self, name: str, change: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self._field(self.set_vm_priority_doc(name, change), "vm", "priority"))
+
+    def set_vm_priority_doc(self, name: str, change: Mapping[str, Any]) -> dict[str, Any]:
+        """The whole answer: ``vm`` and ``applied_to`` (the VMs the change applies to: every VM of the
+        job for tier, weight and cap, the VM alone for a pin)."""
         doc = self.call("PUT", f"/v1/vms/{self._seg(name)}/priority", dict(change))
-        return dict(self._field(doc, "vm", "priority"))
+        self._field(doc, "vm", "priority")
+        return dict(doc)
 
     # ------------------------------------------------------------------------------ policy, auth, health
 
@@ -281,6 +320,12 @@ class ApiClient:
             body["params"] = dict(params)
         doc = self.call("PUT", "/v1/policy", body)
         return doc if isinstance(doc, dict) else {}
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        return list(self._field(self.call("GET", "/v1/tokens"), "tokens", "token list"))
+
+    def revoke_token(self, token_id: str) -> dict[str, Any]:
+        return dict(self._field(self.call("DELETE", f"/v1/tokens/{self._seg(token_id)}"), "token", "token revoke"))
 
     def issue_token(self, name: str, role: str, ttl_s: float | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"name": name, "role": role}

@@ -118,9 +118,11 @@ class Job:
         cpu_need: float | None = None,
         mem: float | None = None,
         user: str | None = None,
+        account: str | None = None,
     ) -> None:
         self.name = name
         self.user = user  # who the job runs for (None: not said)
+        self.account = account  # the account (project) charged (None: not said)
         self.cpu_need = cpu_need  # vcsched: CPU need per VM, fraction of one host core
         self.mem = mem  # vcsched: memory need per VM, fraction of one host's memory
         self.estimate = estimate
@@ -155,6 +157,8 @@ class Job:
             spec["deadline"] = float(self.deadline)
         if self.user is not None:
             spec["user"] = str(self.user)
+        if self.account is not None:
+            spec["account"] = str(self.account)
         if self.cpu_need is not None:
             if not 0 < self.cpu_need <= 1:
                 raise errors.ValidationError(field=f"job {self.name!r}.cpu_need",

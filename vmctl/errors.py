@@ -249,6 +249,15 @@ class DaemonUnavailable(VmctlError):
     hint = "is vmctld running? check --url / VMCTL_URL"
 
 
+class TlsUntrusted(DaemonUnavailable):
+    """The daemon's certificate is not signed by a CA the client trusts (no ``--ca``, or another CA)."""
+
+    reference = "tls-untrusted"
+    retryable = False
+    template = "cannot verify vmctld at {url}: {problem}"
+    hint = "pass --ca with the cluster CA (vmctld writes it to <state_dir>/ca.pem) or set VMCTL_CA"
+
+
 class ApiError(VmctlError):
     """An error answer from the daemon, re-raised on the client side."""
 

@@ -151,8 +151,14 @@ class ClusterCollector(_TimedCollector):
                                      labels=["node"])
         last_seen = GaugeMetricFamily("vmctl_agent_last_seen_timestamp_seconds",
                                       "When the node's agent last reported", labels=["node"])
-        age = GaugeMetricFamily("vmctl_agent_report_age_seconds", "Seconds since the node's agent last reported",
+        age = GaugeMetricFamily("vmctl_agent_report_age_seconds",
+                                "Seconds since the node's agent last sent a full report (heartbeats do not count)",
                                 labels=["node"])
+        applied = GaugeMetricFamily("vmctl_agent_applied_generation",
+                                    "Generation of desired state the node's agent applied (its latest report)",
+                                    labels=["node"])
+        refusals = GaugeMetricFamily("vmctl_agent_migration_refusals",
+                                     "Migrations the node's agent refuses in its latest report", labels=["node"])
         gen = GaugeMetricFamily("vmctl_node_desired_generation", "Generation of the node's desired state",
                                 labels=["node"])
         vm_cpu = CounterMetricFamily("vmctl_vm_cpu_seconds", "Cumulative guest CPU time of the VM",
@@ -198,12 +204,15 @@ class ClusterCollector(_TimedCollector):
                 host_util.add_metric([nd], _num(n.get("utilization")))
             agent_up.add_metric([nd], 0.0 if st in ("lost", "down") else 1.0)
             if n.get("last_seen") is not None:
-                seen = _num(n.get("last_seen"))
-                last_seen.add_metric([nd], seen)
-                age.add_metric([nd], max(0.0, snapshot.time - seen))
+                last_seen.add_metric([nd], _num(n.get("last_seen")))
+            if n.get("last_report") is not None:
+                age.add_metric([nd], max(0.0, snapshot.time - _num(n.get("last_report"))))
+            if n.get("generation_applied") is not None:
+                applied.add_metric([nd], _num(n.get("generation_applied")))
+            refusals.add_metric([nd], float(len(n.get("refusals") or ())))
             if n.get("generation") is not None:
                 gen.add_metric([nd], _num(n.get("generation")))
-        return [cores, state, busy, util, host_util, agent_up, last_seen, age, gen,
+        return [cores, state, busy, util, host_util, agent_up, last_seen, age, gen, applied, refusals,
                 vm_cpu, vm_util, vm_weight, vm_cap, vm_busy]
 
 

@@ -20,6 +20,7 @@ import yaml
 from tests.livedaemon import long_poll_parked
 from tests.support.daemon import InProcessDaemon
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
+from vmctl.auth import hash_token as auth_hash
 from vmctl.daemon.config import DaemonConfig
 from vmctl.errors import ApiError
 from vmctl.model import NodeObserved
@@ -153,6 +154,8 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("GET", "/v1/nodes", None, "read"),
     ("POST", "/v1/nodes/n1/undrain", None, "admin"),
     ("GET", "/v1/vms", None, "read"),
+    ("GET", "/v1/operations", None, "read"),
+    ("GET", "/v1/tokens", None, "admin"),
     ("GET", "/v1/policy", None, "read"),
     ("PUT", "/v1/policy", {"name": "easy"}, "admin"),
     ("POST", "/v1/tokens", {"name": "x", "role": "read"}, "admin"),
@@ -458,3 +461,226 @@ def test_job_priority_deadline_and_user_over_http(client: Client, tokens: dict[s
     s, doc = client.call("GET", f"/v1/jobs/{jid}", token=tokens["read"])
     assert (doc["job"]["priority"], doc["job"]["deadline"], doc["job"]["user"]) == (7, 2e9, "alice")
     client.call("DELETE", f"/v1/jobs/{jid}", token=tokens["admin"])
+
+
+def test_vms_show_what_the_agent_reports(client: Client, tokens: dict[str, str]) -> None:
+    """``GET /v1/vms`` is what the hosts do: a job VM its agent never defined is not 'running' there
+    (observed null, differs names power), and the idle VMs of a core's slots that the agent reports are
+    listed and addressable (a priority change on one is a clear conflict, not not-found)."""
+    admin, read = tokens["admin"], tokens["read"]
+    _heartbeat(client)
+    s, doc = client.call("POST", "/v1/jobs", {"name": "observed", "procs": 1, "estimate": 60, "work_seconds": 50},
+                         token=admin)
+    jid = doc["job"]["id"]
+    _wait_until("the job runs", lambda: client.call("GET", f"/v1/jobs/{jid}", token=read)[1]["job"]["state"]
+                == "running")
+    idle = {"name": "n1-c3-bg", "power": "running", "core": 3, "weight": 1, "utilization": 0.0}
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/observed",
+                       {"node": "n1", "generation_applied": 0, "cores": 4, "vms": [idle]}, node="n1")
+    assert s == 204
+    s, doc = client.call("GET", "/v1/vms?node=n1", token=read)
+    by_name = {v["name"]: v for v in doc["vms"]}
+    mine = [v for v in doc["vms"] if v["job_id"] == jid]
+    assert len(mine) == 1 and mine[0]["managed"] is True
+    assert mine[0]["power"] == "running" and mine[0]["observed"] is None and mine[0]["differs"] == ["power"]
+    assert by_name["n1-c3-bg"]["managed"] is False and by_name["n1-c3-bg"]["role"] == "bg"
+    assert by_name["n1-c3-bg"]["observed"]["power"] == "running" and by_name["n1-c3-bg"]["core"] == 3
+    s, doc = client.call("GET", "/v1/vms/n1-c3-bg", token=read)
+    assert s == 200 and doc["vm"]["managed"] is False
+    s, doc = client.call("PUT", "/v1/vms/n1-c3-bg/priority", {"cap": 0.25}, token=admin)
+    assert s == 409 and doc["error"]["reference"] == "conflict" and "n1" in doc["error"]["message"]
+    assert "idle" in doc["error"]["message"]
+    # the agent defines the job VM, paused where vmctld wants it running: the difference is shown
+    job_vm = {"name": mine[0]["name"], "power": "paused", "core": mine[0]["core"], "weight": mine[0]["weight"],
+              "process_job": jid, "process_index": 0}
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/observed",
+                       {"node": "n1", "generation_applied": 0, "cores": 4, "vms": [job_vm]}, node="n1")
+    s, doc = client.call("GET", f"/v1/vms/{mine[0]['name']}", token=read)
+    assert doc["vm"]["observed"]["power"] == "paused" and doc["vm"]["differs"] == ["power"]
+    client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+    _heartbeat(client)
+
+
+def test_nodes_show_applied_generation_report_age_and_last_error(client: Client, tokens: dict[str, str]) -> None:
+    """An agent that refuses every generation is visible: the generation it applied beside the desired
+    one, its last error, and the age of its last full report, which a heartbeat does not reset."""
+    read = tokens["read"]
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/observed",
+                       {"node": "n1", "generation_applied": 0, "cores": 4, "time": time.time(),
+                        "errors": ["plan: generation refused: core 9 out of range"]}, node="n1")
+    assert s == 204
+    s, doc = client.call("GET", "/v1/nodes", token=read)
+    n1 = next(n for n in doc["nodes"] if n["name"] == "n1")
+    assert n1["generation_applied"] == 0 and n1["generation"] >= 0
+    assert n1["errors"] == ["plan: generation refused: core 9 out of range"]
+    assert n1["last_report"] is not None and 0 <= n1["report_age_s"] < 5
+    reported = n1["last_report"]
+    time.sleep(0.05)
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/heartbeat", {}, node="n1")
+    assert s == 200
+    n1 = next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n1")
+    assert n1["last_report"] == reported and n1["last_seen"] > reported and n1["report_age_s"] >= 0.05
+    _heartbeat(client)
+
+
+def test_priority_change_says_which_vms_it_applies_to(client: Client, tokens: dict[str, str]) -> None:
+    """A cap is the job's (all its VMs share it): the answer lists every VM of the job it applies to."""
+    admin, read = tokens["admin"], tokens["read"]
+    _heartbeat(client)
+    s, doc = client.call("POST", "/v1/jobs", {"procs": 2, "estimate": 60, "work_seconds": 50}, token=admin)
+    jid = doc["job"]["id"]
+    _wait_until("the job runs", lambda: client.call("GET", f"/v1/jobs/{jid}", token=read)[1]["job"]["state"]
+                == "running")
+    names = sorted(v["name"] for v in client.call("GET", "/v1/vms", token=read)[1]["vms"] if v["job_id"] == jid)
+    assert len(names) == 2
+    s, doc = client.call("PUT", f"/v1/vms/{names[0]}/priority", {"cap": 0.25}, token=admin)
+    assert s == 200 and doc["applied_to"] == names and doc["vm"]["cap"] == 0.25
+    client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+    _heartbeat(client)
+
+
+def test_healthz_answers_without_credentials_and_says_nothing_else(client: Client, tokens: dict[str, str]) -> None:
+    """``/healthz`` is for load balancers and systemd: no token, no client certificate, liveness and
+    leadership only; every other route still needs credentials."""
+    s, doc = client.call("GET", "/healthz")
+    assert s == 200 and doc == {"status": "ok", "leader": True}
+    s, doc = client.call("GET", "/healthz", token="vmctl_not-a-token")  # a bad token is not looked at
+    assert s == 200 and doc == {"status": "ok", "leader": True}
+    s, doc = client.call("POST", "/healthz", {})
+    assert s == 405
+    for path in ("/v1/health", "/v1/jobs", "/v1/nodes"):
+        s, doc = client.call("GET", path)
+        assert s == 401, path
+
+
+
+def test_job_list_limit_keeps_the_newest_on_request(client: Client, tokens: dict[str, str]) -> None:
+    admin, read = tokens["admin"], tokens["read"]
+    ids = [client.call("POST", "/v1/jobs", {"procs": 4, "estimate": 5}, token=admin)[1]["job"]["id"]
+           for _ in range(3)]
+    s, doc = client.call("GET", "/v1/jobs?limit=2&order=newest", token=read)
+    assert s == 200 and [j["id"] for j in doc["jobs"]] == [ids[2], ids[1]]
+    s, doc = client.call("GET", "/v1/jobs?limit=1&order=oldest", token=read)
+    assert s == 200 and doc["jobs"][0]["id"] not in ids
+    s, doc = client.call("GET", "/v1/jobs?order=sideways", token=read)
+    assert s == 422 and doc["error"]["field"] == "order"
+    for jid in ids:
+        client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+
+
+def test_operations_are_queryable(client: Client, tokens: dict[str, str]) -> None:
+    read = tokens["read"]
+    s, doc = client.call("GET", "/v1/operations?limit=5", token=read)
+    assert s == 200 and isinstance(doc["operations"], list)
+    s, doc = client.call("GET", "/v1/operations/op999999", token=read)
+    assert s == 404 and doc["error"]["reference"] == "not-found"
+    s, doc = client.call("GET", "/v1/operations?limit=0", token=read)
+    assert s == 422 and doc["error"]["field"] == "limit"
+
+
+def test_tokens_are_listed_and_revoked(client: Client, tokens: dict[str, str]) -> None:
+    """``token list`` shows ids, names and roles (never a token or its hash) to admins only; ``token
+    revoke`` by name or id ends a token at once; a name two tokens share must be revoked by id."""
+    admin, read = tokens["admin"], tokens["read"]
+    s, doc = client.call("POST", "/v1/tokens", {"name": "revoke-me", "role": "read"}, token=admin)
+    victim = doc["token"]
+    assert client.call("GET", "/v1/jobs", token=victim)[0] == 200
+    s, doc = client.call("GET", "/v1/tokens", token=admin)
+    listed = {t["name"]: t for t in doc["tokens"]}
+    assert s == 200 and listed["revoke-me"]["role"] == "read" and len(listed["revoke-me"]["id"]) == 12
+    assert victim not in json.dumps(doc) and auth_hash(victim) not in json.dumps(doc)
+    s, doc = client.call("DELETE", "/v1/tokens/revoke-me", token=read)
+    assert s == 403
+    s, doc = client.call("DELETE", "/v1/tokens/revoke-me", token=admin)
+    assert s == 200 and doc["token"]["name"] == "revoke-me"
+    assert client.call("GET", "/v1/jobs", token=victim)[0] == 401
+    assert client.call("DELETE", "/v1/tokens/revoke-me", token=admin)[0] == 404
+    for _ in range(2):
+        client.call("POST", "/v1/tokens", {"name": "dup", "role": "read"}, token=admin)
+    s, doc = client.call("DELETE", "/v1/tokens/dup", token=admin)
+    assert s == 409 and "by id" in doc["error"]["message"]
+    ids = [t["id"] for t in client.call("GET", "/v1/tokens", token=admin)[1]["tokens"] if t["name"] == "dup"]
+    for i in ids:
+        assert client.call("DELETE", f"/v1/tokens/{i}", token=admin)[0] == 200
+
+
+def test_drain_with_a_reason(client: Client, tokens: dict[str, str]) -> None:
+    admin, read = tokens["admin"], tokens["read"]
+    _heartbeat(client)
+    s, doc = client.call("POST", "/v1/nodes/n1/drain", {"reason": "DIMM swap, ticket 42"}, token=admin)
+    assert s == 200 and doc["node"]["drain_reason"] == "DIMM swap, ticket 42"
+    n1 = next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n1")
+    assert n1["state"] in ("draining", "drained") and n1["drain_reason"] == "DIMM swap, ticket 42"
+    from vmctl.cli.ops import node_table
+
+    grid = node_table([n1])
+    assert dict(zip(grid.headers, grid.rows[0], strict=True))["STATE"].endswith("(DIMM swap, ticket 42)")
+    s, doc = client.call("POST", "/v1/nodes/n1/drain", {"reason": "bad\nline"}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "reason"
+    s, doc = client.call("POST", "/v1/nodes/n1/undrain", token=admin)
+    assert s == 200 and doc["node"]["state"] == "ready" and doc["node"]["drain_reason"] is None
+
+
+def test_node_remove_refuses_a_live_node(client: Client, tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    _heartbeat(client)
+    s, doc = client.call("DELETE", "/v1/nodes/n1", token=admin)
+    assert s == 409 and "drain it first" in doc["error"]["message"]
+    assert client.call("DELETE", "/v1/nodes/n1", token=tokens["read"])[0] == 403
+    assert client.call("DELETE", "/v1/nodes/nowhere", token=admin)[0] == 404
+
+
+def test_a_job_wider_than_the_cluster_is_refused(client: Client, daemon: InProcessDaemon,
+                                                 tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    total = sum(n.cores for n in daemon.daemon.state.nodes.values())
+    before = _jobs_in_store(daemon)
+    s, doc = client.call("POST", "/v1/jobs", {"procs": total + 1, "estimate": 5}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "procs" and "could never start" in doc["error"]["message"]
+    s, doc = client.call("POST", "/v1/jobs:batch", {"jobs": [{"procs": 1, "estimate": 5},
+                                                             {"procs": total + 1, "estimate": 5}]}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "jobs[1].procs"
+    assert _jobs_in_store(daemon) == before  # nothing of the batch was submitted
+
+
+def test_cpu_usage_is_one_number_or_one_per_process(client: Client, tokens: dict[str, str]) -> None:
+    """A job file may say ``cpu_usage: 0.5`` as the command line does: one value for every process."""
+    admin = tokens["admin"]
+    s, doc = client.call("POST", "/v1/jobs:batch", {"jobs": [{"procs": 3, "estimate": 5, "cpu_usage": 0.5}]},
+                         token=admin)
+    assert s == 201, doc
+    jid = doc["jobs"][0]["id"]
+    s, doc = client.call("POST", "/v1/jobs", {"procs": 2, "estimate": 5, "cpu_usage": 1.5}, token=admin)
+    assert s == 422 and doc["error"]["field"] == "cpu_usage[0]"
+    client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
+
+
+def test_operator_changes_are_audited_with_the_token_name(client: Client, tokens: dict[str, str],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    admin = tokens["admin"]
+    s, doc = client.call("POST", "/v1/tokens", {"name": "auditor-x", "role": "admin"}, token=admin)
+    tok = doc["token"]
+    with caplog.at_level("INFO", logger="vmctld.audit"):
+        s, _ = client.call("PUT", "/v1/policy", {"name": "easy"}, token=tok)
+        assert s == 200
+        s, _ = client.call("PUT", "/v1/policy", {"name": "nosuch"}, token=tok)
+        assert s == 400
+        client.call("GET", "/v1/jobs", token=tok)  # reads are not audited
+    lines = [r.getMessage() for r in caplog.records if r.name == "vmctld.audit" and "auditor-x" in r.getMessage()]
+    assert lines == ["PUT /v1/policy by token 'auditor-x' (admin): 200",
+                     "PUT /v1/policy by token 'auditor-x' (admin): 400"]
+    client.call("DELETE", "/v1/tokens/auditor-x", token=admin)
+
+
+def test_user_and_account_are_kept_and_answered(client: Client, tokens: dict[str, str]) -> None:
+    admin = tokens["admin"]
+    s, doc = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 5, "user": "alice", "account": "proj7"},
+                         token=admin)
+    assert s == 201 and doc["job"]["user"] == "alice" and doc["job"]["account"] == "proj7"
+    from vmctl.cli.ops import job_table
+
+    grid = job_table([doc["job"]])
+    assert dict(zip(grid.headers, grid.rows[0], strict=True))["USER"] == "alice (proj7)"
+    s, bad = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 5, "account": "a\nb"}, token=admin)
+    assert s == 422 and bad["error"]["field"] == "account"
+    client.call("DELETE", f"/v1/jobs/{doc['job']['id']}", token=admin)

@@ -44,7 +44,7 @@ def exported_names() -> set[str]:
     """Every sample name of a fully populated daemon and agent exposition."""
     d = DaemonMetrics(lambda: ClusterSnapshot(
         nodes=[{"name": "n1", "cores": 1, "state": "ready", "fg_busy": 1, "bg_busy": 1, "utilization": 0.5,
-                "last_seen": 1.0, "generation": 1}],
+                "last_seen": 1.0, "last_report": 1.0, "generation": 1, "generation_applied": 1, "refusals": []}],
         vms=[{"name": "n1-c0-bg", "node": "n1", "core": 0, "role": "bg", "weight": 1, "cap": 0.5, "job_id": "1",
               "utilization": 0.5, "cpu_time_s": 3.0}]))
     d.observe_cycle(0.1)
@@ -116,6 +116,82 @@ def test_alert_rules_fire(tmp_path: Path) -> None:
     }
     (tmp_path / "alerts_test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
     r = run_promtool("test", "rules", "alerts_test.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _promtool_test(tmp_path: Path, tests: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    shutil.copy(ALERTS, tmp_path / "alerts.yaml")
+    doc = {"rule_files": ["alerts.yaml"], "evaluation_interval": "1m", "tests": tests}
+    (tmp_path / "alerts_test.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return run_promtool("test", "rules", "alerts_test.yaml", cwd=tmp_path)
+
+
+D = 'instance="d:8443", job="vmctld"'
+LABELS = {"instance": "d:8443", "job": "vmctld"}
+
+
+def test_aborted_migrations_do_not_fire_migrations_failing(tmp_path: Path) -> None:
+    """Aborted migrations (the job ended while moving, as in the README's demo) are benign; failed ones
+    above 20% of the migrations that did not end with their job fire the alert."""
+    benign = {"interval": "1m", "input_series": [
+        {"series": f'vmctl_migrations_total{{outcome="completed", {D}}}', "values": "0+10x60"},
+        {"series": f'vmctl_migrations_total{{outcome="aborted", {D}}}', "values": "0+10x60"},
+        {"series": f'vmctl_migrations_total{{outcome="failed", {D}}}', "values": "0x60"},
+    ], "alert_rule_test": [{"eval_time": "50m", "alertname": "VmctlMigrationsFailing", "exp_alerts": []}]}
+    failing = {"interval": "1m", "input_series": [
+        {"series": f'vmctl_migrations_total{{outcome="completed", {D}}}', "values": "0+10x60"},
+        {"series": f'vmctl_migrations_total{{outcome="aborted", {D}}}', "values": "0+50x60"},
+        {"series": f'vmctl_migrations_total{{outcome="failed", {D}}}', "values": "0+5x60"},
+    ], "alert_rule_test": [{"eval_time": "50m", "alertname": "VmctlMigrationsFailing", "exp_alerts": [
+        {"exp_labels": {"severity": "warning"},
+         "exp_annotations": {"summary": "More than 20% of migrations fail",
+                             "description": "33.33% of the migrations that did not end with their job failed in "
+                                            "30 minutes."}}]}]}
+    r = _promtool_test(tmp_path, [benign, failing])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_stale_reports_fire_while_heartbeats_keep_the_node_up(tmp_path: Path) -> None:
+    """The report age is of the last full report: it grows while heartbeats keep vmctl_agent_up at 1."""
+    t = {"interval": "1m", "input_series": [
+        {"series": f'vmctl_agent_up{{node="n3", {D}}}', "values": "1x20"},
+        {"series": f'vmctl_agent_report_age_seconds{{node="n3", {D}}}', "values": "0+60x20"},
+        {"series": f'vmctl_agent_up{{node="n4", {D}}}', "values": "1x20"},
+        {"series": f'vmctl_agent_report_age_seconds{{node="n4", {D}}}', "values": "10x20"},
+    ], "alert_rule_test": [
+        {"eval_time": "4m", "alertname": "VmctlAgentReportsStale", "exp_alerts": []},
+        {"eval_time": "10m", "alertname": "VmctlAgentReportsStale", "exp_alerts": [
+            {"exp_labels": {"severity": "warning", "node": "n3", **LABELS},
+             "exp_annotations": {"summary": "Agent of n3 heartbeats but does not report",
+                                 "description": "Last full report 10m 0s ago; see `vmctl node show n3`."}}]},
+    ]}
+    r = _promtool_test(tmp_path, [t])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_agent_refusing_its_desired_state_fires(tmp_path: Path) -> None:
+    """n3 stays two generations behind without moving, n5 refuses a migration report after report: both
+    fire; n4 is one generation behind but keeps applying (a busy node), which is no alert."""
+    t = {"interval": "1m", "input_series": [
+        {"series": f'vmctl_node_desired_generation{{node="n3", {D}}}', "values": "5x20"},
+        {"series": f'vmctl_agent_applied_generation{{node="n3", {D}}}', "values": "3x20"},
+        {"series": f'vmctl_node_desired_generation{{node="n4", {D}}}', "values": "1+1x20"},
+        {"series": f'vmctl_agent_applied_generation{{node="n4", {D}}}', "values": "0+1x20"},
+        {"series": f'vmctl_agent_migration_refusals{{node="n4", {D}}}', "values": "0x20"},
+        {"series": f'vmctl_agent_migration_refusals{{node="n5", {D}}}', "values": "1x20"},
+    ], "alert_rule_test": [
+        {"eval_time": "3m", "alertname": "VmctlAgentRefusesDesiredState", "exp_alerts": []},
+        {"eval_time": "12m", "alertname": "VmctlAgentRefusesDesiredState", "exp_alerts": [
+            {"exp_labels": {"severity": "warning", "node": "n3", **LABELS},
+             "exp_annotations": {"summary": "Agent of n3 does not apply its desired state",
+                                 "description": "It is 2 generation(s) behind or refuses that many migrations; "
+                                                "its errors are in `vmctl node show n3`."}},
+            {"exp_labels": {"severity": "warning", "node": "n5", **LABELS},
+             "exp_annotations": {"summary": "Agent of n5 does not apply its desired state",
+                                 "description": "It is 1 generation(s) behind or refuses that many migrations; "
+                                                "its errors are in `vmctl node show n5`."}}]},
+    ]}
+    r = _promtool_test(tmp_path, [t])
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.livedaemon import run_cli
-from vmctl import errors
+from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient, error_from_response
 from vmctl.cli import ops
 from vmctl.cli.main import exit_code_for
@@ -130,7 +131,7 @@ def test_job_list_table_and_query(server: tuple[str, Recorder], capsys: Any) -> 
     rec.answer("GET", "/v1/jobs", 200, {"jobs": [JOB]})
     code, out, _ = run(capsys, "job", "list", "--url", url, "--state", "running", "--limit", "5")
     assert code == 0
-    assert rec.requests[-1]["query"] == "state=running&limit=5"
+    assert rec.requests[-1]["query"] == "state=running&limit=5&order=newest"  # --limit keeps the newest
     lines = out.splitlines()
     header = next(line for line in lines if "ID" in line and "STATE" in line)
     assert "PLACEMENT" in header
@@ -227,7 +228,7 @@ def test_explain_names_the_reservation(server: tuple[str, Recorder], capsys: Any
         "reservation": {"job_id": "19", "shadow_time": 1795003600.0, "extra_cores": 1}})
     code, out, _ = run(capsys, "job", "explain", "20", "--url", url)
     assert code == 0
-    assert "position 2" in out and "waiting for 8 cores" in out
+    assert "position 3 in the queue (2 job(s) ahead)" in out and "waiting for 8 cores" in out  # from 1
     assert "job 19 holds the reservation" in out and "2026-11-18" in out and "1 extra core" in out
 
 
@@ -267,10 +268,12 @@ def test_token_and_cert_issue(server: tuple[str, Recorder], capsys: Any, tmp_pat
     assert (tmp_path / "pki" / "ca.crt").read_text() == "CA\n"
 
 
-def test_formatters() -> None:
+def test_formatters(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ops.fmt_duration(59) == "59s" and ops.fmt_duration(600) == "10.0m" and ops.fmt_duration(None) == "-"
     assert ops.fmt_duration(86400 * 3) == "3.0d"
-    assert ops.fmt_time(0) == "1970-01-01 00:00:00"
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    assert ops.fmt_time(0) == "1970-01-01T00:00:00+00:00"  # ISO 8601 with the zone
     assert ops.fmt_placement([{"node": "a", "core": i} for i in range(6)], limit=2) == "a:0, a:1 (+4)"
     assert ops.parse_cap("50%") == (True, 0.5) and ops.parse_cap(None) == (False, None)
     with pytest.raises(errors.UserError):
@@ -348,3 +351,128 @@ def test_job_submit_vcsched_needs(server: tuple[str, Recorder], capsys: Any) -> 
     for opt, val in (("--cpu-need", "0"), ("--cpu-need", "1.5"), ("--mem", "-0.1"), ("--mem", "2")):
         code, _, err = run(capsys, "job", "submit", "--url", url, "-n", "1", "-t", "60", opt, val)
         assert code == 2 and "out-of-range" in err and opt in err
+
+
+def test_vm_list_shows_observed_with_desired_beside(server: tuple[str, Recorder], capsys: Any) -> None:
+    """The table is what the agent reports; the desired value is shown beside where they differ, and the
+    idle VMs of the layout are listed without a job."""
+    url, rec = server
+    never = {**VM, "name": "j17-r0-p0", "managed": True, "observed": None, "differs": ["power"]}
+    paused = {**VM, "name": "j17-r0-p1", "managed": True, "differs": ["power", "weight"],
+              "observed": {"node": "n1", "power": "paused", "core": 0, "weight": 5, "cap": None, "job_id": "17",
+                           "utilization": 0.0, "migration_phase": None}}
+    idle = {**VM, "name": "n1-c5-bg", "role": "bg", "job_id": None, "weight": 1, "power": "running",
+            "managed": False, "differs": [],
+            "observed": {"node": "n1", "power": "running", "core": 5, "weight": 1, "cap": None, "job_id": None,
+                         "utilization": 0.0, "migration_phase": None}}
+    rec.answer("GET", "/v1/vms", 200, {"vms": [never, paused, idle]})
+    code, out, _ = run(capsys, "vm", "list", "--url", url)
+    assert code == 0 and "j17-r0-p0" in out and "n1-c5-bg" in out
+    rows = {line.split()[0]: line for line in ops.vm_table([never, paused, idle]).to_text().splitlines()}
+    assert "not reported (want running)" in rows["j17-r0-p0"]
+    assert "paused (want running)" in rows["j17-r0-p1"] and "5 (want 10000)" in rows["j17-r0-p1"]
+    assert "(idle)" in rows["n1-c5-bg"] and "want" not in rows["n1-c5-bg"]
+    rec.answer("GET", "/v1/vms/n1-c5-bg", 200, {"vm": idle})
+    code, out, _ = run(capsys, "vm", "show", "n1-c5-bg", "--url", url)
+    assert code == 0 and "idle core VM" in out and "observed: power running, core 5" in out
+
+
+def test_node_list_and_show_give_applied_generation_report_age_and_last_error() -> None:
+    n = {**NODE, "generation": 9, "generation_applied": 4, "report_age_s": 95.0,
+         "errors": ["plan: generation refused: core 9 out of range"], "errors_time": 1.0,
+         "refusals": [{"vm": "j1-r0-p0", "migration_id": "op1", "target_node": "n2", "reason": "no peer"}]}
+    row = dict(zip(ops.node_table([n]).headers, ops.node_table([n]).rows[0], strict=True))
+    assert row["GEN"] == "4 (want 9)" and row["REPORT"] == "95s ago"
+    assert row["ERRORS"] == "plan: generation refused: core 9 out of range (1 migration(s) refused)"
+    text = ops.node_text(n)
+    assert "generation: desired 9, applied by its agent 4 (behind); last full report 95s ago" in text
+    assert "refused migration op1 of j1-r0-p0 to n2: no peer" in text
+    fresh = {**n, "generation_applied": None, "report_age_s": None, "errors": [], "refusals": []}
+    row = dict(zip(ops.node_table([fresh]).headers, ops.node_table([fresh]).rows[0], strict=True))
+    assert (row["GEN"], row["REPORT"], row["ERRORS"]) == ("- (want 9)", "never", "-")
+
+
+def test_vm_priority_set_says_it_applies_to_the_whole_job(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("PUT", "/v1/vms/j17-r0-p0/priority", 200,
+               {"vm": {**VM, "name": "j17-r0-p0", "cap": 0.25}, "applied_to": ["j17-r0-p0", "j17-r0-p1"]})
+    code, out, _ = run(capsys, "vm", "priority", "set", "j17-r0-p0", "--url", url, "--cap", "25")
+    assert code == 0 and "applied to 2 VM(s): j17-r0-p0, j17-r0-p1" in out
+    code, out, _ = run(capsys, "vm", "priority", "set", "--help")
+    assert "every VM of the job" in " ".join(out.split())
+
+
+def test_times_are_iso_8601_with_zone_and_relative(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Times carry their zone (the local one, TZ), show how long ago they are, and the reasons' raw
+    ``t=<epoch>`` become readable; the simulator's small model times stay as they are."""
+    monkeypatch.setenv("TZ", "EST5")
+    time.tzset()
+    try:
+        assert ops.fmt_time(0) == "1969-12-31T19:00:00-05:00"
+        assert timefmt.iso(1795460000, utc=True) == "2026-11-23T18:53:20Z"
+        assert timefmt.relative(1000.0, now=1300.0) == "5.0m ago" and timefmt.relative(1300.0, now=1000.0) == "in 5.0m"
+        now = time.time()
+        text = ops.fmt_reason(f"head of queue: reservation at t={now + 600:.1f} needs 4 cores")
+        assert "t=" not in text and "-05:00 (in 10.0m)" in text, text
+        assert ops.fmt_reason("head of queue: reservation at t=10 needs 4 cores").endswith("at t=10 needs 4 cores")
+        explain = ops.explain_text({"job_id": "3", "state": "queued", "queue_position": 0, "reason": None,
+                                    "reservation": None})
+        assert "position 1 in the queue (the head of the queue)" in explain
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_job_list_limit_shows_the_newest_and_offers_the_oldest(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    newest_first = [{**JOB, "id": "9", "name": "nine"}, {**JOB, "id": "8", "name": "eight"}]
+    rec.answer("GET", "/v1/jobs", 200, {"jobs": newest_first})
+    code, out, _ = run(capsys, "job", "list", "--url", url, "--limit", "2")
+    assert code == 0 and "order=newest" in rec.requests[-1]["query"]
+    assert "the newest 2 jobs (--oldest for the oldest)" in out
+    assert out.index("eight") < out.index("nine")  # shown in submission order
+    code, out, _ = run(capsys, "job", "list", "--url", url, "--limit", "2", "--oldest", "-o", "json")
+    assert code == 0 and "order" not in rec.requests[-1]["query"]
+
+
+def test_policy_list_is_offline_and_names_the_parameters(capsys: Any) -> None:
+    """``vmctl policy list`` exists (etc/vmctld.yaml and ``sim run --help`` point to it) and needs no daemon."""
+    code, out, _ = run(capsys, "policy", "list", "-o", "json", "--output", "json")
+    pols = {p["name"]: p for p in json.loads(out)["policies"]}
+    assert code == 0 and {"fcfs", "easy", "measy"} <= set(pols)
+    assert all(isinstance(q["name"], str) and "default" in q for p in pols.values() for q in p["params"])
+    code, out, _ = run(capsys, "policy", "list")
+    assert code == 0 and "measy" in out and "NAME" in out
+    cfg = (Path(__file__).resolve().parents[2] / "etc" / "vmctld.yaml").read_text()
+    assert "vmctl policy list" in cfg
+
+
+def test_top_shows_cores_queue_and_recent_events(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("GET", "/v1/policy", 200, {"name": "measy", "params": {}, "available": ["measy"]})
+    rec.answer("GET", "/v1/nodes", 200, {"nodes": [{**NODE, "cores": 2, "fg_busy": 1, "bg_busy": 1}]})
+    vms = [{**VM, "name": "j5-r1-p0", "core": 0, "role": "fg", "job_id": "5", "managed": True},
+           {**VM, "name": "j7-r1-p0", "core": 0, "role": "bg", "job_id": "7", "managed": True},
+           {**VM, "name": "n1-c1-bg", "core": 1, "role": "bg", "job_id": None, "managed": False}]
+    rec.answer("GET", "/v1/vms", 200, {"vms": vms})
+    head = {**JOB, "id": "9", "name": "wide", "state": "queued", "procs": 2, "expected_start": 1795003600.0,
+            "start_time": None, "reason": "head of queue: reservation at 2026-11-18T09:06:40Z needs 2 cores",
+            "history": [{"time": 1795000000.0, "event": "submitted", "detail": None}]}
+    started = {**JOB, "id": "5",
+               "history": [{"time": 1795000100.0, "event": "started", "detail": "run 1 as fg on n1:0"}]}
+    rec.answer("GET", "/v1/jobs", 200, {"jobs": [head, started]})
+    code, out, _ = run(capsys, "top", "--url", url)
+    assert code == 0, out
+    assert "policy measy" in out
+    assert "5/7 -/-" in out  # core 0: job 5 fg, job 7 bg; core 1: free (its idle VM has no job)
+    assert "9 wide procs 2, starts <= " in out and "reservation at 2026-11-18T09:06:40Z" in out
+    events = out[out.index("recent events:"):]
+    assert events.index("job 9 submitted") < events.index("job 5 started: run 1 as fg on n1:0")
+
+
+def test_job_submit_sends_the_account(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    rec.answer("POST", "/v1/jobs", 201, {"job": {**JOB, "user": "alice", "account": "proj7"}})
+    code, out, _ = run(capsys, "job", "submit", "-n", "1", "-t", "5", "--user", "alice", "--account", "proj7",
+                       "--url", url)
+    assert code == 0 and rec.requests[-1]["body"]["account"] == "proj7" and "proj7" in out

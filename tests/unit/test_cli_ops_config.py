@@ -68,3 +68,18 @@ def test_shipped_examples_pass(path: Path | None, capsys: pytest.CaptureFixture[
         pytest.skip("no example configs in etc/ yet")
     code, _, err = run(capsys, "config", "check", str(path))
     assert code == 0, err
+
+
+def test_every_problem_is_reported_not_only_the_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "vmctld.yaml"
+    d.write_text("api: {port: 99999, colour: blue}\nloop: {tick_s: -1}\nlease: {ttl: 3}\npolicy: {name: easy}\n")
+    ok = tmp_path / "agent.yaml"
+    ok.write_text("node: n7\nbackend: {kind: mock, cores: 4}\n")
+    code, out, err = run(capsys, "config", "check", str(d), str(ok))
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 4, err
+    for want in ("api.port: must be <= 65535", "api.colour: unknown key", "loop.tick_s", "lease.ttl: unknown key"):
+        assert sum(want in line for line in lines) == 1, (want, err)
+    assert all(line.startswith(f"error: config-invalid: {d}: ") for line in lines)
+    assert f"{ok}: ok" in out  # the other file is still checked

@@ -111,3 +111,27 @@ def test_policy_nodes_vms_certs(env: DaemonProcess, capsys: pytest.CaptureFixtur
 
     cert = x509.load_pem_x509_certificate(pem.encode())
     assert cert.subject.rfc4514_string() == "CN=node:n9"
+
+
+def test_connection_errors_say_what_is_wrong(daemon: DaemonProcess, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """http:// to the HTTPS listener, no --ca, and a --ca that does not exist each get their own message."""
+    monkeypatch.setenv("VMCTL_TOKEN", daemon.token())
+    monkeypatch.delenv("VMCTL_CA", raising=False)
+    monkeypatch.delenv("VMCTL_URL", raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-system-cas.pem"))  # no system CA signs it anyway
+    plain = daemon.url.replace("https://", "http://")
+    code, _, err = run(capsys, "node", "list", "--url", plain)
+    assert code == 6 and "vmctld serves HTTPS only: use https://" in err, err
+    code, _, err = run(capsys, "node", "list", "--url", daemon.url)
+    assert code == 6 and err.startswith("error: tls-untrusted: cannot verify vmctld at"), err
+    assert "no --ca was given" in err and "hint: pass --ca" in err and "is vmctld running" not in err
+    missing = tmp_path / "nonexistent.pem"
+    code, _, err = run(capsys, "node", "list", "--url", daemon.url, "--ca", str(missing))
+    assert code == 2 and f"the CA file {missing} does not exist" in err, err
+    other = tmp_path / "other-ca.pem"
+    from vmctl.auth import ClusterCA
+
+    other.write_text(ClusterCA.create().cert_pem)
+    code, _, err = run(capsys, "node", "list", "--url", daemon.url, "--ca", str(other))
+    assert code == 6 and f"not signed by the CA in {other}" in err, err

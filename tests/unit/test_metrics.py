@@ -15,9 +15,9 @@ from vmctl.model import NodeObserved, PowerState, VmObserved
 
 NODES = [
     {"name": "n1", "cores": 2, "state": "ready", "fg_busy": 2, "bg_busy": 1, "utilization": 0.9,
-     "last_seen": 1000.0, "generation": 7},
+     "last_seen": 1000.0, "last_report": 1000.0, "generation": 7, "generation_applied": 7, "refusals": []},
     {"name": "n2", "cores": 2, "state": "lost", "fg_busy": 0, "bg_busy": 0, "utilization": None,
-     "last_seen": 400.0, "generation": 2},
+     "last_seen": 400.0, "last_report": 400.0, "generation": 2},
 ]
 VMS = [
     {"name": "n1-c0-fg", "node": "n1", "core": 0, "role": "fg", "weight": 10000, "cap": None, "job_id": "5",
@@ -80,6 +80,26 @@ def test_daemon_instruments_and_cluster_collector() -> None:
     assert s[("vmctl_vm_cpu_seconds_total", (("node", "n1"), ("role", "fg"), ("vm", "n1-c0-fg")))] == 100.0
     assert ("vmctl_vm_cap_ratio", (("node", "n1"), ("role", "fg"), ("vm", "n1-c0-fg"))) not in s  # uncapped
     assert s[("vmctl_collector_success", (("collector", "cluster"),))] == 1
+
+
+def test_report_age_is_of_the_last_full_report_not_the_heartbeat() -> None:
+    """Heartbeats (every 5 s) keep last_seen fresh; the report age counts from the last full report, so
+    an agent that heartbeats but no longer reports shows its real age (VmctlAgentReportsStale), and the
+    generation it applied and the migrations it refuses are exported beside the desired generation."""
+    nodes = [{"name": "n3", "cores": 2, "state": "ready", "fg_busy": 0, "bg_busy": 0, "utilization": 0.0,
+              "last_seen": 1005.0, "last_report": 700.0, "generation": 9, "generation_applied": 4,
+              "refusals": [{"vm": "j1-r0-p0", "migration_id": "op1", "target_node": "n1", "reason": "no peer"}]},
+             {"name": "n4", "cores": 2, "state": "ready", "fg_busy": 0, "bg_busy": 0, "utilization": 0.0,
+              "last_seen": 1005.0, "last_report": None, "generation": 1, "generation_applied": None,
+              "refusals": []}]
+    s = samples(DaemonMetrics(lambda: ClusterSnapshot(nodes=nodes, vms=[], time=1010.0)).exposition()[0])
+    assert s[("vmctl_agent_report_age_seconds", (("node", "n3"),))] == 310.0
+    assert s[("vmctl_agent_last_seen_timestamp_seconds", (("node", "n3"),))] == 1005.0
+    assert s[("vmctl_agent_applied_generation", (("node", "n3"),))] == 4
+    assert s[("vmctl_node_desired_generation", (("node", "n3"),))] == 9
+    assert s[("vmctl_agent_migration_refusals", (("node", "n3"),))] == 1
+    assert ("vmctl_agent_report_age_seconds", (("node", "n4"),)) not in s  # no report to this daemon yet
+    assert ("vmctl_agent_applied_generation", (("node", "n4"),)) not in s
 
 
 def test_no_job_id_labels() -> None:

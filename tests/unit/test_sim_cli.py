@@ -243,3 +243,17 @@ def test_plots_are_redrawn_from_the_table_without_running_anything(capsys: pytes
         assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in files)
     code, _, err = vmctl(capsys, "sim", "plot", str(tmp_path), "--out", str(tmp_path / "x"))
     assert code == 2 and err.startswith("error: instance-format: ")
+
+
+def test_run_takes_o_warns_on_overload_and_prints_long_spans_readably(
+        capsys: pytest.CaptureFixture[str], small_trace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-o json`` works on sim run as on the other commands; ``--load 5`` is no longer accepted silently;
+    the makespan says how long it is, not only raw seconds."""
+    monkeypatch.setenv("COLUMNS", "120")
+    code, out, err = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "easy", "-o", "json",
+                           "--load", "5")
+    assert code == 0 and "makespan" in json.loads(out)
+    assert "warning: --load 5 offers more work than the cluster can do" in err
+    code, out, err = vmctl(capsys, "sim", "run", "--trace", str(small_trace), "--policy", "easy")
+    assert code == 0 and "warning" not in err
+    assert re.search(r"makespan\s*│\s*[\d,.]+ s \(\d+(\.\d)?[mhd]\)", out), out

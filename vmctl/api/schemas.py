@@ -231,6 +231,10 @@ def string(d: dict[str, Any], key: str, where: str, *, required: bool = False, m
 
 
 def _usage_list(raw: Any, procs: int, where: str) -> list[float]:
+    """One CPU use per process: a list of ``procs`` numbers, or one number for every process (as
+    ``vmctl job submit --cpu-usage 0.5`` takes it)."""
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        raw = [raw] * procs
     if not isinstance(raw, list):
         raise ValidationError(field=where, problem=f"must be an array, got {_tname(raw)}")
     if len(raw) != procs:
@@ -250,7 +254,7 @@ def _put(target: dict[str, Any], key: str, value: Any) -> None:
 
 
 JOB_KEYS = ("name", "procs", "estimate", "cpu_usage", "priority", "deadline", "command", "work_seconds", "tasks",
-            "user", "cpu_need", "mem")
+            "user", "account", "cpu_need", "mem")
 TASK_KEYS = ("command", "work_seconds", "cpu_usage")
 
 
@@ -270,6 +274,7 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
     _put(spec, "command", string(d, "command", where, max_len=65536))
     _put(spec, "work_seconds", number(d, "work_seconds", where, lo=0.0, hi=MAX_SECONDS))
     _put(spec, "user", string(d, "user", where, max_len=MAX_NAME, name=True))
+    _put(spec, "account", string(d, "account", where, max_len=MAX_NAME, name=True))  # Slurm's --account
     # vcsched virtual-cluster request: CPU need per VM (fraction of one host's core) and memory need
     # (fraction of one host's memory); absent = a full core and no memory constraint
     _put(spec, "cpu_need", number(d, "cpu_need", where, lo=0.0, lo_open=True, hi=1.0))

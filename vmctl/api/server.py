@@ -34,9 +34,12 @@ from vmctl.api import schemas
 from vmctl.api.listener import BoundedSite
 from vmctl.daemon import statedir
 from vmctl.daemon.core import Daemon, NotLeader
+from vmctl.daemon.history import requeues
 from vmctl.daemon.lease import LeaseHolder
+from vmctl.daemon.removal import remove_node
 from vmctl.daemon.state import ACTIVE
 from vmctl.errors import (
+    Conflict,
     Forbidden,
     LeaseLost,
     NotFound,
@@ -45,34 +48,56 @@ from vmctl.errors import (
     ValidationError,
     VmctlError,
 )
-from vmctl.model import JobState
-from vmctl.store.base import JobRecord, NodeRecord, TokenRecord, WriteBatch
+from vmctl.model import JobState, VmObserved
+from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, TokenRecord, WriteBatch
+from vmctl.timefmt import iso, rewrite_times
 from vmctl.wire import desired_to_json, observed_from_json
 
 log = logging.getLogger("vmctld.api")
+#: one INFO line per change an operator asks for (method, path, token name and role, answer status)
+audit = logging.getLogger("vmctld.audit")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 DAEMON: web.AppKey[Daemon] = web.AppKey("daemon", Daemon)
+#: the one route answered without credentials: ``{"status": "ok", "leader": bool}`` and nothing else
+HEALTHZ = "/healthz"
 METRICS: web.AppKey[Any] = web.AppKey("metrics", object)
 
 
 # ------------------------------------------------------------------------------ JSON forms
 
 
-def job_json(r: JobRecord) -> dict[str, Any]:
+def job_json(r: JobRecord, expected_start: float | None = None) -> dict[str, Any]:
+    """``expected_start``: when the policy's reservation starts this queued job at the latest (only
+    the job holding the reservation has one, as with ``squeue --start``)."""
     return {
         "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
         "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
         "deadline": r.spec.get("deadline"), "user": str(r.spec.get("user", "")),
+        "account": str(r.spec.get("account", "")),
         "submit_time": r.submit_time, "start_time": r.start_time,
         "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
         "placement": [{"node": n, "core": c} for n, c in r.placement],
-        "reason": r.reason, "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]}
-                                      for t in r.tasks],
-        "migrations": r.migrations,
+        "reason": _reason(r.reason),
+        "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]} for t in r.tasks],
+        "migrations": r.migrations, "runs": r.run, "requeues": requeues(r),
+        "history": [{"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")} for h in r.history],
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
         "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
+        "expected_start": expected_start if r.state == JobState.QUEUED else None,
     }
+
+
+def expected_starts(d: Daemon) -> dict[str, float]:
+    """job id -> the start time the policy's last reservation promises it (the queue head's)."""
+    dec = d.last_decision
+    res = dec.reservation if dec is not None else None
+    return {} if res is None else {res.job_id: res.shadow_time}
+
+
+def _reason(reason: str | None) -> str | None:
+    """A reason as the API answers it: epoch times the policy wrote as ``t=<seconds>`` in ISO 8601 (UTC)."""
+    return None if reason is None else rewrite_times(reason, lambda t: iso(t, utc=True))
 
 
 def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
@@ -87,9 +112,15 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
             bg_busy += k
     obs = d.state.observed.get(n.name)
     err_time, errs = d.state.agent_errors.get(n.name, (None, ()))
-    return {"name": n.name, "cores": n.cores, "state": n.state, "last_seen": n.last_seen,
+    last_report = d.observed_at.get(n.name)
+    return {"name": n.name, "cores": n.cores, "state": n.state, "drain_reason": n.drain_reason,
+            "last_seen": n.last_seen,
             "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
+            # what its agent applied, and when it last sent a full report (heartbeats only move last_seen)
+            "generation_applied": obs.generation_applied if obs else None,
+            "last_report": last_report,
+            "report_age_s": None if last_report is None else max(0.0, (d.clock.now() - last_report) / d.speed),
             "utilization": obs.host_utilization if obs else 0.0,
             # migration reachability as the agent registered it (null: not restricted / shared storage)
             "peers": n.peers, "checkpoint_peers": n.checkpoint_peers,
@@ -97,6 +128,35 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
             "errors": list(errs), "errors_time": err_time,
             "refusals": [{"vm": r.vm, "migration_id": r.migration_id, "target_node": r.target_node,
                           "reason": r.reason} for r in (obs.refusals if obs else ())]}
+
+
+def _slot(v: Any) -> str:
+    """A ``[node, core]`` pair of an operation's move as ``node:core`` (``node`` for an unpinned VM)."""
+    if isinstance(v, list | tuple) and len(v) == 2:
+        node, core = v
+        return str(node) if isinstance(core, int) and core < 0 else f"{node}:{core}"
+    return str(v)
+
+
+def op_json(o: OperationRecord) -> dict[str, Any]:
+    """An operation (``vmctl op show``): what it moves, who asked, how it ended and why."""
+    det = o.detail
+    moves = [{"index": int(m.get("index", i)), "from": _slot(m.get("from")), "to": _slot(m.get("to")),
+              "mode": str(m.get("mode", "live"))}
+             for i, m in enumerate(det.get("moves") or ()) if isinstance(m, dict)]
+    origin, note, stage = det.get("origin"), det.get("note"), det.get("stage")
+    return {"id": o.id, "kind": o.kind, "job_id": o.job_id, "state": o.state, "created": o.created,
+            "updated": o.updated, "origin": str(origin) if origin is not None else None,
+            "note": str(note) if note is not None else None, "stage": str(stage) if stage is not None else None,
+            "moves": moves}
+
+
+#: a token's id in lists: the start of its SHA-256 (the token itself is never stored or shown again)
+TOKEN_ID_LEN = 12
+
+
+def token_json(t: TokenRecord) -> dict[str, Any]:
+    return {"id": t.hash[:TOKEN_ID_LEN], "name": t.name, "role": t.role, "created": t.created, "expires": t.expires}
 
 
 def _node_names(body: dict[str, Any], key: str) -> list[str] | None:
@@ -109,17 +169,79 @@ def _node_names(body: dict[str, Any], key: str) -> list[str] | None:
     return [auth.check_node_name(n, f"{key}[{i}]") for i, n in enumerate(raw)]
 
 
+def _vm_observed(o: VmObserved | None, node: str) -> dict[str, Any] | None:
+    """What the node's agent last reported of one VM (None: it reported no such VM)."""
+    if o is None:
+        return None
+    return {"node": node, "power": o.power.value, "core": o.core, "weight": o.weight, "cap": o.cap,
+            "job_id": o.process_job, "utilization": o.utilization, "migration_phase": o.migration_phase}
+
+
+#: desired field -> observed field compared for ``differs`` (a VM the agent did not report differs in power)
+_COMPARED = ("power", "core", "weight", "cap")
+
+
+def _differs(want: dict[str, Any], seen: dict[str, Any] | None) -> list[str]:
+    if seen is None:
+        return ["power"]
+    out = []
+    for k in _COMPARED:
+        w, o = want[k], seen[k]
+        if k == "core" and (w < 0 or o is None):
+            continue  # unpinned (vcsched shared VMs) or the agent does not report pinning
+        if k == "weight" and o is None:
+            continue  # the backend does not report weights
+        if k == "cap" and w is not None and o is not None and abs(w - o) < 1e-6:
+            continue
+        if w != o:
+            out.append(k)
+    return out
+
+
+def _idle_role(name: str) -> str:
+    """The slot of a VM the daemon does not manage, from the layout's ``{host}-c{core}-{tier}`` names."""
+    for tier in ("fg", "bg"):
+        if name.endswith(f"-{tier}"):
+            return tier
+    return "idle"
+
+
 def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
+    """The VMs of the cluster (or of one node): every VM of desired state (its desired fields at the top,
+    what its agent reported under ``observed``, ``differs`` naming the fields where the two disagree)
+    and every VM the agents report that desired state does not hold (``managed: false``: a core's idle
+    fg/bg VM of the agent's layout, or a VM vmctld no longer wants), with the reported fields at the top."""
     out: list[dict[str, Any]] = []
     names = [node] if node is not None else sorted(d.state.nodes)
+    # a VM is listed once, under the node desired state puts it on: the copy a migration left on its
+    # source until that agent's next report is not a VM of its own
+    desired_anywhere = {v.name for vms in d.state.desired.values() for v in vms}
     for n in names:
+        obs = d.state.observed.get(n)
+        seen = {o.name: o for o in obs.vms} if obs is not None else {}
+        wanted: set[str] = set()
         for v in d.state.desired.get(n, ()):
+            wanted.add(v.name)
             if v.migration is not None and v.migration.target_node != n:
                 continue  # the source copy of a migrating VM is listed under its target
+            o_node, o = n, seen.get(v.name)
+            if o is None and v.migration is not None:  # not arrived yet: as its source reports it
+                src = d.state.observed.get(v.migration.source_node)
+                o_node = v.migration.source_node
+                o = next((x for x in src.vms if x.name == v.name), None) if src is not None else None
             u = d.state.vm_util(v.name)
-            out.append({"name": v.name, "node": n, "core": v.core, "role": v.role.value, "weight": v.weight,
-                        "cap": v.cap, "power": v.power.value, "job_id": v.process.job_id if v.process else None,
-                        "utilization": 0.0 if u is None else u})
+            doc: dict[str, Any] = {
+                "name": v.name, "node": n, "core": v.core, "role": v.role.value, "weight": v.weight,
+                "cap": v.cap, "power": v.power.value, "job_id": v.process.job_id if v.process else None,
+                "utilization": 0.0 if u is None else u, "managed": True, "observed": _vm_observed(o, o_node)}
+            doc["differs"] = _differs(doc, doc["observed"])
+            out.append(doc)
+        for name in sorted(set(seen) - wanted - desired_anywhere):
+            o = seen[name]
+            out.append({"name": name, "node": n, "core": -1 if o.core is None else o.core, "role": _idle_role(name),
+                        "weight": o.weight, "cap": o.cap, "power": o.power.value, "job_id": o.process_job,
+                        "utilization": o.utilization, "managed": False, "observed": _vm_observed(o, n),
+                        "differs": []})
     return out
 
 
@@ -176,8 +298,8 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
     return resp
 
 
-_GROUPS = frozenset({"/v1/jobs", "/v1/nodes", "/v1/vms", "/v1/policy", "/v1/tokens", "/v1/certs", "/v1/agent",
-                     "/v1/health", "/metrics"})
+_GROUPS = frozenset({"/v1/jobs", "/v1/operations", "/v1/nodes", "/v1/vms", "/v1/policy", "/v1/tokens", "/v1/certs",
+                     "/v1/agent", "/v1/health", "/metrics", HEALTHZ})
 
 
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -242,8 +364,8 @@ def _authorize(request: web.Request, p: auth.Principal) -> None:
         return
     if p.kind == "agent":
         raise Forbidden(principal=p.describe(), action=f"{request.method} {path}")
-    if request.method in ("GET", "HEAD"):
-        return
+    if request.method in ("GET", "HEAD") and not path.startswith("/v1/tokens"):
+        return  # the token list (names, roles) is for admins only
     if p.role != "admin":
         raise Forbidden(principal=p.describe(), action=f"{request.method} {path} (needs role admin)")
 
@@ -251,11 +373,26 @@ def _authorize(request: web.Request, p: auth.Principal) -> None:
 def make_auth_mw(max_body: int) -> Any:
     @web.middleware
     async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
-        _authorize(request, _authenticate(request))
+        if request.path == HEALTHZ:  # liveness for load balancers and systemd: no credentials, no data
+            return await handler(request)
+        who = _authenticate(request)
+        _authorize(request, who)
         cl = request.content_length
         if cl is not None and cl > max_body:
             raise RequestTooLarge(size=cl, limit=max_body)
-        return await handler(request)
+        if who.kind != "operator" or request.method in ("GET", "HEAD"):
+            return await handler(request)
+        # the audit trail: every change an operator asks for, with the token's name, and its outcome
+        status = 500
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except VmctlError as exc:
+            status = exc.http_status
+            raise
+        finally:
+            audit.info("%s %s by token %r (%s): %d", request.method, _log_path(request), who.name, who.role, status)
 
     return auth_mw
 
@@ -291,6 +428,10 @@ class Api:
     async def health(self, request: web.Request) -> web.Response:
         return json_response({"status": "ok", "leader": self.d.leader, "epoch": self.d.epoch})
 
+    async def healthz(self, request: web.Request) -> web.Response:
+        """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too)."""
+        return json_response({"status": "ok", "leader": self.d.leader})
+
     async def metrics(self, request: web.Request) -> web.Response:
         body, ctype = self.s.render_metrics()
         resp = web.Response(body=body)
@@ -298,9 +439,25 @@ class Api:
         return resp
 
     # jobs
+    def _fits_the_cluster(self, specs: list[dict[str, Any]], batch: bool) -> None:
+        """A job wider than every core of the cluster (drained and lost nodes counted) would wait forever:
+        refused at submission. Not before the first node registered, and not under a policy that places
+        capped shared VMs (vcsched: VMs share cores there)."""
+        nodes = self.d.state.nodes
+        policy = self.d.policy
+        if not nodes or (policy is not None and policy.needs.shared_vms):
+            return
+        total = sum(n.cores for n in nodes.values())
+        for i, spec in enumerate(specs):
+            if int(spec["procs"]) > total:
+                raise ValidationError(field=f"jobs[{i}].procs" if batch else "procs", problem=(
+                    f"{spec['procs']} processes need {spec['procs']} cores, and the whole cluster has {total} "
+                    f"({len(nodes)} nodes): it could never start"))
+
     async def submit(self, request: web.Request) -> web.Response:
         self._leader()
         spec = schemas.job_spec(await read_json(request))
+        self._fits_the_cluster([spec], batch=False)
         rec = self.d.submit([spec])[0]
         self.s.kick()
         return json_response({"job": job_json(rec)}, 201)
@@ -308,6 +465,7 @@ class Api:
     async def submit_batch(self, request: web.Request) -> web.Response:
         self._leader()
         specs = schemas.job_batch(await read_json(request))
+        self._fits_the_cluster(specs, batch=True)
         recs = self.d.submit(specs)
         self.s.kick()
         return json_response({"jobs": [job_json(r) for r in recs]}, 201)
@@ -326,10 +484,15 @@ class Api:
         if archived == "true":  # jobs pruned from memory by retention (newest first), from the store
             recs = self.d.store.list_archived_jobs(state, limit)
             return json_response({"jobs": [{**job_json(r), "archived": True} for r in recs]})
+        order = q.get("order", "oldest")
+        if order not in ("oldest", "newest"):
+            raise ValidationError(field="order", problem=f"must be oldest or newest, got {order[:40]!r}")
         out = []
-        for r in self.d.state.jobs.values():
+        jobs = self.d.state.jobs.values()
+        starts = expected_starts(self.d)
+        for r in (reversed(jobs) if order == "newest" else jobs):
             if state is None or r.state == state:
-                out.append(job_json(r))
+                out.append(job_json(r, starts.get(r.id)))
                 if len(out) >= limit:
                     break
         return json_response({"jobs": out})
@@ -341,7 +504,7 @@ class Api:
             old = self.d.store.get_archived_job(jid)  # pruned by retention: still answers, from the store
             if old is not None:
                 return json_response({"job": {**job_json(old), "archived": True}})
-        return json_response({"job": job_json(self.d.job(jid))})
+        return json_response({"job": job_json(self.d.job(jid), expected_starts(self.d).get(jid))})
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         self._leader()
@@ -356,7 +519,9 @@ class Api:
 
     async def explain(self, request: web.Request) -> web.Response:
         self._leader()
-        return json_response(self.d.explain(request.match_info["id"]))
+        doc = self.d.explain(request.match_info["id"])
+        doc["reason"] = _reason(doc.get("reason"))
+        return json_response(doc)
 
     async def migrate(self, request: web.Request) -> web.Response:
         self._leader()
@@ -366,6 +531,25 @@ class Api:
         self.s.kick()
         return json_response({"operation": {"id": op.id, "kind": op.kind, "state": op.state}}, 202)
 
+    # operations (vmctl migrate prints their id)
+    async def list_ops(self, request: web.Request) -> web.Response:
+        self._leader()
+        q = request.query
+        job = q.get("job")
+        state = q.get("state")
+        limit = _query_int(q.get("limit"), "limit", 1, 100000, 1000)
+        ops = sorted(self.d.state.ops.values(), key=lambda o: (o.created, len(o.id), o.id), reverse=True)
+        out = [op_json(o) for o in ops if (job is None or o.job_id == job) and (state is None or o.state == state)]
+        return json_response({"operations": out[:limit]})
+
+    async def get_op(self, request: web.Request) -> web.Response:
+        self._leader()
+        oid = request.match_info["id"]
+        o = self.d.state.ops.get(oid)
+        if o is None:
+            raise NotFound(kind="operation", name=oid)
+        return json_response({"operation": op_json(o)})
+
     # nodes and vms
     async def list_nodes(self, request: web.Request) -> web.Response:
         self._leader()
@@ -374,9 +558,21 @@ class Api:
     async def drain(self, request: web.Request) -> web.Response:
         self._leader()
         drain = request.path.endswith("/drain")
-        rec = self.d.set_node_state(request.match_info["name"], drain)
+        reason: str | None = None
+        if drain and request.can_read_body:  # optional {"reason": "..."}
+            body = schemas.obj(await read_json(request), ("reason",))
+            reason = schemas.string(body, "reason", "", max_len=500, name=True)
+        rec = self.d.set_node_state(request.match_info["name"], drain, reason)
         self.s.kick()
         return json_response({"node": node_json(self.d, rec)})
+
+    async def remove_node(self, request: web.Request) -> web.Response:
+        self._leader()
+        name = request.match_info["name"]
+        rec = remove_node(self.d, name)
+        log.warning("node %s removed by an operator (was %s)", name, rec.state)
+        self.s.kick()
+        return json_response({"node": {"name": rec.name, "state": "removed", "was": rec.state}})
 
     async def list_vms(self, request: web.Request) -> web.Response:
         self._leader()
@@ -406,11 +602,22 @@ class Api:
         if tier is None and weight is None and not cap_given and pin is None:
             raise ValidationError(field="body", problem="give at least one of tier, weight, cap, pin")
         name = request.match_info["name"]
+        idle = next((v for v in vms_json(self.d, None) if v["name"] == name and not v["managed"]), None)
+        if idle is not None:
+            raise Conflict(what=f"VM {name} on node {idle['node']}", problem=(
+                "no job runs in it (an idle core VM of the agent's layout, or one vmctld no longer wants): "
+                "vmctld sets the priority of job VMs only; an idle VM keeps the weight and cap of the "
+                "agent's layout (vmctl-agent.yaml)"))
         self.d.set_vm_priority(name, tier, weight, cap, cap_given, pin)
         self.s.kick()
-        for v in vms_json(self.d, None):
+        vms = vms_json(self.d, None)
+        for v in vms:
             if v["name"] == name:
-                return json_response({"vm": v})
+                # tier, weight and cap are the job's (all its VMs); a pin moves this VM alone
+                job_wide = tier is not None or weight is not None or cap_given
+                applied = sorted({x["name"] for x in vms if x["managed"] and x["job_id"] == v["job_id"]}) \
+                    if job_wide else [name]
+                return json_response({"vm": v, "applied_to": applied})
         raise NotFound(kind="vm", name=name)
 
     # policy
@@ -451,6 +658,30 @@ class Api:
         assert name is not None and role is not None
         token, rec = self.s.add_token(name, role, ttl)
         return json_response({"token": token, "name": rec.name, "role": rec.role, "expires": rec.expires}, 201)
+
+    async def list_tokens(self, request: web.Request) -> web.Response:
+        self._leader()
+        return json_response({"tokens": [token_json(t) for t in self.d.store.list_tokens()]})
+
+    async def revoke_token(self, request: web.Request) -> web.Response:
+        """Revoke by id (the first 12 hex digits of its hash, as listed) or by name when one token has it."""
+        self._leader()
+        key = request.match_info["id"]
+        tokens = self.d.store.list_tokens()
+        hit = [t for t in tokens if t.hash[:TOKEN_ID_LEN] == key] or [t for t in tokens if t.name == key]
+        if not hit:
+            raise NotFound(kind="token", name=key)
+        if len(hit) > 1:
+            ids = ", ".join(t.hash[:TOKEN_ID_LEN] for t in hit)
+            raise Conflict(what=f"token name {key!r}", problem=f"{len(hit)} tokens have it: revoke one by id ({ids})")
+        t = hit[0]
+        now = time.time()
+        admins = [x for x in tokens if x.role == "admin" and (x.expires is None or x.expires > now)]
+        if t.role == "admin" and admins == [t]:
+            raise Conflict(what=f"token {t.name!r}", problem="it is the last admin token: issue another one first")
+        self.d.store.write(self.d.epoch, WriteBatch(delete_tokens=[t.hash]))
+        log.info("token %r (%s, id %s) revoked", t.name, t.role, t.hash[:TOKEN_ID_LEN])
+        return json_response({"token": token_json(t)})
 
     async def create_cert(self, request: web.Request) -> web.Response:
         self._leader()
@@ -719,6 +950,7 @@ class DaemonServer:
         a = Api(self)
         r = app.router
         r.add_get("/v1/health", a.health)
+        r.add_get(HEALTHZ, a.healthz)
         r.add_get("/metrics", a.metrics)
         r.add_post("/v1/jobs", a.submit)
         r.add_post("/v1/jobs:batch", a.submit_batch)
@@ -727,7 +959,10 @@ class DaemonServer:
         r.add_delete("/v1/jobs/{id}", a.cancel_job)
         r.add_get("/v1/jobs/{id}/explain", a.explain)
         r.add_post("/v1/jobs/{id}/migrate", a.migrate)
+        r.add_get("/v1/operations", a.list_ops)
+        r.add_get("/v1/operations/{id}", a.get_op)
         r.add_get("/v1/nodes", a.list_nodes)
+        r.add_delete("/v1/nodes/{name}", a.remove_node)
         r.add_post("/v1/nodes/{name}/drain", a.drain)
         r.add_post("/v1/nodes/{name}/undrain", a.drain)
         r.add_get("/v1/vms", a.list_vms)
@@ -736,6 +971,8 @@ class DaemonServer:
         r.add_get("/v1/policy", a.get_policy)
         r.add_put("/v1/policy", a.put_policy)
         r.add_post("/v1/tokens", a.create_token)
+        r.add_get("/v1/tokens", a.list_tokens)
+        r.add_delete("/v1/tokens/{id}", a.revoke_token)
         r.add_post("/v1/certs", a.create_cert)
         r.add_post("/v1/agent/nodes/{node}/register", a.register)
         r.add_get("/v1/agent/nodes/{node}/desired", a.desired)

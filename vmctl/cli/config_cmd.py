@@ -8,8 +8,10 @@ with ``--kind``. Every problem is reported as ``error: config-invalid: FILE: key
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import re
 from typing import Any
 
 import click
@@ -37,7 +39,45 @@ def detect_kind(path: str, data: dict[str, Any]) -> str:
 
 def check_file(path: str, kind: str = "auto") -> tuple[str, Any]:
     """Parse ``path`` as a ``kind`` config; returns (kind, parsed config) or raises ConfigError."""
+    return check_data(path, load_yaml(path), kind)
+
+
+#: at most this many problems are reported per file
+MAX_PROBLEMS = 50
+_INDEX = re.compile(r"\[\d+\]$")
+
+
+def _drop(data: dict[str, Any], where: str) -> bool:
+    """Remove the key a problem names (``api.port``, ``api.server_names[1]``: the whole list) from
+    ``data``, so that the rest of the file can be checked; False when ``where`` names no key."""
+    parts = [_INDEX.sub("", p) for p in where.split(".")]
+    node: Any = data
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or parts[-1] not in node:
+        return False
+    del node[parts[-1]]
+    return True
+
+
+def check_all(path: str, kind: str = "auto") -> tuple[str, Any, list[errors.ConfigError]]:
+    """Every problem of ``path``, not only the first: after each one the key it names is dropped (its
+    default applies) and the file is checked again. Returns (kind, config or None, problems)."""
     data = load_yaml(path)
+    problems: list[errors.ConfigError] = []
+    while len(problems) < MAX_PROBLEMS:
+        try:
+            k, cfg = check_data(path, copy.deepcopy(data), kind)
+        except errors.ConfigError as exc:
+            problems.append(exc)
+            if not _drop(data, str(exc.fields.get("where", ""))):
+                break
+            continue
+        return k, (None if problems else cfg), problems
+    return kind, None, problems
+
+
+def check_data(path: str, data: dict[str, Any], kind: str = "auto") -> tuple[str, Any]:
     if kind == "auto":
         kind = detect_kind(path, data)
     if kind == "daemon":
@@ -81,12 +121,20 @@ def config() -> None:
 @click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json prints the effective config (defaults filled in).")
 def check(files: tuple[str, ...], kind: str, output: str) -> None:
-    """Validate FILE(s); exit 2 on the first invalid one, naming the file and key."""
+    """Validate FILE(s): every problem of every file, each naming the file and key (exit 2 if any)."""
     results = []
+    problems: list[errors.ConfigError] = []
     for f in files:
-        k, cfg = check_file(f, kind)
+        k, cfg, found = check_all(f, kind)
+        problems.extend(found)
+        if found:
+            continue
         results.append({"file": f, "kind": k, "config": _jsonable(cfg)})
         if output == "text":
             click.echo(f"{f}: ok ({summary(k, cfg)})")
+    if problems:
+        for exc in problems[:-1]:
+            click.echo(f"error: {exc.reference}: {exc}", err=True)
+        raise problems[-1]
     if output == "json":
         click.echo(json.dumps(results, indent=2, sort_keys=True))

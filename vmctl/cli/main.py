@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, str] = {
     "job": "vmctl.cli.ops:job",
     "node": "vmctl.cli.ops:node",
     "migrate": "vmctl.cli.ops:migrate",
+    "op": "vmctl.cli.ops:op",
+    "top": "vmctl.cli.ops:top",
     "policy": "vmctl.cli.ops:policy",
     "token": "vmctl.cli.ops:token",
     "cert": "vmctl.cli.ops:cert",

@@ -1,4 +1,4 @@
-"""Operator commands: ``vmctl vm|job|node|migrate|policy|token|cert``.
+"""Operator commands: ``vmctl vm|job|node|migrate|op|policy|token|cert``.
 
 They talk to the daemon's HTTP API only (``vmctl.apiclient``), never to its store. Every command takes
 ``--url`` / ``--token`` / ``--ca`` (env ``VMCTL_URL``, ``VMCTL_TOKEN``, ``VMCTL_CA``) and
@@ -12,7 +12,7 @@ Shell completion: ``eval "$(_VMCTL_COMPLETE=bash_source vmctl)"`` (zsh: ``zsh_so
 
 from __future__ import annotations
 
-import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -25,13 +25,14 @@ from typing import Any, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from vmctl import errors
+from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
 from vmctl.model import JobState
+from vmctl.timefmt import fmt_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,7 +71,7 @@ def _complete(kind: str) -> Callable[[click.Context, click.Parameter, str], list
         try:
             c = _completion_client(ctx)
             if kind == "job":
-                names = [str(j.get("id")) for j in c.list_jobs(limit=200)]
+                names = [str(j.get("id")) for j in c.list_jobs(limit=200, order="newest")]
             elif kind == "node":
                 names = [str(n.get("name")) for n in c.list_nodes()]
             else:
@@ -122,30 +123,18 @@ def safe_text(s: str) -> str:
 
 
 def fmt_time(t: Any) -> str:
-    if t is None:
-        return "-"
-    try:
-        return _dt.datetime.fromtimestamp(float(t), tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return str(t)
+    """A time in a table: ISO 8601 with the local time zone (``TZ``)."""
+    return timefmt.iso(t)
 
 
-def fmt_duration(seconds: Any) -> str:
-    if seconds is None:
-        return "-"
-    try:
-        s = float(seconds)
-    except (TypeError, ValueError):
-        return str(seconds)
-    if s < 0:
-        return f"-{fmt_duration(-s)}"
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    if s < 172800:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.1f}d"
+def fmt_when(t: Any) -> str:
+    """A time where there is room: ISO 8601 with the zone and how long ago (or ahead) it is."""
+    return timefmt.human(t)
+
+
+def fmt_reason(reason: Any) -> str:
+    """A waiting reason with its epoch times (``t=1.79546e+09`` from an older daemon) made readable."""
+    return "" if not reason else timefmt.rewrite_times(str(reason), timefmt.human)
 
 
 def fmt_pct(x: Any) -> str:
@@ -207,13 +196,32 @@ class Grid:
         return self.to_rich() if len(self.rows) <= RICH_MAX_ROWS else self.to_text()
 
 
+def fmt_user(j: Mapping[str, Any]) -> str:
+    """``alice`` or ``alice (proj7)`` with the account; ``-`` when neither was given."""
+    user, account = str(j.get("user") or ""), str(j.get("account") or "")
+    if account:
+        return f"{user or '-'} ({account})"
+    return user or "-"
+
+
+def fmt_start(j: Mapping[str, Any]) -> str:
+    """When a job started, or for the queued job holding the reservation when it will start at the latest
+    (``<= 2026-...``, like ``squeue --start``); ``-`` when not known."""
+    if j.get("start_time") is not None:
+        return fmt_time(j.get("start_time"))
+    if j.get("expected_start") is not None:
+        return f"<= {fmt_time(j.get('expected_start'))}"
+    return "-"
+
+
 def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Grid:
     return Grid(
-        ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "PLACEMENT", "MIG", "REASON"),
-        [(str(j.get("id", "")), str(j.get("name") or "-"), str(j.get("user") or "-"), str(j.get("state", "")),
+        ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "START", "PLACEMENT", "MIG",
+         "REASON"),
+        [(str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), str(j.get("state", "")),
           str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
-          fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")),
-          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), str(j.get("reason") or ""))
+          fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")), fmt_start(j),
+          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_reason(j.get("reason")))
          for j in jobs],
         title,
     )
@@ -247,22 +255,62 @@ def fmt_mem(mib: Any) -> str:
     return f"{mib:g}M"
 
 
+def fmt_applied(n: Mapping[str, Any]) -> str:
+    """The generation a node's agent applied, with the desired one beside when it is behind:
+    ``7``, ``4 (want 9)``; ``- (want 3)`` before its first report."""
+    want, got = n.get("generation"), n.get("generation_applied")
+    if "generation_applied" not in n:  # a daemon from before the applied generation was served
+        return str(want if want is not None else "")
+    shown = "-" if got is None else str(got)
+    return shown if got == want else f"{shown} (want {want})"
+
+
+def fmt_report_age(n: Mapping[str, Any]) -> str:
+    """Age of the agent's last full report (not of its heartbeat): ``12s ago``, ``never``."""
+    if "report_age_s" not in n:
+        return "-"
+    age = n.get("report_age_s")
+    return "never" if age is None else f"{fmt_duration(age)} ago"
+
+
+def _last_error(n: Mapping[str, Any]) -> str:
+    errs = [str(e) for e in n.get("errors") or ()]
+    refused = len(n.get("refusals") or ())
+    if not errs and not refused:
+        return "-"
+    text = errs[-1] if errs else ""
+    if len(text) > 60:
+        text = text[:57] + "..."
+    more = [f"+{len(errs) - 1} more"] if len(errs) > 1 else []
+    if refused:
+        more.append(f"{refused} migration(s) refused")
+    return text + (f" ({', '.join(more)})" if more else "") if text else ", ".join(more)
+
+
+def fmt_node_state(n: Mapping[str, Any]) -> str:
+    """``drained (disk swap)`` when an operator gave a reason."""
+    st = str(n.get("state", ""))
+    return f"{st} ({n['drain_reason']})" if n.get("drain_reason") else st
+
+
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
     return Grid(
-        ("NAME", "STATE", "GROUP", "CORES", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "LAST SEEN", "PEERS",
-         "ERRORS"),
-        [(str(n.get("name", "")), str(n.get("state", "")), str(n.get("group") or "-"), str(n.get("cores", "")),
+        ("NAME", "STATE", "GROUP", "CORES", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "REPORT",
+         "LAST SEEN", "PEERS", "ERRORS"),
+        [(str(n.get("name", "")), fmt_node_state(n), str(n.get("group") or "-"), str(n.get("cores", "")),
           fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
-          str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), str(n.get("generation", "")),
-          fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), str(len(n.get("errors") or ()) or "-"))
+          str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), fmt_applied(n), fmt_report_age(n),
+          fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
          for n in nodes],
     )
 
 
 def node_text(n: Mapping[str, Any]) -> str:
     """``vmctl node show``: one node, with the nodes it can migrate to and its agent's last errors."""
-    lines = [f"node {n.get('name')}: {n.get('state')}, {n.get('cores')} cores, generation {n.get('generation')}, "
-             f"last seen {fmt_time(n.get('last_seen'))}",
+    lines = [f"node {n.get('name')}: {fmt_node_state(n)}, {n.get('cores')} cores, "
+             f"last seen {fmt_when(n.get('last_seen'))}",
+             f"generation: desired {n.get('generation')}, applied by its agent {fmt_applied_only(n)}; last full "
+             f"report {fmt_report_age(n)} (agents report every 30 s and heartbeat every 5 s)",
              f"group {n.get('group') or '-'}; core speed {fmt_speed(n.get('speed'))} a standard core; "
              f"memory {fmt_mem(n.get('memory_mib')) if n.get('memory_mib') else 'not known'}",
              f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}",
@@ -274,20 +322,79 @@ def node_text(n: Mapping[str, Any]) -> str:
                      f"{r.get('reason')}")
     errs = [str(e) for e in n.get("errors") or ()]
     if errs:
-        lines.append(f"agent errors (its latest report with errors, at {fmt_time(n.get('errors_time'))}):")
+        lines.append(f"agent errors (its latest report with errors, at {fmt_when(n.get('errors_time'))}):")
         lines.extend(f"  {e}" for e in errs)
     else:
         lines.append("agent errors: none reported")
     return "\n".join(lines)
 
 
+def fmt_applied_only(n: Mapping[str, Any]) -> str:
+    got = n.get("generation_applied")
+    if "generation_applied" not in n:
+        return "not known"
+    if got is None:
+        return "none yet (no report to this daemon)"
+    behind = n.get("generation")
+    return str(got) if got == behind else f"{got} (behind)"
+
+
+def _observed_vs_desired(v: Mapping[str, Any], key: str, fmt: Callable[[Any], str]) -> str:
+    """One field of a VM as its agent reported it, with the desired value beside it where they differ
+    (``absent (want running)``); ``not reported`` when its agent has not reported the VM."""
+    if "observed" not in v:  # a daemon from before observed state was served
+        return fmt(v.get(key))
+    o = v.get("observed")
+    if not isinstance(o, Mapping):
+        seen = "not reported"
+    elif key == "core" and o.get("core") is None:
+        seen = "-"
+    else:
+        seen = fmt(o.get(key))
+    if v.get("managed") is False or key not in (v.get("differs") or ()):
+        return seen
+    return f"{seen} (want {fmt(v.get(key))})"
+
+
+def _fmt_core(c: Any) -> str:
+    return "-" if c is None or (isinstance(c, int) and c < 0) else str(c)
+
+
 def vm_table(vms: Sequence[Mapping[str, Any]]) -> Grid:
+    """VMs as their agents report them (desired beside where it differs); idle VMs have no job."""
     return Grid(
         ("NAME", "NODE", "CORE", "ROLE", "WEIGHT", "CAP", "POWER", "JOB", "UTIL"),
-        [(str(v.get("name", "")), str(v.get("node", "")), str(v.get("core", "")), str(v.get("role", "")),
-          str(v.get("weight", "")), fmt_cap(v.get("cap")), str(v.get("power", "")), str(v.get("job_id") or "-"),
+        [(str(v.get("name", "")), str(v.get("node", "")), _observed_vs_desired(v, "core", _fmt_core),
+          str(v.get("role", "")), _observed_vs_desired(v, "weight", lambda w: "-" if w is None else str(w)),
+          _observed_vs_desired(v, "cap", fmt_cap), _observed_vs_desired(v, "power", str),
+          str(v.get("job_id") or ("-" if v.get("managed", True) else "- (idle)")),
           fmt_pct(v.get("utilization"))) for v in vms],
     )
+
+
+def vm_text(v: Mapping[str, Any]) -> str:
+    """``vmctl vm show``: what its agent reports and what vmctld wants."""
+    o = v.get("observed")
+    head = f"vm {v.get('name')} on {v.get('node')}"
+    if v.get("managed") is False:
+        lines = [f"{head}: not in vmctld's desired state (an idle core VM of the agent's layout, or one being "
+                 f"removed); its priority is the layout's"]
+    else:
+        lines = [f"{head}: job {v.get('job_id') or '-'}, tier {v.get('role')}",
+                 f"desired:  power {v.get('power')}, core {_fmt_core(v.get('core'))}, weight {v.get('weight')}, "
+                 f"cap {fmt_cap(v.get('cap'))}"]
+    if isinstance(o, Mapping):
+        w = o.get("weight")
+        lines.append(f"observed: power {o.get('power')}, core {_fmt_core(o.get('core'))}, "
+                     f"weight {'-' if w is None else w}, cap {fmt_cap(o.get('cap'))}, "
+                     f"utilization {fmt_pct(o.get('utilization'))} (reported by {o.get('node')})")
+    else:
+        lines.append("observed: not reported by its agent (not defined there yet)")
+    diff = [str(k) for k in v.get("differs") or ()]
+    if diff:
+        lines.append("differs in: " + ", ".join(diff) + " (the agent has not applied it yet, or refuses: see "
+                     "`vmctl node show`)")
+    return "\n".join(lines)
 
 
 def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table:
@@ -297,7 +404,9 @@ def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table
     for k in keys if keys is not None else list(doc):
         v = doc.get(k)
         if k.endswith("_time") or k in ("deadline", "last_seen", "expires"):
-            s = fmt_time(v)
+            s = fmt_when(v)
+        elif k == "reason":
+            s = fmt_reason(v) or "-"
         elif k == "placement":
             s = fmt_placement(v, limit=64)
         elif k in ("cap",):
@@ -337,7 +446,8 @@ def vm() -> None:
 @click.option("--node", default=None, help="Only VMs of this node.", shell_complete=_complete("node"))
 @api_options
 def vm_list(node: str | None, url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """List VMs (two per core: the fg and the bg slot)."""
+    """List VMs as their agents report them (desired beside, where it differs): the job VMs and the
+    idle VMs of each core's fg and bg slot (with libvirt layouts)."""
     vms = _client(url, token, ca).list_vms(node)
     show({"vms": vms}, output, lambda: vm_table(vms))
 
@@ -348,7 +458,7 @@ def vm_list(node: str | None, url: str | None, token: str | None, ca: str | None
 def vm_show(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
     """Show one VM."""
     v = _client(url, token, ca).get_vm(name)
-    show({"vm": v}, output, lambda: kv_table(v))
+    show({"vm": v}, output, lambda: vm_text(v))
 
 
 @vm.group("priority")
@@ -373,19 +483,42 @@ def parse_cap(value: str | None) -> tuple[bool, float | None]:
 
 @vm_priority.command("set")
 @click.argument("name", shell_complete=_complete("vm"))
-@click.option("--tier", type=click.Choice(["fg", "bg"]), default=None, help="Move the VM to the fg or bg tier.")
-@click.option("--weight", type=click.IntRange(1, 10000), default=None, help="CPU weight 1..10000.")
-@click.option("--cap", "cap", default=None, metavar="PCT", help="CPU cap in percent of one core, or 'none'.")
-@click.option("--pin", type=click.IntRange(min=0), default=None, metavar="CORE", help="Pin to this local core.")
+@click.option("--tier", type=click.Choice(["fg", "bg"]), default=None,
+              help="Move the VM's job (all its VMs) to the fg or bg tier.")
+@click.option("--weight", type=click.IntRange(1, 10000), default=None,
+              help="CPU weight 1..10000 of every VM of the job.")
+@click.option("--cap", "cap", default=None, metavar="PCT",
+              help="CPU cap of every VM of the job, in percent of one core, or 'none'.")
+@click.option("--pin", type=click.IntRange(min=0), default=None, metavar="CORE",
+              help="Move VM NAME alone to this local core of its node.")
 @api_options
 def vm_priority_set(
     name: str, tier: str | None, weight: int | None, cap: str | None, pin: int | None,
     url: str | None, token: str | None, ca: str | None, output: str,
 ) -> None:
-    """Change tier, weight, cap or pinning of VM NAME."""
+    """Change the CPU priority of the job VM NAME runs, or pin VM NAME.
+
+    A job's processes share one tier, weight and cap, so --tier, --weight and --cap apply to every VM
+    of the job (the output lists them); --pin moves VM NAME alone. Idle core VMs (no job) keep the
+    priority of the agent's layout: changing one is a conflict (exit 4)."""
     body = build_priority_body(tier, weight, cap, pin)
-    v = _client(url, token, ca).set_vm_priority(name, body)
-    show({"vm": v}, output, lambda: kv_table(v))
+    doc = _client(url, token, ca).set_vm_priority_doc(name, body)
+    v = doc.get("vm") or {}
+    applied = [str(x) for x in doc.get("applied_to") or ()]
+
+    def text() -> str:
+        out = vm_text(v)
+        if applied:
+            out += f"\napplied to {len(applied)} VM(s): {fmt_names(applied)}"
+        return out
+
+    show(doc, output, text)
+
+
+def fmt_names(names: Sequence[str], limit: int = 8) -> str:
+    if len(names) > limit:
+        return ", ".join(names[:limit]) + f" (+{len(names) - limit})"
+    return ", ".join(names)
 
 
 def build_priority_body(tier: str | None, weight: int | None, cap: str | None, pin: int | None) -> dict[str, Any]:
@@ -435,7 +568,7 @@ def build_job_spec(
     *, procs: int, estimate: float, name: str | None = None, priority: int | None = None,
     deadline: float | None = None, cpu_usage: str | None = None, command: str | None = None,
     work_seconds: float | None = None, cpu_need: float | None = None, mem: float | None = None,
-    user: str | None = None,
+    user: str | None = None, account: str | None = None,
 ) -> dict[str, Any]:
     """The ``POST /v1/jobs`` body for the command-line options (only the given optional fields)."""
     if procs < 1:
@@ -451,6 +584,8 @@ def build_job_spec(
         spec["deadline"] = deadline
     if user is not None:
         spec["user"] = user
+    if account is not None:
+        spec["account"] = account
     usage = parse_cpu_usage(cpu_usage, procs)
     if usage is not None:
         spec["cpu_usage"] = usage
@@ -514,6 +649,7 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 @click.option("--priority", type=int, default=None)
 @click.option("--deadline", type=float, default=None, help="Deadline, epoch seconds.")
 @click.option("--user", default=None, help="The user the job runs for (a printable name).")
+@click.option("--account", default=None, help="The account (project) charged, like Slurm's --account.")
 @click.option("--cpu-usage", default=None, help="Estimated CPU use per process, e.g. 0.5 or 0.5,0.9.")
 @click.option("--command", "command_", default=None, help="Command each process runs in its VM.")
 @click.option("--work-seconds", type=float, default=None, help="Mock backend: work per process in seconds.")
@@ -526,8 +662,8 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 def job_submit(
     procs: int | None, estimate: float | None, name: str | None, priority: int | None, deadline: float | None,
     cpu_usage: str | None, command_: str | None, work_seconds: float | None, cpu_need: float | None,
-    mem: float | None, user: str | None, file_: str | None, url: str | None, token: str | None, ca: str | None,
-    output: str,
+    mem: float | None, user: str | None, account: str | None, file_: str | None, url: str | None,
+    token: str | None, ca: str | None, output: str,
 ) -> None:
     """Submit a job (options) or jobs (--file)."""
     client = _client(url, token, ca)
@@ -541,7 +677,7 @@ def job_submit(
             raise errors.UserError(where="job submit", problem="--procs and --estimate are required (or --file)")
         spec = build_job_spec(
             procs=procs, estimate=estimate, name=name, priority=priority, deadline=deadline, cpu_usage=cpu_usage,
-            command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem, user=user,
+            command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem, user=user, account=account,
         )
         jobs = [client.submit_job(spec)]
     show({"jobs": jobs}, output, lambda: job_table(jobs, title="submitted"))
@@ -549,18 +685,40 @@ def job_submit(
 
 @job.command("list")
 @click.option("--state", type=click.Choice(JOB_STATES), default=None)
-@click.option("--limit", type=click.IntRange(min=1), default=None)
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="At most this many jobs: the newest ones (--oldest: the oldest ones).")
+@click.option("--oldest", is_flag=True, help="With --limit, keep the oldest jobs instead of the newest.")
 @api_options
 def job_list(
-    state: str | None, limit: int | None, url: str | None, token: str | None, ca: str | None, output: str,
+    state: str | None, limit: int | None, oldest: bool, url: str | None, token: str | None, ca: str | None,
+    output: str,
 ) -> None:
-    """List jobs."""
-    jobs = _client(url, token, ca).list_jobs(state, limit)
-    show({"jobs": jobs}, output, lambda: job_table(jobs))
+    """List jobs in submission order (oldest first); --limit N keeps the newest N."""
+    if oldest:
+        jobs = _client(url, token, ca).list_jobs(state, limit)
+    else:
+        jobs = list(reversed(_client(url, token, ca).list_jobs(state, limit, order="newest")))
+    title = None
+    if limit is not None and len(jobs) >= limit:
+        other = "" if oldest else " (--oldest for the oldest)"
+        title = f"the {'oldest' if oldest else 'newest'} {limit} jobs{other}"
+    show({"jobs": jobs}, output, lambda: job_table(jobs, title=title))
 
 
-JOB_KEYS = ("id", "name", "user", "state", "tier", "procs", "estimate", "priority", "deadline", "submit_time",
-            "start_time", "end_time", "placement", "migrations", "reason", "tasks")
+JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "estimate", "priority", "deadline",
+            "submit_time", "start_time", "end_time", "placement", "runs", "requeues", "migrations", "reason", "tasks")
+
+
+def history_text(history: Any) -> str:
+    """A job's history, one line per entry: time, event, detail."""
+    entries = [h for h in history or () if isinstance(h, Mapping)]
+    if not entries:
+        return "history: none recorded"
+    lines = ["history:"]
+    for h in entries:
+        detail = f": {h['detail']}" if h.get("detail") else ""
+        lines.append(f"  {fmt_when(h.get('time'))}  {h.get('event')}{fmt_reason(detail)}")
+    return "\n".join(lines)
 
 
 @job.command("show")
@@ -569,8 +727,14 @@ JOB_KEYS = ("id", "name", "user", "state", "tier", "procs", "estimate", "priorit
 def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
     """Show one job."""
     j = _client(url, token, ca).get_job(job_id)
-    keys = [k for k in JOB_KEYS if k in j] + [k for k in j if k not in JOB_KEYS]
-    show({"job": j}, output, lambda: kv_table(j, keys))
+    keys = [k for k in JOB_KEYS if k in j] + [k for k in j if k not in JOB_KEYS and k != "history"]
+
+    def render() -> Any:
+        if "history" not in j:
+            return kv_table(j, keys)
+        return Group(kv_table(j, keys), Text(safe_text(history_text(j.get("history")))))
+
+    show({"job": j}, output, render)
 
 
 @job.command("cancel")
@@ -587,16 +751,18 @@ def explain_text(doc: Mapping[str, Any]) -> str:
     job_id = doc.get("job_id")
     state = doc.get("state")
     lines = [f"job {job_id} is {state}"]
-    if doc.get("queue_position") is not None:
-        lines[0] += f", position {doc['queue_position']} in the queue"
+    pos = doc.get("queue_position")
+    if isinstance(pos, int) and not isinstance(pos, bool):  # the API counts from 0 (the head)
+        ahead = "the head of the queue" if pos == 0 else f"{pos} job(s) ahead"
+        lines[0] += f", position {pos + 1} in the queue ({ahead})"
     if doc.get("reason"):
-        lines.append(f"reason: {doc['reason']}")
+        lines.append(f"reason: {fmt_reason(doc['reason'])}")
     res = doc.get("reservation")
     if isinstance(res, dict) and res:
         holder = res.get("job_id")
         who = "this job holds" if str(holder) == str(job_id) else f"job {holder} holds"
         lines.append(
-            f"reservation: {who} the reservation; it starts at the latest at {fmt_time(res.get('shadow_time'))} "
+            f"reservation: {who} the reservation; it starts at the latest at {fmt_when(res.get('shadow_time'))} "
             f"(shadow time); {res.get('extra_cores')} extra core(s) may be backfilled until then"
         )
     elif state == JobState.QUEUED:
@@ -647,11 +813,23 @@ def node_show(name: str, url: str | None, token: str | None, ca: str | None, out
 
 @node.command("drain")
 @click.argument("name", shell_complete=_complete("node"))
+@click.option("--reason", default=None, metavar="TEXT", help="Why (shown in node list and node show).")
 @api_options
-def node_drain(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+def node_drain(name: str, reason: str | None, url: str | None, token: str | None, ca: str | None,
+               output: str) -> None:
     """Stop placing new work on NAME (running jobs finish or are migrated by the policy)."""
-    n = _client(url, token, ca).drain_node(name)
+    n = _client(url, token, ca).drain_node(name, reason)
     show({"node": n}, output, lambda: node_table([n]))
+
+
+@node.command("remove")
+@click.argument("name", shell_complete=_complete("node"))
+@api_options
+def node_remove(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Forget NAME for good: only a lost, down or drained node that holds no process (exit 4 otherwise).
+    Its agent registering again brings it back."""
+    n = _client(url, token, ca).remove_node(name)
+    show({"node": n}, output, lambda: f"node {n.get('name')} removed (was {n.get('was')})")
 
 
 @node.command("undrain")
@@ -661,6 +839,87 @@ def node_undrain(name: str, url: str | None, token: str | None, ca: str | None, 
     """Make NAME schedulable again."""
     n = _client(url, token, ca).undrain_node(name)
     show({"node": n}, output, lambda: node_table([n]))
+
+
+# ----------------------------------------------------------------------------- top
+
+
+def _now() -> float:
+    import time as _time
+
+    return _time.time()
+
+
+def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per node: its state and, per core, the job in its fg and its bg slot (``5/12``: job 5
+    fg, job 12 bg; ``-`` a free slot)."""
+    slots: dict[tuple[str, int], dict[str, str]] = {}
+    for v in vms:
+        if v.get("managed") is False or not v.get("job_id"):
+            continue
+        core = v.get("core")
+        if isinstance(core, int) and core >= 0:
+            slots.setdefault((str(v.get("node")), core), {})[str(v.get("role"))] = str(v.get("job_id"))
+    width = max((len(str(n.get("name", ""))) for n in nodes), default=4)
+    lines = []
+    for n in nodes:
+        name = str(n.get("name", ""))
+        cells = []
+        for c in range(int(n.get("cores") or 0)):
+            s = slots.get((name, c), {})
+            cells.append(f"{s.get('fg', '-')}/{s.get('bg', '-')}")
+        lines.append(f"{name.ljust(width)}  {fmt_node_state(n):<10} fg {n.get('fg_busy')} bg {n.get('bg_busy')}  "
+                     + " ".join(cells))
+    return lines
+
+
+def top_text(policy: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any]],
+             queued: Sequence[Mapping[str, Any]], recent: Sequence[Mapping[str, Any]], events: int = 10) -> str:
+    """``vmctl top``: nodes and cores with their fg/bg jobs, the queue head and its reservation, and the
+    latest events of the jobs' histories."""
+    running = sum(1 for v in vms if v.get("job_id"))
+    lines = [f"vmctl top  {fmt_time(_now())}  policy {policy.get('name')}  "
+             f"queued {len(queued)}  VMs with a job {running}",
+             "", "NODE / cores as fg-job/bg-job:"]
+    lines.extend(core_rows(nodes, vms) or ["(no nodes)"])
+    lines += ["", "queue (head first):"]
+    for j in queued[:5]:
+        start = f", starts {fmt_start(j)}" if j.get("expected_start") is not None else ""
+        lines.append(f"  {j.get('id')} {j.get('name')} procs {j.get('procs')}{start}: {fmt_reason(j.get('reason'))}")
+    if not queued:
+        lines.append("  (empty)")
+    hist = sorted(((float(h.get("time") or 0), str(j.get("id")), h) for j in recent for h in j.get("history") or ()
+                   if isinstance(h, Mapping)), key=lambda x: x[0])[-events:]
+    lines += ["", "recent events:"]
+    for t, jid, h in hist:
+        detail = f": {fmt_reason(h.get('detail'))}" if h.get("detail") else ""
+        lines.append(f"  {fmt_time(t)}  job {jid} {h.get('event')}{detail}")
+    if not hist:
+        lines.append("  (none)")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--watch", type=click.FloatRange(min=0.5), default=None, metavar="SECONDS",
+              help="Refresh every SECONDS until Ctrl-C (default: print once).")
+@api_options
+def top(watch: float | None, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """The cluster at a glance: nodes and cores with the job in each fg and bg slot, the queue head and
+    its reservation, and the latest events (starts, tier changes, migrations, requeues)."""
+    import time as _time
+
+    c = _client(url, token, ca)
+    while True:
+        policy, nodes, vms = c.get_policy(), c.list_nodes(), c.list_vms()
+        queued = c.list_jobs("queued", 1000)
+        recent = c.list_jobs(None, 50, order="newest")
+        doc = {"policy": policy, "nodes": nodes, "vms": vms, "queued": queued, "recent": recent}
+        if watch is not None and output != "json":
+            click.clear()
+        show(doc, output, functools.partial(top_text, policy, nodes, vms, queued, recent))
+        if watch is None:
+            return
+        _time.sleep(watch)
 
 
 # ----------------------------------------------------------------------------- migrate
@@ -674,7 +933,65 @@ def migrate(job_id: str, to_node: str, url: str | None, token: str | None, ca: s
     """Migrate a running JOB to NODE (asynchronous: prints the operation)."""
     op = _client(url, token, ca).migrate_job(job_id, to_node)
     show({"operation": op}, output,
-         lambda: f"operation {op.get('id')}: {op.get('kind')} {op.get('state')} (job {job_id} -> {to_node})")
+         lambda: f"operation {op.get('id')}: {op.get('kind')} {op.get('state')} (job {job_id} -> {to_node}); "
+                 f"follow it with `vmctl op show {op.get('id')}`")
+
+
+# ----------------------------------------------------------------------------- op
+
+
+@click.group("op")
+def op() -> None:
+    """Operations the daemon follows (a migration: `vmctl migrate` prints its id)."""
+
+
+def _moves(o: Mapping[str, Any], limit: int = 4) -> str:
+    parts = [f"{m.get('from')} -> {m.get('to')}" for m in o.get("moves") or () if isinstance(m, Mapping)]
+    return fmt_names(parts, limit) if parts else "-"
+
+
+def op_table(ops: Sequence[Mapping[str, Any]]) -> Grid:
+    return Grid(
+        ("ID", "KIND", "JOB", "STATE", "BY", "CREATED", "MOVES", "NOTE"),
+        [(str(o.get("id", "")), str(o.get("kind", "")), str(o.get("job_id", "")), str(o.get("state", "")),
+          str(o.get("origin") or "-"), fmt_time(o.get("created")), _moves(o), str(o.get("note") or ""))
+         for o in ops],
+    )
+
+
+def op_text(o: Mapping[str, Any]) -> str:
+    lines = [f"operation {o.get('id')}: {o.get('kind')} of job {o.get('job_id')}, {o.get('state')}"
+             + (f" (stage {o['stage']})" if o.get("stage") and o.get("state") == "pending" else ""),
+             f"asked by: {o.get('origin') or 'not recorded'}",
+             f"created {fmt_when(o.get('created'))}; last change {fmt_when(o.get('updated'))}"]
+    for m in o.get("moves") or ():
+        if isinstance(m, Mapping):
+            lines.append(f"process {m.get('index')}: {m.get('from')} -> {m.get('to')} ({m.get('mode')})")
+    if o.get("note"):
+        lines.append(f"note: {o['note']}")
+    return "\n".join(lines)
+
+
+@op.command("list")
+@click.option("--job", "job_id", default=None, metavar="JOB", help="Only the operations of this job.",
+              shell_complete=_complete("job"))
+@click.option("--state", default=None, help="pending, done, failed, rolled_back, aborted.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many (the newest).")
+@api_options
+def op_list(job_id: str | None, state: str | None, limit: int | None, url: str | None, token: str | None,
+            ca: str | None, output: str) -> None:
+    """List operations, newest first."""
+    ops = _client(url, token, ca).list_operations(job_id, state, limit)
+    show({"operations": ops}, output, lambda: op_table(ops))
+
+
+@op.command("show")
+@click.argument("op_id", metavar="OP")
+@api_options
+def op_show(op_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """One operation: what it moves (node:core), who asked, how it ended and why."""
+    o = _client(url, token, ca).get_operation(op_id)
+    show({"operation": o}, output, lambda: op_text(o))
 
 
 # ----------------------------------------------------------------------------- policy
@@ -691,6 +1008,32 @@ def policy_show(url: str | None, token: str | None, ca: str | None, output: str)
     """The active policy, its parameters and the policies available."""
     doc = _client(url, token, ca).get_policy()
     show(doc, output, lambda: kv_table(doc, [k for k in ("name", "params", "available") if k in doc]))
+
+
+def policy_catalog() -> list[dict[str, Any]]:
+    """The registered policies with their summary and parameters (name, type, default, help): read
+    from this installation, no daemon needed (the simulator takes the same names)."""
+    from vmctl.policies.registry import available_policies
+
+    out = []
+    for name, cls in sorted(available_policies().items()):
+        params = [{"name": k, "type": kind.__name__, "default": default, "help": help_}
+                  for k, (kind, default, help_) in sorted(cls.parameters.items())]
+        out.append({"name": name, "summary": str(cls.summary or ""), "params": params})
+    return out
+
+
+@policy.command("list")
+@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Human table or JSON for scripts.")
+def policy_list(output: str) -> None:
+    """The policies vmctld and `vmctl sim run --policy` know, with their parameters (`-p KEY=VALUE`).
+    Offline: lists this installation's registry."""
+    pols = policy_catalog()
+    show({"policies": pols}, output, lambda: Grid(
+        ("NAME", "SUMMARY", "PARAMETERS"),
+        [(p["name"], p["summary"], ", ".join(f"{q['name']}={q['default']}" for q in p["params"]) or "-")
+         for p in pols]))
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
@@ -740,6 +1083,30 @@ def token_issue(
     """Issue a bearer token (needs an admin token). The token is shown once."""
     doc = _client(url, token, ca).issue_token(name, role, ttl)
     show(doc, output, lambda: kv_table(doc, [k for k in ("token", "name", "role", "expires") if k in doc]))
+
+
+def token_table(tokens: Sequence[Mapping[str, Any]]) -> Grid:
+    return Grid(("ID", "NAME", "ROLE", "CREATED", "EXPIRES"),
+                [(str(t.get("id", "")), str(t.get("name", "")), str(t.get("role", "")), fmt_time(t.get("created")),
+                  "never" if t.get("expires") is None else fmt_time(t.get("expires"))) for t in tokens])
+
+
+@token.command("list")
+@api_options
+def token_list(url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """List the API tokens (needs an admin token): id, name, role, expiry; never the tokens themselves."""
+    tokens = _client(url, token, ca).list_tokens()
+    show({"tokens": tokens}, output, lambda: token_table(tokens))
+
+
+@token.command("revoke")
+@click.argument("token_id", metavar="ID|NAME")
+@api_options
+def token_revoke(token_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Revoke a token by its id (from `token list`) or its name (when one token has it). The last
+    admin token cannot be revoked (exit 4): issue another one first."""
+    t = _client(url, token, ca).revoke_token(token_id)
+    show({"token": t}, output, lambda: f"revoked token {t.get('id')} ({t.get('name')}, {t.get('role')})")
 
 
 @click.group()

@@ -106,7 +106,8 @@ def _with_workload_options(f: Any) -> Any:
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model and every random draw.")
 @click.option("--policy", required=True, help="Policy name (see vmctl policy list / registry).")
 @click.option("--param", "params", multiple=True, metavar="K=V", help="Policy parameter (repeatable).")
-@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Human table or JSON for scripts.")
 @click.option("--jobs-out", type=str, default=None, metavar="FILE",
               help="Also write one row per job (id, user, submit, start, end, width, wait, tier changes, "
                    "migrations, kills): CSV, or Parquet when FILE ends in .parquet.")
@@ -125,6 +126,10 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
 
         check_target(jobs_out)
     spec = _spec(trace, model, jobs, procs, load, seed, cpu_usage)
+    if load is not None and load > 1:
+        click.echo(f"warning: --load {load:g} offers more work than the cluster can do (load > 1): the queue grows "
+                   f"without bound and waits measure the overload, not the policy (typical loads: 0.5 to 0.95)",
+                   err=True)
     if priority_from_queue:
         spec = dataclasses.replace(spec, priority_from_queue=True)
     t0 = time.perf_counter()

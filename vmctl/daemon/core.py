@@ -37,6 +37,7 @@ from typing import Any
 from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DAEMON_OFFER, DaemonConfig
+from vmctl.daemon.history import JobHistory
 from vmctl.daemon.retention import prune_finished
 from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings, Layout
 from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, ValidationError, VmctlError
@@ -117,6 +118,7 @@ class Daemon:
         #: took the lease (memory only, emptied by ``load``). No timer that ends work acts on a node before
         #: its entry exists: what the agents observed while the daemon was down is learnt first.
         self.observed_at: dict[str, float] = {}
+        self.history = JobHistory()  # the jobs' history entries (vmctl job show)
         #: called with the names of nodes whose desired state changed (after the commit)
         self.on_desired: Callable[[set[str]], None] = lambda nodes: None
         self.metrics: Any = None  # a vmctl.metrics.DaemonMetrics when served (set by the API server)
@@ -185,6 +187,7 @@ class Daemon:
                    for n, (g, doc) in desired_raw.items()}
         self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired)
         self.loads += 1
+        self.history.forget()
         now = self.clock.now()
         self.observed_at = {}  # nothing observed by this daemon yet: see housekeeping
         for n in self.state.nodes.values():
@@ -237,6 +240,10 @@ class Daemon:
         """Derive the desired state of every touched node and write everything in one transaction.
         On a store error the in-memory state is reloaded from the store (nothing half-applied)."""
         st = self.state
+        if ch.jobs:  # stored with the jobs, in this transaction
+            by = "the operator" if "operator action" in ch.events else \
+                f"policy {self.policy.name if self.policy else '-'}"
+            self.history.note(ch.jobs.values(), self.clock.now(), by)
         batch = WriteBatch(jobs=dict(ch.jobs), nodes=dict(ch.nodes), operations=dict(ch.ops), kv=dict(ch.kv))
         new_desired: dict[str, tuple[Any, ...]] = {}
         for node in sorted(ch.desired_nodes):
@@ -296,6 +303,7 @@ class Daemon:
             out.append(rec)
             ch.jobs[rec.id] = rec
         ch.events.append("submit")
+        self.history.note(out, now, "the operator")
         try:
             self.store.write(self.epoch, WriteBatch(jobs=dict(ch.jobs)))
         except LeaseLost:
@@ -414,7 +422,7 @@ class Daemon:
             ch.events.append(f"node {rec.name} back")
             self.state.nodes_changed()
 
-    def set_node_state(self, name: str, drain: bool) -> NodeRecord:
+    def set_node_state(self, name: str, drain: bool, reason: str | None = None) -> NodeRecord:
         self._require_leader()
         rec = self.node(name)
         ch = Changes()
@@ -422,6 +430,7 @@ class Daemon:
             rec.state = "draining" if self.state.jobs_on(name) else "drained"
         elif not drain and rec.state in ("draining", "drained"):
             rec.state = "ready"
+        rec.drain_reason = reason if drain else None
         ch.nodes[name] = rec
         ch.events.append(f"node {name} {rec.state}")
         self.commit(ch)
@@ -447,8 +456,14 @@ class Daemon:
         self._require_leader()
         now = self.clock.now()
         view, lay = self.state.build_view(now)
+        from vmctl.errors import InvariantViolation
+
         dec = Decision(actions=actions, reasons={}, default_reason="waiting")
-        check_decision(view, dec, now)
+        try:
+            check_decision(view, dec, now)
+        except InvariantViolation as exc:  # an operator's request the rules refuse: a conflict, not a bug
+            raise Conflict(what=f"{actions[0].kind} of job {actions[0].job_id}",
+                           problem=f"refused ({lay.name_cores(exc.message)})") from exc
         ch = Changes()
         saved = {j.id: j.reason for j in self.state.queue()}
         res = self.actuator.apply(dec, view, lay, now, ch)

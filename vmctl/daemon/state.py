@@ -40,6 +40,7 @@ from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
 TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
+_CORE_REF = re.compile(r"\bcore (\d+)\b")
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
 
 
@@ -67,6 +68,15 @@ class Layout:
             local.extend(range(c))
             total += c
         return cls(names, offset, {n: by[n].cores for n in names}, total, tuple(node_of), tuple(local))
+
+    def name_cores(self, text: str) -> str:
+        """``text`` with every cluster-wide ``core N`` written as ``core node:local`` (what an operator
+        reads; global core numbers move when nodes come and go)."""
+        def named(m: re.Match[str]) -> str:
+            c = int(m.group(1))
+            return f"core {self.node_of_core[c]}:{self.local_core[c]}" if 0 <= c < self.total else m.group(0)
+
+        return _CORE_REF.sub(named, text)
 
     def global_core(self, node: str, core: int) -> int | None:
         off = self.offset.get(node)

@@ -14,7 +14,10 @@ from vmctl.sim.metrics import Interval
 
 
 def _secs(x: float) -> str:
-    return f"{x:,.1f} s"
+    """Seconds, with the span in hours or days beside when it is long: ``12,345.0 s (3.4h)``."""
+    from vmctl.timefmt import fmt_duration
+
+    return f"{x:,.1f} s" if abs(x) < 120 else f"{x:,.1f} s ({fmt_duration(x)})"
 
 
 def _ci(i: Interval | None, fmt: str = "{:,.1f}") -> str:

@@ -71,6 +71,9 @@ class JobRecord:
     migrating: str | None = None  # id of the open migration operation
     cancel_requested: bool = False
     restore_pending: bool = False  # VMs to be restored from their checkpoint files
+    #: what happened to the job (starts, tier changes, migrations, requeues, its end), oldest first and
+    #: bounded (vmctl.daemon.history); absent from jobs stored before it was kept: empty
+    history: list[dict[str, Any]] = field(default_factory=list)
 
     def to_doc(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict deep-copies and is ~20x slower on the hot path
@@ -134,6 +137,8 @@ class NodeRecord:
     speed: float = DEFAULT_NODE_SPEED
     group: str = DEFAULT_NODE_GROUP
     memory_mib: int = 0
+    #: why an operator drained the node (``vmctl node drain --reason``); None when not given or undrained
+    drain_reason: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         d = asdict(self)
@@ -198,10 +203,13 @@ class WriteBatch:
     kv: dict[str, Any] = field(default_factory=dict)
     tokens: list[TokenRecord] = field(default_factory=list)
     delete_tokens: list[str] = field(default_factory=list)
+    #: nodes an operator removed (``vmctl node remove``); their desired row stays, so that a node that
+    #: registers again continues its generations
+    delete_nodes: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (self.jobs or self.nodes or self.desired or self.operations or self.kv or self.tokens
-                    or self.delete_tokens)
+                    or self.delete_tokens or self.delete_nodes)
 
 
 # --------------------------------------------------------------------------------------- protocol

@@ -275,6 +275,8 @@ class SqlStore:
                            (t.hash, t.name, t.role, t.created, t.expires))
             for h in batch.delete_tokens:
                 self._exec(cur, "DELETE FROM tokens WHERE hash = ?", (h,))
+            for name in batch.delete_nodes:
+                self._exec(cur, "DELETE FROM nodes WHERE name = ?", (name,))
 
 
     # ---------------------------------------------------------------- job retention (schema 002)

@@ -1,0 +1,95 @@
+"""A job's history for operators (``vmctl job show``): starts, tier changes, migrations, requeues and
+its end, each with the time and the reason the daemon gave.
+
+``JobHistory.note(jobs, now)`` runs in ``Daemon.commit`` on every job a change touched, before the
+store write, so the entries are stored with the job in the same transaction. It compares each job
+with what it saw of it last (state, tier, run, migrations, nodes) and appends what changed; the first
+sight of a job after a restart only sets that baseline (its stored history is kept). The history is
+bounded (``MAX_ENTRIES``, oldest dropped) so a job that is requeued forever does not grow without end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from vmctl.model import JobState
+from vmctl.store.base import JobRecord
+
+MAX_ENTRIES = 50
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    state: str
+    tier: str | None
+    run: int
+    migrations: int
+    placement: tuple[tuple[str, int], ...]
+    #: the placement at the start of the run or the last completed migration (a migration moves the
+    #: placement when it begins and counts when it completes)
+    settled: tuple[tuple[str, int], ...]
+
+
+def _cores(placement: Iterable[tuple[str, int]]) -> str:
+    """Cores as an operator reads them: ``n1:0, n1:1`` (``n1`` for unpinned vcsched VMs)."""
+    return ", ".join(n if c < 0 else f"{n}:{c}" for n, c in placement) or "-"
+
+
+def requeues(rec: JobRecord) -> int:
+    """How often the job went back to the queue after a start (``run`` counts the starts)."""
+    return max(0, rec.run - (0 if rec.state == JobState.QUEUED else 1))
+
+
+class JobHistory:
+    def __init__(self) -> None:
+        self._seen: dict[str, _Seen] = {}
+
+    def forget(self) -> None:
+        """After a reload from the store: every job is seen afresh (baseline only)."""
+        self._seen.clear()
+
+    def note(self, jobs: Iterable[JobRecord], now: float, by: str) -> None:
+        """``by``: who made the change, for tier changes (``the operator``, ``policy easy``)."""
+        for rec in jobs:
+            placement = tuple(rec.placement)
+            prev = self._seen.get(rec.id)
+            settled = placement if prev is None or rec.run != prev.run or rec.migrations != prev.migrations \
+                else prev.settled
+            cur = _Seen(str(rec.state), rec.tier, rec.run, rec.migrations, placement, settled)
+            self._seen[rec.id] = cur
+            if prev is None:
+                if rec.state == JobState.QUEUED and rec.run == 0 and not rec.history:
+                    self._add(rec, now, "submitted", None)
+                continue
+            self._diff(rec, prev, cur, now, by)
+            if rec.state not in (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED):
+                self._seen.pop(rec.id, None)  # finished: nothing more to compare
+
+    def _diff(self, rec: JobRecord, prev: _Seen, cur: _Seen, now: float, by: str) -> None:
+        if cur.run > prev.run and prev.state != JobState.QUEUED:
+            # stopped and started again between two commits: the requeue is implied
+            self._add(rec, now, "requeued", rec.reason)
+        if cur.state == JobState.QUEUED and prev.state != JobState.QUEUED:
+            self._add(rec, now, "requeued", rec.reason)
+        if cur.run > prev.run:
+            self._add(rec, now, "started", f"run {cur.run} as {cur.tier} on {_cores(cur.placement)}")
+            return
+        if cur.state == JobState.QUEUED:
+            return
+        if cur.tier != prev.tier and prev.tier is not None and cur.tier is not None:
+            self._add(rec, now, "tier", f"{prev.tier} -> {cur.tier} by {by}")
+        if cur.migrations > prev.migrations:
+            self._add(rec, now, "migrated", f"{_cores(prev.settled)} -> {_cores(cur.placement)}")
+        if cur.state != prev.state and cur.state not in (JobState.QUEUED, JobState.RUNNING):
+            self._add(rec, now, str(cur.state), rec.reason)
+        elif cur.state == JobState.RUNNING and prev.state == JobState.SUSPENDED:
+            self._add(rec, now, "resumed", rec.reason)
+
+    @staticmethod
+    def _add(rec: JobRecord, now: float, event: str, detail: str | None) -> None:
+        entry: dict[str, Any] = {"time": now, "event": event, "detail": detail}
+        rec.history.append(entry)
+        if len(rec.history) > MAX_ENTRIES:
+            del rec.history[: len(rec.history) - MAX_ENTRIES]

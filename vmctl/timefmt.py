@@ -1,0 +1,93 @@
+"""Times as people read them: ISO 8601 with the time zone, a relative age, and reasons whose raw
+``t=<epoch seconds>`` is rewritten (the policies print model times, which the daemon runs on the wall
+clock; the simulator's small model times are left alone).
+
+- ``iso(t)``: ``2026-11-25T04:05:06+01:00`` in the local time zone (``TZ``), ``iso(t, utc=True)``:
+  ``2026-11-25T03:05:06Z`` (what the API puts in text it answers);
+- ``relative(t, now)``: ``5.0m ago``, ``in 12s``;
+- ``human(t, now)``: ``iso (relative)``;
+- ``rewrite_times(text, fmt)``: every ``t=<epoch seconds>`` in ``text`` as ``fmt(seconds)``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: below this a ``t=`` is a model time of the simulator (seconds since its start), not a date
+EPOCH_MIN = 1e8
+
+_TIME_REF = re.compile(r"\bt=(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)")
+
+
+def _seconds(t: Any) -> float | None:
+    if t is None or isinstance(t, bool):
+        return None
+    try:
+        return float(t)
+    except (TypeError, ValueError):
+        return None
+
+
+def iso(t: Any, utc: bool = False) -> str:
+    """ISO 8601 to the second with the zone; ``-`` for None, the value itself when it is no time."""
+    s = _seconds(t)
+    if s is None:
+        return "-" if t is None else str(t)
+    try:
+        d = _dt.datetime.fromtimestamp(s, tz=_dt.UTC)
+    except (ValueError, OverflowError, OSError):
+        return str(t)
+    if utc:
+        return d.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return d.astimezone().isoformat(timespec="seconds")
+
+
+def fmt_duration(seconds: Any) -> str:
+    """A duration: ``59s``, ``10.0m``, ``1.5h``, ``3.0d``."""
+    if seconds is None:
+        return "-"
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return str(seconds)
+    if s < 0:
+        return f"-{fmt_duration(-s)}"
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}m"
+    if s < 172800:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def relative(t: Any, now: float | None = None) -> str:
+    s = _seconds(t)
+    if s is None:
+        return "-"
+    d = (time.time() if now is None else now) - s
+    if abs(d) < 1:
+        return "now"
+    return f"{fmt_duration(d)} ago" if d > 0 else f"in {fmt_duration(-d)}"
+
+
+def human(t: Any, now: float | None = None) -> str:
+    """``2026-11-25T04:05:06+01:00 (5.0m ago)``; ``-`` for None."""
+    if _seconds(t) is None:
+        return iso(t)
+    return f"{iso(t)} ({relative(t, now)})"
+
+
+def rewrite_times(text: str, fmt: Callable[[float], str]) -> str:
+    """``text`` with every ``t=<epoch seconds>`` written as ``fmt(seconds)`` (``reservation at
+    t=1.79546e+09`` -> ``reservation at 2026-11-25T03:05:06Z``); model times below ``EPOCH_MIN``
+    (the simulator's) stay as they are."""
+    def one(m: re.Match[str]) -> str:
+        s = float(m.group(1))
+        return fmt(s) if s >= EPOCH_MIN else m.group(0)
+
+    return _TIME_REF.sub(one, text)
