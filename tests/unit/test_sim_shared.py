@@ -91,7 +91,7 @@ def test_vcsched_in_vmctl_sim_run() -> None:
                                    "--load", "1.5", "--policy", "vcsched-mcb8", "--param", "min_yield=0.9",
                                    "--output", "json"])
     assert out.exit_code == 0, out.output
-    got = json.loads(out.output)
+    got = json.loads(out.stdout)  # stderr carries the --load > 1 warning
     assert got["policy"] == "vcsched-mcb8" and got["jobs"] == 80 and got["avg_wait"] > 0  # min_yield delays some
 
 
