@@ -128,7 +128,7 @@ def _arrival(job: Job) -> tuple[float, str]:
 
 
 def _fmt(t: float) -> str:
-    return f"{t:.6g}"
+    return f"{t:.15g}"  # exact to the microsecond at epoch times (".6g" was off by up to an hour)
 
 
 def _usable_count(view: ClusterView) -> int:

@@ -108,6 +108,15 @@ def test_easy_shadow_uses_expected_end_order() -> None:
     assert list(started(d)) == ["x"]  # 3 + 17 = 20 <= 20; y would end at 21 with extra 0
 
 
+def test_easy_reason_names_the_reservation_exactly_at_epoch_times() -> None:
+    # vmctld runs on epoch seconds: "t=1.79546e+09" (6 significant digits) was off by up to an hour.
+    now = 1_795_460_000.0
+    run = [(job("A", 2, 1234.5, submit=now - 10), Tier.FG, (0, 1), now)]
+    queue = [job("H", 3, 5, submit=now - 5), job("x", 1, 5, submit=now - 4)]  # x is backfilled onto core 2
+    d = decide("easy", view(3, queue=queue, running=run), now=now)
+    assert d.reasons["H"] == "head of queue: reservation at t=1795461234.5 needs 3 cores"
+
+
 def test_easy_counts_jobs_started_in_the_same_call() -> None:
     # At t=1 FCFS starts A (3 cores, ends at 6); head H needs 4 of 1 idle: shadow 6 (A's end), extra 0.
     queue = [job("A", 3, 5), job("H", 4, 1, submit=0.1), job("s", 1, 5, submit=0.2), job("t", 1, 6, submit=0.3)]
