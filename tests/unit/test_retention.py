@@ -5,7 +5,6 @@ housekeeping pruning through the real decision loop (in-process agents, virtual 
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.daemon import PostgresServer
 from tests.unit.test_daemon_core import Cluster
 from vmctl.daemon.config import DaemonConfig, RetentionConfig, load_config, parse_config
 from vmctl.daemon.state import ClusterState
@@ -260,16 +258,8 @@ def _finished_in_memory(c: Cluster) -> list[str]:
     return sorted((j.id for j in c.daemon.state.jobs.values() if j.end_time is not None), key=int)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def daemon_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/d.db"
-    pg: PostgresServer = request.getfixturevalue("postgres")
-    return pg.create_db("r" + uuid.uuid4().hex[:12])
-
-
-def test_daemon_prunes_by_count_and_archived_jobs_survive_restarts(tmp_path: Path, daemon_store: str) -> None:
-    c = Cluster(tmp_path, {"n1": 4}, store_url=daemon_store, retention=RetentionConfig(keep_count=3, keep_s=1e9))
+def test_daemon_prunes_by_count_and_archived_jobs_survive_restarts(tmp_path: Path, store_url: str) -> None:
+    c = Cluster(tmp_path, {"n1": 4}, store_url=store_url, retention=RetentionConfig(keep_count=3, keep_s=1e9))
     try:
         ids = [c.submit(1, 100, 5) for _ in range(10)]
         c.run_until(lambda: all(_ended(c, j) for j in ids))
