@@ -1,0 +1,474 @@
+"""The Ousterhout matrix of gang scheduling and how it is derived at every scheduling event.
+
+Paper 004: Zhang, Franke, Moreira, Sivasubramaniam, "The Impact of Migration on Parallel Job
+Scheduling for Distributed Systems" (Euro-Par 2000), sec. 2 ("The Migration Algorithm"). This module
+is pure (no view, no actions, no clock): the gang policies (``gs``, ``gs-m``, ``bgs``, ``bgs-m``) read
+the current matrix out of the cluster view, call :func:`derive`, and turn the result into actions.
+
+The matrix. ``rows x nodes`` slots; row ``r`` is one time-sliced virtual machine (a VM *level* of the
+``timeslice`` discipline), node ``n`` one processor (a core in vmctl). A job of ``size`` tasks holds
+``size`` slots of a row, one per node; it may appear in several rows, always on the *same* nodes (the
+paper's rule against ping-pong). Rows rotate every time slice T; a job advances in every slice where a
+row holding it is active. The number of rows is at most the multiprogramming level (MPL).
+
+Derivation at every event (arrival or departure), sec. 2, four steps:
+
+1. **Collapse**: every running job keeps its nodes and appears in one row only. Reading: the paper
+   does not say which row a replicated job keeps; we keep the lowest-numbered row it is in.
+2. **Compact**: rows are traversed from the least to the most populated (ties: lower row first),
+   inside a row from the smallest to the largest job (ties: FCFS order). Job A of row r moves to a
+   row p that comes later in that traversal order (tried from the most populated down, so moves
+   pack rows and empty the sparse ones; reading: the paper names the goal, "maximize the number of
+   empty slots in some rows", not the target order). Without migration A moves only if all its
+   nodes are free in p (a row change is free: the job keeps its nodes). With migration, if row p
+   has at least |A| free slots, two options are priced by the capacity loss (processor x seconds):
+
+   - option 1, move the jobs S(A) that sit on A's nodes in row p to other free nodes of p, then put
+     A on its own nodes in p: ``C/2 * |A| + C * sum |J|`` (eq. 1);
+   - option 2, move A to free nodes of row p: ``C * |A| + C/2 * sum |J|`` (eq. 2);
+
+   and the cheaper feasible one is taken. Ties (always, when C = 0) go to the option that migrates
+   fewer tasks, then to option 2 (it disturbs one job): with these formulas that means option 1
+   exactly when ``sum |J| < |A|``. A job that moves keeps the nodes it already has where they are
+   free, and takes the lowest-numbered free nodes for the rest.
+3. **Schedule from the queue** in FCFS order. A job fits a row with at least ``size`` free slots (it
+   takes the lowest-numbered free nodes: in a distributed system any nodes do); the existing rows
+   are tried first, the most populated first (best fit), and a new row is opened only when none
+   fits and fewer than MPL rows are in use. Without backfilling the traversal stops at the first
+   job that fits nowhere. With backfilling it goes on, EASY style inside the rows (reading: the
+   paper's [18] treats each row as a space-shared machine; it does not give the rule). The first
+   job H that fits nowhere gets a reservation in the row where it can start soonest: in each row,
+   running jobs are taken in order of estimated remaining time until enough slots are free; that
+   time is the row's *shadow time* and the slots left over are its *extra* slots. All rows run at
+   the same pace (each gets one slice per cycle), so shadow times measured in remaining work are
+   comparable across rows. A later job may start in any other row where it fits; in the reserved
+   row only if its estimate ends before the shadow time or it fits in the extra slots (which it then
+   uses up). H cannot be delayed: nothing is added to its row that would still run at the shadow
+   time beyond the extra slots, and it needs no new row (every row is in use, or H would have fit
+   in a new one).
+4. **Expansion**: running and just started jobs, in FCFS order, are replicated into every other row
+   in use where their whole node set is free. With migration, a row where A's nodes are taken by
+   jobs that appear in that row only may be cleared by moving those jobs to other free nodes of the
+   row (option 1 only, as the paper says). Reading: expansion never opens a new row (the paper fills
+   "holes left in the matrix"; an extra row would slow every other job down).
+
+Migration budget. ``quota`` is the number of tasks that may still be migrated in the current time
+slice (the paper's Q minus what this slice already moved; None = unlimited): an option that would
+migrate more is not feasible. Every option taken is recorded with its capacity loss by eq. (1) or (2)
+as the paper defines it (``Derivation.choices``; ``capacity_loss`` is their sum); the simulator stops
+a migrated job's progress for C seconds (checkpoint C/2 then restart C/2, dependent operations).
+
+Example (4 nodes, MPL 2, C = 10, migration on): row 0 holds a on nodes {0, 1}, row 1 holds b on
+node {0}. Compaction visits row 1 first (1 task) and tries to move b into row 0: node 0 is taken by
+a, so without migration nothing moves. With migration row 0 has 2 free slots; option 1 (move a
+away, 2 tasks) costs 5 + 20 = 25, option 2 (move b to node 2) costs 10 + 10 = 20: b moves to node 2
+of row 0, row 1 is empty, and one task was migrated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from vmctl.errors import ValidationError
+
+
+@dataclass(frozen=True, slots=True)
+class GangJob:
+    """A job as the matrix sees it: its task count, its FCFS key and its estimated remaining time
+    (dedicated seconds; the estimate for a queued job), which only backfilling reads."""
+
+    id: str
+    size: int
+    order: float
+    remaining: float = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class GangParams:
+    """``mpl``: rows at most; ``backfill``: BGS instead of GS; ``migration``: allow migration (the
+    ``-m`` policies); ``cost``: C, seconds per migration; ``quota``: tasks that may still be migrated in
+    this slice (None = unlimited; 0 = no migration in effect)."""
+
+    mpl: int = 5
+    backfill: bool = False
+    migration: bool = False
+    cost: float = 0.0
+    quota: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mpl < 1:
+            raise ValidationError(field="mpl", problem=f"must be >= 1, got {self.mpl}")
+        if not (self.cost >= 0 and math.isfinite(self.cost)):
+            raise ValidationError(field="cost", problem=f"must be a finite number >= 0, got {self.cost}")
+        if self.quota is not None and self.quota < 0:
+            raise ValidationError(field="quota", problem=f"must be >= 0 or unlimited, got {self.quota}")
+
+
+@dataclass(frozen=True, slots=True)
+class GangMigration:
+    """One migration: ``job`` goes from ``old_nodes`` to ``new_nodes`` (all its tasks checkpoint and
+    restart) during ``phase`` (``compact`` or ``expand``)."""
+
+    job: str
+    old_nodes: tuple[int, ...]
+    new_nodes: tuple[int, ...]
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangChoice:
+    """One priced migration option that was taken: for ``job`` (the job being moved or replicated),
+    ``option`` 1 or 2, its capacity loss by eq. (1) or (2), and the tasks it migrated."""
+
+    job: str
+    phase: str
+    option: int
+    loss: float
+    tasks: int
+
+
+class Matrix:
+    """A mutable ``rows x nodes`` matrix of job ids; a job holds the same nodes in every row it is in."""
+
+    __slots__ = ("free", "mpl", "nodes", "rows", "rows_of", "where")
+
+    def __init__(self, nodes: int, mpl: int) -> None:
+        if nodes < 1:
+            raise ValidationError(field="nodes", problem=f"must be >= 1, got {nodes}")
+        self.nodes = nodes
+        self.mpl = mpl
+        self.rows: list[list[str | None]] = [[None] * nodes for _ in range(mpl)]
+        self.free: list[int] = [nodes] * mpl
+        self.where: dict[str, tuple[int, ...]] = {}
+        self.rows_of: dict[str, set[int]] = {}
+
+    def copy(self) -> Matrix:
+        m = Matrix(self.nodes, self.mpl)
+        m.rows = [list(r) for r in self.rows]
+        m.free = list(self.free)
+        m.where = dict(self.where)
+        m.rows_of = {j: set(rs) for j, rs in self.rows_of.items()}
+        return m
+
+    def population(self, row: int) -> int:
+        return self.nodes - self.free[row]
+
+    def in_use(self) -> list[int]:
+        return [r for r in range(self.mpl) if self.free[r] < self.nodes]
+
+    def jobs_in(self, row: int) -> list[str]:
+        seen: dict[str, None] = {}
+        for j in self.rows[row]:
+            if j is not None:
+                seen[j] = None
+        return list(seen)
+
+    def free_nodes(self, row: int, exclude: Iterable[int] = ()) -> list[int]:
+        skip = set(exclude)
+        return [n for n, j in enumerate(self.rows[row]) if j is None and n not in skip]
+
+    def all_free(self, row: int, nodes: Iterable[int]) -> bool:
+        cells = self.rows[row]
+        return all(cells[n] is None for n in nodes)
+
+    def place(self, job: str, row: int, nodes: tuple[int, ...]) -> None:
+        known = self.where.get(job)
+        if known is not None and known != nodes:
+            raise ValidationError(field=f"job {job}",
+                                  problem=f"holds nodes {list(known)} in another row, cannot take {list(nodes)}")
+        cells = self.rows[row]
+        for n in nodes:
+            if cells[n] is not None:
+                raise ValidationError(field=f"job {job}", problem=f"row {row} node {n} is taken by {cells[n]}")
+        for n in nodes:
+            cells[n] = job
+        self.free[row] -= len(nodes)
+        self.where[job] = nodes
+        self.rows_of.setdefault(job, set()).add(row)
+
+    def remove(self, job: str, row: int) -> None:
+        cells = self.rows[row]
+        nodes = self.where[job]
+        for n in nodes:
+            cells[n] = None
+        self.free[row] += len(nodes)
+        rows = self.rows_of[job]
+        rows.discard(row)
+        if not rows:
+            del self.rows_of[job]
+            del self.where[job]
+
+    def move_nodes(self, job: str, row: int, nodes: tuple[int, ...]) -> None:
+        """Re-place a job that is in ``row`` only onto ``nodes`` of the same row."""
+        self.remove(job, row)
+        self.place(job, row, nodes)
+
+
+@dataclass(slots=True)
+class Derivation:
+    """What :func:`derive` decided: the new matrix, the queued jobs started (``job -> row``), the
+    migrations, the reservation of the first blocked job (``(job, row, shadow)``, BGS only) and the
+    tasks migrated."""
+
+    matrix: Matrix
+    started: dict[str, int] = field(default_factory=dict)
+    migrations: list[GangMigration] = field(default_factory=list)
+    choices: list[GangChoice] = field(default_factory=list)
+    reservation: tuple[str, int, float] | None = None
+    tasks_migrated: int = 0
+
+    @property
+    def capacity_loss(self) -> float:
+        """Processor x seconds lost to the migrations chosen (the paper's eqs. 1 and 2)."""
+        return sum(c.loss for c in self.choices)
+
+
+def _pick(matrix: Matrix, row: int, keep: Sequence[int], count: int, exclude: Iterable[int] = ()) -> tuple[int, ...]:
+    """``count`` free nodes of ``row``: those of ``keep`` that are free first, then the lowest free."""
+    skip = set(exclude)
+    cells = matrix.rows[row]
+    chosen = [n for n in keep if cells[n] is None and n not in skip][:count]
+    if len(chosen) < count:
+        taken = set(chosen)
+        chosen += [n for n in matrix.free_nodes(row, skip) if n not in taken][: count - len(chosen)]
+    return tuple(sorted(chosen))
+
+
+class _Deriver:
+    def __init__(self, matrix: Matrix, jobs: Mapping[str, GangJob], params: GangParams) -> None:
+        self.m = matrix
+        self.jobs = jobs
+        self.p = params
+        self.out = Derivation(matrix=matrix)
+        self.quota = params.quota
+
+    # -------------------------------------------------------------- migration helpers
+
+    def _budget(self, tasks: int) -> bool:
+        return self.quota is None or tasks <= self.quota
+
+    def _spend(self, job: str, phase: str, option: int, loss: float, tasks: int) -> None:
+        self.out.choices.append(GangChoice(job, phase, option, loss, tasks))
+        self.out.tasks_migrated += tasks
+        if self.quota is not None:
+            self.quota -= tasks
+
+    def _blockers(self, row: int, nodes: Iterable[int]) -> list[str] | None:
+        """The jobs on ``nodes`` of ``row``, or None if one of them is also in another row (it
+        cannot move without breaking the same-nodes rule)."""
+        cells = self.m.rows[row]
+        found: dict[str, None] = {}
+        for n in nodes:
+            j = cells[n]
+            if j is not None:
+                if self.m.rows_of[j] != {row}:
+                    return None
+                found[j] = None
+        return list(found)
+
+    def _clear_plan(self, row: int, nodes: tuple[int, ...], blockers: list[str]) -> dict[str, tuple[int, ...]] | None:
+        """New nodes in ``row`` for each blocker, outside ``nodes`` (option 1), or None."""
+        m = self.m
+        keep_out = set(nodes)
+        pool = set(m.free_nodes(row, keep_out))
+        for j in blockers:
+            pool.update(n for n in m.where[j] if n not in keep_out)
+        plan: dict[str, tuple[int, ...]] = {}
+        for j in blockers:
+            own = [n for n in m.where[j] if n in pool]
+            size = len(m.where[j])
+            chosen = own[:size]
+            if len(chosen) < size:
+                rest = sorted(pool.difference(own))
+                chosen += rest[: size - len(chosen)]
+            if len(chosen) < size:
+                return None
+            pool.difference_update(chosen)
+            plan[j] = tuple(sorted(chosen))
+        return plan
+
+    def _apply_clear(self, row: int, plan: dict[str, tuple[int, ...]], phase: str) -> None:
+        m = self.m
+        old = {j: m.where[j] for j in plan}
+        for j in plan:
+            m.remove(j, row)
+        for j, nodes in plan.items():
+            m.place(j, row, nodes)
+            self.out.migrations.append(GangMigration(j, old[j], nodes, phase))
+
+    # -------------------------------------------------------------- the four steps
+
+    def compact(self) -> None:
+        m = self.m
+        order = sorted(m.in_use(), key=lambda r: (m.population(r), r))
+        for i, r in enumerate(order):
+            for a in sorted(m.jobs_in(r), key=lambda j: (len(m.where[j]), self.jobs[j].order, j)):
+                if r not in m.rows_of.get(a, ()):
+                    continue
+                targets = sorted(order[i + 1:], key=lambda p: (-m.population(p), p))
+                for p in targets:
+                    if self._move(a, r, p):
+                        break
+
+    def _move(self, a: str, r: int, p: int) -> bool:
+        m = self.m
+        nodes = m.where[a]
+        size = len(nodes)
+        if m.all_free(p, nodes):
+            m.remove(a, r)
+            m.place(a, p, nodes)
+            return True
+        if not self.p.migration or m.free[p] < size:
+            return False
+        blockers = self._blockers(p, nodes)
+        c = self.p.cost
+        options: list[tuple[float, int, int]] = []  # (loss, tasks, -option) : lowest wins; ties -> option 2
+        plan: dict[str, tuple[int, ...]] | None = None
+        if blockers is not None:
+            moved = sum(len(m.where[j]) for j in blockers)
+            plan = self._clear_plan(p, nodes, blockers)
+            if plan is not None and self._budget(moved):
+                options.append((c / 2 * size + c * moved, moved, -1))
+        s_sum = sum(len(m.where[j]) for j in {m.rows[p][n] for n in nodes} if j is not None)
+        if self._budget(size):
+            options.append((c * size + c / 2 * s_sum, size, -2))
+        if not options:
+            return False
+        loss, tasks, neg = min(options)
+        if -neg == 1:
+            assert plan is not None
+            m.remove(a, r)
+            self._apply_clear(p, plan, "compact")
+            m.place(a, p, nodes)  # A keeps its nodes: only the jobs in its way migrate
+            self._spend(a, "compact", 1, loss, tasks)
+            return True
+        new = _pick(m, p, nodes, size)
+        m.remove(a, r)
+        m.place(a, p, new)
+        self.out.migrations.append(GangMigration(a, nodes, new, "compact"))
+        self._spend(a, "compact", 2, loss, tasks)
+        return True
+
+    def schedule(self, queue: Sequence[GangJob]) -> None:
+        m = self.m
+        blocked: tuple[GangJob, int, float, int] | None = None  # (job, row, shadow, extra)
+        for job in queue:
+            rows = m.in_use()
+            fits = [r for r in rows if m.free[r] >= job.size]
+            if blocked is not None:
+                h, hrow, shadow, extra = blocked
+                ok = []
+                for r in fits:
+                    if r != hrow or job.remaining <= shadow or job.size <= extra:
+                        ok.append(r)
+                fits = ok
+            if not fits and len(rows) < m.mpl and blocked is None:
+                fits = [next(r for r in range(m.mpl) if r not in rows)]
+            if not fits:
+                if blocked is None:
+                    if not self.p.backfill:
+                        return
+                    blocked = self._reserve(job)
+                    self.out.reservation = (job.id, blocked[1], blocked[2])
+                continue
+            row = min(fits, key=lambda r: (m.free[r], r))
+            if blocked is not None and row == blocked[1] and job.remaining > blocked[2]:
+                h, hrow, shadow, extra = blocked
+                blocked = (h, hrow, shadow, extra - job.size)
+            m.place(job.id, row, tuple(m.free_nodes(row)[: job.size]))
+            self.out.started[job.id] = row
+
+    def _reserve(self, job: GangJob) -> tuple[GangJob, int, float, int]:
+        m = self.m
+        best: tuple[float, int, int] | None = None  # (shadow, row, extra)
+        for r in m.in_use():
+            free = m.free[r]
+            shadow = 0.0
+            if free < job.size:
+                shadow = math.inf
+                ending = sorted((self.jobs[j].remaining, len(m.where[j])) for j in m.jobs_in(r))
+                for remaining, size in ending:
+                    free += size
+                    if free >= job.size:
+                        shadow = remaining
+                        break
+            cand = (shadow, r, free - job.size)
+            if best is None or cand[:2] < best[:2]:
+                best = cand
+        assert best is not None  # every row is in use when a job fits nowhere
+        return (job, best[1], best[0], best[2])
+
+    def expand(self, order: Sequence[str]) -> None:
+        m = self.m
+        for a in order:
+            if a not in m.where:
+                continue
+            nodes = m.where[a]
+            for p in m.in_use():
+                if p in m.rows_of[a]:
+                    continue
+                if m.all_free(p, nodes):
+                    m.place(a, p, nodes)
+                    continue
+                if not self.p.migration:
+                    continue
+                blockers = self._blockers(p, nodes)
+                if not blockers:
+                    continue
+                moved = sum(len(m.where[j]) for j in blockers)
+                if not self._budget(moved):
+                    continue
+                plan = self._clear_plan(p, nodes, blockers)
+                if plan is None:
+                    continue
+                self._apply_clear(p, plan, "expand")
+                m.place(a, p, nodes)
+                c = self.p.cost
+                self._spend(a, "expand", 1, c / 2 * len(nodes) + c * moved, moved)
+
+
+def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]]) -> Matrix:
+    """Step 1: a matrix where every running job (``job -> (nodes, rows it is in)``) keeps its nodes and
+    its lowest row. Raises ``ValidationError`` if two jobs share a slot or a row is out of range."""
+    m = Matrix(nodes, mpl)
+    for job, (where, rows) in running.items():
+        rows = sorted(rows)
+        if not rows:
+            raise ValidationError(field=f"job {job}", problem="runs in no row")
+        if rows[0] < 0 or rows[-1] >= mpl:
+            raise ValidationError(field=f"job {job}", problem=f"row {rows[-1]} outside 0..{mpl - 1}")
+        if not where or min(where) < 0 or max(where) >= nodes or len(set(where)) != len(where):
+            raise ValidationError(field=f"job {job}",
+                                  problem=f"nodes {list(where)} are not distinct nodes of 0..{nodes - 1}")
+        m.place(job, rows[0], tuple(sorted(where)))
+    return m
+
+
+def derive(
+    nodes: int,
+    running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
+    jobs: Mapping[str, GangJob],
+    queue: Sequence[GangJob],
+    params: GangParams,
+) -> Derivation:
+    """The new matrix at a scheduling event (the four steps of the module docstring).
+
+    ``running``: job -> (its nodes, the rows it is in); ``jobs``: a :class:`GangJob` for every running
+    job (and optionally the queued ones); ``queue``: the waiting jobs in FCFS order. The input is not
+    changed."""
+    for q in queue:
+        if q.size < 1 or q.size > nodes:
+            raise ValidationError(field=f"job {q.id}.size", problem=f"must be 1..{nodes}, got {q.size}")
+    known = dict(jobs)
+    for q in queue:
+        known.setdefault(q.id, q)
+    missing = [j for j in running if j not in known]
+    if missing:
+        raise ValidationError(field=f"job {missing[0]}", problem="runs but has no GangJob record")
+    d = _Deriver(collapse(nodes, params.mpl, running), known, params)
+    d.compact()
+    d.schedule(queue)
+    d.expand(sorted(d.m.where, key=lambda j: (known[j].order, j)))
+    return d.out
