@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[str, str] = {
     "policy": "vmctl.cli.ops:policy",
     "token": "vmctl.cli.ops:token",
     "cert": "vmctl.cli.ops:cert",
+    "plan": "vmctl.cli.plan:plan_cmd",
 }
 
 EXIT_CODES: list[tuple[type[errors.VmctlError], int]] = [
