@@ -27,6 +27,7 @@ What each action does to this occupancy is written once, in :mod:`vmctl.occupanc
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections.abc import Mapping, Sequence, Set
@@ -138,6 +139,9 @@ class Job:
 #: the most widths a moldable shape may list, and the most tasks a task bag may hold
 MAX_SHAPE_WIDTHS = 4096
 MAX_SHAPE_TASKS = 1_000_000
+#: the widest width, and the longest time or task work (seconds), a shape may name
+MAX_SHAPE_WIDTH = 1_000_000
+MAX_SHAPE_SECONDS = 1e10
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +173,10 @@ class JobShape:
         widths = self.widths
         if self.kind not in ("moldable", "task-bag"):
             raise ValidationError(field="shape.kind", problem=f"must be moldable or task-bag, got {self.kind!r}")
-        if not widths or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
-            raise ValidationError(field="shape.widths", problem=f"must list widths >= 1, got {widths}")
+        if not widths or any(isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_SHAPE_WIDTH
+                             for w in widths):
+            raise ValidationError(field="shape.widths",
+                                  problem=f"must list widths in [1, {MAX_SHAPE_WIDTH}], got {widths}")
         if self.kind == "moldable":
             self._check_moldable()
         else:
@@ -186,9 +192,9 @@ class JobShape:
             raise ValidationError(field="shape.times",
                                   problem=f"has {len(times)} times for {len(widths)} widths (one per width)")
         for i, t in enumerate(times):
-            if isinstance(t, bool) or not isinstance(t, int | float) or not (t > 0 and math.isfinite(t)):
-                raise ValidationError(field=f"shape.times[{i}]",
-                                      problem=f"the time at width {widths[i]} must be a positive number, got {t!r}")
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_SHAPE_SECONDS:
+                raise ValidationError(field=f"shape.times[{i}]", problem=f"the time at width {widths[i]} must be a "
+                                      f"positive number of seconds (at most {MAX_SHAPE_SECONDS:g}), got {t!r}")
         if self.tasks:
             raise ValidationError(field="shape.tasks", problem="a moldable job has no tasks (that is a task bag)")
 
@@ -202,9 +208,9 @@ class JobShape:
         if len(tasks) > MAX_SHAPE_TASKS:
             raise ValidationError(field="shape.tasks", problem=f"at most {MAX_SHAPE_TASKS} tasks, got {len(tasks)}")
         for i, w in enumerate(tasks):
-            if isinstance(w, bool) or not isinstance(w, int | float) or not (w >= 0 and math.isfinite(w)):
-                raise ValidationError(field=f"shape.tasks[{i}]",
-                                      problem=f"the work of a task must be a number >= 0 (seconds), got {w!r}")
+            if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= MAX_SHAPE_SECONDS:
+                raise ValidationError(field=f"shape.tasks[{i}]", problem=f"the work of a task must be a number of "
+                                      f"seconds in [0, {MAX_SHAPE_SECONDS:g}], got {w!r}")
         if self.widths[0] > len(tasks):
             raise ValidationError(field="shape.max_workers",
                                   problem=f"{self.widths[0]} workers for {len(tasks)} tasks (at most one per task)")
@@ -257,14 +263,19 @@ class JobShape:
         return width in self.widths
 
     def time_at(self, width: int) -> float:
-        """A moldable job's execution time at ``width`` on standard resources (speed 1.0)."""
-        if self.kind != "moldable":
-            raise ValidationError(field="shape.kind", problem="only a moldable job has a time per width")
-        try:
+        """How long the job runs at ``width`` on standard resources (speed 1.0): a moldable job's time
+        at that width; a task bag's makespan on ``width`` workers that each take the next task in
+        order when they finish one (greedy list scheduling, what the simulator's task-bag model does
+        at a fixed width)."""
+        if not self.allows(width):
+            raise ValidationError(field="width", problem=f"{width} is not a width the job's shape allows "
+                                                         f"({self.min_width}..{self.max_width})")
+        if self.kind == "moldable":
             return self.times[self.widths.index(width)]
-        except ValueError:
-            raise ValidationError(field="width", problem=f"{width} is not one of the job's widths "
-                                                         f"{list(self.widths)}") from None
+        free = [0.0] * width  # when each worker finishes its current task (a heap)
+        for work in self.tasks:
+            heapq.heapreplace(free, free[0] + work)
+        return max(free)
 
     @property
     def work(self) -> float:
