@@ -45,6 +45,8 @@ import numpy as np
 
 from vmctl.errors import SimulationError, ValidationError
 from vmctl.model import (
+    Action,
+    Checkpoint,
     ClusterView,
     Decision,
     Demote,
@@ -54,22 +56,29 @@ from vmctl.model import (
     Move,
     PlaceShared,
     Promote,
+    Resize,
+    Restore,
+    Resume,
     RunningJob,
     SetCap,
     Start,
     StartBg,
     StartFg,
+    Suspend,
     Tier,
+    tier_of_level,
 )
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
-from vmctl.policies.occupancy import priority_form
+from vmctl.policies.occupancy import Occupancy, priority_form, queued_subset
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel
 from vmctl.sim.execution import shared_rate as shared_rate
 from vmctl.sim.progress import ProgressModel
 
 _EPS = 1e-9
+#: levelled path: a run whose rate falls to 0 with at most this much work left is complete (rounding)
+_DONE_TOL = 1e-6
 _INF = math.inf
 #: what the simulated cluster offers a policy under its default execution model (the two-tier model,
 #: :class:`~vmctl.sim.execution.TwoTierModel`): 2 levels per core under the priority discipline, rigid
@@ -274,6 +283,30 @@ class _LiveShared(RunningJob):
         return self._run.progress_at(self._sim.now)
 
 
+class _LiveLevel(RunningJob):
+    """A running job on the levelled path: its ``level``, ``suspended`` (also for a checkpointed job,
+    which holds no slot) and placement are fields; ``progress`` is live and ``expected_end`` is what
+    the execution model says (``ExecutionModel.expected_end``)."""
+
+    __slots__ = ("_run", "_sim")
+    _run: _Run
+    _sim: Simulator
+    cap = None
+    shared_nodes = ()
+
+    @property
+    def progress(self) -> float:
+        return self._run.progress_at(self._sim.now)
+
+    @property
+    def expected_end(self) -> float:
+        return self._sim.model.expected_end(self._run, self._sim.now)
+
+    def __repr__(self) -> str:
+        return (f"RunningJob(id={self.job.id!r}, level={self.level}, cores={self.cores}, "
+                f"progress={self.progress:.3f}, suspended={self.suspended})")
+
+
 class _RunningView(Mapping[str, RunningJob]):
     """Live ``ClusterView.running``: a read-only face of the simulator's dict of snapshots."""
 
@@ -469,9 +502,13 @@ class Simulator:
         self.slot_run = self._slot_run
         self.runs: Mapping[str, _Run] = self._runs
         self.fg_util = self._fg_util
+        if self._leveled:
+            # the trace's work stays what models read; ``_work`` becomes each job's work in its latest run
+            self.job_work = list(self._work)
+            self._reschedule = self._reschedule_leveled  # type: ignore[method-assign]
+            self._vacate = self._vacate_leveled  # type: ignore[method-assign]
         model.bind(self)
         self._rate = model.rate
-        self._model_work = model.work
         if isinstance(model, TwoTierModel):
             self._loss = model.loss  # the fg rate, inlined on the fast path
 
@@ -787,6 +824,175 @@ class Simulator:
         run.placed = True
         self._dirty[run.idx] = run
 
+    # ------------------------------------------------------------------ the levelled path (any model but two-tier)
+
+    def _apply_leveled(self, decision: Decision) -> None:
+        """Apply a checked decision on the levelled path: each action goes through the one occupancy
+        model (:class:`~vmctl.policies.occupancy.Occupancy`, which decides what it does to the slots);
+        the engine adds what it means for the runs (progress kept or lost, costs, counters) and then
+        commits the slots the overlay changed."""
+        dirty = self._dirty
+        actions = decision.actions
+        if actions:
+            view = self.view
+            occ = Occupancy(view, queued_subset(view, {a.job_id for a in actions}), self.now)
+            gone: list[str] = []
+            resized: list[tuple[_Run, tuple[int, ...]]] = []
+            for act in actions:
+                occ.apply(act)  # the rules, written once; the checker has already accepted the decision
+                self._effect(act, occ, gone, resized)
+            self._commit(occ, gone)
+            for run, old in resized:
+                for r in self.model.on_resize(run, old, self.now):
+                    dirty[r.idx] = r
+        if decision.schedule is not None:
+            for r in self.model.on_schedule(decision.schedule, self.now):
+                dirty[r.idx] = r
+        if dirty:
+            self._flush_dirty()
+
+    def _effect(self, act: Action, occ: Occupancy, gone: list[str],
+                resized: list[tuple[_Run, tuple[int, ...]]]) -> None:
+        """What one action (already applied to ``occ``) does to the runs; slots are committed later."""
+        now = self.now
+        jid = act.job_id
+        if isinstance(act, PlaceShared | SetCap):
+            raise SimulationError(time=now, problem=f"the {self.model.name} model has no capped shared VMs "
+                                                    f"({act.kind} {jid})")
+        if isinstance(act, Start | StartFg | StartBg):
+            level, cores = self._placement(occ, jid)
+            run = self._new_run(jid, tier_of_level(level), cores)
+            run.level = level
+            self._width[run.idx] = len(cores)
+            self._work[run.idx] = self.model.work(run)
+            self._dirty[run.idx] = run
+            return
+        if isinstance(act, Kill):
+            run = self._runs.pop(jid)
+            gone.append(jid)
+            run.settle(now)
+            self._version += 1
+            run.version = -1
+            self._policy_kills += 1
+            self._job_kills[run.idx] += 1
+            self._wasted += run.p0 * run.width
+            if act.requeue:
+                self._enqueue(run.idx, run.job)
+            else:  # cancelled for good: no end time, left out of the metrics
+                self._dropped_by_policy[run.idx] = 1
+                self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
+                self._done += 1
+            return
+        run = self._runs[jid]
+        run.settle(now)
+        run.placed = True
+        self._dirty[run.idx] = run
+        if isinstance(act, Suspend):
+            run.suspended = True
+        elif isinstance(act, Resume):
+            if run.checkpointed:
+                raise SimulationError(time=now, problem=f"resume {jid}: the job is checkpointed and holds no "
+                                                        "slots; restore it (Restore, or Move onto cores)")
+            run.suspended = False
+        elif isinstance(act, Checkpoint):
+            run.checkpointed = True
+        elif isinstance(act, Resize):
+            old = run.cores
+            run.level, run.cores = self._placement(occ, jid)
+            run.tier = tier_of_level(run.level)
+            self._width[run.idx] = len(run.cores)
+            resized.append((run, old))
+        else:  # Move and its priority names: Promote, Demote, Migrate, Restore
+            level, cores = self._placement(occ, jid)
+            cost = act.cost if isinstance(act, Move | Migrate) else 0.0
+            if level != run.level:
+                self._tier_changes[run.idx] += 1
+            if not run.checkpointed and sorted(cores) != sorted(run.cores):
+                self._migrations += 1
+                self._job_migrations[run.idx] += 1
+            run.level, run.cores, run.tier = level, cores, tier_of_level(level)
+            run.tier_since = now
+            run.debt += cost
+            if run.checkpointed or isinstance(act, Restore):  # a restore: back on slots, running
+                run.checkpointed = run.suspended = False
+
+    def _placement(self, occ: Occupancy, job_id: str) -> tuple[int, tuple[int, ...]]:
+        where = occ.placed.get(job_id)
+        if where is None or where[0] < 0:  # pragma: no cover - the occupancy model has just placed it
+            raise SimulationError(time=self.now, problem=f"{job_id} has no placement after its action")
+        return where
+
+    def _commit(self, occ: Occupancy, gone: list[str]) -> None:
+        """Write the slots the decision changed (the occupancy overlay) into the engine's arrays, and
+        re-rate the runs the model says depend on them."""
+        snaps = self._snaps
+        for jid in gone:
+            if jid not in self._runs:
+                snaps.pop(jid, None)
+        runs, dirty, affected = self._runs, self._dirty, self.model.affected
+        for level, over in enumerate(occ.over):
+            if not over:
+                continue
+            jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+            for c, holder in over.items():
+                jobs[c] = holder
+                if holder is None:
+                    slot_run[c] = None
+                    idle.add(c)
+                else:
+                    slot_run[c] = runs[holder]
+                    idle.discard(c)
+            for r in affected(level, over.keys()):
+                dirty[r.idx] = r
+
+    def _vacate_leveled(self, run: _Run) -> None:
+        """A completed run leaves its slots (the engine's own event, not an action)."""
+        if run.checkpointed:
+            return
+        level, jid = run.level, run.job.id
+        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+        for c in run.cores:
+            if jobs[c] == jid:
+                jobs[c] = None
+                slot_run[c] = None
+                idle.add(c)
+        for r in self.model.affected(level, run.cores):
+            self._dirty[r.idx] = r
+
+    def _reschedule_leveled(self, run: _Run) -> None:
+        """Settle at now, ask the model for the rate (0 while stopped), move what is still owed to a
+        move's cost into advancing time (``Run.debt``), and push a fresh completion event."""
+        now = self.now
+        run.settle(now)
+        rate = 0.0 if run.stopped else self._rate(run)
+        owed = run.debt + (run.blocked_until - now if run.blocked_until > now else 0.0)
+        if rate > 0.0:
+            run.blocked_until = now + owed
+            run.debt = 0.0
+        else:
+            run.blocked_until = now
+            run.debt = owed
+        run.rate = rate
+        if run.placed:
+            self._snapshot_leveled(run)
+            run.placed = False
+        version = self._version = self._version + 1
+        run.version = version
+        remaining = self._work[run.idx] - run.p0
+        if rate > 0.0:
+            heapq.heappush(self._heap, (run.blocked_until + (remaining / rate if remaining > 0 else 0.0), version, run))
+        elif remaining <= _DONE_TOL and not run.stopped:  # done up to rounding when its rate fell to 0
+            heapq.heappush(self._heap, (now, version, run))
+
+    def _snapshot_leveled(self, run: _Run) -> None:
+        snap = _LiveLevel.__new__(_LiveLevel)
+        setattr_ = object.__setattr__
+        for name, value in (("job", run.job), ("tier", run.tier), ("cores", run.cores),
+                            ("start_time", run.start_time), ("tier_since", run.tier_since),
+                            ("suspended", run.stopped), ("level", run.level), ("_run", run), ("_sim", self)):
+            setattr_(snap, name, value)
+        self._snaps[run.job.id] = snap
+
     def _complete(self, run: _Run) -> None:
         idx = run.idx
         del self._runs[run.job.id]
@@ -825,6 +1031,13 @@ class Simulator:
         ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
         priority, user_name = self._priority, self._user_name
         complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
+        if self._leveled:
+            apply = self._apply_leveled
+        # model-internal events (time-slice boundaries ...): asked on every turn only when the model has any
+        events = self.model.has_events
+        next_event, on_event = self.model.next_event, self.model.on_event
+        te = _INF
+        done0 = ai0 = 0
         cannot_act = policy.cannot_act
         dirty = self._dirty
         make_job = _make_job
@@ -845,6 +1058,10 @@ class Simulator:
             wake = self._wake
             if wake is not None and wake < t:
                 t = wake
+            if events:
+                te = next_event()
+                if te < t:
+                    t = te
             if t == _INF:
                 break
             if t > self.now:
@@ -852,10 +1069,15 @@ class Simulator:
             now = self.now
             # (1) completions
             due = now + _EPS
+            if events:
+                done0, ai0 = self._done, ai
             while heap and heap[0][0] <= due:
                 _, ver, r = heappop(heap)
                 if r.version == ver:
                     complete(r)
+            if events and te <= due:  # the model's own event, after the completions due now
+                for r in on_event(now):
+                    dirty[r.idx] = r
             if dirty:
                 self._flush_dirty()
             # (2) arrivals
@@ -863,6 +1085,8 @@ class Simulator:
                 enqueue(ai, make_job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
                                      priority[ai], user_name[ai]))
                 ai += 1
+            if events and self._done == done0 and ai == ai0 and (wake is None or wake > due):
+                continue  # a model event alone: the policy is not called (it asks with wake_at)
             # (3) one scheduling pass (a due wake-up is consumed by it: the decision sets the next one)
             self._decisions += 1
             if cannot_act(view):
