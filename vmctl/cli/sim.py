@@ -113,9 +113,12 @@ def _with_workload_options(f: Any) -> Any:
                    "migrations, kills): CSV, or Parquet when FILE ends in .parquet.")
 @click.option("--priority-from-queue", is_flag=True,
               help="Trace only: each job's priority is its SWF queue number (field 15; SWF has no priority).")
+@click.option("--shapes", type=click.Choice(["rigid", "moldable", "task-bag"]), default="rigid", show_default=True,
+              help="Make every job moldable (widths procs/4 .. 2 procs, Downey speedup) or a bag of one task per "
+                   "processor, and run them on that execution model (docs/workloads.md, Job shapes).")
 def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int | None, cpu_usage: str,
             no_cpu_info: bool, load: float | None, seed: int, policy: str, params: tuple[str, ...],
-            output: str, jobs_out: str | None, priority_from_queue: bool) -> None:
+            output: str, jobs_out: str | None, priority_from_queue: bool, shapes: str) -> None:
     """Run one policy over one workload and print the metrics."""
     from vmctl.experiments.sweep import build_workload, run_one
     from vmctl.sim import report
@@ -132,6 +135,8 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
                    err=True)
     if priority_from_queue:
         spec = dataclasses.replace(spec, priority_from_queue=True)
+    if shapes != "rigid":
+        spec = dataclasses.replace(spec, shapes="task-bag" if shapes == "task-bag" else "moldable")
     t0 = time.perf_counter()
     built = build_workload(spec)
     show_bar = output == "table" and sys.stderr.isatty() and len(built.jobs) >= 5000

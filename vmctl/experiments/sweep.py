@@ -24,6 +24,7 @@ from vmctl.experiments.runner import Cell, cell, run_grid
 from vmctl.model import JobShape
 from vmctl.policies.registry import create_policy, policy_class
 from vmctl.sim.engine import CpuUsageMode, SimConfig, SimResult, Simulator, WorkloadJobLike
+from vmctl.sim.execution import ExecutionModel
 from vmctl.sim.workloads.shapes import ShapeRule
 
 MODELS = ("feitelson96", "jann97", "lublin99")
@@ -114,6 +115,17 @@ def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True) -> SimConf
     return SimConfig(seed=seed, cpu_usage=spec.cpu_usage, cpu_info=cpu_info)
 
 
+def shape_execution(rule: ShapeRule, shapes: Mapping[str, JobShape]) -> Callable[[], ExecutionModel]:
+    """The execution model of a shaped workload: node speed x moldable time for ``moldable``
+    (:mod:`vmctl.sim.exec_moldable`), task bags for ``task-bag`` (:mod:`vmctl.sim.exec_taskbag`); one
+    level per core, every core a standard one."""
+    from vmctl.sim.exec_moldable import MoldableModel
+    from vmctl.sim.exec_taskbag import TaskBagModel
+
+    cls = TaskBagModel if rule == "task-bag" else MoldableModel
+    return lambda: cls(shapes)
+
+
 def policy_params(name: str, params: Mapping[str, Any], cpu_info: bool) -> dict[str, Any]:
     """The policy's parameters for a run: without CPU information (sec. 3.5.1) a policy that has a
     ``use_cpu_info`` parameter gets it set to False unless the caller set it."""
@@ -138,6 +150,8 @@ def run_one(
     built = built or build_workload(spec)
     pol = create_policy(policy, **policy_params(policy, params or {}, cpu_info))
     cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info)
+    if spec.shapes != "rigid":
+        cfg = replace(cfg, execution=shape_execution(spec.shapes, built.shapes))
     sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
     result = sim.run(on_progress)
     if jobs_out is not None:

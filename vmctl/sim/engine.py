@@ -473,10 +473,11 @@ class Simulator:
         self._idle: list[set[int]] = [self._idle_fg, self._idle_bg, *(set(range(cores)) for _ in upper)]
         del self._slot_job[levels:], self._slot_run[levels:], self._idle[levels:]
         if self._leveled:
+            node_maps = model.nodes(cores) or {"node_of_core": names, "local_core": [0] * len(names),
+                                               "node_names": names}
             self.view = ClusterView.leveled(
                 cores, self._queue, _RunningView(self._snaps), self._slot_job, self._idle, offer.discipline,
-                self._fg_util, self._usable, queue_index=self._qjobs, node_of_core=names,
-                local_core=[0] * len(names), node_names=names, shapes=model.shapes,
+                self._fg_util, self._usable, queue_index=self._qjobs, shapes=model.shapes, **node_maps,
             )
         else:
             self.view = ClusterView(
@@ -502,9 +503,13 @@ class Simulator:
         self.slot_run = self._slot_run
         self.runs: Mapping[str, _Run] = self._runs
         self.fg_util = self._fg_util
+        # the metrics' run length of each job (``ExecutionModel.span``), when the model defines one
+        self._span: list[float] | None = (list(self._work) if self._leveled and type(model).span is not
+                                          ExecutionModel.span else None)
         if self._leveled:
             # the trace's work stays what models read; ``_work`` becomes each job's work in its latest run
             self.job_work = list(self._work)
+
             self._reschedule = self._reschedule_leveled  # type: ignore[method-assign]
             self._vacate = self._vacate_leveled  # type: ignore[method-assign]
         model.bind(self)
@@ -865,6 +870,8 @@ class Simulator:
             run.level = level
             self._width[run.idx] = len(cores)
             self._work[run.idx] = self.model.work(run)
+            if self._span is not None:
+                self._span[run.idx] = self.model.span(run)
             self._dirty[run.idx] = run
             return
         if isinstance(act, Kill):
@@ -957,6 +964,38 @@ class Simulator:
                 slot_run[c] = None
                 idle.add(c)
         for r in self.model.affected(level, run.cores):
+            self._dirty[r.idx] = r
+
+    def hold_slots(self, run: _Run, cores: tuple[int, ...]) -> None:
+        """``EngineState.hold_slots``: a task bag's worker keeps a slot a Resize gave up until its task ends."""
+        level, jid = run.level, run.job.id
+        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+        for c in cores:
+            if jobs[c] is not None:
+                raise SimulationError(time=self.now, problem=f"resize of {jid} gave up core {c} while a task runs "
+                                      f"there, and the same decision gave the core to {jobs[c]} (a shrink takes "
+                                      "effect at task boundaries)")
+            jobs[c], slot_run[c] = jid, run
+            idle.discard(c)
+        self._reslot(run, run.cores + cores, cores)
+
+    def release_slots(self, run: _Run, cores: tuple[int, ...]) -> None:
+        """``EngineState.release_slots``: the run gives up its level of ``cores`` now."""
+        level, jid = run.level, run.job.id
+        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+        for c in cores:
+            if jobs[c] == jid:
+                jobs[c], slot_run[c] = None, None
+                idle.add(c)
+        gone = set(cores)
+        self._reslot(run, tuple(c for c in run.cores if c not in gone), cores)
+
+    def _reslot(self, run: _Run, cores: tuple[int, ...], changed: tuple[int, ...]) -> None:
+        run.cores = cores
+        run.placed = True
+        self._width[run.idx] = len(cores)
+        self._dirty[run.idx] = run
+        for r in self.model.affected(run.level, changed):
             self._dirty[r.idx] = r
 
     def _reschedule_leveled(self, run: _Run) -> None:
@@ -1121,7 +1160,7 @@ class Simulator:
             submit=np.asarray(self._submit, dtype=np.float64),
             first_start=np.frombuffer(self._first_start, dtype=np.float64) if n else np.zeros(0),
             end=np.frombuffer(self._end, dtype=np.float64) if n else np.zeros(0),
-            run=np.asarray(self._work, dtype=np.float64),
+            run=np.asarray(self._work if self._span is None else self._span, dtype=np.float64),
             procs=np.asarray(self._width, dtype=np.float64),
             cores=self.cores,
             batches=self.config.batches,

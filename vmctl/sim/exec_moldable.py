@@ -19,9 +19,14 @@ consecutive cores form one node (named ``n0``, ``n1`` ...); ``groups`` names eac
 (``ClusterView.node_speed``/``node_group``/``node_of_core``), so a policy can pick fast nodes or one
 cluster as HSRET does.
 
-Forecasts. The shape's times are what the policy is told; ``overrun`` makes the actual time of a
-moldable run ``time_at(width) * (1 + U(0, overrun))`` (HSRET's forecast accuracy rho: 95 % is
-``overrun = 0.05``), drawn per job from the run's seed.
+Forecasts. The shape's times are what the policy is told (``RunningJob.expected_end`` follows them,
+as it follows a rigid job's estimate). The workload record says how the job actually runs: at width
+``w`` it takes ``time_at(w) * f`` with ``f = min(run_time, estimate) / time_at(procs)``, the record's
+run at its recorded width over the forecast there (``f = 1`` when ``procs`` is not a width of the
+shape). A hand-made shape whose forecast at ``procs`` is the record's run time runs exactly as
+forecast; a trace job made moldable (:mod:`vmctl.sim.workloads.shapes`: forecast = the user's
+estimate) runs as long as the trace says at ``procs`` and in proportion at other widths; HSRET's
+forecast accuracy rho is a record whose run time exceeds the forecast by up to 5 or 10 %.
 
 Use: ``SimConfig(execution=lambda: MoldableModel(shapes, speeds=...))``; ``vmctl sim run --shapes
 moldable`` runs a trace whose jobs were made moldable (:mod:`vmctl.sim.workloads.shapes`).
@@ -30,7 +35,7 @@ moldable`` runs a trace whose jobs were made moldable (:mod:`vmctl.sim.workloads
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from vmctl.errors import ValidationError
 from vmctl.model import DEFAULT_NODE_GROUP, MAX_NODE_SPEED, Discipline, JobShape, group_name_problem
@@ -46,11 +51,9 @@ class MoldableModel(ExecutionModel):
     SHAPES: ClassVar[frozenset[str]] = frozenset({"rigid", "moldable"})
 
     def __init__(self, shapes: Mapping[str, JobShape] | None = None, speeds: Sequence[float] = (),
-                 cores_per_node: int = 1, groups: Sequence[str] = (), levels: int = 1, overrun: float = 0.0) -> None:
+                 cores_per_node: int = 1, groups: Sequence[str] = (), levels: int = 1) -> None:
         super().__init__()
-        if not 0.0 <= overrun <= 10.0:
-            raise ValidationError(field="overrun", problem=f"must be in [0, 10], got {overrun}")
-        self.overrun = overrun
+        self._factor: dict[int, float] = {}
         if levels < 1:
             raise ValidationError(field="levels", problem=f"must be >= 1, got {levels}")
         if cores_per_node < 1:
@@ -71,56 +74,62 @@ class MoldableModel(ExecutionModel):
         self._speeds = [float(s) for s in speeds]
         self._cores_per_node = cores_per_node
         self._groups = list(groups)
-        #: the view's node maps (filled in ``bind``, once the number of cores is known)
-        self.node_of_core: list[str] = []
-        self.node_names: list[str] = []
-        self.node_speed: dict[str, float] = {}
-        self.node_group: dict[str, str] = {}
 
     def offer(self) -> Offer:
         return Offer(where=self.where(), levels=self.levels, discipline=Discipline.SHARED,
                      shapes=self.SHAPES)
 
-    def bind(self, state: EngineState) -> None:
-        super().bind(state)
-        cores = state.cores
+    def nodes(self, cores: int) -> Mapping[str, Any]:
+        """The view's nodes: ``cores_per_node`` consecutive cores per node ``n0``, ``n1`` ..., each with
+        its speed and group."""
         if self._speeds and len(self._speeds) != cores:
             raise ValidationError(field="speeds", problem=f"{len(self._speeds)} speeds for {cores} cores")
         speeds = self._speeds or [1.0] * cores
         per = self._cores_per_node
-        nodes = (cores + per - 1) // per
-        if self._groups and len(self._groups) != nodes:
-            raise ValidationError(field="groups", problem=f"{len(self._groups)} groups for {nodes} nodes")
-        self.node_names = [f"n{k}" for k in range(nodes)]
-        self.node_of_core = [self.node_names[c // per] for c in range(cores)]
-        for k, name in enumerate(self.node_names):
+        count = (cores + per - 1) // per
+        if self._groups and len(self._groups) != count:
+            raise ValidationError(field="groups", problem=f"{len(self._groups)} groups for {count} nodes")
+        names = [f"n{k}" for k in range(count)]
+        speed: dict[str, float] = {}
+        group: dict[str, str] = {}
+        for k, name in enumerate(names):
             node_speeds = speeds[k * per:(k + 1) * per]
             if len(set(node_speeds)) != 1:
                 raise ValidationError(field="speeds", problem=f"the cores of node {name} (cores {k * per}.."
                                                               f"{k * per + len(node_speeds) - 1}) differ in speed")
-            self.node_speed[name] = node_speeds[0]
-            self.node_group[name] = self._groups[k] if self._groups else DEFAULT_NODE_GROUP
+            speed[name] = node_speeds[0]
+            group[name] = self._groups[k] if self._groups else DEFAULT_NODE_GROUP
         self.core_speed: list[float] = speeds
+        return {"node_of_core": [names[c // per] for c in range(cores)],
+                "local_core": [c % per for c in range(cores)], "node_names": names, "node_speed": speed,
+                "node_group": group}
+
+    def bind(self, state: EngineState) -> None:
+        super().bind(state)
+        if not hasattr(self, "core_speed"):
+            self.nodes(state.cores)
         self._slot_run = state.slot_run
 
     # ------------------------------------------------------------------ the contract
 
     def work(self, run: Run) -> float:
-        """A moldable job's time at the width it started with (times ``1 + U(0, overrun)`` when the
-        forecasts are inexact); a rigid job's recorded work."""
+        """A moldable job's actual time at the width it started with; a rigid job's recorded work."""
         shape = self.shapes.get(run.job.id)
         if shape is None or shape.kind != "moldable":
             return self.state.job_work[run.idx]
-        return shape.time_at(run.width) * self.overrun_factor(run.idx)
+        return shape.time_at(run.width) * self.actual_factor(run)
 
-    def overrun_factor(self, idx: int) -> float:
-        """``1 + U(0, overrun)`` for job ``idx``, drawn from (seed, job) so a rerun draws the same (HSRET
-        sec. 6: at forecast accuracy 95 % the actual time is in [1, 1.05] x the forecast)."""
-        if self.overrun == 0.0:
-            return 1.0
-        import numpy as np
-
-        return 1.0 + self.overrun * float(np.random.default_rng([self.state.seed, 0x5A, idx]).random())
+    def actual_factor(self, run: Run) -> float:
+        """How the job actually runs against its shape's forecast: the record's work at its recorded
+        width ``procs`` over the shape's time there (1 when ``procs`` is not a width of the shape)."""
+        idx = run.idx
+        f = self._factor.get(idx)
+        if f is None:
+            shape = self.shapes[run.job.id]
+            procs = run.job.procs
+            forecast = shape.time_at(procs) if shape.allows(procs) else 0.0
+            f = self._factor[idx] = self.state.job_work[idx] / forecast if forecast > 0.0 else 1.0
+        return f
 
     def core_rate(self, core: int) -> float:
         """What one process on ``core`` gets: the core's speed, shared equally by the runs holding

@@ -176,6 +176,16 @@ class EngineState(Protocol):
     @property
     def runs(self) -> Mapping[str, Run]: ...
 
+    def hold_slots(self, run: Run, cores: tuple[int, ...]) -> None:
+        """Levelled path: ``run`` takes back its level of ``cores``, free since a ``Resize`` gave them
+        up in the decision just applied (a task bag's worker finishes its running task there first);
+        they join ``run.cores``. ``SimulationError`` when the decision gave one to another job."""
+        ...
+
+    def release_slots(self, run: Run, cores: tuple[int, ...]) -> None:
+        """Levelled path: ``run`` gives up its level of ``cores`` now (they leave ``run.cores``)."""
+        ...
+
 
 class ExecutionModel(ABC):
     """One execution model (see the module docstring for the contract)."""
@@ -196,6 +206,12 @@ class ExecutionModel(ABC):
     def offer(self) -> Offer:
         """What this model offers policies (levels, discipline, shapes, shared VMs)."""
 
+    def nodes(self, cores: int) -> Mapping[str, Any] | None:
+        """The policy view's node fields for a cluster of ``cores`` (``node_of_core``, ``local_core``,
+        ``node_names``, ``node_speed``, ``node_group``), asked once before the view is built; None (the
+        default): the simulator has no nodes."""
+        return None
+
     def where(self) -> str:
         """How errors name the simulated cluster."""
         return f"the simulator ({self.name} model)"
@@ -209,6 +225,13 @@ class ExecutionModel(ABC):
     def work(self, run: Run) -> float:
         """Work the run needs to complete (called once, when it starts)."""
         return self.state.job_work[run.idx]
+
+    def span(self, run: Run) -> float:
+        """The run's length for the metrics (the run time of the bounded slowdown; times the width, the
+        core-seconds of the utilization), asked when it starts. The default, ``work(run)``, is right
+        when each process does the run's work; a model whose work is summed over its processes (task
+        bags) overrides it. Only an overriding model pays for it."""
+        return self.work(run)
 
     @abstractmethod
     def rate(self, run: Run) -> float:
