@@ -173,6 +173,8 @@ class JobShape:
         widths = self.widths
         if self.kind not in ("moldable", "task-bag"):
             raise ValidationError(field="shape.kind", problem=f"must be moldable or task-bag, got {self.kind!r}")
+        if self.kind == "task-bag" and not self.tasks:
+            raise ValidationError(field="shape.tasks", problem="a task bag needs at least one task")
         if not widths or any(isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_SHAPE_WIDTH
                              for w in widths):
             raise ValidationError(field="shape.widths",
