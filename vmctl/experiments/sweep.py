@@ -23,6 +23,7 @@ from vmctl.errors import OutOfRange, ValidationError
 from vmctl.experiments.runner import Cell, cell, run_grid
 from vmctl.policies.registry import create_policy, policy_class
 from vmctl.sim.engine import CpuUsageMode, SimConfig, SimResult, Simulator, WorkloadJobLike
+from vmctl.sim.execution import ExecutionModel
 
 MODELS = ("feitelson96", "jann97", "lublin99")
 
@@ -101,8 +102,9 @@ def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
                          dropped=dict(workload.dropped))
 
 
-def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True) -> SimConfig:
-    return SimConfig(seed=seed, cpu_usage=spec.cpu_usage, cpu_info=cpu_info)
+def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True,
+                execution: Callable[[], ExecutionModel] | None = None) -> SimConfig:
+    return SimConfig(seed=seed, cpu_usage=spec.cpu_usage, cpu_info=cpu_info, execution=execution)
 
 
 def policy_params(name: str, params: Mapping[str, Any], cpu_info: bool) -> dict[str, Any]:
@@ -123,12 +125,13 @@ def run_one(
     on_progress: Callable[[int, int], None] | None = None,
     built: BuiltWorkload | None = None,
     jobs_out: str | Path | None = None,
+    execution: Callable[[], ExecutionModel] | None = None,
 ) -> SimResult:
     """One policy over one workload; ``jobs_out``: also write one row per job there (CSV or Parquet,
-    :mod:`vmctl.sim.jobs_out`)."""
+    :mod:`vmctl.sim.jobs_out`); ``execution``: the execution model (None: the two-tier model)."""
     built = built or build_workload(spec)
     pol = create_policy(policy, **policy_params(policy, params or {}, cpu_info))
-    cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info)
+    cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info, execution)
     sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
     result = sim.run(on_progress)
     if jobs_out is not None:
