@@ -4,12 +4,15 @@ costs on the levelled path, the per-model offer, and bad input."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
 from test_sim_support import Scripted, TinyFcfs, wj
 
+from tests.livedaemon import run_cli
 from vmctl.errors import InvariantViolation, PolicyNeedsUnmet, SimulationError, ValidationError
 from vmctl.model import (
     Action,
@@ -70,6 +73,16 @@ def test_two_jobs_in_two_rows_by_hand() -> None:
     assert sim.outcome("2") == (0.0, pytest.approx(35.0))
     # the policy is called at 0 and at the two completions only, not at the slice boundaries
     assert pol.calls == [0.0, 35.0, 45.0]
+
+
+def test_the_documented_example_with_a_move_cost() -> None:
+    # docs/simulator.md: A moved in place at 12 (row 1 active) with cost 3 pays it in [20,23): ends 48
+    jobs = [wj(1, 0, 25, 2), wj(2, 0, 15, 2)]
+    pol = Gang({0.0: [Start("1", (0, 1), 0), Start("2", (0, 1), 1)], 12.0: [Move("1", None, 0, 3.0)]})
+    sim = run(jobs, 2, pol, timeslice(2, 10.0))
+    assert sim.outcome("1")[1] == pytest.approx(48.0)
+    assert sim.outcome("2")[1] == pytest.approx(35.0)
+    assert sim.result.migrations == 0  # type: ignore[attr-defined]  # same cores: not a migration
 
 
 def test_a_job_alone_in_its_row_still_waits_for_the_other_rows() -> None:
@@ -283,3 +296,45 @@ def test_a_schedule_on_the_two_tier_model_is_refused_by_the_checker() -> None:
 
     with pytest.raises(InvariantViolation, match="schedule-discipline"):
         Simulator([wj(1, 0, 10, 1)], 1, Sched({})).run()  # type: ignore[list-item]
+
+
+# ------------------------------------------------------------------------------ vmctl sim run
+
+def test_sim_run_on_time_slices(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")  # the table's layout, whatever terminal runs the tests
+    base = ("sim", "run", "--model", "feitelson96", "--jobs", "150", "--procs", "32", "--policy", "easy", "-o", "json")
+    code, out, err = run_cli(capsys, *base)
+    assert code == 0, err
+    dedicated = json.loads(out)
+    assert dedicated["execution"] == {"model": "two-tier", "discipline": "priority", "levels": 2}
+    code, out, err = run_cli(capsys, *base, "--discipline", "timeslice", "--levels", "3", "--slice", "100")
+    assert code == 0, err
+    sliced = json.loads(out)
+    assert sliced["execution"] == {"model": "timeslice", "discipline": "timeslice", "levels": 3, "slice_s": 100.0}
+    assert sliced["jobs"] == dedicated["jobs"] and sliced["avg_response"] > dedicated["avg_response"]
+    code, out, err = run_cli(capsys, *base[:-2], "--discipline", "timeslice")
+    assert code == 0, err
+    assert re.search(r"execution model\s*│\s*timeslice, 2 levels, slice 200 s", out), out
+
+
+@pytest.mark.parametrize(("extra", "reference", "text"), [
+    (("--discipline", "timeslice", "--levels", "0"), "validation-failed", "--levels: must be >= 1, got 0"),
+    (("--discipline", "timeslice", "--slice", "0"), "validation-failed", "--slice: must be a positive number"),
+    (("--discipline", "timeslice", "--slice", "-5"), "validation-failed", "--slice: must be a positive number"),
+    (("--discipline", "timeslice", "--slice", "inf"), "validation-failed", "--slice: must be a positive number"),
+    (("--levels", "3",), "validation-failed", "--levels: the priority discipline has 2 levels"),
+    (("--slice", "10",), "validation-failed", "--slice: applies to --discipline timeslice only"),
+    (("--discipline", "gang",), "", "Invalid value for '--discipline'"),
+    (("--policy", "measy", "--discipline", "timeslice"), "policy-needs-unmet",
+     "policy measy cannot run on the simulator (timeslice model): needs the priority discipline"),
+])
+def test_sim_run_bad_execution_options(capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], reference: str,
+                                       text: str) -> None:
+    args = ("sim", "run", "--model", "feitelson96", "--jobs", "50", "--procs", "16")
+    if "--policy" not in extra:
+        args += ("--policy", "easy")
+    code, _out, err = run_cli(capsys, *args, *extra)
+    assert code == 2, err
+    if reference:
+        assert err.startswith(f"error: {reference}: "), err
+    assert text in err and "Traceback" not in err

@@ -111,8 +111,9 @@ def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
                          dropped=dict(workload.dropped), shapes={str(k): v for k, v in workload.shapes.items()})
 
 
-def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True) -> SimConfig:
-    return SimConfig(seed=seed, cpu_usage=spec.cpu_usage, cpu_info=cpu_info)
+def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True,
+                execution: Callable[[], ExecutionModel] | None = None) -> SimConfig:
+    return SimConfig(seed=seed, cpu_usage=spec.cpu_usage, cpu_info=cpu_info, execution=execution)
 
 
 def shape_execution(rule: ShapeRule, shapes: Mapping[str, JobShape]) -> Callable[[], ExecutionModel]:
@@ -144,14 +145,18 @@ def run_one(
     on_progress: Callable[[int, int], None] | None = None,
     built: BuiltWorkload | None = None,
     jobs_out: str | Path | None = None,
+    execution: Callable[[], ExecutionModel] | None = None,
 ) -> SimResult:
     """One policy over one workload; ``jobs_out``: also write one row per job there (CSV or Parquet,
-    :mod:`vmctl.sim.jobs_out`)."""
+    :mod:`vmctl.sim.jobs_out`); ``execution``: the execution model (None: the two-tier model)."""
     built = built or build_workload(spec)
     pol = create_policy(policy, **policy_params(policy, params or {}, cpu_info))
-    cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info)
     if spec.shapes != "rigid":
-        cfg = replace(cfg, execution=shape_execution(spec.shapes, built.shapes))
+        if execution is not None:
+            raise ValidationError(field="--shapes", problem=f"{spec.shapes} jobs run on their own execution model "
+                                                            "(one level per core); it cannot be combined with another")
+        execution = shape_execution(spec.shapes, built.shapes)
+    cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info, execution)
     sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
     result = sim.run(on_progress)
     if jobs_out is not None:

@@ -1,32 +1,42 @@
-"""The discrete-event simulator behind ``vmctl sim``: a simulated two-tier cluster, a virtual clock, and
-the very same policy objects the daemon runs.
+"""The discrete-event simulator behind ``vmctl sim``: a simulated cluster, a virtual clock, and the very
+same policy objects the daemon runs.
 
-Model. The machine has ``cores`` processors; each carries an fg slot and a bg slot (MEASY sec. 2.1).
-A job runs one process per core, all in one tier. It needs ``work = min(run_time, estimate)`` seconds
-of dedicated-core work: a job still running when it has received its estimate is killed there (as
-production EASY does), and counts as an *estimate kill*. How fast a job advances is given by
-:mod:`vmctl.sim.progress`; rates are piecewise constant, so each running job has one pending
-completion event in a heap, invalidated lazily (a version number per change) when its rate changes.
+Model. The machine has ``cores`` processors, each with the VM levels its *execution model* offers
+(:mod:`vmctl.sim.execution`; by default the two-tier model: an fg slot and a bg slot, MEASY sec. 2.1).
+A job runs one process per core, all on one level. A rigid job needs ``work = min(run_time,
+estimate)`` seconds of dedicated-core work: a job still running when it has received its estimate is
+killed there (as production EASY does), and counts as an *estimate kill*. How fast a job advances is
+the model's ``rate`` (two-tier: :mod:`vmctl.sim.progress`); rates are piecewise constant, so each
+running job has one pending completion event in a heap, invalidated lazily (a version number per
+change) when its rate changes.
 
-One instant. At time ``t`` the engine (1) completes every job whose completion event is due, (2) adds
-every job submitted at ``t`` to the queue, (3) calls ``policy.decide(view, t)`` once, (4) checks the
-decision with :func:`vmctl.policies.invariants.check_decision` (always), and (5) applies the actions in
-order. Steps (3)-(5) are skipped when ``policy.cannot_act(view)`` is True: by its contract the decision
-would have no actions and no ``wake_at`` (counted in ``SimResult.skipped_passes``). A decision's
-``wake_at`` schedules another pass at that time; a later decision replaces it (policies are
-stateless, so the latest decision is the one that knows what it waits for).
+One instant. At time ``t`` the engine (1) completes every job whose completion event is due, (1b)
+fires the model's own event due at ``t`` (a time-slice boundary), (2) adds every job submitted at
+``t`` to the queue, (3) calls ``policy.decide(view, t)`` once, (4) checks the decision with
+:func:`vmctl.policies.invariants.check_decision` (always), and (5) applies the actions in order. Steps
+(3)-(5) are skipped when ``policy.cannot_act(view)`` is True: by its contract the decision would have
+no actions and no ``wake_at`` (counted in ``SimResult.skipped_passes``). An instant with only a model
+event is not a pass at all. A decision's ``wake_at`` schedules another pass at that time; a later
+decision replaces it (policies are stateless, so the latest decision is the one that knows what it
+waits for).
 
 The view. ``ClusterView`` is built once and stays a *live* view of the engine's incrementally
 maintained structures: the queue (a list in queue order: submit time, then position in the workload,
-which is the job id order of a sorted trace), ``fg_job``/``bg_job``/``fg_util`` lists, the
-``idle_fg``/``idle_bg`` sets. ``running`` is a mapping that builds each ``RunningJob`` (with its
-progress as of now) on first access in a pass and caches it for that pass. Nothing is copied per event
-beyond what the policy reads. Starting a queued job removes it from the queue list by bisection.
+which is the job id order of a sorted trace), ``fg_job``/``bg_job``/``fg_util`` lists (every level's
+``slot_job`` list), the ``idle_fg``/``idle_bg`` (``idle``) sets. ``running`` is a mapping over
+``RunningJob`` snapshots rebuilt only when a job's placement changes, with live progress. Nothing is
+copied per event beyond what the policy reads. Starting a queued job removes it from the queue list by
+bisection.
 
-Actions: StartFg, StartBg, Promote (keeps progress), Demote, Migrate (keeps progress, no progress for
-``cost`` seconds), Kill (progress lost; with ``requeue`` the job goes back to the queue in order);
-the general ``Start``/``Move`` on levels 0 and 1 run as those (``occupancy.priority_form``).
-Checkpoint/Restore/SetCap/Suspend/Resume are not modelled and raise :class:`SimulationError`.
+Two paths. The two-tier model runs on the fg/bg *fast path*: StartFg, StartBg, Promote (keeps
+progress), Demote, Migrate (keeps progress, no progress for ``cost`` seconds), Kill (progress lost;
+with ``requeue`` the job goes back to the queue in order), capped shared VMs (PlaceShared, SetCap);
+the general ``Start``/``Move`` on levels 0 and 1 run as those (``occupancy.priority_form``), and
+Checkpoint/Restore/Suspend/Resume raise :class:`SimulationError`. Every other model runs on the
+*levelled path* (``_apply_leveled``): any number of levels, each action applied through the one
+occupancy model, Suspend/Resume (rate 0, slots kept), Checkpoint (slots freed, progress kept) and
+Restore or a Move back onto slots (with a restore cost), move costs paid in time the job would
+advance.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -72,7 +82,7 @@ from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.occupancy import Occupancy, priority_form, queued_subset
 from vmctl.sim import metrics as metrics_mod
-from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel
+from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel, WorkloadRecord
 from vmctl.sim.execution import shared_rate as shared_rate
 from vmctl.sim.progress import ProgressModel
 
@@ -128,21 +138,8 @@ def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, 
 _make_job = _job_maker()
 
 
-class WorkloadJobLike(Protocol):
-    """What the engine needs from a workload record (``vmctl.sim.workloads.core.WorkloadJob``)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def submit(self) -> float: ...
-    @property
-    def run_time(self) -> float: ...
-    @property
-    def procs(self) -> int: ...
-    @property
-    def estimate(self) -> float: ...
-    @property
-    def cpu_usage(self) -> tuple[float, ...] | None: ...
+#: what the engine needs from a workload record (``vmctl.sim.workloads.core.WorkloadJob``)
+WorkloadJobLike = WorkloadRecord
 
 
 CpuUsageMode = Literal["paper", "full"]
@@ -270,9 +267,8 @@ class _LiveRunningJob(_LiveProgress):
         return begin + run.job.estimate - run.progress_at(now)
 
 
-class _LiveShared(RunningJob):
-    """A running job of capped shared VMs (vcsched): ``shared_nodes``/``cap`` are its placement; its
-    ``cores`` stand for its nodes (the first core of each); progress is live."""
+class _Live(RunningJob):
+    """A RunningJob whose ``progress`` is live (as of the simulator's current time)."""
 
     __slots__ = ("_run", "_sim")
     _run: _Run
@@ -283,20 +279,21 @@ class _LiveShared(RunningJob):
         return self._run.progress_at(self._sim.now)
 
 
-class _LiveLevel(RunningJob):
+class _LiveShared(_Live):
+    """A running job of capped shared VMs (vcsched): ``shared_nodes``/``cap`` are its placement; its
+    ``cores`` stand for its nodes (the first core of each); progress is live."""
+
+    __slots__ = ()
+
+
+class _LiveLevel(_Live):
     """A running job on the levelled path: its ``level``, ``suspended`` (also for a checkpointed job,
     which holds no slot) and placement are fields; ``progress`` is live and ``expected_end`` is what
     the execution model says (``ExecutionModel.expected_end``)."""
 
-    __slots__ = ("_run", "_sim")
-    _run: _Run
-    _sim: Simulator
+    __slots__ = ()
     cap = None
     shared_nodes = ()
-
-    @property
-    def progress(self) -> float:
-        return self._run.progress_at(self._sim.now)
 
     @property
     def expected_end(self) -> float:
@@ -496,11 +493,11 @@ class Simulator:
                 node_names=names,
             )
         # what the execution model reads (``vmctl.sim.execution.EngineState``): live, never copied
-        self.records: Sequence[WorkloadJobLike] = kept
+        self.records: Sequence[WorkloadRecord] = kept
         self.seed = self.config.seed
-        self.job_work = self._work
-        self.job_usage = self._usage
-        self.slot_run = self._slot_run
+        self.job_work: Sequence[float] = self._work
+        self.job_usage: Sequence[tuple[float, ...]] = self._usage
+        self.slot_run: Sequence[Sequence[_Run | None]] = self._slot_run
         self.runs: Mapping[str, _Run] = self._runs
         self.fg_util = self._fg_util
         # the metrics' run length of each job (``ExecutionModel.span``), when the model defines one
@@ -778,25 +775,30 @@ class Simulator:
         elif isinstance(act, Kill):
             run = self._runs.pop(act.job_id)
             del self._snaps[act.job_id]
-            run.settle(now)
             self._vacate(run)
-            self._version += 1
-            run.version = -1
-            self._policy_kills += 1
-            self._job_kills[run.idx] += 1
-            self._wasted += run.p0 * run.job.procs
-            if act.requeue:
-                self._enqueue(run.idx, run.job)
-            else:  # cancelled for good: no end time, left out of the metrics
-                self._dropped_by_policy[run.idx] = 1
-                self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
-                self._done += 1
+            self._killed(run, act.requeue)
         elif isinstance(act, PlaceShared | SetCap):
             self._apply_shared(act)
         else:
             kind = getattr(act, "kind", type(act).__name__)
             raise SimulationError(time=now, problem=f"the simulator does not model {kind} "
                                                     f"({getattr(act, 'job_id', '?')})")
+
+    def _killed(self, run: _Run, requeue: bool) -> None:
+        """A run the policy killed (out of ``_runs``, slots already freed): its progress is lost (counted in
+        ``wasted_work``); with ``requeue`` the job waits again, else it is cancelled for good."""
+        run.settle(self.now)
+        self._version += 1
+        run.version = -1
+        self._policy_kills += 1
+        self._job_kills[run.idx] += 1
+        self._wasted += run.p0 * run.width
+        if requeue:
+            self._enqueue(run.idx, run.job)
+        else:  # cancelled for good: no end time, left out of the metrics
+            self._dropped_by_policy[run.idx] = 1
+            self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
+            self._done += 1
 
     def _apply_shared(self, act: PlaceShared | SetCap) -> None:
         """Capped shared VMs (vcsched): PlaceShared starts a queued job or re-places a running one (a
@@ -875,20 +877,8 @@ class Simulator:
             self._dirty[run.idx] = run
             return
         if isinstance(act, Kill):
-            run = self._runs.pop(jid)
             gone.append(jid)
-            run.settle(now)
-            self._version += 1
-            run.version = -1
-            self._policy_kills += 1
-            self._job_kills[run.idx] += 1
-            self._wasted += run.p0 * run.width
-            if act.requeue:
-                self._enqueue(run.idx, run.job)
-            else:  # cancelled for good: no end time, left out of the metrics
-                self._dropped_by_policy[run.idx] = 1
-                self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
-                self._done += 1
+            self._killed(self._runs.pop(jid), act.requeue)
             return
         run = self._runs[jid]
         run.settle(now)

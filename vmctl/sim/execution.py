@@ -5,8 +5,7 @@ slot and the completion events; an :class:`ExecutionModel` says what a placed jo
 work it needs, how fast it advances given the occupancy, and which events of its own (time-slice
 boundaries, task boundaries) change that. A policy result in the simulator is then a claim about the
 cluster the model describes. Implementations: :class:`TwoTierModel` (the MEASY paper's fg/bg
-progress model, the default); a time-slice model (gang scheduling, paper 004) follows on the engine's
-levelled path.
+progress model, the default) and ``vmctl.sim.timeslice.TimeSliceModel`` (gang scheduling, paper 004).
 
 Contract (stable: later changes are additive)
 ----------------------------------------------
@@ -53,8 +52,10 @@ What the engine keeps for itself. Occupancy (applied through the one occupancy m
 path), the queue, kills (progress lost), suspend/resume (rate 0, slots kept), checkpoint (slots
 freed, progress kept; the view shows the job as a suspended running job that holds no slot) and
 restore (a ``Move``/``Restore`` onto free slots, with a cost), counters and metrics. The priority
-discipline of :class:`TwoTierModel` runs on the engine's specialised fg/bg fast path (its rates are
-the model's ``rate``; its "affected" runs, the bg runs under a changed fg slot, are found there).
+discipline of :class:`TwoTierModel` runs on the engine's specialised fg/bg fast path: its rates are
+the model's ``rate``, its work the default ``job_work`` (``work`` is not called there), and its
+"affected" runs, the bg runs under a changed fg slot, are found there; the hooks 3, 5, 6 and 7 and the
+costs rule above are the levelled path's.
 
 Writing a model (moldable, task bags ...): subclass :class:`ExecutionModel` in its own module,
 implement ``offer`` and ``rate`` and whatever hooks it needs, and give the simulator a factory
@@ -147,34 +148,18 @@ class WorkloadRecord(Protocol):
 
 
 class EngineState(Protocol):
-    """What a model may read of the engine (read-only; the lists are live and indexed by workload
-    position ``idx`` or by core)."""
+    """What a model may read of the engine (read-only by contract; the lists are live, indexed by
+    workload position ``idx`` or by core)."""
 
-    @property
-    def now(self) -> float: ...
-    @property
-    def cores(self) -> int: ...
-    @property
-    def n(self) -> int: ...
-    @property
-    def records(self) -> Sequence[WorkloadRecord]: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def job_work(self) -> Sequence[float]:
-        """``min(run_time, estimate)`` per job: a rigid job's work."""
-        ...
-    @property
-    def job_usage(self) -> Sequence[tuple[float, ...]]:
-        """The actual CPU usage of each process per job (all 1.0 under ``cpu_usage="full"``)."""
-        ...
-    @property
-    def slot_run(self) -> Sequence[Sequence[Run | None]]:
-        """``slot_run[level][core]``: the run on that slot (levelled path; the fg/bg fast path keeps
-        ``fg_run``/``bg_run``)."""
-        ...
-    @property
-    def runs(self) -> Mapping[str, Run]: ...
+    now: float
+    cores: int
+    n: int  # jobs in the workload
+    records: Sequence[WorkloadRecord]  # the workload's records, by idx (a model may getattr more)
+    seed: int  # the run's seed: draw random numbers from it
+    job_work: Sequence[float]  # min(run_time, estimate) per job: a rigid job's work
+    job_usage: Sequence[tuple[float, ...]]  # actual CPU usage per process (all 1.0 under cpu_usage="full")
+    slot_run: Sequence[Sequence[Run | None]]  # [level][core]: the run on that slot
+    runs: Mapping[str, Run]  # job id -> run, of every job that holds slots or is checkpointed
 
     def hold_slots(self, run: Run, cores: tuple[int, ...]) -> None:
         """Levelled path: ``run`` takes back its level of ``cores``, free since a ``Resize`` gave them
