@@ -43,6 +43,14 @@ this order:
    change, :mod:`vmctl.policies.occupancy`). The defaults refuse with ``SimulationError``.
 8. ``expected_end(run, now)``: what the view reports as ``RunningJob.expected_end``.
 
+Optional hooks (levelled path; added for moldable jobs and task bags, :mod:`vmctl.sim.exec_moldable`,
+:mod:`vmctl.sim.exec_taskbag`): ``nodes(cores)``, asked once before the view is built, gives the
+view's node fields (names, speeds, groups); ``span(run)``, asked at a start when a model overrides it,
+is the run's length for the metrics when its work is not per process (a task bag's work is the sum of
+its tasks); a model may call ``state.hold_slots(run, cores)`` from ``on_resize`` to keep slots a
+``Resize`` gave up until a running task ends, and ``state.release_slots(run, cores)`` from
+``on_event`` to give them up then.
+
 Costs. A ``Move``/``Migrate`` (and a restore) with ``cost`` c makes the run advance nothing during
 the next c seconds in which it *would* advance (``Run.debt``): on the two-tier model that is wall
 time, on the time-slice model c seconds of its own slices. The engine implements this for every
