@@ -375,3 +375,51 @@ def test_two_levels_share_a_core() -> None:
     sim = run([wj(1, 0, 10, 1), wj(2, 0, 10, 1)], 1, pol, MoldableModel(levels=2))
     assert sim.outcome("1") == (0.0, pytest.approx(20.0))
     assert sim.outcome("2") == (0.0, pytest.approx(20.0))
+
+
+def test_a_moved_task_bag_keeps_its_tasks_progress_and_pays_the_cost() -> None:
+    # 3 tasks of 10 s on 1 worker; at 5 the bag moves to core 1 with a cost of 2 s: task 0 has 5 s
+    # left and resumes at 7 (ends 12), tasks 1 and 2 follow: the job ends at 32
+    from vmctl.model import Move
+
+    bag = JobShape.task_bag([10.0] * 3, max_workers=1)
+    pol = Bagger({0.0: [Start("1", (0,))], 5.0: [Move("1", (1,), 0, cost=2.0)]})
+    sim = run([wj(1, 0, 30, 1)], 2, pol, TaskBagModel({"1": bag}))
+    assert sim.outcome("1") == (0.0, pytest.approx(32.0))
+
+
+def test_a_suspended_task_bag_stops_its_tasks() -> None:
+    # 3 tasks of 10 s on 1 worker, suspended in [5, 10): every task waits, the job ends at 35
+    from vmctl.model import Resume, Suspend
+
+    bag = JobShape.task_bag([10.0] * 3, max_workers=1)
+    pol = Bagger({0.0: [Start("1", (0,))], 5.0: [Suspend("1")], 10.0: [Resume("1")]})
+    sim = run([wj(1, 0, 30, 1)], 1, pol, TaskBagModel({"1": bag}))
+    assert sim.outcome("1") == (0.0, pytest.approx(35.0))
+
+
+def test_a_task_bag_runs_as_its_record_says_against_the_forecast() -> None:
+    # forecast: 4 tasks of 10 s, 20 s on 2 workers; the record ran 30 s at procs 2 (x 1.5): each task
+    # takes 15 s and the bag ends at 30 on 2 workers
+    bag = JobShape.task_bag([10.0] * 4, max_workers=2)
+    sim = run([wj(1, 0, 30, 2)], 2, Bagger({0.0: [Start("1", (0, 1))]}), TaskBagModel({"1": bag}))
+    assert sim.outcome("1") == (0.0, pytest.approx(30.0))
+
+
+def test_sim_run_shapes_option(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.livedaemon import run_cli
+
+    base = ["sim", "run", "--model", "lublin99", "--jobs", "200", "--procs", "16", "--policy", "easy", "-o", "json"]
+    code, out, err = run_cli(capsys, *base)
+    assert code == 0, err
+    rigid = json.loads(out)
+    for rule in ("moldable", "task-bag"):
+        code, out, err = run_cli(capsys, *base, "--shapes", rule)
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["execution"] == {"model": rule, "discipline": "shared", "levels": 1}
+        assert (doc["avg_response"], doc["utilization"]) == (rigid["avg_response"], rigid["utilization"])
+    code, _, err = run_cli(capsys, *base, "--shapes", "moldable", "--discipline", "timeslice")
+    assert code != 0 and "--shapes" in err and "Traceback" not in err
