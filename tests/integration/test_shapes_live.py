@@ -47,11 +47,11 @@ def test_a_moldable_job_and_a_task_bag_round_trip(live: InProcessDaemon, tmp_pat
     cert, key = d.agent_cert("node1", tmp_path / "certs")
     ep = AgentEndpoint(d.url, "node1", cert, key, d.ca_file)
     source, reporter = HttpSource(ep, wait_s=1.0), HttpReporter(ep)
-    backend = MockBackend(hostname="node1", cores=4, uri="mock://node1")
-    agent = Reconciler(backend, Layout(host="node1", cores=(0, 1, 2, 3)), source, reporter,
+    backend = MockBackend(hostname="node1", cores=6, uri="mock://node1")
+    agent = Reconciler(backend, Layout(host="node1", cores=tuple(range(6))), source, reporter,
                        runner=MockProcessRunner(backend))
     try:
-        source.register(4, "node1", "mock")
+        source.register(6, "node1", "mock")
         shape = '{"kind": "moldable", "table": {"2": 100, "4": 60}}'
         code, out, err = run_cli(capsys, "job", "submit", "--shape", shape, "--work-seconds", "5000", "-o", "json")
         assert code == 0, err
@@ -63,18 +63,27 @@ def test_a_moldable_job_and_a_task_bag_round_trip(live: InProcessDaemon, tmp_pat
         bag = str(body["job"]["id"])
         assert body["job"]["procs"] == 2 and body["job"]["estimate"] == 20.0  # 3 tasks of 10 s on 2 workers
 
+        # without work_seconds, a moldable job's mock processes do its time at the width it starts with
+        status, body = d.request("POST", "/v1/jobs", {"shape": {"kind": "moldable", "table": {"2": 100, "4": 60}}})
+        assert status == 201, body
+        plain = str(body["job"]["id"])
+
         def started() -> bool:
             agent.run_once()
-            return all(d.request("GET", f"/v1/jobs/{j}")[1]["job"]["placement"] for j in (mold, bag))
+            return all(d.request("GET", f"/v1/jobs/{j}")[1]["job"]["placement"] for j in (mold, bag, plain))
 
         wait_for(started, "both jobs to start on node1")
+        vms = d.call(lambda: d.daemon.state.desired_vms("node1"))  # what node1's agent is told to run
+        work = {v.process.job_id: v.process.work_seconds for v in vms if v.process is not None}
+        assert (work[mold], work[bag], work[plain]) == (5000.0, 5000.0, 100.0)
         status, body = d.request("GET", f"/v1/jobs/{mold}")
         check_openapi("GET", f"/v1/jobs/{mold}", status, body)
         job = body["job"]
         assert job["shape"] == {"kind": "moldable", "widths": [2, 4], "times": [100.0, 60.0]}
         assert job["width"] == 2  # EASY knows only rigid jobs: it starts the job at procs, its smallest width
         assert d.call(lambda: d.daemon.view().shapes) == {mold: JobShape.moldable({2: 100.0, 4: 60.0}),
-                                                          bag: JobShape.task_bag([10.0] * 3, 2)}
+                                                          bag: JobShape.task_bag([10.0] * 3, 2),
+                                                          plain: JobShape.moldable({2: 100.0, 4: 60.0})}
 
         code, out, err = run_cli(capsys, "job", "show", mold)
         assert code == 0, err
@@ -89,7 +98,7 @@ def test_a_moldable_job_and_a_task_bag_round_trip(live: InProcessDaemon, tmp_pat
         check_openapi("POST", "/v1/jobs", status, body)
         assert status == 422 and body["error"]["field"] == "procs", body
         status, body = d.request("GET", "/v1/jobs")
-        assert sorted(str(j["id"]) for j in body["jobs"]) == sorted([mold, bag])
+        assert sorted(str(j["id"]) for j in body["jobs"]) == sorted([mold, bag, plain])
     finally:
         source.stop()
         reporter.close()

@@ -564,12 +564,17 @@ class ClusterState:
             if op is not None:
                 moves = {int(m["index"]): m for m in op.detail.get("moves", [])}
             tasks = rec.spec.get("tasks") or []
+            work = rec.spec.get("work_seconds")
+            if work is None:  # a moldable job's mock work: its time at the width it was started with
+                shape = self.shape_of(rec)
+                work = shape.time_at(len(rec.placement)) if shape is not None and shape.kind == "moldable" and \
+                    shape.allows(len(rec.placement)) else 0.0
             for i, (n, c) in enumerate(rec.placement):
                 name = rec.vm_name(i)
                 t = tasks[i] if i < len(tasks) else {}
                 proc = ProcessSpec(
                     job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
-                    work_seconds=float(t.get("work_seconds", rec.spec.get("work_seconds", 0.0))),
+                    work_seconds=float(t.get("work_seconds", work)),
                     cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
                 )
                 power = PowerState.RUNNING
