@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vmctl.agents.config import parse_agent_config
-from vmctl.agents.layout import Layout
+from vmctl.agents.layout import MAX_LEVELS, Layout
 from vmctl.agents.plan import validate
 from vmctl.errors import ConfigError, OutOfRange, ValidationError
 from vmctl.model import NodeDesired, VmDesired, VmRole
@@ -26,7 +26,7 @@ def test_one_level_and_no_placeholders() -> None:
     shared = VmDesired(name="j1-r1-p0", core=-1, role=VmRole.SHARED, weight=100, cap=0.5)
     assert bare.complete(NodeDesired("n1", 1, (shared,))).vms == (shared,)
     with pytest.raises(OutOfRange, match=r"layout\.levels"):
-        Layout(host="n1", cores=(0,), levels=3)
+        Layout(host="n1", cores=(0,), levels=MAX_LEVELS + 1)
 
 
 def test_a_bg_vm_needs_two_levels() -> None:
@@ -42,10 +42,11 @@ def test_config_discipline_and_levels() -> None:
     assert (cfg.layout.discipline, cfg.layout.levels) == ("priority", 2)
     cfg = parse_agent_config({**base, "layout": {"discipline": "shared", "levels": 1}}, "a.yaml")
     assert (cfg.layout.discipline, cfg.layout.levels) == ("shared", 1)
-    for layout, msg in (({"discipline": "timeslice"}, "timeslice .* not supported"),
-                        ({"discipline": "gang"}, "must be priority or shared"),
-                        ({"levels": 1}, "priority discipline has 2 levels"),
-                        ({"discipline": "shared", "levels": 3}, "levels")):
+    for layout, msg in (({"discipline": "gang"}, "must be one of priority, timeslice, shared"),
+                        ({"levels": MAX_LEVELS + 1}, "levels"), ({"levels": 0}, "levels"),
+                        ({"levels": 3, "fg_weight": 2, "bg_weight": 1}, "3 priority levels need 3 distinct weights"),
+                        ({"inactive": "soak"}, "applies to the timeslice discipline only"),
+                        ({"discipline": "timeslice", "inactive": "sleep"}, "must be one of pause, soak")):
         with pytest.raises(ConfigError, match=msg):
             parse_agent_config({**base, "layout": layout}, "a.yaml")
 

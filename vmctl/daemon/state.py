@@ -10,7 +10,10 @@ Core numbering: nodes sorted by name, each contributing ``cores`` consecutive gl
 
 Progress of a running job (dedicated-core seconds received in the current run) is a model, since a
 real guest does not report it: ``progress_base`` (work up to ``tier_since``) plus the elapsed time
-times the pace: 1 in fg, and in bg what the fg VMs of its cores leave (``1 - fg_util``, measured).
+times the pace: 1 in fg, and in bg the simulator's progress model (:mod:`vmctl.progress`, MEASY sec.
+3.2: ``beta * min(1, (1 - u_fg) / u_bg)``, 0 above the 96 % threshold, full pace where the core's fg
+slot is idle) with the fg utilization the agents measure, the bg job's estimated usage as ``u_bg``, the
+model's expected beta for the job's size and no loss (``bg_pace``).
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ from vmctl.model import (
     VmDesired,
     VmRole,
 )
+from vmctl.progress import ProgressModel
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
 TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
 _CORE_REF = re.compile(r"\bcore (\d+)\b")
+#: the progress model vmctld shares with the simulator (the paper's parameters)
+PROGRESS = ProgressModel()
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
 
 
@@ -399,18 +405,18 @@ class ClusterState:
             return 1.0
         if job.tier == "shared":
             return 1.0 if job.cap is None else job.cap
-        # bg: what the fg VMs of its cores leave
-        utils: list[float] = []
+        # bg: the shared progress model, with what the fg VMs of its cores use
+        usages: list[float | None] = []
         for n, c in job.placement:
             fg_owner = self.fg_owner(n, c)
             if fg_owner is None:
-                utils.append(0.0)
+                usages.append(None)
                 continue
             o = self.jobs[fg_owner]
             idx = next((i for i, p in enumerate(o.placement) if p == (n, c)), 0)
             u = self.vm_util(o.vm_name(idx))
-            utils.append(o.to_job().usage_of(idx) if u is None else u)
-        return max(0.0, 1.0 - max(utils, default=0.0))
+            usages.append(self.job_obj(o).usage_of(idx) if u is None else u)
+        return bg_pace(self.job_obj(job), usages)
 
     def progress(self, job: JobRecord, now: float) -> float:
         if job.tier_since is None:
@@ -483,7 +489,7 @@ class ClusterState:
                         arr[g2] = rec.id
         for rec, cores_t in placed:
             tier = Tier.BG if rec.tier == "bg" else Tier.FG  # vcsched's shared VMs count as fg
-            prog = self._progress_with(rec, now, util, cores_t)
+            prog = self._progress_with(rec, now, util, fg, cores_t)
             job = self.job_obj(rec)
             end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == JobState.RUNNING else math.inf
             running[rec.id] = RunningJob(
@@ -505,7 +511,8 @@ class ClusterState:
         )
         return view, lay
 
-    def _progress_with(self, rec: JobRecord, now: float, util: list[float], cores: tuple[int, ...]) -> float:
+    def _progress_with(self, rec: JobRecord, now: float, util: list[float], fg: list[str | None],
+                       cores: tuple[int, ...]) -> float:
         if rec.tier_since is None:
             return rec.progress_base
         if rec.state != JobState.RUNNING or rec.suspended or rec.checkpointed or rec.migrating:
@@ -515,7 +522,7 @@ class ClusterState:
         elif rec.tier == "shared":
             pace = 1.0 if rec.cap is None else rec.cap
         else:
-            pace = max(0.0, 1.0 - max((util[g] for g in cores), default=0.0))
+            pace = bg_pace(self.job_obj(rec), [None if fg[g] is None else util[g] for g in cores])
         return rec.progress_base + max(0.0, now - rec.tier_since) * pace
 
     # ------------------------------------------------------------------ desired state
@@ -586,6 +593,14 @@ class ClusterState:
                 ))
         out.sort(key=lambda v: v.name)
         return tuple(out)
+
+
+def bg_pace(job: Job, fg_usage: Iterable[float | None]) -> float:
+    """Pace of a bg job whose process i shares its core with a fg VM using ``fg_usage[i]`` of it (None:
+    the core's fg slot is idle): the shared progress model with the expected beta of the job's size and
+    no loss (see the module docstring)."""
+    beta = PROGRESS.expected_beta(job.procs)
+    return PROGRESS.bg_job_rate(beta, 0.0, ((job.usage_of(min(i, job.procs - 1)), u) for i, u in enumerate(fg_usage)))
 
 
 def parse_vm_name(name: str) -> tuple[str, int, int] | None:

@@ -65,8 +65,8 @@ from vmctl.model import (
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.occupancy import priority_form
+from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
-from vmctl.sim.progress import ProgressModel
 
 _EPS = 1e-9
 _INF = math.inf
