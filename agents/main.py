@@ -272,7 +272,8 @@ def serve(agent: Agent, stop: threading.Event) -> None:
                     speed, group, memory = host_registration(cfg, agent.backend)
                     src.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name,
                                  peers=rec.peers, checkpoint_peers=rec.checkpoint_peers, speed=speed,
-                                 group=group, memory_mib=memory)
+                                 group=group, memory_mib=memory, levels=rec.layout.levels,
+                                 discipline=rec.layout.discipline.value)
                     break
                 except VmctlError as exc:
                     metrics.daemon_error()

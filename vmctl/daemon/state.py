@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from vmctl.model import (
     ClusterView,
+    Discipline,
     Job,
     JobState,
     MigrationSpec,
@@ -39,12 +40,16 @@ from vmctl.model import (
     VmDesired,
     VmRole,
 )
+from vmctl.policies.base import Offer
 from vmctl.progress import ProgressModel
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
 TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
 _CORE_REF = re.compile(r"\bcore (\d+)\b")
+#: the levels of a core vmctld places jobs on: 0 and 1 (fg/bg VMs in desired state; rows 2.. of a
+#: timeslice cluster wait for the gang-scheduling issue)
+DAEMON_LEVELS = 2
 #: the progress model vmctld shares with the simulator (the paper's parameters)
 PROGRESS = ProgressModel()
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
@@ -397,6 +402,44 @@ class ClusterState:
         assert cached[1] is not None
         return cached[1]
 
+    def cluster_levels(self) -> tuple[int, Discipline]:
+        """The VM level layout of the cluster: the levels per core and discipline its agents registered
+        (``register_node`` keeps every node's equal: a mixed cluster is refused); with no node, the
+        MEASY fg/bg pair vmctld places jobs on."""
+        if not self.nodes:
+            return DAEMON_LEVELS, Discipline.PRIORITY
+        first = self.nodes[min(self.nodes)]
+        return first.levels, Discipline(first.discipline)
+
+    def layout_problem(self, name: str, levels: int, discipline: Discipline) -> str | None:
+        """Why node ``name`` cannot (re)register with this level layout, or None. A cluster has one
+        layout, the one its nodes share (``ClusterView`` has one ``levels``/``discipline``): a node whose
+        layout differs from the other nodes' is refused (not treated per group: the policy sees one view);
+        the priority discipline has exactly 2 levels in the model (fg, bg); and a node keeps its layout
+        while jobs run on it."""
+        if discipline is Discipline.PRIORITY and levels != 2:
+            return (f"registers {levels} priority level{'s' if levels != 1 else ''} per core, but vmctld's priority "
+                    f"discipline has 2 (fg, bg): set layout.levels: 2, or use the shared or timeslice discipline")
+        others = sorted(n for n in self.nodes if n != name)
+        mine = (levels, discipline.value)
+        differ = [n for n in others if (self.nodes[n].levels, self.nodes[n].discipline) != mine]
+        if differ:
+            o = self.nodes[differ[0]]
+            shown = ", ".join(differ[:5]) + (" ..." if len(differ) > 5 else "")
+            return (f"registers {levels} {discipline.value} levels per core, but node(s) {shown} carry {o.levels} "
+                    f"{o.discipline} levels: a vmctld cluster has one level layout (give every agent the same "
+                    f"layout.levels and layout.discipline, or remove the other nodes first: vmctl node remove)")
+        rec = self.nodes.get(name)
+        if rec is not None and (rec.levels, rec.discipline) != mine and self.jobs_on(name):
+            return (f"cannot change its level layout from {rec.levels} {rec.discipline} to {levels} "
+                    f"{discipline.value} while jobs run there (drain it first)")
+        return None
+
+    def offer(self) -> Offer:
+        """What the registered cluster offers a policy (``Offer.check``): its discipline, and its levels
+        as far as vmctld places jobs on them (levels 0 and 1: fg/bg in desired state)."""
+        return levels_offer(*self.cluster_levels())
+
     # ------------------------------------------------------------------ progress
     def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
         if job.state != JobState.RUNNING or job.suspended or job.checkpointed or job.migrating:
@@ -502,9 +545,13 @@ class ClusterState:
         idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
         idle_bg = {c for c in range(total) if usable[c] and bg[c] is None}
         speed, group, mem = self.node_attributes()
-        view = ClusterView(
-            total_cores=total, queue=queue, running=running, fg_job=fg, bg_job=bg, idle_fg=idle_fg,
-            idle_bg=idle_bg, fg_util=util, usable=usable, node_of_core=lay.node_of_core,
+        levels, discipline = self.cluster_levels()
+        # levels above 1 hold nothing yet (vmctld places jobs on fg/bg only): free on every usable core
+        upper: list[list[str | None]] = [[None] * total for _ in range(max(0, levels - 2))]
+        free = {c for c in range(total) if usable[c]}
+        view = ClusterView.leveled(
+            total, queue, running, [fg, bg, *upper][:levels], [idle_fg, idle_bg, *[set(free) for _ in upper]][:levels],
+            discipline, util, usable, node_of_core=lay.node_of_core,
             local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
             migration_targets=self.migration_targets(),
             node_speed=speed, node_group=group, node_mem_mib=mem,
@@ -593,6 +640,13 @@ class ClusterState:
                 ))
         out.sort(key=lambda v: v.name)
         return tuple(out)
+
+
+def levels_offer(levels: int, discipline: Discipline) -> Offer:
+    """What a cluster of ``levels`` per core under ``discipline`` offers a policy in vmctld."""
+    where = (f"vmctld (the registered cluster: {levels} {discipline.value} level{'s' if levels != 1 else ''} "
+             f"per core{'' if levels <= DAEMON_LEVELS else f'; vmctld places jobs on {DAEMON_LEVELS} of them'})")
+    return Offer(where=where, levels=min(levels, DAEMON_LEVELS), discipline=discipline, shared_vms=True)
 
 
 def bg_pace(job: Job, fg_usage: Iterable[float | None]) -> float:
