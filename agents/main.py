@@ -244,6 +244,11 @@ def host_registration(cfg: AgentConfig, backend: HypervisorBackend) -> tuple[flo
     return hc.speed, hc.group, hc.memory_mib if hc.memory_mib is not None else backend.host_info().memory_mib
 
 
+def layout_registration(layout: Layout) -> dict[str, Any]:
+    """What the agent registers about its VM level layout: levels per core and their discipline."""
+    return {"levels": layout.levels, "discipline": layout.discipline.value}
+
+
 def serve(agent: Agent, stop: threading.Event) -> None:
     """The long-running agent: register with vmctld (when configured), long-poll its desired state,
     reconcile until ``stop``; Prometheus metrics when ``metrics.listen`` is set; sd_notify READY after
@@ -272,8 +277,7 @@ def serve(agent: Agent, stop: threading.Event) -> None:
                     speed, group, memory = host_registration(cfg, agent.backend)
                     src.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name,
                                  peers=rec.peers, checkpoint_peers=rec.checkpoint_peers, speed=speed,
-                                 group=group, memory_mib=memory, levels=rec.layout.levels,
-                                 discipline=rec.layout.discipline.value)
+                                 group=group, memory_mib=memory, **layout_registration(rec.layout))
                     break
                 except VmctlError as exc:
                     metrics.daemon_error()

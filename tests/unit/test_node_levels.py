@@ -7,11 +7,12 @@ the registered cluster cannot meet (``policy-needs-unmet``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from test_node_attributes import _migrate_to
+from test_node_attributes import _store_at
 
+from vmctl.agents.config import parse_agent_config
+from vmctl.agents.main import build_agent, layout_registration
 from vmctl.api import schemas
 from vmctl.api.server import node_json
 from vmctl.cli.ops import node_table, node_text
@@ -22,18 +23,13 @@ from vmctl.errors import Conflict, PolicyNeedsUnmet, ValidationError
 from vmctl.model import Discipline
 from vmctl.policies.registry import create_policy
 from vmctl.store import NodeRecord, WriteBatch, open_store
-from vmctl.store.base import CorruptRecord, Store
-from vmctl.store.sql import SUPPORTED_VERSION, SqlStore
+from vmctl.store.sql import SUPPORTED_VERSION
 
 # ------------------------------------------------------------------------------ the store
 
 
 def test_a_schema_3_database_upgrades_in_place(store_url: str) -> None:
-    s = open_store(store_url)
-    _migrate_to(s, 3)
-    assert s.schema_version() == 3
-    epoch = s.acquire_lease("old", 10, 0)
-    assert epoch is not None and isinstance(s, SqlStore)
+    s, epoch = _store_at(store_url, 3)
     with s._transaction() as cur:  # a node as vmctld of schema 3 wrote it: no level columns
         s._exec(cur, "INSERT INTO nodes (name, doc, speed, node_group, memory_mib) VALUES (?, ?, ?, ?, ?)",
                 ("n1", '{"name": "n1", "cores": 4, "state": "ready"}', 2.0, "fast", 4096))
@@ -52,19 +48,7 @@ def test_a_schema_3_database_upgrades_in_place(store_url: str) -> None:
     s.close()
 
 
-@pytest.mark.parametrize(("column", "value", "words"), [
-    ("levels", 0, "column levels must be an integer >= 1"),
-    ("discipline", "gang", "column discipline must be one of priority, timeslice, shared"),
-])
-def test_a_bad_stored_layout_names_its_table_and_row(store: Store, column: str, value: Any, words: str) -> None:
-    epoch = store.acquire_lease("a", 10, 0)
-    assert epoch is not None and isinstance(store, SqlStore)
-    store.write(epoch, WriteBatch(nodes={"n1": NodeRecord(name="n1", cores=2)}))
-    with store._transaction() as cur:
-        store._exec(cur, f"UPDATE nodes SET {column} = ? WHERE name = 'n1'", (value,))
-    with pytest.raises(CorruptRecord) as err:
-        store.load_nodes()
-    assert "table nodes, row name='n1'" in str(err.value) and words in str(err.value), str(err.value)
+# a bad stored levels or discipline column: test_node_attributes.test_a_bad_stored_column_names_its_table_and_row
 
 
 # ------------------------------------------------------------------------------ vmctld
@@ -121,6 +105,9 @@ def test_a_mixed_cluster_is_refused(tmp_path: Path) -> None:
 def test_a_policy_needing_two_priority_levels_is_refused_on_a_one_level_cluster(tmp_path: Path) -> None:
     d = _daemon(tmp_path, VirtualClock(1000.0), policy=None)  # the configured policy: easy (1 level, any)
     d.register_node("a", 2, "a", "mock", levels=1, discipline=Discipline.SHARED)
+    view = d.view()
+    assert (view.levels, view.discipline, view.idle_bg, list(view.bg_job)) == (1, Discipline.SHARED, frozenset(),
+                                                                               [None, None])
     with pytest.raises(PolicyNeedsUnmet) as err:
         d.set_policy("measy", {})
     msg = str(err.value)
@@ -146,6 +133,14 @@ def test_the_registration_check_names_the_field() -> None:
         with pytest.raises(ValidationError) as err:
             schemas.node_levels(body)
         assert err.value.fields["field"] == field, body
+
+
+def test_the_agent_registers_its_configured_layout() -> None:
+    cfg = parse_agent_config({"node": "n", "backend": {"cores": 2},
+                              "layout": {"discipline": "timeslice", "levels": 3}}, "a.yaml")
+    assert layout_registration(build_agent(cfg).reconciler.layout) == {"levels": 3, "discipline": "timeslice"}
+    plain = build_agent(parse_agent_config({"node": "n", "backend": {"cores": 2}}, "a.yaml"))
+    assert layout_registration(plain.reconciler.layout) == {"levels": 2, "discipline": "priority"}
 
 
 def test_node_list_and_show_print_the_layout() -> None:
