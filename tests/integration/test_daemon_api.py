@@ -436,13 +436,19 @@ def test_agent_registers_speed_group_and_memory(client: Client, daemon: InProces
     cert, key = client.certs.get("n1") or daemon.agent_cert("n1", tmp_path)
     src = HttpSource(AgentEndpoint(daemon.url, "n1", cert, key, daemon.ca_file))
     node = src.register(cores=4, hostname="n1", backend="mock", speed=1.5, group="part-a", memory_mib=32768)
+    # the VM level layout travels the same way (the agent's layout.levels / layout.discipline)
+    layout = src.register(cores=4, hostname="n1", backend="mock", levels=2, discipline="priority")
     src.stop()
     assert (node["speed"], node["group"], node["memory_mib"]) == (1.5, "part-a", 32768)
+    assert (layout["levels"], layout["discipline"]) == (2, "priority")
     s, doc = client.call("GET", "/v1/nodes", token=tokens["read"])
     n1 = next(n for n in doc["nodes"] if n["name"] == "n1")
     assert s == 200 and (n1["speed"], n1["group"], n1["memory_mib"]) == (1.5, "part-a", 32768)
     stored = next(n for n in daemon.store.load_nodes() if n.name == "n1")
     assert (stored.speed, stored.group, stored.memory_mib) == (1.5, "part-a", 32768)
+    for raw, field in [(b'{"cores":4,"levels":0}', "levels"), (b'{"cores":4,"discipline":"gang"}', "discipline")]:
+        s, doc = client.call("POST", "/v1/agent/nodes/n1/register", raw=raw, node="n1")
+        assert s == 422 and doc["error"]["field"] == field, (raw, doc)
     for raw, field in [(b'{"cores":4,"speed":NaN}', "speed"), (b'{"cores":4,"speed":0}', "speed"),
                        (b'{"cores":4,"speed":-2}', "speed"), (b'{"cores":4,"group":"a b"}', "group"),
                        (b'{"cores":4,"group":"\\u001b[2J"}', "group"), (b'{"cores":4,"memory_mib":0}', "memory_mib")]:

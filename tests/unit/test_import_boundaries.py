@@ -85,6 +85,16 @@ def test_sim_never_imports_agents_or_daemon(path: Path) -> None:
         assert not mod.startswith(forbidden), f"{path.name} imports {mod}"
 
 
+def test_progress_model_is_shared_not_owned() -> None:
+    # one progress model for the simulator and vmctld: it may import neither of them (nor their neighbours)
+    for mod in _imports(ROOT / "vmctl" / "progress.py"):
+        assert mod.startswith(("vmctl.errors", "numpy", "scipy", "__future__", "math", "collections", "dataclasses")), \
+            f"vmctl/progress.py imports {mod}"
+    users = [p for p in _files("vmctl") if "vmctl.progress" in _imports(p)]
+    assert {p.relative_to(ROOT).as_posix() for p in users} >= {"vmctl/sim/engine.py", "vmctl/daemon/state.py"}
+    assert not (ROOT / "vmctl" / "sim" / "progress.py").exists()
+
+
 # Offline commands may load what they check or start (ARCHITECTURE.md: "except offline commands"):
 # `vmctl config check` parses daemon/agent configs; `vmctl demo` starts a daemon and agents itself.
 CLI_OFFLINE_ALLOWED = {

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from vmctl.errors import ValidationError
-from vmctl.model import MAX_NODE_SPEED, group_name_problem
+from vmctl.model import MAX_NODE_SPEED, Discipline, group_name_problem
 from vmctl.shapes import default_procs, shape_from_json, shape_summary, shape_to_json
 
 MAX_PROCS = 1_000_000
@@ -331,6 +331,18 @@ def obj(raw: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
     d = _obj(raw, "")
     unknown_keys(d, allowed, "")
     return d
+
+
+def node_levels(body: dict[str, Any]) -> tuple[int | None, Discipline | None]:
+    """``levels`` and ``discipline`` of an agent's registration (its VM level layout), each None when
+    absent: levels 1..64, discipline priority | timeslice | shared."""
+    levels = integer(body, "levels", "", lo=1, hi=64)
+    discipline = string(body, "discipline", "", max_len=32)
+    choices = [d.value for d in Discipline]
+    if discipline is not None and discipline not in choices:
+        raise ValidationError(field="discipline",
+                              problem=f"must be one of {', '.join(choices)}, got {discipline[:40]!r}")
+    return levels, None if discipline is None else Discipline(discipline)
 
 
 def node_host(body: dict[str, Any]) -> tuple[float | None, str | None, int | None]:

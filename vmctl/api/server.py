@@ -119,6 +119,7 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
     return {"name": n.name, "cores": n.cores, "state": n.state, "drain_reason": n.drain_reason,
             "last_seen": n.last_seen,
             "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
+            "levels": n.levels, "discipline": n.discipline,
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
             # what its agent applied, and when it last sent a full report (heartbeats only move last_seen)
             "generation_applied": obs.generation_applied if obs else None,
@@ -697,15 +698,17 @@ class Api:
     async def register(self, request: web.Request) -> web.Response:
         self._leader()
         body = schemas.obj(await read_json(request), ("cores", "hostname", "backend", "peers", "checkpoint_peers",
-                                                      "speed", "group", "memory_mib"))
+                                                      "speed", "group", "memory_mib", "levels", "discipline"))
         cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
         hostname = schemas.string(body, "hostname", "", max_len=255, default="") or ""
         backend = schemas.string(body, "backend", "", max_len=64, default="") or ""
         assert cores is not None
         peers, ck_peers = _node_names(body, "peers"), _node_names(body, "checkpoint_peers")
         speed, group, memory_mib = schemas.node_host(body)
+        levels, discipline = schemas.node_levels(body)
         rec = self.d.register_node(request.match_info["node"], cores, hostname, backend, peers, ck_peers,
-                                   speed=speed, group=group, memory_mib=memory_mib)
+                                   speed=speed, group=group, memory_mib=memory_mib, levels=levels,
+                                   discipline=discipline)
         self.s.kick()
         return json_response({"node": node_json(self.d, rec)})
 

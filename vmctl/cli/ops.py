@@ -293,12 +293,19 @@ def fmt_node_state(n: Mapping[str, Any]) -> str:
     return f"{st} ({n['drain_reason']})" if n.get("drain_reason") else st
 
 
+def fmt_levels(n: Mapping[str, Any]) -> str:
+    """A node's VM level layout: ``2 priority`` (fg/bg), ``3 timeslice`` ...; ``-`` from a vmctld that
+    does not report it."""
+    levels, discipline = n.get("levels"), n.get("discipline")
+    return "-" if levels is None else f"{levels} {discipline or '?'}"
+
+
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
     return Grid(
-        ("NAME", "STATE", "GROUP", "CORES", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "REPORT",
+        ("NAME", "STATE", "GROUP", "CORES", "LEVELS", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "REPORT",
          "LAST SEEN", "PEERS", "ERRORS"),
         [(str(n.get("name", "")), fmt_node_state(n), str(n.get("group") or "-"), str(n.get("cores", "")),
-          fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
+          fmt_levels(n), fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
           str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), fmt_applied(n), fmt_report_age(n),
           fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
          for n in nodes],
@@ -313,6 +320,7 @@ def node_text(n: Mapping[str, Any]) -> str:
              f"report {fmt_report_age(n)} (agents report every 30 s and heartbeat every 5 s)",
              f"group {n.get('group') or '-'}; core speed {fmt_speed(n.get('speed'))} a standard core; "
              f"memory {fmt_mem(n.get('memory_mib')) if n.get('memory_mib') else 'not known'}",
+             f"VM levels per core: {fmt_levels(n)}",
              f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}",
              "migrates to (live, peers): " + fmt_peers(n.get("peers"), "any node (its agent did not say)", 50),
              "sends checkpoints to: " + fmt_peers(n.get("checkpoint_peers"), "any node (shared storage)", 50)]

@@ -36,15 +36,16 @@ from typing import Any
 
 from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
-from vmctl.daemon.config import DAEMON_OFFER, DaemonConfig
+from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.history import JobHistory
 from vmctl.daemon.retention import prune_finished
-from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings, Layout
+from vmctl.daemon.state import ACTIVE, TERMINAL, ClusterState, DesiredSettings, Layout, levels_offer
 from vmctl.errors import Conflict, LeaseLost, NotFound, StoreError, ValidationError, VmctlError
 from vmctl.model import (
     ClusterView,
     Decision,
     Demote,
+    Discipline,
     JobState,
     Migrate,
     NodeDesired,
@@ -208,7 +209,7 @@ class Daemon:
         from vmctl.policies.registry import create_policy
 
         policy = create_policy(name, **params)
-        DAEMON_OFFER.check(policy)  # PolicyNeedsUnmet when the cluster cannot serve it
+        self.state.offer().check(policy)  # PolicyNeedsUnmet when the registered cluster cannot serve it
         return policy
 
     def _configured_policy(self) -> SchedulingPolicy:
@@ -334,16 +335,21 @@ class Daemon:
 
     def register_node(self, name: str, cores: int, hostname: str, backend: str, peers: Iterable[str] | None = None,
                       checkpoint_peers: Iterable[str] | None = None, speed: float | None = None,
-                      group: str | None = None, memory_mib: int | None = None) -> NodeRecord:
+                      group: str | None = None, memory_mib: int | None = None, levels: int | None = None,
+                      discipline: Discipline | None = None) -> NodeRecord:
         """A node agent (re)registers. ``peers``: the nodes its agent can live-migrate to (None: it did
         not say, not restricted); ``checkpoint_peers``: where it can send checkpoint files (None: shared
         storage, any node). Policies are offered only migrations these allow (``ClusterView.can_migrate``).
         ``speed``, ``group`` and ``memory_mib`` describe the host (None: the agent did not say; the node
-        keeps what it had, at first the defaults) and reach the policy's view (``ClusterView.speed_of``)."""
+        keeps what it had, at first the defaults) and reach the policy's view (``ClusterView.speed_of``).
+        ``levels`` and ``discipline``: the agent's VM level layout (None: as before, at first 2 priority
+        levels); refused (``Conflict``) when it differs from the other nodes' (``ClusterState.layout_problem``),
+        and (``PolicyNeedsUnmet``) when the policy in force cannot run on the cluster it makes."""
         self._require_leader()
         now = self.clock.now()
         ch = Changes()
         rec = self.state.nodes.get(name)
+        layout = self._node_layout(name, rec, levels, discipline)
         if rec is None:
             rec = NodeRecord(name=name, cores=cores, state="ready", last_seen=now, hostname=hostname,
                              backend=backend, registered=now, generation=self.state.generation.get(name, 0))
@@ -369,12 +375,29 @@ class Daemon:
         if (rec.speed, rec.group, rec.memory_mib) != host:
             rec.speed, rec.group, rec.memory_mib = host
             self.state.nodes_changed()
+        if (rec.levels, rec.discipline) != layout:
+            rec.levels, rec.discipline = layout
+            self.state.nodes_changed()
         ch.nodes[name] = rec
         ch.desired_nodes.add(name)
         ch.events.append(f"node {name} joined")
         self.commit(ch)
         self.dirty = True
         return rec
+
+    def _node_layout(self, name: str, rec: NodeRecord | None, levels: int | None,
+                     discipline: Discipline | None) -> tuple[int, str]:
+        """The level layout node ``name`` registers (None: what it had), checked against the cluster and
+        the policy in force before anything changes."""
+        lv = levels if levels is not None else rec.levels if rec is not None else 2
+        dis = discipline if discipline is not None else Discipline(rec.discipline if rec is not None else "priority")
+        problem = self.state.layout_problem(name, lv, dis)
+        if problem is not None:
+            raise Conflict(what=f"node {name}", problem=problem)
+        if self.policy is not None and (len(self.state.nodes) - (rec is not None)) == 0:
+            # the first node sets the cluster's layout (the others must match it): the policy must fit
+            levels_offer(lv, dis).check(self.policy)
+        return lv, dis.value
 
     def node(self, name: str) -> NodeRecord:
         rec = self.state.nodes.get(name)

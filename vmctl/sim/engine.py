@@ -6,7 +6,7 @@ Model. The machine has ``cores`` processors, each with the VM levels its *execut
 A job runs one process per core, all on one level. A rigid job needs ``work = min(run_time,
 estimate)`` seconds of dedicated-core work: a job still running when it has received its estimate is
 killed there (as production EASY does), and counts as an *estimate kill*. How fast a job advances is
-the model's ``rate`` (two-tier: :mod:`vmctl.sim.progress`); rates are piecewise constant, so each
+the model's ``rate`` (two-tier: :mod:`vmctl.progress`); rates are piecewise constant, so each
 running job has one pending completion event in a heap, invalidated lazily (a version number per
 change) when its rate changes.
 
@@ -81,10 +81,10 @@ from vmctl.model import (
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.occupancy import Occupancy, priority_form, queued_subset
+from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel, WorkloadRecord
 from vmctl.sim.execution import shared_rate as shared_rate
-from vmctl.sim.progress import ProgressModel
 
 _EPS = 1e-9
 #: levelled path: a run whose rate falls to 0 with at most this much work left is complete (rounding)

@@ -265,7 +265,7 @@ class ExecutionModel(ABC):
 
 
 class TwoTierModel(ExecutionModel):
-    """The MEASY paper's two-tier progress model (:mod:`vmctl.sim.progress`): 2 levels per core
+    """The MEASY paper's two-tier progress model (:mod:`vmctl.progress`): 2 levels per core
     under the priority discipline, a fg run at ``1 - loss`` (1 off the two-tier architecture), a bg
     run at the pace its slowest process gets from the cycles the fg VM leaves, capped shared VMs
     (vcsched) at ``shared_rate(cap, need)``. ``two_tier`` None: whether the policy needs the two-tier
@@ -275,7 +275,7 @@ class TwoTierModel(ExecutionModel):
 
     def __init__(self, two_tier: bool | None = None, progress: Any = None) -> None:
         super().__init__()
-        from vmctl.sim.progress import ProgressModel
+        from vmctl.progress import ProgressModel
 
         self.two_tier = two_tier
         self.progress: ProgressModel = progress if progress is not None else ProgressModel()

@@ -137,6 +137,10 @@ class NodeRecord:
     speed: float = DEFAULT_NODE_SPEED
     group: str = DEFAULT_NODE_GROUP
     memory_mib: int = 0
+    # the VM level layout its agent registered: levels per core and their discipline (schema 004, columns
+    # too); the defaults are the MEASY fg/bg pair every agent had before levels were registered
+    levels: int = 2
+    discipline: str = "priority"
     #: why an operator drained the node (``vmctl node drain --reason``); None when not given or undrained
     drain_reason: str | None = None
 
@@ -151,8 +155,8 @@ class NodeRecord:
         return cls(**d)
 
 
-#: the NodeRecord fields stored as columns of the nodes table (schema 003) instead of in its document
-NODE_COLUMNS = ("speed", "group", "memory_mib")
+#: the NodeRecord fields stored as columns of the nodes table (schemas 003, 004) instead of in its document
+NODE_COLUMNS = ("speed", "group", "memory_mib", "levels", "discipline")
 
 
 @dataclass(slots=True)
