@@ -1,0 +1,81 @@
+"""The ``Daemon``'s timers (``housekeeping``, the first step of every decision-loop pass): node liveness
+(lost, down), migrations past their timeout, jobs past their estimate, retention of finished jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from vmctl.daemon.actuator import Changes
+from vmctl.daemon.base import DaemonBase
+from vmctl.daemon.retention import prune_finished
+from vmctl.model import JobState
+
+log = logging.getLogger("vmctld")
+
+
+class Timers(DaemonBase):
+    """The timers run at the start of each pass."""
+
+    def housekeeping(self, now: float, ch: Changes) -> None:
+        """The timers: nodes lost (no heartbeat for ``node_timeout_s``: unschedulable, jobs kept) and
+        down (no heartbeat for ``node_down_s``: jobs requeued; their agent fenced them ``fence_s`` after
+        its last contact, see docs/daemon.md), migrations past ``migration.timeout_s`` rolled back, fg jobs
+        past estimate + grace killed. Timers that end work act only on what the agents reported to this
+        daemon (``observed_at``), never on a state that may have changed while no daemon was listening."""
+        st = self.state
+        cfg = self.config
+        prune_finished(self, now, ch)  # retention: finished jobs past retention.keep_s / keep_count
+        for n in st.nodes.values():
+            age = now - n.last_seen
+            if n.state in ("ready", "draining") and age > cfg.node_timeout_s * self.speed:
+                n.state = "lost"
+                ch.nodes[n.name] = n
+                ch.events.append(f"node {n.name} lost")
+                log.warning("node %s lost (no heartbeat for %.1f s): nothing new is placed there; its %d jobs "
+                            "are kept until loop.node_down_s", n.name, age / self.speed, len(st.jobs_on(n.name)))
+                st.nodes_changed()
+            if n.state == "lost" and age > cfg.node_down_s * self.speed:
+                n.state = "down"
+                ch.nodes[n.name] = n
+                ch.events.append(f"node {n.name} down")
+                log.warning("node %s down (no heartbeat for %.1f s): its jobs are requeued (its agent paused "
+                            "them after loop.fence_s)", n.name, age / self.speed)
+                for job in st.jobs_on(n.name):
+                    if job.migrating:
+                        op = st.ops.get(job.migrating)
+                        if op is not None:
+                            srcs = {str(m["from"][0]) for m in op.detail.get("moves", [])}
+                            if n.name not in srcs:  # the target died: go back to the source
+                                self.actuator.rollback_migration(op, job, now, ch, f"node {n.name} down")
+                                continue
+                    self.actuator.stop_job(ch, job, now, JobState.QUEUED, f"requeued: node {n.name} down")
+                st.nodes_changed()
+            elif n.state == "draining" and not st.jobs_on(n.name):
+                n.state = "drained"
+                ch.nodes[n.name] = n
+        heard = self.observed_at
+        for op in [o for o in st.ops.values() if o.state == "pending" and o.kind == "migrate"]:
+            hosts = [str(h) for h in op.detail.get("hosts", [])]
+            # not before every node of the migration reported to this daemon: it may have finished meanwhile
+            if now - op.created > cfg.migration.timeout_s * self.speed and all(h in heard for h in hosts):
+                mj = st.jobs.get(op.job_id)
+                if mj is not None:
+                    self.actuator.rollback_migration(op, mj, now, ch, "timed out")
+        if cfg.kill_at_estimate:
+            for job in st.active():
+                if job.state != JobState.RUNNING or job.tier != "fg" or job.migrating:
+                    continue
+                if not all(t.get("seen", True) for t in job.tasks):
+                    continue  # not every process reported started yet: it cannot have overrun
+                limit = float(job.spec["estimate"]) + cfg.estimate_grace_s
+                prog = st.progress(job, now)
+                pace = st.pace(job)
+                if prog <= limit or pace <= 0:
+                    continue
+                crossed = now - (prog - limit) / pace  # when its modelled progress passed estimate + grace
+                # killed only when every node it runs on reported it still running in a relist that arrived
+                # after that moment (a process that exited meanwhile ends the job as done, not killed)
+                if all(heard.get(node, -math.inf) > crossed for node, _c in job.placement):
+                    self.actuator.stop_job(ch, job, now, JobState.KILLED, "killed: ran past its estimate")
