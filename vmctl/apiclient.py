@@ -275,6 +275,17 @@ class ApiClient:
         doc = self.call("POST", f"/v1/jobs/{self._seg(job_id)}/migrate", {"to_node": to_node})
         return dict(self._field(doc, "operation", "migrate"))
 
+    def events(self, since: float | None = None, after: int | None = None, limit: int | None = None,
+               wait: float | None = None) -> dict[str, Any]:
+        """``GET /v1/events``: ``{"events": [...], "last_seq": N}``. Without ``after``: the newest ``limit``
+        events (since ``since``); with it: the events after that ``seq``, waiting up to ``wait`` seconds
+        for one (pass each answer's ``last_seq`` to follow the log)."""
+        query = {"since": since, "after": after, "limit": limit, "wait": wait}
+        timeout = self.timeout + (wait or 0.0)
+        doc = self.raw("GET", "/v1/events", query=query, timeout=timeout).body
+        self._field(doc, "events", "events")
+        return dict(doc)
+
     # ------------------------------------------------------------------------------ nodes and VMs
 
     def list_nodes(self) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from vmctl import auth
 from vmctl.api.plumbing import DAEMON, HEALTHZ, Handler, log_path
+from vmctl.daemon import events
 from vmctl.errors import Forbidden, RequestTooLarge, Unauthenticated, VmctlError
 
 #: one INFO line per change an operator asks for (method, path, token name and role, answer status)
@@ -67,18 +68,27 @@ def make_auth_mw(max_body: int) -> Any:
         cl = request.content_length
         if cl is not None and cl > max_body:
             raise RequestTooLarge(size=cl, limit=max_body)
-        if who.kind != "operator" or request.method in ("GET", "HEAD"):
-            return await handler(request)
-        # the audit trail: every change an operator asks for, with the token's name, and its outcome
-        status = 500
+        # the event log names who caused each event (vmctl.daemon.events.ACTOR, during this request)
+        actor = events.ACTOR.set(f"token {who.name}" if who.kind == "operator" else f"agent {who.name}")
         try:
-            resp = await handler(request)
-            status = resp.status
-            return resp
-        except VmctlError as exc:
-            status = exc.http_status
-            raise
+            return await _audited(request, handler, who)
         finally:
-            audit.info("%s %s by token %r (%s): %d", request.method, log_path(request), who.name, who.role, status)
+            events.ACTOR.reset(actor)
 
     return auth_mw
+
+
+async def _audited(request: web.Request, handler: Handler, who: auth.Principal) -> web.StreamResponse:
+    if who.kind != "operator" or request.method in ("GET", "HEAD"):
+        return await handler(request)
+    # the audit trail: every change an operator asks for, with the token's name, and its outcome
+    status = 500
+    try:
+        resp = await handler(request)
+        status = resp.status
+        return resp
+    except VmctlError as exc:
+        status = exc.http_status
+        raise
+    finally:
+        audit.info("%s %s by token %r (%s): %d", request.method, log_path(request), who.name, who.role, status)

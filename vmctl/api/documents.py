@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from vmctl.daemon.core import Daemon
-from vmctl.daemon.history import requeues
+from vmctl.daemon.history import requeues, slot_text
 from vmctl.daemon.state import ACTIVE
 from vmctl.model import JobState, VmObserved
-from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, TokenRecord
+from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord, TokenRecord
 from vmctl.timefmt import iso, rewrite_times
 
 
@@ -75,18 +75,10 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
                           "reason": r.reason} for r in (obs.refusals if obs else ())]}
 
 
-def _slot(v: Any) -> str:
-    """A ``[node, core]`` pair of an operation's move as ``node:core`` (``node`` for an unpinned VM)."""
-    if isinstance(v, list | tuple) and len(v) == 2:
-        node, core = v
-        return str(node) if isinstance(core, int) and core < 0 else f"{node}:{core}"
-    return str(v)
-
-
 def op_json(o: OperationRecord) -> dict[str, Any]:
     """An operation (``vmctl op show``): what it moves, who asked, how it ended and why."""
     det = o.detail
-    moves = [{"index": int(m.get("index", i)), "from": _slot(m.get("from")), "to": _slot(m.get("to")),
+    moves = [{"index": int(m.get("index", i)), "from": slot_text(m.get("from")), "to": slot_text(m.get("to")),
               "mode": str(m.get("mode", "live"))}
              for i, m in enumerate(det.get("moves") or ()) if isinstance(m, dict)]
     origin, note, stage = det.get("origin"), det.get("note"), det.get("stage")
@@ -179,3 +171,9 @@ def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
                         "utilization": o.utilization, "managed": False, "observed": _vm_observed(o, n),
                         "differs": []})
     return out
+
+
+def event_json(e: EventRecord) -> dict[str, Any]:
+    """One event of the log (``vmctl events``); times in its message in ISO 8601 (UTC)."""
+    return {"seq": e.seq, "time": e.time, "kind": e.kind, "message": reason_json(e.message), "job_id": e.job_id,
+            "node": e.node, "actor": e.actor}

@@ -37,6 +37,7 @@ from vmctl.api.plumbing import DAEMON, HEALTHZ, METRICS, errors_mw
 from vmctl.api.routes.admin import AdminRoutes
 from vmctl.api.routes.agents import AgentRoutes
 from vmctl.api.routes.cluster import ClusterRoutes
+from vmctl.api.routes.events import EventRoutes
 from vmctl.api.routes.jobs import JobRoutes
 from vmctl.api.security import bootstrap_token, load_ca
 from vmctl.daemon import statedir
@@ -66,6 +67,9 @@ class DaemonServer:
         self.site: BoundedSite | None = None
         self.stopping = False
         daemon.on_desired = self._desired_changed
+        #: the event-log long polls wait on this; set (and replaced) when a write stored events
+        self._log_written: asyncio.Event | None = None
+        daemon.on_events = self._events_written
         # the lease is held on the daemon side; the server reacts to a change of leadership
         self.lease = LeaseHolder(daemon, on_gained=self._became_leader, on_lost=self._wake_all_waiters)
         from vmctl.metrics import DaemonMetrics
@@ -95,9 +99,21 @@ class DaemonServer:
             if ev is not None:
                 ev.set()
 
+    def log_event(self) -> asyncio.Event:
+        """Set once events are written after this call (``GET /v1/events?wait=``)."""
+        if self._log_written is None:
+            self._log_written = asyncio.Event()
+        return self._log_written
+
+    def _events_written(self) -> None:
+        ev, self._log_written = self._log_written, None
+        if ev is not None:
+            ev.set()
+
     def _wake_all_waiters(self) -> None:
         for n in list(self._events):
             self._desired_changed({n})
+        self._events_written()
 
     def _became_leader(self) -> None:
         """A standby took the lease: its bootstrap token (if none yet) and a decision pass now."""
@@ -132,6 +148,7 @@ class DaemonServer:
         app[DAEMON] = self.daemon
         app[METRICS] = self.metrics
         c, j, a, g = ClusterRoutes(self), JobRoutes(self), AdminRoutes(self), AgentRoutes(self)
+        e = EventRoutes(self)
         r = app.router
         r.add_get("/v1/health", c.health)
         r.add_get(HEALTHZ, c.healthz)
@@ -143,6 +160,7 @@ class DaemonServer:
         r.add_delete("/v1/jobs/{id}", j.cancel_job)
         r.add_get("/v1/jobs/{id}/explain", j.explain)
         r.add_post("/v1/jobs/{id}/migrate", j.migrate)
+        r.add_get("/v1/events", e.list_events)
         r.add_get("/v1/operations", j.list_ops)
         r.add_get("/v1/operations/{id}", j.get_op)
         r.add_get("/v1/nodes", c.list_nodes)

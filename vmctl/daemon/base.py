@@ -9,13 +9,14 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DAEMON_OFFER, DaemonConfig
-from vmctl.daemon.history import JobHistory
+from vmctl.daemon.events import EventLog
+from vmctl.daemon.history import JobHistory, slot_text
 from vmctl.daemon.state import ClusterState, DesiredSettings
 from vmctl.errors import LeaseLost, NotFound, StoreError, VmctlError
 from vmctl.model import Decision
@@ -74,7 +75,11 @@ class DaemonBase:
         #: took the lease (memory only, emptied by ``load``). No timer that ends work acts on a node before
         #: its entry exists: what the agents observed while the daemon was down is learnt first.
         self.observed_at: dict[str, float] = {}
-        self.history = JobHistory()  # the jobs' history entries (vmctl job show)
+        self.events = EventLog()  # the event log (vmctl events): collected here, written with each change
+        self.history = JobHistory(sink=self._job_event)  # the jobs' history entries (vmctl job show)
+        self._op_states: dict[str, str] = {}  # operation id -> its state in the last event about it
+        #: called after a write that stored events (the API wakes its event long polls)
+        self.on_events: Callable[[], None] = lambda: None
         #: called with the names of nodes whose desired state changed (after the commit)
         self.on_desired: Callable[[set[str]], None] = lambda nodes: None
         self.metrics: Any = None  # a vmctl.metrics.DaemonMetrics when served (set by the API server)
@@ -144,6 +149,8 @@ class DaemonBase:
         self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired)
         self.loads += 1
         self.history.forget()
+        self.events.load(self.store)
+        self._op_states = {o.id: o.state for o in self.state.ops.values()}
         now = self.clock.now()
         self.observed_at = {}  # nothing observed by this daemon yet: see housekeeping
         for n in self.state.nodes.values():
@@ -187,12 +194,15 @@ class DaemonBase:
                 return self._make_policy(name, {})
             raise
 
-
     def set_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
         self._require_leader()
         pol = self._make_policy(name, params)
         ch = Changes(kv={"policy": {"name": pol.name, "params": dict(pol.params)}})
         ch.events.append("policy changed")
+        old = self.policy.name if self.policy is not None else "none"
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(pol.params.items()))
+        self.events.add(self.clock.now(), "policy.changed", f"policy {old} -> {pol.name}"
+                        + (f" ({shown})" if shown else ""))
         self.commit(ch)
         self.policy = pol
         self.dirty = True
@@ -237,12 +247,13 @@ class DaemonBase:
                     t = str(m["to"][0])
                     if m["from"][0] != m["to"][0] and t not in tg:
                         tg[t] = gens.get(t, st.generation.get(t, 0))
+        self._op_events(batch.operations.values())
+        batch.events = self.events.take()
         if batch.empty():
             return
         try:
-            self.store.write(self.epoch, batch)
+            self.store_write(batch)
         except LeaseLost:
-            self.step_down()
             raise
         except StoreError:
             log.exception("store write failed; reloading state from the store")
@@ -256,6 +267,43 @@ class DaemonBase:
         if new_desired:
             self.on_desired(set(new_desired))
 
+    def store_write(self, batch: WriteBatch) -> None:
+        """Write ``batch`` (with the events collected for it) under the leader epoch; a lost lease steps
+        the daemon down. Then the events are logged and the event long polls woken."""
+        try:
+            self.store.write(self.epoch, batch)
+        except LeaseLost:
+            self.step_down()
+            raise
+        if batch.events:
+            self.events.written(batch.events)
+            self.on_events()
+
+    # ------------------------------------------------------------------ events
+    def _job_event(self, rec: JobRecord, now: float, event: str, detail: str | None) -> None:
+        """A job history entry is also an event of the log."""
+        name = f" ({rec.name})" if rec.name and rec.name != f"job-{rec.id}" else ""
+        self.events.add(now, f"job.{event}", f"job {rec.id}{name} {event}" + (f": {detail}" if detail else ""),
+                        job_id=rec.id)
+
+    def _op_events(self, ops: Iterable[OperationRecord]) -> None:
+        """An event for every operation that started or changed state in this change."""
+        now = self.clock.now()
+        for op in ops:
+            if self._op_states.get(op.id) == op.state:
+                continue
+            self._op_states[op.id] = op.state
+            moves = ", ".join(f"{slot_text(m.get('from'))} -> {slot_text(m.get('to'))}"
+                              for m in op.detail.get("moves") or () if isinstance(m, dict))
+            what = f"{op.kind} {op.id} of job {op.job_id}"
+            if op.state == "pending":
+                self.events.add(now, "operation.started", f"{what} started" + (f": {moves}" if moves else ""),
+                                job_id=op.job_id)
+            else:
+                note = op.detail.get("note")
+                self.events.add(now, f"operation.{op.state}", f"{what} {op.state}" + (f": {note}" if note else ""),
+                                job_id=op.job_id)
+                self._op_states.pop(op.id, None)
 
     # ------------------------------------------------------------------ lookups
     def job(self, job_id: str) -> JobRecord:
@@ -269,3 +317,4 @@ class DaemonBase:
         if rec is None:
             raise NotFound(kind="node", name=name)
         return rec
+

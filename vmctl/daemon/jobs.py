@@ -8,7 +8,6 @@ from typing import Any
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.state import TERMINAL
-from vmctl.errors import LeaseLost
 from vmctl.model import JobState
 from vmctl.store.base import JobRecord, WriteBatch
 
@@ -30,11 +29,7 @@ class JobEvents(DaemonBase):
             ch.jobs[rec.id] = rec
         ch.events.append("submit")
         self.history.note(out, now, "the operator")
-        try:
-            self.store.write(self.epoch, WriteBatch(jobs=dict(ch.jobs)))
-        except LeaseLost:
-            self.step_down()
-            raise
+        self.store_write(WriteBatch(jobs=dict(ch.jobs), events=self.events.take()))
         self.state.next_seq = seq
         for rec in out:
             self.state.jobs[rec.id] = rec

@@ -32,6 +32,7 @@ class NodeEvents(DaemonBase):
         now = self.clock.now()
         ch = Changes()
         rec = self.state.nodes.get(name)
+        was = None if rec is None else rec.state
         if rec is None:
             rec = NodeRecord(name=name, cores=cores, state="ready", last_seen=now, hostname=hostname,
                              backend=backend, registered=now, generation=self.state.generation.get(name, 0))
@@ -60,6 +61,9 @@ class NodeEvents(DaemonBase):
         ch.nodes[name] = rec
         ch.desired_nodes.add(name)
         ch.events.append(f"node {name} joined")
+        what = "joined" if was is None else "back" if was == "lost" else "registered"
+        self.events.add(now, f"node.{what}", f"node {name} {what} ({cores} cores"
+                        + (f", was {was})" if was is not None else ")"), node=name)
         self.commit(ch)
         self.dirty = True
         return rec
@@ -71,6 +75,7 @@ class NodeEvents(DaemonBase):
         rec.last_seen = now
         ch = Changes()
         self._node_back(rec, ch)
+        self._report_events(obs, now)
         self.actuator.observe(obs, now, ch)
         if not any(e.startswith("observe:") for e in obs.errors):
             # a fresh relist (a report whose relist failed repeats the agent's previous VM list)
@@ -99,9 +104,10 @@ class NodeEvents(DaemonBase):
         kept its jobs; a down node's were requeued)."""
         if rec.state in ("lost", "down"):
             log.warning("node %s back (was %s)", rec.name, rec.state)
-            rec.state = "ready"
+            rec_was, rec.state = rec.state, "ready"
             ch.nodes[rec.name] = rec
             ch.events.append(f"node {rec.name} back")
+            self.events.add(self.clock.now(), "node.back", f"node {rec.name} back (was {rec_was})", node=rec.name)
             self.state.nodes_changed()
 
     def set_node_state(self, name: str, drain: bool, reason: str | None = None) -> NodeRecord:
@@ -115,8 +121,28 @@ class NodeEvents(DaemonBase):
         rec.drain_reason = reason if drain else None
         ch.nodes[name] = rec
         ch.events.append(f"node {name} {rec.state}")
+        what = rec.state if drain else "undrained"
+        self.events.add(self.clock.now(), f"node.{what}", f"node {name} {what}" + (f": {reason}" if reason else ""),
+                        node=name)
         self.commit(ch)
         return rec
+
+    def _report_events(self, obs: NodeObserved, now: float) -> None:
+        """Events for what an agent's report says anew: refusals (of a migration or a VM of its desired
+        state) and errors that its previous report did not have."""
+        prev = self.state.observed.get(obs.node)
+        old_refusals = set(prev.refusals) if prev is not None else set()
+        for r in obs.refusals:
+            if r not in old_refusals:
+                mig = f" (migration {r.migration_id} to {r.target_node})" if r.migration_id else ""
+                self.events.add(now, "node.refused", f"agent of {obs.node} refused {r.vm}{mig}: {r.reason}",
+                                node=obs.node)
+        old_errors = set(prev.errors) if prev is not None else set()
+        new_errors = [e for e in obs.errors if e not in old_errors]
+        if new_errors:
+            more = f" (+{len(new_errors) - 3} more)" if len(new_errors) > 3 else ""
+            self.events.add(now, "node.error", f"agent of {obs.node} reports: {'; '.join(new_errors[:3])}{more}",
+                            node=obs.node)
 
     def desired(self, node: str) -> NodeDesired:
         self.node(node)

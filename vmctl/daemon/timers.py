@@ -10,6 +10,7 @@ import math
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.retention import prune_finished
+from vmctl.errors import LeaseLost, StoreError
 from vmctl.model import JobState
 
 log = logging.getLogger("vmctld")
@@ -27,12 +28,15 @@ class Timers(DaemonBase):
         st = self.state
         cfg = self.config
         prune_finished(self, now, ch)  # retention: finished jobs past retention.keep_s / keep_count
+        self._prune_events(now)
         for n in st.nodes.values():
             age = now - n.last_seen
             if n.state in ("ready", "draining") and age > cfg.node_timeout_s * self.speed:
                 n.state = "lost"
                 ch.nodes[n.name] = n
                 ch.events.append(f"node {n.name} lost")
+                self.events.add(now, "node.lost", f"node {n.name} lost: no heartbeat for {age / self.speed:.0f} s "
+                                f"(its {len(st.jobs_on(n.name))} job(s) kept until loop.node_down_s)", node=n.name)
                 log.warning("node %s lost (no heartbeat for %.1f s): nothing new is placed there; its %d jobs "
                             "are kept until loop.node_down_s", n.name, age / self.speed, len(st.jobs_on(n.name)))
                 st.nodes_changed()
@@ -40,6 +44,8 @@ class Timers(DaemonBase):
                 n.state = "down"
                 ch.nodes[n.name] = n
                 ch.events.append(f"node {n.name} down")
+                self.events.add(now, "node.down", f"node {n.name} down: no heartbeat for {age / self.speed:.0f} s "
+                                f"(its jobs are requeued)", node=n.name)
                 log.warning("node %s down (no heartbeat for %.1f s): its jobs are requeued (its agent paused "
                             "them after loop.fence_s)", n.name, age / self.speed)
                 for job in st.jobs_on(n.name):
@@ -55,6 +61,7 @@ class Timers(DaemonBase):
             elif n.state == "draining" and not st.jobs_on(n.name):
                 n.state = "drained"
                 ch.nodes[n.name] = n
+                self.events.add(now, "node.drained", f"node {n.name} drained (its last job left)", node=n.name)
         heard = self.observed_at
         for op in [o for o in st.ops.values() if o.state == "pending" and o.kind == "migrate"]:
             hosts = [str(h) for h in op.detail.get("hosts", [])]
@@ -79,3 +86,20 @@ class Timers(DaemonBase):
                 # after that moment (a process that exited meanwhile ends the job as done, not killed)
                 if all(heard.get(node, -math.inf) > crossed for node, _c in job.placement):
                     self.actuator.stop_job(ch, job, now, JobState.KILLED, "killed: ran past its estimate")
+
+    def _prune_events(self, now: float) -> None:
+        """Retention of the event log: events older than ``retention.keep_s`` are deleted (when retention
+        is on), like finished jobs. A store error is logged and tried again at the next pass."""
+        cfg = self.config.retention
+        if not cfg.enabled or not self.leader:
+            return
+        try:
+            n = self.events.prune(self.store, self.epoch, now, cfg.keep_s)
+        except LeaseLost:
+            self.step_down()
+            raise
+        except StoreError as exc:
+            log.warning("retention: could not prune the event log (tried again at the next pass): %s", exc)
+            return
+        if n:
+            log.debug("retention: deleted %d events older than %.0f s", n, cfg.keep_s)
