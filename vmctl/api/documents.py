@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from vmctl.daemon.core import Daemon
@@ -12,9 +13,11 @@ from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord
 from vmctl.timefmt import iso, rewrite_times
 
 
-def job_json(r: JobRecord, expected_start: float | None = None) -> dict[str, Any]:
+def job_json(r: JobRecord, expected_start: float | None = None,
+             blocked_by: Sequence[NodeRecord] = ()) -> dict[str, Any]:
     """``expected_start``: when the policy's reservation starts this queued job at the latest (only
-    the job holding the reservation has one, as with ``squeue --start``)."""
+    the job holding the reservation has one, as with ``squeue --start``); ``blocked_by``: the nodes out
+    of service that alone keep this queued job waiting (``Daemon.node_blocker``)."""
     return {
         "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
         "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
@@ -30,6 +33,8 @@ def job_json(r: JobRecord, expected_start: float | None = None) -> dict[str, Any
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
         "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
         "expected_start": expected_start if r.state == JobState.QUEUED else None,
+        "held": r.held,
+        "blocked_by": [{"node": n.name, "state": n.state} for n in blocked_by],
     }
 
 

@@ -214,6 +214,20 @@ def fmt_start(j: Mapping[str, Any]) -> str:
     return "-"
 
 
+def fmt_blocked(blocked: Any) -> str:
+    """The out-of-service nodes that alone keep a queued job waiting: ``n2 (drained), n3 (lost)``."""
+    return ", ".join(f"{b.get('node')} ({b.get('state')})" for b in blocked or () if isinstance(b, Mapping))
+
+
+def fmt_job_reason(j: Mapping[str, Any]) -> str:
+    """A job's reason, and when only drained or lost nodes keep it waiting, which ones."""
+    reason = fmt_reason(j.get("reason"))
+    blocked = fmt_blocked(j.get("blocked_by"))
+    if not blocked:
+        return reason
+    return f"{reason}; waits for nodes {blocked}" if reason else f"waits for nodes {blocked}"
+
+
 def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Grid:
     return Grid(
         ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "START", "PLACEMENT", "MIG",
@@ -221,7 +235,7 @@ def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Gr
         [(str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), str(j.get("state", "")),
           str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
           fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")), fmt_start(j),
-          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_reason(j.get("reason")))
+          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_job_reason(j))
          for j in jobs],
         title,
     )
@@ -671,7 +685,6 @@ def job_submit(
         if procs is not None or estimate is not None:
             raise errors.UserError(where="job submit", problem="give either --file or --procs/--estimate, not both")
         specs = load_job_file(file_)
-        jobs = [client.submit_job(specs[0])] if len(specs) == 1 else client.submit_jobs(specs)
     else:
         if procs is None or estimate is None:
             raise errors.UserError(where="job submit", problem="--procs and --estimate are required (or --file)")
@@ -679,8 +692,11 @@ def job_submit(
             procs=procs, estimate=estimate, name=name, priority=priority, deadline=deadline, cpu_usage=cpu_usage,
             command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem, user=user, account=account,
         )
-        jobs = [client.submit_job(spec)]
-    show({"jobs": jobs}, output, lambda: job_table(jobs, title="submitted"))
+        specs = [spec]
+    jobs, warnings = client.submit(specs)
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+    show({"jobs": jobs, "warnings": warnings}, output, lambda: job_table(jobs, title="submitted"))
 
 
 @job.command("list")
@@ -746,6 +762,67 @@ def job_cancel(job_id: str, url: str | None, token: str | None, ca: str | None, 
     show({"job": j}, output, lambda: f"job {j.get('id')}: {j.get('state')}")
 
 
+@job.command("hold")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@click.option("--reason", default=None, metavar="TEXT", help="Why (shown as the job's reason and in the events).")
+@api_options
+def job_hold(job_id: str, reason: str | None, url: str | None, token: str | None, ca: str | None,
+             output: str) -> None:
+    """Hold a queued job: it stays queued but does not start until released (kept across daemon restarts)."""
+    j = _client(url, token, ca).hold_job(job_id, reason)
+    show({"job": j}, output, lambda: f"job {j.get('id')}: held" + (f" ({reason})" if reason else ""))
+
+
+@job.command("release")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@api_options
+def job_release(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Release a held job back to its place in the queue."""
+    j = _client(url, token, ca).release_job(job_id)
+    show({"job": j}, output, lambda: f"job {j.get('id')}: released")
+
+
+@job.command("requeue")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@click.option("--reason", default=None, metavar="TEXT", help="Why (shown as the job's reason and in the events).")
+@click.option("--hold", is_flag=True, help="Hold it as it goes back (it does not start until released).")
+@api_options
+def job_requeue(job_id: str, reason: str | None, hold: bool, url: str | None, token: str | None, ca: str | None,
+                output: str) -> None:
+    """Put a running or suspended job back in the queue. Its VMs are removed and its progress is LOST: the
+    next start is a new run from the beginning. It keeps its place in the queue (its submit time)."""
+    j = _client(url, token, ca).requeue_job(job_id, reason, hold)
+    show({"job": j}, output, lambda: f"job {j.get('id')}: requeued{' and held' if hold else ''} "
+                                     f"(run {j.get('runs')} ended; its progress is lost, the next run starts over)")
+
+
+@job.command("update")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@click.option("--estimate", "-t", type=float, default=None, help="New run-time estimate in seconds.")
+@click.option("--priority", type=int, default=None, help="New priority.")
+@click.option("--deadline", default=None, metavar="TIME",
+              help="New deadline: epoch seconds or ISO 8601 (local zone unless given); 'none' removes it.")
+@api_options
+def job_update(job_id: str, estimate: float | None, priority: int | None, deadline: str | None, url: str | None,
+               token: str | None, ca: str | None, output: str) -> None:
+    """Change the estimate, priority or deadline of a queued job (a running job: requeue it first)."""
+    changes: dict[str, Any] = {}
+    if estimate is not None:
+        changes["estimate"] = estimate
+    if priority is not None:
+        changes["priority"] = priority
+    if deadline is not None:
+        try:
+            changes["deadline"] = None if deadline.strip().lower() == "none" else timefmt.parse_time(deadline)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--deadline") from exc
+    if not changes:
+        raise errors.UserError(where="job update", problem="give at least one of --estimate, --priority, --deadline")
+    j = _client(url, token, ca).update_job(job_id, changes)
+    show({"job": j}, output, lambda: kv_table(j, ["id", "name", "state", "estimate", "priority", "deadline",
+                                                   "reason"]))
+
+
 def explain_text(doc: Mapping[str, Any]) -> str:
     """A sentence or three on why a job waits."""
     job_id = doc.get("job_id")
@@ -757,6 +834,12 @@ def explain_text(doc: Mapping[str, Any]) -> str:
         lines[0] += f", position {pos + 1} in the queue ({ahead})"
     if doc.get("reason"):
         lines.append(f"reason: {fmt_reason(doc['reason'])}")
+    if doc.get("held"):
+        lines.append(f"held: it does not start until released (vmctl job release {job_id})")
+    blocked = fmt_blocked(doc.get("blocked_by"))
+    if blocked:
+        lines.append(f"nodes: only {blocked} keep it waiting: the ready nodes have too few cores for it; it can "
+                     f"start once enough of them are back (vmctl node undrain, or their agents report again)")
     res = doc.get("reservation")
     if isinstance(res, dict) and res:
         holder = res.get("job_id")

@@ -71,6 +71,8 @@ class JobRecord:
     migrating: str | None = None  # id of the open migration operation
     cancel_requested: bool = False
     restore_pending: bool = False  # VMs to be restored from their checkpoint files
+    #: held by an operator (``vmctl job hold``): queued, but out of the queue the policy sees until released
+    held: bool = False
     #: what happened to the job (starts, tier changes, migrations, requeues, its end), oldest first and
     #: bounded (vmctl.daemon.history); absent from jobs stored before it was kept: empty
     history: list[dict[str, Any]] = field(default_factory=list)

@@ -1,4 +1,5 @@
-"""Job and operation routes: submit, list, show, cancel, explain, migrate; the operations migrate starts."""
+"""Job and operation routes: submit, list, show, cancel, explain, migrate, hold, release, requeue, update; the
+operations migrate starts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from vmctl.api.plumbing import job_id_like, json_response, query_int, read_json
 from vmctl.api.routes.base import Routes
 from vmctl.errors import NotFound, ValidationError
 from vmctl.model import JobState
+from vmctl.store.base import JobRecord
 
 
 class JobRoutes(Routes):
@@ -37,7 +39,7 @@ class JobRoutes(Routes):
         self._fits_the_cluster([spec], batch=False)
         rec = self.d.submit([spec])[0]
         self.s.kick()
-        return json_response({"job": job_json(rec)}, 201)
+        return json_response({"job": self._job(rec), "warnings": self.d.ignored_fields([spec])}, 201)
 
     async def submit_batch(self, request: web.Request) -> web.Response:
         self._leader()
@@ -45,7 +47,9 @@ class JobRoutes(Routes):
         self._fits_the_cluster(specs, batch=True)
         recs = self.d.submit(specs)
         self.s.kick()
-        return json_response({"jobs": [job_json(r) for r in recs]}, 201)
+        blocking = self.d.node_blocker()
+        return json_response({"jobs": [job_json(r, None, blocking(r)) for r in recs],
+                              "warnings": self.d.ignored_fields(specs)}, 201)
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         self._leader()
@@ -67,9 +71,10 @@ class JobRoutes(Routes):
         out = []
         jobs = self.d.state.jobs.values()
         starts = expected_starts(self.d)
+        blocking = self.d.node_blocker()
         for r in (reversed(jobs) if order == "newest" else jobs):
             if state is None or r.state == state:
-                out.append(job_json(r, starts.get(r.id)))
+                out.append(job_json(r, starts.get(r.id), blocking(r)))
                 if len(out) >= limit:
                     break
         return json_response({"jobs": out})
@@ -81,7 +86,7 @@ class JobRoutes(Routes):
             old = self.d.store.get_archived_job(jid)  # pruned by retention: still answers, from the store
             if old is not None:
                 return json_response({"job": {**job_json(old), "archived": True}})
-        return json_response({"job": job_json(self.d.job(jid), expected_starts(self.d).get(jid))})
+        return json_response({"job": self._job(self.d.job(jid))})
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         self._leader()
@@ -107,6 +112,44 @@ class JobRoutes(Routes):
         op = self.d.migrate_job(request.match_info["id"], to)
         self.s.kick()
         return json_response({"operation": {"id": op.id, "kind": op.kind, "state": op.state}}, 202)
+
+    # hold, release, requeue, update
+    async def _reason_body(self, request: web.Request, allowed: tuple[str, ...]) -> dict[str, Any]:
+        """An optional JSON body (absent: no reason)."""
+        return schemas.obj(await read_json(request), allowed) if request.can_read_body else {}
+
+    async def hold(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = await self._reason_body(request, ("reason",))
+        reason = schemas.string(body, "reason", "", max_len=500, name=True)
+        rec = self.d.hold(request.match_info["id"], reason)
+        self.s.kick()
+        return json_response({"job": self._job(rec)})
+
+    async def release(self, request: web.Request) -> web.Response:
+        self._leader()
+        await self._reason_body(request, ())
+        rec = self.d.release(request.match_info["id"])
+        self.s.kick()
+        return json_response({"job": self._job(rec)})
+
+    async def requeue(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = await self._reason_body(request, ("reason", "hold"))
+        reason = schemas.string(body, "reason", "", max_len=500, name=True)
+        rec = self.d.requeue(request.match_info["id"], reason, hold=schemas.flag(body, "hold"))
+        self.s.kick()
+        return json_response({"job": self._job(rec)})
+
+    async def update(self, request: web.Request) -> web.Response:
+        self._leader()
+        changes = schemas.job_update(await read_json(request))
+        rec = self.d.update(request.match_info["id"], changes)
+        self.s.kick()
+        return json_response({"job": self._job(rec)})
+
+    def _job(self, rec: JobRecord) -> dict[str, Any]:
+        return job_json(rec, expected_starts(self.d).get(rec.id), self.d.node_blocker()(rec))
 
     # operations (vmctl migrate prints their id)
     async def list_ops(self, request: web.Request) -> web.Response:
