@@ -696,7 +696,8 @@ def job_submit(
     jobs, warnings = client.submit(specs)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
-    show({"jobs": jobs, "warnings": warnings}, output, lambda: job_table(jobs, title="submitted"))
+    doc: dict[str, Any] = {"jobs": jobs, "warnings": warnings} if warnings else {"jobs": jobs}
+    show(doc, output, lambda: job_table(jobs, title="submitted"))
 
 
 @job.command("list")
@@ -753,13 +754,22 @@ def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, ou
     show({"job": j}, output, render)
 
 
-@job.command("cancel")
-@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
-@api_options
-def job_cancel(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """Cancel a job (idempotent)."""
-    j = _client(url, token, ca).cancel_job(job_id)
-    show({"job": j}, output, lambda: f"job {j.get('id')}: {j.get('state')}")
+def _job_verb(name: str, help_text: str, call: Callable[[ApiClient, str], dict[str, Any]],
+              said: Callable[[Mapping[str, Any]], str]) -> None:
+    """A ``vmctl job NAME JOB`` command that calls the daemon once and says what became of the job."""
+
+    @job.command(name, help=help_text)
+    @click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+    @api_options
+    def verb(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+        j = call(_client(url, token, ca), job_id)
+        show({"job": j}, output, lambda: said(j))
+
+
+_job_verb("cancel", "Cancel a job (idempotent).", ApiClient.cancel_job,
+          lambda j: f"job {j.get('id')}: {j.get('state')}")
+_job_verb("release", "Release a held job back to its place in the queue.", ApiClient.release_job,
+          lambda j: f"job {j.get('id')}: released")
 
 
 @job.command("hold")
@@ -771,15 +781,6 @@ def job_hold(job_id: str, reason: str | None, url: str | None, token: str | None
     """Hold a queued job: it stays queued but does not start until released (kept across daemon restarts)."""
     j = _client(url, token, ca).hold_job(job_id, reason)
     show({"job": j}, output, lambda: f"job {j.get('id')}: held" + (f" ({reason})" if reason else ""))
-
-
-@job.command("release")
-@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
-@api_options
-def job_release(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """Release a held job back to its place in the queue."""
-    j = _client(url, token, ca).release_job(job_id)
-    show({"job": j}, output, lambda: f"job {j.get('id')}: released")
 
 
 @job.command("requeue")

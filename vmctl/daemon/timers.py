@@ -12,6 +12,7 @@ from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.retention import prune_finished
 from vmctl.errors import LeaseLost, StoreError
 from vmctl.model import JobState
+from vmctl.store.base import NodeRecord
 
 log = logging.getLogger("vmctld")
 
@@ -32,20 +33,13 @@ class Timers(DaemonBase):
         for n in st.nodes.values():
             age = now - n.last_seen
             if n.state in ("ready", "draining") and age > cfg.node_timeout_s * self.speed:
-                n.state = "lost"
-                ch.nodes[n.name] = n
-                ch.events.append(f"node {n.name} lost")
-                self.events.add(now, "node.lost", f"node {n.name} lost: no heartbeat for {age / self.speed:.0f} s "
-                                f"(its {len(st.jobs_on(n.name))} job(s) kept until loop.node_down_s)", node=n.name)
+                self._node_silent(n, "lost", now, age, ch,
+                                  f"its {len(st.jobs_on(n.name))} job(s) kept until loop.node_down_s")
                 log.warning("node %s lost (no heartbeat for %.1f s): nothing new is placed there; its %d jobs "
                             "are kept until loop.node_down_s", n.name, age / self.speed, len(st.jobs_on(n.name)))
                 st.nodes_changed()
             if n.state == "lost" and age > cfg.node_down_s * self.speed:
-                n.state = "down"
-                ch.nodes[n.name] = n
-                ch.events.append(f"node {n.name} down")
-                self.events.add(now, "node.down", f"node {n.name} down: no heartbeat for {age / self.speed:.0f} s "
-                                f"(its jobs are requeued)", node=n.name)
+                self._node_silent(n, "down", now, age, ch, "its jobs are requeued")
                 log.warning("node %s down (no heartbeat for %.1f s): its jobs are requeued (its agent paused "
                             "them after loop.fence_s)", n.name, age / self.speed)
                 for job in st.jobs_on(n.name):
@@ -86,6 +80,14 @@ class Timers(DaemonBase):
                 # after that moment (a process that exited meanwhile ends the job as done, not killed)
                 if all(heard.get(node, -math.inf) > crossed for node, _c in job.placement):
                     self.actuator.stop_job(ch, job, now, JobState.KILLED, "killed: ran past its estimate")
+
+    def _node_silent(self, n: NodeRecord, state: str, now: float, age: float, ch: Changes, then: str) -> None:
+        """Node ``n`` has not been heard from for ``age`` (model seconds): it becomes ``state``."""
+        n.state = state
+        ch.nodes[n.name] = n
+        ch.events.append(f"node {n.name} {state}")
+        self.events.add(now, f"node.{state}", f"node {n.name} {state}: no heartbeat for {age / self.speed:.0f} s "
+                        f"({then})", node=n.name)
 
     def _prune_events(self, now: float) -> None:
         """Retention of the event log: events older than ``retention.keep_s`` are deleted (when retention
