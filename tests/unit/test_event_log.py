@@ -163,3 +163,26 @@ def test_parse_since(text: str, expect: float) -> None:
 def test_parse_since_refuses_what_is_no_time(text: str) -> None:
     with pytest.raises(ValueError, match="neither a duration"):
         timefmt.parse_since(text, now=1000.0)
+
+
+def test_events_and_held_jobs_persist_on_both_stores(tmp_path: Path, store_url: str) -> None:
+    """Schema 004 and the held flag on SQLite and PostgreSQL: written, read back after a restart,
+    followed after a seq, pruned."""
+    c = Cluster(tmp_path, {"n1": 2}, store_url=store_url, retention=RetentionConfig(keep_s=100.0))
+    try:
+        a = c.submit(2, 100, 10)
+        c.daemon.hold(a, "maintenance")
+        before = c.daemon.store.list_events()
+        assert kinds(before)[-2:] == ["job.submitted", "job.held"]
+        c.restart()
+        assert c.daemon.job(a).held and c.daemon.store.list_events() == before
+        assert [e.seq for e in c.daemon.store.list_events(after=before[-2].seq)] == [before[-1].seq]
+        assert c.daemon.store.event_bounds() == (before[-1].seq, before[0].time)
+        c.clock.advance(200.0)
+        c.daemon.release(a)
+        c.step()
+        left = c.daemon.store.list_events()
+        assert left and all(e.time >= c.clock.now() - 100.0 for e in left)
+        assert "job.released" in kinds(left) and "job.held" not in kinds(left)
+    finally:
+        c.close()
