@@ -194,6 +194,11 @@ def test_hold_release_requeue_update_over_http(client: Client, admin: str) -> No
     assert s == 200 and doc["job"]["held"] is True and doc["job"]["reason"] == "held: input not staged"
     s, doc = client.call("GET", f"/v1/jobs/{wide}/explain", token=admin)
     assert doc["held"] is True and doc["queue_position"] is None
+    s, listed = client.call("GET", "/v1/jobs?state=queued", token=admin)
+    from vmctl.cli.ops import job_table
+
+    grid = job_table([j for j in listed["jobs"] if j["id"] == wide])
+    assert dict(zip(grid.headers, grid.rows[0], strict=True))["STATE"] == "queued (held)"
     s, doc = client.call("PATCH", f"/v1/jobs/{wide}", {"estimate": 1200, "priority": 3, "deadline": None},
                          token=admin)
     assert s == 200 and (doc["job"]["estimate"], doc["job"]["priority"], doc["job"]["deadline"]) == (1200, 3, None)

@@ -232,7 +232,8 @@ def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Gr
     return Grid(
         ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "START", "PLACEMENT", "MIG",
          "REASON"),
-        [(str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), str(j.get("state", "")),
+        [(str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j),
+          str(j.get("state", "")) + (" (held)" if j.get("held") else ""),
           str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
           fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")), fmt_start(j),
           fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_job_reason(j))
@@ -423,6 +424,8 @@ def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table
             s = fmt_reason(v) or "-"
         elif k == "placement":
             s = fmt_placement(v, limit=64)
+        elif k == "blocked_by":
+            s = fmt_blocked(v) or "-"
         elif k in ("cap",):
             s = fmt_cap(v)
         elif k == "utilization":
