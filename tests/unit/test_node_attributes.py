@@ -16,7 +16,7 @@ from vmctl.agents.backends.mock import MockBackend
 from vmctl.agents.config import load_agent_config, parse_agent_config
 from vmctl.agents.main import host_registration
 from vmctl.api import schemas
-from vmctl.api.server import node_json
+from vmctl.api.documents import node_json
 from vmctl.cli.ops import node_table, node_text
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig

@@ -355,3 +355,33 @@ def node_host(body: dict[str, Any]) -> tuple[float | None, str | None, int | Non
         if problem is not None:
             raise ValidationError(field="group", problem=f"{problem}, got {group[:40]!r}")
     return speed, group, integer(body, "memory_mib", "", lo=1, hi=1 << 40)
+
+
+#: what ``PATCH /v1/jobs/{id}`` may change (of a queued job)
+JOB_UPDATE_KEYS = ("estimate", "priority", "deadline")
+
+
+def job_update(raw: Any) -> dict[str, Any]:
+    """The changes of a queued job's ``estimate``, ``priority`` and ``deadline`` (null: no deadline),
+    checked as at submission; at least one."""
+    d = obj(raw, JOB_UPDATE_KEYS)
+    out: dict[str, Any] = {}
+    if "estimate" in d:
+        out["estimate"] = number(d, "estimate", "", required=True, lo=0.0, lo_open=True, hi=MAX_SECONDS)
+    if "priority" in d:
+        out["priority"] = integer(d, "priority", "", required=True, lo=-1_000_000, hi=1_000_000)
+    if "deadline" in d:
+        out["deadline"] = number(d, "deadline", "", lo=0.0, hi=MAX_TIME)
+    if not out:
+        raise ValidationError(field="body", problem=f"give at least one of {', '.join(JOB_UPDATE_KEYS)}")
+    return out
+
+
+def flag(d: dict[str, Any], key: str, default: bool = False) -> bool:
+    """An optional boolean field."""
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ValidationError(field=key, problem=f"must be true or false, got {_tname(v)}")
+    return v

@@ -173,7 +173,8 @@ class ClusterState:
         self._static = {}
         self._fentry, self._fheap = {}, []
         # the queue in one sort (inserting the jobs one by one in store order could be quadratic)
-        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values() if j.state == JobState.QUEUED)
+        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values()
+                              if j.state == JobState.QUEUED and not j.held)
         self._qjobs = [self.job_obj(self.jobs[e[2]]) for e in self._qorder]
         self._qentry = {e[2]: e for e in self._qorder}
         self._qsnap = None
@@ -223,7 +224,7 @@ class ClusterState:
         the place plus one list move, instead of re-sorting the whole queue after every change."""
         old = self._qentry.get(job.id)
         order, qjobs = self._qorder, self._qjobs
-        if job.state == JobState.QUEUED:
+        if job.state == JobState.QUEUED and not job.held:  # a held job waits outside the queue
             entry = (job.submit_time, job.seq, job.id)
             if old == entry:
                 return
@@ -326,6 +327,16 @@ class ClusterState:
                 for i in range(procs):
                     self._util.pop(f"j{rec.id}-r{run}-p{i}", None)
 
+    def job_spec_changed(self, job: JobRecord) -> None:
+        """``job``'s spec changed (``vmctl job update`` of a queued job): its ``Job`` is built again, in
+        the queue too."""
+        self._job_cache.pop(job.id, None)
+        self._static.pop(job.id, None)
+        entry = self._qentry.get(job.id)
+        if entry is not None:
+            self._qjobs[bisect.bisect_left(self._qorder, entry)] = self.job_obj(job)
+            self._qsnap = None
+
     def jobs_on(self, node: str) -> list[JobRecord]:
         return [self.jobs[j] for j in sorted(self._node_jobs.get(node, ()))]
 
@@ -339,7 +350,7 @@ class ClusterState:
         self._static.clear()
 
     def queue(self) -> list[JobRecord]:
-        """The queued jobs in queue order: submit time, then submission sequence."""
+        """The queued jobs in queue order: submit time, then submission sequence (held jobs are not in it)."""
         jobs = self.jobs
         return [jobs[e[2]] for e in self._qorder]
 

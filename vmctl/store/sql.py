@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
 from vmctl.model import Discipline, group_name_problem
 from vmctl.store.base import (
     CorruptRecord,
+    EventRecord,
     JobRecord,
     Lease,
     NodeRecord,
@@ -290,6 +292,9 @@ class SqlStore:
                 self._exec(cur, "DELETE FROM tokens WHERE hash = ?", (h,))
             for name in batch.delete_nodes:
                 self._exec(cur, "DELETE FROM nodes WHERE name = ?", (name,))
+            for e in batch.events:
+                self._exec(cur, "INSERT INTO events (seq, time, kind, doc) VALUES (?, ?, ?, ?)",
+                           (e.seq, e.time, e.kind, dumps(e.to_doc())))
 
 
     # ---------------------------------------------------------------- job retention (schema 002)
@@ -335,3 +340,35 @@ class SqlStore:
             self._exec(cur, "SELECT COUNT(*) FROM job_archive")
             row = cur.fetchone()
         return int(row[0]) if row else 0
+
+    # ---------------------------------------------------------------- the event log (schema 005)
+    def list_events(self, after: int = 0, since: float | None = None, limit: int = 1000,
+                    newest: bool = False) -> list[EventRecord]:
+        where = "seq > ?" + ("" if since is None else " AND time >= ?")
+        params: list[Any] = [after] if since is None else [after, since]
+        order = "DESC" if newest else "ASC"
+        with self._read() as cur:
+            self._exec(cur, f"SELECT seq, time, kind, doc FROM events WHERE {where} ORDER BY seq {order} LIMIT ?",
+                       (*params, limit))
+            rows = cur.fetchall()
+        out: list[EventRecord] = []
+        for seq, time, kind, doc in rows:
+            make: Callable[[dict[str, Any]], EventRecord] = partial(EventRecord.from_row, seq, time, kind)
+            out.append(self._decode("events", "seq", seq, make, doc))
+        return out[::-1] if newest else out
+
+    def event_bounds(self) -> tuple[int, float | None]:
+        with self._read() as cur:
+            self._exec(cur, "SELECT MAX(seq), MIN(time) FROM events")
+            row = cur.fetchone()
+        if row is None or row[0] is None:
+            return 0, None
+        return int(row[0]), float(row[1])
+
+    def prune_events(self, epoch: int, before: float) -> int:
+        with self._transaction(lock=True) as cur:
+            row = self._lease_row(cur)
+            if int(row[1]) != epoch:
+                raise LeaseLost(epoch=epoch, current=int(row[1]))
+            res = self._exec(cur, "DELETE FROM events WHERE time < ?", (before,))
+            return max(0, int(getattr(res, "rowcount", 0) or 0))
