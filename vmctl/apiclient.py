@@ -374,11 +374,19 @@ class ApiClient:
         self._field(doc, "token", "token issue")
         return dict(doc)
 
-    def issue_cert(self, node: str) -> dict[str, Any]:
-        doc = self.call("POST", "/v1/certs", {"node": node})
-        for key in ("cert_pem", "key_pem", "ca_pem"):
+    def issue_cert(self, node: str, csr_pem: str | None = None) -> dict[str, Any]:
+        """With ``csr_pem`` vmctld signs the request (the answer has no key); without, it makes the key."""
+        body = {"node": node} if csr_pem is None else {"node": node, "csr_pem": csr_pem}
+        doc = self.call("POST", "/v1/certs", body)
+        for key in ("cert_pem", "ca_pem") if csr_pem is not None else ("cert_pem", "key_pem", "ca_pem"):
             self._field(doc, key, "cert issue")
         return dict(doc)
+
+    def list_certs(self) -> list[dict[str, Any]]:
+        return list(self._field(self.call("GET", "/v1/certs"), "certs", "cert list"))
+
+    def revoke_cert(self, key: str) -> list[dict[str, Any]]:
+        return list(self._field(self.call("DELETE", f"/v1/certs/{self._seg(key)}"), "revoked", "cert revoke"))
 
     def health(self) -> dict[str, Any]:
         doc = self.call("GET", "/v1/health")

@@ -11,9 +11,10 @@ from typing import Any
 from aiohttp import web
 
 from vmctl import auth
-from vmctl.api.plumbing import DAEMON, HEALTHZ, Handler, log_path
+from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, Handler, log_path
 from vmctl.daemon import events
 from vmctl.errors import Forbidden, RequestTooLarge, Unauthenticated, VmctlError
+from vmctl.timefmt import iso
 
 #: one INFO line per change an operator asks for (method, path, token name and role, answer status)
 audit = logging.getLogger("vmctld.audit")
@@ -25,6 +26,13 @@ def _authenticate(request: web.Request) -> auth.Principal:
     peercert = transport.get_extra_info("peercert") if transport is not None else None
     node = auth.node_from_peercert(peercert)
     if node is not None:
+        serial = auth.serial_from_peercert(peercert)
+        certs = request.app.get(CERTS)
+        revoked = certs.revoked(serial) if certs is not None and serial is not None else None
+        if revoked is not None:
+            raise Unauthenticated(problem=f"the client certificate of node {node} (serial {serial}) was revoked "
+                                          f"at {iso(revoked, utc=True)}: issue a new one with 'vmctl cert issue "
+                                          f"{node}'")
         return auth.Principal("agent", node, "agent")
     header = request.headers.get("Authorization", "")
     if not header:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vmctl.daemon.core import Daemon
@@ -99,6 +99,12 @@ def op_json(o: OperationRecord) -> dict[str, Any]:
 
 #: a token's id in lists: the start of its SHA-256 (the token itself is never stored or shown again)
 TOKEN_ID_LEN = 12
+
+
+def cert_json(serial: str, e: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent certificate of the registry (``vmctl cert list``): no key, no PEM."""
+    return {"serial": serial, "node": e.get("node"), "issued": e.get("issued"), "expires": e.get("expires"),
+            "revoked": e.get("revoked"), "key_from": e.get("key_from")}
 
 
 def token_json(t: TokenRecord) -> dict[str, Any]:

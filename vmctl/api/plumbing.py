@@ -23,6 +23,8 @@ DAEMON: web.AppKey[Daemon] = web.AppKey("daemon", Daemon)
 #: the one route answered without credentials: ``{"status": "ok", "leader": bool}`` and nothing else
 HEALTHZ = "/healthz"
 METRICS: web.AppKey[Any] = web.AppKey("metrics", object)
+#: the agent certificate registry (``vmctl.api.security.CertRegistry``): revoked serials are refused
+CERTS: web.AppKey[Any] = web.AppKey("certs", object)
 
 
 

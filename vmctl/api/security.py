@@ -1,5 +1,6 @@
 """The cluster's security material held by vmctld: the cluster CA (created once, kept in the store,
-``ca.pem`` in the state directory), API tokens, and the bootstrap admin token file.
+``ca.pem`` in the state directory), API tokens, the bootstrap admin token file, and the registry of the
+agent certificates it issued (listed, revocable).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from vmctl import auth
 from vmctl.daemon import statedir
 from vmctl.daemon.base import NotLeader
 from vmctl.daemon.core import Daemon
+from vmctl.errors import NotFound
 from vmctl.store.base import TokenRecord, WriteBatch
 
 log = logging.getLogger("vmctld.api")
@@ -94,3 +96,71 @@ def bootstrap_token(d: Daemon) -> None:
         p.unlink(missing_ok=True)  # a token the store does not know is no token
         raise
     log.info("wrote the bootstrap admin token to %s", p)
+
+
+#: store key of the agent certificate registry: serial -> {node, issued, expires, revoked, key_from}
+CERTS_KEY = "agent_certs"
+
+
+class CertRegistry:
+    """The agent certificates vmctld issued, and which are revoked (``vmctl cert list|revoke``).
+
+    Kept in the store (key ``agent_certs``), so a revocation holds across restarts and fail-overs. The
+    authentication middleware asks :meth:`revoked` on every request made with a client certificate; the
+    answer is cached for ``ttl_s`` seconds (a revocation made by this process takes effect at once, one
+    made by another vmctld holding the lease within ``ttl_s``). Certificates issued before this registry
+    existed are not in it: they stay valid until they expire (their serials cannot be listed)."""
+
+    def __init__(self, d: Daemon, ttl_s: float = 2.0) -> None:
+        self.d = d
+        self.ttl_s = ttl_s
+        self._doc: dict[str, dict[str, object]] = {}
+        self._read_at = -1e18
+
+    def entries(self, fresh: bool = False) -> dict[str, dict[str, object]]:
+        now = time.monotonic()
+        if fresh or now - self._read_at > self.ttl_s:
+            doc = self.d.store.get_kv(CERTS_KEY)
+            self._doc = dict(doc) if isinstance(doc, dict) else {}
+            self._read_at = now
+        return self._doc
+
+    def revoked(self, serial: str) -> float | None:
+        """When the certificate with this serial was revoked, or None (valid or unknown)."""
+        entry = self.entries().get(serial)
+        at = entry.get("revoked") if isinstance(entry, dict) else None
+        return float(at) if isinstance(at, int | float) else None
+
+    def _save(self, doc: dict[str, dict[str, object]]) -> None:
+        self.d.store.write(self.d.epoch, WriteBatch(kv={CERTS_KEY: doc}))
+        self._doc = doc
+        self._read_at = time.monotonic()
+
+    def issued(self, node: str, cert_pem: str, key_from: str) -> str:
+        """Record a certificate just issued; returns its serial."""
+        facts = auth.cert_facts(cert_pem)
+        doc = dict(self.entries(fresh=True))
+        doc[facts["serial"]] = {"node": node, "issued": time.time(), "expires": facts["not_after"], "revoked": None,
+                                "key_from": key_from}
+        self._save(doc)
+        return str(facts["serial"])
+
+    def revoke(self, key: str) -> list[str]:
+        """Revoke the certificate with serial ``key``, or every unrevoked certificate of node ``key``;
+        returns the serials revoked now. ``NotFound`` when nothing matches."""
+        doc = {s: dict(e) for s, e in self.entries(fresh=True).items()}
+        serial = key.upper().lstrip("0") or "0"
+        if serial in doc:
+            hits = [serial]
+        else:
+            hits = [s for s, e in doc.items() if e.get("node") == key and e.get("revoked") is None]
+        if not hits:
+            raise NotFound(kind="certificate", name=key)
+        now = time.time()
+        fresh = [s for s in hits if doc[s].get("revoked") is None]
+        for s in fresh:
+            doc[s]["revoked"] = now
+        if fresh:
+            self._save(doc)
+            log.warning("revoked agent certificate(s) %s", ", ".join(fresh))
+        return fresh

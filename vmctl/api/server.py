@@ -33,13 +33,13 @@ from vmctl import auth
 from vmctl.api.access import make_auth_mw
 from vmctl.api.documents import node_json, vms_json
 from vmctl.api.listener import BoundedSite
-from vmctl.api.plumbing import DAEMON, HEALTHZ, METRICS, errors_mw
+from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, METRICS, errors_mw
 from vmctl.api.routes.admin import AdminRoutes
 from vmctl.api.routes.agents import AgentRoutes
 from vmctl.api.routes.cluster import ClusterRoutes
 from vmctl.api.routes.events import EventRoutes
 from vmctl.api.routes.jobs import JobRoutes
-from vmctl.api.security import bootstrap_token, load_ca
+from vmctl.api.security import CertRegistry, bootstrap_token, load_ca
 from vmctl.daemon import statedir
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.lease import LeaseHolder
@@ -75,6 +75,7 @@ class DaemonServer:
         from vmctl.metrics import DaemonMetrics
 
         self.metrics = DaemonMetrics(self._snapshot)
+        self.certs = CertRegistry(daemon)
         daemon.attach_metrics(self.metrics)
 
     # events
@@ -147,6 +148,7 @@ class DaemonServer:
                               client_max_size=self.config.max_body_bytes)
         app[DAEMON] = self.daemon
         app[METRICS] = self.metrics
+        app[CERTS] = self.certs
         c, j, a, g = ClusterRoutes(self), JobRoutes(self), AdminRoutes(self), AgentRoutes(self)
         e = EventRoutes(self)
         r = app.router
@@ -180,6 +182,8 @@ class DaemonServer:
         r.add_get("/v1/tokens", a.list_tokens)
         r.add_delete("/v1/tokens/{id}", a.revoke_token)
         r.add_post("/v1/certs", a.create_cert)
+        r.add_get("/v1/certs", a.list_certs)
+        r.add_delete("/v1/certs/{key}", a.revoke_cert)
         r.add_post("/v1/agent/nodes/{node}/register", g.register)
         r.add_get("/v1/agent/nodes/{node}/desired", g.desired)
         r.add_post("/v1/agent/nodes/{node}/observed", g.observed)

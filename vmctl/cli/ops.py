@@ -1269,15 +1269,52 @@ def cert() -> None:
 def cert_issue(
     node_name: str, out_dir: str | None, url: str | None, token: str | None, ca: str | None, output: str,
 ) -> None:
-    """Issue a client certificate for the agent of NODE (CN=node:NODE)."""
+    """Issue a client certificate for the agent of NODE (CN=node:NODE). The private key is made here
+    and only a signing request goes to vmctld: the key never leaves this machine."""
     if out_dir is None and output != "json":
         raise errors.UserError(where="cert issue", problem="give --out-dir DIR (or --output json to print the PEMs)")
-    doc = _client(url, token, ca).issue_cert(node_name)
+    from vmctl import auth
+
+    csr_pem, key_pem = auth.new_csr(node_name)
+    doc = {**_client(url, token, ca).issue_cert(node_name, csr_pem), "key_pem": key_pem}
     if out_dir is None:
         emit_json(doc)
         return
     written = write_cert_files(Path(out_dir), node_name, doc)
     show({"files": [str(p) for p in written]}, output, lambda: "\n".join(f"wrote {p}" for p in written))
+
+
+def cert_table(certs: Sequence[Mapping[str, Any]]) -> Grid:
+    now = _now()
+
+    def state(c: Mapping[str, Any]) -> str:
+        if c.get("revoked") is not None:
+            return f"revoked {fmt_time(c.get('revoked'))}"
+        expires = c.get("expires")
+        return "expired" if isinstance(expires, int | float) and expires < now else "valid"
+
+    return Grid(("SERIAL", "NODE", "ISSUED", "EXPIRES", "STATE", "KEY MADE BY"),
+                [(str(c.get("serial", "")), str(c.get("node", "")), fmt_time(c.get("issued")),
+                  fmt_time(c.get("expires")), state(c), str(c.get("key_from") or "-")) for c in certs])
+
+
+@cert.command("list")
+@api_options
+def cert_list(url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """List the agent certificates vmctld issued: serial, node, validity, revoked or not (never a key)."""
+    certs = _client(url, token, ca).list_certs()
+    show({"certs": certs}, output, lambda: cert_table(certs))
+
+
+@cert.command("revoke")
+@click.argument("key", metavar="SERIAL|NODE")
+@api_options
+def cert_revoke(key: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Revoke one certificate by its serial (from `cert list`), or every valid certificate of NODE. Its
+    agent is refused from then on (401) until it gets a new certificate (`cert issue NODE`)."""
+    revoked = _client(url, token, ca).revoke_cert(key)
+    show({"revoked": revoked}, output, lambda: "\n".join(
+        f"revoked certificate {c.get('serial')} of node {c.get('node')}" for c in revoked) or "nothing to revoke")
 
 
 def write_cert_files(out: Path, node_name: str, doc: Mapping[str, Any]) -> list[Path]:

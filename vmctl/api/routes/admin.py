@@ -9,7 +9,7 @@ from aiohttp import web
 
 from vmctl import auth
 from vmctl.api import schemas
-from vmctl.api.documents import TOKEN_ID_LEN, token_json
+from vmctl.api.documents import TOKEN_ID_LEN, cert_json, token_json
 from vmctl.api.plumbing import json_response, read_json
 from vmctl.api.routes.base import Routes
 from vmctl.api.security import add_token
@@ -57,8 +57,37 @@ class AdminRoutes(Routes):
         return json_response({"token": token_json(t)})
 
     async def create_cert(self, request: web.Request) -> web.Response:
+        """With ``csr_pem`` (what ``vmctl cert issue`` sends) vmctld signs the request's key and the
+        private key never travels; without it vmctld makes the key too and answers it once."""
         self._leader()
-        body = schemas.obj(await read_json(request), ("node",))
+        body = schemas.obj(await read_json(request), ("node", "csr_pem"))
         node = auth.check_node_name(body.get("node"), "node")
-        cert, key = self.s.ca.issue(auth.NODE_CN_PREFIX + node)
-        return json_response({"cert_pem": cert, "key_pem": key, "ca_pem": self.s.ca.cert_pem}, 201)
+        csr = schemas.string(body, "csr_pem", "", max_len=20_000)
+        if csr is not None:
+            cert = self.s.ca.sign_csr(csr, auth.NODE_CN_PREFIX + node)
+            serial = self.s.certs.issued(node, cert, "csr")
+            out = {"cert_pem": cert, "ca_pem": self.s.ca.cert_pem, "serial": serial}
+        else:
+            cert, key = self.s.ca.issue(auth.NODE_CN_PREFIX + node)
+            serial = self.s.certs.issued(node, cert, "vmctld")
+            out = {"cert_pem": cert, "key_pem": key, "ca_pem": self.s.ca.cert_pem, "serial": serial}
+        log.info("issued agent certificate %s for node %s (key made by %s)", serial, node,
+                 "the requester" if csr is not None else "vmctld")
+        return json_response(out, 201)
+
+    async def list_certs(self, request: web.Request) -> web.Response:
+        self._leader()
+        entries = self.s.certs.entries(fresh=True)
+        def order(item: tuple[str, dict[str, object]]) -> tuple[str, float]:
+            issued = item[1].get("issued")
+            return str(item[1].get("node", "")), float(issued) if isinstance(issued, int | float) else 0.0
+
+        return json_response({"certs": [cert_json(serial, e) for serial, e in sorted(entries.items(), key=order)]})
+
+    async def revoke_cert(self, request: web.Request) -> web.Response:
+        """Revoke by serial (as listed), or every valid certificate of a node by its name."""
+        self._leader()
+        key = request.match_info["key"]
+        revoked = self.s.certs.revoke(key)
+        entries = self.s.certs.entries()
+        return json_response({"revoked": [cert_json(s, entries[s]) for s in revoked]})
