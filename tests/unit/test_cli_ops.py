@@ -277,6 +277,23 @@ def test_token_and_cert_issue(server: tuple[str, Recorder], capsys: Any, tmp_pat
     assert (tmp_path / "pki" / "ca.crt").read_text() == "CA\n"
 
 
+def test_cert_issue_signs_a_request_made_on_the_node(server: tuple[str, Recorder], capsys: Any,
+                                                    tmp_path: Path) -> None:
+    from vmctl.auth import new_csr
+
+    url, rec = server
+    rec.answer("POST", "/v1/certs", 201, {"cert_pem": "CERT\n", "ca_pem": "CA\n", "serial": "AB"})
+    csr, _key = new_csr("n2")
+    (tmp_path / "n2.csr").write_text(csr)
+    code, _, _ = run(capsys, "cert", "issue", "n2", "--csr", str(tmp_path / "n2.csr"), "--url", url,
+                       "--out-dir", str(tmp_path / "pki"))
+    assert code == 0 and rec.requests[-1]["body"] == {"node": "n2", "csr_pem": csr}
+    assert sorted(p.name for p in (tmp_path / "pki").iterdir()) == ["ca.crt", "n2.crt"]  # no key: it is on n2
+    code, _, err = run(capsys, "cert", "issue", "n2", "--csr", str(tmp_path / "missing.csr"), "--url", url,
+                       "--out-dir", str(tmp_path / "pki"))
+    assert code == 2 and "--csr" in err and "missing.csr" in err
+
+
 def test_formatters(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ops.fmt_duration(59) == "59s" and ops.fmt_duration(600) == "10.0m" and ops.fmt_duration(None) == "-"
     assert ops.fmt_duration(86400 * 3) == "3.0d"

@@ -1264,19 +1264,33 @@ def cert() -> None:
 @cert.command("issue")
 @click.argument("node_name", metavar="NODE")
 @click.option("--out-dir", type=click.Path(file_okay=False), default=None,
-              help="Write NODE.crt, NODE.key (mode 0600) and ca.crt here.")
+              help="Write NODE.crt, NODE.key (mode 0600; not with --csr) and ca.crt here.")
+@click.option("--csr", "csr_file", type=click.Path(dir_okay=False), default=None,
+              help="Sign this certificate signing request (PEM, made on the node: its key stays there) "
+                   "instead of making a key here.")
 @api_options
 def cert_issue(
-    node_name: str, out_dir: str | None, url: str | None, token: str | None, ca: str | None, output: str,
+    node_name: str, out_dir: str | None, csr_file: str | None, url: str | None, token: str | None, ca: str | None,
+    output: str,
 ) -> None:
     """Issue a client certificate for the agent of NODE (CN=node:NODE). The private key is made here
-    and only a signing request goes to vmctld: the key never leaves this machine."""
+    (or, with --csr, on the node) and only a signing request goes to vmctld: the key never travels."""
     if out_dir is None and output != "json":
         raise errors.UserError(where="cert issue", problem="give --out-dir DIR (or --output json to print the PEMs)")
     from vmctl import auth
 
-    csr_pem, key_pem = auth.new_csr(node_name)
-    doc = {**_client(url, token, ca).issue_cert(node_name, csr_pem), "key_pem": key_pem}
+    key_pem: str | None = None
+    if csr_file is not None:
+        try:
+            csr_pem = Path(csr_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise errors.UserError(where=f"--csr {csr_file}", problem=f"cannot read it: {exc}") from exc
+    else:
+        csr_pem, key_pem = auth.new_csr(node_name)
+    doc = _client(url, token, ca).issue_cert(node_name, csr_pem)
+    doc.pop("key_pem", None)
+    if key_pem is not None:
+        doc["key_pem"] = key_pem
     if out_dir is None:
         emit_json(doc)
         return
@@ -1318,15 +1332,19 @@ def cert_revoke(key: str, url: str | None, token: str | None, ca: str | None, ou
 
 
 def write_cert_files(out: Path, node_name: str, doc: Mapping[str, Any]) -> list[Path]:
+    """NODE.crt, NODE.key (mode 0600; only when the answer carries a key) and ca.crt, in that order."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         crt, key, ca_path = out / f"{node_name}.crt", out / f"{node_name}.key", out / "ca.crt"
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(str(doc["key_pem"]))
-        os.chmod(key, 0o600)
+        written = [crt]
+        if "key_pem" in doc:
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(str(doc["key_pem"]))
+            os.chmod(key, 0o600)
+            written.append(key)
         crt.write_text(str(doc["cert_pem"]), encoding="utf-8")
         ca_path.write_text(str(doc["ca_pem"]), encoding="utf-8")
     except OSError as exc:
         raise errors.UserError(where=f"--out-dir {out}", problem=str(exc)) from exc
-    return [crt, key, ca_path]
+    return [*written, ca_path]
