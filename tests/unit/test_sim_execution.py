@@ -121,6 +121,36 @@ def test_a_policy_starting_on_level_two_runs_in_the_timeslice_model() -> None:
     assert sim.view.levels == 3 and sim.view.discipline is Discipline.TIMESLICE
 
 
+def test_a_job_started_after_an_idle_spell_gets_the_row_of_its_time() -> None:
+    # L = 2, T = 10: J1 (5 s) on row 0 ends at 5; nothing runs until J2 arrives at 32 and starts on row
+    # 1, which is active in [30,40): ends at 37. The policy sees row 1's end as J2's expected end.
+    seen: list[float] = []
+
+    def start_and_look(view: ClusterView, now: float) -> list[Action]:
+        return [Start("2", (0,), 1)]
+
+    def look(view: ClusterView, now: float) -> list[Action]:
+        seen.append(view.running["2"].expected_end)
+        return []
+
+    pol = Gang({0.0: [Start("1", (0,), 0)], 32.0: start_and_look, 33.0: look})
+    sim = run([wj(1, 0, 5, 1), wj(2, 32, 5, 1)], 1, pol, timeslice(2, 10.0))
+    assert sim.outcome("1") == (0.0, pytest.approx(5.0))
+    assert sim.outcome("2") == (32.0, pytest.approx(37.0))
+    assert seen == [pytest.approx(37.0)]
+    assert pol.calls == [0.0, 5.0, 32.0, 33.0, 37.0]
+
+
+def test_jobs_out_rows_on_the_levelled_path() -> None:
+    # L = 3, T = 10: J1 starts on row 1, moves to row 2 of another core (a migration and a level change)
+    pol = Gang({0.0: [Start("1", (0,), 1)], 12.0: [Move("1", (1,), 2, 0.0)]})
+    sim = run([wj(1, 0, 15, 1)], 2, pol, timeslice(3, 10.0))
+    (row,) = sim.job_rows()
+    assert (row["width"], row["first_tier"], row["tier_changes"], row["migrations"]) == (1, "bg", 1, 1)
+    # J1 gets 2 s in row 1's slice [10,12), 10 s in row 2's [20,30) and its last 3 s in [50,53)
+    assert row["end"] == pytest.approx(53.0)
+
+
 def test_a_decision_schedule_changes_the_rotation() -> None:
     # T = 10 rows (0, 1) until t = 5, when the policy's schedule makes row 1 the only active row:
     # J1 on row 0 stops at 5 s of work; J2 on row 1 runs from 5 and ends at 5 + 12 = 17. Row 0 never

@@ -173,7 +173,8 @@ class ExecutionModel(ABC):
     state: EngineState
 
     def __init__(self) -> None:
-        #: job id -> shape of the jobs that are not rigid (the view's ``shapes``); fill it in ``bind``
+        #: job id -> shape of the jobs that are not rigid: the view's ``shapes`` (the view holds this very
+        #: dict, built before ``bind``): fill it in ``bind``, never rebind it
         self.shapes: dict[str, JobShape] = {}
         self._bound = False
 
