@@ -23,11 +23,13 @@ from vmctl.model import (
     Kill,
     Migrate,
     Move,
+    Restore,
     Resume,
     SliceSchedule,
     Start,
     StartFg,
     Suspend,
+    Tier,
 )
 from vmctl.policies.base import Needs, SchedulingPolicy
 from vmctl.policies.registry import create_policy
@@ -192,7 +194,7 @@ def test_a_suspended_job_does_not_advance() -> None:
 
     def look(view: ClusterView, now: float) -> list[Action]:
         progress.append(view.running["1"].progress)
-        assert view.running["1"].suspended
+        assert view.running["1"].suspended and view.slot_job[0][0] == "1"  # slots kept
         return [Resume("1")]
 
     pol = Solo({0.0: [Start("1", (0,), 0)], 5.0: [Suspend("1")], 15.0: look})
@@ -249,6 +251,20 @@ def test_checkpoint_frees_the_slots_and_restore_keeps_the_progress() -> None:
     assert seen == [(5.0, False, pytest.approx(5.0), ("1",)), (9.0, True, pytest.approx(5.0), (None,))]
     assert sim.outcome("2") == (5.0, pytest.approx(9.0))
     assert sim.outcome("1") == (0.0, pytest.approx(26.0))
+
+
+def test_restore_onto_another_level() -> None:
+    # L = 2, T = 10: J1 (12 s) on row 0 has 5 s at 5, is checkpointed, and restored at 15 onto row 1
+    # (active [10,20)) with the priority name Restore: 5 s more by 20, its last 2 s in [30,32)
+    pol = Gang({0.0: [Start("1", (0,), 0)], 5.0: [Checkpoint("1")], 15.0: [Restore("1", (0,), Tier.BG)]})
+    sim = run([wj(1, 0, 12, 1)], 1, pol, timeslice(2, 10.0))
+    assert sim.outcome("1") == (0.0, pytest.approx(32.0))
+    assert sim.result.migrations == 0  # type: ignore[attr-defined]
+
+
+def test_a_level_the_cluster_lacks_is_refused() -> None:
+    with pytest.raises(InvariantViolation, match="level-range"):
+        run([wj(1, 0, 12, 1)], 1, Gang({0.0: [Start("1", (0,), 2)]}), timeslice(2, 10.0))
 
 
 def test_resume_of_a_checkpointed_job_is_refused() -> None:
