@@ -1052,6 +1052,7 @@ class Simulator:
                 te = next_event()
                 if te < t:
                     t = te
+                done0, ai0 = self._done, ai
             if t == _INF:
                 break
             if t > self.now:
@@ -1059,8 +1060,6 @@ class Simulator:
             now = self.now
             # (1) completions
             due = now + _EPS
-            if events:
-                done0, ai0 = self._done, ai
             while heap and heap[0][0] <= due:
                 _, ver, r = heappop(heap)
                 if r.version == ver:
