@@ -864,7 +864,7 @@ class Simulator:
         if isinstance(act, Start | StartFg | StartBg):
             level, cores = self._placement(occ, jid)
             run = self._new_run(jid, tier_of_level(level), cores)
-            run.level = level
+            run.on_level(level)
             self._width[run.idx] = len(cores)
             self._work[run.idx] = self.model.work(run)
             self._dirty[run.idx] = run
