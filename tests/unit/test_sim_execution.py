@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 import pytest
@@ -20,9 +20,11 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Discipline,
+    JobShape,
     Kill,
     Migrate,
     Move,
+    Resize,
     Restore,
     Resume,
     SliceSchedule,
@@ -31,10 +33,10 @@ from vmctl.model import (
     Suspend,
     Tier,
 )
-from vmctl.policies.base import Needs, SchedulingPolicy
+from vmctl.policies.base import Needs, Offer, SchedulingPolicy
 from vmctl.policies.registry import create_policy
 from vmctl.sim.engine import SimConfig, Simulator
-from vmctl.sim.execution import ExecutionModel, TwoTierModel
+from vmctl.sim.execution import EngineState, ExecutionModel, Run, TwoTierModel
 from vmctl.sim.timeslice import TimeSliceModel
 from vmctl.sim.workloads.registry import generate_model
 
@@ -384,3 +386,69 @@ def test_sim_run_bad_execution_options(capsys: pytest.CaptureFixture[str], extra
     if reference:
         assert err.startswith(f"error: {reference}: "), err
     assert text in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------ the hooks a new model uses
+
+class Workers(ExecutionModel):
+    """A model written in the test, as the shapes helper will write theirs: every job is a task bag of
+    up to 4 workers (``shapes``), its work is ``work_per_worker`` times its first width (``work``), it
+    advances at one unit per worker (``rate``), and a resize re-rates it (``on_resize``)."""
+
+    name: ClassVar[str] = "workers-test"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resizes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
+
+    def offer(self) -> Offer:
+        return Offer(where=self.where(), levels=1, discipline=Discipline.SHARED,
+                     shapes=frozenset({"rigid", "task-bag"}))
+
+    def bind(self, state: EngineState) -> None:
+        super().bind(state)
+        for record in state.records:
+            self.shapes[str(record.id)] = JobShape("task-bag", (1, 2, 3, 4))
+
+    def work(self, run: Run) -> float:
+        return self.state.job_work[run.idx] * run.width
+
+    def rate(self, run: Run) -> float:
+        return float(run.width)
+
+    def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
+        self.resizes.append((run.job.id, old_cores, run.cores))
+        return ()
+
+
+class BagPolicy(Scripted):
+    name: ClassVar[str] = "scripted-bags"
+    needs: ClassVar[Needs] = Needs(levels=1, shapes=frozenset({"task-bag"}))
+
+
+def test_a_model_in_its_own_module_uses_work_rate_shapes_and_resize() -> None:
+    # J1 (10 s per worker) starts with 2 workers: work 20 at rate 2. At 4 (8 done) it grows to 3
+    # workers: 12 left at rate 3, ends at 8. The view carries the model's shapes.
+    model = Workers()
+    widths: list[int] = []
+
+    def look(view: ClusterView, now: float) -> list[Action]:
+        assert view.shapes["1"].kind == "task-bag" and view.discipline is Discipline.SHARED
+        widths.append(view.running["1"].width)
+        return [Resize("1", (0, 1, 2), 0)]
+
+    pol = BagPolicy({0.0: [Start("1", (0, 1), 0)], 4.0: look})
+    sim = run([wj(1, 0, 10, 1)], 4, pol, SimConfig(execution=lambda: model))
+    assert sim.outcome("1") == (0.0, pytest.approx(8.0))
+    assert widths == [2] and model.resizes == [("1", (0, 1), (0, 1, 2))]
+    assert next(iter(sim.job_rows()))["width"] == 3
+
+
+def test_resize_on_a_model_without_task_bags_is_refused() -> None:
+    class Fixed(Workers):
+        def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
+            return ExecutionModel.on_resize(self, run, old_cores, now)
+
+    pol = BagPolicy({0.0: [Start("1", (0,), 0)], 1.0: [Resize("1", (0, 1), 0)]})
+    with pytest.raises(SimulationError, match="does not model resize"):
+        run([wj(1, 0, 10, 1)], 2, pol, SimConfig(execution=Fixed))
