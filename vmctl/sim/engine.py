@@ -869,7 +869,7 @@ class Simulator:
         if isinstance(act, Start | StartFg | StartBg):
             level, cores = self._placement(occ, jid)
             run = self._new_run(jid, tier_of_level(level), cores)
-            run.level = level
+            run.on_level(level)
             self._width[run.idx] = len(cores)
             self._work[run.idx] = self.model.work(run)
             if self._span is not None:
@@ -1091,6 +1091,7 @@ class Simulator:
                 te = next_event()
                 if te < t:
                     t = te
+                done0, ai0 = self._done, ai
             if t == _INF:
                 break
             if t > self.now:
@@ -1098,8 +1099,6 @@ class Simulator:
             now = self.now
             # (1) completions
             due = now + _EPS
-            if events:
-                done0, ai0 = self._done, ai
             while heap and heap[0][0] <= due:
                 _, ver, r = heappop(heap)
                 if r.version == ver:

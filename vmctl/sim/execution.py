@@ -90,7 +90,9 @@ class Run:
 
     Models read ``idx`` (the job's position in the workload), ``job``, ``level``, ``cores``,
     ``width``, ``suspended``/``checkpointed``/``stopped`` and ``p0``/``t0``; they may keep their own
-    per-run state in ``data``. Everything else is the engine's."""
+    per-run state in ``data``. Everything else is the engine's. On the two-tier fast path (the
+    engine's hottest allocation) only the fields of ``__init__`` are set; the levelled path sets the
+    others with :meth:`on_level` when the run starts."""
 
     __slots__ = (
         "blocked_until", "cap", "checkpointed", "cores", "data", "debt", "idx", "job", "level", "nodes", "p0",
@@ -98,6 +100,11 @@ class Run:
     )
     cap: float  # set for shared runs only
     nodes: tuple[str, ...]  # set for shared runs only
+    level: int  # the fields below: set by ``on_level`` (levelled path)
+    suspended: bool
+    checkpointed: bool
+    debt: float
+    data: Any
 
     def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
         self.idx = idx
@@ -113,11 +120,14 @@ class Run:
         self.version = 0
         self.placed = True  # the view's snapshot must be rebuilt at the next reschedule
         self.shared = False  # capped shared VMs on ``nodes`` (vcsched) instead of a level of ``cores``
-        self.level = 0 if tier is Tier.FG else 1
+
+    def on_level(self, level: int) -> None:
+        """Levelled path: the run starts on ``level``, running, owing nothing, with no model state."""
+        self.level = level
         self.suspended = False
-        self.checkpointed = False  # slots freed, progress kept (levelled path)
-        self.debt = 0.0  # seconds of advancing time still owed to a move's cost (levelled path)
-        self.data: Any = None  # the execution model's own per-run state
+        self.checkpointed = False  # slots freed, progress kept
+        self.debt = 0.0  # seconds of advancing time still owed to a move's cost
+        self.data = None  # the execution model's own per-run state
 
     @property
     def width(self) -> int:
@@ -191,7 +201,8 @@ class ExecutionModel(ABC):
     state: EngineState
 
     def __init__(self) -> None:
-        #: job id -> shape of the jobs that are not rigid (the view's ``shapes``); fill it in ``bind``
+        #: job id -> shape of the jobs that are not rigid: the view's ``shapes`` (the view holds this very
+        #: dict, built before ``bind``): fill it in ``bind``, never rebind it
         self.shapes: dict[str, JobShape] = {}
         self._bound = False
 
