@@ -132,8 +132,9 @@ def _fmt(t: float) -> str:
 
 
 def _usable_count(view: ClusterView) -> int:
-    usable = view.usable
-    return len(usable) - usable.count(False)
+    # ``usable`` holds bools: counting the True ones is an identity test per core (counting the False
+    # ones, which are rare, would call the comparison on every core)
+    return view.usable.count(True)
 
 
 def _future_reason(job: Job) -> str:
@@ -256,10 +257,9 @@ class EasyPolicy(_OneTier):
         actions: list[Action] = []
         reasons: dict[str, str] = {}
         started_ends: list[tuple[float, int]] = []
-        pool: list[int] | None = None
+        pool: list[int] | None = None  # the idle fg cores not taken yet, ascending
         n = len(queue)
         i = 0
-        usable = -1
         head: Job | None = None
         # Step 1: FCFS until the first job that does not fit (the head).
         while i < n:
@@ -272,16 +272,16 @@ class EasyPolicy(_OneTier):
             if procs <= free:
                 if pool is None:
                     pool = sorted(view.idle_fg)
-                actions.append(StartFg(job.id, self._pick(pool, job)))
+                # the top ``procs`` cores, by descending index (see the module header)
+                actions.append(StartFg(job.id, tuple(pool[-1:-procs - 1:-1])))
+                del pool[-procs:]
                 free -= procs
                 started_ends.append((now + job.estimate, procs))
                 continue
-            if free > 0 or procs > view.total_cores:  # with no idle core the head's fit is moot
-                if usable < 0:
-                    usable = _usable_count(view)
-                if procs > usable:
-                    reasons[job.id] = _never_fits_reason(job, usable)
-                    continue
+            # with no idle core the head's fit is moot, unless it is wider than the machine
+            if (free > 0 or procs > view.total_cores) and procs > (usable := _usable_count(view)):
+                reasons[job.id] = _never_fits_reason(job, usable)
+                continue
             head = job
             break
         if head is None:
@@ -290,33 +290,35 @@ class EasyPolicy(_OneTier):
         # decides nothing otherwise), so a pass with nothing to backfill never walks view.running.
         idle_at_head = free
         reservation: Reservation | None = None
-        computed = False
         shadow = -math.inf
         extra = 0
-        # Only jobs no wider than the cores idle now can ever be backfilled in this pass (``free``
-        # only shrinks): one comprehension picks them, instead of testing every job in Python code.
-        for job in [j for j in islice(queue, i, n) if j.procs <= free] if free > 0 else ():
-            procs = job.procs
-            if procs > free or job.submit_time > now:
-                if free <= 0:
-                    break
-                continue
-            if not computed:
-                computed = True
-                res = _reservation(view, started_ends, head.procs, idle_at_head, now)
-                if res is not None:  # None only for an inconsistent view: then nothing is backfilled
-                    shadow, extra = res
-                    reservation = Reservation(head.id, shadow, extra)
-            if now + job.estimate <= shadow:
-                pass
-            elif procs <= extra:
-                extra -= procs
-            else:
-                continue
-            if pool is None:
-                pool = sorted(view.idle_fg)
-            actions.append(StartFg(job.id, self._pick(pool, job)))
-            free -= procs
+        if free > 0:
+            # Only jobs no wider than the cores idle now can ever be backfilled in this pass (``free``
+            # only shrinks): one comprehension picks them, instead of testing every job in Python code.
+            computed = False
+            for job in [j for j in islice(queue, i, n) if j.procs <= free]:
+                procs = job.procs
+                if procs > free or job.submit_time > now:
+                    if free <= 0:
+                        break
+                    continue
+                if not computed:
+                    computed = True
+                    res = _reservation(view, started_ends, head.procs, idle_at_head, now)
+                    if res is not None:  # None only for an inconsistent view: then nothing is backfilled
+                        shadow, extra = res
+                        reservation = Reservation(head.id, shadow, extra)
+                if now + job.estimate <= shadow:
+                    pass
+                elif procs <= extra:
+                    extra -= procs
+                else:
+                    continue
+                if pool is None:
+                    pool = sorted(view.idle_fg)
+                actions.append(StartFg(job.id, tuple(pool[-1:-procs - 1:-1])))
+                del pool[-procs:]
+                free -= procs
         if reservation is None:
             reasons[head.id] = f"head of queue: needs {head.procs} cores, {idle_at_head} idle"
             default = f"waiting behind the head {head.id}"
