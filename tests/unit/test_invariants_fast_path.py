@@ -51,7 +51,8 @@ def cases(draw: st.DrawFn) -> tuple[ClusterView, Decision]:
     actions: list[StartFg | StartBg] = []
     left = [sorted(idle[level]) for level in range(levels)]  # free slots not taken by earlier starts
     for _ in range(draw(st.integers(0, 3))):
-        jid = draw(st.sampled_from(ids)) if not queue or draw(st.integers(0, 5)) == 0 else draw(st.sampled_from(ids[:-1]))
+        named = ids if not queue or draw(st.integers(0, 5)) == 0 else ids[:-1]  # "ghost" is not queued
+        jid = draw(st.sampled_from(named))
         level = 1 if levels == 2 and draw(st.integers(0, 3)) == 0 else 0
         kind = StartBg if level == 1 else StartFg
         mode = draw(st.integers(0, 5))
