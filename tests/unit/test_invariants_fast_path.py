@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.viewbuilder import job, view
 from vmctl.errors import InvariantViolation
-from vmctl.model import ClusterView, Decision, Discipline, Job, Kill, StartBg, StartFg, Tier
+from vmctl.model import Action, ClusterView, Decision, Discipline, Job, Kill, StartBg, StartFg, Tier
 from vmctl.policies import invariants
 from vmctl.policies.invariants import check_decision
 
@@ -70,8 +70,8 @@ def cases(draw: st.DrawFn) -> tuple[ClusterView, Decision]:
         if levels == 1 and draw(st.integers(0, 5)) == 0:
             kind = StartBg  # no level 1 in this view
         actions.append(kind(jid, cores))
-    named = draw(st.sets(st.sampled_from(ids), max_size=2))
-    reasons = {jid: draw(st.sampled_from(["waiting"] * 5 + [""])) for jid in named}
+    waiting = draw(st.sets(st.sampled_from(ids), max_size=2))
+    reasons = {jid: draw(st.sampled_from(["waiting"] * 5 + [""])) for jid in waiting}
     wake = draw(st.sampled_from([None, None, None, NOW + 5.0, NOW, NOW - 5.0]))
     default = draw(st.sampled_from(["waiting"] * 5 + [""]))
     return v, Decision(actions=tuple(actions), reasons=reasons, wake_at=wake, default_reason=default)
@@ -115,7 +115,7 @@ def test_fast_path_hands_over_each_broken_start() -> None:
     ok = Decision(actions=(StartFg("a", (0, 1)), StartFg("b", (2,))), reasons={}, default_reason="w")
     assert invariants._accepts_fast(v, ok, NOW)
     check_decision(v, ok, NOW)
-    broken = {
+    broken: dict[str, tuple[Action, ...]] = {
         "two-fg": (StartFg("a", (0, 1)), StartFg("b", (1,))),
         "two-fg: start_fg b: fg slot of core 4 holds r": (StartFg("b", (4,)),),
         "two-bg": (StartBg("b", (0,)),),
