@@ -93,6 +93,7 @@ import heapq
 import math
 from collections.abc import Iterator, Sequence, Set
 from itertools import islice
+from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
 from vmctl.errors import PolicyParameterError
@@ -121,6 +122,7 @@ _FG = Tier.FG
 _BG = Tier.BG
 # The answer when nothing waits: shared (Decision is frozen and nobody may mutate its reasons).
 _NOTHING = Decision()
+_EXPECTED_END = attrgetter("expected_end")
 
 
 def _arrival(job: Job) -> tuple[float, str]:
@@ -168,23 +170,39 @@ def _reservation(
     """EASY shadow time and extra cores for a head needing ``need`` fg cores when ``free`` are idle.
 
     ``extra_ends`` holds (end, procs) of jobs placed on fg during this call. Returns None when the
-    head cannot fit even after every fg job has ended. A heap instead of a sort: the walk usually
-    stops after a few jobs."""
+    head cannot fit even after every fg job has ended. The running jobs are sorted by their expected
+    end with a C-level key (no tuple per job) and walked, merged with ``extra_ends``, only until the
+    head fits: the shadow time is the first end by which enough cores are free, whatever the order
+    among equal ends, and the extra cores count every job ending at that instant."""
     fg = _FG
-    ends = [(rj.expected_end, rj.job.procs) for rj in view.running.values() if rj.tier is fg]
-    if extra_ends:
-        ends.extend(extra_ends)
-    heapq.heapify(ends)
+    jobs = sorted(view.running.values(), key=_EXPECTED_END)
+    placed = sorted(extra_ends) if extra_ends else ()
+    n, m = len(jobs), len(placed)
+    i = k = 0
     avail = free
-    pop = heapq.heappop
-    while ends:
-        end, procs = pop(ends)
+    while True:
+        if k < m and (i >= n or placed[k][0] <= jobs[i].expected_end):
+            end, procs = placed[k]
+            k += 1
+        elif i < n:
+            rj = jobs[i]
+            i += 1
+            if rj.tier is not fg:  # bg jobs hold no fg slot
+                continue
+            end, procs = rj.expected_end, rj.job.procs
+        else:
+            return None
         avail += procs
         if avail >= need:
-            while ends and ends[0][0] <= end:  # every job ending at the shadow time frees its cores
-                avail += pop(ends)[1]
+            while k < m and placed[k][0] <= end:  # every job ending at the shadow time frees its cores
+                avail += placed[k][1]
+                k += 1
+            while i < n and jobs[i].expected_end <= end:
+                rj = jobs[i]
+                i += 1
+                if rj.tier is fg:
+                    avail += rj.job.procs
             return (end if end > now else now, avail - need)
-    return None
 
 
 # ------------------------------------------------------------------------------------ one tier
