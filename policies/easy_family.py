@@ -93,6 +93,7 @@ import heapq
 import math
 from collections.abc import Iterator, Sequence, Set
 from itertools import islice
+from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
 from vmctl.errors import PolicyParameterError
@@ -121,6 +122,7 @@ _FG = Tier.FG
 _BG = Tier.BG
 # The answer when nothing waits: shared (Decision is frozen and nobody may mutate its reasons).
 _NOTHING = Decision()
+_EXPECTED_END = attrgetter("expected_end")
 
 
 def _arrival(job: Job) -> tuple[float, str]:
@@ -132,8 +134,9 @@ def _fmt(t: float) -> str:
 
 
 def _usable_count(view: ClusterView) -> int:
-    usable = view.usable
-    return len(usable) - usable.count(False)
+    # ``usable`` holds bools: counting the True ones is an identity test per core (counting the False
+    # ones, which are rare, would call the comparison on every core)
+    return view.usable.count(True)
 
 
 def _future_reason(job: Job) -> str:
@@ -167,23 +170,39 @@ def _reservation(
     """EASY shadow time and extra cores for a head needing ``need`` fg cores when ``free`` are idle.
 
     ``extra_ends`` holds (end, procs) of jobs placed on fg during this call. Returns None when the
-    head cannot fit even after every fg job has ended. A heap instead of a sort: the walk usually
-    stops after a few jobs."""
+    head cannot fit even after every fg job has ended. The running jobs are sorted by their expected
+    end with a C-level key (no tuple per job) and walked, merged with ``extra_ends``, only until the
+    head fits: the shadow time is the first end by which enough cores are free, whatever the order
+    among equal ends, and the extra cores count every job ending at that instant."""
     fg = _FG
-    ends = [(rj.expected_end, rj.job.procs) for rj in view.running.values() if rj.tier is fg]
-    if extra_ends:
-        ends.extend(extra_ends)
-    heapq.heapify(ends)
+    jobs = sorted(view.running.values(), key=_EXPECTED_END)
+    placed = sorted(extra_ends) if extra_ends else ()
+    n, m = len(jobs), len(placed)
+    i = k = 0
     avail = free
-    pop = heapq.heappop
-    while ends:
-        end, procs = pop(ends)
+    while True:
+        if k < m and (i >= n or placed[k][0] <= jobs[i].expected_end):
+            end, procs = placed[k]
+            k += 1
+        elif i < n:
+            rj = jobs[i]
+            i += 1
+            if rj.tier is not fg:  # bg jobs hold no fg slot
+                continue
+            end, procs = rj.expected_end, rj.job.procs
+        else:
+            return None
         avail += procs
         if avail >= need:
-            while ends and ends[0][0] <= end:  # every job ending at the shadow time frees its cores
-                avail += pop(ends)[1]
+            while k < m and placed[k][0] <= end:  # every job ending at the shadow time frees its cores
+                avail += placed[k][1]
+                k += 1
+            while i < n and jobs[i].expected_end <= end:
+                rj = jobs[i]
+                i += 1
+                if rj.tier is fg:
+                    avail += rj.job.procs
             return (end if end > now else now, avail - need)
-    return None
 
 
 # ------------------------------------------------------------------------------------ one tier
@@ -256,10 +275,9 @@ class EasyPolicy(_OneTier):
         actions: list[Action] = []
         reasons: dict[str, str] = {}
         started_ends: list[tuple[float, int]] = []
-        pool: list[int] | None = None
+        pool: list[int] | None = None  # the idle fg cores not taken yet, ascending
         n = len(queue)
         i = 0
-        usable = -1
         head: Job | None = None
         # Step 1: FCFS until the first job that does not fit (the head).
         while i < n:
@@ -272,16 +290,16 @@ class EasyPolicy(_OneTier):
             if procs <= free:
                 if pool is None:
                     pool = sorted(view.idle_fg)
-                actions.append(StartFg(job.id, self._pick(pool, job)))
+                # the top ``procs`` cores, by descending index (see the module header)
+                actions.append(StartFg(job.id, tuple(pool[-1:-procs - 1:-1])))
+                del pool[-procs:]
                 free -= procs
                 started_ends.append((now + job.estimate, procs))
                 continue
-            if free > 0 or procs > view.total_cores:  # with no idle core the head's fit is moot
-                if usable < 0:
-                    usable = _usable_count(view)
-                if procs > usable:
-                    reasons[job.id] = _never_fits_reason(job, usable)
-                    continue
+            # with no idle core the head's fit is moot, unless it is wider than the machine
+            if (free > 0 or procs > view.total_cores) and procs > (usable := _usable_count(view)):
+                reasons[job.id] = _never_fits_reason(job, usable)
+                continue
             head = job
             break
         if head is None:
@@ -290,33 +308,35 @@ class EasyPolicy(_OneTier):
         # decides nothing otherwise), so a pass with nothing to backfill never walks view.running.
         idle_at_head = free
         reservation: Reservation | None = None
-        computed = False
         shadow = -math.inf
         extra = 0
-        # Only jobs no wider than the cores idle now can ever be backfilled in this pass (``free``
-        # only shrinks): one comprehension picks them, instead of testing every job in Python code.
-        for job in [j for j in islice(queue, i, n) if j.procs <= free] if free > 0 else ():
-            procs = job.procs
-            if procs > free or job.submit_time > now:
-                if free <= 0:
-                    break
-                continue
-            if not computed:
-                computed = True
-                res = _reservation(view, started_ends, head.procs, idle_at_head, now)
-                if res is not None:  # None only for an inconsistent view: then nothing is backfilled
-                    shadow, extra = res
-                    reservation = Reservation(head.id, shadow, extra)
-            if now + job.estimate <= shadow:
-                pass
-            elif procs <= extra:
-                extra -= procs
-            else:
-                continue
-            if pool is None:
-                pool = sorted(view.idle_fg)
-            actions.append(StartFg(job.id, self._pick(pool, job)))
-            free -= procs
+        if free > 0:
+            # Only jobs no wider than the cores idle now can ever be backfilled in this pass (``free``
+            # only shrinks): one comprehension picks them, instead of testing every job in Python code.
+            computed = False
+            for job in [j for j in islice(queue, i, n) if j.procs <= free]:
+                procs = job.procs
+                if procs > free or job.submit_time > now:
+                    if free <= 0:
+                        break
+                    continue
+                if not computed:
+                    computed = True
+                    res = _reservation(view, started_ends, head.procs, idle_at_head, now)
+                    if res is not None:  # None only for an inconsistent view: then nothing is backfilled
+                        shadow, extra = res
+                        reservation = Reservation(head.id, shadow, extra)
+                if now + job.estimate <= shadow:
+                    pass
+                elif procs <= extra:
+                    extra -= procs
+                else:
+                    continue
+                if pool is None:
+                    pool = sorted(view.idle_fg)
+                actions.append(StartFg(job.id, tuple(pool[-1:-procs - 1:-1])))
+                del pool[-procs:]
+                free -= procs
         if reservation is None:
             reasons[head.id] = f"head of queue: needs {head.procs} cores, {idle_at_head} idle"
             default = f"waiting behind the head {head.id}"
