@@ -22,6 +22,16 @@ error) per task. The paper's example, in Python::
 A job's processes are its tasks (one core each, ``procs = len(tasks)``); they start together (a
 parallel job), which is how vmctld schedules. ``estimate`` is the run-time limit the scheduler uses
 (the job is killed after it); when absent it comes from the profile.
+
+A job may have a shape (:class:`vmctl.model.JobShape`): moldable (the policy picks its width from a
+table or a speedup model) or a task bag (per-task work; the policy sets its workers)::
+
+    Job("wrf", shape=JobShape.moldable({2: 100.0, 4: 60.0}))
+    Job("sweep", shape=JobShape.task_bag([10.0] * 1000, max_workers=20))
+
+A shaped job needs no tasks and no estimate: vmctld gives it the width a policy that knows only
+rigid jobs would use (``procs``: the smallest moldable width, the task bag's most workers) and its
+time at that width as the estimate, unless the job says otherwise.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from typing import Any
 
 from vmctl import errors
 from vmctl.apiclient import ApiClient
-from vmctl.model import JobState
+from vmctl.model import JobShape, JobState
 
 TERMINAL_STATES = frozenset({JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED})
 
@@ -119,8 +129,10 @@ class Job:
         mem: float | None = None,
         user: str | None = None,
         account: str | None = None,
+        shape: JobShape | None = None,
     ) -> None:
         self.name = name
+        self.shape = shape  # moldable or task bag (None: rigid, one process per task)
         self.user = user  # who the job runs for (None: not said)
         self.account = account  # the account (project) charged (None: not said)
         self.cpu_need = cpu_need  # vcsched: CPU need per VM, fraction of one host core
@@ -142,17 +154,25 @@ class Job:
 
     def to_spec(self) -> dict[str, Any]:
         """The ``POST /v1/jobs`` body."""
-        if not self.tasks:
+        shaped = self.shape is not None
+        if not self.tasks and not shaped:
             raise errors.ValidationError(field=f"job {self.name!r}.tasks", problem="a job needs at least one task")
         estimate = self.estimate
         if estimate is None and self.profile is not None:
             estimate = self.profile.runtime_s * self.profile.margin
-        if estimate is None:
+        if estimate is None and not shaped:
             raise errors.ValidationError(field=f"job {self.name!r}.estimate", problem="give an estimate or a profile")
-        if not (estimate > 0 and math.isfinite(estimate)):
+        if estimate is not None and not (estimate > 0 and math.isfinite(estimate)):
             raise errors.ValidationError(field=f"job {self.name!r}.estimate", problem=f"must be > 0, got {estimate}")
-        spec: dict[str, Any] = {"name": self.name, "procs": len(self.tasks), "estimate": float(estimate),
-                                "priority": int(self.priority)}
+        spec: dict[str, Any] = {"name": self.name, "priority": int(self.priority)}
+        if self.tasks:
+            spec["procs"] = len(self.tasks)
+        if estimate is not None:
+            spec["estimate"] = float(estimate)
+        if self.shape is not None:
+            from vmctl.shapes import shape_to_json
+
+            spec["shape"] = shape_to_json(self.shape)
         if self.deadline is not None:
             spec["deadline"] = float(self.deadline)
         if self.user is not None:
@@ -171,9 +191,10 @@ class Job:
             spec["mem"] = float(self.mem)
         default_usage = self.profile.cpu_usage if self.profile is not None else None
         usage = [t.cpu_usage if t.cpu_usage is not None else default_usage for t in self.tasks]
-        if all(u is not None for u in usage):
+        if self.tasks and all(u is not None for u in usage):
             spec["cpu_usage"] = usage
-        spec["tasks"] = [t.to_spec() for t in self.tasks]
+        if self.tasks:
+            spec["tasks"] = [t.to_spec() for t in self.tasks]
         return spec
 
     def __repr__(self) -> str:

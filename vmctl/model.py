@@ -27,6 +27,8 @@ What each action does to this occupancy is written once, in :mod:`vmctl.occupanc
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ from enum import StrEnum
 from typing import Any, Literal, TypeAlias
 
 from vmctl.errors import ValidationError
+from vmctl.speedup import Speedup, times_from_model
 
 #: a node's speed relative to a standard core, and its group (cluster or partition), when not configured
 DEFAULT_NODE_SPEED = 1.0
@@ -133,28 +136,151 @@ class Job:
         return 1.0 if self.cpu_usage is None else self.cpu_usage[process]
 
 
+#: the most widths a moldable shape may list, and the most tasks a task bag may hold
+MAX_SHAPE_WIDTHS = 4096
+MAX_SHAPE_TASKS = 1_000_000
+#: the widest width, and the longest time or task work (seconds), a shape may name
+MAX_SHAPE_WIDTH = 1_000_000
+MAX_SHAPE_SECONDS = 1e10
+
+
 @dataclass(frozen=True, slots=True)
 class JobShape:
-    """How wide a job may run, when it is not rigid (a rigid job runs exactly ``procs`` processes).
+    """How wide a job may run, when it is not rigid (a rigid job runs exactly ``procs`` processes),
+    and how long it runs at each width.
 
-    - ``moldable``: the policy picks the width when it starts the job, one of ``widths``, and cannot
-      change it later (``Start`` with that many cores);
-    - ``task-bag``: independent tasks; the policy sets how many workers the job holds (1 ..
-      ``max(widths)``) when it starts it and may change it at task boundaries (``Resize``).
+    - ``moldable`` (HSRET paper sec. 3.1): the policy picks the width when it starts the job, one of
+      ``widths`` (increasing), and cannot change it later (``Start`` with that many cores).
+      ``times[i]`` is the execution time in seconds at ``widths[i]`` on standard resources (speed
+      1.0): a measured table, or derived from a speedup model (``speedup``, :mod:`vmctl.speedup`) and
+      the time at the smallest width. Build one with :meth:`moldable` or :meth:`moldable_model`.
+    - ``task-bag`` (paper 001 sec. II-A): independent tasks, ``tasks[i]`` seconds of work on a standard
+      core each; the policy sets how many workers the job holds (1 .. ``max_workers``, which is
+      ``widths[0]``) when it starts it and may change it at task boundaries (``Resize``). Build one
+      with :meth:`task_bag`.
 
-    The view carries shapes in ``ClusterView.shapes`` (job id -> shape; absent = rigid)."""
+    The shape lives beside the job, not in it (``Job`` stays the rigid job's record): the view carries
+    shapes in ``ClusterView.shapes`` (job id -> shape; absent = rigid). Errors name the field
+    (``shape.widths``, ``shape.times[2]``, ``shape.tasks[0]`` ...)."""
 
     kind: Literal["moldable", "task-bag"]
     widths: tuple[int, ...]
+    times: tuple[float, ...] = ()
+    tasks: tuple[float, ...] = ()
+    speedup: Speedup | None = None
 
     def __post_init__(self) -> None:
-        if not self.widths or min(self.widths) < 1:
-            raise ValidationError(field="shape.widths", problem=f"must list widths >= 1, got {self.widths}")
+        widths = self.widths
+        if self.kind not in ("moldable", "task-bag"):
+            raise ValidationError(field="shape.kind", problem=f"must be moldable or task-bag, got {self.kind!r}")
+        if not widths or any(isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_SHAPE_WIDTH
+                             for w in widths):
+            raise ValidationError(field="shape.widths",
+                                  problem=f"must list widths in [1, {MAX_SHAPE_WIDTH}], got {widths}")
+        if self.kind == "moldable":
+            self._check_moldable()
+        else:
+            self._check_task_bag()
+
+    def _check_moldable(self) -> None:
+        widths, times = self.widths, self.times
+        if len(widths) > MAX_SHAPE_WIDTHS:
+            raise ValidationError(field="shape.widths", problem=f"at most {MAX_SHAPE_WIDTHS} widths, got {len(widths)}")
+        if any(b <= a for a, b in itertools.pairwise(widths)):
+            raise ValidationError(field="shape.widths", problem=f"must be strictly increasing, got {widths}")
+        if len(times) != len(widths):
+            raise ValidationError(field="shape.times",
+                                  problem=f"has {len(times)} times for {len(widths)} widths (one per width)")
+        for i, t in enumerate(times):
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_SHAPE_SECONDS:
+                raise ValidationError(field=f"shape.times[{i}]", problem=f"the time at width {widths[i]} must be a "
+                                      f"positive number of seconds (at most {MAX_SHAPE_SECONDS:g}), got {t!r}")
+        if self.tasks:
+            raise ValidationError(field="shape.tasks", problem="a moldable job has no tasks (that is a task bag)")
+
+    def _check_task_bag(self) -> None:
+        tasks = self.tasks
+        if len(self.widths) != 1:
+            raise ValidationError(field="shape.widths",
+                                  problem=f"a task bag has one width, its max_workers; got {self.widths}")
+        if not tasks:
+            raise ValidationError(field="shape.tasks", problem="a task bag needs at least one task")
+        if len(tasks) > MAX_SHAPE_TASKS:
+            raise ValidationError(field="shape.tasks", problem=f"at most {MAX_SHAPE_TASKS} tasks, got {len(tasks)}")
+        for i, w in enumerate(tasks):
+            if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= MAX_SHAPE_SECONDS:
+                raise ValidationError(field=f"shape.tasks[{i}]", problem=f"the work of a task must be a number of "
+                                      f"seconds in [0, {MAX_SHAPE_SECONDS:g}], got {w!r}")
+        if self.widths[0] > len(tasks):
+            raise ValidationError(field="shape.max_workers",
+                                  problem=f"{self.widths[0]} workers for {len(tasks)} tasks (at most one per task)")
+        if self.times or self.speedup is not None:
+            raise ValidationError(field="shape.times", problem="a task bag has per-task work, not times per width")
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def moldable(cls, table: Mapping[int, float]) -> JobShape:
+        """A moldable shape from a measured table width -> execution time on standard resources."""
+        if not table:
+            raise ValidationError(field="shape.table", problem="must give at least one width -> time")
+        widths = tuple(sorted(table))
+        return cls("moldable", widths, tuple(table[w] for w in widths))
+
+    @classmethod
+    def moldable_model(cls, widths: Sequence[int], speedup: Speedup, time_at_min: float) -> JobShape:
+        """A moldable shape whose times follow ``speedup`` (:mod:`vmctl.speedup`), taking
+        ``time_at_min`` seconds at the smallest width."""
+        ws = tuple(sorted(widths))
+        if not ws or ws[0] < 1:
+            raise ValidationError(field="shape.widths", problem=f"must list widths >= 1, got {tuple(widths)}")
+        return cls("moldable", ws, times_from_model(speedup, ws, time_at_min), speedup=speedup)
+
+    @classmethod
+    def task_bag(cls, tasks: Sequence[float], max_workers: int | None = None) -> JobShape:
+        """A task bag of ``tasks`` (work in seconds on a standard core each), holding at most
+        ``max_workers`` workers (default: one per task)."""
+        return cls("task-bag", (len(tasks) if max_workers is None else max_workers,), tasks=tuple(tasks))
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def min_width(self) -> int:
+        return 1 if self.kind == "task-bag" else self.widths[0]
+
+    @property
+    def max_width(self) -> int:
+        return self.widths[-1]
+
+    @property
+    def max_workers(self) -> int:
+        """A task bag's most workers (a moldable job's largest width)."""
+        return self.widths[-1]
 
     def allows(self, width: int) -> bool:
         if self.kind == "task-bag":
-            return 1 <= width <= max(self.widths)
+            return 1 <= width <= self.widths[0]
         return width in self.widths
+
+    def time_at(self, width: int) -> float:
+        """How long the job runs at ``width`` on standard resources (speed 1.0): a moldable job's time
+        at that width; a task bag's makespan on ``width`` workers that each take the next task in
+        order when they finish one (greedy list scheduling, what the simulator's task-bag model does
+        at a fixed width)."""
+        if not self.allows(width):
+            raise ValidationError(field="width", problem=f"{width} is not a width the job's shape allows "
+                                                         f"({self.min_width}..{self.max_width})")
+        if self.kind == "moldable":
+            return self.times[self.widths.index(width)]
+        free = [0.0] * width  # when each worker finishes its current task (a heap)
+        for work in self.tasks:
+            heapq.heapreplace(free, free[0] + work)
+        return max(free)
+
+    @property
+    def work(self) -> float:
+        """A task bag's total work (seconds on a standard core)."""
+        return math.fsum(self.tasks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,7 +199,7 @@ def test_width_follows_the_shape() -> None:
 
     mold, bag, rigid = job("m", 4, 10), job("t", 1, 10), job("r", 2, 10)
     v = dataclasses.replace(view(8, queue=[mold, bag, rigid]),
-                            shapes={"m": JobShape("moldable", (2, 4)), "t": JobShape("task-bag", (3,))})
+                            shapes={"m": JobShape.moldable({2: 10.0, 4: 6.0}), "t": JobShape.task_bag([5.0] * 3)})
     check(v, StartFg("m", (0, 1)), StartFg("t", (2, 3, 4)), StartFg("r", (5, 6)))  # widths 2 (of 2, 4) and 3
     assert rule_of(v, StartFg("m", (0, 1, 2))) == "cores-count"  # 3 is not a width of m
     assert rule_of(v, StartFg("t", (0, 1, 2, 3))) == "cores-count"  # at most 3 workers

@@ -10,6 +10,7 @@ from typing import Any
 
 from vmctl.errors import ValidationError
 from vmctl.model import MAX_NODE_SPEED, group_name_problem
+from vmctl.shapes import default_procs, shape_from_json, shape_summary, shape_to_json
 
 MAX_PROCS = 1_000_000
 MAX_BATCH = 10_000
@@ -254,7 +255,7 @@ def _put(target: dict[str, Any], key: str, value: Any) -> None:
 
 
 JOB_KEYS = ("name", "procs", "estimate", "cpu_usage", "priority", "deadline", "command", "work_seconds", "tasks",
-            "user", "account", "cpu_need", "mem")
+            "user", "account", "cpu_need", "mem", "shape")
 TASK_KEYS = ("command", "work_seconds", "cpu_usage")
 
 
@@ -262,10 +263,21 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
     """A normalized job spec (only known keys, checked types and ranges)."""
     d = _obj(raw, where)
     unknown_keys(d, JOB_KEYS, where)
-    procs = integer(d, "procs", where, required=True, lo=1, hi=MAX_PROCS)
+    # a moldable or task-bag job (vmctl.shapes): ``procs`` defaults to the width a policy that knows
+    # only rigid jobs gives it, and must be one of its widths
+    shape = shape_from_json(d["shape"], _path(where, "shape")) if d.get("shape") is not None else None
+    procs = integer(d, "procs", where, required=shape is None, lo=1, hi=MAX_PROCS,
+                    default=None if shape is None else default_procs(shape))
     assert procs is not None
-    spec: dict[str, Any] = {"procs": procs, "estimate": number(d, "estimate", where, required=True, lo=0.0,
-                                                                lo_open=True, hi=MAX_SECONDS)}
+    if shape is not None and not shape.allows(procs):
+        raise ValidationError(field=_path(where, "procs"),
+                              problem=f"{procs} is not a width its shape allows ({shape_summary(shape)})")
+    # a shaped job's estimate defaults to its time at ``procs`` on standard resources
+    estimate = number(d, "estimate", where, required=shape is None, lo=0.0, lo_open=True, hi=MAX_SECONDS)
+    if estimate is None:
+        assert shape is not None
+        estimate = min(MAX_SECONDS, max(shape.time_at(procs), 1e-3))
+    spec: dict[str, Any] = {"procs": procs, "estimate": estimate}
     _put(spec, "name", string(d, "name", where, max_len=MAX_NAME, name=True))
     if d.get("cpu_usage") is not None:
         spec["cpu_usage"] = _usage_list(d["cpu_usage"], procs, _path(where, "cpu_usage"))
@@ -297,6 +309,8 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
             _put(item, "cpu_usage", number(td, "cpu_usage", w, lo=0.0, lo_open=True, hi=1.0))
             out.append(item)
         spec["tasks"] = out
+    if shape is not None:
+        spec["shape"] = shape_to_json(shape)
     return spec
 
 

@@ -85,6 +85,9 @@ def job_json(r: JobRecord, expected_start: float | None = None) -> dict[str, Any
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
         "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
         "expected_start": expected_start if r.state == JobState.QUEUED else None,
+        # moldable / task-bag jobs: the shape as submitted (canonical form, vmctl.shapes; None = rigid) and
+        # the width the policy chose (processes placed; None until it starts)
+        "shape": r.spec.get("shape"), "width": len(r.placement) if r.placement else None,
     }
 
 

@@ -564,18 +564,50 @@ def parse_cpu_usage(value: str | None, procs: int | None) -> list[float] | None:
     return usage
 
 
+def parse_shape_option(text: str) -> dict[str, Any]:
+    """``--shape``: a job shape as JSON (the API's form, docs/workloads.md), or ``@FILE`` holding it
+    (JSON or YAML); checked here so that a mistake is named before anything is sent."""
+    import yaml
+
+    from vmctl.shapes import shape_from_json, shape_to_json
+
+    where = "--shape"
+    if text.startswith("@"):
+        where = text[1:]
+        try:
+            text = Path(where).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise errors.ConfigError(path=where, where="file", problem=f"cannot be read: {exc}") from exc
+    try:
+        raw: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise errors.UserError(where=where, problem="not valid JSON/YAML (e.g. '{\"kind\": \"moldable\", "
+                                                    "\"table\": {\"2\": 100, \"4\": 60}}')") from exc
+    return shape_to_json(shape_from_json(raw, "--shape"))
+
+
 def build_job_spec(
-    *, procs: int, estimate: float, name: str | None = None, priority: int | None = None,
+    *, procs: int | None, estimate: float | None, name: str | None = None, priority: int | None = None,
     deadline: float | None = None, cpu_usage: str | None = None, command: str | None = None,
     work_seconds: float | None = None, cpu_need: float | None = None, mem: float | None = None,
-    user: str | None = None, account: str | None = None,
+    user: str | None = None, account: str | None = None, shape: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``POST /v1/jobs`` body for the command-line options (only the given optional fields)."""
-    if procs < 1:
+    """The ``POST /v1/jobs`` body for the command-line options (only the given optional fields). A
+    shaped job (``shape``, from ``--shape``) may leave out procs and estimate (the daemon derives them)."""
+    if shape is None and (procs is None or estimate is None):
+        raise errors.UserError(where="job submit", problem="--procs and --estimate are required (or --shape, "
+                                                           "or --file)")
+    if procs is not None and procs < 1:
         raise errors.OutOfRange(what="--procs", value=procs, allowed=">= 1")
-    if not estimate > 0:
+    if estimate is not None and not estimate > 0:
         raise errors.OutOfRange(what="--estimate", value=estimate, allowed="> 0 seconds")
-    spec: dict[str, Any] = {"procs": procs, "estimate": estimate}
+    spec: dict[str, Any] = {}
+    if procs is not None:
+        spec["procs"] = procs
+    if estimate is not None:
+        spec["estimate"] = estimate
+    if shape is not None:
+        spec["shape"] = shape
     if name is not None:
         spec["name"] = name
     if priority is not None:
@@ -637,8 +669,9 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
         if not isinstance(s, dict):
             problem = f"must be a mapping, got {type(s).__name__}"
             raise errors.ConfigError(path=path, where=f"jobs[{i}]", problem=problem)
-        if "procs" not in s or "estimate" not in s:
-            raise errors.ConfigError(path=path, where=f"jobs[{i}]", problem="needs 'procs' and 'estimate'")
+        if ("procs" not in s or "estimate" not in s) and "shape" not in s:
+            raise errors.ConfigError(path=path, where=f"jobs[{i}]", problem="needs 'procs' and 'estimate' (or a "
+                                                                           "'shape')")
     return [dict(s) for s in specs]
 
 
@@ -656,28 +689,32 @@ def load_job_file(path: str) -> list[dict[str, Any]]:
 @click.option("--cpu-need", type=float, default=None,
               help="vcsched: CPU need per VM, fraction of one host core (0 < x <= 1).")
 @click.option("--mem", type=float, default=None, help="vcsched: memory need per VM, fraction of one host (0..1).")
+@click.option("--shape", "shape_", default=None, metavar="JSON|@FILE",
+              help="A moldable job or a task bag, e.g. '{\"kind\": \"moldable\", \"table\": {\"2\": 100, \"4\": 60}}' "
+                   "or '{\"kind\": \"task-bag\", \"tasks\": [10, 10, 10], \"max_workers\": 2}' "
+                   "(docs/workloads.md); --procs and --estimate then default from it.")
 @click.option("--file", "-f", "file_", default=None, metavar="PATH",
               help="YAML/JSON job spec(s) ('-' for stdin); several are submitted as one batch.")
 @api_options
 def job_submit(
     procs: int | None, estimate: float | None, name: str | None, priority: int | None, deadline: float | None,
     cpu_usage: str | None, command_: str | None, work_seconds: float | None, cpu_need: float | None,
-    mem: float | None, user: str | None, account: str | None, file_: str | None, url: str | None,
-    token: str | None, ca: str | None, output: str,
+    mem: float | None, user: str | None, account: str | None, shape_: str | None, file_: str | None,
+    url: str | None, token: str | None, ca: str | None, output: str,
 ) -> None:
     """Submit a job (options) or jobs (--file)."""
     client = _client(url, token, ca)
     if file_ is not None:
-        if procs is not None or estimate is not None:
-            raise errors.UserError(where="job submit", problem="give either --file or --procs/--estimate, not both")
+        if procs is not None or estimate is not None or shape_ is not None:
+            raise errors.UserError(where="job submit",
+                                   problem="give either --file or --procs/--estimate/--shape, not both")
         specs = load_job_file(file_)
         jobs = [client.submit_job(specs[0])] if len(specs) == 1 else client.submit_jobs(specs)
     else:
-        if procs is None or estimate is None:
-            raise errors.UserError(where="job submit", problem="--procs and --estimate are required (or --file)")
         spec = build_job_spec(
             procs=procs, estimate=estimate, name=name, priority=priority, deadline=deadline, cpu_usage=cpu_usage,
             command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem, user=user, account=account,
+            shape=None if shape_ is None else parse_shape_option(shape_),
         )
         jobs = [client.submit_job(spec)]
     show({"jobs": jobs}, output, lambda: job_table(jobs, title="submitted"))
@@ -705,7 +742,8 @@ def job_list(
     show({"jobs": jobs}, output, lambda: job_table(jobs, title=title))
 
 
-JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "estimate", "priority", "deadline",
+JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "shape", "width", "estimate", "priority",
+            "deadline",
             "submit_time", "start_time", "end_time", "placement", "runs", "requeues", "migrations", "reason", "tasks")
 
 
@@ -721,6 +759,19 @@ def history_text(history: Any) -> str:
     return "\n".join(lines)
 
 
+def shape_text(raw: Any) -> str:
+    """A job's shape as ``job show`` prints it: ``rigid`` or one line (``vmctl.shapes.shape_summary``);
+    a shape this client cannot read is printed as it came."""
+    if raw is None:
+        return "rigid"
+    from vmctl.shapes import shape_from_json, shape_summary
+
+    try:
+        return shape_summary(shape_from_json(raw))
+    except errors.ValidationError:
+        return str(raw)
+
+
 @job.command("show")
 @click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
 @api_options
@@ -730,9 +781,10 @@ def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, ou
     keys = [k for k in JOB_KEYS if k in j] + [k for k in j if k not in JOB_KEYS and k != "history"]
 
     def render() -> Any:
+        shown = {**j, "shape": shape_text(j.get("shape"))} if "shape" in j else j
         if "history" not in j:
-            return kv_table(j, keys)
-        return Group(kv_table(j, keys), Text(safe_text(history_text(j.get("history")))))
+            return kv_table(shown, keys)
+        return Group(kv_table(shown, keys), Text(safe_text(history_text(j.get("history")))))
 
     show({"job": j}, output, render)
 

@@ -26,6 +26,7 @@ from types import MappingProxyType
 from vmctl.model import (
     ClusterView,
     Job,
+    JobShape,
     JobState,
     MigrationSpec,
     NodeObserved,
@@ -36,6 +37,7 @@ from vmctl.model import (
     VmDesired,
     VmRole,
 )
+from vmctl.shapes import shape_from_json
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
@@ -123,6 +125,10 @@ class ClusterState:
     _node_jobs: dict[str, set[str]] = field(default_factory=dict)
     _job_nodes: dict[str, frozenset[str]] = field(default_factory=dict)
     _job_cache: dict[str, Job] = field(default_factory=dict)
+    # moldable and task-bag jobs (spec "shape"): the ids of those queued or active, and each one's parsed
+    # shape (the view's ``shapes``; empty, and free, while every job is rigid)
+    _shaped: set[str] = field(default_factory=set)
+    _shape_cache: dict[str, JobShape] = field(default_factory=dict)
     _util: dict[str, float] = field(default_factory=dict)  # VM name -> last reported utilization
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
@@ -151,6 +157,7 @@ class ClusterState:
         self._node_jobs = {}
         self._job_nodes = {}
         self._job_cache = {}
+        self._shaped, self._shape_cache = set(), {}
         self._active = set()
         self._static = {}
         self._fentry, self._fheap = {}, []
@@ -183,6 +190,11 @@ class ClusterState:
             self._active.add(job.id)
         else:
             self._active.discard(job.id)
+        if "shape" in job.spec:
+            if job.state in ACTIVE or job.state == JobState.QUEUED:
+                self._shaped.add(job.id)
+            else:
+                self._shaped.discard(job.id)
         for n in old - new:
             self._node_jobs.get(n, set()).discard(job.id)
         for n in new - old:
@@ -295,6 +307,8 @@ class ClusterState:
                 del self.jobs[rec.id]
             self._fentry.pop(rec.id, None)
             self._job_cache.pop(rec.id, None)
+            self._shape_cache.pop(rec.id, None)
+            self._shaped.discard(rec.id)
             self._static.pop(rec.id, None)
             procs = max(len(rec.tasks), int(rec.spec.get("procs") or 0))
             for run in range(1, rec.run + 1):
@@ -337,6 +351,25 @@ class ClusterState:
             j = rec.to_job()
             self._job_cache[rec.id] = j
         return j
+
+    def shape_of(self, rec: JobRecord) -> JobShape | None:
+        """The job's shape (moldable, task bag) from its spec, parsed once; None for a rigid job."""
+        raw = rec.spec.get("shape")
+        if raw is None:
+            return None
+        shape = self._shape_cache.get(rec.id)
+        if shape is None:
+            shape = self._shape_cache[rec.id] = shape_from_json(raw, f"job {rec.id}.shape")
+        return shape
+
+    def shapes(self) -> dict[str, JobShape]:
+        """The view's ``shapes``: job id -> shape of every queued or active moldable or task-bag job."""
+        out: dict[str, JobShape] = {}
+        for jid in self._shaped:
+            shape = self.shape_of(self.jobs[jid])
+            if shape is not None:
+                out[jid] = shape
+        return out
 
     def active(self) -> list[JobRecord]:
         return [self.jobs[i] for i in sorted(self._active)]
@@ -501,7 +534,7 @@ class ClusterState:
             idle_bg=idle_bg, fg_util=util, usable=usable, node_of_core=lay.node_of_core,
             local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
             migration_targets=self.migration_targets(),
-            node_speed=speed, node_group=group, node_mem_mib=mem,
+            node_speed=speed, node_group=group, node_mem_mib=mem, shapes=self.shapes() if self._shaped else {},
         )
         return view, lay
 

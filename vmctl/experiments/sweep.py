@@ -21,8 +21,10 @@ from typing import Any
 
 from vmctl.errors import OutOfRange, ValidationError
 from vmctl.experiments.runner import Cell, cell, run_grid
+from vmctl.model import JobShape
 from vmctl.policies.registry import create_policy, policy_class
 from vmctl.sim.engine import CpuUsageMode, SimConfig, SimResult, Simulator, WorkloadJobLike
+from vmctl.sim.workloads.shapes import ShapeRule
 
 MODELS = ("feitelson96", "jann97", "lublin99")
 
@@ -34,7 +36,9 @@ class WorkloadSpec:
     ``procs`` overrides the trace header's machine size (models: the machine size, default 320).
     ``load`` rescales the inter-arrival times to reach that offered load (None: as generated/recorded).
     ``jobs`` keeps the first N jobs (models: generates N). ``seed`` seeds the model and the CPU usage
-    assignment. ``priority_from_queue``: a trace job's priority is its SWF queue number (else 0)."""
+    assignment. ``priority_from_queue``: a trace job's priority is its SWF queue number (else 0).
+    ``shapes``: the rule of :mod:`vmctl.sim.workloads.shapes` that makes every job moldable or a task
+    bag (``rigid``: none)."""
 
     trace: str | None = None
     model: str | None = None
@@ -44,6 +48,7 @@ class WorkloadSpec:
     seed: int = 1
     cpu_usage: CpuUsageMode = "paper"
     priority_from_queue: bool = False  # a trace's queue number (SWF field 15) is each job's priority
+    shapes: ShapeRule = "rigid"
 
     def label(self) -> str:
         return Path(self.trace).name if self.trace else f"{self.model}"
@@ -55,6 +60,8 @@ class BuiltWorkload:
     cores: int
     source: str
     dropped: Mapping[str, int] = field(default_factory=dict)
+    #: job id -> shape of the moldable and task-bag jobs (``WorkloadSpec.shapes``); empty = all rigid
+    shapes: Mapping[str, JobShape] = field(default_factory=dict)
 
 
 def _module(name: str) -> Any:
@@ -97,8 +104,10 @@ def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
         # the model, TModel estimates, load scaling and CPU usage all come from the workloads package
         workload = _module("registry").generate_model(spec.model, spec.jobs or 10_000, spec.procs or 320, spec.seed,
                                                       spec.load, usage=spec.cpu_usage)
+    if spec.shapes != "rigid":
+        workload = _module("shapes").with_shapes(workload, spec.shapes)
     return BuiltWorkload(jobs=workload.jobs, cores=workload.max_procs, source=workload.source,
-                         dropped=dict(workload.dropped))
+                         dropped=dict(workload.dropped), shapes={str(k): v for k, v in workload.shapes.items()})
 
 
 def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True) -> SimConfig:

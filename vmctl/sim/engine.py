@@ -48,7 +48,6 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Demote,
-    Discipline,
     Job,
     Kill,
     Migrate,
@@ -66,13 +65,17 @@ from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.occupancy import priority_form
 from vmctl.sim import metrics as metrics_mod
+from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel
+from vmctl.sim.execution import shared_rate as shared_rate
 from vmctl.sim.progress import ProgressModel
 
 _EPS = 1e-9
 _INF = math.inf
-#: what the simulated cluster offers a policy (checked before a run): 2 levels per core under the
-#: priority discipline, rigid jobs, and capped shared VMs (vcsched; each core is then a one-core node)
-SIM_OFFER = Offer(where="the simulator", levels=2, discipline=Discipline.PRIORITY, shared_vms=True)
+#: what the simulated cluster offers a policy under its default execution model (the two-tier model,
+#: :class:`~vmctl.sim.execution.TwoTierModel`): 2 levels per core under the priority discipline, rigid
+#: jobs, and capped shared VMs (vcsched; each core is then a one-core node). Another model offers what
+#: its ``offer()`` says (``SimConfig.execution``).
+SIM_OFFER: Offer = TwoTierModel().offer()
 # Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
 _FG = Tier.FG
 _BG = Tier.BG
@@ -147,6 +150,8 @@ class SimConfig:
     - ``two_tier``: run on the two-tier architecture (fg loss applies); None = whether the policy
       needs it (``policy.needs.two_tier``: 2 levels under the priority discipline).
     - ``batches``: number of batches for the batch-means confidence intervals.
+    - ``execution``: makes the run's execution model (:mod:`vmctl.sim.execution`; one model object
+      per simulator); None = the two-tier model with ``two_tier`` and ``progress`` above.
     """
 
     seed: int = 1
@@ -155,6 +160,7 @@ class SimConfig:
     two_tier: bool | None = None
     progress: ProgressModel = field(default_factory=ProgressModel)
     batches: int = metrics_mod.DEFAULT_BATCHES
+    execution: Callable[[], ExecutionModel] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,39 +215,7 @@ class SimResult:
         }
 
 
-class _Run:
-    """A running job: where it is and how fast it advances (``progress(t) = p0 + rate * (t - max(t0,
-    blocked_until))`` for ``t >= t0``)."""
-
-    __slots__ = (
-        "blocked_until", "cap", "cores", "idx", "job", "nodes", "p0", "placed", "rate", "shared", "start_time",
-        "t0", "tier", "tier_since", "version",
-    )
-    cap: float  # set for shared runs only
-    nodes: tuple[str, ...]  # set for shared runs only
-
-    def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
-        self.idx = idx
-        self.job = job
-        self.tier = tier
-        self.cores = cores
-        self.start_time = now
-        self.tier_since = now
-        self.p0 = 0.0
-        self.t0 = now
-        self.rate = 0.0
-        self.blocked_until = now
-        self.version = 0
-        self.placed = True  # the view's snapshot must be rebuilt at the next reschedule
-        self.shared = False  # capped shared VMs on ``nodes`` (vcsched) instead of a level of ``cores``
-
-    def progress_at(self, t: float) -> float:
-        start = self.t0 if self.t0 > self.blocked_until else self.blocked_until
-        return self.p0 + self.rate * (t - start) if t > start else self.p0
-
-    def settle(self, t: float) -> None:
-        self.p0 = self.progress_at(t)
-        self.t0 = t
+_Run = Run  # the engine's name of a running job (defined with the execution models)
 
 
 class _LiveProgress(RunningJob):
@@ -300,12 +274,6 @@ class _LiveShared(RunningJob):
         return self._run.progress_at(self._sim.now)
 
 
-def shared_rate(cap: float, need: float) -> float:
-    """Pace of a job of capped shared VMs: each task gets ``cap`` of a node and would use ``need`` alone
-    (VCSCHED's yield, Casanova et al. sec. 2), so it advances at ``min(1, cap / need)``."""
-    return 1.0 if cap >= need else cap / need
-
-
 class _RunningView(Mapping[str, RunningJob]):
     """Live ``ClusterView.running``: a read-only face of the simulator's dict of snapshots."""
 
@@ -362,8 +330,19 @@ class Simulator:
         self.cores = cores
         self.source = source
         self.dropped: dict[str, int] = dict(dropped or {})
-        SIM_OFFER.check(policy)
-        self.two_tier = policy.needs.two_tier if self.config.two_tier is None else self.config.two_tier
+        cfg = self.config
+        self.two_tier = policy.needs.two_tier if cfg.two_tier is None else cfg.two_tier
+        model = cfg.execution() if cfg.execution is not None else TwoTierModel(self.two_tier, cfg.progress)
+        offer = model.offer()
+        offer.check(policy)
+        self.model = model
+        # the priority discipline of the two-tier model runs on the fg/bg fast path; every other model on
+        # the levelled path (any number of levels, actions applied through the one occupancy model)
+        self._leveled = not isinstance(model, TwoTierModel)
+        if isinstance(model, TwoTierModel):
+            if model.two_tier is None:
+                model.two_tier = self.two_tier
+            self.two_tier = model.two_tier
         kept = [j for j in jobs if j.procs <= cores]
         if len(kept) < len(jobs):
             self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + (
@@ -409,11 +388,7 @@ class Simulator:
                                           problem=f"{len(u)} entries for {j.procs} processes")
                 self._usage.append(tuple(u))
         self._validate_jobs()
-        self._pm = self.config.progress
-        if self.two_tier:
-            self._loss, self._beta = self._pm.draw(self.config.seed, np.asarray(self._procs, dtype=np.int64))
-        else:
-            self._loss, self._beta = [0.0] * n, [0.0] * n
+        self._width = array("i", self._procs)  # the width each job last started with (moldable, task bags)
         # per-job outcomes
         self._first_start = array("d", [math.nan]) * n
         self._end = array("d", [math.nan]) * n
@@ -455,21 +430,50 @@ class Simulator:
         self._shared = policy.needs.shared_vms
         names = [f"core{c}" for c in range(cores)] if self._shared else []
         self._node_core = {name: c for c, name in enumerate(names)}
-        self.view = ClusterView(
-            total_cores=cores,
-            queue=self._queue,
-            running=_RunningView(self._snaps),
-            fg_job=self._fg_job,
-            bg_job=self._bg_job,
-            idle_fg=self._idle_fg,
-            idle_bg=self._idle_bg,
-            fg_util=self._fg_util,
-            usable=self._usable,
-            queue_index=self._qjobs,
-            node_of_core=names,
-            local_core=[0] * len(names),
-            node_names=names,
-        )
+        # every level's occupancy: levels 0 and 1 are the fg/bg lists, further levels (levelled path) follow
+        levels = offer.levels
+        upper = range(max(0, levels - 2))
+        none_jobs: list[list[str | None]] = [[None] * cores for _ in upper]
+        none_runs: list[list[_Run | None]] = [[None] * cores for _ in upper]
+        self._slot_job: list[list[str | None]] = [self._fg_job, self._bg_job, *none_jobs]
+        self._slot_run: list[list[_Run | None]] = [self._fg_run, self._bg_run, *none_runs]
+        self._idle: list[set[int]] = [self._idle_fg, self._idle_bg, *(set(range(cores)) for _ in upper)]
+        del self._slot_job[levels:], self._slot_run[levels:], self._idle[levels:]
+        if self._leveled:
+            self.view = ClusterView.leveled(
+                cores, self._queue, _RunningView(self._snaps), self._slot_job, self._idle, offer.discipline,
+                self._fg_util, self._usable, queue_index=self._qjobs, node_of_core=names,
+                local_core=[0] * len(names), node_names=names, shapes=model.shapes,
+            )
+        else:
+            self.view = ClusterView(
+                total_cores=cores,
+                queue=self._queue,
+                running=_RunningView(self._snaps),
+                fg_job=self._fg_job,
+                bg_job=self._bg_job,
+                idle_fg=self._idle_fg,
+                idle_bg=self._idle_bg,
+                fg_util=self._fg_util,
+                usable=self._usable,
+                queue_index=self._qjobs,
+                node_of_core=names,
+                local_core=[0] * len(names),
+                node_names=names,
+            )
+        # what the execution model reads (``vmctl.sim.execution.EngineState``): live, never copied
+        self.records: Sequence[WorkloadJobLike] = kept
+        self.seed = self.config.seed
+        self.job_work = self._work
+        self.job_usage = self._usage
+        self.slot_run = self._slot_run
+        self.runs: Mapping[str, _Run] = self._runs
+        self.fg_util = self._fg_util
+        model.bind(self)
+        self._rate = model.rate
+        self._model_work = model.work
+        if isinstance(model, TwoTierModel):
+            self._loss = model.loss  # the fg rate, inlined on the fast path
 
     def _validate_jobs(self) -> None:
         """The rules of ``Job.__post_init__``, checked once for the whole workload: jobs are then built
@@ -526,35 +530,6 @@ class Simulator:
         self._snaps[run.job.id] = snap
 
     # ------------------------------------------------------------------ rates and events
-
-    def _rate(self, run: _Run) -> float:
-        """The job's rate: its slowest process's (``ProgressModel.bg_process_rate``, inlined here
-        because it is the engine's hottest loop for two-tier policies)."""
-        i = run.idx
-        loss = self._loss[i]
-        if run.tier is _FG:
-            return 1.0 - loss if self.two_tier else 1.0  # progress.fg_rate, inlined
-        if run.shared:
-            return shared_rate(run.cap, run.job.cpu_need)
-        beta = self._beta[i]
-        alone = 1.0 - loss
-        threshold = self._pm.bg_threshold
-        fg_run = self._fg_run
-        fg_util = self._fg_util
-        rate = 1.0
-        for c, u_bg in zip(run.cores, self._usage[i], strict=True):
-            if fg_run[c] is None:
-                r = alone
-            else:
-                u = fg_util[c]
-                if u > threshold:
-                    return 0.0
-                r = beta * (1.0 - u) / u_bg
-                if r > beta:
-                    r = beta
-            if r < rate:
-                rate = r
-        return rate
 
     def _reschedule(self, run: _Run) -> None:
         """Settle progress at now, recompute the rate and push a fresh completion event."""
@@ -923,7 +898,7 @@ class Simulator:
             first_start=np.frombuffer(self._first_start, dtype=np.float64) if n else np.zeros(0),
             end=np.frombuffer(self._end, dtype=np.float64) if n else np.zeros(0),
             run=np.asarray(self._work, dtype=np.float64),
-            procs=np.asarray(self._procs, dtype=np.float64),
+            procs=np.asarray(self._width, dtype=np.float64),
             cores=self.cores,
             batches=self.config.batches,
         )
@@ -967,7 +942,7 @@ class Simulator:
                 "submit": self._submit[i],
                 "start": start,
                 "end": end,
-                "width": self._procs[i],
+                "width": self._width[i],
                 "wait": start - self._submit[i],
                 "first_tier": ("fg", "bg", "shared")[self._first_bg[i]],
                 "tier_changes": self._tier_changes[i],

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vmctl.model import Job
+from vmctl.model import Job, JobShape
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -60,7 +60,9 @@ class Workload:
 
     ``source`` says where the jobs came from (a path or a model name with its seed), ``dropped`` counts
     the records left out by reason, ``header`` holds the SWF header comments (``MaxProcs`` -> ``"128"``;
-    repeated keys are joined with newlines).
+    repeated keys are joined with newlines). ``shapes`` maps a job id to its ``JobShape`` when the job
+    is moldable or a task bag (absent = rigid; :mod:`vmctl.sim.workloads.shapes` derives them from
+    rigid jobs); the shape lives beside the job record, so rigid workloads carry nothing extra.
     """
 
     jobs: list[WorkloadJob]
@@ -68,6 +70,7 @@ class Workload:
     source: str
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
+    shapes: dict[int, JobShape] = field(default_factory=dict)
 
     @property
     def first_submit(self) -> float:

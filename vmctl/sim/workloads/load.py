@@ -73,5 +73,6 @@ def scale_to_load(workload: Workload, target_load: float, procs: int | None = No
         max_procs=workload.max_procs,
         source=workload.source,
         dropped=dict(workload.dropped),
+        shapes=dict(workload.shapes),
         header={**workload.header, "OfferedLoad": f"{target_load:.4g} (inter-arrivals x {factor:.6g})"},
     )

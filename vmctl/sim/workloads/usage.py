@@ -91,5 +91,6 @@ def with_cpu_usage(workload: Workload, rng: np.random.Generator, mode: str = "pa
         max_procs=workload.max_procs,
         source=workload.source,
         dropped=dict(workload.dropped),
+        shapes=dict(workload.shapes),
         header={**workload.header, "CpuUsage": mode},
     )

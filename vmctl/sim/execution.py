@@ -1,0 +1,325 @@
+"""Execution models of the simulator: how the jobs the policy places advance, behind one interface.
+
+The engine (:mod:`vmctl.sim.engine`) owns the clock, the queue, the occupancy of every (core, level)
+slot and the completion events; an :class:`ExecutionModel` says what a placed job *does*: how much
+work it needs, how fast it advances given the occupancy, and which events of its own (time-slice
+boundaries, task boundaries) change that. A policy result in the simulator is then a claim about the
+cluster the model describes. Implementations: :class:`TwoTierModel` (the MEASY paper's fg/bg
+progress model, the default); a time-slice model (gang scheduling, paper 004) follows on the engine's
+levelled path.
+
+Contract (stable: later changes are additive)
+----------------------------------------------
+Units. *Work* is seconds of dedicated standard-core time per process (a rigid job of the trace needs
+``min(run_time, estimate)``). A run's *rate* is work per wall second: it is piecewise constant, the
+engine settles a run's progress (``progress = p0 + rate * (t - max(t0, blocked_until))``) before it
+asks for a new rate, and schedules the completion at ``progress == work``.
+
+Lifetime. One model object serves one :class:`~vmctl.sim.engine.Simulator`. The engine calls, in
+this order:
+
+1. ``offer()`` (before anything else): the levels per core, the discipline, the job shapes and
+   whether capped shared VMs exist. The engine builds the policy's view with that many levels under
+   that discipline and refuses a policy whose ``needs`` the offer does not meet
+   (``PolicyNeedsUnmet``, reference ``policy-needs-unmet``).
+2. ``bind(state)`` once, with the engine's read-only :class:`EngineState`. Draw random numbers and
+   precompute per-job data here; keep references, never copies, of the state's lists.
+3. For every run that starts (a queued job placed by Start/StartFg/StartBg): ``work(run)``, once, the
+   work the run needs to complete (moldable: the execution time at ``run.width``; task bag: the sum
+   of its tasks). A model keeps its per-run state in ``run.data``.
+4. ``rate(run)`` whenever something about the run changed: its placement or level, a resume, a model
+   event that named it, a change on slots its rate depends on. The engine has settled the run at
+   ``state.now`` with its previous rate just before. Suspended and checkpointed runs are not asked:
+   the engine gives them rate 0 (``run.stopped``).
+5. ``affected(level, cores)`` after slots on ``level`` of ``cores`` changed hands (start, move, kill,
+   completion ...): the *other* runs whose rate depends on those slots; the engine re-rates them.
+6. ``next_event()``: the time of the model's next internal event (``math.inf``: none). Asked on
+   every turn of the main loop when ``has_events`` is True (so keep it O(1)); when that time comes,
+   after the completions due at that instant, the engine calls ``on_event(now)``, which returns the
+   runs whose rate changed (re-rated as in 4.). A model event alone does not call the policy: it
+   sees the new state at the next submission, completion or ``wake_at`` it asked for.
+7. ``on_schedule(schedule, now)`` when a decision carries a ``SliceSchedule`` (already checked by the
+   invariant checker), returning the runs whose rate changed; ``on_resize(run, old_cores, now)``
+   after a ``Resize`` moved a task bag's workers (the engine has already applied the occupancy
+   change, :mod:`vmctl.policies.occupancy`). The defaults refuse with ``SimulationError``.
+8. ``expected_end(run, now)``: what the view reports as ``RunningJob.expected_end``.
+
+Costs. A ``Move``/``Migrate`` (and a restore) with ``cost`` c makes the run advance nothing during
+the next c seconds in which it *would* advance (``Run.debt``): on the two-tier model that is wall
+time, on the time-slice model c seconds of its own slices. The engine implements this for every
+model; ``rate`` never sees it.
+
+What the engine keeps for itself. Occupancy (applied through the one occupancy model on the levelled
+path), the queue, kills (progress lost), suspend/resume (rate 0, slots kept), checkpoint (slots
+freed, progress kept; the view shows the job as a suspended running job that holds no slot) and
+restore (a ``Move``/``Restore`` onto free slots, with a cost), counters and metrics. The priority
+discipline of :class:`TwoTierModel` runs on the engine's specialised fg/bg fast path (its rates are
+the model's ``rate``; its "affected" runs, the bg runs under a changed fg slot, are found there).
+
+Writing a model (moldable, task bags ...): subclass :class:`ExecutionModel` in its own module,
+implement ``offer`` and ``rate`` and whatever hooks it needs, and give the simulator a factory
+(``SimConfig(execution=...)``). Nothing in the engine's loop changes.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
+
+from vmctl.errors import SimulationError
+from vmctl.model import Discipline, Job, JobShape, SliceSchedule, Tier
+from vmctl.policies.base import Offer
+
+_INF = math.inf
+
+
+class Run:
+    """A job that holds slots (or is checkpointed) in the simulator: where it is and how fast it
+    advances, ``progress(t) = p0 + rate * (t - max(t0, blocked_until))`` for ``t >= t0``.
+
+    Models read ``idx`` (the job's position in the workload), ``job``, ``level``, ``cores``,
+    ``width``, ``suspended``/``checkpointed``/``stopped`` and ``p0``/``t0``; they may keep their own
+    per-run state in ``data``. Everything else is the engine's."""
+
+    __slots__ = (
+        "blocked_until", "cap", "checkpointed", "cores", "data", "debt", "idx", "job", "level", "nodes", "p0",
+        "placed", "rate", "shared", "start_time", "suspended", "t0", "tier", "tier_since", "version",
+    )
+    cap: float  # set for shared runs only
+    nodes: tuple[str, ...]  # set for shared runs only
+
+    def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
+        self.idx = idx
+        self.job = job
+        self.tier = tier
+        self.cores = cores
+        self.start_time = now
+        self.tier_since = now
+        self.p0 = 0.0
+        self.t0 = now
+        self.rate = 0.0
+        self.blocked_until = now
+        self.version = 0
+        self.placed = True  # the view's snapshot must be rebuilt at the next reschedule
+        self.shared = False  # capped shared VMs on ``nodes`` (vcsched) instead of a level of ``cores``
+        self.level = 0 if tier is Tier.FG else 1
+        self.suspended = False
+        self.checkpointed = False  # slots freed, progress kept (levelled path)
+        self.debt = 0.0  # seconds of advancing time still owed to a move's cost (levelled path)
+        self.data: Any = None  # the execution model's own per-run state
+
+    @property
+    def width(self) -> int:
+        return len(self.cores)
+
+    @property
+    def stopped(self) -> bool:
+        """Suspended or checkpointed: advances nothing, whatever the model says."""
+        return self.suspended or self.checkpointed
+
+    def progress_at(self, t: float) -> float:
+        start = self.t0 if self.t0 > self.blocked_until else self.blocked_until
+        return self.p0 + self.rate * (t - start) if t > start else self.p0
+
+    def settle(self, t: float) -> None:
+        self.p0 = self.progress_at(t)
+        self.t0 = t
+
+
+class WorkloadRecord(Protocol):
+    """What the engine needs from a workload record (``vmctl.sim.workloads.core.WorkloadJob``); a
+    model may read more (``getattr``) from ``EngineState.records``."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def submit(self) -> float: ...
+    @property
+    def run_time(self) -> float: ...
+    @property
+    def procs(self) -> int: ...
+    @property
+    def estimate(self) -> float: ...
+    @property
+    def cpu_usage(self) -> tuple[float, ...] | None: ...
+
+
+class EngineState(Protocol):
+    """What a model may read of the engine (read-only; the lists are live and indexed by workload
+    position ``idx`` or by core)."""
+
+    @property
+    def now(self) -> float: ...
+    @property
+    def cores(self) -> int: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def records(self) -> Sequence[WorkloadRecord]: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def job_work(self) -> Sequence[float]:
+        """``min(run_time, estimate)`` per job: a rigid job's work."""
+        ...
+    @property
+    def job_usage(self) -> Sequence[tuple[float, ...]]:
+        """The actual CPU usage of each process per job (all 1.0 under ``cpu_usage="full"``)."""
+        ...
+    @property
+    def slot_run(self) -> Sequence[Sequence[Run | None]]:
+        """``slot_run[level][core]``: the run on that slot (levelled path; the fg/bg fast path keeps
+        ``fg_run``/``bg_run``)."""
+        ...
+    @property
+    def runs(self) -> Mapping[str, Run]: ...
+
+
+class ExecutionModel(ABC):
+    """One execution model (see the module docstring for the contract)."""
+
+    #: short name, shown in errors (``the simulator (timeslice model)``)
+    name: ClassVar[str] = ""
+    #: True when the model has internal events (``next_event``/``on_event`` are then called)
+    has_events: ClassVar[bool] = False
+
+    state: EngineState
+
+    def __init__(self) -> None:
+        #: job id -> shape of the jobs that are not rigid (the view's ``shapes``); fill it in ``bind``
+        self.shapes: dict[str, JobShape] = {}
+        self._bound = False
+
+    @abstractmethod
+    def offer(self) -> Offer:
+        """What this model offers policies (levels, discipline, shapes, shared VMs)."""
+
+    def where(self) -> str:
+        """How errors name the simulated cluster."""
+        return f"the simulator ({self.name} model)"
+
+    def bind(self, state: EngineState) -> None:
+        if self._bound:
+            raise SimulationError(time=state.now, problem=f"the {self.name} model already serves a simulator")
+        self._bound = True
+        self.state = state
+
+    def work(self, run: Run) -> float:
+        """Work the run needs to complete (called once, when it starts)."""
+        return self.state.job_work[run.idx]
+
+    @abstractmethod
+    def rate(self, run: Run) -> float:
+        """Work per wall second of a placed, not stopped run, given the occupancy now (>= 0)."""
+
+    def affected(self, level: int, cores: Collection[int]) -> Iterable[Run]:
+        """The other runs whose rate depends on ``level`` of ``cores`` (their holders changed)."""
+        return ()
+
+    def next_event(self) -> float:
+        """Time of the next internal event; ``math.inf`` when none."""
+        return _INF
+
+    def on_event(self, now: float) -> Iterable[Run]:
+        """The internal event due at ``now`` happened: the runs whose rate changed."""
+        return ()
+
+    def on_schedule(self, schedule: SliceSchedule, now: float) -> Iterable[Run]:
+        """A decision's time-slice schedule applies from ``now``: the runs whose rate changed."""
+        raise SimulationError(time=now, problem=f"the {self.name} model has no time slices (a decision "
+                                                f"carried a SliceSchedule)")
+
+    def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
+        """A task bag's workers moved from ``old_cores`` to ``run.cores``: the runs whose rate changed
+        besides ``run`` (which the engine re-rates anyway)."""
+        raise SimulationError(time=now, problem=f"the {self.name} model does not model resize ({run.job.id})")
+
+    def expected_end(self, run: Run, now: float) -> float:
+        """``RunningJob.expected_end``: on level 0 the end at full speed from now,
+        ``max(now, blocked) + debt + estimate - progress``; on other levels unknown (``inf``)."""
+        if run.level != 0 or run.stopped:
+            return _INF
+        begin = run.blocked_until if run.blocked_until > now else now
+        return begin + run.debt + run.job.estimate - run.progress_at(now)
+
+
+# ------------------------------------------------------------------------------------- two-tier
+
+
+class TwoTierModel(ExecutionModel):
+    """The MEASY paper's two-tier progress model (:mod:`vmctl.sim.progress`): 2 levels per core
+    under the priority discipline, a fg run at ``1 - loss`` (1 off the two-tier architecture), a bg
+    run at the pace its slowest process gets from the cycles the fg VM leaves, capped shared VMs
+    (vcsched) at ``shared_rate(cap, need)``. ``two_tier`` None: whether the policy needs the two-tier
+    architecture (``Needs.two_tier``), resolved by the engine before ``bind``."""
+
+    name: ClassVar[str] = "two-tier"
+
+    def __init__(self, two_tier: bool | None = None, progress: Any = None) -> None:
+        super().__init__()
+        from vmctl.sim.progress import ProgressModel
+
+        self.two_tier = two_tier
+        self.progress: ProgressModel = progress if progress is not None else ProgressModel()
+        self.loss: list[float] = []
+        self.beta: list[float] = []
+
+    def offer(self) -> Offer:
+        return Offer(where="the simulator", levels=2, discipline=Discipline.PRIORITY, shared_vms=True)
+
+    def bind(self, state: EngineState) -> None:
+        import numpy as np
+
+        super().bind(state)
+        if self.two_tier is None:
+            raise SimulationError(time=state.now, problem="the two-tier model's two_tier flag was not resolved")
+        n = state.n
+        if self.two_tier:
+            procs = np.asarray([r.procs for r in state.records], dtype=np.int64)
+            self.loss, self.beta = self.progress.draw(state.seed, procs)
+        else:
+            self.loss, self.beta = [0.0] * n, [0.0] * n
+        self._fg_run: Sequence[Run | None] = state.slot_run[0]
+        self._fg_util: Sequence[float] = getattr(state, "fg_util")  # noqa: B009 - the fast path's own list
+        self._usage = state.job_usage
+        self._threshold = self.progress.bg_threshold
+
+    def rate(self, run: Run) -> float:
+        """The job's rate: its slowest process's (``ProgressModel.bg_process_rate``, inlined here
+        because it is the engine's hottest loop for two-tier policies)."""
+        i = run.idx
+        loss = self.loss[i]
+        if run.tier is _FG:
+            return 1.0 - loss if self.two_tier else 1.0  # progress.fg_rate, inlined
+        if run.shared:
+            return shared_rate(run.cap, run.job.cpu_need)
+        beta = self.beta[i]
+        alone = 1.0 - loss
+        threshold = self._threshold
+        fg_run = self._fg_run
+        fg_util = self._fg_util
+        rate = 1.0
+        for c, u_bg in zip(run.cores, self._usage[i], strict=True):
+            if fg_run[c] is None:
+                r = alone
+            else:
+                u = fg_util[c]
+                if u > threshold:
+                    return 0.0
+                r = beta * (1.0 - u) / u_bg
+                if r > beta:
+                    r = beta
+            if r < rate:
+                rate = r
+        return rate
+
+
+_FG = Tier.FG
+
+
+def shared_rate(cap: float, need: float) -> float:
+    """Pace of a job of capped shared VMs: each task gets ``cap`` of a node and would use ``need`` alone
+    (VCSCHED's yield, Casanova et al. sec. 2), so it advances at ``min(1, cap / need)``."""
+    return 1.0 if cap >= need else cap / need
