@@ -21,10 +21,11 @@ without arrivals until every task has ended or ``drain`` more slots have passed.
 
 **Metrics (sec. 6.2).** Over the tasks that arrive after the warm-up (``warmup`` slots; by default the
 longest deadline window, 47,500 minutes: 132 slots of 360 minutes, 66 of 720): AET, the mean of
-completion - start (minutes: suspended slots count); AWT, the mean of start - arrival; PUT, the percentage of tasks not completed by their deadline (a task still unfinished
-at the end counts as late); utilization, the node-slots held by running tasks over the node-slots of
-the measured slots. Confidence intervals: batch means, ``batches`` batches of consecutive arrival
-slots, the half width of the 95 % Student-t interval (``ci_aet``, ``ci_awt``, ``ci_put``).
+completion - start (minutes: suspended slots count); AWT, the mean of start - arrival; PUT, the
+percentage of tasks not completed by their deadline (a task still unfinished at the end counts as
+late); utilization, the node-slots held by running tasks over the node-slots of the measured slots.
+Confidence intervals: batch means, ``batches`` batches of consecutive arrival slots, the half width
+of the 95 % Student-t interval (``ci_aet``, ``ci_awt``, ``ci_put``).
 
 The same seed gives the same tasks, speeds and forecast errors to every policy (common random
 numbers); AFCFS's random choices come from a separate stream of the same seed.
