@@ -74,7 +74,8 @@ def earliest_starts(rows: NDArray[np.int64], n: NDArray[np.int64]) -> NDArray[np
     shift = (np.arange(j_count, dtype=np.int64) * 2 * UNBOUNDED)
     flat = (rows + shift[:, None]).ravel()
     pos: NDArray[np.int64] = np.searchsorted(flat, (n + shift[None, :]), side="left").astype(np.int64)
-    return pos - (np.arange(j_count, dtype=np.int64) * h)[None, :]
+    out: NDArray[np.int64] = pos - (np.arange(j_count, dtype=np.int64) * h)[None, :]
+    return out
 
 
 def earliest_start(reach_row: NDArray[np.int64], n: NDArray[np.int64]) -> NDArray[np.int64]:
