@@ -126,6 +126,8 @@ def _profiles(shapes: tuple[str, ...]) -> tuple[Any, ...]:
 @click.option("--accuracies", default="1.0,0.95,0.9", show_default=True)
 @click.option("--seeds", default="1", show_default=True)
 @click.option("--slots", type=int, required=True, help="Slots with arrivals per run (warm-up included).")
+@click.option("--warmup", type=int, default=None,
+              help="Warm-up slots (default: the longest deadline window, 132 slots at 360 min, 66 at 720).")
 @click.option("--clusters", type=int, default=10, show_default=True)
 @click.option("--nodes", type=int, default=1000, show_default=True)
 @click.option("--workers", type=int, default=None, help="Local Dask workers (default: one per core).")
@@ -134,8 +136,8 @@ def _profiles(shapes: tuple[str, ...]) -> tuple[Any, ...]:
 @click.option("--table", default=None, metavar="FILE", help="Results table (default OUT/results.parquet).")
 @click.option("--retry-failed", is_flag=True)
 @click.option("--no-plots", is_flag=True)
-def sweep_cmd(policies: str, grid_text: str | None, accuracies: str, seeds: str, slots: int, clusters: int,
-              nodes: int, workers: int | None, scheduler: str | None, out_dir: str, table: str | None,
+def sweep_cmd(policies: str, grid_text: str | None, accuracies: str, seeds: str, slots: int, warmup: int | None,
+              clusters: int, nodes: int, workers: int | None, scheduler: str | None, out_dir: str, table: str | None,
               retry_failed: bool, no_plots: bool) -> None:
     """Run the grid on Dask; write the table, results.csv, results.md and the figs. 9-14 plots
     (rerunning resumes: cells already in the table are skipped)."""
@@ -158,11 +160,12 @@ def sweep_cmd(policies: str, grid_text: str | None, accuracies: str, seeds: str,
         for rate in rates:
             for acc in accs:
                 MoldableConfig(policy=names[0], slot=slot, rate=rate, slots=slots, clusters=clusters, nodes=nodes,
-                               accuracy=acc)
+                               accuracy=acc, warmup=warmup)
     out = writable_dir(out_dir)
     table_path = Path(table) if table else out / "results.parquet"
+    fixed: dict[str, Any] = {} if warmup is None else {"warmup": warmup}   # the default keeps the cell keys
     cells = [cell(sweep_cell, policy=p, slot=slot, rate=rate, accuracy=acc, seed=seed, slots=slots,
-                  clusters=clusters, nodes=nodes)
+                  clusters=clusters, nodes=nodes, **fixed)
              for slot, rates in grid.items() for rate in rates for acc in accs for p in names for seed in seed_list]
 
     def tick(row: dict[str, Any]) -> None:

@@ -294,10 +294,10 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
 
 
 def sweep_cell(policy: str, slot: float, rate: float, accuracy: float, seed: int, slots: int, clusters: int,
-               nodes: int) -> dict[str, Any]:
+               nodes: int, warmup: int | None = None) -> dict[str, Any]:
     """One cell of ``vmctl moldable sweep`` (for ``vmctl.experiments.runner``): scalar metrics only."""
     res = simulate(MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, clusters=clusters, nodes=nodes,
-                                  accuracy=accuracy, seed=seed))
-    keep = ("tasks", "aet", "awt", "put", "utilization", "ci_aet", "ci_awt", "ci_put", "unfinished", "mean_width",
-            "suspended_task_slots", "simulated_slots", "slots_per_s")
+                                  accuracy=accuracy, seed=seed, warmup=warmup))
+    keep = ("tasks", "aet", "awt", "put", "utilization", "warmup_slots", "ci_aet", "ci_awt", "ci_put", "unfinished",
+            "mean_width", "suspended_task_slots", "simulated_slots", "slots_per_s")
     return {k: res[k] for k in keep}
