@@ -19,9 +19,11 @@ of nodes x speed (standard nodes). The load when every task has its maximum / mi
                                                                        must be the minimum, as for
                                                                        the time)
 
-``et`` is the forecast time on standard resources, not rounded up to whole slots (as eq. 8 writes
-it). The text defines
-``minsl = min(crmin / TP, 1)`` and ``maxsl = max(crmax / TP, 1)`` (eqs. 5-6), dividing by TP twice
+``et`` is the forecast time on standard resources rounded up to whole slots (**R**: eq. 8 writes
+``pl * et``; but "during the slot time, the task holds the allocated resources exclusively, until the
+end of every slot time", sec. 3.2, so a task consumes ``pl`` nodes for ``ceil(et / SL)`` whole slots;
+unrounded, the target load of 1 below is exceeded by the fragments of every last slot). The text
+defines ``minsl = min(crmin / TP, 1)`` and ``maxsl = max(crmax / TP, 1)`` (eqs. 5-6), dividing by TP twice
 and making maxsl >= 1 always; and it swaps min and max in their definitions. **R**: we use
 ``minsl = min(crmin, 1)``, ``maxsl = min(crmax, 1)`` and the three cases as the text explains them
 (its own case numbers are swapped between the list and the sentence after it):
@@ -71,11 +73,14 @@ Each slot, before the waiting tasks, the active tasks are packed earliest deadli
 clusters' nodes (those that can still end in time before those that cannot); the ones that do not
 fit (after a suspension, more tasks may hold a cluster than it has nodes) stay suspended this slot.
 
-Tiny example (Getnet): one task waiting, widths (1, 2, 4) with times (100, 60, 40) minutes (net 1, 1/3,
-0), ``ar`` 0, ``dl`` 100, TP 2 nodes: at snet 1 (width 1) the load is 1 * 100 / (100 * 2) = 0.5; at
-snet 0 (width 4) it is 4 * 40 / 200 = 0.8: Case 1, snet = 0. With TP = 1 the loads are 1.0 and 1.6,
-minsl = 1: Case 2, snet = 1. With widths (1, 2) times (100, 40) and TP = 1 the loads are 1.0 at width
-1 and 0.8 at width 2: crmax < 1, Case 1.
+Tiny example (slot 10 minutes, so every time is whole slots): one task waiting, widths (1, 2, 4) with
+times (100, 60, 40) minutes (net 1, 1/3, 0), ``ar`` 0, ``dl`` 100, TP 2 nodes: at snet 1 (width 1) the
+load is 1 * 100 / (100 * 2) = 0.5; at snet 0 (width 4) it is 4 * 40 / 200 = 0.8: Case 1, snet = 0.
+With TP = 1 the loads are 1.0 and 1.6, minsl = 1: Case 2, snet = 1. With widths (1, 2) times (100, 40)
+and TP = 1 the loads are 1.0 at width 1 and 0.8 at width 2: crmax < 1, Case 1 (checked first). With
+TP = 1.25 (one node of speed 1.25) the loads are 0.8, 0.96 and 1.28: Case 3; Getnet (minstep 1/3)
+tries 0.5 (width 2, 0.96: not overloaded, upper bound 0.5), then 0.25 (width 4, 1.28: lower bound
+0.25), stops and returns 0.5: width 2.
 """
 
 from __future__ import annotations
