@@ -208,6 +208,12 @@ class Occupancy:
         job = self._queued_job(job_id, action)
         self._submitted(job)
         self._level_ok(job_id, level, action)
+        shape = self.view.shapes.get(job_id) if self.view.shapes else None
+        if shape is not None and not shape.allows(len(cores)):
+            allowed = (", ".join(map(str, shape.widths)) if shape.kind == "moldable"
+                       else f"1..{shape.max_workers} workers")
+            raise fail("cores-count", f"{action} {job_id}: {len(cores)} cores, a width its {shape.kind} shape does "
+                                      f"not allow ({allowed})")
         self.cores_ok(job_id, cores, self._width(job, cores), action)  # rigid: width == procs
         self._take(job_id, level, cores, action)
         self.started.add(job_id)

@@ -173,6 +173,8 @@ class JobShape:
         widths = self.widths
         if self.kind not in ("moldable", "task-bag"):
             raise ValidationError(field="shape.kind", problem=f"must be moldable or task-bag, got {self.kind!r}")
+        if self.kind == "task-bag" and not self.tasks:
+            raise ValidationError(field="shape.tasks", problem="a task bag needs at least one task")
         if not widths or any(isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_SHAPE_WIDTH
                              for w in widths):
             raise ValidationError(field="shape.widths",
@@ -720,6 +722,16 @@ class VmDesired:
     checkpoint_path: str | None = None
     migration: MigrationSpec | None = None
     memory_mib: int = 64
+    # the VM level on its core (0 .. L-1, see "Levels" in the module docstring); -1: follows ``role``
+    # (fg level 0, bg level 1, a shared VM none), which is all a two-level priority host needs
+    level: int = -1
+
+    @property
+    def slot_level(self) -> int | None:
+        """The level this VM holds on its core, or None for a shared VM (no level of a core)."""
+        if self.level >= 0:
+            return self.level
+        return None if self.role is VmRole.SHARED else 0 if self.role is VmRole.FG else 1
 
 
 @dataclass(frozen=True, slots=True)

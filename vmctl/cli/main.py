@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, str] = {
     "node": "vmctl.cli.ops:node",
     "migrate": "vmctl.cli.ops:migrate",
     "op": "vmctl.cli.ops:op",
+    "events": "vmctl.cli.events:events",
     "top": "vmctl.cli.ops:top",
     "policy": "vmctl.cli.ops:policy",
     "token": "vmctl.cli.ops:token",

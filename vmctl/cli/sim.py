@@ -1,6 +1,8 @@
-"""``vmctl sim``: run the scheduling policies on a simulated two-tier cluster (offline; no daemon).
+"""``vmctl sim``: run the scheduling policies on a simulated cluster (offline; no daemon): the two-tier
+(fg/bg) cluster by default, gang scheduling with ``--discipline timeslice``.
 
     vmctl sim run --trace ../shared/data/traces/KTH-SP2-1996-2.1-cln.swf.gz --policy easy
+    vmctl sim run --model feitelson96 --jobs 5000 --policy easy --discipline timeslice --levels 3 --slice 200
     vmctl sim run --model feitelson96 --jobs 20000 --procs 320 --load 0.8 --policy measy --output json
     vmctl sim sweep --model feitelson96 --jobs 20000 --policies easy,keasy,reasy,measy \\
         --loads 0.5,0.6,0.7,0.8,0.9,0.95 --out results/fw
@@ -12,17 +14,22 @@ Bad input (missing or malformed trace, unknown policy or parameter) raises a vmc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from vmctl.errors import PolicyParameterError, ValidationError
 from vmctl.policies.registry import policy_class
+
+if TYPE_CHECKING:
+    from vmctl.sim.execution import ExecutionModel
 
 
 def _parse_params(policy: str, items: tuple[str, ...]) -> dict[str, Any]:
@@ -65,6 +72,29 @@ def _ints(option: str, text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValidationError(field=option, problem=f"expected comma-separated integers, got {text!r}") from None
+
+
+def _execution(discipline: str, levels: int | None, slice_s: float | None
+               ) -> tuple[Callable[[], ExecutionModel] | None, dict[str, Any]]:
+    """The execution model ``vmctl sim run`` asks for (None = the default two-tier model) and how the
+    result names it; bad combinations are errors naming the option."""
+    if levels is not None and levels < 1:
+        raise ValidationError(field="--levels", problem=f"must be >= 1, got {levels}")
+    if slice_s is not None and not (slice_s > 0 and math.isfinite(slice_s)):
+        raise ValidationError(field="--slice", problem=f"must be a positive number of seconds, got {slice_s:g}")
+    if discipline == "priority":
+        if levels is not None and levels != 2:
+            raise ValidationError(field="--levels", problem=f"the priority discipline has 2 levels (fg and bg), not "
+                                                            f"{levels}; --discipline timeslice takes any number")
+        if slice_s is not None:
+            raise ValidationError(field="--slice", problem="applies to --discipline timeslice only")
+        return None, {"model": "two-tier", "discipline": "priority", "levels": 2}
+    from vmctl.sim.timeslice import DEFAULT_SLICE, TimeSliceModel
+
+    n = 2 if levels is None else levels
+    period = DEFAULT_SLICE if slice_s is None else slice_s
+    return (functools.partial(TimeSliceModel, n, period),
+            {"model": "timeslice", "discipline": "timeslice", "levels": n, "slice_s": period})
 
 
 def _spec(trace: str | None, model: str | None, jobs: int | None, procs: int | None, load: float | None,
@@ -113,13 +143,25 @@ def _with_workload_options(f: Any) -> Any:
                    "migrations, kills): CSV, or Parquet when FILE ends in .parquet.")
 @click.option("--priority-from-queue", is_flag=True,
               help="Trace only: each job's priority is its SWF queue number (field 15; SWF has no priority).")
+@click.option("--discipline", type=click.Choice(["priority", "timeslice"]), default="priority", show_default=True,
+              help="Execution model: priority = the two-tier fg/bg progress model (MEASY sec. 3.2); timeslice = "
+                   "gang scheduling, one of --levels rows active per --slice seconds (paper 004).")
+@click.option("--levels", type=int, default=None, metavar="N",
+              help="VM levels per core (timeslice: the multiprogramming level, default 2; priority: 2).")
+@click.option("--slice", "slice_s", type=float, default=None, metavar="SECONDS",
+              help="Timeslice only: the time slice T (default 200, the paper's).")
+@click.option("--shapes", type=click.Choice(["rigid", "moldable", "task-bag"]), default="rigid", show_default=True,
+              help="Make every job moldable (widths procs/4 .. 2 procs, Downey speedup) or a bag of one task per "
+                   "processor, and run them on that execution model (docs/workloads.md, Job shapes).")
 def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int | None, cpu_usage: str,
             no_cpu_info: bool, load: float | None, seed: int, policy: str, params: tuple[str, ...],
-            output: str, jobs_out: str | None, priority_from_queue: bool) -> None:
+            output: str, jobs_out: str | None, priority_from_queue: bool, discipline: str, levels: int | None,
+            slice_s: float | None, shapes: str) -> None:
     """Run one policy over one workload and print the metrics."""
     from vmctl.experiments.sweep import build_workload, run_one
     from vmctl.sim import report
 
+    execution, execution_doc = _execution(discipline, levels, slice_s)
     parsed = _parse_params(policy, params)
     if jobs_out is not None:
         from vmctl.sim.jobs_out import check_target
@@ -132,6 +174,12 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
                    err=True)
     if priority_from_queue:
         spec = dataclasses.replace(spec, priority_from_queue=True)
+    if shapes != "rigid":
+        if discipline != "priority" or levels is not None or slice_s is not None:
+            raise ValidationError(field="--shapes", problem=f"{shapes} jobs run on their own execution model (one "
+                                                            "level per core); leave out --discipline/--levels/--slice")
+        spec = dataclasses.replace(spec, shapes="task-bag" if shapes == "task-bag" else "moldable")
+        execution_doc = {"model": shapes, "discipline": "shared", "levels": 1}
     t0 = time.perf_counter()
     built = build_workload(spec)
     show_bar = output == "table" and sys.stderr.isatty() and len(built.jobs) >= 5000
@@ -143,15 +191,16 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task(f"{policy}", total=len(built.jobs))
             result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built, jobs_out=jobs_out,
-                             on_progress=lambda done, total: bar.update(task, completed=done))
+                             on_progress=lambda done, total: bar.update(task, completed=done), execution=execution)
     else:
-        result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built, jobs_out=jobs_out)
+        result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built, jobs_out=jobs_out,
+                         execution=execution)
     wall = time.perf_counter() - t0
     if output == "json":
         click.echo(report.to_json(result, {"wall_s": round(wall, 3), "cpu_info": not no_cpu_info,
-                                           "cpu_usage": cpu_usage, "load": load}))
+                                           "cpu_usage": cpu_usage, "load": load, "execution": execution_doc}))
     else:
-        report.print_table(result)
+        report.print_table(result, execution=execution_doc)
         click.echo(f"wall time {wall:.2f} s", err=True)
 
 

@@ -24,6 +24,7 @@ from vmctl.experiments.runner import Cell, cell, run_grid
 from vmctl.model import JobShape
 from vmctl.policies.registry import create_policy, policy_class
 from vmctl.sim.engine import CpuUsageMode, SimConfig, SimResult, Simulator, WorkloadJobLike
+from vmctl.sim.execution import ExecutionModel
 from vmctl.sim.workloads.shapes import ShapeRule
 
 MODELS = ("feitelson96", "jann97", "lublin99")
@@ -110,8 +111,20 @@ def build_workload(spec: WorkloadSpec) -> BuiltWorkload:
                          dropped=dict(workload.dropped), shapes={str(k): v for k, v in workload.shapes.items()})
 
 
-def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True) -> SimConfig:
-    return SimConfig(seed=seed, cpu_usage=spec.cpu_usage, cpu_info=cpu_info)
+def make_config(spec: WorkloadSpec, seed: int, cpu_info: bool = True,
+                execution: Callable[[], ExecutionModel] | None = None) -> SimConfig:
+    return SimConfig(seed=seed, cpu_usage=spec.cpu_usage, cpu_info=cpu_info, execution=execution)
+
+
+def shape_execution(rule: ShapeRule, shapes: Mapping[str, JobShape]) -> Callable[[], ExecutionModel]:
+    """The execution model of a shaped workload: node speed x moldable time for ``moldable``
+    (:mod:`vmctl.sim.exec_moldable`), task bags for ``task-bag`` (:mod:`vmctl.sim.exec_taskbag`); one
+    level per core, every core a standard one."""
+    from vmctl.sim.exec_moldable import MoldableModel
+    from vmctl.sim.exec_taskbag import TaskBagModel
+
+    cls = TaskBagModel if rule == "task-bag" else MoldableModel
+    return lambda: cls(shapes)
 
 
 def policy_params(name: str, params: Mapping[str, Any], cpu_info: bool) -> dict[str, Any]:
@@ -132,12 +145,18 @@ def run_one(
     on_progress: Callable[[int, int], None] | None = None,
     built: BuiltWorkload | None = None,
     jobs_out: str | Path | None = None,
+    execution: Callable[[], ExecutionModel] | None = None,
 ) -> SimResult:
     """One policy over one workload; ``jobs_out``: also write one row per job there (CSV or Parquet,
-    :mod:`vmctl.sim.jobs_out`)."""
+    :mod:`vmctl.sim.jobs_out`); ``execution``: the execution model (None: the two-tier model)."""
     built = built or build_workload(spec)
     pol = create_policy(policy, **policy_params(policy, params or {}, cpu_info))
-    cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info)
+    if spec.shapes != "rigid":
+        if execution is not None:
+            raise ValidationError(field="--shapes", problem=f"{spec.shapes} jobs run on their own execution model "
+                                                            "(one level per core); it cannot be combined with another")
+        execution = shape_execution(spec.shapes, built.shapes)
+    cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info, execution)
     sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
     result = sim.run(on_progress)
     if jobs_out is not None:

@@ -1,32 +1,42 @@
-"""The discrete-event simulator behind ``vmctl sim``: a simulated two-tier cluster, a virtual clock, and
-the very same policy objects the daemon runs.
+"""The discrete-event simulator behind ``vmctl sim``: a simulated cluster, a virtual clock, and the very
+same policy objects the daemon runs.
 
-Model. The machine has ``cores`` processors; each carries an fg slot and a bg slot (MEASY sec. 2.1).
-A job runs one process per core, all in one tier. It needs ``work = min(run_time, estimate)`` seconds
-of dedicated-core work: a job still running when it has received its estimate is killed there (as
-production EASY does), and counts as an *estimate kill*. How fast a job advances is given by
-:mod:`vmctl.sim.progress`; rates are piecewise constant, so each running job has one pending
-completion event in a heap, invalidated lazily (a version number per change) when its rate changes.
+Model. The machine has ``cores`` processors, each with the VM levels its *execution model* offers
+(:mod:`vmctl.sim.execution`; by default the two-tier model: an fg slot and a bg slot, MEASY sec. 2.1).
+A job runs one process per core, all on one level. A rigid job needs ``work = min(run_time,
+estimate)`` seconds of dedicated-core work: a job still running when it has received its estimate is
+killed there (as production EASY does), and counts as an *estimate kill*. How fast a job advances is
+the model's ``rate`` (two-tier: :mod:`vmctl.progress`); rates are piecewise constant, so each
+running job has one pending completion event in a heap, invalidated lazily (a version number per
+change) when its rate changes.
 
-One instant. At time ``t`` the engine (1) completes every job whose completion event is due, (2) adds
-every job submitted at ``t`` to the queue, (3) calls ``policy.decide(view, t)`` once, (4) checks the
-decision with :func:`vmctl.policies.invariants.check_decision` (always), and (5) applies the actions in
-order. Steps (3)-(5) are skipped when ``policy.cannot_act(view)`` is True: by its contract the decision
-would have no actions and no ``wake_at`` (counted in ``SimResult.skipped_passes``). A decision's
-``wake_at`` schedules another pass at that time; a later decision replaces it (policies are
-stateless, so the latest decision is the one that knows what it waits for).
+One instant. At time ``t`` the engine (1) completes every job whose completion event is due, (1b)
+fires the model's own event due at ``t`` (a time-slice boundary), (2) adds every job submitted at
+``t`` to the queue, (3) calls ``policy.decide(view, t)`` once, (4) checks the decision with
+:func:`vmctl.policies.invariants.check_decision` (always), and (5) applies the actions in order. Steps
+(3)-(5) are skipped when ``policy.cannot_act(view)`` is True: by its contract the decision would have
+no actions and no ``wake_at`` (counted in ``SimResult.skipped_passes``). An instant with only a model
+event is not a pass at all. A decision's ``wake_at`` schedules another pass at that time; a later
+decision replaces it (policies are stateless, so the latest decision is the one that knows what it
+waits for).
 
 The view. ``ClusterView`` is built once and stays a *live* view of the engine's incrementally
 maintained structures: the queue (a list in queue order: submit time, then position in the workload,
-which is the job id order of a sorted trace), ``fg_job``/``bg_job``/``fg_util`` lists, the
-``idle_fg``/``idle_bg`` sets. ``running`` is a mapping that builds each ``RunningJob`` (with its
-progress as of now) on first access in a pass and caches it for that pass. Nothing is copied per event
-beyond what the policy reads. Starting a queued job removes it from the queue list by bisection.
+which is the job id order of a sorted trace), ``fg_job``/``bg_job``/``fg_util`` lists (every level's
+``slot_job`` list), the ``idle_fg``/``idle_bg`` (``idle``) sets. ``running`` is a mapping over
+``RunningJob`` snapshots rebuilt only when a job's placement changes, with live progress. Nothing is
+copied per event beyond what the policy reads. Starting a queued job removes it from the queue list by
+bisection.
 
-Actions: StartFg, StartBg, Promote (keeps progress), Demote, Migrate (keeps progress, no progress for
-``cost`` seconds), Kill (progress lost; with ``requeue`` the job goes back to the queue in order);
-the general ``Start``/``Move`` on levels 0 and 1 run as those (``occupancy.priority_form``).
-Checkpoint/Restore/SetCap/Suspend/Resume are not modelled and raise :class:`SimulationError`.
+Two paths. The two-tier model runs on the fg/bg *fast path*: StartFg, StartBg, Promote (keeps
+progress), Demote, Migrate (keeps progress, no progress for ``cost`` seconds), Kill (progress lost;
+with ``requeue`` the job goes back to the queue in order), capped shared VMs (PlaceShared, SetCap);
+the general ``Start``/``Move`` on levels 0 and 1 run as those (``occupancy.priority_form``), and
+Checkpoint/Restore/Suspend/Resume raise :class:`SimulationError`. Every other model runs on the
+*levelled path* (``_apply_leveled``): any number of levels, each action applied through the one
+occupancy model, Suspend/Resume (rate 0, slots kept), Checkpoint (slots freed, progress kept) and
+Restore or a Move back onto slots (with a restore cost), move costs paid in time the job would
+advance.
 """
 
 from __future__ import annotations
@@ -39,12 +49,14 @@ import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from vmctl.errors import SimulationError, ValidationError
 from vmctl.model import (
+    Action,
+    Checkpoint,
     ClusterView,
     Decision,
     Demote,
@@ -54,22 +66,29 @@ from vmctl.model import (
     Move,
     PlaceShared,
     Promote,
+    Resize,
+    Restore,
+    Resume,
     RunningJob,
     SetCap,
     Start,
     StartBg,
     StartFg,
+    Suspend,
     Tier,
+    tier_of_level,
 )
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
-from vmctl.policies.occupancy import priority_form
+from vmctl.policies.occupancy import Occupancy, priority_form, queued_subset
+from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
-from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel
+from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel, WorkloadRecord
 from vmctl.sim.execution import shared_rate as shared_rate
-from vmctl.sim.progress import ProgressModel
 
 _EPS = 1e-9
+#: levelled path: a run whose rate falls to 0 with at most this much work left is complete (rounding)
+_DONE_TOL = 1e-6
 _INF = math.inf
 #: what the simulated cluster offers a policy under its default execution model (the two-tier model,
 #: :class:`~vmctl.sim.execution.TwoTierModel`): 2 levels per core under the priority discipline, rigid
@@ -119,21 +138,8 @@ def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, 
 _make_job = _job_maker()
 
 
-class WorkloadJobLike(Protocol):
-    """What the engine needs from a workload record (``vmctl.sim.workloads.core.WorkloadJob``)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def submit(self) -> float: ...
-    @property
-    def run_time(self) -> float: ...
-    @property
-    def procs(self) -> int: ...
-    @property
-    def estimate(self) -> float: ...
-    @property
-    def cpu_usage(self) -> tuple[float, ...] | None: ...
+#: what the engine needs from a workload record (``vmctl.sim.workloads.core.WorkloadJob``)
+WorkloadJobLike = WorkloadRecord
 
 
 CpuUsageMode = Literal["paper", "full"]
@@ -261,9 +267,8 @@ class _LiveRunningJob(_LiveProgress):
         return begin + run.job.estimate - run.progress_at(now)
 
 
-class _LiveShared(RunningJob):
-    """A running job of capped shared VMs (vcsched): ``shared_nodes``/``cap`` are its placement; its
-    ``cores`` stand for its nodes (the first core of each); progress is live."""
+class _Live(RunningJob):
+    """A RunningJob whose ``progress`` is live (as of the simulator's current time)."""
 
     __slots__ = ("_run", "_sim")
     _run: _Run
@@ -272,6 +277,31 @@ class _LiveShared(RunningJob):
     @property
     def progress(self) -> float:
         return self._run.progress_at(self._sim.now)
+
+
+class _LiveShared(_Live):
+    """A running job of capped shared VMs (vcsched): ``shared_nodes``/``cap`` are its placement; its
+    ``cores`` stand for its nodes (the first core of each); progress is live."""
+
+    __slots__ = ()
+
+
+class _LiveLevel(_Live):
+    """A running job on the levelled path: its ``level``, ``suspended`` (also for a checkpointed job,
+    which holds no slot) and placement are fields; ``progress`` is live and ``expected_end`` is what
+    the execution model says (``ExecutionModel.expected_end``)."""
+
+    __slots__ = ()
+    cap = None
+    shared_nodes = ()
+
+    @property
+    def expected_end(self) -> float:
+        return self._sim.model.expected_end(self._run, self._sim.now)
+
+    def __repr__(self) -> str:
+        return (f"RunningJob(id={self.job.id!r}, level={self.level}, cores={self.cores}, "
+                f"progress={self.progress:.3f}, suspended={self.suspended})")
 
 
 class _RunningView(Mapping[str, RunningJob]):
@@ -440,10 +470,11 @@ class Simulator:
         self._idle: list[set[int]] = [self._idle_fg, self._idle_bg, *(set(range(cores)) for _ in upper)]
         del self._slot_job[levels:], self._slot_run[levels:], self._idle[levels:]
         if self._leveled:
+            node_maps = model.nodes(cores) or {"node_of_core": names, "local_core": [0] * len(names),
+                                               "node_names": names}
             self.view = ClusterView.leveled(
                 cores, self._queue, _RunningView(self._snaps), self._slot_job, self._idle, offer.discipline,
-                self._fg_util, self._usable, queue_index=self._qjobs, node_of_core=names,
-                local_core=[0] * len(names), node_names=names, shapes=model.shapes,
+                self._fg_util, self._usable, queue_index=self._qjobs, shapes=model.shapes, **node_maps,
             )
         else:
             self.view = ClusterView(
@@ -462,16 +493,24 @@ class Simulator:
                 node_names=names,
             )
         # what the execution model reads (``vmctl.sim.execution.EngineState``): live, never copied
-        self.records: Sequence[WorkloadJobLike] = kept
+        self.records: Sequence[WorkloadRecord] = kept
         self.seed = self.config.seed
-        self.job_work = self._work
-        self.job_usage = self._usage
-        self.slot_run = self._slot_run
+        self.job_work: Sequence[float] = self._work
+        self.job_usage: Sequence[tuple[float, ...]] = self._usage
+        self.slot_run: Sequence[Sequence[_Run | None]] = self._slot_run
         self.runs: Mapping[str, _Run] = self._runs
         self.fg_util = self._fg_util
+        # the metrics' run length of each job (``ExecutionModel.span``), when the model defines one
+        self._span: list[float] | None = (list(self._work) if self._leveled and type(model).span is not
+                                          ExecutionModel.span else None)
+        if self._leveled:
+            # the trace's work stays what models read; ``_work`` becomes each job's work in its latest run
+            self.job_work = list(self._work)
+
+            self._reschedule = self._reschedule_leveled  # type: ignore[method-assign]
+            self._vacate = self._vacate_leveled  # type: ignore[method-assign]
         model.bind(self)
         self._rate = model.rate
-        self._model_work = model.work
         if isinstance(model, TwoTierModel):
             self._loss = model.loss  # the fg rate, inlined on the fast path
 
@@ -736,25 +775,30 @@ class Simulator:
         elif isinstance(act, Kill):
             run = self._runs.pop(act.job_id)
             del self._snaps[act.job_id]
-            run.settle(now)
             self._vacate(run)
-            self._version += 1
-            run.version = -1
-            self._policy_kills += 1
-            self._job_kills[run.idx] += 1
-            self._wasted += run.p0 * run.job.procs
-            if act.requeue:
-                self._enqueue(run.idx, run.job)
-            else:  # cancelled for good: no end time, left out of the metrics
-                self._dropped_by_policy[run.idx] = 1
-                self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
-                self._done += 1
+            self._killed(run, act.requeue)
         elif isinstance(act, PlaceShared | SetCap):
             self._apply_shared(act)
         else:
             kind = getattr(act, "kind", type(act).__name__)
             raise SimulationError(time=now, problem=f"the simulator does not model {kind} "
                                                     f"({getattr(act, 'job_id', '?')})")
+
+    def _killed(self, run: _Run, requeue: bool) -> None:
+        """A run the policy killed (out of ``_runs``, slots already freed): its progress is lost (counted in
+        ``wasted_work``); with ``requeue`` the job waits again, else it is cancelled for good."""
+        run.settle(self.now)
+        self._version += 1
+        run.version = -1
+        self._policy_kills += 1
+        self._job_kills[run.idx] += 1
+        self._wasted += run.p0 * run.width
+        if requeue:
+            self._enqueue(run.idx, run.job)
+        else:  # cancelled for good: no end time, left out of the metrics
+            self._dropped_by_policy[run.idx] = 1
+            self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
+            self._done += 1
 
     def _apply_shared(self, act: PlaceShared | SetCap) -> None:
         """Capped shared VMs (vcsched): PlaceShared starts a queued job or re-places a running one (a
@@ -786,6 +830,197 @@ class Simulator:
             run.cap = act.cap
         run.placed = True
         self._dirty[run.idx] = run
+
+    # ------------------------------------------------------------------ the levelled path (any model but two-tier)
+
+    def _apply_leveled(self, decision: Decision) -> None:
+        """Apply a checked decision on the levelled path: each action goes through the one occupancy
+        model (:class:`~vmctl.policies.occupancy.Occupancy`, which decides what it does to the slots);
+        the engine adds what it means for the runs (progress kept or lost, costs, counters) and then
+        commits the slots the overlay changed."""
+        dirty = self._dirty
+        actions = decision.actions
+        if actions:
+            view = self.view
+            occ = Occupancy(view, queued_subset(view, {a.job_id for a in actions}), self.now)
+            gone: list[str] = []
+            resized: list[tuple[_Run, tuple[int, ...]]] = []
+            for act in actions:
+                occ.apply(act)  # the rules, written once; the checker has already accepted the decision
+                self._effect(act, occ, gone, resized)
+            self._commit(occ, gone)
+            for run, old in resized:
+                for r in self.model.on_resize(run, old, self.now):
+                    dirty[r.idx] = r
+        if decision.schedule is not None:
+            for r in self.model.on_schedule(decision.schedule, self.now):
+                dirty[r.idx] = r
+        if dirty:
+            self._flush_dirty()
+
+    def _effect(self, act: Action, occ: Occupancy, gone: list[str],
+                resized: list[tuple[_Run, tuple[int, ...]]]) -> None:
+        """What one action (already applied to ``occ``) does to the runs; slots are committed later."""
+        now = self.now
+        jid = act.job_id
+        if isinstance(act, PlaceShared | SetCap):
+            raise SimulationError(time=now, problem=f"the {self.model.name} model has no capped shared VMs "
+                                                    f"({act.kind} {jid})")
+        if isinstance(act, Start | StartFg | StartBg):
+            level, cores = self._placement(occ, jid)
+            run = self._new_run(jid, tier_of_level(level), cores)
+            run.level = level
+            self._width[run.idx] = len(cores)
+            self._work[run.idx] = self.model.work(run)
+            if self._span is not None:
+                self._span[run.idx] = self.model.span(run)
+            self._dirty[run.idx] = run
+            return
+        if isinstance(act, Kill):
+            gone.append(jid)
+            self._killed(self._runs.pop(jid), act.requeue)
+            return
+        run = self._runs[jid]
+        run.settle(now)
+        run.placed = True
+        self._dirty[run.idx] = run
+        if isinstance(act, Suspend):
+            run.suspended = True
+        elif isinstance(act, Resume):
+            if run.checkpointed:
+                raise SimulationError(time=now, problem=f"resume {jid}: the job is checkpointed and holds no "
+                                                        "slots; restore it (Restore, or Move onto cores)")
+            run.suspended = False
+        elif isinstance(act, Checkpoint):
+            run.checkpointed = True
+        elif isinstance(act, Resize):
+            old = run.cores
+            run.level, run.cores = self._placement(occ, jid)
+            run.tier = tier_of_level(run.level)
+            self._width[run.idx] = len(run.cores)
+            resized.append((run, old))
+        else:  # Move and its priority names: Promote, Demote, Migrate, Restore
+            level, cores = self._placement(occ, jid)
+            cost = act.cost if isinstance(act, Move | Migrate) else 0.0
+            if level != run.level:
+                self._tier_changes[run.idx] += 1
+            if not run.checkpointed and sorted(cores) != sorted(run.cores):
+                self._migrations += 1
+                self._job_migrations[run.idx] += 1
+            run.level, run.cores, run.tier = level, cores, tier_of_level(level)
+            run.tier_since = now
+            run.debt += cost
+            if run.checkpointed or isinstance(act, Restore):  # a restore: back on slots, running
+                run.checkpointed = run.suspended = False
+
+    def _placement(self, occ: Occupancy, job_id: str) -> tuple[int, tuple[int, ...]]:
+        where = occ.placed.get(job_id)
+        if where is None or where[0] < 0:  # pragma: no cover - the occupancy model has just placed it
+            raise SimulationError(time=self.now, problem=f"{job_id} has no placement after its action")
+        return where
+
+    def _commit(self, occ: Occupancy, gone: list[str]) -> None:
+        """Write the slots the decision changed (the occupancy overlay) into the engine's arrays, and
+        re-rate the runs the model says depend on them."""
+        snaps = self._snaps
+        for jid in gone:
+            if jid not in self._runs:
+                snaps.pop(jid, None)
+        runs, dirty, affected = self._runs, self._dirty, self.model.affected
+        for level, over in enumerate(occ.over):
+            if not over:
+                continue
+            jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+            for c, holder in over.items():
+                jobs[c] = holder
+                if holder is None:
+                    slot_run[c] = None
+                    idle.add(c)
+                else:
+                    slot_run[c] = runs[holder]
+                    idle.discard(c)
+            for r in affected(level, over.keys()):
+                dirty[r.idx] = r
+
+    def _vacate_leveled(self, run: _Run) -> None:
+        """A completed run leaves its slots (the engine's own event, not an action)."""
+        if run.checkpointed:
+            return
+        level, jid = run.level, run.job.id
+        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+        for c in run.cores:
+            if jobs[c] == jid:
+                jobs[c] = None
+                slot_run[c] = None
+                idle.add(c)
+        for r in self.model.affected(level, run.cores):
+            self._dirty[r.idx] = r
+
+    def hold_slots(self, run: _Run, cores: tuple[int, ...]) -> None:
+        """``EngineState.hold_slots``: a task bag's worker keeps a slot a Resize gave up until its task ends."""
+        level, jid = run.level, run.job.id
+        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+        for c in cores:
+            if jobs[c] is not None:
+                raise SimulationError(time=self.now, problem=f"resize of {jid} gave up core {c} while a task runs "
+                                      f"there, and the same decision gave the core to {jobs[c]} (a shrink takes "
+                                      "effect at task boundaries)")
+            jobs[c], slot_run[c] = jid, run
+            idle.discard(c)
+        self._reslot(run, run.cores + cores, cores)
+
+    def release_slots(self, run: _Run, cores: tuple[int, ...]) -> None:
+        """``EngineState.release_slots``: the run gives up its level of ``cores`` now."""
+        level, jid = run.level, run.job.id
+        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+        for c in cores:
+            if jobs[c] == jid:
+                jobs[c], slot_run[c] = None, None
+                idle.add(c)
+        gone = set(cores)
+        self._reslot(run, tuple(c for c in run.cores if c not in gone), cores)
+
+    def _reslot(self, run: _Run, cores: tuple[int, ...], changed: tuple[int, ...]) -> None:
+        run.cores = cores
+        run.placed = True
+        self._width[run.idx] = len(cores)
+        self._dirty[run.idx] = run
+        for r in self.model.affected(run.level, changed):
+            self._dirty[r.idx] = r
+
+    def _reschedule_leveled(self, run: _Run) -> None:
+        """Settle at now, ask the model for the rate (0 while stopped), move what is still owed to a
+        move's cost into advancing time (``Run.debt``), and push a fresh completion event."""
+        now = self.now
+        run.settle(now)
+        rate = 0.0 if run.stopped else self._rate(run)
+        owed = run.debt + (run.blocked_until - now if run.blocked_until > now else 0.0)
+        if rate > 0.0:
+            run.blocked_until = now + owed
+            run.debt = 0.0
+        else:
+            run.blocked_until = now
+            run.debt = owed
+        run.rate = rate
+        if run.placed:
+            self._snapshot_leveled(run)
+            run.placed = False
+        version = self._version = self._version + 1
+        run.version = version
+        remaining = self._work[run.idx] - run.p0
+        if rate > 0.0:
+            heapq.heappush(self._heap, (run.blocked_until + (remaining / rate if remaining > 0 else 0.0), version, run))
+        elif remaining <= _DONE_TOL and not run.stopped:  # done up to rounding when its rate fell to 0
+            heapq.heappush(self._heap, (now, version, run))
+
+    def _snapshot_leveled(self, run: _Run) -> None:
+        snap = _LiveLevel.__new__(_LiveLevel)
+        setattr_ = object.__setattr__
+        for name, value in (("job", run.job), ("tier", run.tier), ("cores", run.cores),
+                            ("start_time", run.start_time), ("tier_since", run.tier_since),
+                            ("suspended", run.stopped), ("level", run.level), ("_run", run), ("_sim", self)):
+            setattr_(snap, name, value)
+        self._snaps[run.job.id] = snap
 
     def _complete(self, run: _Run) -> None:
         idx = run.idx
@@ -825,6 +1060,13 @@ class Simulator:
         ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
         priority, user_name = self._priority, self._user_name
         complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
+        if self._leveled:
+            apply = self._apply_leveled
+        # model-internal events (time-slice boundaries ...): asked on every turn only when the model has any
+        events = self.model.has_events
+        next_event, on_event = self.model.next_event, self.model.on_event
+        te = _INF
+        done0 = ai0 = 0
         cannot_act = policy.cannot_act
         dirty = self._dirty
         make_job = _make_job
@@ -845,6 +1087,10 @@ class Simulator:
             wake = self._wake
             if wake is not None and wake < t:
                 t = wake
+            if events:
+                te = next_event()
+                if te < t:
+                    t = te
             if t == _INF:
                 break
             if t > self.now:
@@ -852,10 +1098,15 @@ class Simulator:
             now = self.now
             # (1) completions
             due = now + _EPS
+            if events:
+                done0, ai0 = self._done, ai
             while heap and heap[0][0] <= due:
                 _, ver, r = heappop(heap)
                 if r.version == ver:
                     complete(r)
+            if events and te <= due:  # the model's own event, after the completions due now
+                for r in on_event(now):
+                    dirty[r.idx] = r
             if dirty:
                 self._flush_dirty()
             # (2) arrivals
@@ -863,6 +1114,8 @@ class Simulator:
                 enqueue(ai, make_job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
                                      priority[ai], user_name[ai]))
                 ai += 1
+            if events and self._done == done0 and ai == ai0 and (wake is None or wake > due):
+                continue  # a model event alone: the policy is not called (it asks with wake_at)
             # (3) one scheduling pass (a due wake-up is consumed by it: the decision sets the next one)
             self._decisions += 1
             if cannot_act(view):
@@ -897,7 +1150,7 @@ class Simulator:
             submit=np.asarray(self._submit, dtype=np.float64),
             first_start=np.frombuffer(self._first_start, dtype=np.float64) if n else np.zeros(0),
             end=np.frombuffer(self._end, dtype=np.float64) if n else np.zeros(0),
-            run=np.asarray(self._work, dtype=np.float64),
+            run=np.asarray(self._work if self._span is None else self._span, dtype=np.float64),
             procs=np.asarray(self._width, dtype=np.float64),
             cores=self.cores,
             batches=self.config.batches,

@@ -5,8 +5,7 @@ slot and the completion events; an :class:`ExecutionModel` says what a placed jo
 work it needs, how fast it advances given the occupancy, and which events of its own (time-slice
 boundaries, task boundaries) change that. A policy result in the simulator is then a claim about the
 cluster the model describes. Implementations: :class:`TwoTierModel` (the MEASY paper's fg/bg
-progress model, the default); a time-slice model (gang scheduling, paper 004) follows on the engine's
-levelled path.
+progress model, the default) and ``vmctl.sim.timeslice.TimeSliceModel`` (gang scheduling, paper 004).
 
 Contract (stable: later changes are additive)
 ----------------------------------------------
@@ -44,6 +43,14 @@ this order:
    change, :mod:`vmctl.policies.occupancy`). The defaults refuse with ``SimulationError``.
 8. ``expected_end(run, now)``: what the view reports as ``RunningJob.expected_end``.
 
+Optional hooks (levelled path; added for moldable jobs and task bags, :mod:`vmctl.sim.exec_moldable`,
+:mod:`vmctl.sim.exec_taskbag`): ``nodes(cores)``, asked once before the view is built, gives the
+view's node fields (names, speeds, groups); ``span(run)``, asked at a start when a model overrides it,
+is the run's length for the metrics when its work is not per process (a task bag's work is the sum of
+its tasks); a model may call ``state.hold_slots(run, cores)`` from ``on_resize`` to keep slots a
+``Resize`` gave up until a running task ends, and ``state.release_slots(run, cores)`` from
+``on_event`` to give them up then.
+
 Costs. A ``Move``/``Migrate`` (and a restore) with ``cost`` c makes the run advance nothing during
 the next c seconds in which it *would* advance (``Run.debt``): on the two-tier model that is wall
 time, on the time-slice model c seconds of its own slices. The engine implements this for every
@@ -53,8 +60,10 @@ What the engine keeps for itself. Occupancy (applied through the one occupancy m
 path), the queue, kills (progress lost), suspend/resume (rate 0, slots kept), checkpoint (slots
 freed, progress kept; the view shows the job as a suspended running job that holds no slot) and
 restore (a ``Move``/``Restore`` onto free slots, with a cost), counters and metrics. The priority
-discipline of :class:`TwoTierModel` runs on the engine's specialised fg/bg fast path (its rates are
-the model's ``rate``; its "affected" runs, the bg runs under a changed fg slot, are found there).
+discipline of :class:`TwoTierModel` runs on the engine's specialised fg/bg fast path: its rates are
+the model's ``rate``, its work the default ``job_work`` (``work`` is not called there), and its
+"affected" runs, the bg runs under a changed fg slot, are found there; the hooks 3, 5, 6 and 7 and the
+costs rule above are the levelled path's.
 
 Writing a model (moldable, task bags ...): subclass :class:`ExecutionModel` in its own module,
 implement ``offer`` and ``rate`` and whatever hooks it needs, and give the simulator a factory
@@ -147,34 +156,28 @@ class WorkloadRecord(Protocol):
 
 
 class EngineState(Protocol):
-    """What a model may read of the engine (read-only; the lists are live and indexed by workload
-    position ``idx`` or by core)."""
+    """What a model may read of the engine (read-only by contract; the lists are live, indexed by
+    workload position ``idx`` or by core)."""
 
-    @property
-    def now(self) -> float: ...
-    @property
-    def cores(self) -> int: ...
-    @property
-    def n(self) -> int: ...
-    @property
-    def records(self) -> Sequence[WorkloadRecord]: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def job_work(self) -> Sequence[float]:
-        """``min(run_time, estimate)`` per job: a rigid job's work."""
+    now: float
+    cores: int
+    n: int  # jobs in the workload
+    records: Sequence[WorkloadRecord]  # the workload's records, by idx (a model may getattr more)
+    seed: int  # the run's seed: draw random numbers from it
+    job_work: Sequence[float]  # min(run_time, estimate) per job: a rigid job's work
+    job_usage: Sequence[tuple[float, ...]]  # actual CPU usage per process (all 1.0 under cpu_usage="full")
+    slot_run: Sequence[Sequence[Run | None]]  # [level][core]: the run on that slot
+    runs: Mapping[str, Run]  # job id -> run, of every job that holds slots or is checkpointed
+
+    def hold_slots(self, run: Run, cores: tuple[int, ...]) -> None:
+        """Levelled path: ``run`` takes back its level of ``cores``, free since a ``Resize`` gave them
+        up in the decision just applied (a task bag's worker finishes its running task there first);
+        they join ``run.cores``. ``SimulationError`` when the decision gave one to another job."""
         ...
-    @property
-    def job_usage(self) -> Sequence[tuple[float, ...]]:
-        """The actual CPU usage of each process per job (all 1.0 under ``cpu_usage="full"``)."""
+
+    def release_slots(self, run: Run, cores: tuple[int, ...]) -> None:
+        """Levelled path: ``run`` gives up its level of ``cores`` now (they leave ``run.cores``)."""
         ...
-    @property
-    def slot_run(self) -> Sequence[Sequence[Run | None]]:
-        """``slot_run[level][core]``: the run on that slot (levelled path; the fg/bg fast path keeps
-        ``fg_run``/``bg_run``)."""
-        ...
-    @property
-    def runs(self) -> Mapping[str, Run]: ...
 
 
 class ExecutionModel(ABC):
@@ -196,6 +199,12 @@ class ExecutionModel(ABC):
     def offer(self) -> Offer:
         """What this model offers policies (levels, discipline, shapes, shared VMs)."""
 
+    def nodes(self, cores: int) -> Mapping[str, Any] | None:
+        """The policy view's node fields for a cluster of ``cores`` (``node_of_core``, ``local_core``,
+        ``node_names``, ``node_speed``, ``node_group``), asked once before the view is built; None (the
+        default): the simulator has no nodes."""
+        return None
+
     def where(self) -> str:
         """How errors name the simulated cluster."""
         return f"the simulator ({self.name} model)"
@@ -209,6 +218,13 @@ class ExecutionModel(ABC):
     def work(self, run: Run) -> float:
         """Work the run needs to complete (called once, when it starts)."""
         return self.state.job_work[run.idx]
+
+    def span(self, run: Run) -> float:
+        """The run's length for the metrics (the run time of the bounded slowdown; times the width, the
+        core-seconds of the utilization), asked when it starts. The default, ``work(run)``, is right
+        when each process does the run's work; a model whose work is summed over its processes (task
+        bags) overrides it. Only an overriding model pays for it."""
+        return self.work(run)
 
     @abstractmethod
     def rate(self, run: Run) -> float:
@@ -249,7 +265,7 @@ class ExecutionModel(ABC):
 
 
 class TwoTierModel(ExecutionModel):
-    """The MEASY paper's two-tier progress model (:mod:`vmctl.sim.progress`): 2 levels per core
+    """The MEASY paper's two-tier progress model (:mod:`vmctl.progress`): 2 levels per core
     under the priority discipline, a fg run at ``1 - loss`` (1 off the two-tier architecture), a bg
     run at the pace its slowest process gets from the cycles the fg VM leaves, capped shared VMs
     (vcsched) at ``shared_rate(cap, need)``. ``two_tier`` None: whether the policy needs the two-tier
@@ -259,7 +275,7 @@ class TwoTierModel(ExecutionModel):
 
     def __init__(self, two_tier: bool | None = None, progress: Any = None) -> None:
         super().__init__()
-        from vmctl.sim.progress import ProgressModel
+        from vmctl.progress import ProgressModel
 
         self.two_tier = two_tier
         self.progress: ProgressModel = progress if progress is not None else ProgressModel()

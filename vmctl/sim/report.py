@@ -32,13 +32,19 @@ def _short_source(source: str | None) -> str:
     return name if len(name) <= 40 else name[:37] + "..."
 
 
-def result_table(result: SimResult, title: str | None = None) -> Table:
+def result_table(result: SimResult, title: str | None = None, execution: dict[str, Any] | None = None) -> Table:
+    """The metrics as a table; ``execution`` (how ``vmctl sim run`` names its execution model) adds a
+    row when the model is not the default two-tier one."""
     m = result.metrics
     table = Table(title=title or f"{result.policy} on {_short_source(result.source)} ({result.cores} cores)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95 % CI (batch means)", justify="right")
     table.add_row("machine", f"{result.cores:,} cores", "")
+    if execution and execution.get("model") != "two-tier":
+        slice_s = execution.get("slice_s")
+        table.add_row("execution model", f"{execution['model']}, {execution['levels']} levels"
+                      + (f", slice {slice_s:g} s" if slice_s is not None else ""), "")
     table.add_row("jobs", f"{result.jobs:,}", "")
     if result.dropped:
         table.add_row("dropped", ", ".join(f"{k}: {v:,}" for k, v in sorted(result.dropped.items())), "")
@@ -54,8 +60,8 @@ def result_table(result: SimResult, title: str | None = None) -> Table:
     return table
 
 
-def print_table(result: SimResult, console: Console | None = None) -> None:
-    (console or Console()).print(result_table(result))
+def print_table(result: SimResult, console: Console | None = None, execution: dict[str, Any] | None = None) -> None:
+    (console or Console()).print(result_table(result, execution=execution))
 
 
 def to_json(result: SimResult, extra: dict[str, Any] | None = None) -> str:

@@ -9,12 +9,18 @@ shape, so a rule turns each rigid job into one, keeping the recorded run at its 
   2). Times follow Downey's speedup model (:class:`vmctl.speedup.Downey`) with average parallelism
   ``A = procs`` (the size the user asked for is taken as the program's average parallelism) and
   ``sigma = 1`` (moderate variance, between Downey's low- and high-variance families), scaled so that
-  the time at ``procs`` is the recorded ``run_time``: ``time(w) = run_time * S(procs) / S(w)``. A
-  serial job (``procs = 1``, so ``A = 1``) gains nothing from a second processor.
-- ``task-bag``: one task per processor, each of the job's ``run_time`` seconds of work (paper 001's
-  jobs are bags of independent tasks; issue 12 suggests exactly this reading of a trace), holding at
-  most ``procs`` workers. At full width it runs ``run_time`` as the rigid job did; on ``k`` workers,
-  ``ceil(procs / k) * run_time``.
+  the time at ``procs`` is the user's ``estimate`` (the shape is the forecast the policy sees, as the
+  estimate is for a rigid job): ``time(w) = estimate * S(procs) / S(w)``. A serial job (``procs = 1``,
+  so ``A = 1``) gains nothing from a second processor.
+- ``task-bag``: one task per processor, each of the job's ``estimate`` seconds of work (paper 001's
+  jobs are bags of independent tasks; issue 12 suggests this reading of a trace), holding at most
+  ``procs`` workers. At full width it runs as the rigid job did; on ``k`` workers, ``ceil(procs / k)``
+  rounds of tasks.
+
+The execution models run each job as long as its record says at ``procs`` (``min(run_time,
+estimate)``) and in proportion to the shape at other widths (:mod:`vmctl.sim.exec_moldable`,
+"Forecasts"), so a policy that knows only rigid jobs gives the same results on a shaped workload as on
+the rigid one.
 - ``rigid`` (the default): no shapes.
 
 The shapes go into ``Workload.shapes`` beside the job records (job id -> shape); the job records,
@@ -49,13 +55,13 @@ def derive_shape(job: WorkloadJob, rule: ShapeRule, max_procs: int) -> JobShape 
     if rule == "rigid" or procs > max_procs:
         return None
     if rule == "task-bag":
-        return JobShape("task-bag", (procs,), tasks=(job.run_time,) * procs)
+        return JobShape("task-bag", (procs,), tasks=(job.estimate,) * procs)
     if rule != "moldable":
         raise ValidationError(field="--shapes", problem=f"must be one of {', '.join(SHAPE_RULES)}, got {rule!r}")
     model = Downey(A=float(procs), sigma=MOLDABLE_SIGMA)
-    at_procs = job.run_time * model.speedup(procs)
+    at_procs = job.estimate * model.speedup(procs)
     widths = moldable_widths(procs, max_procs)
-    times = tuple(job.run_time if w == procs else at_procs / model.speedup(w) for w in widths)
+    times = tuple(job.estimate if w == procs else at_procs / model.speedup(w) for w in widths)
     return JobShape("moldable", widths, times, speedup=model)
 
 

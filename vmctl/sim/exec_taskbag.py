@@ -1,0 +1,249 @@
+"""The task-bag execution model: bags of independent tasks on workers of different speeds (paper 001).
+
+A task bag (:class:`vmctl.model.JobShape`, kind ``task-bag``) is a list of tasks, each with its work
+in seconds on a standard core (paper 001 sec. II-A). The job holds ``width`` workers, one per core it
+was placed on (a worker is one VM slot, sec. II-B-2: "a worker instance executes at most one task at
+a time"). Each worker runs one task at a time at its core's rate (:meth:`MoldableModel.core_rate`:
+the node's speed, shared equally by the runs on the core's levels when there are several); a worker
+that finishes a task takes the next one not started, in the bag's order. The job is done when every
+task is done; its work (the engine's progress) is the sum of its tasks, advancing at the sum of its
+busy workers' rates, so the engine's completion is the last task's end. The tasks' work is the
+forecast the policy sees; the actual work of each is scaled as a moldable job's time is
+(:meth:`MoldableModel.actual_factor`: the record's run at ``procs`` workers over the shape's time
+there, ``JobShape.time_at``), so a hand-made bag whose record says that time runs exactly as given.
+
+Resize (the policy sets the worker count, sec. III). The occupancy model applies a ``Resize`` at once:
+new cores get new workers, which take tasks immediately. A worker whose core the resize gives up
+keeps it until its running task ends (a running task is never killed to shrink a job; issue 12): the
+model holds the slot back for the job (``hold_slots``) and gives it up at that task's end
+(``release_slots``); meanwhile the slot is the job's in the view. A worker that is idle when its core
+is given up leaves at once. If the same decision gives a held-back slot to another job, the run stops
+with ``SimulationError`` (a shrink takes effect at task boundaries; the policy must wait for them).
+A freed slot is seen by the policy at its next pass (a model event does not call it).
+
+Rigid and moldable jobs run as in :class:`~vmctl.sim.exec_moldable.MoldableModel`. Worked example
+(checked in tests/unit/test_sim_shapes.py): 5 tasks of 10 s on 2 workers of speed 1 end at 30 (tasks 0,
+1 in [0, 10), 2, 3 in [10, 20), 4 in [20, 30)); shrunk to 1 worker at 5, the task on the given-up
+core still ends at 10, and the one remaining worker runs tasks 2, 3, 4 in [10, 40): the job ends at 40.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable
+from typing import ClassVar
+
+from vmctl.errors import SimulationError
+from vmctl.model import JobShape
+from vmctl.sim.exec_moldable import MoldableModel
+from vmctl.sim.execution import EngineState, Run
+
+#: a task is done when less than this much of its work is left (rounding of the piecewise rates)
+_TOL = 1e-7
+
+
+class _Bag:
+    """One task-bag run's workers: ``task[i]`` is the task worker i runs (-1: idle), ``left[i]`` its
+    work still to do and ``speed[i]`` its rate; worker i sits on ``run.cores[i]``. ``draining`` are the
+    cores the job has given up whose worker still runs its task; ``p`` is the run's progress (the
+    engine's) when ``left`` was last brought up to date; ``version`` invalidates older events."""
+
+    __slots__ = ("draining", "factor", "left", "next", "p", "shape", "speed", "task", "version")
+
+    def __init__(self, shape: JobShape, factor: float) -> None:
+        self.shape = shape
+        self.factor = factor  # actual work / the shape's work (MoldableModel.actual_factor)
+        self.next = 0
+        self.task: list[int] = []
+        self.left: list[float] = []
+        self.speed: list[float] = []
+        self.draining: set[int] = set()
+        self.p = 0.0
+        self.version = 0
+
+    def take(self, i: int) -> None:
+        """Worker i takes the next task not started (or idles when none is left)."""
+        tasks = self.shape.tasks
+        if self.next < len(tasks):
+            self.task[i], self.left[i] = self.next, tasks[self.next] * self.factor
+            self.next += 1
+        else:
+            self.task[i], self.left[i] = -1, 0.0
+
+    def add_worker(self) -> None:
+        self.task.append(-1)
+        self.left.append(0.0)
+        self.speed.append(0.0)
+        self.take(len(self.task) - 1)
+
+
+class TaskBagModel(MoldableModel):
+    """Task bags, moldable and rigid jobs at node speed (see the module docstring)."""
+
+    name: ClassVar[str] = "task-bag"
+    has_events: ClassVar[bool] = True
+    SHAPES: ClassVar[frozenset[str]] = frozenset({"rigid", "moldable", "task-bag"})
+
+    def bind(self, state: EngineState) -> None:
+        super().bind(state)
+        # (time, sequence, version, run): a task end of ``run`` as of its bag's ``version`` (unique sequence
+        # numbers keep the heap from comparing runs)
+        self._events: list[tuple[float, int, int, Run]] = []
+        self._seq = itertools.count()
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _bag(self, run: Run) -> _Bag | None:
+        data = run.data
+        return data if isinstance(data, _Bag) else None
+
+    def _settle(self, run: Run, bag: _Bag, now: float) -> None:
+        """Bring every busy worker's ``left`` up to ``now``. The engine's progress is the truth: since
+        the last settle the busy workers, at the speeds in force, shared its growth ``dp`` in
+        proportion to their speeds (they all ran for the same effective time ``dp / sum(speeds)``,
+        which already leaves out time stopped or paying a move's cost)."""
+        p = run.progress_at(now)
+        dp = p - bag.p
+        bag.p = p
+        if dp <= 0.0:
+            return
+        busy = sum(bag.speed[i] for i, task in enumerate(bag.task) if task >= 0)
+        if busy <= 0.0:  # pragma: no cover - the run advances only while a worker is busy
+            return
+        dt = dp / busy
+        for i, task in enumerate(bag.task):
+            if task >= 0:
+                bag.left[i] -= bag.speed[i] * dt
+
+    def _push(self, run: Run, bag: _Bag, now: float) -> None:
+        """(Re)schedule the task ends of the run's busy workers at their current speeds. The time
+        ignores a pending move cost, so an event may come early: ``on_event`` then re-pushes it."""
+        bag.version += 1
+        for i, task in enumerate(bag.task):
+            if task >= 0 and bag.speed[i] > 0.0:
+                heapq.heappush(self._events, (now + max(0.0, bag.left[i]) / bag.speed[i], next(self._seq),
+                                              bag.version, run))
+
+    # ------------------------------------------------------------------ the contract
+
+    def work(self, run: Run) -> float:
+        shape = self.shapes.get(run.job.id)
+        if shape is None or shape.kind != "task-bag":
+            return super().work(run)
+        bag = _Bag(shape, self.actual_factor(run))
+        for _ in run.cores:
+            bag.add_worker()
+        run.data = bag
+        return shape.work * bag.factor
+
+    def span(self, run: Run) -> float:
+        """A bag's length for the metrics: its time at the width it started with, in order on standard
+        workers (``JobShape.time_at``), actual (scaled as its tasks are); its workers hold their slots
+        until the job ends, so span x width is the core time it occupies (at a constant width)."""
+        shape = self.shapes.get(run.job.id)
+        if shape is None or shape.kind != "task-bag":
+            return super().span(run)
+        return shape.time_at(run.width) * self.actual_factor(run)
+
+    def known_work(self, run: Run) -> float:
+        shape = self.shapes.get(run.job.id)
+        if shape is None or shape.kind != "task-bag":
+            return super().known_work(run)
+        return shape.work
+
+    def rate(self, run: Run) -> float:
+        bag = self._bag(run)
+        if bag is None:
+            return super().rate(run)
+        now = self.state.now
+        self._settle(run, bag, now)
+        total = 0.0
+        core_rate = self.core_rate
+        for i, c in enumerate(run.cores):
+            speed = bag.speed[i] = core_rate(c)
+            if bag.task[i] >= 0:
+                total += speed
+        self._push(run, bag, now)
+        return total
+
+    def next_event(self) -> float:
+        events = self._events
+        runs = self.state.runs
+        while events:
+            _t, _seq, version, run = events[0]
+            bag = run.data
+            if runs.get(run.job.id) is run and isinstance(bag, _Bag) and bag.version == version:
+                return events[0][0]
+            heapq.heappop(events)
+        return float("inf")
+
+    def on_event(self, now: float) -> Iterable[Run]:
+        """Task ends due now: each such worker takes the next task (or idles, or, on a given-up core,
+        leaves); the runs whose rate changed."""
+        events = self._events
+        due = now + 1e-9
+        changed: dict[int, Run] = {}
+        while events and events[0][0] <= due:
+            _t, _seq, version, run = heapq.heappop(events)
+            bag = run.data
+            if self.state.runs.get(run.job.id) is run and isinstance(bag, _Bag) and bag.version == version:
+                changed[run.idx] = run
+        for run in changed.values():
+            bag = run.data
+            self._settle(run, bag, now)
+            release: list[int] = []
+            for i, task in enumerate(bag.task):
+                if task >= 0 and bag.left[i] <= _TOL * max(1.0, bag.shape.tasks[task] * bag.factor):
+                    core = run.cores[i]
+                    if core in bag.draining:
+                        bag.task[i], bag.left[i] = -1, 0.0
+                        release.append(core)
+                    else:
+                        bag.take(i)
+            if release:
+                self._release(run, bag, release)
+        return changed.values()  # the engine re-rates each (``rate`` re-times its task ends)
+
+    def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
+        bag = self._bag(run)
+        if bag is None:  # pragma: no cover - the checker accepts Resize for task bags only
+            raise SimulationError(time=now, problem=f"resize of {run.job.id}, which is not a task bag")
+        self._settle(run, bag, now)
+        old = {c: i for i, c in enumerate(old_cores)}
+        task, left, speed = [], [], []
+        for c in run.cores:  # kept cores keep their worker (and a draining one stops draining)
+            i = old.get(c)
+            task.append(bag.task[i] if i is not None else -1)
+            left.append(bag.left[i] if i is not None else 0.0)
+            speed.append(bag.speed[i] if i is not None else 0.0)
+            bag.draining.discard(c)
+        kept = set(run.cores)
+        hold = [c for c in old_cores if c not in kept and bag.task[old[c]] >= 0]
+        for c in hold:  # given up while running a task: the worker stays until that task ends
+            i = old[c]
+            task.append(bag.task[i])
+            left.append(bag.left[i])
+            speed.append(bag.speed[i])
+        bag.task, bag.left, bag.speed = task, left, speed
+        for i, c in enumerate(run.cores):  # new workers take the next tasks, in core order
+            if c not in old:
+                bag.take(i)
+        if hold:
+            bag.draining.update(hold)
+            self._hold(run, hold)
+        return ()
+
+    # ------------------------------------------------------------------ slots held past a resize
+
+    def _hold(self, run: Run, cores: list[int]) -> None:
+        self.state.hold_slots(run, tuple(cores))
+
+    def _release(self, run: Run, bag: _Bag, cores: list[int]) -> None:
+        gone = set(cores)
+        keep = [i for i, c in enumerate(run.cores) if c not in gone]
+        bag.task = [bag.task[i] for i in keep]
+        bag.left = [bag.left[i] for i in keep]
+        bag.speed = [bag.speed[i] for i in keep]
+        bag.draining -= gone
+        self.state.release_slots(run, tuple(cores))

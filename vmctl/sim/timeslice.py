@@ -1,0 +1,149 @@
+"""The time-slice execution model: gang scheduling on an Ousterhout matrix (paper 004, sec. 2-3).
+
+The cluster has ``L`` levels per core under the ``timeslice`` discipline; level k is row k of the
+matrix (a virtual machine of the whole cluster), L the multiprogramming level (MPL). Time is cut into
+slices of ``period`` seconds (the paper's T = 200 s); during each slice one row is active, the rows
+following the schedule's ``order`` cyclically from its ``epoch``::
+
+    active row at time t = order[floor((t - epoch) / period) mod len(order)]
+
+The schedule is the model's default (``period``, rows 0 .. L-1 in turn, epoch 0) until a decision
+carries a :class:`~vmctl.model.SliceSchedule`, which replaces it from then on (a row the order leaves
+out is never active). The engine fires an event at every slice boundary; the policy is not called
+there (it asks with ``wake_at`` when it wants to be).
+
+A job runs one process per core on one row (a level of its cores, as the occupancy model places it)
+and advances at rate 1 while its row is active, 0 otherwise: a job alone in its row of an L-row
+cycle takes about L times its run time. A job in several rows (the paper's expansion phase, which
+replicates a job into another row where its processors are free) is not represented: the occupancy
+model gives a job one placement (one level of its cores), so a replica would be a second placement
+it refuses. To give a job more of the cycle, a policy orders the rows (a row may be left out) or
+moves the job. Suspend/Resume: rate 0 while suspended, slots kept; Checkpoint: slots freed, progress
+kept; a Move/Restore with ``cost`` c (migration option 1 or 2 of sec. 2, or a restore) costs c
+seconds of the job's own active time (:mod:`vmctl.sim.execution`, "Costs").
+
+Worked example (L = 2, T = 10, 2 cores): A (2 processes, 25 s of work) on row 0, B (2 processes,
+15 s) on row 1, both at t = 0. Row 0 is active in [0, 10), [20, 30), [40, 50) ..., row 1 in
+[10, 20), [30, 40) ...: A has 10 s of work at 10, 20 at 30 and ends at 45; B ends at 35.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import ClassVar
+
+from vmctl.errors import ValidationError
+from vmctl.model import Discipline, SliceSchedule
+from vmctl.policies.base import Offer
+from vmctl.sim.execution import EngineState, ExecutionModel, Run
+
+#: the paper's time slice (sec. 3: T = 200 s)
+DEFAULT_SLICE = 200.0
+_EPS = 1e-9
+_INF = math.inf
+
+
+class TimeSliceModel(ExecutionModel):
+    """Gang scheduling with ``levels`` rows rotating every ``period`` seconds (see the module docstring)."""
+
+    name: ClassVar[str] = "timeslice"
+    has_events: ClassVar[bool] = True
+
+    def __init__(self, levels: int, period: float = DEFAULT_SLICE, order: tuple[int, ...] | None = None) -> None:
+        super().__init__()
+        if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
+            raise ValidationError(field="timeslice.levels", problem=f"must be an integer >= 1, got {levels!r}")
+        if isinstance(period, bool) or not isinstance(period, int | float) or not (
+                period > 0 and math.isfinite(period)):
+            raise ValidationError(field="timeslice.period", problem=f"must be a positive number of seconds, "
+                                                                    f"got {period!r}")
+        rows = tuple(range(levels)) if order is None else tuple(order)
+        if not rows or len(set(rows)) != len(rows) or not all(0 <= r < levels for r in rows):
+            raise ValidationError(field="timeslice.order", problem=f"{rows} must list distinct rows of "
+                                                                  f"0..{levels - 1}")
+        self.levels = levels
+        self.schedule = SliceSchedule(float(period), rows, 0.0)
+        self._k = 0  # index of the current slice since the epoch
+        self._active = rows[0]
+        self._next = _INF  # start of the next slice (inf: one row only, nothing ever changes)
+        self._pos = {r: i for i, r in enumerate(rows)}
+        self._stalled = False  # no run can advance: no events until one may (see ``rate``)
+
+    def offer(self) -> Offer:
+        return Offer(where=self.where(), levels=self.levels, discipline=Discipline.TIMESLICE)
+
+    def bind(self, state: EngineState) -> None:
+        super().bind(state)
+        self._set(self.schedule, state.now)
+
+    def _set(self, schedule: SliceSchedule, now: float) -> None:
+        """Follow ``schedule`` from ``now``: the current slice, its row, the next boundary."""
+        self.schedule = schedule
+        period, order, epoch = schedule.period, schedule.order, schedule.epoch
+        k = math.floor((now - epoch) / period)
+        if epoch + (k + 1) * period <= now + _EPS:  # on a boundary, up to rounding
+            k += 1
+        self._k = k
+        self._active = order[k % len(order)]
+        self._next = epoch + (k + 1) * period if len(order) > 1 else _INF
+        self._pos = {r: i for i, r in enumerate(order)}
+
+    @property
+    def active_row(self) -> int:
+        return self._active
+
+    def rate(self, run: Run) -> float:
+        if self._stalled:  # nothing advanced while stalled: catch up with the clock, no other rate changes
+            self._stalled = False
+            self._set(self.schedule, self.state.now)
+        return 1.0 if run.level == self._active else 0.0
+
+    def next_event(self) -> float:
+        return _INF if self._stalled or not self.state.runs else self._next
+
+    def on_event(self, now: float) -> Iterable[Run]:
+        old = self._active
+        self._set(self.schedule, now)
+        new = self._active
+        changed: list[Run] = []
+        can_advance = False
+        rows = self._pos
+        for run in self.state.runs.values():
+            if run.level == old or run.level == new:
+                changed.append(run)
+            if not can_advance and not run.stopped and run.level in rows:
+                can_advance = True
+        self._stalled = not can_advance
+        return changed if old != new else ()
+
+    def on_schedule(self, schedule: SliceSchedule, now: float) -> Iterable[Run]:
+        self._set(schedule, now)
+        self._stalled = False
+        return list(self.state.runs.values())
+
+    def expected_end(self, run: Run, now: float) -> float:
+        """When the run ends at the latest if the schedule stays as it is: its remaining estimate
+        (plus what it owes to a move's cost) in the active slices of its row; ``inf`` when stopped or
+        in a row the schedule leaves out."""
+        j = self._pos.get(run.level)
+        if run.stopped or j is None:
+            return _INF
+        blocked = run.blocked_until - now if run.blocked_until > now else 0.0
+        need = run.job.estimate - run.progress_at(now) + run.debt + blocked
+        if need <= 0:
+            return now
+        period, n = self.schedule.period, len(self.schedule.order)
+        if n == 1:
+            return now + need
+        k = self._k
+        if k % n == j:  # its row is active now
+            left = self._next - now
+            if need <= left:
+                return now + need
+            need -= left
+            first = k + n
+        else:
+            first = k + (j - k) % n
+        cycles = max(0, math.ceil(need / period) - 1)
+        return self.schedule.epoch + (first + cycles * n) * period + (need - cycles * period)
