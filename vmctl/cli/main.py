@@ -37,6 +37,7 @@ SUBCOMMANDS: dict[str, str] = {
     "token": "vmctl.cli.ops:token",
     "cert": "vmctl.cli.ops:cert",
     "plan": "vmctl.cli.plan:plan_cmd",
+    "moldable": "vmctl.cli.moldable:moldable",
 }
 
 EXIT_CODES: list[tuple[type[errors.VmctlError], int]] = [
