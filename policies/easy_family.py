@@ -129,6 +129,58 @@ def _arrival(job: Job) -> tuple[float, str]:
     return (job.submit_time, job.id)
 
 
+#: the queue-order parameters of fcfs, easy, keasy, reasy and measy (not sjf: its order is its rule)
+QUEUE_ORDER_PARAMS: dict[str, tuple[type, Any, str]] = {
+    "queue_order": (str, "submit", "submit: arrival order (the paper's); multifactor: weighted age, priority "
+                                   "and size, highest first (like Slurm's priority/multifactor)"),
+    "age_weight": (float, 1.0, "multifactor: weight of the age factor min(wait / age_max_s, 1)"),
+    "priority_weight": (float, 1.0, "multifactor: weight of the priority factor (the job's priority scaled "
+                                    "to [0, 1] over the jobs waiting)"),
+    "size_weight": (float, 0.0, "multifactor: weight of the size factor procs / total cores (negative "
+                                "favours small jobs)"),
+    "age_max_s": (float, 604800.0, "multifactor: the wait at which the age factor reaches 1 (seconds)"),
+}
+
+
+def _check_queue_order(policy: SchedulingPolicy) -> bool:
+    """Validate the queue-order parameters; True when the order is multifactor. A multifactor order
+    with a priority weight declares ``job_fields`` (vmctld then stops warning that priorities are
+    ignored at submission)."""
+    p = policy.params
+    order = p["queue_order"]
+    if order not in ("submit", "multifactor"):
+        raise PolicyParameterError(policy=policy.name, param="queue_order",
+                                   problem=f"must be submit or multifactor, got {order!r}")
+    for key in ("age_weight", "priority_weight", "size_weight"):
+        if not math.isfinite(p[key]):
+            raise PolicyParameterError(policy=policy.name, param=key, problem=f"must be finite, got {p[key]}")
+    if not (p["age_max_s"] > 0 and math.isfinite(p["age_max_s"])):
+        raise PolicyParameterError(policy=policy.name, param="age_max_s", problem=f"must be > 0, got {p['age_max_s']}")
+    multi = bool(order == "multifactor")
+    policy.job_fields = frozenset({"priority"}) if multi and p["priority_weight"] != 0 else frozenset()  # type: ignore[attr-defined]
+    return multi
+
+
+def _multifactor_key(params: dict[str, Any], queue: Sequence[Job], now: float, total: int) -> Any:
+    """Sort key of the multifactor order: the highest score first, ties by arrival. score = age_weight
+    x min(wait / age_max_s, 1) + priority_weight x (priority - lowest) / (highest - lowest) over
+    ``queue`` (0 when all are equal) + size_weight x procs / total cores. Example (weights 1, 1, 0):
+    a job waiting 1 day (age 1/7) with the highest priority (1) comes before one waiting 6 days (6/7)
+    with the lowest (0)."""
+    wa, wp, ws, amax = params["age_weight"], params["priority_weight"], params["size_weight"], params["age_max_s"]
+    lo = min((j.priority for j in queue), default=0)
+    span = max((j.priority for j in queue), default=0) - lo
+
+    def key(job: Job) -> tuple[float, float, str]:
+        age = now - job.submit_time
+        score = wa * (min(age / amax, 1.0) if age > 0 else 0.0) + ws * job.procs / total
+        if span:
+            score += wp * (job.priority - lo) / span
+        return (-score, job.submit_time, job.id)
+
+    return key
+
+
 def _fmt(t: float) -> str:
     return f"{t:.15g}"  # exact to the microsecond at epoch times (".6g" was off by up to an hour)
 
@@ -233,9 +285,16 @@ class _OneTier(SchedulingPolicy):
 class FcfsPolicy(_OneTier):
     name: ClassVar[str] = "fcfs"
     summary: ClassVar[str] = "first come, first served on the fg tier; the first job that does not fit blocks"
+    parameters: ClassVar[dict[str, tuple[type, Any, str]]] = QUEUE_ORDER_PARAMS
+    quiet_params: ClassVar[frozenset[str]] = frozenset(QUEUE_ORDER_PARAMS)
+
+    def validate_params(self) -> None:
+        self._multi = _check_queue_order(self)
 
     def decide(self, view: ClusterView, now: float) -> Decision:
         queue = view.queue
+        if self._multi and queue:
+            queue = sorted(queue, key=_multifactor_key(self.params, queue, now, view.total_cores))
         if not queue:
             return _NOTHING
         free = len(view.idle_fg)
@@ -266,9 +325,16 @@ class FcfsPolicy(_OneTier):
 class EasyPolicy(_OneTier):
     name: ClassVar[str] = "easy"
     summary: ClassVar[str] = "FCFS with EASY backfilling (reservation for the queue head) on the fg tier"
+    parameters: ClassVar[dict[str, tuple[type, Any, str]]] = QUEUE_ORDER_PARAMS
+    quiet_params: ClassVar[frozenset[str]] = frozenset(QUEUE_ORDER_PARAMS)
+
+    def validate_params(self) -> None:
+        self._multi = _check_queue_order(self)
 
     def decide(self, view: ClusterView, now: float) -> Decision:
         queue = view.queue
+        if self._multi and queue:
+            queue = sorted(queue, key=_multifactor_key(self.params, queue, now, view.total_cores))
         if not queue:
             return _NOTHING
         free = len(view.idle_fg)
@@ -428,6 +494,7 @@ class _Pass:
 class _TwoTier(SchedulingPolicy):
     needs: ClassVar[Needs] = Needs(levels=2, disciplines=frozenset({Discipline.PRIORITY}))  # fg above bg
     mode: ClassVar[Mode] = "K"
+    quiet_params: ClassVar[frozenset[str]] = frozenset(QUEUE_ORDER_PARAMS)
     parameters: ClassVar[dict[str, tuple[type, Any, str]]] = {
         "bg_util_threshold": (
             float,
@@ -439,6 +506,7 @@ class _TwoTier(SchedulingPolicy):
             True,
             "use estimated process CPU usage and measured fg utilization; False = unknown, 1.0 (sec. 3.5.1)",
         ),
+        **QUEUE_ORDER_PARAMS,
     }
 
     def validate_params(self) -> None:
@@ -451,6 +519,7 @@ class _TwoTier(SchedulingPolicy):
         self._threshold: float = thr
         self._info: bool = self.params["use_cpu_info"]
         self._cost: float = 0.0 if cost is None else float(cost)
+        self._multi = _check_queue_order(self)
 
     # -------------------------------------------------------------------------- usage helpers
 
@@ -615,7 +684,18 @@ class _TwoTier(SchedulingPolicy):
     ) -> Iterator[Job | RunningJob]:
         """The queued jobs and the bg jobs (``bg``, in arrival order) in arrival order: the queue is
         already in that order; the bg jobs, usually few, are slotted in by comparing keys only until
-        the last one is out."""
+        the last one is out. Under ``queue_order=multifactor`` both are in the multifactor order."""
+        if self._multi:
+            ready = []
+            for job in view.queue:
+                if job.submit_time > now:
+                    reasons[job.id] = _future_reason(job)
+                else:
+                    ready.append(job)
+            key = _multifactor_key(self.params, [*ready, *(rj.job for rj in bg)], now, view.total_cores)
+            merged: list[Job | RunningJob] = [*ready, *bg]
+            yield from sorted(merged, key=lambda x: key(x.job if isinstance(x, RunningJob) else x))
+            return
         bi, nb = 0, len(bg)
         nxt = _arrival(bg[0].job) if bg else None
         for job in view.queue:

@@ -1156,7 +1156,7 @@ class Simulator:
         )
         return SimResult(
             policy=self.policy.name,
-            params=dict(self.policy.params),
+            params=self.policy.reported_params(),
             cores=self.cores,
             jobs=m.jobs,
             dropped=dict(self.dropped),
