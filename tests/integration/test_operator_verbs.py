@@ -264,14 +264,16 @@ def test_unknown_job_is_404_and_readers_may_not_change_jobs(client: Client, admi
 def test_submission_warns_when_the_policy_ignores_priority_or_deadline(client: Client, admin: str) -> None:
     doc = _submit(client, admin, procs=4, priority=5, deadline=4102444800)
     assert doc["warnings"] == [
-        "policy easy does not use job priorities: the job's priority has no effect on when it starts",
+        "policy easy does not use job priorities: the job's priority has no effect on when it starts "
+        "(vmctl policy set easy -p queue_order=multifactor makes it count)",
         "policy easy does not use deadlines: the job's deadline is neither considered nor enforced"]
     plain = _submit(client, admin, procs=4)
     assert plain["warnings"] == []
     s, batch = client.call("POST", "/v1/jobs:batch", {"jobs": [{"procs": 4, "estimate": 5, "priority": 2},
                                                                {"procs": 4, "estimate": 5}]}, token=admin)
     assert s == 201 and batch["warnings"] == [
-        "policy easy does not use job priorities: the priority of 1 job(s) has no effect on when it starts"]
+        "policy easy does not use job priorities: the priority of 1 job(s) has no effect on when it starts "
+        "(vmctl policy set easy -p queue_order=multifactor makes it count)"]
     for jid in [doc["job"]["id"], plain["job"]["id"], *(j["id"] for j in batch["jobs"])]:
         client.call("DELETE", f"/v1/jobs/{jid}", token=admin)
 

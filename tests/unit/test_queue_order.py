@@ -69,3 +69,15 @@ def test_bad_parameters_name_the_field_and_declare_what_is_used() -> None:
         create_policy("sjf", queue_order="multifactor")  # sjf's order is its rule
     assert create_policy("easy").job_fields == frozenset()  # type: ignore[attr-defined]
     assert create_policy("easy", queue_order="multifactor").job_fields == {"priority"}  # type: ignore[attr-defined]
+
+
+def test_vmctld_stops_warning_about_priorities_under_a_multifactor_order() -> None:
+    from types import SimpleNamespace
+
+    from vmctl.daemon.jobs import JobEvents
+
+    specs = [{"procs": 1, "estimate": 5, "priority": 3}]
+    plain = JobEvents.ignored_fields(SimpleNamespace(policy=create_policy("easy")), specs)  # type: ignore[arg-type]
+    assert len(plain) == 1 and "queue_order=multifactor" in plain[0]
+    multi = SimpleNamespace(policy=create_policy("measy", queue_order="multifactor"))
+    assert JobEvents.ignored_fields(multi, specs) == []  # type: ignore[arg-type]

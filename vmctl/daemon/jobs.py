@@ -135,8 +135,8 @@ class JobEvents(DaemonBase):
     def ignored_fields(self, specs: Sequence[dict[str, Any]]) -> list[str]:
         """Warnings for job fields the active policy does not use: a ``priority`` other than 0 or a
         ``deadline``. A policy that orders its queue by them declares it with a ``job_fields`` attribute
-        (a set holding ``priority`` and/or ``deadline``); none of the registered policies does yet (the
-        EASY family orders by submit time, vcsched by its own rules)."""
+        (a set holding ``priority`` and/or ``deadline``): the EASY family with ``queue_order=multifactor``
+        uses priorities; nothing registered uses deadlines yet (vcsched orders by its own rules)."""
         pol = self.policy
         if pol is None:
             return []
@@ -145,7 +145,10 @@ class JobEvents(DaemonBase):
         n = sum(1 for s in specs if int(s.get("priority") or 0) != 0)
         if n and "priority" not in used:
             which = "the job's priority" if len(specs) == 1 else f"the priority of {n} job(s)"
-            out.append(f"policy {pol.name} does not use job priorities: {which} has no effect on when it starts")
+            hint = (f" (vmctl policy set {pol.name} -p queue_order=multifactor makes it count)"
+                    if "queue_order" in pol.parameters else "")
+            out.append(f"policy {pol.name} does not use job priorities: {which} has no effect on when it starts"
+                       + hint)
         n = sum(1 for s in specs if s.get("deadline") is not None)
         if n and "deadline" not in used:
             which = "the job's deadline" if len(specs) == 1 else f"the deadline of {n} job(s)"
