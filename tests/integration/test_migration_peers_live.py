@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.livedaemon import run_cli
-from tests.support.daemon import InProcessDaemon
+from tests.support.daemon import InProcessDaemon, cli_daemon
 from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
-from vmctl.daemon.config import DaemonConfig, MigrationLimits
+from vmctl.daemon.config import MigrationLimits
 
 
 class Agent:
@@ -59,14 +59,8 @@ def wait_for(cond: Callable[[], bool], what: str, limit: float = 30.0) -> None:
 
 
 @pytest.fixture()
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    cfg = DaemonConfig(store_url=f"sqlite:///{tmp_path}/d.db", state_dir=str(tmp_path / "state"), tick_s=0.2,
-                       holder="peers-live", policy_name="easy", policy_explicit=True,
-                       migration=MigrationLimits(timeout_s=600.0))
-    with InProcessDaemon(cfg) as d:
-        monkeypatch.setenv("VMCTL_URL", d.url)
-        monkeypatch.setenv("VMCTL_TOKEN", d.admin_token)
-        monkeypatch.setenv("VMCTL_CA", d.ca_file)
+def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessDaemon]:
+    with cli_daemon(tmp_path, monkeypatch, "peers-live", migration=MigrationLimits(timeout_s=600.0)) as d:
         yield d
 
 

@@ -14,12 +14,11 @@ import pytest
 
 from tests.integration.test_daemon_api import check_openapi
 from tests.livedaemon import run_cli
-from tests.support.daemon import InProcessDaemon
+from tests.support.daemon import InProcessDaemon, cli_daemon
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
-from vmctl.daemon.config import DaemonConfig
 from vmctl.model import JobShape
 
 
@@ -32,12 +31,7 @@ def wait_for(cond: Callable[[], bool], what: str, limit: float = 30.0) -> None:
 
 @pytest.fixture()
 def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessDaemon]:
-    cfg = DaemonConfig(store_url=f"sqlite:///{tmp_path}/d.db", state_dir=str(tmp_path / "state"), tick_s=0.2,
-                       holder="shapes-live", policy_name="easy", policy_explicit=True)
-    with InProcessDaemon(cfg) as d:
-        monkeypatch.setenv("VMCTL_URL", d.url)
-        monkeypatch.setenv("VMCTL_TOKEN", d.admin_token)
-        monkeypatch.setenv("VMCTL_CA", d.ca_file)
+    with cli_daemon(tmp_path, monkeypatch, "shapes-live") as d:
         yield d
 
 

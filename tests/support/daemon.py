@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import http.client
 import json
@@ -20,6 +21,7 @@ import socket
 import ssl
 import subprocess
 import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -238,3 +240,29 @@ class PostgresServer:
             self._run([str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop"])
             self.started = False
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def cli_daemon(tmp: Path, monkeypatch: Any, holder: str, **extra: Any) -> Iterator[InProcessDaemon]:
+    """An in-process vmctld running EASY on SQLite in ``tmp``, with ``VMCTL_URL``/``VMCTL_TOKEN``/
+    ``VMCTL_CA`` set (``monkeypatch``) so that ``vmctl`` commands reach it."""
+    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp / "state"), tick_s=0.2,
+                       holder=holder, policy_name="easy", policy_explicit=True, **extra)
+    with InProcessDaemon(cfg) as d:
+        monkeypatch.setenv("VMCTL_URL", d.url)
+        monkeypatch.setenv("VMCTL_TOKEN", d.admin_token)
+        monkeypatch.setenv("VMCTL_CA", d.ca_file)
+        yield d
+
+
+def queued_daemon(tmp: Path, clock: Any, holder: str) -> Any:
+    """A started ``Daemon`` (no HTTP) with FCFS, a virtual clock and no node: submitted jobs stay queued."""
+    from vmctl.daemon.core import Daemon
+    from vmctl.policies.easy_family import FcfsPolicy
+    from vmctl.store import open_store
+
+    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp), tick_s=5.0, holder=holder,
+                       checkpoint_dir=str(tmp / "ckpt"))
+    d = Daemon(cfg, open_store(cfg.store_url), clock=clock, policy=FcfsPolicy())
+    assert d.start()
+    return d

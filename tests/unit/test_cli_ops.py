@@ -273,7 +273,8 @@ def test_token_and_cert_issue(server: tuple[str, Recorder], capsys: Any, tmp_pat
     key = tmp_path / "pki" / "n1.key"
     assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
     local = serialization.load_pem_private_key(key.read_bytes(), password=None)
-    assert local.public_key().public_numbers() == csr.public_key().public_numbers()
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    assert local.public_key().public_bytes(*spki) == csr.public_key().public_bytes(*spki)
     assert (tmp_path / "pki" / "ca.crt").read_text() == "CA\n"
 
 

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from tests.livedaemon import run_cli
+from tests.support.daemon import queued_daemon
 from tests.unit.test_cli_ops import JOB, Recorder, server  # noqa: F401 - the recording HTTP server fixture
 from vmctl.api.documents import job_json
 from vmctl.client import Job as ClientJob
 from vmctl.client import Task
 from vmctl.clock import VirtualClock
-from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
 from vmctl.errors import TraceFormatError, ValidationError
 from vmctl.experiments.sweep import WorkloadSpec, build_workload
@@ -26,7 +26,6 @@ from vmctl.model import ClusterView, Decision, Job
 from vmctl.policies.easy_family import FcfsPolicy
 from vmctl.sim.engine import Simulator
 from vmctl.sim.workloads import Workload, WorkloadJob, read_swf, to_model_job, write_swf
-from vmctl.store import open_store
 
 HEADER = "; Version: 2.2\n; MaxProcs: 8\n; Queue: 1 low\n; Queue: 5 high\n"
 
@@ -108,10 +107,7 @@ def test_the_simulator_shows_the_policy_user_and_priority() -> None:
 
 
 def _daemon(tmp: Path, clock: VirtualClock) -> Daemon:
-    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp), tick_s=5.0, holder="travel-test",
-                       checkpoint_dir=str(tmp / "ckpt"))
-    d = Daemon(cfg, open_store(cfg.store_url), clock=clock, policy=FcfsPolicy())
-    assert d.start()
+    d: Daemon = queued_daemon(tmp, clock, "travel-test")
     return d
 
 

@@ -10,17 +10,15 @@ from pathlib import Path
 import pytest
 
 from tests.livedaemon import run_cli
+from tests.support.daemon import queued_daemon
 from tests.unit.test_cli_ops import JOB, Recorder, server  # noqa: F401 - the recording HTTP server fixture
 from vmctl.api.documents import job_json
 from vmctl.api.schemas import job_batch, job_spec
 from vmctl.client import Job as ClientJob
 from vmctl.clock import VirtualClock
-from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
 from vmctl.errors import ValidationError
 from vmctl.model import JobShape
-from vmctl.policies.easy_family import FcfsPolicy
-from vmctl.store import open_store
 
 MOLDABLE = {"kind": "moldable", "table": {"2": 100, "4": 60}}
 BAG = {"kind": "task-bag", "tasks": [10, 10, 10, 10, 10], "max_workers": 2}
@@ -59,10 +57,7 @@ def test_bad_shaped_specs_name_the_field(raw: dict[str, object], field: str, wor
 
 
 def _daemon(tmp: Path, clock: VirtualClock) -> Daemon:
-    cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp), tick_s=5.0, holder="shapes-test",
-                       checkpoint_dir=str(tmp / "ckpt"))
-    d = Daemon(cfg, open_store(cfg.store_url), clock=clock, policy=FcfsPolicy())
-    assert d.start()
+    d: Daemon = queued_daemon(tmp, clock, "shapes-test")
     return d
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vmctl.cli.main import main
+from tests.unit.test_vcsched_cli import run
 from vmctl.errors import InvariantViolation, ValidationError
 from vmctl.policies.moldable.model import Decision, SlotView, Start
 from vmctl.sim import moldable as sim
@@ -19,14 +19,6 @@ from vmctl.sim.moldable import MoldableConfig, generate, paper_profiles, simulat
 #: about 0.83 of the nodes at the smallest widths (6 tasks x 4 nodes x 5,000 min per 360 min, 400 nodes)
 SMALL: dict[str, Any] = {"slot": 360.0, "rate": 6.0, "slots": 40, "clusters": 2, "nodes": 200, "warmup": 10,
                          "batches": 5}
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def test_generated_workload_follows_sec_6() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.cli.main import main
+from tests.unit.test_vcsched_cli import run
 
 INSTANCE = {
     "workers": [{"id": f"w{i}", "node": f"n{i // 2}", "speed": 1.0} for i in range(10)],
@@ -17,14 +17,6 @@ INSTANCE = {
         {"id": "C", "tasks": 5, "work": 500, "priority": 1},
     ],
 }
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def write(tmp: Path, doc: object) -> str:

@@ -33,24 +33,23 @@ PAPER_AET: dict[float, dict[str, float]] = {
 _KEYS = ("tasks", "aet", "awt", "put", "utilization", "slots")
 
 
-def _floats(option: str, text: str) -> list[float]:
+def _numbers(option: str, text: str, kind: type[float] | type[int]) -> list[Any]:
     out = []
     for part in text.split(","):
         try:
-            out.append(float(part))
+            out.append(kind(part))
         except ValueError:
-            raise ValidationError(field=option, problem=f"{part!r} is not a number") from None
+            what = "a number" if kind is float else "an integer"
+            raise ValidationError(field=option, problem=f"{part!r} is not {what}") from None
     return out
+
+
+def _floats(option: str, text: str) -> list[float]:
+    return _numbers(option, text, float)
 
 
 def _ints(option: str, text: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise ValidationError(field=option, problem=f"{part!r} is not an integer") from None
-    return out
+    return _numbers(option, text, int)
 
 
 @click.group()

@@ -9,26 +9,12 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
-from typing import Any
 
 import click
 
+from vmctl.cli.jsonfile import read_json
 from vmctl.errors import InstanceFormatError, ValidationError
 from vmctl.policies.dispatch import DISPATCH_POLICIES, load_instance, plan
-
-
-def _read(path: str) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InstanceFormatError(path=path, where="$", problem=f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise InstanceFormatError(path=path, where="$", problem="not UTF-8 text") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InstanceFormatError(path=path, where=f"line {exc.lineno} column {exc.colno}", problem=exc.msg) from exc
 
 
 @click.command("plan")
@@ -41,7 +27,7 @@ def plan_cmd(instance: str, policy: str, params: tuple[str, ...], output: str) -
     """Print the plan of POLICY for the workers and jobs in INSTANCE (JSON); nothing is applied."""
     from vmctl.cli.ops import parse_params
 
-    doc = _read(instance)
+    doc = read_json(instance)
     try:
         workers, jobs = load_instance(doc)
     except ValidationError as exc:

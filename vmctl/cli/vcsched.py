@@ -22,31 +22,19 @@ from typing import Any
 import click
 import numpy as np
 
+from vmctl.cli.jsonfile import read_json
 from vmctl.errors import InstanceFormatError
 from vmctl.policies.vcsched.algorithms import ALGORITHMS, solve
 from vmctl.policies.vcsched.instance import Instance, Solution, instance_from_dict
 from vmctl.policies.vcsched.milp import lp_bound
 
 
-def _read_json(path: str) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InstanceFormatError(path=path, where="$", problem=f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise InstanceFormatError(path=path, where="$", problem="not UTF-8 text") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InstanceFormatError(path=path, where=f"line {exc.lineno} column {exc.colno}", problem=exc.msg) from exc
-
-
 def load_instance(path: str) -> Instance:
-    return instance_from_dict(_read_json(path), source=path)
+    return instance_from_dict(read_json(path), source=path)
 
 
 def _load_prev(path: str, inst: Instance) -> np.ndarray[Any, np.dtype[np.int64]]:
-    doc = _read_json(path)
+    doc = read_json(path)
     if not isinstance(doc, dict) or "hosts" not in doc:
         raise InstanceFormatError(path=path, where="$", problem="must be an object with key 'hosts'")
     hosts = doc["hosts"]
