@@ -299,6 +299,10 @@ class RunningJob:
     of the view's time (reset to 0 by a kill; kept by promote, migrate and checkpoint/restore).
     ``expected_end`` is when the job ends at the latest if it keeps its tier and runs at full speed:
     ``now + estimate - progress`` for fg jobs; ``math.inf`` for bg jobs (their pace is not known).
+
+    ``tasks_left``: a task bag's unfinished tasks (running or not started; paper 001's decision maker
+    needs them), None for other jobs or where not known (an additive field: the simulator's task-bag
+    model fills it, vmctld does not yet).
     """
 
     job: Job
@@ -312,6 +316,7 @@ class RunningJob:
     level: int = -1
     cap: float | None = None
     shared_nodes: tuple[str, ...] = ()
+    tasks_left: int | None = None
 
     def __post_init__(self) -> None:
         if self.level < 0:

@@ -152,6 +152,13 @@ class TaskBagModel(MoldableModel):
             return super().known_work(run)
         return shape.work
 
+    def tasks_left(self, run: Run) -> int | None:
+        """The bag's unfinished tasks: those its workers run (draining ones too) and those not started."""
+        bag = self._bag(run)
+        if bag is None:
+            return None
+        return len(bag.shape.tasks) - bag.next + sum(1 for task in bag.task if task >= 0)
+
     def rate(self, run: Run) -> float:
         bag = self._bag(run)
         if bag is None:
