@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from vmctl.errors import OutOfRange, ValidationError
-from vmctl.experiments.runner import Cell, cell, run_grid
+from vmctl.experiments.runner import Cell, Scalar, cell, run_grid
 from vmctl.model import JobShape
 from vmctl.sim.workloads.alea import QUEUE_CLASS, read_alea_swf
 from vmctl.sim.workloads.core import WorkloadJob
@@ -143,7 +143,7 @@ def cells(trace: str, machines: str, sample: int, seeds: Sequence[int], speeds: 
     out: list[Cell] = []
     for seed in seeds:
         for sp in speeds:
-            common = {"trace": trace, "machines": machines, "sample": sample, "seed": seed, "speeds": sp,
+            common: dict[str, Scalar] = {"trace": trace, "machines": machines, "sample": sample, "seed": seed, "speeds": sp,
                       "deadline_walltimes": deadline_walltimes}
             for base in ("fcfs", "easy"):
                 out.append(cell(run_cell, policy=base, r=None, conserving=False, **common))
