@@ -143,8 +143,8 @@ def cells(trace: str, machines: str, sample: int, seeds: Sequence[int], speeds: 
     out: list[Cell] = []
     for seed in seeds:
         for sp in speeds:
-            common: dict[str, Scalar] = {"trace": trace, "machines": machines, "sample": sample, "seed": seed, "speeds": sp,
-                      "deadline_walltimes": deadline_walltimes}
+            common: dict[str, Scalar] = {"trace": trace, "machines": machines, "sample": sample, "seed": seed,
+                                         "speeds": sp, "deadline_walltimes": deadline_walltimes}
             for base in ("fcfs", "easy"):
                 out.append(cell(run_cell, policy=base, r=None, conserving=False, **common))
             for conserving in (False, True):
