@@ -360,6 +360,12 @@ class ApiClient:
         doc = self.call("PUT", "/v1/policy", body)
         return doc if isinstance(doc, dict) else {}
 
+    def plan(self, instance: Mapping[str, Any], policy: str, params: Mapping[str, Any] | None = None
+             ) -> dict[str, Any]:
+        """``POST /v1/plan``: the plan of ``policy`` for an instance document; nothing is applied."""
+        doc = self.call("POST", "/v1/plan", {**instance, "policy": policy, "params": dict(params or {})})
+        return doc if isinstance(doc, dict) else {}
+
     def list_tokens(self) -> list[dict[str, Any]]:
         return list(self._field(self.call("GET", "/v1/tokens"), "tokens", "token list"))
 

@@ -1,8 +1,10 @@
-"""Cluster routes: health, metrics, nodes (drain, remove), VMs and their priority, the policy."""
+"""Cluster routes: health, metrics, nodes (drain, remove), VMs and their priority, the policy, plans (paper 001)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
@@ -125,3 +127,24 @@ class ClusterRoutes(Routes):
         self.d.set_policy(name, params)
         self.s.kick()
         return json_response(self._policy_json())
+
+    # paper 001's decision maker, asked without applying anything (sec. II-B-3)
+    async def plan(self, request: web.Request) -> web.Response:
+        """``POST /v1/plan``: the instance document of ``vmctl plan`` (workers, jobs) plus ``policy``
+        and optional ``params``; answers the plan and applies nothing. Every bad field is a 422 naming it."""
+        from vmctl.policies.dispatch import load_instance, plan, policy_params
+
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ValidationError(field="body", problem=f"must be an object, got {schemas.type_name(body)}")
+        policy = schemas.string(body, "policy", "", required=True, max_len=100, name=True)
+        assert policy is not None
+        params = body.get("params", {})
+        if not isinstance(params, dict):
+            raise ValidationError(field="params", problem=f"must be an object, got {schemas.type_name(params)}")
+        resolved = policy_params(policy, params)
+        workers, jobs = load_instance({k: v for k, v in body.items() if k not in ("policy", "params")}, "body")
+        t0 = time.perf_counter()
+        result = await asyncio.to_thread(plan, policy, workers, jobs, 0.0, resolved)
+        return json_response({**result.to_dict(), "policy": policy, "params": resolved,
+                              "run_time_s": time.perf_counter() - t0})
