@@ -332,6 +332,10 @@ class ApiClient:
     def list_vms(self, node: str | None = None) -> list[dict[str, Any]]:
         return list(self._field(self.call("GET", "/v1/vms", query={"node": node}), "vms", "vms"))
 
+    def list_workers(self, node: str | None = None) -> list[dict[str, Any]]:
+        """``GET /v1/workers``: one worker per VM slot with its state (available, occupied, busy, down)."""
+        return list(self._field(self.call("GET", "/v1/workers", query={"node": node}), "workers", "workers"))
+
     def get_vm(self, name: str) -> dict[str, Any]:
         return dict(self._field(self.call("GET", f"/v1/vms/{self._seg(name)}"), "vm", "vm"))
 

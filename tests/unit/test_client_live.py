@@ -116,3 +116,9 @@ def test_a_read_token_may_ask_for_a_plan_but_not_submit(daemon: DaemonProcess) -
     assert reader.plan(PLAN_INSTANCE, "proportion")["assignment"]["A"]
     with pytest.raises(errors.Forbidden):
         reader.submit_job({"name": "x", "estimate": 5, "tasks": [{}]})
+
+
+def test_get_workers_on_a_live_daemon(daemon: DaemonProcess) -> None:
+    assert daemon.client().list_workers() == []  # no agent registered: no worker
+    with pytest.raises(errors.NotFound):
+        daemon.client().list_workers("nowhere")

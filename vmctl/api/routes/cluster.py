@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from vmctl.api import schemas
-from vmctl.api.documents import node_json, vms_json
+from vmctl.api.documents import node_json, vms_json, workers_json
 from vmctl.api.plumbing import json_response, read_json
 from vmctl.api.routes.base import Routes
 from vmctl.daemon.removal import remove_node
@@ -62,6 +62,14 @@ class ClusterRoutes(Routes):
         if node is not None:
             self.d.node(node)
         return json_response({"vms": vms_json(self.d, node)})
+
+    async def list_workers(self, request: web.Request) -> web.Response:
+        """``GET /v1/workers[?node=N]``: paper 001's workers (one per VM slot) and their states."""
+        self._leader()
+        node = request.query.get("node")
+        if node is not None:
+            self.d.node(node)
+        return json_response({"workers": workers_json(self.d, node)})
 
     async def get_vm(self, request: web.Request) -> web.Response:
         self._leader()
