@@ -83,6 +83,12 @@ def tier_of_level(level: int) -> Tier:
     return Tier.FG if level == 0 else Tier.BG
 
 
+#: paper 001 sec. II-B-3: a worker (one VM slot: a level of a core) is available (free, on a ready
+#: node), occupied (held by a job whose process is not running there), busy (running a job's process)
+#: or down (its node lost, or draining/drained and the slot free)
+WORKER_STATES = ("available", "occupied", "busy", "down")
+
+
 class JobState(StrEnum):
     QUEUED = "queued"  # waiting, never started or requeued after a kill
     RUNNING = "running"  # some processes placed (fg or bg)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vmctl.api.documents import WORKER_STATES, workers_json
+from vmctl.api.documents import workers_json
 from vmctl.cli.ops import worker_table
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
-from vmctl.model import NodeObserved, PowerState, VmObserved
+from vmctl.model import WORKER_STATES, NodeObserved, PowerState, VmObserved
 from vmctl.policies.easy_family import FcfsPolicy
 from vmctl.store import open_store
 
@@ -54,3 +54,17 @@ def test_the_worker_table() -> None:
     text = worker_table([{"id": "n0/0.1", "node": "n0", "core": 0, "level": 1, "speed": 0.5, "state": "busy",
                           "job_id": "j7"}]).to_text()
     assert "WORKER" in text and "n0/0.1" in text and "busy" in text and "j7" in text and "0.5x" in text
+
+
+def test_worker_states_in_the_metrics() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from vmctl.metrics import ClusterSnapshot, DaemonMetrics
+
+    workers = [{"node": "n0", "state": "busy"}, {"node": "n0", "state": "busy"}, {"node": "n0", "state": "down"},
+               {"node": "n1", "state": "available"}]
+    text = DaemonMetrics(lambda: ClusterSnapshot(workers=workers)).exposition()[0].decode()
+    got = {(s.labels["node"], s.labels["state"]): s.value for fam in text_string_to_metric_families(text)
+           if fam.name == "vmctl_workers" for s in fam.samples}
+    assert got == {("n0", "available"): 0, ("n0", "occupied"): 0, ("n0", "busy"): 2, ("n0", "down"): 1,
+                   ("n1", "available"): 1, ("n1", "occupied"): 0, ("n1", "busy"): 0, ("n1", "down"): 0}

@@ -182,15 +182,9 @@ def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
     return out
 
 
-#: paper 001 sec. II-B-3: a worker (one VM slot: a level of a core) is available (free, on a ready
-#: node), occupied (held by a job whose process is not running there), busy (running a job's process)
-#: or down (its node lost, or drained and the slot free)
-WORKER_STATES = ("available", "occupied", "busy", "down")
-
-
 def workers_json(d: Daemon, node: str | None = None) -> list[dict[str, Any]]:
     """Every worker of the cluster (or of one node): one per level of each core, in node, core, level
-    order, with its state (``WORKER_STATES``) and the job that holds it."""
+    order, with its state (``vmctl.model.WORKER_STATES``) and the job that holds it."""
     out: list[dict[str, Any]] = []
     names = [node] if node is not None else sorted(d.state.nodes)
     for n in names:

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from vmctl import auth
 from vmctl.api.access import make_auth_mw
-from vmctl.api.documents import node_json, vms_json
+from vmctl.api.documents import node_json, vms_json, workers_json
 from vmctl.api.listener import BoundedSite
 from vmctl.api.plumbing import DAEMON, HEALTHZ, METRICS, errors_mw
 from vmctl.api.routes.admin import AdminRoutes
@@ -139,7 +139,7 @@ class DaemonServer:
         if not d.leader:
             return None
         return ClusterSnapshot(nodes=[node_json(d, n) for _k, n in sorted(d.state.nodes.items())],
-                               vms=vms_json(d, None))
+                               vms=vms_json(d, None), workers=workers_json(d))
 
     # app
     def make_app(self) -> web.Application:
