@@ -13,6 +13,7 @@ from vmctl.policies.base import SchedulingPolicy
 _MODULES: tuple[str, ...] = (
     "vmctl.policies.easy_family",
     "vmctl.policies.vcsched.policy",
+    "vmctl.policies.dispatch_policy",
 )
 
 _REGISTRY: dict[str, type[SchedulingPolicy]] = {}

@@ -332,6 +332,10 @@ class ApiClient:
     def list_vms(self, node: str | None = None) -> list[dict[str, Any]]:
         return list(self._field(self.call("GET", "/v1/vms", query={"node": node}), "vms", "vms"))
 
+    def list_workers(self, node: str | None = None) -> list[dict[str, Any]]:
+        """``GET /v1/workers``: one worker per VM slot with its state (available, occupied, busy, down)."""
+        return list(self._field(self.call("GET", "/v1/workers", query={"node": node}), "workers", "workers"))
+
     def get_vm(self, name: str) -> dict[str, Any]:
         return dict(self._field(self.call("GET", f"/v1/vms/{self._seg(name)}"), "vm", "vm"))
 
@@ -358,6 +362,12 @@ class ApiClient:
         if params:
             body["params"] = dict(params)
         doc = self.call("PUT", "/v1/policy", body)
+        return doc if isinstance(doc, dict) else {}
+
+    def plan(self, instance: Mapping[str, Any], policy: str, params: Mapping[str, Any] | None = None
+             ) -> dict[str, Any]:
+        """``POST /v1/plan``: the plan of ``policy`` for an instance document; nothing is applied."""
+        doc = self.call("POST", "/v1/plan", {**instance, "policy": policy, "params": dict(params or {})})
         return doc if isinstance(doc, dict) else {}
 
     def list_tokens(self) -> list[dict[str, Any]]:

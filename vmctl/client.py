@@ -4,17 +4,22 @@ A user builds ``Job`` s of ``Task`` s, gives them a priority, a deadline and an 
 previous experience, and submits several at once through a ``Client``. ``start()`` submits and follows
 the jobs in a background thread so the caller can do other work; ``wait_all(timeout)`` is the
 synchronisation point that blocks until every job has finished, and returns a result (exit status or
-error) per task. The paper's example, in Python::
+error) per task. The paper's example, in Python (it runs as written against a vmctld that serves its
+default ``https://HOST:8443`` with the CA of ``/etc/vmctl/ca.pem`` and a token in ``VMCTL_TOKEN``)::
+
+    import os
+    import time
 
     from vmctl.client import Client, Job, Profile, Task
 
+    URL, CA, TOKEN = "https://vmctld:8443", "/etc/vmctl/ca.pem", os.environ["VMCTL_TOKEN"]
     j1 = Job("Job1", profile=Profile(runtime_s=600)).add_task(Task(command="./solve a"))
     j2 = Job("Job2", profile=Profile(runtime_s=900)).add_task(Task(command="./solve b"))
     j1.deadline = j2.deadline = time.time() + 200.0
-    c12 = Client([j1, j2], url="http://vmctld:8080", token=TOKEN)   # submitted together: one batch
+    c12 = Client([j1, j2], url=URL, token=TOKEN, ca=CA)   # submitted together: one batch
     c12.start()                      # background
-    ...                              # other time-consuming work
-    c3 = Client(Job("Job3", estimate=60).add_task(Task(command="./pre")), url=..., token=...)
+    # ... other time-consuming work
+    c3 = Client(Job("Job3", estimate=60).add_task(Task(command="./pre")), url=URL, token=TOKEN, ca=CA)
     c3.start()
     c3.wait_all()                    # the rest cannot run before j3 is done
     results = c12.wait_all(timeout=3600)

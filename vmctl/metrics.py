@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from vmctl.model import NodeObserved
+from vmctl.model import WORKER_STATES, NodeObserved
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +122,13 @@ class _TimedCollector(Collector):
 @dataclass(frozen=True)
 class ClusterSnapshot:
     """What the daemon's cluster collector reads: the node and VM documents of the API
-    (``GET /v1/nodes``, ``GET /v1/vms``), optionally with ``cpu_time_s`` per VM."""
+    (``GET /v1/nodes``, ``GET /v1/vms``, ``GET /v1/workers``), optionally with ``cpu_time_s`` per VM."""
 
     nodes: Sequence[Mapping[str, Any]] = ()
     vms: Sequence[Mapping[str, Any]] = ()
     time: float = field(default_factory=time.time)
+    #: paper 001's workers (``GET /v1/workers``): one per VM slot with its state
+    workers: Sequence[Mapping[str, Any]] = ()
 
 
 class ClusterCollector(_TimedCollector):
@@ -212,8 +214,18 @@ class ClusterCollector(_TimedCollector):
             refusals.add_metric([nd], float(len(n.get("refusals") or ())))
             if n.get("generation") is not None:
                 gen.add_metric([nd], _num(n.get("generation")))
+        workers = GaugeMetricFamily("vmctl_workers", "Workers (VM slots) of the node in each state of paper 001 "
+                                    "(available, occupied, busy, down)", labels=["node", "state"])
+        counts: dict[str, dict[str, int]] = {}
+        for w in snapshot.workers:
+            per = counts.setdefault(str(w.get("node", "")), dict.fromkeys(WORKER_STATES, 0))
+            st = str(w.get("state", ""))
+            per[st] = per.get(st, 0) + 1
+        for nd, per in sorted(counts.items()):
+            for st, k in per.items():
+                workers.add_metric([nd, st], float(k))
         return [cores, state, busy, util, host_util, agent_up, last_seen, age, gen, applied, refusals,
-                vm_cpu, vm_util, vm_weight, vm_cap, vm_busy]
+                vm_cpu, vm_util, vm_weight, vm_cap, vm_busy, workers]
 
 
 class DaemonMetrics:

@@ -84,6 +84,12 @@ def tier_of_level(level: int) -> Tier:
     return Tier.FG if level == 0 else Tier.BG
 
 
+#: paper 001 sec. II-B-3: a worker (one VM slot: a level of a core) is available (free, on a ready
+#: node), occupied (held by a job whose process is not running there), busy (running a job's process)
+#: or down (its node lost, or draining/drained and the slot free)
+WORKER_STATES = ("available", "occupied", "busy", "down")
+
+
 class JobState(StrEnum):
     QUEUED = "queued"  # waiting, never started or requeued after a kill
     RUNNING = "running"  # some processes placed (fg or bg)
@@ -300,6 +306,10 @@ class RunningJob:
     of the view's time (reset to 0 by a kill; kept by promote, migrate and checkpoint/restore).
     ``expected_end`` is when the job ends at the latest if it keeps its tier and runs at full speed:
     ``now + estimate - progress`` for fg jobs; ``math.inf`` for bg jobs (their pace is not known).
+
+    ``tasks_left``: a task bag's unfinished tasks (running or not started; paper 001's decision maker
+    needs them), None for other jobs or where not known (an additive field: the simulator's task-bag
+    model fills it, vmctld does not yet).
     """
 
     job: Job
@@ -313,6 +323,7 @@ class RunningJob:
     level: int = -1
     cap: float | None = None
     shared_nodes: tuple[str, ...] = ()
+    tasks_left: int | None = None
 
     def __post_init__(self) -> None:
         if self.level < 0:

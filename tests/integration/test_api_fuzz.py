@@ -51,7 +51,7 @@ def test_openapi_document_covers_the_contract() -> None:
                      ("DELETE", "/v1/jobs/{id}"), ("GET", "/v1/jobs/{id}/explain"), ("POST", "/v1/jobs/{id}/migrate"),
                      ("GET", "/v1/nodes"), ("GET", "/v1/vms"), ("PUT", "/v1/vms/{name}/priority"),
                      ("GET", "/v1/policy"), ("PUT", "/v1/policy"), ("POST", "/v1/tokens"), ("POST", "/v1/certs"),
-                     ("GET", "/v1/health")]:
+                     ("GET", "/v1/health"), ("POST", "/v1/plan"), ("GET", "/v1/workers")]:
         assert expected in ops, f"{expected} missing from openapi.yaml"
 
 

@@ -51,3 +51,74 @@ def test_daemon_rejects_whole_batch(daemon: DaemonProcess) -> None:
     with pytest.raises(errors.ValidationError):
         c.submit()
     assert len(api.list_jobs()) == before
+
+
+def test_the_module_docstring_example_runs_as_written(daemon: DaemonProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example of ``vmctl.client``'s docstring (paper 001's Example Code 1), with only its URL and CA
+    pointed at the test daemon, runs to ``c12.start()`` (the imports, the names and the TLS settings are
+    all there; without agents nothing finishes, so the waits are left out and the jobs cancelled)."""
+    import textwrap
+
+    import vmctl.client
+
+    doc = vmctl.client.__doc__ or ""
+    block = textwrap.dedent(doc.split("::\n", 1)[1].split("\nA job's processes", 1)[0])
+    head = block.split("c12.start()", 1)[0] + "c12.start()\n"
+    assert "import time" in head and 'ca=CA' in head
+    code = head.replace('"https://vmctld:8443"', repr(daemon.url)).replace('"/etc/vmctl/ca.pem"',
+                                                                          repr(str(daemon.ca_path)))
+    monkeypatch.setenv("VMCTL_TOKEN", daemon.token())
+    env: dict[str, object] = {}
+    exec(compile(code, "vmctl.client docstring", "exec"), env)
+    c12 = env["c12"]
+    assert isinstance(c12, Client)
+    c12.cancel()
+    assert [r.state for r in c12.wait_all(timeout=60)] == ["cancelled", "cancelled"]
+
+
+PLAN_INSTANCE = {"workers": [{"id": f"w{i}", "node": f"n{i // 2}"} for i in range(10)],
+                 "jobs": [{"id": "A", "tasks": 20, "work": 200, "priority": 3},
+                          {"id": "B", "tasks": 5, "work": 50, "priority": 2},
+                          {"id": "C", "tasks": 5, "work": 50, "priority": 1}]}
+
+
+def test_post_plan_answers_the_decision_makers_plan(daemon: DaemonProcess) -> None:
+    # paper 001's example: r = 0.2, 10 workers, 3 jobs: A 8, B 1, C 1 (the fastest first; equal speeds: by id)
+    doc = daemon.client().plan(PLAN_INSTANCE, "priority", {"r": 0.2})
+    assert {j: len(ws) for j, ws in doc["assignment"].items()} == {"A": 8, "B": 1, "C": 1}
+    assert doc["unassigned_workers"] == [] and doc["params"] == {"r": 0.2, "conserving": False}
+    assert doc["run_time_s"] >= 0
+    assert daemon.client().list_jobs() == [] or all(j["name"] not in "ABC" for j in daemon.client().list_jobs())
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"jobs": [{"id": "A", "tasks": 0, "work": 1}]}, "body.jobs[0].tasks"),
+    ({"jobs": [{"id": "A", "tasks": 1, "work": -1}]}, "body.jobs[0].work"),
+    ({"jobs": [{"id": "A", "tasks": 1, "work": 1, "deadline": -5}]}, "body.jobs[0].deadline"),
+    ({"jobs": [{"id": "A", "tasks": 1, "work": 1, "throughput": {"w0": 0}}]}, "body.jobs[0].throughput.w0"),
+    ({"jobs": [{"id": "A", "tasks": 1, "work": 1, "throughput": {"nope": 1}}]}, "job A.throughput"),
+    ({"params": {"r": 1.5}}, "r"),
+])
+def test_post_plan_bad_input_names_the_field(daemon: DaemonProcess, change: dict[str, object], field: str) -> None:
+    instance = {**PLAN_INSTANCE, **{k: v for k, v in change.items() if k != "params"}}
+    params = change.get("params", {})
+    assert isinstance(params, dict)
+    with pytest.raises(errors.VmctlError) as err:
+        daemon.client().plan(instance, "priority", params)
+    assert field in str(err.value)
+
+
+def test_a_read_token_may_ask_for_a_plan_but_not_submit(daemon: DaemonProcess) -> None:
+    from vmctl.apiclient import ApiClient
+
+    token = daemon.client().issue_token("planner", "read")["token"]
+    reader = ApiClient(daemon.url, token, ca=str(daemon.ca_path))
+    assert reader.plan(PLAN_INSTANCE, "proportion")["assignment"]["A"]
+    with pytest.raises(errors.Forbidden):
+        reader.submit_job({"name": "x", "estimate": 5, "tasks": [{}]})
+
+
+def test_get_workers_on_a_live_daemon(daemon: DaemonProcess) -> None:
+    assert daemon.client().list_workers() == []  # no agent registered: no worker
+    with pytest.raises(errors.NotFound):
+        daemon.client().list_workers("nowhere")

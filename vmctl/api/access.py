@@ -62,6 +62,8 @@ def _authorize(request: web.Request, p: auth.Principal) -> None:
         raise Forbidden(principal=p.describe(), action=f"{request.method} {path}")
     if request.method in ("GET", "HEAD") and not path.startswith("/v1/tokens"):
         return  # the token list (names, roles) is for admins only
+    if request.method == "POST" and path == "/v1/plan":
+        return  # a plan changes nothing (paper 001: any framework may ask the decision maker)
     if p.role != "admin":
         raise Forbidden(principal=p.describe(), action=f"{request.method} {path} (needs role admin)")
 

@@ -8,7 +8,7 @@ from typing import Any
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.history import requeues, slot_text
 from vmctl.daemon.state import ACTIVE
-from vmctl.model import JobState, VmObserved
+from vmctl.model import JobState, VmDesired, VmObserved
 from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord, TokenRecord
 from vmctl.timefmt import iso, rewrite_times
 
@@ -185,6 +185,39 @@ def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
                         "weight": o.weight, "cap": o.cap, "power": o.power.value, "job_id": o.process_job,
                         "utilization": o.utilization, "managed": False, "observed": _vm_observed(o, n),
                         "differs": []})
+    return out
+
+
+def workers_json(d: Daemon, node: str | None = None) -> list[dict[str, Any]]:
+    """Every worker of the cluster (or of one node): one per level of each core, in node, core, level
+    order, with its state (``vmctl.model.WORKER_STATES``) and the job that holds it."""
+    out: list[dict[str, Any]] = []
+    names = [node] if node is not None else sorted(d.state.nodes)
+    for n in names:
+        rec = d.state.nodes[n]
+        obs = d.state.observed.get(n)
+        seen = {o.name: o for o in obs.vms} if obs is not None else {}
+        held: dict[tuple[int, int], VmDesired] = {}
+        for vm in d.state.desired.get(n, ()):
+            level = vm.slot_level
+            if level is not None and vm.process is not None and vm.core >= 0:
+                held[(vm.core, level)] = vm
+        for core in range(rec.cores):
+            for level in range(rec.levels):
+                v = held.get((core, level))
+                job = v.process.job_id if v is not None and v.process is not None else None
+                if v is not None:
+                    o = seen.get(v.name)
+                    running = (o is not None and o.power.value == "running" and o.process_job == job
+                               and o.process_exit is None)
+                    state = "busy" if running else "occupied"
+                elif rec.state == "ready":
+                    state = "available"
+                else:
+                    state = "down"
+                out.append({"id": f"{n}/{core}.{level}", "node": n, "core": core, "level": level,
+                            "speed": rec.speed / rec.levels, "state": state, "job_id": job,
+                            "vm": v.name if v is not None else None})
     return out
 
 

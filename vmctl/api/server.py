@@ -31,7 +31,7 @@ from aiohttp import web
 
 from vmctl import auth
 from vmctl.api.access import make_auth_mw
-from vmctl.api.documents import node_json, vms_json
+from vmctl.api.documents import node_json, vms_json, workers_json
 from vmctl.api.listener import BoundedSite
 from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, METRICS, errors_mw
 from vmctl.api.routes.admin import AdminRoutes
@@ -140,7 +140,7 @@ class DaemonServer:
         if not d.leader:
             return None
         return ClusterSnapshot(nodes=[node_json(d, n) for _k, n in sorted(d.state.nodes.items())],
-                               vms=vms_json(d, None))
+                               vms=vms_json(d, None), workers=workers_json(d))
 
     # app
     def make_app(self) -> web.Application:
@@ -174,10 +174,12 @@ class DaemonServer:
         r.add_post("/v1/nodes/{name}/drain", c.drain)
         r.add_post("/v1/nodes/{name}/undrain", c.drain)
         r.add_get("/v1/vms", c.list_vms)
+        r.add_get("/v1/workers", c.list_workers)
         r.add_get("/v1/vms/{name}", c.get_vm)
         r.add_put("/v1/vms/{name}/priority", c.vm_priority)
         r.add_get("/v1/policy", c.get_policy)
         r.add_put("/v1/policy", c.put_policy)
+        r.add_post("/v1/plan", c.plan)
         r.add_post("/v1/tokens", a.create_token)
         r.add_get("/v1/tokens", a.list_tokens)
         r.add_delete("/v1/tokens/{id}", a.revoke_token)

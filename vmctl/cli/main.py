@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "config": "vmctl.cli.config_cmd:config",
     "demo": "vmctl.cli.demo.command:demo",
     "vm": "vmctl.cli.ops:vm",
+    "worker": "vmctl.cli.ops:worker",
     "job": "vmctl.cli.ops:job",
     "node": "vmctl.cli.ops:node",
     "migrate": "vmctl.cli.ops:migrate",

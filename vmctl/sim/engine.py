@@ -239,6 +239,7 @@ class _LiveProgress(RunningJob):
     # class attributes shadow RunningJob's slots (read-only here): no per-snapshot stores on the hot path
     cap = None
     shared_nodes = ()
+    tasks_left = None
 
     @property
     def level(self) -> int:
@@ -273,6 +274,7 @@ class _Live(RunningJob):
     __slots__ = ("_run", "_sim")
     _run: _Run
     _sim: Simulator
+    tasks_left = None
 
     @property
     def progress(self) -> float:
@@ -298,6 +300,10 @@ class _LiveLevel(_Live):
     @property
     def expected_end(self) -> float:
         return self._sim.model.expected_end(self._run, self._sim.now)
+
+    @property
+    def tasks_left(self) -> int | None:  # type: ignore[override]
+        return self._sim.model.tasks_left(self._run)
 
     def __repr__(self) -> str:
         return (f"RunningJob(id={self.job.id!r}, level={self.level}, cores={self.cores}, "
@@ -455,6 +461,7 @@ class Simulator:
         self._dirty: dict[int, _Run] = {}
         self._bg_count = 0  # jobs in the bg tier (fg changes need no bg rate updates when 0)
         self._wake: float | None = None
+        self._released = False  # a task bag gave up a slot at a task boundary: the policy gets a pass
         self._done = 0
         # capped shared VMs (policies that need them): every core is a one-core node "core<i>"
         self._shared = policy.needs.shared_vms
@@ -971,6 +978,7 @@ class Simulator:
 
     def release_slots(self, run: _Run, cores: tuple[int, ...]) -> None:
         """``EngineState.release_slots``: the run gives up its level of ``cores`` now."""
+        self._released = True
         level, jid = run.level, run.job.id
         jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
         for c in cores:
@@ -1113,8 +1121,10 @@ class Simulator:
                 enqueue(ai, make_job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
                                      priority[ai], user_name[ai]))
                 ai += 1
-            if events and self._done == done0 and ai == ai0 and (wake is None or wake > due):
-                continue  # a model event alone: the policy is not called (it asks with wake_at)
+            if events and self._done == done0 and ai == ai0 and (wake is None or wake > due) and not self._released:
+                continue  # a model event alone: the policy is not called (it asks with wake_at), unless
+                # it freed a slot a Resize gave up (the dispatcher hands the freed worker on: paper 001)
+            self._released = False
             # (3) one scheduling pass (a due wake-up is consumed by it: the decision sets the next one)
             self._decisions += 1
             if cannot_act(view):

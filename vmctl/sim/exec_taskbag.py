@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -152,6 +153,13 @@ class TaskBagModel(MoldableModel):
             return super().known_work(run)
         return shape.work
 
+    def tasks_left(self, run: Run) -> int | None:
+        """The bag's unfinished tasks: those its workers run (draining ones too) and those not started."""
+        bag = self._bag(run)
+        if bag is None:
+            return None
+        return len(bag.shape.tasks) - bag.next + sum(1 for task in bag.task if task >= 0)
+
     def rate(self, run: Run) -> float:
         bag = self._bag(run)
         if bag is None:
@@ -164,6 +172,11 @@ class TaskBagModel(MoldableModel):
             speed = bag.speed[i] = core_rate(c)
             if bag.task[i] >= 0:
                 total += speed
+        if total <= 0.0 and bag.next >= len(bag.shape.tasks):
+            # every task has ended: what the engine's progress still lacks is the rounding a task end
+            # is allowed (_TOL of its work, on workers of unequal speeds), which the workers finish at
+            # once (at their full rate; it is microseconds). Without this the run would never complete.
+            total = sum(bag.speed) or 1.0
         self._push(run, bag, now)
         return total
 
@@ -189,12 +202,17 @@ class TaskBagModel(MoldableModel):
             bag = run.data
             if self.state.runs.get(run.job.id) is run and isinstance(bag, _Bag) and bag.version == version:
                 changed[run.idx] = run
+        # a task whose rest takes less than the clock can resolve at ``now`` (a few ulps: trace times are
+        # Unix seconds, ulp 2.4e-7 s) is done too: its end event would otherwise come back at ``now``
+        # for ever, with no time passing to finish it
+        tick = 4.0 * math.ulp(now)
         for run in changed.values():
             bag = run.data
             self._settle(run, bag, now)
             release: list[int] = []
             for i, task in enumerate(bag.task):
-                if task >= 0 and bag.left[i] <= _TOL * max(1.0, bag.shape.tasks[task] * bag.factor):
+                if task >= 0 and bag.left[i] <= max(_TOL * max(1.0, bag.shape.tasks[task] * bag.factor),
+                                                    tick * bag.speed[i]):
                     core = run.cores[i]
                     if core in bag.draining:
                         bag.task[i], bag.left[i] = -1, 0.0

@@ -263,6 +263,11 @@ class ExecutionModel(ABC):
         besides ``run`` (which the engine re-rates anyway)."""
         raise SimulationError(time=now, problem=f"the {self.name} model does not model resize ({run.job.id})")
 
+    def tasks_left(self, run: Run) -> int | None:
+        """``RunningJob.tasks_left``: a task bag's unfinished tasks; None (the default) when the model
+        has no task bags."""
+        return None
+
     def expected_end(self, run: Run, now: float) -> float:
         """``RunningJob.expected_end``: on level 0 the end at full speed from now,
         ``max(now, blocked) + debt + estimate - progress``; on other levels unknown (``inf``)."""

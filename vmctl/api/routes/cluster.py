@@ -1,14 +1,16 @@
-"""Cluster routes: health, metrics, nodes (drain, remove), VMs and their priority, the policy."""
+"""Cluster routes: health, metrics, nodes (drain, remove), VMs and their priority, the policy, plans (paper 001)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
 
 from vmctl.api import schemas
-from vmctl.api.documents import node_json, vms_json
+from vmctl.api.documents import node_json, vms_json, workers_json
 from vmctl.api.plumbing import json_response, read_json
 from vmctl.api.routes.base import Routes
 from vmctl.daemon.removal import remove_node
@@ -60,6 +62,14 @@ class ClusterRoutes(Routes):
         if node is not None:
             self.d.node(node)
         return json_response({"vms": vms_json(self.d, node)})
+
+    async def list_workers(self, request: web.Request) -> web.Response:
+        """``GET /v1/workers[?node=N]``: paper 001's workers (one per VM slot) and their states."""
+        self._leader()
+        node = request.query.get("node")
+        if node is not None:
+            self.d.node(node)
+        return json_response({"workers": workers_json(self.d, node)})
 
     async def get_vm(self, request: web.Request) -> web.Response:
         self._leader()
@@ -125,3 +135,24 @@ class ClusterRoutes(Routes):
         self.d.set_policy(name, params)
         self.s.kick()
         return json_response(self._policy_json())
+
+    # paper 001's decision maker, asked without applying anything (sec. II-B-3)
+    async def plan(self, request: web.Request) -> web.Response:
+        """``POST /v1/plan``: the instance document of ``vmctl plan`` (workers, jobs) plus ``policy``
+        and optional ``params``; answers the plan and applies nothing. Every bad field is a 422 naming it."""
+        from vmctl.policies.dispatch import load_instance, plan, policy_params
+
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ValidationError(field="body", problem=f"must be an object, got {schemas.type_name(body)}")
+        policy = schemas.string(body, "policy", "", required=True, max_len=100, name=True)
+        assert policy is not None
+        params = body.get("params", {})
+        if not isinstance(params, dict):
+            raise ValidationError(field="params", problem=f"must be an object, got {schemas.type_name(params)}")
+        resolved = policy_params(policy, params)
+        workers, jobs = load_instance({k: v for k, v in body.items() if k not in ("policy", "params")}, "body")
+        t0 = time.perf_counter()
+        result = await asyncio.to_thread(plan, policy, workers, jobs, 0.0, resolved)
+        return json_response({**result.to_dict(), "policy": policy, "params": resolved,
+                              "run_time_s": time.perf_counter() - t0})

@@ -1,0 +1,229 @@
+"""Paper 001's four policies as simulator/daemon policies: ``dispatch-priority``, ``dispatch-proportion``,
+``dispatch-workload``, ``dispatch-deadline``.
+
+Each is stateless: on every pass it builds the decision maker's inputs from the view, asks the pure
+planner (:func:`vmctl.policies.dispatch.plan`, whose header gives the readings of the listings) for a
+plan and turns the plan's worker counts into ``Start`` / ``Resize`` actions on task bags.
+
+Inputs from the view.
+
+- **Workers**: every usable slot (core x level) that is free or held by a running task bag; a slot
+  held by any other job is not a worker. A worker's speed is its node's speed divided by the number of
+  levels (the ``shared`` discipline splits a core equally between its levels when they are all busy:
+  the paper's testbed runs 2 workers on each single-core node).
+- **Jobs**: the task bags queued or running (not suspended). A running bag's unfinished tasks are
+  ``RunningJob.tasks_left`` (the field this policy needed; the simulator's task-bag model fills it);
+  its remaining work is the forecast work of its last ``tasks_left`` tasks (tasks are started in the
+  bag's order, so the unfinished ones are the last; exact when the tasks are equal, as in a trace's
+  bags). A queued bag has all its tasks. The planner's task count is capped by the bag's
+  ``max_workers`` (a job never holds more workers than it has unfinished tasks, nor more than its
+  shape allows). Priority is ``Job.priority``; the deadline is ``Job.deadline`` or, with parameter
+  ``deadline_walltimes`` x > 0, ``submit + x * estimate`` for a job that has none (the requested
+  walltime as the deadline, issue 12's evaluation). Ties go to the earlier submission.
+
+From plan to actions (the plan says how many workers each job gets; the actions choose the slots).
+Jobs are taken in the planner's order (priority, then submission). A job lives on one level.
+
+- A running bag given fewer workers than it holds keeps the fastest of its cores (ties: lower core)
+  and gives the others up with a ``Resize``. A given-up core whose worker runs a task stays the job's
+  until that task ends (the execution model's task boundary rule): it is *not* offered to another job
+  in the same pass. When the task ends the simulator gives the policy a pass (a slot freed at a task
+  boundary: the paper's dispatcher hands the worker on), which plans again and hands the slot to the
+  job the plan gives it. A running bag given no worker keeps one (its running tasks are never
+  killed).
+- A running bag given more workers grows on free slots of its level, fastest first.
+- A queued bag given workers starts on the level with the most free slots, on its fastest free cores.
+- Rigid jobs are not scheduled (these policies schedule bags of independent tasks); they wait with a
+  reason saying so.
+
+Worked example (tests/unit/test_dispatch_policy.py): 10 cores of speed 1, one level, ``r = 0.2``;
+bags A (priority 3, 20 tasks), B (2, 5 tasks), C (1, 5 tasks) arrive at 0: A starts on 8 cores, B and
+C on one each; the work-conserving variant gives the same (no worker idles).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from vmctl.errors import PolicyParameterError
+from vmctl.model import Action, ClusterView, Decision, Job, JobShape, Resize, RunningJob, Start
+from vmctl.policies.base import Needs, SchedulingPolicy
+from vmctl.policies.dispatch import DISPATCH_POLICIES, PlanJob, PlanWorker, plan, policy_params
+from vmctl.policies.registry import register
+
+_TASK_BAGS = frozenset({"rigid", "task-bag"})
+
+
+@dataclass(slots=True)
+class _Bag:
+    job: Job
+    shape: JobShape
+    running: RunningJob | None
+
+
+def _remaining_work(shape: JobShape, tasks_left: int) -> float:
+    return math.fsum(shape.tasks[len(shape.tasks) - tasks_left:]) if tasks_left > 0 else 0.0
+
+
+class DispatchPolicy(SchedulingPolicy):
+    """Common body of the four ``dispatch-*`` policies (module docstring)."""
+
+    #: the planner's policy name (``vmctl.policies.dispatch``)
+    planner: ClassVar[str] = ""
+    needs: ClassVar[Needs] = Needs(levels=1, shapes=_TASK_BAGS)
+    _COMMON: ClassVar[dict[str, tuple[type, Any, str]]] = {
+        "conserving": (bool, False, "give workers the policy leaves idle to jobs with tasks waiting"),
+        "deadline_walltimes": (float, 0.0, "a job without a deadline gets submit + this x its estimate "
+                                           "(0: no deadline)"),
+    }
+
+    def validate_params(self) -> None:
+        x = self.params["deadline_walltimes"]
+        if not (x >= 0 and math.isfinite(x)):
+            raise PolicyParameterError(policy=self.name, param="deadline_walltimes",
+                                       problem=f"must be a finite number >= 0, got {x}")
+        policy_params(self.planner, self._planner_params())  # r in [0, 1], horizon > 0 ...
+
+    def _planner_params(self) -> dict[str, Any]:
+        return {k: v for k, v in self.params.items() if k != "deadline_walltimes"}
+
+    # ------------------------------------------------------------------ inputs
+
+    def _deadline(self, job: Job) -> float | None:
+        if job.deadline is not None:
+            return job.deadline
+        x = self.params["deadline_walltimes"]
+        return job.submit_time + x * job.estimate if x > 0 else None
+
+    def _bags(self, view: ClusterView) -> tuple[list[_Bag], list[str]]:
+        """The task bags to plan for, and the queued rigid jobs (not scheduled here)."""
+        shapes = view.shapes
+        bags: list[_Bag] = []
+        for rj in view.running.values():
+            shape = shapes.get(rj.id)
+            if shape is not None and shape.kind == "task-bag" and not rj.suspended and rj.cores:
+                bags.append(_Bag(rj.job, shape, rj))
+        rigid: list[str] = []
+        for job in view.queue:
+            shape = shapes.get(job.id)
+            if shape is not None and shape.kind == "task-bag":
+                bags.append(_Bag(job, shape, None))
+            else:
+                rigid.append(job.id)
+        return bags, rigid
+
+    def _plan_job(self, bag: _Bag) -> PlanJob | None:
+        shape = bag.shape
+        left = len(shape.tasks) if bag.running is None else bag.running.tasks_left
+        if left is None:  # a view that does not know the bag's progress: count its tasks as unstarted
+            left = len(shape.tasks)
+        if left < 1:
+            return None
+        job = bag.job
+        return PlanJob(job.id, min(left, shape.max_workers), _remaining_work(shape, left), job.priority,
+                       self._deadline(job), job.submit_time)
+
+    # ------------------------------------------------------------------ the pass
+
+    def decide(self, view: ClusterView, now: float) -> Decision:
+        bags, rigid = self._bags(view)
+        reasons = {j: "not a task bag (the dispatch policies schedule bags of independent tasks)" for j in rigid}
+        if not bags:
+            return Decision(reasons=reasons)
+        running_ids = {b.job.id for b in bags if b.running is not None}
+        levels = view.levels
+        speed: dict[int, float] = {}
+        workers: list[PlanWorker] = []
+        for level, slots in enumerate(view.slot_job):
+            for core in range(view.total_cores):
+                holder = slots[core]
+                if not view.usable[core] or (holder is not None and holder not in running_ids):
+                    continue
+                node = view.node(core)
+                s = speed.setdefault(core, view.speed_of(node) / levels)
+                workers.append(PlanWorker(f"{core}.{level}", node, s))
+        jobs = [pj for pj in (self._plan_job(b) for b in bags) if pj is not None]
+        counts = {j: len(ws) for j, ws in
+                  plan(self.planner, workers, jobs, now, self._planner_params()).assignment.items()}
+        by_id = {b.job.id: b for b in bags}
+        order = sorted((by_id[pj.id] for pj in jobs), key=lambda b: (-b.job.priority, b.job.submit_time, b.job.id))
+        return self._actions(view, order, counts, speed, reasons)
+
+    def _actions(self, view: ClusterView, order: Sequence[_Bag], counts: Mapping[str, int],
+                 speed: dict[int, float], reasons: dict[str, str]) -> Decision:
+        free = [set(s) for s in view.idle]  # free slots no action of this pass has taken yet
+
+        def fastest(cores: Sequence[int] | set[int]) -> list[int]:
+            return sorted(cores, key=lambda c: (-speed.get(c, view.speed_of(view.node(c))), c))
+
+        actions: list[Action] = []
+        for bag in order:
+            want = counts.get(bag.job.id, 0)
+            rj = bag.running
+            if rj is None:
+                if want < 1:
+                    continue
+                level = max(range(view.levels), key=lambda lv: (len(free[lv]), -lv))
+                cores = fastest(free[level])[:want]
+                if cores:
+                    free[level].difference_update(cores)
+                    actions.append(Start(bag.job.id, tuple(sorted(cores)), level))
+                continue
+            held, level = rj.cores, rj.level
+            want = max(1, want)
+            if want < len(held):
+                kept = fastest(held)[:want]
+                actions.append(Resize(rj.id, tuple(sorted(kept)), level))
+            elif want > len(held):
+                extra = fastest(free[level])[: want - len(held)]
+                if extra:
+                    free[level].difference_update(extra)
+                    actions.append(Resize(rj.id, tuple(sorted((*held, *extra))), level))
+        return Decision(actions=tuple(actions), reasons=reasons,
+                        default_reason="waiting for a worker (the plan gave it none)")
+
+
+_COMMON = DispatchPolicy._COMMON
+
+
+@register
+class DispatchPriority(DispatchPolicy):
+    """Algorithm 1 (reservation rate ``r``)."""
+
+    name: ClassVar[str] = "dispatch-priority"
+    planner: ClassVar[str] = "priority"
+    summary: ClassVar[str] = "paper 001 Alg. 1: the top bag gets at most 1 - r of the workers, the others one each"
+    parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {**DISPATCH_POLICIES["priority"], **_COMMON}
+
+
+@register
+class DispatchProportion(DispatchPolicy):
+    """Algorithm 2 (fair share by remaining work)."""
+
+    name: ClassVar[str] = "dispatch-proportion"
+    planner: ClassVar[str] = "proportion"
+    summary: ClassVar[str] = "paper 001 Alg. 2: workers in proportion to each bag's remaining work"
+    parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {**DISPATCH_POLICIES["proportion"], **_COMMON}
+
+
+@register
+class DispatchWorkload(DispatchPolicy):
+    """Algorithm 3 (greedy by throughput, ``horizon``)."""
+
+    name: ClassVar[str] = "dispatch-workload"
+    planner: ClassVar[str] = "workload"
+    summary: ClassVar[str] = "paper 001 Alg. 3: the fastest workers until a bag's work fits in the horizon"
+    parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {**DISPATCH_POLICIES["workload"], **_COMMON}
+
+
+@register
+class DispatchDeadline(DispatchPolicy):
+    """Algorithm 4 (enough workers to finish by the deadline)."""
+
+    name: ClassVar[str] = "dispatch-deadline"
+    planner: ClassVar[str] = "deadline"
+    summary: ClassVar[str] = "paper 001 Alg. 4: the fastest workers until a bag meets its deadline"
+    parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {**DISPATCH_POLICIES["deadline"], **_COMMON}

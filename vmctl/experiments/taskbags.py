@@ -1,0 +1,226 @@
+"""Paper 001's evaluation, as issue 12 defines it (the paper's results section is empty): the four
+dispatch policies, their work-conserving variant and FCFS/EASY on the CERIT-SC 2013 trace.
+
+``python -m vmctl.experiments.taskbags --out DIR [--sample 8] [--seeds 1] [--workers 1]`` runs the grid on
+the experiment runner (:mod:`vmctl.experiments.runner`: one cell per policy, parameter set, speed case
+and seed, recorded in ``DIR/results.csv``; a rerun skips the cells already there) and writes
+``DIR/tables.md``.
+
+The workload (:func:`build`):
+
+- **Jobs**: the trace (``../shared/data/traces/wagap-2013.swf.gz`` and its machine file, read by
+  :mod:`vmctl.sim.workloads.alea`). Each job becomes a bag of **one task per CPU**, each task's forecast
+  the job's requested walltime and its actual length the job's run time (``min(run, walltime)``: a job
+  is killed at its walltime); at most one worker per task (the ``task-bag`` rule of
+  :mod:`vmctl.sim.workloads.shapes`). Its **priority** is its queue class (``alea.QUEUE_CLASS``: 3
+  short/priority queues .. 0 two weeks and backfill); its **deadline** is its submission plus
+  ``deadline_walltimes`` (default 1) times its requested walltime.
+- **Sample**: the paper samples the 17,900 jobs at a rate it leaves as "XXX". We draw ``round(n /
+  sample)`` jobs uniformly without replacement (seeded) and scale the machine by the same rate
+  (``round(2176 / sample)`` workers, one per CPU), so the offered load stays the trace's; submit and run
+  times are kept (the paper scales times only to replay the trace on its testbed in real time). Sampled
+  jobs wider than the scaled machine are dropped (none at ``sample`` <= 8: the widest job has 256 CPUs).
+- **Workers**: one per CPU (one level per core). ``homogeneous``: every worker at speed 1 (the machine
+  file's); ``uniform``: each worker's speed drawn from U(0.5, 1.5) (mean 1; seeded), the heterogeneity
+  the paper's title promises.
+
+Metrics per cell: mean response (end - submit), mean wait per priority class (first start - submit),
+the share of jobs ending by their deadline, the utilization (the jobs' actual work in standard
+core-seconds over the workers' capacity, the sum of their speeds, from the first submission to the
+last end) and the worst wait of the lowest class (starvation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vmctl.errors import OutOfRange, ValidationError
+from vmctl.experiments.runner import Cell, Scalar, cell, run_grid
+from vmctl.model import JobShape
+from vmctl.sim.workloads.alea import QUEUE_CLASS, read_alea_swf
+from vmctl.sim.workloads.core import WorkloadJob
+from vmctl.sim.workloads.shapes import with_shapes
+
+TRACE = "../shared/data/traces/wagap-2013.swf.gz"
+MACHINES = "../shared/data/traces/wagap-2013.swf.machines"
+SPEEDS = ("homogeneous", "uniform")
+R_SWEEP = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+CLASSES = tuple(sorted(set(QUEUE_CLASS.values()), reverse=True))
+#: (policy, label, r or None) of the grid; each dispatch policy also runs with ``conserving``
+DISPATCH = (("dispatch-proportion", "proportion"), ("dispatch-workload", "workload"),
+            ("dispatch-deadline", "deadline"))
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    jobs: list[WorkloadJob]
+    cores: int
+    shapes: dict[str, JobShape]
+    speeds: list[float]
+    dropped: dict[str, int]
+
+
+def build(trace: str, machines: str, sample: int, seed: int, speeds: str) -> Built:
+    """The sampled workload, its task bags and the worker speeds (module docstring)."""
+    if sample < 1:
+        raise OutOfRange(what="--sample", value=sample, allowed=">= 1 (keep 1 job in SAMPLE)")
+    if speeds not in SPEEDS:
+        raise ValidationError(field="--speeds", problem=f"must be one of {', '.join(SPEEDS)}, got {speeds!r}")
+    w = read_alea_swf(trace, machines)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x001]))
+    cores = max(1, round(w.max_procs / sample))
+    picked = np.sort(rng.choice(len(w.jobs), size=max(1, round(len(w.jobs) / sample)), replace=False))
+    jobs = [w.jobs[i] for i in picked]
+    dropped = dict(w.dropped)
+    wide = sum(1 for j in jobs if j.procs > cores)
+    if wide:
+        dropped["wider_than_scaled_machine"] = wide
+        jobs = [j for j in jobs if j.procs <= cores]
+    w = with_shapes(replace(w, jobs=jobs, max_procs=cores), "task-bag")
+    srng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+    speed = [1.0] * cores if speeds == "homogeneous" else [float(s) for s in srng.uniform(0.5, 1.5, cores)]
+    return Built(jobs, cores, {str(k): v for k, v in w.shapes.items()}, speed, dropped)
+
+
+def run_cell(trace: str, machines: str, sample: int, seed: int, speeds: str, policy: str, r: float | None,
+             conserving: bool, deadline_walltimes: float) -> dict[str, Any]:
+    """One simulation of the grid; the metrics of the module docstring."""
+    from vmctl.policies.registry import create_policy
+    from vmctl.sim.engine import SimConfig, Simulator
+    from vmctl.sim.exec_taskbag import TaskBagModel
+
+    b = build(trace, machines, sample, seed, speeds)
+    params: dict[str, Any] = {}
+    if policy.startswith("dispatch-"):
+        params = {"conserving": conserving, "deadline_walltimes": deadline_walltimes}
+        if r is not None:
+            params["r"] = r
+    pol = create_policy(policy, **params)
+    model = TaskBagModel(b.shapes, speeds=b.speeds)
+    sim = Simulator(b.jobs, b.cores, pol, SimConfig(seed=seed, execution=lambda: model), source=Path(trace).name)
+    result = sim.run()
+    return metrics(b, list(sim.job_rows()), deadline_walltimes) | {"decisions": result.decisions}
+
+
+def metrics(b: Built, rows: Sequence[Mapping[str, Any]], deadline_walltimes: float) -> dict[str, Any]:
+    by_id = {str(j.id): j for j in b.jobs}
+    waits: dict[int, list[float]] = {c: [] for c in CLASSES}
+    responses: list[float] = []
+    met = 0
+    work = 0.0
+    first, last = math.inf, -math.inf
+    for row in rows:
+        j = by_id[str(row["id"])]
+        waits[j.priority].append(row["wait"])
+        responses.append(row["end"] - j.submit)
+        met += row["end"] <= j.submit + deadline_walltimes * j.estimate + 1e-6
+        work += j.procs * min(j.run_time, j.estimate)
+        first, last = min(first, j.submit), max(last, row["end"])
+    out: dict[str, Any] = {
+        "jobs": len(rows),
+        "cores": b.cores,
+        "mean_response_h": float(np.mean(responses)) / 3600,
+        "deadlines_met": met / len(rows),
+        "utilization": work / (sum(b.speeds) * (last - first)),
+    }
+    for c in CLASSES:
+        out[f"wait_class{c}_h"] = float(np.mean(waits[c])) / 3600 if waits[c] else math.nan
+    low = waits[CLASSES[-1]]
+    out["worst_wait_lowest_h"] = max(low) / 3600 if low else math.nan
+    return out
+
+
+def cells(trace: str, machines: str, sample: int, seeds: Sequence[int], speeds: Sequence[str],
+          deadline_walltimes: float = 1.0) -> list[Cell]:
+    out: list[Cell] = []
+    for seed in seeds:
+        for sp in speeds:
+            common: dict[str, Scalar] = {"trace": trace, "machines": machines, "sample": sample, "seed": seed,
+                                         "speeds": sp, "deadline_walltimes": deadline_walltimes}
+            for base in ("fcfs", "easy"):
+                out.append(cell(run_cell, policy=base, r=None, conserving=False, **common))
+            for conserving in (False, True):
+                for r in R_SWEEP:
+                    out.append(cell(run_cell, policy="dispatch-priority", r=r, conserving=conserving, **common))
+                for name, _label in DISPATCH:
+                    out.append(cell(run_cell, policy=name, r=None, conserving=conserving, **common))
+    return out
+
+
+def label(row: Mapping[str, Any]) -> str:
+    name = str(row["policy"]).removeprefix("dispatch-")
+    if row.get("r") is not None and not (isinstance(row["r"], float) and math.isnan(row["r"])) and row["r"] != "":
+        name += f" r={float(row['r']):.1f}"
+    if str(row.get("conserving")).lower() == "true":
+        name += " +wc"
+    return name
+
+
+def tables(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One markdown table per speed case (mean over seeds)."""
+    cols = ["mean_response_h", *(f"wait_class{c}_h" for c in CLASSES), "deadlines_met", "utilization",
+            "worst_wait_lowest_h"]
+    heads = ["mean resp. (h)", *(f"wait cl.{c} (h)" for c in CLASSES), "deadlines met", "util.",
+             f"worst wait cl.{CLASSES[-1]} (h)"]
+    out: list[str] = []
+    for sp in SPEEDS:
+        group = [r for r in rows if r.get("speeds") == sp and not r.get("error")]
+        if not group:
+            continue
+        first = group[0]
+        out.append(f"\n### {sp} workers ({first['cores']} workers, {first['jobs']} jobs, sample 1/{first['sample']}, "
+                   f"seeds {sorted({int(r['seed']) for r in group})})\n")
+        out.append("| policy | " + " | ".join(heads) + " |")
+        out.append("|---" * (len(heads) + 1) + "|")
+        order: dict[str, list[Mapping[str, Any]]] = {}
+        for r in group:
+            order.setdefault(label(r), []).append(r)
+        for name, rs in order.items():
+            vals = []
+            for c in cols:
+                v = float(np.mean([float(r[c]) for r in rs]))
+                vals.append(f"{100 * v:.1f} %" if c in ("deadlines_met", "utilization") else f"{v:.2f}")
+            out.append(f"| {name} | " + " | ".join(vals) + " |")
+    failed = [r for r in rows if r.get("error")]
+    if failed:
+        out.append(f"\n{len(failed)} cell(s) failed: " + "; ".join(f"{label(r)}: {r['error']}" for r in failed))
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m vmctl.experiments.taskbags", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="output directory (results.csv, tables.md)")
+    ap.add_argument("--trace", default=TRACE)
+    ap.add_argument("--machines", default=MACHINES)
+    ap.add_argument("--sample", type=int, default=8, help="keep 1 job in SAMPLE and 1 CPU in SAMPLE (default 8)")
+    ap.add_argument("--seeds", default="1", help="comma-separated seeds (sample and speeds)")
+    ap.add_argument("--speeds", default=",".join(SPEEDS), help="comma-separated: homogeneous, uniform")
+    ap.add_argument("--deadline-walltimes", type=float, default=1.0,
+                    help="deadline = submit + this x requested walltime (default 1)")
+    ap.add_argument("--workers", type=int, default=1, help="Dask worker processes (default 1: a loaded machine)")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = [int(s) for s in a.seeds.split(",") if s]
+    speeds = [s for s in a.speeds.split(",") if s]
+    for s in speeds:
+        if s not in SPEEDS:
+            raise SystemExit(f"--speeds: unknown {s!r} (known: {', '.join(SPEEDS)})")
+    res = run_grid(cells(a.trace, a.machines, a.sample, seeds, speeds, a.deadline_walltimes), out / "results.csv",
+                   workers=a.workers, label="taskbags")
+    text = tables(res.rows)
+    (out / "tables.md").write_text(text)
+    sys.stdout.write(text)
+    return 1 if res.failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
