@@ -90,6 +90,9 @@ class SchedulingPolicy(ABC):
     #: parameters left out of result reports (``reported_params``) while at their default: options
     #: added later (the EASY family's queue order) so that results of the paper's setting read as before
     quiet_params: ClassVar[frozenset[str]] = frozenset()
+    #: the job fields besides submit time and size it orders or places jobs by (``priority``,
+    #: ``deadline``); vmctld warns at submission about a given field the policy does not use
+    job_fields: frozenset[str] = frozenset()
 
     def __init__(self, **params: Any) -> None:
         self.params: dict[str, Any] = {}

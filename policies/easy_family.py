@@ -157,7 +157,8 @@ def _check_queue_order(policy: SchedulingPolicy) -> bool:
     if not (p["age_max_s"] > 0 and math.isfinite(p["age_max_s"])):
         raise PolicyParameterError(policy=policy.name, param="age_max_s", problem=f"must be > 0, got {p['age_max_s']}")
     multi = bool(order == "multifactor")
-    policy.job_fields = frozenset({"priority"}) if multi and p["priority_weight"] != 0 else frozenset()  # type: ignore[attr-defined]
+    if multi and p["priority_weight"] != 0:
+        policy.job_fields = frozenset({"priority"})
     return multi
 
 

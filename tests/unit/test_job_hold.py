@@ -131,10 +131,12 @@ def test_submission_warns_about_fields_the_policy_ignores(tmp_path: Path) -> Non
     d = c.daemon
     assert d.ignored_fields([{"procs": 1, "estimate": 5}]) == []
     assert d.ignored_fields([{"procs": 1, "estimate": 5, "priority": 3, "deadline": 99.0}]) == [
-        "policy easy does not use job priorities: the job's priority has no effect on when it starts",
+        "policy easy does not use job priorities: the job's priority has no effect on when it starts "
+        "(vmctl policy set easy -p queue_order=multifactor makes it count)",
         "policy easy does not use deadlines: the job's deadline is neither considered nor enforced"]
     assert d.ignored_fields([{"priority": 1}, {"priority": 0}, {"deadline": 5.0}]) == [
-        "policy easy does not use job priorities: the priority of 1 job(s) has no effect on when it starts",
+        "policy easy does not use job priorities: the priority of 1 job(s) has no effect on when it starts "
+        "(vmctl policy set easy -p queue_order=multifactor makes it count)",
         "policy easy does not use deadlines: the deadline of 1 job(s) is neither considered nor enforced"]
     c.close()
     c2 = Cluster(tmp_path / "b", {"n1": 2}, policy=_UsesPriority())

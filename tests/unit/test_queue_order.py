@@ -67,8 +67,8 @@ def test_bad_parameters_name_the_field_and_declare_what_is_used() -> None:
         create_policy("measy", queue_order="multifactor", age_max_s=0.0)
     with pytest.raises(PolicyParameterError, match="unknown"):
         create_policy("sjf", queue_order="multifactor")  # sjf's order is its rule
-    assert create_policy("easy").job_fields == frozenset()  # type: ignore[attr-defined]
-    assert create_policy("easy", queue_order="multifactor").job_fields == {"priority"}  # type: ignore[attr-defined]
+    assert create_policy("easy").job_fields == frozenset()
+    assert create_policy("easy", queue_order="multifactor").job_fields == {"priority"}
 
 
 def test_vmctld_stops_warning_about_priorities_under_a_multifactor_order() -> None:

@@ -200,7 +200,7 @@ class DaemonBase:
         ch = Changes(kv={"policy": {"name": pol.name, "params": dict(pol.params)}})
         ch.events.append("policy changed")
         old = self.policy.name if self.policy is not None else "none"
-        shown = ", ".join(f"{k}={v}" for k, v in sorted(pol.params.items()))
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(pol.reported_params().items()))
         self.events.add(self.clock.now(), "policy.changed", f"policy {old} -> {pol.name}"
                         + (f" ({shown})" if shown else ""))
         self.commit(ch)

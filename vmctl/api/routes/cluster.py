@@ -115,7 +115,7 @@ class ClusterRoutes(Routes):
         from vmctl.policies.registry import available_policies
 
         p = self.d.policy
-        return {"name": p.name if p else None, "params": dict(p.params) if p else {},
+        return {"name": p.name if p else None, "params": p.reported_params() if p else {},
                 "available": sorted(available_policies())}
 
     async def get_policy(self, request: web.Request) -> web.Response:
