@@ -57,6 +57,13 @@ def result_table(result: SimResult, title: str | None = None, execution: dict[st
     table.add_row("kills at estimate", f"{result.estimate_kills:,}", "")
     table.add_row("kills by the policy", f"{result.policy_kills:,}", "")
     table.add_row("scheduling passes", f"{result.decisions:,}", "")
+    g = result.gang
+    if g is not None:  # paper 004 sec. 3
+        table.add_row(f"slowdown (T = {g.slice_s:g} s)", f"{g.avg_slowdown:,.2f}", "")
+        table.add_row("utilization, eq. (3) / MPL " + str(g.mpl), f"{g.utilization_eq3:.3f}", "")
+        table.add_row("capacity lost to migration", f"{g.capacity_lost:,.0f} core-s ({g.capacity_lost_fraction:.2%})",
+                      "")
+        table.add_row("migrations per job", f"{g.migrations_per_job:.2f}", "")
     return table
 
 
