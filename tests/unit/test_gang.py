@@ -5,6 +5,7 @@ input; determinism."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import ClassVar
@@ -12,6 +13,7 @@ from typing import ClassVar
 import pytest
 from test_sim_support import Scripted, wj
 
+from tests.livedaemon import run_cli
 from vmctl.errors import InvariantViolation, PolicyNeedsUnmet, PolicyParameterError
 from vmctl.model import (
     Action,
@@ -308,3 +310,31 @@ def test_jann97_runs_are_deterministic_and_checked(name: str) -> None:
     assert isinstance(gang, dict) and 0 < gang["utilization"] <= 1 and gang["avg_slowdown"] >= 1
     if not name.endswith("-m"):
         assert a["migrations"] == 0 and gang["capacity_lost"] == 0
+
+
+# ------------------------------------------------------------------------------ vmctl sim run
+
+def test_sim_run_with_a_gang_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ("sim", "run", "--model", "jann97", "--jobs", "150", "--load", "0.9", "--policy", "gs-m", "--discipline",
+            "timeslice")
+    code, out, err = run_cli(capsys, *base, "--param", "cost=20", "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    # the levels default to the policy's MPL, the model's slice to its T
+    assert doc["execution"] == {"model": "timeslice", "discipline": "timeslice", "levels": 5, "slice_s": 200.0}
+    assert doc["params"] == {"mpl": 5, "slice": 200.0, "cost": 20.0, "quota": math.inf}
+    gang = doc["gang"]
+    assert gang["slice_s"] == 200.0 and gang["mpl"] == 5
+    assert gang["capacity_lost"] > 0 and doc["migrations"] > 0
+    assert gang["migrations_per_job"] == pytest.approx(doc["migrations"] / doc["jobs"])
+    code, out, err = run_cli(capsys, *base, "--slice", "100", "-o", "json")  # --slice sets the policy's T too
+    assert code == 0, err
+    assert json.loads(out)["params"]["slice"] == 100.0 and json.loads(out)["gang"]["slice_s"] == 100.0
+    for extra, text in ((("--slice", "100", "--param", "slice=200"), "--slice: 100 s is not the policy's slice=200"),
+                        (("--levels", "3"), "needs 5 VM levels per core (it has 3)"),
+                        (("--param", "mpl=0"), "parameter mpl: must be >= 1"),
+                        (("--param", "quota=-1"), "parameter quota: must be a whole number")):
+        code, out, err = run_cli(capsys, *base, *extra)
+        assert code == 2 and text in err, err
+    code, out, err = run_cli(capsys, *base[:-2], "--discipline", "priority")  # the default two-tier cluster
+    assert code == 2 and "needs 5 VM levels per core (it has 2); the timeslice discipline" in err, err

@@ -3,6 +3,8 @@
 
     vmctl sim run --trace ../shared/data/traces/KTH-SP2-1996-2.1-cln.swf.gz --policy easy
     vmctl sim run --model feitelson96 --jobs 5000 --policy easy --discipline timeslice --levels 3 --slice 200
+    vmctl sim run --model jann97 --jobs 2000 --load 0.9 --policy gs-m --discipline timeslice --param cost=20
+    vmctl sim gang-table1 --jobs 2000 --workers 2 --out results/gang
     vmctl sim run --model feitelson96 --jobs 20000 --procs 320 --load 0.8 --policy measy --output json
     vmctl sim sweep --model feitelson96 --jobs 20000 --policies easy,keasy,reasy,measy \\
         --loads 0.5,0.6,0.7,0.8,0.9,0.95 --out results/fw
@@ -107,6 +109,29 @@ def _spec(trace: str | None, model: str | None, jobs: int | None, procs: int | N
                         cpu_usage="full" if cpu_usage == "full" else "paper")
 
 
+def _gang_defaults(policy: str, parsed: dict[str, Any], discipline: str, levels: int | None,
+                   slice_s: float | None) -> tuple[int | None, float | None]:
+    """A policy with ``mpl``/``slice`` parameters (the gang policies) on ``--discipline timeslice``: the
+    levels default to its MPL, and ``--slice`` and its ``slice`` are one value (either sets both; both
+    given and different is an error), so the model's first slices already have the policy's T."""
+    cls = policy_class(policy)
+    known = cls.parameters
+    if discipline != "timeslice" or not ("slice" in known or "mpl" in known):
+        return levels, slice_s
+    cls(**parsed)  # a bad mpl/slice is named as the policy's parameter, not as --levels/--slice
+    if "slice" in known:
+        if slice_s is not None and "slice" in parsed and parsed["slice"] != slice_s:
+            raise ValidationError(field="--slice", problem=f"{slice_s:g} s is not the policy's "
+                                                           f"slice={parsed['slice']:g}; give one of them")
+        if slice_s is None:
+            slice_s = float(parsed.get("slice", known["slice"][1]))
+        else:
+            parsed["slice"] = slice_s
+    if levels is None and "mpl" in known:
+        levels = int(parsed.get("mpl", known["mpl"][1]))
+    return levels, slice_s
+
+
 @click.group()
 def sim() -> None:
     """Simulate scheduling policies on a two-tier (fg/bg) cluster."""
@@ -161,8 +186,9 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
     from vmctl.experiments.sweep import build_workload, run_one
     from vmctl.sim import report
 
-    execution, execution_doc = _execution(discipline, levels, slice_s)
     parsed = _parse_params(policy, params)
+    levels, slice_s = _gang_defaults(policy, parsed, discipline, levels, slice_s)
+    execution, execution_doc = _execution(discipline, levels, slice_s)
     if jobs_out is not None:
         from vmctl.sim.jobs_out import check_target
 
@@ -202,6 +228,26 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
     else:
         report.print_table(result, execution=execution_doc)
         click.echo(f"wall time {wall:.2f} s", err=True)
+
+
+@sim.command("gang-table1")
+@click.option("--jobs", type=int, default=2000, show_default=True, help="jann97 jobs per run (the paper's size: "
+              "as many as the workload needs; see docs/gang.md).")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model.")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_table1_cmd(jobs: int, seed: int, workers: int | None, scheduler: str | None, out_dir: str) -> None:
+    """Paper 004's Table 1 (gs, gs-m, bgs, bgs-m; MPL 5, C = 0, Q unlimited) on jann97 at 320
+    processors: calibrate the offered loads, run the grid, print ours beside the paper's."""
+    from vmctl.experiments.gang import table1
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    if workers is not None and workers <= 0:
+        raise ValidationError(field="--workers", problem=f"must be > 0, got {workers}")
+    click.echo(table1(jobs, out_dir, seed=seed, workers=workers, scheduler=scheduler,
+                      progress=sys.stderr.isatty()))
 
 
 @sim.command("sweep")
