@@ -14,7 +14,9 @@ A running job sits on ``RunningJob.level`` of its cores and, when replicated, al
 
 Actions, in this order (the occupancy model checks them one at a time, so the order matters):
 
-1. collapse: ``Unreplicate(job, r)`` for every row of a replicated job but its lowest (sec. 2 step 1);
+1. collapse: ``Unreplicate(job, r)`` for every row of a replicated job but its lowest (sec. 2 step 1),
+   except a replica that expansion puts back unchanged with nothing placed on its cells in between
+   (then neither its Unreplicate nor its Replicate is emitted: a stable matrix costs no actions);
 2. the derivation's steps as it made them (:class:`~vmctl.policies.gang_matrix.GangStep`): a row
    change on the same cores is a ``Move(job, None, row, cost=0)`` (free: the processes stay on their
    nodes), a change of nodes a ``Move(job, cores, row, cost=C)`` (a migration: checkpoint C/2 then
@@ -78,7 +80,7 @@ from vmctl.model import (
     Unreplicate,
 )
 from vmctl.policies.base import Needs, SchedulingPolicy
-from vmctl.policies.gang_matrix import GangJob, GangParams, derive
+from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, derive
 from vmctl.policies.registry import register
 
 #: the paper's time slice (sec. 3), as ``vmctl.sim.timeslice.DEFAULT_SLICE`` (a policy does not import the
@@ -149,10 +151,11 @@ class _Gang(SchedulingPolicy):
                             quota=self._quota(view, now))
         d = derive(view.total_cores, running, jobs, queue, params)
         actions: list[Action] = []
+        kept = _kept_replicas(running, d.steps)
         for jid, (_nodes, rows) in running.items():
             if len(rows) > 1:
                 keep = min(rows)
-                actions.extend(Unreplicate(jid, r) for r in sorted(rows) if r != keep)
+                actions.extend(Unreplicate(jid, r) for r in sorted(rows) if r != keep and (jid, r) not in kept)
         # a job started in this event that the derivation then moves (a blocker cleared in expansion)
         # simply starts where it ends up: its Start goes where its last placement step was
         last = {step.job: i for i, step in enumerate(d.steps) if step.kind != "replicate" and step.job in d.started}
@@ -161,7 +164,8 @@ class _Gang(SchedulingPolicy):
                 if last[step.job] == i:
                     actions.append(Start(step.job, step.nodes, step.row))
             elif step.kind == "replicate":
-                actions.append(Replicate(step.job, step.row))
+                if (step.job, step.row) not in kept:
+                    actions.append(Replicate(step.job, step.row))
             elif step.nodes == step.old_nodes:
                 actions.append(Move(step.job, None, step.row, 0.0))
             else:
@@ -174,6 +178,25 @@ class _Gang(SchedulingPolicy):
         return Decision(actions=tuple(actions), reasons=reasons,
                         default_reason="waiting for a row with enough free processors",
                         schedule=SliceSchedule(float(self.params["slice"]), rows_in_use, 0.0))
+
+
+def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
+                   steps: list[GangStep]) -> set[tuple[str, int]]:
+    """The replicas that collapse drops and expansion puts back unchanged, with no step in between
+    placing anything on their cells: neither their Unreplicate nor their Replicate is emitted (the
+    pair would change nothing), so a stable matrix costs no actions."""
+    dropped = {(jid, r) for jid, (_n, rows) in running.items() if len(rows) > 1 for r in rows if r != min(rows)}
+    if not dropped:
+        return set()
+    moved = {s.job for s in steps if s.kind == "move"}
+    kept: set[tuple[str, int]] = set()
+    for i, step in enumerate(steps):
+        if step.kind != "replicate" or (step.job, step.row) not in dropped or step.job in moved:
+            continue
+        cells = set(step.nodes)
+        if not any(s.row == step.row and not cells.isdisjoint(s.nodes) for s in steps[:i]):
+            kept.add((step.job, step.row))
+    return kept
 
 
 @register

@@ -439,7 +439,9 @@ class _Deriver:
                     m.place(a, p, nodes)
                     self.out.steps.append(GangStep("replicate", a, p, nodes))
                     continue
-                if not self.p.migration:
+                # clearing A's nodes of row p needs, besides them, room in p for the jobs on them: exactly
+                # when p has |A| free slots (every occupied one of A's nodes is a blocker's)
+                if not self.p.migration or m.free[p] < len(nodes):
                     continue
                 blockers = self._blockers(p, nodes)
                 if not blockers:
