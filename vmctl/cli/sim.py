@@ -250,6 +250,32 @@ def gang_table1_cmd(jobs: int, seed: int, workers: int | None, scheduler: str | 
                       progress=sys.stderr.isatty()))
 
 
+@sim.command("gang-figure1")
+@click.option("--jobs", type=int, default=2000, show_default=True, help="jann97 jobs per run.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model.")
+@click.option("--costs", default="0,10,20,30", show_default=True, help="Migration costs C (s), comma-separated.")
+@click.option("--quotas", default="0,16,64,256,-1", show_default=True,
+              help="Quotas Q (tasks per slice; -1 = unlimited), comma-separated.")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_figure1_cmd(jobs: int, seed: int, costs: str, quotas: str, workers: int | None, scheduler: str | None,
+                     out_dir: str) -> None:
+    """Paper 004's Figure 1: slowdown and wait of GS+M and BGS+M against Q for workloads 2 and 5 (loads
+    from the Table 1 calibration in OUT), at each cost C; writes OUT/figure1.md and OUT/figure1.png."""
+    from vmctl.experiments.gang import figure1
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    cost_list, quota_list = _floats("--costs", costs), _ints("--quotas", quotas)
+    if not cost_list or any(not (c >= 0 and math.isfinite(c)) for c in cost_list):
+        raise ValidationError(field="--costs", problem=f"expected finite numbers >= 0, got {costs!r}")
+    if not quota_list or any(q < -1 for q in quota_list):
+        raise ValidationError(field="--quotas", problem=f"expected integers >= 0 (or -1 = unlimited), got {quotas!r}")
+    click.echo(figure1(jobs, out_dir, seed=seed, workers=workers, scheduler=scheduler, progress=sys.stderr.isatty(),
+                       costs=cost_list, quotas=quota_list))
+
+
 @sim.command("sweep")
 @_with_workload_options
 @click.option("--policies", default="easy,keasy,reasy,measy", show_default=True, help="Comma-separated policies.")

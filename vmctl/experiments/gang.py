@@ -135,14 +135,8 @@ def table1(jobs: int, out: str, seed: int = 1, workers: int | None = None, sched
     from vmctl.experiments.runner import grid, run_grid, writable_dir
 
     where = writable_dir(out)
-    fixed: dict[str, Any] = {"jobs": jobs, "procs": 320, "mpl": 5, "slice_s": 200.0, "cost": 0.0, "quota": -1,
-                             "seed": seed}
-    cal = run_grid(grid(gang_cell, fixed, policy=["bgs-m"], load=list(CALIBRATION_LOADS)),
-                   where / "calibration.parquet", workers=workers, scheduler=scheduler, progress=progress,
-                   label="calibration")
-    _raise_failed(cal.rows, where / "calibration.parquet")
-    curve = [(float(r["load"]), float(r["utilization"])) for r in cal.rows]
-    loads = loads_for_targets(curve, [target_utilization(w) for w in range(9)])
+    fixed = _fixed(jobs, seed)
+    curve, loads = calibrate(jobs, seed, where, workers, scheduler, progress)
     cells = [c for w, load in enumerate(loads) for c in grid(gang_cell, {**fixed, "load": load, "workload": w},
                                                                policy=list(POLICIES))]
     res = run_grid(cells, where / "table1.parquet", workers=workers, scheduler=scheduler, progress=progress,
@@ -154,6 +148,91 @@ def table1(jobs: int, out: str, seed: int = 1, workers: int | None = None, sched
                      table1_markdown(rows, loads), ""])
     Path(where / "table1.md").write_text(doc, encoding="utf-8")
     return doc
+
+
+def _fixed(jobs: int, seed: int) -> dict[str, Any]:
+    """The inputs of Table 1's cells besides policy and load: 320 processors, MPL 5, T = 200 s, C = 0,
+    Q unlimited."""
+    return {"jobs": jobs, "procs": 320, "mpl": 5, "slice_s": 200.0, "cost": 0.0, "quota": -1, "seed": seed}
+
+
+def calibrate(jobs: int, seed: int, where: Any, workers: int | None, scheduler: str | None,
+              progress: bool) -> tuple[list[tuple[float, float]], list[float]]:
+    """The calibration grid (BGS+M at :data:`CALIBRATION_LOADS`, in ``WHERE/calibration.parquet``):
+    the measured ``(offered load, utilization)`` curve and the offered loads of workloads 0-8."""
+    from vmctl.experiments.runner import grid, run_grid
+
+    table = where / "calibration.parquet"
+    cal = run_grid(grid(gang_cell, _fixed(jobs, seed), policy=["bgs-m"], load=list(CALIBRATION_LOADS)), table,
+                   workers=workers, scheduler=scheduler, progress=progress, label="calibration")
+    _raise_failed(cal.rows, table)
+    curve = [(float(r["load"]), float(r["utilization"])) for r in cal.rows]
+    return curve, loads_for_targets(curve, [target_utilization(w) for w in range(9)])
+
+
+#: Figure 1's axes: the quota Q (tasks per slice; -1 = unlimited) and the migration cost C (s)
+FIGURE1_QUOTAS = (0, 16, 64, 256, -1)
+FIGURE1_COSTS = (0.0, 10.0, 20.0, 30.0)
+
+
+def figure1(jobs: int, out: str, seed: int = 1, workers: int | None = None, scheduler: str | None = None,
+            progress: bool = True, costs: Sequence[float] = FIGURE1_COSTS,
+            quotas: Sequence[int] = FIGURE1_QUOTAS) -> str:
+    """Figure 1: slowdown and wait of GS+M and BGS+M against Q for workloads 2 and 5 (their offered loads
+    from the Table 1 calibration in ``OUT``), one line per policy and cost; writes ``OUT/figure1.md``
+    and ``OUT/figure1.png``."""
+    from vmctl.experiments.runner import grid, run_grid, writable_dir
+
+    where = writable_dir(out)
+    _curve, loads = calibrate(jobs, seed, where, workers, scheduler, progress)
+    base = {k: v for k, v in _fixed(jobs, seed).items() if k not in ("cost", "quota")}
+    cells = [c for w in (2, 5) for c in grid(gang_cell, {**base, "load": loads[w], "workload": w},
+                                             policy=["gs-m", "bgs-m"], cost=list(costs), quota=list(quotas))]
+    table = where / "figure1.parquet"
+    res = run_grid(cells, table, workers=workers, scheduler=scheduler, progress=progress, label="figure 1")
+    _raise_failed(res.rows, table)
+    lines = [f"Figure 1, {jobs:,} jann97 jobs, seed {seed}: average slowdown / average wait (s) against Q", "",
+             "| workload | policy | C (s) | " + " | ".join("Q = " + ("unlimited" if q < 0 else str(q))
+                                                         for q in quotas) + " |",
+             "|---" * (3 + len(quotas)) + "|"]
+    by = {(int(r["workload"]), str(r["policy"]), float(r["cost"]), int(r["quota"])): r for r in res.rows}
+    for w in (2, 5):
+        for p in ("gs-m", "bgs-m"):
+            for c in costs:
+                vals = [by[(w, p, float(c), q)] for q in quotas]
+                lines.append(f"| {w} | {p} | {c:g} | " + " | ".join(f"{v['avg_slowdown']:.2f} / {v['avg_wait']:,.0f}"
+                                                                   for v in vals) + " |")
+    doc = "\n".join(lines) + "\n"
+    (where / "figure1.md").write_text(doc, encoding="utf-8")
+    _plot_figure1(by, costs, quotas, where / "figure1.png")
+    return doc
+
+
+def _plot_figure1(by: Mapping[tuple[int, str, float, int], Mapping[str, Any]], costs: Sequence[float],
+                  quotas: Sequence[int], path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = list(range(len(quotas)))
+    labels = ["unl." if q < 0 else str(q) for q in quotas]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for col, w in enumerate((2, 5)):
+        for row, metric in enumerate(("avg_slowdown", "avg_wait")):
+            ax = axes[row][col]
+            for p in ("gs-m", "bgs-m"):
+                for c in costs:
+                    ax.plot(xs, [by[(w, p, float(c), q)][metric] for q in quotas], marker="o",
+                            label=f"{p.upper().replace('-M', '+M')} C={c:g}")
+            ax.set_xticks(xs, labels)
+            ax.set_xlabel("Q (tasks migrated per slice)")
+            ax.set_ylabel("slowdown" if metric == "avg_slowdown" else "wait (s)")
+            ax.set_title(f"workload {w}")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _raise_failed(rows: Sequence[Mapping[str, Any]], table: Any) -> None:
