@@ -276,6 +276,30 @@ def gang_figure1_cmd(jobs: int, seed: int, costs: str, quotas: str, workers: int
                        costs=cost_list, quotas=quota_list))
 
 
+@sim.command("gang-traces")
+@click.option("--jobs", type=int, default=3000, show_default=True, help="First N jobs of each trace.")
+@click.option("--trace-dir", default="../shared/data/traces", show_default=True, help="Where the SWF traces are.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the CPU-usage draw (MEASY).")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_traces_cmd(jobs: int, trace_dir: str, seed: int, workers: int | None, scheduler: str | None,
+                    out_dir: str) -> None:
+    """gs, gs-m, bgs, bgs-m (MPL 5) against EASY and MEASY on the real traces (KTH, SDSC, CTC, HPC2N);
+    writes OUT/traces.md."""
+    from vmctl.experiments.gang import TRACES, traces
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    missing = [t for t in TRACES if not (Path(trace_dir) / t).exists()]
+    if missing:
+        from vmctl.errors import TraceFormatError
+
+        raise TraceFormatError(path=str(Path(trace_dir) / missing[0]), line=0, problem="no such file")
+    click.echo(traces(jobs, out_dir, trace_dir, seed=seed, workers=workers, scheduler=scheduler,
+                      progress=sys.stderr.isatty()))
+
+
 @sim.command("sweep")
 @_with_workload_options
 @click.option("--policies", default="easy,keasy,reasy,measy", show_default=True, help="Comma-separated policies.")

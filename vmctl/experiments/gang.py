@@ -241,3 +241,66 @@ def _raise_failed(rows: Sequence[Mapping[str, Any]], table: Any) -> None:
     failed = [r for r in rows if r.get("error")]
     if failed:
         raise CellsFailed(failed=len(failed), total=len(rows), first=str(failed[0]["error"]), table=str(table))
+
+
+#: the real traces of the comparison with EASY and MEASY (``../shared/data/traces``)
+TRACES = ("KTH-SP2-1996-2.1-cln.swf.gz", "SDSC-SP2-1998-4.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz",
+          "HPC2N-2002-2.2-cln.swf.gz")
+TRACE_POLICIES = ("easy", "measy", "gs", "gs-m", "bgs", "bgs-m")
+
+
+def trace_cell(trace: str, jobs: int, policy: str, seed: int, mpl: int = 5, slice_s: float = 200.0) -> dict[str, Any]:
+    """One policy on the first ``jobs`` jobs of a trace: the gang policies on the time-slice model
+    (MPL ``mpl``, T ``slice_s``, C = 0, Q unlimited), EASY and MEASY on the two-tier model (the MEASY
+    paper's, with its CPU-usage rule). Besides the usual metrics, the paper-004 slowdown
+    ``max(response, T) / max(execution, T)`` of every policy, so the two families compare on one scale."""
+    import math as _math
+
+    from vmctl.experiments.sweep import WorkloadSpec, build_workload, make_config
+    from vmctl.policies.registry import create_policy
+    from vmctl.sim.engine import Simulator
+    from vmctl.sim.timeslice import TimeSliceModel
+
+    t0 = time.perf_counter()
+    spec = WorkloadSpec(trace=trace, jobs=jobs, seed=seed)
+    built = build_workload(spec)
+    gang = policy in POLICIES
+    pol = create_policy(policy, mpl=mpl, slice=slice_s) if gang else create_policy(policy)
+    cfg = make_config(spec, seed, execution=(lambda: TimeSliceModel(mpl, slice_s)) if gang else None)
+    sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
+    res = sim.run()
+    execution = {str(j.id): min(j.run_time, j.estimate) for j in built.jobs}
+    slowdowns = [max(r["end"] - r["submit"], slice_s) / max(execution[r["id"]], slice_s) for r in sim.job_rows()
+                 if not _math.isnan(r["end"])]
+    m = res.metrics
+    return {"cores": built.cores, "jobs_done": m.jobs, "avg_wait": m.avg_wait, "avg_response": m.avg_response,
+            "avg_bounded_slowdown": m.avg_bounded_slowdown, "avg_slowdown_t": sum(slowdowns) / max(1, len(slowdowns)),
+            "utilization": m.utilization, "migrations_per_job": res.migrations / max(1, m.jobs),
+            "sim_s": time.perf_counter() - t0}
+
+
+def traces(jobs: int, out: str, trace_dir: str, seed: int = 1, workers: int | None = None,
+           scheduler: str | None = None, progress: bool = True) -> str:
+    """The gang policies against EASY and MEASY on the first ``jobs`` jobs of each of :data:`TRACES`;
+    writes ``OUT/traces.md``."""
+    from pathlib import Path
+
+    from vmctl.experiments.runner import grid, run_grid, writable_dir
+
+    where = writable_dir(out)
+    paths = [str(Path(trace_dir) / t) for t in TRACES]
+    table = where / "traces.parquet"
+    res = run_grid(grid(trace_cell, {"jobs": jobs, "seed": seed}, trace=paths, policy=list(TRACE_POLICIES)),
+                   table, workers=workers, scheduler=scheduler, progress=progress, label="traces")
+    _raise_failed(res.rows, table)
+    lines = [f"Real traces, first {jobs:,} jobs each, seed {seed}; gang policies at MPL 5, T = 200 s, C = 0, "
+             "Q unlimited", "",
+             "| trace | cores | policy | avg wait (s) | avg bounded slowdown | slowdown (T = 200 s) | utilization "
+             "| migrations/job |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r in res.rows:
+        lines.append(f"| {Path(str(r['trace'])).name.split('-cln')[0]} | {r['cores']} | {r['policy']} | "
+                     f"{r['avg_wait']:,.0f} | {r['avg_bounded_slowdown']:.2f} | {r['avg_slowdown_t']:.2f} | "
+                     f"{r['utilization']:.3f} | {r['migrations_per_job']:.2f} |")
+    doc = "\n".join(lines) + "\n"
+    (where / "traces.md").write_text(doc, encoding="utf-8")
+    return doc
