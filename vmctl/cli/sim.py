@@ -276,6 +276,35 @@ def gang_figure1_cmd(jobs: int, seed: int, costs: str, quotas: str, workers: int
                        costs=cost_list, quotas=quota_list))
 
 
+@sim.command("gang-figure2")
+@click.option("--jobs", type=int, default=2000, show_default=True, help="jann97 jobs per run.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model.")
+@click.option("--costs", default="0,20,30", show_default=True, help="Migration costs C (s) at Q = 64.")
+@click.option("--mpls", default="2,3,5", show_default=True, help="Multiprogramming levels.")
+@click.option("--workloads", default="0,1,2,3,4,5,6,7,8", show_default=True,
+              help="Workloads of Table 1 (their calibrated loads) to sweep.")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_figure2_cmd(jobs: int, seed: int, costs: str, mpls: str, workloads: str, workers: int | None,
+                     scheduler: str | None, out_dir: str) -> None:
+    """Paper 004's Figure 2: slowdown against utilization for each MPL, Q = 0 and Q = 64 at each cost;
+    the largest utilization with slowdown <= 20. Writes OUT/figure2.md and OUT/figure2.png."""
+    from vmctl.experiments.gang import figure2
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    cost_list, mpl_list, wl_list = _floats("--costs", costs), _ints("--mpls", mpls), _ints("--workloads", workloads)
+    if any(not (c >= 0 and math.isfinite(c)) for c in cost_list):
+        raise ValidationError(field="--costs", problem=f"expected finite numbers >= 0, got {costs!r}")
+    if not mpl_list or any(m < 2 for m in mpl_list):
+        raise ValidationError(field="--mpls", problem=f"expected integers >= 2, got {mpls!r}")
+    if not wl_list or any(not 0 <= w <= 8 for w in wl_list):
+        raise ValidationError(field="--workloads", problem=f"expected workloads 0..8, got {workloads!r}")
+    click.echo(figure2(jobs, out_dir, seed=seed, workers=workers, scheduler=scheduler, progress=sys.stderr.isatty(),
+                       costs=cost_list, mpls=mpl_list, workloads=wl_list))
+
+
 @sim.command("gang-traces")
 @click.option("--jobs", type=int, default=3000, show_default=True, help="First N jobs of each trace.")
 @click.option("--trace-dir", default="../shared/data/traces", show_default=True, help="Where the SWF traces are.")

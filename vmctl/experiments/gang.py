@@ -235,6 +235,70 @@ def _plot_figure1(by: Mapping[tuple[int, str, float, int], Mapping[str, Any]], c
     plt.close(fig)
 
 
+def figure2(jobs: int, out: str, seed: int = 1, workers: int | None = None, scheduler: str | None = None,
+            progress: bool = True, costs: Sequence[float] = (0.0, 20.0, 30.0), mpls: Sequence[int] = (2, 3, 5),
+            workloads: Sequence[int] = tuple(range(9))) -> str:
+    """Figure 2: slowdown against utilization of GS+M and BGS+M for each MPL, with Q = 0 (no migration)
+    and with Q = 64 at each cost C, over the offered loads of ``workloads`` (Table 1 calibration in
+    ``OUT``); and the largest utilization with slowdown <= 20 (the largest measured among those runs).
+    Writes ``OUT/figure2.md`` and ``OUT/figure2.png``."""
+    from vmctl.experiments.runner import grid, run_grid, writable_dir
+
+    where = writable_dir(out)
+    _curve, loads = calibrate(jobs, seed, where, workers, scheduler, progress)
+    base = {k: v for k, v in _fixed(jobs, seed).items() if k not in ("cost", "quota", "mpl")}
+    variants = [(0.0, 0), *((float(c), 64) for c in costs)]  # (C, Q); C does not matter at Q = 0
+    cells = [c for w in workloads for cost, q in variants
+             for c in grid(gang_cell, {**base, "load": loads[w], "workload": w, "cost": cost, "quota": q},
+                           policy=["gs-m", "bgs-m"], mpl=list(mpls))]
+    table = where / "figure2.parquet"
+    res = run_grid(cells, table, workers=workers, scheduler=scheduler, progress=progress, label="figure 2")
+    _raise_failed(res.rows, table)
+    by: dict[tuple[float, int, str, int], list[Mapping[str, Any]]] = {}
+    for r in res.rows:
+        by.setdefault((float(r["cost"]), int(r["quota"]), str(r["policy"]), int(r["mpl"])), []).append(r)
+    lines = [f"Figure 2, {jobs:,} jann97 jobs, seed {seed}, workloads {', '.join(map(str, workloads))}: "
+             "utilization / slowdown per offered load, and the largest utilization with slowdown <= 20", "",
+             "| Q | C (s) | policy | MPL | " + " | ".join(f"wl {w}" for w in workloads) + " | max rho, s <= 20 |",
+             "|---" * (5 + len(workloads)) + "|"]
+    for (cost, q, pol, mpl), rs in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2], kv[0][3])):
+        rs = sorted(rs, key=lambda r: int(r["workload"]))
+        ok = [float(r["utilization"]) for r in rs if float(r["avg_slowdown"]) <= 20]
+        lines.append(f"| {q} | {cost:g} | {pol} | {mpl} | "
+                     + " | ".join(f"{r['utilization']:.2f} / {r['avg_slowdown']:.1f}" for r in rs)
+                     + (f" | {max(ok):.2f} |" if ok else " | - |"))
+    doc = "\n".join(lines) + "\n"
+    (where / "figure2.md").write_text(doc, encoding="utf-8")
+    _plot_figure2(by, variants, where / "figure2.png")
+    return doc
+
+
+def _plot_figure2(by: Mapping[tuple[float, int, str, int], list[Mapping[str, Any]]],
+                  variants: Sequence[tuple[float, int]], path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 4), squeeze=False)
+    for ax, (cost, q) in zip(axes[0], variants, strict=True):
+        for (c, qq, pol, mpl), rs in sorted(by.items()):
+            if (c, qq) != (cost, q):
+                continue
+            rs = sorted(rs, key=lambda r: float(r["utilization"]))
+            ax.plot([r["utilization"] for r in rs], [r["avg_slowdown"] for r in rs], marker="o",
+                    label=f"{pol.upper().replace('-M', '+M') if q else pol.upper().replace('-M', '')} MPL {mpl}")
+        ax.axhline(20, color="grey", linewidth=0.5)
+        ax.set_yscale("log")
+        ax.set_xlabel("utilization")
+        ax.set_ylabel("slowdown")
+        ax.set_title("Q = 0" if q == 0 else f"Q = {q}, C = {cost:g} s")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _raise_failed(rows: Sequence[Mapping[str, Any]], table: Any) -> None:
     from vmctl.errors import CellsFailed
 
