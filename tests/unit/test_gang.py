@@ -338,3 +338,35 @@ def test_sim_run_with_a_gang_policy(capsys: pytest.CaptureFixture[str]) -> None:
         assert code == 2 and text in err, err
     code, out, err = run_cli(capsys, *base[:-2], "--discipline", "priority")  # the default two-tier cluster
     assert code == 2 and "needs 5 VM levels per core (it has 2); the timeslice discipline" in err, err
+
+
+# ------------------------------------------------------------------------------ the evidence's helpers
+
+def test_loads_for_targets_reads_the_calibration_curve() -> None:
+    from vmctl.experiments.gang import loads_for_targets
+
+    curve = [(0.5, 0.45), (0.6, 0.55), (0.7, 0.5), (0.8, 0.65)]  # not monotone: the envelope is used
+    assert loads_for_targets(curve, [0.4, 0.5, 0.55, 0.6, 0.9]) == [0.5, 0.55, 0.6, 0.75, 0.8]
+
+
+def test_table1_markdown_puts_ours_beside_the_papers() -> None:
+    from vmctl.experiments.gang import PAPER_TABLE1, table1_markdown
+
+    rows = {(0, p): {"utilization": 0.5, "avg_slowdown": s} for p, s in
+            (("bgs", 2.0), ("bgs-m", 1.5), ("gs", 4.0), ("gs-m", 1.0))}
+    doc = table1_markdown(rows, [0.6])
+    assert "| 0 | 0.600 | 0.50 | 2.0 | 0.50 | 1.5 | 25.0 % | 0.50 | 4.0 | 0.50 | 1.0 | 75.0 % |" in doc
+    # the paper's rows with its own "% s better" columns (from its unrounded slowdowns)
+    assert "| 0 | 0.55 | 2.5 | 0.55 | 2.4 | 5.3 % | 0.55 | 2.8 | 0.55 | 2.5 | 11.7 % |" in doc
+    assert PAPER_TABLE1[6]["gs"] == (0.84, 650.8)
+
+
+def test_gang_cell_is_the_simulators_result() -> None:
+    from vmctl.experiments.gang import gang_cell
+
+    a = gang_cell("gs-m", 0.9, 40, 64, 3, 200.0, 0.0, 0, 1)  # Q = 0: no migration, as gs
+    b = gang_cell("gs", 0.9, 40, 64, 3, 200.0, 0.0, -1, 1)
+    for k in ("utilization", "avg_slowdown", "avg_wait", "migrations_per_job"):
+        assert a[k] == b[k], k
+    assert a["migrations_per_job"] == 0 and a["jobs_done"] == 40
+    assert a["utilization_eq3"] == pytest.approx(a["utilization"] / 3)
