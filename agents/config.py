@@ -14,11 +14,12 @@ from typing import Any
 
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
 from vmctl.agents.backends.mock import inbox_name
-from vmctl.agents.layout import DEFAULT_NAMING, check_naming
+from vmctl.agents.layout import DEFAULT_NAMING, INACTIVE_MODES, MAX_LEVELS, check_naming
 from vmctl.config import Section, load_yaml
-from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, MAX_NODE_SPEED, group_name_problem
+from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, MAX_NODE_SPEED, Discipline, group_name_problem
 
 BACKENDS = ("mock", "libvirt")
+DISCIPLINES = tuple(d.value for d in Discipline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +44,9 @@ class LayoutConfig:
     bg_weight: int = WEIGHT_MIN
     memory_mib: int = 64
     image: str | None = None
-    discipline: str = "priority"  # priority (fg/bg with idle placeholders) | shared (no placeholders)
-    levels: int = 2  # VM levels per core: 2 (fg, bg) under priority; 1 or 2 under shared
+    discipline: str = "priority"  # priority | timeslice (gang rows) | shared (equal workers, no placeholders)
+    levels: int = 2  # VM levels per core, 1 .. MAX_LEVELS (2 = the MEASY fg/bg pair)
+    inactive: str = "pause"  # timeslice: the inactive rows' VMs are paused, or "soak" at the lowest weight
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,18 +186,17 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
     bg = lay.integer("bg_weight", WEIGHT_MIN, lo=WEIGHT_MIN, hi=WEIGHT_MAX)
     if fg <= bg:
         raise lay.error("fg_weight", f"must exceed bg_weight ({fg} <= {bg})")
-    discipline = lay.get("discipline", str, "priority")
-    if discipline == "timeslice":
-        raise lay.error("discipline", "timeslice (gang rows, one VM per row) is not supported by this agent yet; "
-                                      "use priority or shared")
-    if discipline not in ("priority", "shared"):
-        raise lay.error("discipline", f"must be priority or shared, got {discipline!r}")
-    levels = lay.integer("levels", 2, lo=1, hi=2)
-    if discipline == "priority" and levels != 2:
-        raise lay.error("levels", f"the priority discipline has 2 levels (fg, bg), got {levels}")
+    discipline = lay.choice("discipline", DISCIPLINES, "priority")
+    levels = lay.integer("levels", 2, lo=1, hi=MAX_LEVELS)
+    if discipline == "priority" and fg - bg < levels - 1:
+        raise lay.error("levels", f"{levels} priority levels need {levels} distinct weights between bg_weight {bg} "
+                                  f"and fg_weight {fg}")
+    inactive = lay.choice("inactive", INACTIVE_MODES, "pause")
+    if lay.has("inactive") and discipline != "timeslice":
+        raise lay.error("inactive", f"applies to the timeslice discipline only (discipline is {discipline})")
     layout = LayoutConfig(cores=cores, naming=naming, fg_weight=fg, bg_weight=bg,
                           memory_mib=lay.integer("memory_mib", 64, lo=16), image=lay.get("image", str, None),
-                          discipline=discipline, levels=levels)
+                          discipline=discipline, levels=levels, inactive=inactive)
     if layout.image is not None and not layout.image.startswith("/"):
         raise lay.error("image", f"must be an absolute path, got {layout.image!r}")
     lay.finish()

@@ -4,7 +4,8 @@ with a client certificate (mTLS, subject ``CN=node:<name>`` issued by the cluste
 Agents must not import the daemon, so this speaks plain HTTP (``http.client``) to the routes of
 ``vmctl/api/openapi.yaml``:
 
-- ``register(cores, hostname, backend, peers, checkpoint_peers, speed, group, memory_mib)``:
+- ``register(cores, hostname, backend, peers, checkpoint_peers, speed, group, memory_mib, levels,
+  discipline)``:
   ``POST /v1/agent/nodes/<node>/register``.
 - ``HttpSource``: a background thread long-polls ``GET /v1/agent/nodes/<node>/desired?after=G&wait=W``;
   the daemon answers as soon as the generation passes G (within 100 ms of the change), the thread
@@ -161,14 +162,17 @@ class HttpSource:
 
     def register(self, cores: int, hostname: str = "", backend: str = "", peers: Iterable[str] | None = None,
                  checkpoint_peers: Iterable[str] | None = None, speed: float | None = None,
-                 group: str | None = None, memory_mib: int | None = None) -> dict[str, Any]:
+                 group: str | None = None, memory_mib: int | None = None, levels: int | None = None,
+                 discipline: str | None = None) -> dict[str, Any]:
         """Register this node: its cores and the nodes it can migrate to -- ``peers`` (live; None: do
         not say, the daemon does not restrict) and ``checkpoint_peers`` (checkpoint files over sftp;
         None: shared storage, any node). vmctld plans no migration this node could not carry out.
         ``speed``, ``group`` and ``memory_mib`` describe the host (None: do not say, vmctld keeps its
-        defaults: speed 1.0, group "default", memory unknown)."""
+        defaults: speed 1.0, group "default", memory unknown). ``levels`` and ``discipline`` are the
+        host's VM level layout (None: do not say; vmctld assumes 2 priority levels)."""
         body: dict[str, Any] = {"cores": cores, "hostname": hostname, "backend": backend}
-        for key, value in (("speed", speed), ("group", group), ("memory_mib", memory_mib)):
+        for key, value in (("speed", speed), ("group", group), ("memory_mib", memory_mib), ("levels", levels),
+                           ("discipline", discipline)):
             if value is not None:
                 body[key] = value
         if peers is not None:

@@ -1,31 +1,45 @@
 """The core layout of one host: one VM per (core, level) (MEASY paper, sec. 2.1, for two levels).
 
-Levels and placeholders. ``levels`` is the number of VM levels per core the host carries (the
-cluster's ``ClusterView.levels``); this agent supports the priority discipline's fg (level 0) and bg
-(level 1) VMs, so 1 or 2. ``placeholders`` says whether the agent keeps an idle VM on every (core,
-level) even when no job runs there: the priority discipline needs them (a job starts in a booted VM,
-a promote is a live weight swap); the ``shared`` discipline does not (its workers and vcsched's
-capped shared VMs come and go with desired state). Gang rows (``timeslice``, L > 2) need row VMs in
-desired state and are not supported by this agent yet.
+Levels and disciplines. ``levels`` (L, 1 .. ``MAX_LEVELS``) is the number of VM levels per core the
+host carries and ``discipline`` how they share the core (``vmctl.model.Discipline``; both come from
+the agent config and are registered with vmctld):
 
-For a host with C managed physical cores the agent keeps 2C single-VCPU VMs: on core k a foreground
-VM and a background VM, both pinned to core k. The fg VM runs at the highest weight, the bg VM at the
-lowest, so the bg VM only gets the cycles the fg VM leaves idle. Promote/demote swaps the two weights
-live, without a restart; caps can be set live too (Casanova et al., sec. 2 and 7: fractional shares
-by caps). Besides the core pairs a host may carry ``VmRole.SHARED`` VMs (vcsched): capped VMs,
-pinned or not.
+- ``priority``: level 0 at ``fg_weight``, level L-1 at ``bg_weight``, the levels between at weights
+  spaced geometrically in between (each level far above the next: 10000, 100, 1 for L = 3), so a
+  level only gets the cycles the levels above it leave idle. L = 2 is the MEASY fg/bg pair (fg_weight,
+  bg_weight), exactly as it always was. The weights of job VMs come from desired state (vmctld's
+  ``vm.fg_weight``/``vm.bg_weight``) and must decrease with the level on every core.
+- ``timeslice`` (gang scheduling): level k is row k of the Ousterhout matrix; one row is *active*
+  (``active_row``, switched by ``Reconciler.switch_row``): its VMs run at ``fg_weight``; the VMs of
+  the other rows are paused (``inactive: pause``, the default) or, with ``inactive: soak``, keep
+  running at ``bg_weight`` and soak up the cycles the active row leaves idle. The agent sets these
+  weights and power states itself (``shape``), for its placeholders and for job VMs alike; a VM that
+  desired state wants paused, saved, absent or migrating is left as desired.
+- ``shared`` (paper 001: several workers per machine): L workers of equal weight (``fg_weight``).
+
+Placeholders: idle VMs on every (core, level) even when no job runs there, under ``priority`` (a job
+starts in a booted VM, a promote is a live weight swap) and ``timeslice`` (a row switch only pauses
+and resumes VMs that exist: nothing is booted or destroyed at a slice boundary); not under ``shared``
+(workers, like vcsched's capped shared VMs, come and go with desired state).
+
+Memory: the layout's L x C VMs of ``memory_mib`` each must fit in the host's memory
+(``memory_problem``; under ``shared`` that is the most the workers can take): an agent refuses a
+layout it cannot hold.
 
 Cores: ``VmDesired.core`` is the *local* index k in 0..C-1 (the cluster's ``local_core``); the
 layout maps it to the physical core ``cores[k]`` (the host may keep some cores for itself).
 
-Names: ``naming`` is a pattern with ``{host}``, ``{core}`` (local index) and ``{tier}`` (fg/bg),
-default ``{host}-c{core}-{tier}``. ``{tier}`` is the VM's *home* tier: after a promote the VM named
-``...-bg`` runs at the fg weight (its role in desired state says which tier it is in now). VMs also
-carry metadata (``vmctl.node``, ``vmctl.role``, ``vmctl.core``) so an agent adopts them by name or by
-metadata after a restart.
+Names: ``naming`` is a pattern with ``{host}``, ``{core}`` (local index) and ``{tier}`` (the level's
+name: ``fg``, ``bg``, then ``bg2`` ... under priority; ``r0``, ``r1`` ... rows under timeslice; ``w0``,
+``w1`` ... workers under shared), default ``{host}-c{core}-{tier}``. ``{tier}`` is the VM's *home*
+level: after a promote the VM named ``...-bg`` runs at the fg weight (its role in desired state says
+which tier it is in now). VMs also carry metadata (``vmctl.node``, ``vmctl.role``, ``vmctl.core``,
+``vmctl.level``) so an agent adopts them by name or by metadata after a restart.
 
 Example: host ``n1``, cores (2, 3) -> VMs n1-c0-fg (core 2, weight 10000), n1-c0-bg (core 2,
-weight 1), n1-c1-fg (core 3, weight 10000), n1-c1-bg (core 3, weight 1).
+weight 1), n1-c1-fg (core 3, weight 10000), n1-c1-bg (core 3, weight 1). The same host as a timeslice
+layout of 3 rows with row 1 active: n1-c0-r0 (paused, weight 1), n1-c0-r1 (running, weight 10000),
+n1-c0-r2 (paused, weight 1), and the same on core 1.
 """
 
 from __future__ import annotations
@@ -36,14 +50,22 @@ from dataclasses import dataclass, replace
 
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN, VmSpec
 from vmctl.errors import OutOfRange, ValidationError
-from vmctl.model import NodeDesired, Tier, VmDesired, VmRole
+from vmctl.model import Discipline, NodeDesired, PowerState, Tier, VmDesired, VmRole, tier_of_level
 
 META_NODE = "vmctl.node"
 META_ROLE = "vmctl.role"
 META_CORE = "vmctl.core"
+META_LEVEL = "vmctl.level"
 META_MANAGED = "vmctl.managed"
 
 DEFAULT_NAMING = "{host}-c{core}-{tier}"
+
+#: most VM levels per core an agent carries: gang scheduling's multiprogramming levels are small (the
+#: gang-scheduling paper's matrices have a handful of rows), and every level is a VM on every core
+MAX_LEVELS = 8
+
+#: what the VMs of a timeslice layout's inactive rows do: stay paused, or run at the lowest weight
+INACTIVE_MODES = ("pause", "soak")
 
 
 def check_naming(pattern: str) -> str | None:
@@ -63,6 +85,30 @@ def check_naming(pattern: str) -> str | None:
     return None
 
 
+def level_weights(levels: int, top: int, bottom: int) -> tuple[int, ...]:
+    """Priority weights of ``levels`` levels from ``top`` (level 0) down to ``bottom`` (level L-1),
+    geometrically spaced and strictly decreasing (``top - bottom >= levels - 1`` is required)."""
+    if levels == 1:
+        return (top,)
+    out: list[int] = []
+    for k in range(levels):
+        w = round(top * (bottom / top) ** (k / (levels - 1)))
+        # strictly below the level above, and room left for the levels below
+        w = min(w, out[-1] - 1) if out else top
+        out.append(max(w, bottom + (levels - 1 - k)))
+    return tuple(out)
+
+
+def memory_problem(levels: int, cores: int, memory_mib: int, host_memory_mib: int) -> str | None:
+    """Why a host of ``host_memory_mib`` cannot hold a layout of ``levels`` x ``cores`` VMs of
+    ``memory_mib`` each, or None when it can."""
+    need = levels * cores * memory_mib
+    if need > host_memory_mib:
+        return (f"{levels} levels x {cores} cores x {memory_mib} MiB = {need} MiB of VMs do not fit in the "
+                f"host's {host_memory_mib} MiB: lower layout.levels or layout.memory_mib, or manage fewer cores")
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     host: str
@@ -73,11 +119,15 @@ class Layout:
     memory_mib: int = 64
     image: str | None = None
     levels: int = 2
-    placeholders: bool = True
+    #: idle placeholder VMs on every (core, level); None: where the discipline needs them (priority,
+    #: timeslice; not shared)
+    placeholders: bool | None = None
+    discipline: Discipline = Discipline.PRIORITY
+    inactive: str = "pause"  # timeslice: the inactive rows' VMs are paused, or "soak" at the lowest weight
 
     def __post_init__(self) -> None:
-        if self.levels not in (1, 2):
-            raise OutOfRange(what="layout.levels", value=self.levels, allowed="1..2 (fg, bg)")
+        if not 1 <= self.levels <= MAX_LEVELS:
+            raise OutOfRange(what="layout.levels", value=self.levels, allowed=f"1..{MAX_LEVELS}")
         if not self.cores:
             raise ValidationError(field="layout.cores", problem="must list at least one core")
         if len(set(self.cores)) != len(self.cores) or min(self.cores) < 0:
@@ -88,19 +138,38 @@ class Layout:
         if self.fg_weight <= self.bg_weight:
             raise ValidationError(field="layout.fg_weight",
                                   problem=f"must exceed bg_weight ({self.fg_weight} <= {self.bg_weight})")
+        if self.discipline is Discipline.PRIORITY and self.fg_weight - self.bg_weight < self.levels - 1:
+            raise ValidationError(field="layout.fg_weight",
+                                  problem=f"{self.levels} priority levels need {self.levels} distinct weights "
+                                          f"between bg_weight {self.bg_weight} and fg_weight {self.fg_weight}")
+        if self.inactive not in INACTIVE_MODES:
+            raise ValidationError(field="layout.inactive",
+                                  problem=f"must be {' or '.join(INACTIVE_MODES)}, got {self.inactive!r}")
         problem = check_naming(self.naming)
         if problem:
             raise ValidationError(field="layout.naming", problem=problem)
         if self.memory_mib < 1:
             raise OutOfRange(what="layout.memory_mib", value=self.memory_mib, allowed=">= 1")
+        if self.placeholders is None:
+            object.__setattr__(self, "placeholders", self.discipline is not Discipline.SHARED)
 
     @property
     def size(self) -> int:
         return len(self.cores)
 
-    def vm_name(self, core: int, tier: Tier | str) -> str:
+    def level_name(self, level: int) -> str:
+        """The ``{tier}`` of a level's VMs: fg, bg, bg2 ... (priority), r0 ... (timeslice), w0 ... (shared)."""
+        if self.discipline is Discipline.TIMESLICE:
+            return f"r{level}"
+        if self.discipline is Discipline.SHARED:
+            return f"w{level}"
+        return Tier.FG.value if level == 0 else Tier.BG.value if level == 1 else f"bg{level}"
+
+    def vm_name(self, core: int, tier: Tier | str | int) -> str:
+        """The name of the VM of ``core`` on a level (its number, or fg/bg for levels 0/1)."""
         self.physical(core)
-        return self.naming.format(host=self.host, core=core, tier=Tier(tier).value)
+        level = tier if isinstance(tier, int) else 0 if Tier(tier) is Tier.FG else 1
+        return self.naming.format(host=self.host, core=core, tier=self.level_name(level))
 
     def physical(self, core: int) -> int:
         """Physical core id of local core ``core``."""
@@ -117,49 +186,97 @@ class Layout:
     def weight_of(self, role: VmRole) -> int:
         return self.fg_weight if role is VmRole.FG else self.bg_weight
 
+    @property
+    def weights(self) -> tuple[int, ...]:
+        """The weight of each level in the bare layout (timeslice: with row 0 active)."""
+        if self.discipline is Discipline.PRIORITY:
+            return level_weights(self.levels, self.fg_weight, self.bg_weight)
+        if self.discipline is Discipline.SHARED:
+            return (self.fg_weight,) * self.levels
+        return tuple(self.fg_weight if k == 0 else self.bg_weight for k in range(self.levels))
+
+    def level_vm(self, core: int, level: int) -> VmDesired:
+        """The idle placeholder VM of one (core, level)."""
+        return VmDesired(name=self.vm_name(core, level), core=core, role=_role(level),
+                         weight=self.weights[level], memory_mib=self.memory_mib,
+                         level=level if level > 1 or self.discipline is not Discipline.PRIORITY else -1)
+
     def pair_vm(self, core: int, tier: Tier) -> VmDesired:
-        role = VmRole.FG if tier is Tier.FG else VmRole.BG
-        return VmDesired(name=self.vm_name(core, tier), core=core, role=role, weight=self.weight_of(role),
-                         memory_mib=self.memory_mib)
+        return self.level_vm(core, 0 if tier is Tier.FG else 1)
 
     @property
     def tiers(self) -> tuple[Tier, ...]:
-        """The levels of each core, by their priority names (fg, then bg)."""
+        """The priority names of a core's first two levels (fg, then bg), as far as the layout has them."""
         return (Tier.FG, Tier.BG)[: self.levels]
 
     def pair_vms(self) -> list[VmDesired]:
-        """The idle placeholder VMs of the bare layout (no processes): one per (core, level), fg before
-        bg on each core, when the layout keeps placeholders; none otherwise."""
+        """The idle placeholder VMs of the bare layout (no processes): one per (core, level), level 0
+        first on each core, when the layout keeps placeholders; none otherwise."""
         if not self.placeholders:
             return []
-        return [self.pair_vm(k, t) for k in range(self.size) for t in self.tiers]
+        return [self.level_vm(k, lvl) for k in range(self.size) for lvl in range(self.levels)]
 
     def base_desired(self, generation: int = 0) -> NodeDesired:
         return NodeDesired(node=self.host, generation=generation, vms=tuple(self.pair_vms()))
 
     def complete(self, desired: NodeDesired) -> NodeDesired:
         """Add the layout's placeholder VMs that ``desired`` leaves out (by name, and only where the
-        core's slot of that role is not taken by another VM), so the L x C VMs always exist."""
+        core's slot of that level is not taken by another VM), so the L x C VMs always exist."""
         names = {v.name for v in desired.vms}
-        taken = {(v.core, v.role) for v in desired.vms if v.role is not VmRole.SHARED}
+        taken = {(v.core, v.slot_level) for v in desired.vms if v.slot_level is not None}
         extra = []
         for vm in self.pair_vms():
-            if vm.name not in names and (vm.core, vm.role) not in taken:
+            if vm.name not in names and (vm.core, vm.slot_level) not in taken:
                 extra.append(vm)
         if not extra:
             return desired
         return replace(desired, vms=desired.vms + tuple(extra))
 
+    def row_state(self, level: int, active_row: int) -> tuple[PowerState, int]:
+        """Timeslice: the power state and weight of a running VM of row ``level`` while ``active_row``
+        is active."""
+        if level == active_row:
+            return PowerState.RUNNING, self.fg_weight
+        return (PowerState.PAUSED if self.inactive == "pause" else PowerState.RUNNING), self.bg_weight
+
+    def shape(self, desired: NodeDesired, active_row: int = 0) -> NodeDesired:
+        """The discipline's weights and power states on the level VMs of ``desired`` (a completed
+        document): timeslice rows by ``active_row``, shared workers at one weight; priority as desired.
+        A VM desired state does not want running (paused, saved, absent) or that is migrating keeps
+        what desired state says."""
+        if self.discipline is Discipline.PRIORITY:
+            return desired
+        if not 0 <= active_row < self.levels:
+            raise OutOfRange(what="active row", value=active_row, allowed=f"0..{self.levels - 1} on {self.host}")
+        vms: list[VmDesired] = []
+        for v in desired.vms:
+            level = v.slot_level
+            moving = v.migration is not None and v.migration.phase in ("requested", "running")
+            if level is not None and v.power is PowerState.RUNNING and not moving:
+                if self.discipline is Discipline.SHARED:
+                    v = replace(v, weight=self.fg_weight)
+                else:
+                    power, weight = self.row_state(level, active_row)
+                    v = replace(v, power=power, weight=weight)
+            vms.append(v)
+        return replace(desired, vms=tuple(vms))
+
     def spec_for(self, vm: VmDesired) -> VmSpec:
-        return VmSpec(name=vm.name, vcpus=1, memory_mib=vm.memory_mib, image=self.image,
-                      metadata={META_MANAGED: "1", META_NODE: self.host, META_ROLE: vm.role.value,
-                                META_CORE: str(vm.core)})
+        meta = {META_MANAGED: "1", META_NODE: self.host, META_ROLE: vm.role.value, META_CORE: str(vm.core)}
+        if vm.level >= 0:  # a level the role does not imply (fg/bg VMs look as they always did)
+            meta[META_LEVEL] = str(vm.level)
+        return VmSpec(name=vm.name, vcpus=1, memory_mib=vm.memory_mib, image=self.image, metadata=meta)
 
     def is_ours(self, name: str, metadata: dict[str, str]) -> bool:
-        """True for VMs this agent manages: our metadata, or a core-pair name of this layout."""
+        """True for VMs this agent manages: our metadata, or a (core, level) name of this layout."""
         if metadata.get(META_NODE) == self.host and metadata.get(META_MANAGED) == "1":
             return True
-        return any(name == self.vm_name(k, t) for k in range(self.size) for t in self.tiers)
+        return any(name == self.vm_name(k, lvl) for k in range(self.size) for lvl in range(self.levels))
+
+
+def _role(level: int) -> VmRole:
+    """The role of a level VM: the priority discipline's tier name of its level."""
+    return VmRole.FG if tier_of_level(level) is Tier.FG else VmRole.BG
 
 
 def swap_tiers(desired: NodeDesired, core: int, fg_weight: int = WEIGHT_MAX, bg_weight: int = WEIGHT_MIN,
@@ -181,5 +298,5 @@ def swap_tiers(desired: NodeDesired, core: int, fg_weight: int = WEIGHT_MAX, bg_
     return NodeDesired(node=desired.node, generation=gen, vms=tuple(vms))
 
 
-__all__ = ["DEFAULT_NAMING", "META_CORE", "META_MANAGED", "META_NODE", "META_ROLE", "Layout",
-           "check_naming", "swap_tiers"]
+__all__ = ["DEFAULT_NAMING", "INACTIVE_MODES", "MAX_LEVELS", "META_CORE", "META_LEVEL", "META_MANAGED", "META_NODE",
+           "META_ROLE", "Layout", "check_naming", "level_weights", "memory_problem", "swap_tiers"]

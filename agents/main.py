@@ -28,12 +28,12 @@ import click
 from vmctl.agents.backends.base import HypervisorBackend, ProcessRunner
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.config import AgentConfig, load_agent_config
-from vmctl.agents.layout import Layout
+from vmctl.agents.layout import Layout, memory_problem
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter, observed_to_dict
 from vmctl.clock import Clock, SystemClock, accelerated_clock
 from vmctl.errors import ConfigError, HypervisorUnavailable, VmctlError
-from vmctl.model import NodeObserved
+from vmctl.model import Discipline, NodeObserved
 
 log = logging.getLogger("vmctl.agent")
 
@@ -159,9 +159,15 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
         if bad:
             raise ConfigError(path=cfg.path, where="layout.cores",
                               problem=f"core {bad[0]} does not exist: {cfg.node} has {host_cores} cores")
-    layout = Layout(host=cfg.node, cores=cores, naming=cfg.layout.naming, fg_weight=cfg.layout.fg_weight,
-                    bg_weight=cfg.layout.bg_weight, memory_mib=cfg.layout.memory_mib, image=cfg.layout.image,
-                    levels=cfg.layout.levels, placeholders=cfg.layout.discipline == "priority")
+    lc = cfg.layout
+    layout = Layout(host=cfg.node, cores=cores, naming=lc.naming, fg_weight=lc.fg_weight, bg_weight=lc.bg_weight,
+                    memory_mib=lc.memory_mib, image=lc.image, levels=lc.levels, discipline=Discipline(lc.discipline),
+                    inactive=lc.inactive)
+    # memory admission: refuse a layout whose L x C VMs the host cannot hold
+    host_memory = cfg.host.memory_mib if cfg.host.memory_mib is not None else backend.host_info().memory_mib
+    problem = memory_problem(layout.levels, layout.size, layout.memory_mib, host_memory)
+    if problem:
+        raise ConfigError(path=cfg.path, where="layout.levels", problem=problem)
     source: DesiredStateSource
     reporter: Reporter | None
     http: Any = None
@@ -238,6 +244,11 @@ def host_registration(cfg: AgentConfig, backend: HypervisorBackend) -> tuple[flo
     return hc.speed, hc.group, hc.memory_mib if hc.memory_mib is not None else backend.host_info().memory_mib
 
 
+def layout_registration(layout: Layout) -> dict[str, Any]:
+    """What the agent registers about its VM level layout: levels per core and their discipline."""
+    return {"levels": layout.levels, "discipline": layout.discipline.value}
+
+
 def serve(agent: Agent, stop: threading.Event) -> None:
     """The long-running agent: register with vmctld (when configured), long-poll its desired state,
     reconcile until ``stop``; Prometheus metrics when ``metrics.listen`` is set; sd_notify READY after
@@ -266,7 +277,7 @@ def serve(agent: Agent, stop: threading.Event) -> None:
                     speed, group, memory = host_registration(cfg, agent.backend)
                     src.register(cores=rec.layout.size, hostname=socket.gethostname(), backend=agent.backend.name,
                                  peers=rec.peers, checkpoint_peers=rec.checkpoint_peers, speed=speed,
-                                 group=group, memory_mib=memory)
+                                 group=group, memory_mib=memory, **layout_registration(rec.layout))
                     break
                 except VmctlError as exc:
                     metrics.daemon_error()

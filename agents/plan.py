@@ -52,6 +52,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Literal, TypeAlias
 
 from vmctl.agents.backends.base import (
@@ -66,6 +67,7 @@ from vmctl.agents.backends.base import (
 from vmctl.agents.layout import Layout
 from vmctl.errors import ValidationError
 from vmctl.model import (
+    Discipline,
     MigrationRefusal,
     MigrationSpec,
     NodeDesired,
@@ -237,8 +239,8 @@ def validate(desired: NodeDesired, layout: Layout) -> None:
     dup = [n for n, c in Counter(v.name for v in desired.vms).items() if c > 1]
     if dup:
         raise ValidationError(field=f"{base}.vms", problem=f"VM {dup[0]!r} is listed more than once")
-    slots: dict[tuple[int, VmRole], str] = {}
-    incoming: dict[tuple[int, VmRole], str] = {}
+    slots: dict[tuple[int, int], str] = {}  # (core, level) -> VM
+    incoming: dict[tuple[int, int], str] = {}
     for i, v in enumerate(desired.vms):
         where = f"{base}.vms[{i}]({v.name})"
         if not v.name or any(ch.isspace() or ch == "/" for ch in v.name):
@@ -251,20 +253,27 @@ def validate(desired: NodeDesired, layout: Layout) -> None:
             if not 0 <= v.core < layout.size:
                 raise ValidationError(field=f"{where}.core",
                                       problem=f"{v.core} out of range 0..{layout.size - 1} for a {v.role.value} VM")
-            if v.role is VmRole.BG and layout.levels < 2:
+            level = v.slot_level
+            assert level is not None  # only a shared VM holds no level
+            if v.level < 0 and v.role is VmRole.BG and layout.levels < 2:
                 raise ValidationError(field=f"{where}.role",
                                       problem=f"a bg VM needs 2 levels per core; this host has {layout.levels}")
+            if level >= layout.levels:
+                raise ValidationError(field=f"{where}.level",
+                                      problem=f"{level} out of range 0..{layout.levels - 1} (this host has "
+                                              f"{layout.levels} levels per core)")
             # a VM still on its way here may share its core with one about to leave (the daemon moves
             # a job's processes in one operation: a chain node1:2 -> node2:0, node2:2 -> node1:2 lists the
             # arriving VM on core 2 while the leaving one still runs there); two arriving ones may not
             m = v.migration
             arriving = m is not None and m.target_node == layout.host and m.phase in ("requested", "running")
             table = incoming if arriving else slots
-            other = table.get((v.core, v.role))
+            other = table.get((v.core, level))
             if other is not None:
+                what = v.role.value if v.level < 0 else f"level {level}"
                 raise ValidationError(field=f"{where}.role",
-                                      problem=f"core {v.core} already has a {v.role.value} VM ({other})")
-            table[(v.core, v.role)] = v.name
+                                      problem=f"core {v.core} already has a {what} VM ({other})")
+            table[(v.core, level)] = v.name
         if not WEIGHT_MIN <= v.weight <= WEIGHT_MAX:
             raise ValidationError(field=f"{where}.weight",
                                   problem=f"{v.weight} out of range {WEIGHT_MIN}..{WEIGHT_MAX}")
@@ -297,13 +306,26 @@ def validate(desired: NodeDesired, layout: Layout) -> None:
                                       problem=f"{m.target_core} out of range {lowest}..{layout.size - 1}")
             if m.mode == "checkpoint" and not v.checkpoint_path:
                 raise ValidationError(field=f"{where}.checkpoint_path", problem="is required by a checkpoint migration")
-    for k in range(layout.size):
-        fg = [v for v in desired.vms if v.core == k and v.role is VmRole.FG]
-        bg = [v for v in desired.vms if v.core == k and v.role is VmRole.BG]
-        if fg and bg and fg[0].weight <= bg[0].weight:
-            raise ValidationError(field=f"{base}.core {k}",
-                                  problem=f"fg VM {fg[0].name} weight {fg[0].weight} must exceed bg VM "
-                                          f"{bg[0].name} weight {bg[0].weight}")
+    if layout.discipline is Discipline.PRIORITY:
+        _check_priority_weights(desired, base)
+
+
+def _check_priority_weights(desired: NodeDesired, base: str) -> None:
+    """Priority discipline: on every core a level's VM weighs more than the VMs of the levels below."""
+    by_core: dict[int, list[tuple[int, VmDesired]]] = {}
+    for v in desired.vms:
+        level = v.slot_level
+        if level is not None:
+            by_core.setdefault(v.core, []).append((level, v))
+    for k in sorted(by_core):
+        vms = sorted(by_core[k], key=lambda lv: lv[0])
+        for (la, a), (lb, b) in pairwise(vms):
+            if la != lb and a.weight <= b.weight:
+                upper = "fg" if a.level < 0 and a.role is VmRole.FG else f"level {la}"
+                lower = "bg" if b.level < 0 and b.role is VmRole.BG else f"level {lb}"
+                raise ValidationError(field=f"{base}.core {k}",
+                                      problem=f"{upper} VM {a.name} weight {a.weight} must exceed {lower} VM "
+                                              f"{b.name} weight {b.weight}")
 
 
 def refusal_reason(m: MigrationSpec, peers: Mapping[str, str] | None,

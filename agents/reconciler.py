@@ -59,8 +59,16 @@ from vmctl.agents.plan import (
 )
 from vmctl.agents.sources import DesiredStateSource, Reporter
 from vmctl.clock import Clock, SystemClock
-from vmctl.errors import HypervisorError, OperationNotSupported, VmctlError, VmNotFound, VmStateError
-from vmctl.model import MigrationRefusal, NodeDesired, NodeObserved, PowerState, VmDesired, VmObserved
+from vmctl.errors import (
+    HypervisorError,
+    OperationNotSupported,
+    OutOfRange,
+    ValidationError,
+    VmctlError,
+    VmNotFound,
+    VmStateError,
+)
+from vmctl.model import Discipline, MigrationRefusal, NodeDesired, NodeObserved, PowerState, VmDesired, VmObserved
 
 log = logging.getLogger("vmctl.agent")
 
@@ -142,6 +150,8 @@ class Reconciler:
         self.fenced = False  # the last plan was a fenced one
         self.cycles = 0
         self._desired: NodeDesired | None = None  # last valid desired state (completed with the layout)
+        #: timeslice layouts: the row whose VMs run (``switch_row``); the others are paused or soak
+        self.active_row = 0
         self._generation_applied = 0
         self._samples: dict[str, tuple[float, float]] = {}
         self._util: dict[str, float] = {}
@@ -163,6 +173,19 @@ class Reconciler:
         except VmctlError as exc:
             log.warning("cannot subscribe to backend events (periodic resync only): %s", exc)
 
+    def switch_row(self, row: int) -> None:
+        """Make ``row`` the active row of a timeslice layout: the next cycle resumes its VMs at the
+        highest weight and pauses (or, with ``inactive: soak``, lowers) the other rows' VMs. What calls
+        it on a clock (a slice schedule from vmctld) is not built yet."""
+        if self.layout.discipline is not Discipline.TIMESLICE:
+            raise ValidationError(field="active row",
+                                  problem=f"only a timeslice layout has rows; {self.layout.host} is "
+                                          f"{self.layout.discipline.value}")
+        if not 0 <= row < self.layout.levels:
+            raise OutOfRange(what="active row", value=row, allowed=f"0..{self.layout.levels - 1} on {self.layout.host}")
+        self.active_row = row
+        self.wake()
+
     # ------------------------------------------------------------------ one cycle
 
     def run_once(self) -> ReconcileResult:
@@ -170,7 +193,7 @@ class Reconciler:
         self._subscribe()
         errors: list[str] = []
         desired, prune, retry = self._fetch(errors)
-        target = desired if desired is not None else self.layout.base_desired(0)
+        target = self.layout.shape(desired if desired is not None else self.layout.base_desired(0), self.active_row)
         applied: list[Action] = []
         failed: list[Action] = []
         converged = False

@@ -96,6 +96,7 @@ def _vm_from_dict(item: Any, path: str, where: str) -> VmDesired:
     cap = s.get("cap", float, None)
     power = PowerState(s.choice("power", _DESIRED_POWER, "running"))
     memory = s.integer("memory_mib", 64, lo=1)
+    level = s.integer("level", -1, lo=0) if s.has("level") else -1  # absent: follows role (fg 0, bg 1)
     ckpt = s.get("checkpoint_path", str, None)
     process = None
     if s.has("process") and item["process"] is not None:
@@ -125,7 +126,7 @@ def _vm_from_dict(item: Any, path: str, where: str) -> VmDesired:
         s.get("migration", dict, None)
     s.finish()
     return VmDesired(name=name, core=core, role=role, weight=weight, cap=cap, power=power, process=process,
-                     checkpoint_path=ckpt, migration=migration, memory_mib=memory)
+                     checkpoint_path=ckpt, migration=migration, memory_mib=memory, level=level)
 
 
 def desired_to_dict(d: NodeDesired) -> dict[str, Any]:
@@ -133,6 +134,8 @@ def desired_to_dict(d: NodeDesired) -> dict[str, Any]:
     for v in d.vms:
         out: dict[str, Any] = {"name": v.name, "core": v.core, "role": v.role.value, "weight": v.weight,
                                "cap": v.cap, "power": v.power.value, "memory_mib": v.memory_mib}
+        if v.level >= 0:
+            out["level"] = v.level
         if v.checkpoint_path is not None:
             out["checkpoint_path"] = v.checkpoint_path
         if v.process is not None:

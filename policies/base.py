@@ -87,6 +87,9 @@ class SchedulingPolicy(ABC):
     parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {}
     #: what the policy needs of the cluster (checked by the simulator and vmctld before it runs)
     needs: ClassVar[Needs] = Needs()
+    #: parameters left out of result reports (``reported_params``) while at their default: options
+    #: added later (the EASY family's queue order) so that results of the paper's setting read as before
+    quiet_params: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **params: Any) -> None:
         self.params: dict[str, Any] = {}
@@ -123,6 +126,11 @@ class SchedulingPolicy(ABC):
         The default, False, is always correct; override only with a proof. Must not mutate or
         retain ``view``."""
         return False
+
+    def reported_params(self) -> dict[str, Any]:
+        """The parameters a result records: all of them, except ``quiet_params`` at their default."""
+        return {k: v for k, v in self.params.items()
+                if k not in self.quiet_params or v != self.parameters[k][1]}
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary, "params": dict(self.params)}

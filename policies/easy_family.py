@@ -93,6 +93,7 @@ import heapq
 import math
 from collections.abc import Iterator, Sequence, Set
 from itertools import islice
+from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
 from vmctl.errors import PolicyParameterError
@@ -121,10 +122,63 @@ _FG = Tier.FG
 _BG = Tier.BG
 # The answer when nothing waits: shared (Decision is frozen and nobody may mutate its reasons).
 _NOTHING = Decision()
+_EXPECTED_END = attrgetter("expected_end")
 
 
 def _arrival(job: Job) -> tuple[float, str]:
     return (job.submit_time, job.id)
+
+
+#: the queue-order parameters of fcfs, easy, keasy, reasy and measy (not sjf: its order is its rule)
+QUEUE_ORDER_PARAMS: dict[str, tuple[type, Any, str]] = {
+    "queue_order": (str, "submit", "submit: arrival order (the paper's); multifactor: weighted age, priority "
+                                   "and size, highest first (like Slurm's priority/multifactor)"),
+    "age_weight": (float, 1.0, "multifactor: weight of the age factor min(wait / age_max_s, 1)"),
+    "priority_weight": (float, 1.0, "multifactor: weight of the priority factor (the job's priority scaled "
+                                    "to [0, 1] over the jobs waiting)"),
+    "size_weight": (float, 0.0, "multifactor: weight of the size factor procs / total cores (negative "
+                                "favours small jobs)"),
+    "age_max_s": (float, 604800.0, "multifactor: the wait at which the age factor reaches 1 (seconds)"),
+}
+
+
+def _check_queue_order(policy: SchedulingPolicy) -> bool:
+    """Validate the queue-order parameters; True when the order is multifactor. A multifactor order
+    with a priority weight declares ``job_fields`` (vmctld then stops warning that priorities are
+    ignored at submission)."""
+    p = policy.params
+    order = p["queue_order"]
+    if order not in ("submit", "multifactor"):
+        raise PolicyParameterError(policy=policy.name, param="queue_order",
+                                   problem=f"must be submit or multifactor, got {order!r}")
+    for key in ("age_weight", "priority_weight", "size_weight"):
+        if not math.isfinite(p[key]):
+            raise PolicyParameterError(policy=policy.name, param=key, problem=f"must be finite, got {p[key]}")
+    if not (p["age_max_s"] > 0 and math.isfinite(p["age_max_s"])):
+        raise PolicyParameterError(policy=policy.name, param="age_max_s", problem=f"must be > 0, got {p['age_max_s']}")
+    multi = bool(order == "multifactor")
+    policy.job_fields = frozenset({"priority"}) if multi and p["priority_weight"] != 0 else frozenset()  # type: ignore[attr-defined]
+    return multi
+
+
+def _multifactor_key(params: dict[str, Any], queue: Sequence[Job], now: float, total: int) -> Any:
+    """Sort key of the multifactor order: the highest score first, ties by arrival. score = age_weight
+    x min(wait / age_max_s, 1) + priority_weight x (priority - lowest) / (highest - lowest) over
+    ``queue`` (0 when all are equal) + size_weight x procs / total cores. Example (weights 1, 1, 0):
+    a job waiting 1 day (age 1/7) with the highest priority (1) comes before one waiting 6 days (6/7)
+    with the lowest (0)."""
+    wa, wp, ws, amax = params["age_weight"], params["priority_weight"], params["size_weight"], params["age_max_s"]
+    lo = min((j.priority for j in queue), default=0)
+    span = max((j.priority for j in queue), default=0) - lo
+
+    def key(job: Job) -> tuple[float, float, str]:
+        age = now - job.submit_time
+        score = wa * (min(age / amax, 1.0) if age > 0 else 0.0) + ws * job.procs / total
+        if span:
+            score += wp * (job.priority - lo) / span
+        return (-score, job.submit_time, job.id)
+
+    return key
 
 
 def _fmt(t: float) -> str:
@@ -132,8 +186,9 @@ def _fmt(t: float) -> str:
 
 
 def _usable_count(view: ClusterView) -> int:
-    usable = view.usable
-    return len(usable) - usable.count(False)
+    # ``usable`` holds bools: counting the True ones is an identity test per core (counting the False
+    # ones, which are rare, would call the comparison on every core)
+    return view.usable.count(True)
 
 
 def _future_reason(job: Job) -> str:
@@ -167,23 +222,39 @@ def _reservation(
     """EASY shadow time and extra cores for a head needing ``need`` fg cores when ``free`` are idle.
 
     ``extra_ends`` holds (end, procs) of jobs placed on fg during this call. Returns None when the
-    head cannot fit even after every fg job has ended. A heap instead of a sort: the walk usually
-    stops after a few jobs."""
+    head cannot fit even after every fg job has ended. The running jobs are sorted by their expected
+    end with a C-level key (no tuple per job) and walked, merged with ``extra_ends``, only until the
+    head fits: the shadow time is the first end by which enough cores are free, whatever the order
+    among equal ends, and the extra cores count every job ending at that instant."""
     fg = _FG
-    ends = [(rj.expected_end, rj.job.procs) for rj in view.running.values() if rj.tier is fg]
-    if extra_ends:
-        ends.extend(extra_ends)
-    heapq.heapify(ends)
+    jobs = sorted(view.running.values(), key=_EXPECTED_END)
+    placed = sorted(extra_ends) if extra_ends else ()
+    n, m = len(jobs), len(placed)
+    i = k = 0
     avail = free
-    pop = heapq.heappop
-    while ends:
-        end, procs = pop(ends)
+    while True:
+        if k < m and (i >= n or placed[k][0] <= jobs[i].expected_end):
+            end, procs = placed[k]
+            k += 1
+        elif i < n:
+            rj = jobs[i]
+            i += 1
+            if rj.tier is not fg:  # bg jobs hold no fg slot
+                continue
+            end, procs = rj.expected_end, rj.job.procs
+        else:
+            return None
         avail += procs
         if avail >= need:
-            while ends and ends[0][0] <= end:  # every job ending at the shadow time frees its cores
-                avail += pop(ends)[1]
+            while k < m and placed[k][0] <= end:  # every job ending at the shadow time frees its cores
+                avail += placed[k][1]
+                k += 1
+            while i < n and jobs[i].expected_end <= end:
+                rj = jobs[i]
+                i += 1
+                if rj.tier is fg:
+                    avail += rj.job.procs
             return (end if end > now else now, avail - need)
-    return None
 
 
 # ------------------------------------------------------------------------------------ one tier
@@ -214,9 +285,16 @@ class _OneTier(SchedulingPolicy):
 class FcfsPolicy(_OneTier):
     name: ClassVar[str] = "fcfs"
     summary: ClassVar[str] = "first come, first served on the fg tier; the first job that does not fit blocks"
+    parameters: ClassVar[dict[str, tuple[type, Any, str]]] = QUEUE_ORDER_PARAMS
+    quiet_params: ClassVar[frozenset[str]] = frozenset(QUEUE_ORDER_PARAMS)
+
+    def validate_params(self) -> None:
+        self._multi = _check_queue_order(self)
 
     def decide(self, view: ClusterView, now: float) -> Decision:
         queue = view.queue
+        if self._multi and queue:
+            queue = sorted(queue, key=_multifactor_key(self.params, queue, now, view.total_cores))
         if not queue:
             return _NOTHING
         free = len(view.idle_fg)
@@ -247,19 +325,25 @@ class FcfsPolicy(_OneTier):
 class EasyPolicy(_OneTier):
     name: ClassVar[str] = "easy"
     summary: ClassVar[str] = "FCFS with EASY backfilling (reservation for the queue head) on the fg tier"
+    parameters: ClassVar[dict[str, tuple[type, Any, str]]] = QUEUE_ORDER_PARAMS
+    quiet_params: ClassVar[frozenset[str]] = frozenset(QUEUE_ORDER_PARAMS)
+
+    def validate_params(self) -> None:
+        self._multi = _check_queue_order(self)
 
     def decide(self, view: ClusterView, now: float) -> Decision:
         queue = view.queue
+        if self._multi and queue:
+            queue = sorted(queue, key=_multifactor_key(self.params, queue, now, view.total_cores))
         if not queue:
             return _NOTHING
         free = len(view.idle_fg)
         actions: list[Action] = []
         reasons: dict[str, str] = {}
         started_ends: list[tuple[float, int]] = []
-        pool: list[int] | None = None
+        pool: list[int] | None = None  # the idle fg cores not taken yet, ascending
         n = len(queue)
         i = 0
-        usable = -1
         head: Job | None = None
         # Step 1: FCFS until the first job that does not fit (the head).
         while i < n:
@@ -272,16 +356,16 @@ class EasyPolicy(_OneTier):
             if procs <= free:
                 if pool is None:
                     pool = sorted(view.idle_fg)
-                actions.append(StartFg(job.id, self._pick(pool, job)))
+                # the top ``procs`` cores, by descending index (see the module header)
+                actions.append(StartFg(job.id, tuple(pool[-1:-procs - 1:-1])))
+                del pool[-procs:]
                 free -= procs
                 started_ends.append((now + job.estimate, procs))
                 continue
-            if free > 0 or procs > view.total_cores:  # with no idle core the head's fit is moot
-                if usable < 0:
-                    usable = _usable_count(view)
-                if procs > usable:
-                    reasons[job.id] = _never_fits_reason(job, usable)
-                    continue
+            # with no idle core the head's fit is moot, unless it is wider than the machine
+            if (free > 0 or procs > view.total_cores) and procs > (usable := _usable_count(view)):
+                reasons[job.id] = _never_fits_reason(job, usable)
+                continue
             head = job
             break
         if head is None:
@@ -290,33 +374,35 @@ class EasyPolicy(_OneTier):
         # decides nothing otherwise), so a pass with nothing to backfill never walks view.running.
         idle_at_head = free
         reservation: Reservation | None = None
-        computed = False
         shadow = -math.inf
         extra = 0
-        # Only jobs no wider than the cores idle now can ever be backfilled in this pass (``free``
-        # only shrinks): one comprehension picks them, instead of testing every job in Python code.
-        for job in [j for j in islice(queue, i, n) if j.procs <= free] if free > 0 else ():
-            procs = job.procs
-            if procs > free or job.submit_time > now:
-                if free <= 0:
-                    break
-                continue
-            if not computed:
-                computed = True
-                res = _reservation(view, started_ends, head.procs, idle_at_head, now)
-                if res is not None:  # None only for an inconsistent view: then nothing is backfilled
-                    shadow, extra = res
-                    reservation = Reservation(head.id, shadow, extra)
-            if now + job.estimate <= shadow:
-                pass
-            elif procs <= extra:
-                extra -= procs
-            else:
-                continue
-            if pool is None:
-                pool = sorted(view.idle_fg)
-            actions.append(StartFg(job.id, self._pick(pool, job)))
-            free -= procs
+        if free > 0:
+            # Only jobs no wider than the cores idle now can ever be backfilled in this pass (``free``
+            # only shrinks): one comprehension picks them, instead of testing every job in Python code.
+            computed = False
+            for job in [j for j in islice(queue, i, n) if j.procs <= free]:
+                procs = job.procs
+                if procs > free or job.submit_time > now:
+                    if free <= 0:
+                        break
+                    continue
+                if not computed:
+                    computed = True
+                    res = _reservation(view, started_ends, head.procs, idle_at_head, now)
+                    if res is not None:  # None only for an inconsistent view: then nothing is backfilled
+                        shadow, extra = res
+                        reservation = Reservation(head.id, shadow, extra)
+                if now + job.estimate <= shadow:
+                    pass
+                elif procs <= extra:
+                    extra -= procs
+                else:
+                    continue
+                if pool is None:
+                    pool = sorted(view.idle_fg)
+                actions.append(StartFg(job.id, tuple(pool[-1:-procs - 1:-1])))
+                del pool[-procs:]
+                free -= procs
         if reservation is None:
             reasons[head.id] = f"head of queue: needs {head.procs} cores, {idle_at_head} idle"
             default = f"waiting behind the head {head.id}"
@@ -408,6 +494,7 @@ class _Pass:
 class _TwoTier(SchedulingPolicy):
     needs: ClassVar[Needs] = Needs(levels=2, disciplines=frozenset({Discipline.PRIORITY}))  # fg above bg
     mode: ClassVar[Mode] = "K"
+    quiet_params: ClassVar[frozenset[str]] = frozenset(QUEUE_ORDER_PARAMS)
     parameters: ClassVar[dict[str, tuple[type, Any, str]]] = {
         "bg_util_threshold": (
             float,
@@ -419,6 +506,7 @@ class _TwoTier(SchedulingPolicy):
             True,
             "use estimated process CPU usage and measured fg utilization; False = unknown, 1.0 (sec. 3.5.1)",
         ),
+        **QUEUE_ORDER_PARAMS,
     }
 
     def validate_params(self) -> None:
@@ -431,6 +519,7 @@ class _TwoTier(SchedulingPolicy):
         self._threshold: float = thr
         self._info: bool = self.params["use_cpu_info"]
         self._cost: float = 0.0 if cost is None else float(cost)
+        self._multi = _check_queue_order(self)
 
     # -------------------------------------------------------------------------- usage helpers
 
@@ -595,7 +684,18 @@ class _TwoTier(SchedulingPolicy):
     ) -> Iterator[Job | RunningJob]:
         """The queued jobs and the bg jobs (``bg``, in arrival order) in arrival order: the queue is
         already in that order; the bg jobs, usually few, are slotted in by comparing keys only until
-        the last one is out."""
+        the last one is out. Under ``queue_order=multifactor`` both are in the multifactor order."""
+        if self._multi:
+            ready = []
+            for job in view.queue:
+                if job.submit_time > now:
+                    reasons[job.id] = _future_reason(job)
+                else:
+                    ready.append(job)
+            key = _multifactor_key(self.params, [*ready, *(rj.job for rj in bg)], now, view.total_cores)
+            merged: list[Job | RunningJob] = [*ready, *bg]
+            yield from sorted(merged, key=lambda x: key(x.job if isinstance(x, RunningJob) else x))
+            return
         bi, nb = 0, len(bg)
         nxt = _arrival(bg[0].job) if bg else None
         for job in view.queue:

@@ -23,12 +23,20 @@ carries a ``queue_index``, a scan of the queue up to the last job the decision n
   (``decision.reasons`` or ``decision.default_reason``, which must not be empty); reasons name only
   queued jobs that were not started.
 
-StartFg/StartBg-only decisions (the simulator's hot path) take a fast path: the same start rules,
-specialized to levels 0 and 1 without the overlay object.
+Decisions made only of starts on free slots (StartFg, and StartBg on a view of two levels or more),
+by far the most frequent in a simulation, are checked by a fast path first: it only *accepts*. It
+tests, per start and in C-level set operations where it can, the very conditions under which the
+general replay accepts that start (job queued and not started yet in this decision, submitted,
+``procs`` distinct cores, each in range, usable, with its slot free in the view and not taken by an
+earlier start of the decision), plus the reasons and ``wake_at`` rules. When any of them fails it
+does not raise: it hands the whole decision to the general replay, which names the first broken rule
+(``tests/unit/test_invariants_fast_path.py`` checks, over generated views and decisions, that the
+checker refuses exactly what the general replay refuses, with the same rule).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import cast
 
 from vmctl.model import ClusterView, Decision, Job, StartBg, StartFg
@@ -38,68 +46,68 @@ _EPS = EPS
 
 
 def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
-    """Raise ``InvariantViolation`` on the first broken rule (see the module docstring).
-
-    Decisions made only of StartFg/StartBg actions (or of none), by far the most frequent in a
-    simulation, take a fast path that applies exactly the same rules in the same order without the
-    general overlay machinery; every other decision goes through :func:`_check_general`."""
-    actions = decision.actions
-    for act in actions:
-        t = type(act)
-        if t is not StartFg and (t is not StartBg or view.levels < 2):
-            _check_general(view, decision, now)
-            return
-    if decision.schedule is not None or view.shapes:  # moldable/task-bag widths: the general rules
-        _check_general(view, decision, now)
+    """Raise ``InvariantViolation`` on the first broken rule (see the module docstring)."""
+    if decision.schedule is None and not view.shapes and _accepts_fast(view, decision, now):
         return
+    _check_general(view, decision, now)
+
+
+def _accepts_fast(view: ClusterView, decision: Decision, now: float) -> bool:
+    """True when the general replay would accept ``decision``, tested without replaying it: a decision
+    of starts on free slots only. False means "not shown here", never "refused"."""
+    actions = decision.actions
     reasons = decision.reasons
-    if actions:
+    if decision.wake_at is not None and not (decision.wake_at >= now - _EPS):
+        return False
+    if not decision.default_reason:
+        return False
+    index: Mapping[str, Job] | None = view.queue_index
+    if index is None:
         wanted = {a.job_id for a in actions}
         if reasons:
             wanted.update(reasons.keys())
-        queued = queued_subset(view, wanted)
+        index = queued_subset(view, wanted)
+    if actions:
+        bg_ok = view.levels >= 2
         started: set[str] = set()
-        fg_over: dict[int, str] = {}
-        bg_over: dict[int, str] = {}
+        taken_fg: set[int] = set()
+        taken_bg: set[int] = set()
         total = view.total_cores
         usable = view.usable
         limit = now + _EPS
-        for any_act in actions:
-            act = cast("StartFg | StartBg", any_act)  # checked by the loop above
-            jid = act.job_id
-            cores = act.cores
-            job = queued.get(jid)
-            if job is None or jid in started:
-                raise fail("start-not-queued", f"{act.kind} {jid}: job is not waiting in the queue")
-            if job.submit_time > limit:
-                raise fail("start-before-submit", f"{jid} submitted at {job.submit_time}, now {now}")
-            if len(cores) != job.procs:
-                raise fail("cores-count", f"{act.kind} {jid}: {len(cores)} cores for {job.procs} processes")
-            if len(set(cores)) != len(cores):
-                raise fail("cores-distinct", f"{act.kind} {jid}: a core is listed twice")
-            for c in cores:
-                if not 0 <= c < total:
-                    raise fail("core-range", f"{act.kind} {jid}: core {c} not in 0..{total - 1}")
-                if not usable[c]:
-                    raise fail("core-unusable", f"{act.kind} {jid}: core {c} is not usable")
-            if type(act) is StartFg:
-                over, base, tname = fg_over, view.fg_job, "fg"
+        get = index.get
+        for act in actions:
+            t = type(act)
+            if t is StartFg:
+                base = view.fg_job
+                taken = taken_fg
+            elif t is StartBg and bg_ok:
+                base = view.bg_job
+                taken = taken_bg
             else:
-                over, base, tname = bg_over, view.bg_job, "bg"
+                return False
+            start = cast("StartFg | StartBg", act)  # by the type test above
+            jid = start.job_id
+            cores = start.cores
+            job = get(jid)
+            if job is None or jid in started or job.submit_time > limit or len(cores) != job.procs:
+                return False
+            cs = set(cores)
+            if len(cs) != len(cores) or not taken.isdisjoint(cs):
+                return False
             for c in cores:
-                other = over[c] if c in over else base[c]
-                if other is not None:
-                    raise fail(f"two-{tname}", f"{act.kind} {jid}: {tname} slot of core {c} holds {other}")
-            for c in cores:
-                over[c] = jid
+                if not 0 <= c < total or not usable[c] or base[c] is not None:
+                    return False
+            taken |= cs
             started.add(jid)
-    elif reasons:
-        queued = queued_subset(view, set(reasons.keys()))
-        started = set()
+        for jid, reason in reasons.items():
+            if not reason or jid in started or jid not in index:
+                return False
     else:
-        queued = {}
-        started = set()
-    _check_tail(decision, now, queued, started)
+        for jid, reason in reasons.items():
+            if not reason or jid not in index:
+                return False
+    return True
 
 
 def _check_tail(decision: Decision, now: float, queued: dict[str, Job], started: set[str]) -> None:

@@ -245,6 +245,34 @@ class ApiClient:
         doc = self.call("POST", "/v1/jobs:batch", {"jobs": [dict(s) for s in specs]})
         return list(self._field(doc, "jobs", "batch submit"))
 
+    def submit(self, specs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+        """Submit one job or a batch; (the jobs, the daemon's warnings: e.g. a priority or deadline the
+        active policy does not use)."""
+        if len(specs) == 1:
+            doc = self.call("POST", "/v1/jobs", dict(specs[0]))
+            jobs = [dict(self._field(doc, "job", "submit"))]
+        else:
+            doc = self.call("POST", "/v1/jobs:batch", {"jobs": [dict(s) for s in specs]})
+            jobs = list(self._field(doc, "jobs", "batch submit"))
+        return jobs, [str(w) for w in doc.get("warnings") or ()]
+
+    def hold_job(self, job_id: str, reason: str | None = None) -> dict[str, Any]:
+        body = None if reason is None else {"reason": reason}
+        return dict(self._field(self.call("POST", f"/v1/jobs/{self._seg(job_id)}/hold", body), "job", "hold"))
+
+    def release_job(self, job_id: str) -> dict[str, Any]:
+        return dict(self._field(self.call("POST", f"/v1/jobs/{self._seg(job_id)}/release"), "job", "release"))
+
+    def requeue_job(self, job_id: str, reason: str | None = None, hold: bool = False) -> dict[str, Any]:
+        body: dict[str, Any] = {"hold": hold}
+        if reason is not None:
+            body["reason"] = reason
+        return dict(self._field(self.call("POST", f"/v1/jobs/{self._seg(job_id)}/requeue", body), "job", "requeue"))
+
+    def update_job(self, job_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change ``estimate``, ``priority`` or ``deadline`` (None: remove it) of a queued job."""
+        return dict(self._field(self.call("PATCH", f"/v1/jobs/{self._seg(job_id)}", dict(changes)), "job", "update"))
+
     def list_jobs(self, state: str | None = None, limit: int | None = None,
                   order: str | None = None) -> list[dict[str, Any]]:
         """Jobs in submission order; ``order="newest"``: the newest first (a ``limit`` keeps those)."""
@@ -274,6 +302,17 @@ class ApiClient:
     def migrate_job(self, job_id: str, to_node: str) -> dict[str, Any]:
         doc = self.call("POST", f"/v1/jobs/{self._seg(job_id)}/migrate", {"to_node": to_node})
         return dict(self._field(doc, "operation", "migrate"))
+
+    def events(self, since: float | None = None, after: int | None = None, limit: int | None = None,
+               wait: float | None = None) -> dict[str, Any]:
+        """``GET /v1/events``: ``{"events": [...], "last_seq": N}``. Without ``after``: the newest ``limit``
+        events (since ``since``); with it: the events after that ``seq``, waiting up to ``wait`` seconds
+        for one (pass each answer's ``last_seq`` to follow the log)."""
+        query = {"since": since, "after": after, "limit": limit, "wait": wait}
+        timeout = self.timeout + (wait or 0.0)
+        doc = self.raw("GET", "/v1/events", query=query, timeout=timeout).body
+        self._field(doc, "events", "events")
+        return dict(doc)
 
     # ------------------------------------------------------------------------------ nodes and VMs
 
@@ -335,11 +374,19 @@ class ApiClient:
         self._field(doc, "token", "token issue")
         return dict(doc)
 
-    def issue_cert(self, node: str) -> dict[str, Any]:
-        doc = self.call("POST", "/v1/certs", {"node": node})
-        for key in ("cert_pem", "key_pem", "ca_pem"):
+    def issue_cert(self, node: str, csr_pem: str | None = None) -> dict[str, Any]:
+        """With ``csr_pem`` vmctld signs the request (the answer has no key); without, it makes the key."""
+        body = {"node": node} if csr_pem is None else {"node": node, "csr_pem": csr_pem}
+        doc = self.call("POST", "/v1/certs", body)
+        for key in ("cert_pem", "ca_pem") if csr_pem is not None else ("cert_pem", "key_pem", "ca_pem"):
             self._field(doc, key, "cert issue")
         return dict(doc)
+
+    def list_certs(self) -> list[dict[str, Any]]:
+        return list(self._field(self.call("GET", "/v1/certs"), "certs", "cert list"))
+
+    def revoke_cert(self, key: str) -> list[dict[str, Any]]:
+        return list(self._field(self.call("DELETE", f"/v1/certs/{self._seg(key)}"), "revoked", "cert revoke"))
 
     def health(self) -> dict[str, Any]:
         doc = self.call("GET", "/v1/health")

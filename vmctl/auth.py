@@ -27,7 +27,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vmctl.errors import ValidationError
@@ -153,6 +153,36 @@ class ClusterCA:
                                     serialization.NoEncryption()).decode()
         return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
 
+    def sign_csr(self, csr_pem: str, common_name: str, *, days: int = 365) -> str:
+        """A client certificate for the public key of a certificate signing request (PKCS#10, PEM): the
+        key never leaves the machine that made the request. The subject is ``common_name`` whatever the
+        request asks for; the request must be self-signed by its key (proof of possession).
+        ``ValidationError`` (field ``csr_pem``) names what is wrong."""
+        try:
+            csr = x509.load_pem_x509_csr(csr_pem.encode())
+        except (ValueError, TypeError) as exc:
+            raise ValidationError(field="csr_pem", problem=f"not a PEM certificate signing request ({exc})") from exc
+        if not csr.is_signature_valid:
+            raise ValidationError(field="csr_pem", problem="its signature does not verify with its own key")
+        pub = csr.public_key()
+        if isinstance(pub, rsa.RSAPublicKey):
+            if pub.key_size < 2048:
+                raise ValidationError(field="csr_pem", problem=f"RSA key of {pub.key_size} bits: use 2048 or more")
+        elif not isinstance(pub, ec.EllipticCurvePublicKey):
+            raise ValidationError(field="csr_pem", problem="the key must be EC or RSA")
+        now = _now()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self.cert.subject).public_key(pub)
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        return cert.public_bytes(serialization.Encoding.PEM).decode()
+
     def server_context(self, server_names: tuple[str, ...], workdir: Path) -> ssl.SSLContext:
         """TLS context for the API: our server certificate; client certificates optional but, when
         given, verified against the cluster CA."""
@@ -168,6 +198,35 @@ class ClusterCA:
         ctx.load_verify_locations(cadata=self.cert_pem)
         ctx.verify_mode = ssl.CERT_OPTIONAL
         return ctx
+
+
+def new_csr(node: str) -> tuple[str, str]:
+    """A fresh EC key and a certificate signing request for the agent of ``node``: (CSR PEM, key PEM)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (x509.CertificateSigningRequestBuilder()
+           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NODE_CN_PREFIX + node)]))
+           .sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    return csr.public_bytes(serialization.Encoding.PEM).decode(), key_pem
+
+
+def cert_facts(cert_pem: str) -> dict[str, Any]:
+    """Serial (upper-case hex, as ``SSLSocket.getpeercert()`` and ``openssl x509 -serial`` show it),
+    validity (epoch seconds) of a PEM certificate."""
+    cert = x509.load_pem_x509_certificate(cert_pem.encode())
+    return {"serial": format(cert.serial_number, "X"),
+            "not_before": cert.not_valid_before_utc.timestamp(), "not_after": cert.not_valid_after_utc.timestamp()}
+
+
+def serial_from_peercert(peercert: object) -> str | None:
+    """The serial of a verified client certificate, upper-case hex without leading zeros, or None."""
+    if not isinstance(peercert, dict):
+        return None
+    serial = peercert.get("serialNumber")
+    if not isinstance(serial, str) or not serial:
+        return None
+    return serial.upper().lstrip("0") or "0"
 
 
 def node_from_peercert(peercert: object) -> str | None:

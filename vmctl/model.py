@@ -27,10 +27,11 @@ What each action does to this occupancy is written once, in :mod:`vmctl.occupanc
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, TypeAlias
@@ -476,7 +477,7 @@ class ClusterView:
 # --------------------------------------------------------------------------------------- actions
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class StartFg:
     """Start (or restart from scratch) a queued job: process i on the fg slot of cores[i]."""
 
@@ -484,14 +485,24 @@ class StartFg:
     cores: tuple[int, ...]
     kind: Literal["start_fg"] = "start_fg"
 
+    def __init__(self, job_id: str, cores: tuple[int, ...], kind: Literal["start_fg"] = "start_fg") -> None:
+        _SET_START_FG[0](self, job_id)  # see _slot_setters: the hot path of every simulation
+        _SET_START_FG[1](self, cores)
+        _SET_START_FG[2](self, kind)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, init=False)
 class StartBg:
     """Start a queued job in the bg tier: process i on the bg slot of cores[i]."""
 
     job_id: str
     cores: tuple[int, ...]
     kind: Literal["start_bg"] = "start_bg"
+
+    def __init__(self, job_id: str, cores: tuple[int, ...], kind: Literal["start_bg"] = "start_bg") -> None:
+        _SET_START_BG[0](self, job_id)
+        _SET_START_BG[1](self, cores)
+        _SET_START_BG[2](self, kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -678,7 +689,7 @@ class Reservation:
     extra_cores: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Decision:
     """What a policy decided at one event. Actions apply in order (a Kill may be followed by a StartFg
     of the same job). Every queued job that is not started is waiting for ``reasons[job_id]`` or,
@@ -692,8 +703,41 @@ class Decision:
     reservation: Reservation | None = None  # optional: the head job's reservation, when the policy has one
     schedule: SliceSchedule | None = None  # timeslice discipline: the row rotation from now on
 
+    def __init__(
+        self, actions: tuple[Action, ...] = (), wake_at: float | None = None, reasons: Mapping[str, str] | None = None,
+        default_reason: str = "waiting for free cores", reservation: Reservation | None = None,
+        schedule: SliceSchedule | None = None,
+    ) -> None:
+        """The dataclass fields, in order; ``reasons`` None (the default) is a new empty dict."""
+        s_actions, s_wake, s_reasons, s_default, s_reservation, s_schedule = _SET_DECISION
+        s_actions(self, actions)
+        s_wake(self, wake_at)
+        s_reasons(self, {} if reasons is None else reasons)
+        s_default(self, default_reason)
+        s_reservation(self, reservation)
+        s_schedule(self, schedule)
+
     def reason_for(self, job_id: str) -> str:
         return self.reasons.get(job_id, self.default_reason)
+
+
+def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any], None], ...]:
+    """The slot descriptors' setters of a frozen slotted dataclass, for a hand-written ``__init__``.
+
+    ``StartFg``, ``StartBg`` and ``Decision`` are built once per job or per scheduling pass in a
+    simulation; the dataclass ``__init__`` of a frozen class routes every field through
+    ``object.__setattr__``, which costs about twice as much as setting the slot directly. The classes
+    stay frozen (assignment still raises ``FrozenInstanceError``), with the same fields, defaults,
+    equality, hash and repr. Guarded: the names must be the class's fields, in order."""
+    fields = tuple(f.name for f in dataclasses.fields(cls))
+    if fields != names:  # pragma: no cover - a tripwire for whoever changes these classes
+        raise RuntimeError(f"vmctl.model: {cls.__name__} has fields {fields}, its __init__ sets {names}")
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_SET_START_FG = _slot_setters(StartFg, ("job_id", "cores", "kind"))
+_SET_START_BG = _slot_setters(StartBg, ("job_id", "cores", "kind"))
+_SET_DECISION = _slot_setters(Decision, ("actions", "wake_at", "reasons", "default_reason", "reservation", "schedule"))
 
 
 # --------------------------------------------------------------------- daemon <-> agent contract
@@ -752,6 +796,16 @@ class VmDesired:
     checkpoint_path: str | None = None
     migration: MigrationSpec | None = None
     memory_mib: int = 64
+    # the VM level on its core (0 .. L-1, see "Levels" in the module docstring); -1: follows ``role``
+    # (fg level 0, bg level 1, a shared VM none), which is all a two-level priority host needs
+    level: int = -1
+
+    @property
+    def slot_level(self) -> int | None:
+        """The level this VM holds on its core, or None for a shared VM (no level of a core)."""
+        if self.level >= 0:
+            return self.level
+        return None if self.role is VmRole.SHARED else 0 if self.role is VmRole.FG else 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,3 +91,41 @@ def rewrite_times(text: str, fmt: Callable[[float], str]) -> str:
         return fmt(s) if s >= EPOCH_MIN else m.group(0)
 
     return _TIME_REF.sub(one, text)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_time(text: str, local: bool = True) -> float:
+    """Epoch seconds from epoch seconds (``1795460000``) or an ISO 8601 time (``2026-11-25T04:05``,
+    ``2026-11-25T04:05:06Z``, ``...+01:00``); a time without a zone is local (``TZ``), or UTC when not
+    ``local``. ``ValueError`` saying what is accepted otherwise."""
+    raw = text.strip()
+    try:
+        t = float(raw)
+    except ValueError:
+        try:
+            d = _dt.datetime.fromisoformat(raw)
+        except ValueError:
+            raise ValueError(f"{text[:40]!r} is not a time: give epoch seconds or ISO 8601 like "
+                             f"2026-11-25T04:05:06Z") from None
+        if d.tzinfo is None:
+            d = d.astimezone() if local else d.replace(tzinfo=_dt.UTC)
+        t = d.timestamp()
+    if not t >= 0 or t == float("inf"):
+        raise ValueError(f"{text[:40]!r} is not a time at or after 1970-01-01")
+    return t
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """``--since``: a duration back from ``now`` (``90s``, ``10m``, ``2h``, ``1d``, ``1w``) or a time
+    (``parse_time``, local zone when none is given); epoch seconds."""
+    m = _DURATION.match(text)
+    if m is not None:
+        return (time.time() if now is None else now) - float(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise ValueError(f"{text[:40]!r} is neither a duration (90s, 10m, 2h, 1d, 1w) nor a time (ISO 8601 "
+                         f"like 2026-11-25T04:05, or epoch seconds)") from None

@@ -84,7 +84,7 @@ def vm_desired_to_json(v: VmDesired) -> dict[str, Any]:
         "power": v.power.value, "process": None if v.process is None else process_to_json(v.process),
         "checkpoint_path": v.checkpoint_path,
         "migration": None if v.migration is None else migration_to_json(v.migration),
-        "memory_mib": v.memory_mib,
+        "memory_mib": v.memory_mib, **({"level": v.level} if v.level >= 0 else {}),
     }
 
 
@@ -133,7 +133,15 @@ def vm_desired_from_json(raw: Any, where: str) -> VmDesired:
         checkpoint_path=_get(d, "checkpoint_path", str, where, default=None, nullable=True),
         migration=None if mig is None else migration_from_json(mig, f"{where}migration."),
         memory_mib=_get(d, "memory_mib", int, where, default=64),
+        level=_level(d, where),
     )
+
+
+def _level(d: dict[str, Any], where: str) -> int:
+    level: int = _get(d, "level", int, where, default=-1)
+    if level < -1:
+        raise ValidationError(field=f"{where}level", problem=f"must be >= 0 (or absent: follows role), got {level}")
+    return level
 
 
 def desired_from_json(raw: Any) -> NodeDesired:

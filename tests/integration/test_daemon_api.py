@@ -429,6 +429,64 @@ def test_certs_endpoint_issues_working_agent_certs(client: Client, daemon: InPro
     assert s == 422 and doc["error"]["field"] == "node"
 
 
+def _agent_status(client: Client, cert: Path, key: Path) -> tuple[int, Any]:
+    """An agent request for node n5 (never registered, so an authenticated agent gets 404; nothing in
+    the module's cluster changes)."""
+    ctx = ssl.create_default_context(cafile=client.d.ca_file)
+    ctx.load_cert_chain(str(cert), str(key))
+    conn = http.client.HTTPSConnection("127.0.0.1", client.port, context=ctx, timeout=10)
+    try:
+        conn.request("GET", "/v1/agent/nodes/n5/desired")
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def test_agent_certs_from_a_signing_request_are_listed_and_revoked(client: Client, tokens: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    from vmctl.auth import new_csr
+
+    csr, key_pem = new_csr("n5")
+    s, doc = client.call("POST", "/v1/certs", {"node": "n5", "csr_pem": csr}, token=tokens["admin"])
+    assert s == 201 and "key_pem" not in doc and "BEGIN CERTIFICATE" in doc["cert_pem"]
+    serial = doc["serial"]
+    cert, key = tmp_path / "n5.crt", tmp_path / "n5.key"
+    cert.write_text(doc["cert_pem"])
+    key.write_text(key_pem)
+    assert _agent_status(client, cert, key)[0] == 404  # authenticated with the locally made key
+    s, doc = client.call("GET", "/v1/certs", token=tokens["read"])
+    mine = [c for c in doc["certs"] if c["serial"] == serial]
+    assert s == 200 and mine and mine[0]["node"] == "n5" and mine[0]["revoked"] is None
+    assert mine[0]["key_from"] == "csr" and mine[0]["expires"] > time.time() + 300 * 86400
+    assert "cert_pem" not in mine[0] and "key_pem" not in mine[0]
+    # a read token cannot revoke; an admin revokes every valid certificate of the node by its name
+    assert client.call("DELETE", "/v1/certs/n5", token=tokens["read"])[0] == 403
+    s, doc = client.call("DELETE", "/v1/certs/n5", token=tokens["admin"])
+    assert s == 200 and [c["serial"] for c in doc["revoked"]] == [serial]
+    status, answer = _agent_status(client, cert, key)
+    assert status == 401 and "revoked" in answer["error"]["message"] and serial in answer["error"]["message"]
+    # nothing valid left for n5; an unknown serial is a 404; a revoked serial again revokes nothing
+    assert client.call("DELETE", "/v1/certs/n5", token=tokens["admin"])[0] == 404
+    assert client.call("DELETE", "/v1/certs/ABCDEF0123", token=tokens["admin"])[0] == 404
+    s, doc = client.call("DELETE", f"/v1/certs/{serial.lower()}", token=tokens["admin"])
+    assert s == 200 and doc["revoked"] == []
+    # a new certificate brings the agent back
+    csr, key_pem = new_csr("n5")
+    s, doc = client.call("POST", "/v1/certs", {"node": "n5", "csr_pem": csr}, token=tokens["admin"])
+    cert.write_text(doc["cert_pem"])
+    key.write_text(key_pem)
+    assert s == 201 and doc["serial"] != serial and _agent_status(client, cert, key)[0] == 404
+
+
+@pytest.mark.parametrize("csr", ["not a request", "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n"
+                                                  "-----END CERTIFICATE REQUEST-----\n", 5])
+def test_a_bad_signing_request_is_named(client: Client, tokens: dict[str, str], csr: object) -> None:
+    s, doc = client.call("POST", "/v1/certs", {"node": "n6", "csr_pem": csr}, token=tokens["admin"])
+    assert s == 422 and doc["error"]["field"] == "csr_pem"
+
+
 def test_agent_registers_speed_group_and_memory(client: Client, daemon: InProcessDaemon, tokens: dict[str, str],
                                                 tmp_path: Path) -> None:
     """issue 10: an agent tells vmctld its core speed, group and memory when it registers; vmctld
@@ -436,13 +494,19 @@ def test_agent_registers_speed_group_and_memory(client: Client, daemon: InProces
     cert, key = client.certs.get("n1") or daemon.agent_cert("n1", tmp_path)
     src = HttpSource(AgentEndpoint(daemon.url, "n1", cert, key, daemon.ca_file))
     node = src.register(cores=4, hostname="n1", backend="mock", speed=1.5, group="part-a", memory_mib=32768)
+    # the VM level layout travels the same way (the agent's layout.levels / layout.discipline)
+    layout = src.register(cores=4, hostname="n1", backend="mock", levels=2, discipline="priority")
     src.stop()
     assert (node["speed"], node["group"], node["memory_mib"]) == (1.5, "part-a", 32768)
+    assert (layout["levels"], layout["discipline"]) == (2, "priority")
     s, doc = client.call("GET", "/v1/nodes", token=tokens["read"])
     n1 = next(n for n in doc["nodes"] if n["name"] == "n1")
     assert s == 200 and (n1["speed"], n1["group"], n1["memory_mib"]) == (1.5, "part-a", 32768)
     stored = next(n for n in daemon.store.load_nodes() if n.name == "n1")
     assert (stored.speed, stored.group, stored.memory_mib) == (1.5, "part-a", 32768)
+    for raw, field in [(b'{"cores":4,"levels":0}', "levels"), (b'{"cores":4,"discipline":"gang"}', "discipline")]:
+        s, doc = client.call("POST", "/v1/agent/nodes/n1/register", raw=raw, node="n1")
+        assert s == 422 and doc["error"]["field"] == field, (raw, doc)
     for raw, field in [(b'{"cores":4,"speed":NaN}', "speed"), (b'{"cores":4,"speed":0}', "speed"),
                        (b'{"cores":4,"speed":-2}', "speed"), (b'{"cores":4,"group":"a b"}', "group"),
                        (b'{"cores":4,"group":"\\u001b[2J"}', "group"), (b'{"cores":4,"memory_mib":0}', "memory_mib")]:

@@ -11,7 +11,8 @@ import pytest
 
 from tests.support.daemon import PostgresServer
 from tests.unit.test_daemon_core import Cluster
-from vmctl.daemon.core import Daemon, NotLeader
+from vmctl.daemon.base import NotLeader
+from vmctl.daemon.core import Daemon
 from vmctl.errors import LeaseLost
 from vmctl.store import open_store
 

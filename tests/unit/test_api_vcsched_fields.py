@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from vmctl.api.documents import job_json
 from vmctl.api.schemas import job_batch, job_spec
-from vmctl.api.server import job_json
 from vmctl.errors import ValidationError
 from vmctl.store import open_store
 from vmctl.store.base import JobRecord, WriteBatch

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from tests.livedaemon import run_cli
 from vmctl import errors, timefmt
@@ -262,10 +264,34 @@ def test_token_and_cert_issue(server: tuple[str, Recorder], capsys: Any, tmp_pat
     code, _, err = run(capsys, "cert", "issue", "n1", "--url", url)
     assert code == 2 and "--out-dir" in err
     code, out, _ = run(capsys, "cert", "issue", "n1", "--url", url, "--out-dir", str(tmp_path / "pki"))
-    assert code == 0 and rec.requests[-1]["body"] == {"node": "n1"}
+    # the key is made here: only a signing request for CN=node:n1 goes to vmctld, and the key file is
+    # the local key that request was signed with (the answer's key_pem, if any, is not used)
+    body = rec.requests[-1]["body"]
+    assert code == 0 and set(body) == {"node", "csr_pem"} and body["node"] == "n1"
+    csr = x509.load_pem_x509_csr(body["csr_pem"].encode())
+    assert csr.is_signature_valid and csr.subject.rfc4514_string() == "CN=node:n1"
     key = tmp_path / "pki" / "n1.key"
-    assert key.read_text() == "KEY\n" and stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    local = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    assert local.public_key().public_numbers() == csr.public_key().public_numbers()
     assert (tmp_path / "pki" / "ca.crt").read_text() == "CA\n"
+
+
+def test_cert_issue_signs_a_request_made_on_the_node(server: tuple[str, Recorder], capsys: Any,
+                                                    tmp_path: Path) -> None:
+    from vmctl.auth import new_csr
+
+    url, rec = server
+    rec.answer("POST", "/v1/certs", 201, {"cert_pem": "CERT\n", "ca_pem": "CA\n", "serial": "AB"})
+    csr, _key = new_csr("n2")
+    (tmp_path / "n2.csr").write_text(csr)
+    code, _, _ = run(capsys, "cert", "issue", "n2", "--csr", str(tmp_path / "n2.csr"), "--url", url,
+                       "--out-dir", str(tmp_path / "pki"))
+    assert code == 0 and rec.requests[-1]["body"] == {"node": "n2", "csr_pem": csr}
+    assert sorted(p.name for p in (tmp_path / "pki").iterdir()) == ["ca.crt", "n2.crt"]  # no key: it is on n2
+    code, _, err = run(capsys, "cert", "issue", "n2", "--csr", str(tmp_path / "missing.csr"), "--url", url,
+                       "--out-dir", str(tmp_path / "pki"))
+    assert code == 2 and "--csr" in err and "missing.csr" in err
 
 
 def test_formatters(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,6 +85,16 @@ def test_sim_never_imports_agents_or_daemon(path: Path) -> None:
         assert not mod.startswith(forbidden), f"{path.name} imports {mod}"
 
 
+def test_progress_model_is_shared_not_owned() -> None:
+    # one progress model for the simulator and vmctld: it may import neither of them (nor their neighbours)
+    for mod in _imports(ROOT / "vmctl" / "progress.py"):
+        assert mod.startswith(("vmctl.errors", "numpy", "scipy", "__future__", "math", "collections", "dataclasses")), \
+            f"vmctl/progress.py imports {mod}"
+    users = [p for p in _files("vmctl") if "vmctl.progress" in _imports(p)]
+    assert {p.relative_to(ROOT).as_posix() for p in users} >= {"vmctl/sim/engine.py", "vmctl/daemon/state.py"}
+    assert not (ROOT / "vmctl" / "sim" / "progress.py").exists()
+
+
 # Offline commands may load what they check or start (ARCHITECTURE.md: "except offline commands"):
 # `vmctl config check` parses daemon/agent configs; `vmctl demo` starts a daemon and agents itself.
 CLI_OFFLINE_ALLOWED = {
@@ -149,3 +159,43 @@ def test_import_scan_sees_what_the_rules_forbid(tmp_path: Path) -> None:
     assert {"vmctl.api.server", "vmctl.api", "vmctl.api.schemas", "tests.support.daemon"} <= found
     assert not _is("vmctl.apiclient", "vmctl.api")
 
+
+
+# The daemon is one class composed of one module per job (vmctl/daemon/core.py names them): each part
+# builds on vmctl.daemon.base (the decision pass also on the timers it runs first) and never imports
+# the composed Daemon or a sibling part, so that every job can change without the others.
+DAEMON_PARTS = {"jobs": (), "nodes": (), "timers": (), "operator_actions": (), "decisions": ("timers",)}
+
+
+@pytest.mark.parametrize("part", sorted(DAEMON_PARTS))
+def test_daemon_parts_build_only_on_the_base(part: str) -> None:
+    mods = _imports(ROOT / "vmctl" / "daemon" / f"{part}.py")
+    assert any(f"vmctl.daemon.{b}" in mods for b in ("base", *DAEMON_PARTS[part]))
+    for other in ("core", *DAEMON_PARTS):
+        if other == part or other in DAEMON_PARTS[part]:
+            continue
+        assert not _is_module(mods, f"vmctl.daemon.{other}"), f"vmctl/daemon/{part}.py imports vmctl.daemon.{other}"
+    core = _imports(ROOT / "vmctl" / "daemon" / "core.py")
+    assert all(f"vmctl.daemon.{p}" in core for p in DAEMON_PARTS if p != "timers"), "core composes every part"
+
+
+# The API's route groups (vmctl/api/routes/) are wired by vmctl/api/server.py alone; a group imports no
+# other group and not the server (routes/base.py names DaemonServer for type checking only), and the
+# shared layers (documents, plumbing, access, security) import no route group and not the server.
+
+@pytest.mark.parametrize("path", _files("vmctl/api"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_api_route_groups_are_wired_by_the_server_only(path: Path) -> None:
+    rel = path.relative_to(ROOT / "vmctl" / "api").as_posix()
+    mods = _imports(path)
+    if rel == "server.py":
+        return
+    groups = {m for m in mods if _is(m, "vmctl.api.routes") and m not in ("vmctl.api.routes", "vmctl.api.routes.base",
+                                                                          "vmctl.api.routes.base.Routes")}
+    assert not groups, f"{rel} imports route groups {sorted(groups)}"
+    if rel != "routes/base.py":
+        assert not _is_module(mods, "vmctl.api.server"), f"{rel} imports vmctl.api.server"
+
+
+def _is_module(mods: set[str], module: str) -> bool:
+    """``module`` or a name from it is imported."""
+    return any(_is(m, module) for m in mods)

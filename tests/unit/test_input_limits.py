@@ -16,7 +16,7 @@ import pytest
 from tests.livedaemon import run_cli
 from vmctl.api import schemas
 from vmctl.api.listener import FD_RESERVE, fd_budget
-from vmctl.api.server import json_dumps
+from vmctl.api.plumbing import json_dumps
 from vmctl.cli.ops import Grid, json_safe, kv_table, safe_text
 from vmctl.config import Section
 from vmctl.daemon import limits

@@ -14,7 +14,7 @@ import pytest
 
 from tests.livedaemon import run_cli
 from tests.unit.test_cli_ops import JOB, Recorder, server  # noqa: F401 - the recording HTTP server fixture
-from vmctl.api.server import job_json
+from vmctl.api.documents import job_json
 from vmctl.client import Job as ClientJob
 from vmctl.client import Task
 from vmctl.clock import VirtualClock

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_daemon_core import Cluster
-from vmctl.api.server import expected_starts, job_json, op_json
+from vmctl.api.documents import expected_starts, job_json, op_json
 from vmctl.cli.ops import fmt_start, history_text, op_text
 from vmctl.model import JobState
 from vmctl.store.base import JobRecord

@@ -11,8 +11,8 @@ import pytest
 
 from tests.livedaemon import run_cli
 from tests.unit.test_cli_ops import JOB, Recorder, server  # noqa: F401 - the recording HTTP server fixture
+from vmctl.api.documents import job_json
 from vmctl.api.schemas import job_batch, job_spec
-from vmctl.api.server import job_json
 from vmctl.client import Job as ClientJob
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig

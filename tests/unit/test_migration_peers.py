@@ -23,7 +23,7 @@ from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunne
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource, observed_from_dict, observed_to_dict
-from vmctl.api.server import node_json
+from vmctl.api.documents import node_json
 from vmctl.cli.ops import explain_text, node_table, node_text
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits

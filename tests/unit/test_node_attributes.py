@@ -16,7 +16,7 @@ from vmctl.agents.backends.mock import MockBackend
 from vmctl.agents.config import load_agent_config, parse_agent_config
 from vmctl.agents.main import host_registration
 from vmctl.api import schemas
-from vmctl.api.server import node_json
+from vmctl.api.documents import node_json
 from vmctl.cli.ops import node_table, node_text
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
@@ -112,12 +112,18 @@ def _migrate_to(s: Store, version: int) -> None:
                 s._exec(cur, "INSERT INTO schema_version (version, applied) VALUES (?, ?)", (v, f"migration {v:03d}"))
 
 
-def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:
+def _store_at(store_url: str, version: int) -> tuple[SqlStore, int]:
+    """A database at schema ``version`` as a vmctld of that version left it, and a lease on it."""
     s = open_store(store_url)
-    _migrate_to(s, 2)
-    assert s.schema_version() == 2
+    _migrate_to(s, version)
+    assert s.schema_version() == version
     epoch = s.acquire_lease("old", 10, 0)
     assert epoch is not None and isinstance(s, SqlStore)
+    return s, epoch
+
+
+def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:
+    s, epoch = _store_at(store_url, 2)
     with s._transaction() as cur:  # a node as vmctld of schema 2 wrote it: a document, no columns
         s._exec(cur, "INSERT INTO nodes (name, doc) VALUES (?, ?)",
                 ("n1", '{"name": "n1", "cores": 4, "state": "ready", "peers": ["n2"]}'))
@@ -139,6 +145,8 @@ def test_a_schema_2_database_upgrades_in_place(store_url: str) -> None:
     ("node_group", "", "column node_group must not be empty"),
     ("node_group", "a b", "column node_group must hold only letters"),
     ("memory_mib", -1, "column memory_mib must be an integer >= 0"),
+    ("levels", 0, "column levels must be an integer >= 1"),  # schema 004: the node's level layout
+    ("discipline", "gang", "column discipline must be one of priority, timeslice, shared"),
 ])
 def test_a_bad_stored_column_names_its_table_and_row(store: Store, column: str, value: Any,
                                                      words: str) -> None:

@@ -177,8 +177,8 @@ def test_priority_form_of_the_general_actions() -> None:
 def test_simulator_runs_start_and_move_like_the_priority_actions() -> None:
     from test_sim_support import Scripted, wj
 
+    from vmctl.progress import ProgressModel
     from vmctl.sim.engine import SimConfig, Simulator
-    from vmctl.sim.progress import ProgressModel
 
     fixed = ProgressModel(loss_low=0.02, loss_high=0.02, beta_single_low=0.9, beta_single_high=0.9,
                           beta_multi_low=0.9, beta_multi_high=0.9)

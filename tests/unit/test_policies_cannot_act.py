@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -128,6 +129,9 @@ class _Always(SchedulingPolicy):
 
     def decide(self, view: ClusterView, now: float) -> Decision:
         return self.inner.decide(view, now)
+
+    def reported_params(self) -> dict[str, Any]:
+        return self.inner.reported_params()
 
 
 def _jobs(seed: int, count: int, cores: int) -> list[WorkloadJob]:

@@ -28,7 +28,10 @@ def bg_starts(d: Decision) -> dict[str, tuple[int, ...]]:
 
 
 def test_parameters_are_validated() -> None:
-    assert create_policy("measy").params == {"bg_util_threshold": 0.96, "use_cpu_info": True, "migration_cost": 20.0}
+    # the paper's parameters; the queue-order options (default: submit order) are left out of reports
+    assert create_policy("measy").reported_params() == {"bg_util_threshold": 0.96, "use_cpu_info": True,
+                                                        "migration_cost": 20.0}
+    assert create_policy("measy").params["queue_order"] == "submit"
     assert create_policy("measy", migration_cost=5).params["migration_cost"] == 5.0
     with pytest.raises(PolicyParameterError, match="bg_util_threshold"):
         create_policy("keasy", bg_util_threshold=1.5)

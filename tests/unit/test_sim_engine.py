@@ -11,8 +11,8 @@ from test_sim_support import Scripted, TinyFcfs, wj
 from vmctl.errors import InvariantViolation, SimulationError
 from vmctl.model import Kill, Migrate, Promote, SetCap, StartBg, StartFg, Tier
 from vmctl.policies.registry import create_policy
+from vmctl.progress import ProgressModel
 from vmctl.sim.engine import SimConfig, Simulator
-from vmctl.sim.progress import ProgressModel
 
 # fixed draws: loss 2 %, beta 0.9 (one process) / 0.5 (several)
 FIXED = ProgressModel(loss_low=0.02, loss_high=0.02, beta_single_low=0.9, beta_single_high=0.9,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 import pytest
@@ -20,19 +20,23 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Discipline,
+    JobShape,
     Kill,
     Migrate,
     Move,
+    Resize,
+    Restore,
     Resume,
     SliceSchedule,
     Start,
     StartFg,
     Suspend,
+    Tier,
 )
-from vmctl.policies.base import Needs, SchedulingPolicy
+from vmctl.policies.base import Needs, Offer, SchedulingPolicy
 from vmctl.policies.registry import create_policy
 from vmctl.sim.engine import SimConfig, Simulator
-from vmctl.sim.execution import ExecutionModel, TwoTierModel
+from vmctl.sim.execution import EngineState, ExecutionModel, Run, TwoTierModel
 from vmctl.sim.timeslice import TimeSliceModel
 from vmctl.sim.workloads.registry import generate_model
 
@@ -121,6 +125,36 @@ def test_a_policy_starting_on_level_two_runs_in_the_timeslice_model() -> None:
     assert sim.view.levels == 3 and sim.view.discipline is Discipline.TIMESLICE
 
 
+def test_a_job_started_after_an_idle_spell_gets_the_row_of_its_time() -> None:
+    # L = 2, T = 10: J1 (5 s) on row 0 ends at 5; nothing runs until J2 arrives at 32 and starts on row
+    # 1, which is active in [30,40): ends at 37. The policy sees row 1's end as J2's expected end.
+    seen: list[float] = []
+
+    def start_and_look(view: ClusterView, now: float) -> list[Action]:
+        return [Start("2", (0,), 1)]
+
+    def look(view: ClusterView, now: float) -> list[Action]:
+        seen.append(view.running["2"].expected_end)
+        return []
+
+    pol = Gang({0.0: [Start("1", (0,), 0)], 32.0: start_and_look, 33.0: look})
+    sim = run([wj(1, 0, 5, 1), wj(2, 32, 5, 1)], 1, pol, timeslice(2, 10.0))
+    assert sim.outcome("1") == (0.0, pytest.approx(5.0))
+    assert sim.outcome("2") == (32.0, pytest.approx(37.0))
+    assert seen == [pytest.approx(37.0)]
+    assert pol.calls == [0.0, 5.0, 32.0, 33.0, 37.0]
+
+
+def test_jobs_out_rows_on_the_levelled_path() -> None:
+    # L = 3, T = 10: J1 starts on row 1, moves to row 2 of another core (a migration and a level change)
+    pol = Gang({0.0: [Start("1", (0,), 1)], 12.0: [Move("1", (1,), 2, 0.0)]})
+    sim = run([wj(1, 0, 15, 1)], 2, pol, timeslice(3, 10.0))
+    (row,) = sim.job_rows()
+    assert (row["width"], row["first_tier"], row["tier_changes"], row["migrations"]) == (1, "bg", 1, 1)
+    # J1 gets 2 s in row 1's slice [10,12), 10 s in row 2's [20,30) and its last 3 s in [50,53)
+    assert row["end"] == pytest.approx(53.0)
+
+
 def test_a_decision_schedule_changes_the_rotation() -> None:
     # T = 10 rows (0, 1) until t = 5, when the policy's schedule makes row 1 the only active row:
     # J1 on row 0 stops at 5 s of work; J2 on row 1 runs from 5 and ends at 5 + 12 = 17. Row 0 never
@@ -162,7 +196,7 @@ def test_a_suspended_job_does_not_advance() -> None:
 
     def look(view: ClusterView, now: float) -> list[Action]:
         progress.append(view.running["1"].progress)
-        assert view.running["1"].suspended
+        assert view.running["1"].suspended and view.slot_job[0][0] == "1"  # slots kept
         return [Resume("1")]
 
     pol = Solo({0.0: [Start("1", (0,), 0)], 5.0: [Suspend("1")], 15.0: look})
@@ -219,6 +253,20 @@ def test_checkpoint_frees_the_slots_and_restore_keeps_the_progress() -> None:
     assert seen == [(5.0, False, pytest.approx(5.0), ("1",)), (9.0, True, pytest.approx(5.0), (None,))]
     assert sim.outcome("2") == (5.0, pytest.approx(9.0))
     assert sim.outcome("1") == (0.0, pytest.approx(26.0))
+
+
+def test_restore_onto_another_level() -> None:
+    # L = 2, T = 10: J1 (12 s) on row 0 has 5 s at 5, is checkpointed, and restored at 15 onto row 1
+    # (active [10,20)) with the priority name Restore: 5 s more by 20, its last 2 s in [30,32)
+    pol = Gang({0.0: [Start("1", (0,), 0)], 5.0: [Checkpoint("1")], 15.0: [Restore("1", (0,), Tier.BG)]})
+    sim = run([wj(1, 0, 12, 1)], 1, pol, timeslice(2, 10.0))
+    assert sim.outcome("1") == (0.0, pytest.approx(32.0))
+    assert sim.result.migrations == 0  # type: ignore[attr-defined]
+
+
+def test_a_level_the_cluster_lacks_is_refused() -> None:
+    with pytest.raises(InvariantViolation, match="level-range"):
+        run([wj(1, 0, 12, 1)], 1, Gang({0.0: [Start("1", (0,), 2)]}), timeslice(2, 10.0))
 
 
 def test_resume_of_a_checkpointed_job_is_refused() -> None:
@@ -338,3 +386,69 @@ def test_sim_run_bad_execution_options(capsys: pytest.CaptureFixture[str], extra
     if reference:
         assert err.startswith(f"error: {reference}: "), err
     assert text in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------ the hooks a new model uses
+
+class Workers(ExecutionModel):
+    """A model written in the test, as the shapes helper will write theirs: every job is a task bag of
+    up to 4 workers (``shapes``), its work is ``work_per_worker`` times its first width (``work``), it
+    advances at one unit per worker (``rate``), and a resize re-rates it (``on_resize``)."""
+
+    name: ClassVar[str] = "workers-test"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resizes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
+
+    def offer(self) -> Offer:
+        return Offer(where=self.where(), levels=1, discipline=Discipline.SHARED,
+                     shapes=frozenset({"rigid", "task-bag"}))
+
+    def bind(self, state: EngineState) -> None:
+        super().bind(state)
+        for record in state.records:
+            self.shapes[str(record.id)] = JobShape.task_bag([10.0] * 4)
+
+    def work(self, run: Run) -> float:
+        return self.state.job_work[run.idx] * run.width
+
+    def rate(self, run: Run) -> float:
+        return float(run.width)
+
+    def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
+        self.resizes.append((run.job.id, old_cores, run.cores))
+        return ()
+
+
+class BagPolicy(Scripted):
+    name: ClassVar[str] = "scripted-bags"
+    needs: ClassVar[Needs] = Needs(levels=1, shapes=frozenset({"task-bag"}))
+
+
+def test_a_model_in_its_own_module_uses_work_rate_shapes_and_resize() -> None:
+    # J1 (10 s per worker) starts with 2 workers: work 20 at rate 2. At 4 (8 done) it grows to 3
+    # workers: 12 left at rate 3, ends at 8. The view carries the model's shapes.
+    model = Workers()
+    widths: list[int] = []
+
+    def look(view: ClusterView, now: float) -> list[Action]:
+        assert view.shapes["1"].kind == "task-bag" and view.discipline is Discipline.SHARED
+        widths.append(view.running["1"].width)
+        return [Resize("1", (0, 1, 2), 0)]
+
+    pol = BagPolicy({0.0: [Start("1", (0, 1), 0)], 4.0: look})
+    sim = run([wj(1, 0, 10, 1)], 4, pol, SimConfig(execution=lambda: model))
+    assert sim.outcome("1") == (0.0, pytest.approx(8.0))
+    assert widths == [2] and model.resizes == [("1", (0, 1), (0, 1, 2))]
+    assert next(iter(sim.job_rows()))["width"] == 3
+
+
+def test_resize_on_a_model_without_task_bags_is_refused() -> None:
+    class Fixed(Workers):
+        def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
+            return ExecutionModel.on_resize(self, run, old_cores, now)
+
+    pol = BagPolicy({0.0: [Start("1", (0,), 0)], 1.0: [Resize("1", (0, 1), 0)]})
+    with pytest.raises(SimulationError, match="does not model resize"):
+        run([wj(1, 0, 10, 1)], 2, pol, SimConfig(execution=Fixed))

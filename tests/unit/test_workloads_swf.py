@@ -277,3 +277,17 @@ def test_real_trace_counts(name: str) -> None:
     assert len(w.jobs) + sum(dropped.values()) == records
     assert all(j.procs > 0 and j.run_time > 0 and j.estimate > 0 for j in w.jobs)
     assert [j.submit for j in w.jobs] == sorted(j.submit for j in w.jobs)
+
+
+def test_integer_and_decimal_records_read_alike(tmp_path: Path) -> None:
+    """Integer-only traces take the int64 parse, a trace with one decimal field the float parse; both
+    give float times and the same values (and the same types) as each other."""
+    ints = read_swf(write(tmp_path, rec(1, 100, 50, 4, 4, 60) + "\n" + rec(2, 7, 3, 1, 1, 9) + "\n"))
+    decimal = read_swf(write(tmp_path, rec(1, 100, 50, 4, 4, 60) + "\n" + rec(2, 7, 3, 1, 1, 9.5) + "\n", "d.swf"))
+    assert ints.jobs == [WorkloadJob(2, 7.0, 3.0, 1, 9.0, None, 3), WorkloadJob(1, 100.0, 50.0, 4, 60.0, None, 3)]
+    assert decimal.jobs == [WorkloadJob(2, 7.0, 3.0, 1, 9.5, None, 3), WorkloadJob(1, 100.0, 50.0, 4, 60.0, None, 3)]
+    for w in (ints, decimal):
+        assert all(type(j.submit) is float and type(j.estimate) is float and type(j.procs) is int for j in w.jobs)
+    # a fractional processor count is still refused when the float parse reads the trace
+    with pytest.raises(TraceFormatError, match=r"field 5 .* must be an integer"):
+        read_swf(write(tmp_path, rec(1, 100, 50, 4, 4, 60).replace(" 4 ", " 4.5 ", 1) + "\n", "f.swf"))

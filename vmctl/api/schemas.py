@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from vmctl.errors import ValidationError
-from vmctl.model import MAX_NODE_SPEED, group_name_problem
+from vmctl.model import MAX_NODE_SPEED, Discipline, group_name_problem
 from vmctl.shapes import default_procs, shape_from_json, shape_summary, shape_to_json
 
 MAX_PROCS = 1_000_000
@@ -333,6 +333,18 @@ def obj(raw: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
     return d
 
 
+def node_levels(body: dict[str, Any]) -> tuple[int | None, Discipline | None]:
+    """``levels`` and ``discipline`` of an agent's registration (its VM level layout), each None when
+    absent: levels 1..64, discipline priority | timeslice | shared."""
+    levels = integer(body, "levels", "", lo=1, hi=64)
+    discipline = string(body, "discipline", "", max_len=32)
+    choices = [d.value for d in Discipline]
+    if discipline is not None and discipline not in choices:
+        raise ValidationError(field="discipline",
+                              problem=f"must be one of {', '.join(choices)}, got {discipline[:40]!r}")
+    return levels, None if discipline is None else Discipline(discipline)
+
+
 def node_host(body: dict[str, Any]) -> tuple[float | None, str | None, int | None]:
     """``speed``, ``group`` and ``memory_mib`` of an agent's registration, each None when absent:
     speed a finite number in (0, 1000], group a short printable name, memory MiB >= 1."""
@@ -343,3 +355,33 @@ def node_host(body: dict[str, Any]) -> tuple[float | None, str | None, int | Non
         if problem is not None:
             raise ValidationError(field="group", problem=f"{problem}, got {group[:40]!r}")
     return speed, group, integer(body, "memory_mib", "", lo=1, hi=1 << 40)
+
+
+#: what ``PATCH /v1/jobs/{id}`` may change (of a queued job)
+JOB_UPDATE_KEYS = ("estimate", "priority", "deadline")
+
+
+def job_update(raw: Any) -> dict[str, Any]:
+    """The changes of a queued job's ``estimate``, ``priority`` and ``deadline`` (null: no deadline),
+    checked as at submission; at least one."""
+    d = obj(raw, JOB_UPDATE_KEYS)
+    out: dict[str, Any] = {}
+    if "estimate" in d:
+        out["estimate"] = number(d, "estimate", "", required=True, lo=0.0, lo_open=True, hi=MAX_SECONDS)
+    if "priority" in d:
+        out["priority"] = integer(d, "priority", "", required=True, lo=-1_000_000, hi=1_000_000)
+    if "deadline" in d:
+        out["deadline"] = number(d, "deadline", "", lo=0.0, hi=MAX_TIME)
+    if not out:
+        raise ValidationError(field="body", problem=f"give at least one of {', '.join(JOB_UPDATE_KEYS)}")
+    return out
+
+
+def flag(d: dict[str, Any], key: str, default: bool = False) -> bool:
+    """An optional boolean field."""
+    v = d.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ValidationError(field=key, problem=f"must be true or false, got {_tname(v)}")
+    return v

@@ -31,11 +31,13 @@ SUBCOMMANDS: dict[str, str] = {
     "node": "vmctl.cli.ops:node",
     "migrate": "vmctl.cli.ops:migrate",
     "op": "vmctl.cli.ops:op",
+    "events": "vmctl.cli.events:events",
     "top": "vmctl.cli.ops:top",
     "policy": "vmctl.cli.ops:policy",
     "token": "vmctl.cli.ops:token",
     "cert": "vmctl.cli.ops:cert",
     "plan": "vmctl.cli.plan:plan_cmd",
+    "moldable": "vmctl.cli.moldable:moldable",
 }
 
 EXIT_CODES: list[tuple[type[errors.VmctlError], int]] = [

@@ -214,14 +214,29 @@ def fmt_start(j: Mapping[str, Any]) -> str:
     return "-"
 
 
+def fmt_blocked(blocked: Any) -> str:
+    """The out-of-service nodes that alone keep a queued job waiting: ``n2 (drained), n3 (lost)``."""
+    return ", ".join(f"{b.get('node')} ({b.get('state')})" for b in blocked or () if isinstance(b, Mapping))
+
+
+def fmt_job_reason(j: Mapping[str, Any]) -> str:
+    """A job's reason, and when only drained or lost nodes keep it waiting, which ones."""
+    reason = fmt_reason(j.get("reason"))
+    blocked = fmt_blocked(j.get("blocked_by"))
+    if not blocked:
+        return reason
+    return f"{reason}; waits for nodes {blocked}" if reason else f"waits for nodes {blocked}"
+
+
 def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Grid:
     return Grid(
         ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "START", "PLACEMENT", "MIG",
          "REASON"),
-        [(str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), str(j.get("state", "")),
+        [(str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j),
+          str(j.get("state", "")) + (" (held)" if j.get("held") else ""),
           str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
           fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")), fmt_start(j),
-          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_reason(j.get("reason")))
+          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_job_reason(j))
          for j in jobs],
         title,
     )
@@ -293,12 +308,19 @@ def fmt_node_state(n: Mapping[str, Any]) -> str:
     return f"{st} ({n['drain_reason']})" if n.get("drain_reason") else st
 
 
+def fmt_levels(n: Mapping[str, Any]) -> str:
+    """A node's VM level layout: ``2 priority`` (fg/bg), ``3 timeslice`` ...; ``-`` from a vmctld that
+    does not report it."""
+    levels, discipline = n.get("levels"), n.get("discipline")
+    return "-" if levels is None else f"{levels} {discipline or '?'}"
+
+
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
     return Grid(
-        ("NAME", "STATE", "GROUP", "CORES", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "REPORT",
+        ("NAME", "STATE", "GROUP", "CORES", "LEVELS", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "REPORT",
          "LAST SEEN", "PEERS", "ERRORS"),
         [(str(n.get("name", "")), fmt_node_state(n), str(n.get("group") or "-"), str(n.get("cores", "")),
-          fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
+          fmt_levels(n), fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
           str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), fmt_applied(n), fmt_report_age(n),
           fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
          for n in nodes],
@@ -313,6 +335,7 @@ def node_text(n: Mapping[str, Any]) -> str:
              f"report {fmt_report_age(n)} (agents report every 30 s and heartbeat every 5 s)",
              f"group {n.get('group') or '-'}; core speed {fmt_speed(n.get('speed'))} a standard core; "
              f"memory {fmt_mem(n.get('memory_mib')) if n.get('memory_mib') else 'not known'}",
+             f"VM levels per core: {fmt_levels(n)}",
              f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}",
              "migrates to (live, peers): " + fmt_peers(n.get("peers"), "any node (its agent did not say)", 50),
              "sends checkpoints to: " + fmt_peers(n.get("checkpoint_peers"), "any node (shared storage)", 50)]
@@ -409,6 +432,8 @@ def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table
             s = fmt_reason(v) or "-"
         elif k == "placement":
             s = fmt_placement(v, limit=64)
+        elif k == "blocked_by":
+            s = fmt_blocked(v) or "-"
         elif k in ("cap",):
             s = fmt_cap(v)
         elif k == "utilization":
@@ -709,15 +734,18 @@ def job_submit(
             raise errors.UserError(where="job submit",
                                    problem="give either --file or --procs/--estimate/--shape, not both")
         specs = load_job_file(file_)
-        jobs = [client.submit_job(specs[0])] if len(specs) == 1 else client.submit_jobs(specs)
     else:
         spec = build_job_spec(
             procs=procs, estimate=estimate, name=name, priority=priority, deadline=deadline, cpu_usage=cpu_usage,
             command=command_, work_seconds=work_seconds, cpu_need=cpu_need, mem=mem, user=user, account=account,
             shape=None if shape_ is None else parse_shape_option(shape_),
         )
-        jobs = [client.submit_job(spec)]
-    show({"jobs": jobs}, output, lambda: job_table(jobs, title="submitted"))
+        specs = [spec]
+    jobs, warnings = client.submit(specs)
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+    doc: dict[str, Any] = {"jobs": jobs, "warnings": warnings} if warnings else {"jobs": jobs}
+    show(doc, output, lambda: job_table(jobs, title="submitted"))
 
 
 @job.command("list")
@@ -789,13 +817,74 @@ def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, ou
     show({"job": j}, output, render)
 
 
-@job.command("cancel")
+def _job_verb(name: str, help_text: str, call: Callable[[ApiClient, str], dict[str, Any]],
+              said: Callable[[Mapping[str, Any]], str]) -> None:
+    """A ``vmctl job NAME JOB`` command that calls the daemon once and says what became of the job."""
+
+    @job.command(name, help=help_text)
+    @click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+    @api_options
+    def verb(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+        j = call(_client(url, token, ca), job_id)
+        show({"job": j}, output, lambda: said(j))
+
+
+_job_verb("cancel", "Cancel a job (idempotent).", ApiClient.cancel_job,
+          lambda j: f"job {j.get('id')}: {j.get('state')}")
+_job_verb("release", "Release a held job back to its place in the queue.", ApiClient.release_job,
+          lambda j: f"job {j.get('id')}: released")
+
+
+@job.command("hold")
 @click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@click.option("--reason", default=None, metavar="TEXT", help="Why (shown as the job's reason and in the events).")
 @api_options
-def job_cancel(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """Cancel a job (idempotent)."""
-    j = _client(url, token, ca).cancel_job(job_id)
-    show({"job": j}, output, lambda: f"job {j.get('id')}: {j.get('state')}")
+def job_hold(job_id: str, reason: str | None, url: str | None, token: str | None, ca: str | None,
+             output: str) -> None:
+    """Hold a queued job: it stays queued but does not start until released (kept across daemon restarts)."""
+    j = _client(url, token, ca).hold_job(job_id, reason)
+    show({"job": j}, output, lambda: f"job {j.get('id')}: held" + (f" ({reason})" if reason else ""))
+
+
+@job.command("requeue")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@click.option("--reason", default=None, metavar="TEXT", help="Why (shown as the job's reason and in the events).")
+@click.option("--hold", is_flag=True, help="Hold it as it goes back (it does not start until released).")
+@api_options
+def job_requeue(job_id: str, reason: str | None, hold: bool, url: str | None, token: str | None, ca: str | None,
+                output: str) -> None:
+    """Put a running or suspended job back in the queue. Its VMs are removed and its progress is LOST: the
+    next start is a new run from the beginning. It keeps its place in the queue (its submit time)."""
+    j = _client(url, token, ca).requeue_job(job_id, reason, hold)
+    show({"job": j}, output, lambda: f"job {j.get('id')}: requeued{' and held' if hold else ''} "
+                                     f"(run {j.get('runs')} ended; its progress is lost, the next run starts over)")
+
+
+@job.command("update")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
+@click.option("--estimate", "-t", type=float, default=None, help="New run-time estimate in seconds.")
+@click.option("--priority", type=int, default=None, help="New priority.")
+@click.option("--deadline", default=None, metavar="TIME",
+              help="New deadline: epoch seconds or ISO 8601 (local zone unless given); 'none' removes it.")
+@api_options
+def job_update(job_id: str, estimate: float | None, priority: int | None, deadline: str | None, url: str | None,
+               token: str | None, ca: str | None, output: str) -> None:
+    """Change the estimate, priority or deadline of a queued job (a running job: requeue it first)."""
+    changes: dict[str, Any] = {}
+    if estimate is not None:
+        changes["estimate"] = estimate
+    if priority is not None:
+        changes["priority"] = priority
+    if deadline is not None:
+        try:
+            changes["deadline"] = None if deadline.strip().lower() == "none" else timefmt.parse_time(deadline)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--deadline") from exc
+    if not changes:
+        raise errors.UserError(where="job update", problem="give at least one of --estimate, --priority, --deadline")
+    j = _client(url, token, ca).update_job(job_id, changes)
+    show({"job": j}, output, lambda: kv_table(j, ["id", "name", "state", "estimate", "priority", "deadline",
+                                                   "reason"]))
 
 
 def explain_text(doc: Mapping[str, Any]) -> str:
@@ -809,6 +898,12 @@ def explain_text(doc: Mapping[str, Any]) -> str:
         lines[0] += f", position {pos + 1} in the queue ({ahead})"
     if doc.get("reason"):
         lines.append(f"reason: {fmt_reason(doc['reason'])}")
+    if doc.get("held"):
+        lines.append(f"held: it does not start until released (vmctl job release {job_id})")
+    blocked = fmt_blocked(doc.get("blocked_by"))
+    if blocked:
+        lines.append(f"nodes: only {blocked} keep it waiting: the ready nodes have too few cores for it; it can "
+                     f"start once enough of them are back (vmctl node undrain, or their agents report again)")
     res = doc.get("reservation")
     if isinstance(res, dict) and res:
         holder = res.get("job_id")
@@ -1169,15 +1264,33 @@ def cert() -> None:
 @cert.command("issue")
 @click.argument("node_name", metavar="NODE")
 @click.option("--out-dir", type=click.Path(file_okay=False), default=None,
-              help="Write NODE.crt, NODE.key (mode 0600) and ca.crt here.")
+              help="Write NODE.crt, NODE.key (mode 0600; not with --csr) and ca.crt here.")
+@click.option("--csr", "csr_file", type=click.Path(dir_okay=False), default=None,
+              help="Sign this certificate signing request (PEM, made on the node: its key stays there) "
+                   "instead of making a key here.")
 @api_options
 def cert_issue(
-    node_name: str, out_dir: str | None, url: str | None, token: str | None, ca: str | None, output: str,
+    node_name: str, out_dir: str | None, csr_file: str | None, url: str | None, token: str | None, ca: str | None,
+    output: str,
 ) -> None:
-    """Issue a client certificate for the agent of NODE (CN=node:NODE)."""
+    """Issue a client certificate for the agent of NODE (CN=node:NODE). The private key is made here
+    (or, with --csr, on the node) and only a signing request goes to vmctld: the key never travels."""
     if out_dir is None and output != "json":
         raise errors.UserError(where="cert issue", problem="give --out-dir DIR (or --output json to print the PEMs)")
-    doc = _client(url, token, ca).issue_cert(node_name)
+    from vmctl import auth
+
+    key_pem: str | None = None
+    if csr_file is not None:
+        try:
+            csr_pem = Path(csr_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise errors.UserError(where=f"--csr {csr_file}", problem=f"cannot read it: {exc}") from exc
+    else:
+        csr_pem, key_pem = auth.new_csr(node_name)
+    doc = _client(url, token, ca).issue_cert(node_name, csr_pem)
+    doc.pop("key_pem", None)
+    if key_pem is not None:
+        doc["key_pem"] = key_pem
     if out_dir is None:
         emit_json(doc)
         return
@@ -1185,16 +1298,53 @@ def cert_issue(
     show({"files": [str(p) for p in written]}, output, lambda: "\n".join(f"wrote {p}" for p in written))
 
 
+def cert_table(certs: Sequence[Mapping[str, Any]]) -> Grid:
+    now = _now()
+
+    def state(c: Mapping[str, Any]) -> str:
+        if c.get("revoked") is not None:
+            return f"revoked {fmt_time(c.get('revoked'))}"
+        expires = c.get("expires")
+        return "expired" if isinstance(expires, int | float) and expires < now else "valid"
+
+    return Grid(("SERIAL", "NODE", "ISSUED", "EXPIRES", "STATE", "KEY MADE BY"),
+                [(str(c.get("serial", "")), str(c.get("node", "")), fmt_time(c.get("issued")),
+                  fmt_time(c.get("expires")), state(c), str(c.get("key_from") or "-")) for c in certs])
+
+
+@cert.command("list")
+@api_options
+def cert_list(url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """List the agent certificates vmctld issued: serial, node, validity, revoked or not (never a key)."""
+    certs = _client(url, token, ca).list_certs()
+    show({"certs": certs}, output, lambda: cert_table(certs))
+
+
+@cert.command("revoke")
+@click.argument("key", metavar="SERIAL|NODE")
+@api_options
+def cert_revoke(key: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Revoke one certificate by its serial (from `cert list`), or every valid certificate of NODE. Its
+    agent is refused from then on (401) until it gets a new certificate (`cert issue NODE`)."""
+    revoked = _client(url, token, ca).revoke_cert(key)
+    show({"revoked": revoked}, output, lambda: "\n".join(
+        f"revoked certificate {c.get('serial')} of node {c.get('node')}" for c in revoked) or "nothing to revoke")
+
+
 def write_cert_files(out: Path, node_name: str, doc: Mapping[str, Any]) -> list[Path]:
+    """NODE.crt, NODE.key (mode 0600; only when the answer carries a key) and ca.crt, in that order."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         crt, key, ca_path = out / f"{node_name}.crt", out / f"{node_name}.key", out / "ca.crt"
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(str(doc["key_pem"]))
-        os.chmod(key, 0o600)
+        written = [crt]
+        if "key_pem" in doc:
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(str(doc["key_pem"]))
+            os.chmod(key, 0o600)
+            written.append(key)
         crt.write_text(str(doc["cert_pem"]), encoding="utf-8")
         ca_path.write_text(str(doc["ca_pem"]), encoding="utf-8")
     except OSError as exc:
         raise errors.UserError(where=f"--out-dir {out}", problem=str(exc)) from exc
-    return [crt, key, ca_path]
+    return [*written, ca_path]

@@ -10,13 +10,30 @@ from pathlib import Path
 from typing import Any
 
 from vmctl.config import Section, check_finite, load_yaml, parse_yaml
-from vmctl.errors import ConfigError
+from vmctl.errors import ConfigError, VmctlError
 from vmctl.model import Discipline
 from vmctl.policies.base import Offer
 
-#: what vmctld offers a policy: 2 VM levels per core under the priority discipline (fg/bg), rigid jobs,
-#: capped shared VMs (vcsched). A policy needing more is refused when configured or switched to.
+#: what vmctld offers a policy before any node registered: 2 VM levels per core under the priority
+#: discipline (fg/bg), rigid jobs, capped shared VMs (vcsched). Once agents registered, the cluster's
+#: own layout counts (``ClusterState.offer``): a policy it cannot serve is refused when configured,
+#: switched to, or when a first node's registration would leave it without what it needs.
 DAEMON_OFFER = Offer(where="vmctld", levels=2, discipline=Discipline.PRIORITY, shared_vms=True)
+
+
+def check_policy_config(policy: Any) -> None:
+    """The config-time check of a policy's needs, before the cluster is known: what vmctld could serve
+    under some discipline (2 levels, rigid jobs, shared VMs); the discipline itself is checked against
+    the registered cluster when the daemon runs."""
+    first: VmctlError | None = None
+    for discipline in Discipline:
+        try:
+            Offer(where="vmctld", levels=2, discipline=discipline, shared_vms=True).check(policy)
+            return
+        except VmctlError as exc:
+            first = first or exc
+    assert first is not None
+    raise first
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +192,10 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
     log_level = top.choice("log_level", ("debug", "info", "warning", "error"), d.log_level)
     top.finish()
     if pol_explicit or params:
-        from vmctl.errors import VmctlError
         from vmctl.policies.registry import policy_class
 
         try:
-            DAEMON_OFFER.check(policy_class(name)(**params))  # parameters and needs, naming the file
+            check_policy_config(policy_class(name)(**params))  # parameters and needs, naming the file
         except VmctlError as exc:
             raise ConfigError(path=path, where="policy", problem=str(exc)) from exc
     return DaemonConfig(

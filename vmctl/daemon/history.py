@@ -10,7 +10,7 @@ bounded (``MAX_ENTRIES``, oldest dropped) so a job that is requeued forever does
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,14 +37,27 @@ def _cores(placement: Iterable[tuple[str, int]]) -> str:
     return ", ".join(n if c < 0 else f"{n}:{c}" for n, c in placement) or "-"
 
 
+def slot_text(v: Any) -> str:
+    """A ``[node, core]`` pair of an operation's move as ``node:core`` (``node`` for an unpinned VM)."""
+    if isinstance(v, list | tuple) and len(v) == 2:
+        node, core = v
+        return str(node) if isinstance(core, int) and core < 0 else f"{node}:{core}"
+    return str(v)
+
+
 def requeues(rec: JobRecord) -> int:
     """How often the job went back to the queue after a start (``run`` counts the starts)."""
     return max(0, rec.run - (0 if rec.state == JobState.QUEUED else 1))
 
 
+#: told of every entry as it is added: (job, time, event, detail); the daemon's event log
+Sink = Callable[[JobRecord, float, str, "str | None"], None]
+
+
 class JobHistory:
-    def __init__(self) -> None:
+    def __init__(self, sink: Sink | None = None) -> None:
         self._seen: dict[str, _Seen] = {}
+        self.sink = sink
 
     def forget(self) -> None:
         """After a reload from the store: every job is seen afresh (baseline only)."""
@@ -61,7 +74,7 @@ class JobHistory:
             self._seen[rec.id] = cur
             if prev is None:
                 if rec.state == JobState.QUEUED and rec.run == 0 and not rec.history:
-                    self._add(rec, now, "submitted", None)
+                    self.add(rec, now, "submitted", None)
                 continue
             self._diff(rec, prev, cur, now, by)
             if rec.state not in (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED):
@@ -70,26 +83,28 @@ class JobHistory:
     def _diff(self, rec: JobRecord, prev: _Seen, cur: _Seen, now: float, by: str) -> None:
         if cur.run > prev.run and prev.state != JobState.QUEUED:
             # stopped and started again between two commits: the requeue is implied
-            self._add(rec, now, "requeued", rec.reason)
+            self.add(rec, now, "requeued", rec.reason)
         if cur.state == JobState.QUEUED and prev.state != JobState.QUEUED:
-            self._add(rec, now, "requeued", rec.reason)
+            self.add(rec, now, "requeued", rec.reason)
         if cur.run > prev.run:
-            self._add(rec, now, "started", f"run {cur.run} as {cur.tier} on {_cores(cur.placement)}")
+            self.add(rec, now, "started", f"run {cur.run} as {cur.tier} on {_cores(cur.placement)}")
             return
         if cur.state == JobState.QUEUED:
             return
         if cur.tier != prev.tier and prev.tier is not None and cur.tier is not None:
-            self._add(rec, now, "tier", f"{prev.tier} -> {cur.tier} by {by}")
+            self.add(rec, now, "tier", f"{prev.tier} -> {cur.tier} by {by}")
         if cur.migrations > prev.migrations:
-            self._add(rec, now, "migrated", f"{_cores(prev.settled)} -> {_cores(cur.placement)}")
+            self.add(rec, now, "migrated", f"{_cores(prev.settled)} -> {_cores(cur.placement)}")
         if cur.state != prev.state and cur.state not in (JobState.QUEUED, JobState.RUNNING):
-            self._add(rec, now, str(cur.state), rec.reason)
+            self.add(rec, now, str(cur.state), rec.reason)
         elif cur.state == JobState.RUNNING and prev.state == JobState.SUSPENDED:
-            self._add(rec, now, "resumed", rec.reason)
+            self.add(rec, now, "resumed", rec.reason)
 
-    @staticmethod
-    def _add(rec: JobRecord, now: float, event: str, detail: str | None) -> None:
+    def add(self, rec: JobRecord, now: float, event: str, detail: str | None) -> None:
+        """Append an entry to the job's history (and tell the sink)."""
         entry: dict[str, Any] = {"time": now, "event": event, "detail": detail}
         rec.history.append(entry)
         if len(rec.history) > MAX_ENTRIES:
             del rec.history[: len(rec.history) - MAX_ENTRIES]
+        if self.sink is not None:
+            self.sink(rec, now, event, detail)

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vmctl.errors import Conflict, LeaseLost
+from vmctl.errors import Conflict
 from vmctl.store.base import NodeRecord, WriteBatch
 
 if TYPE_CHECKING:
-    from vmctl.daemon.core import Daemon
+    from vmctl.daemon.base import DaemonBase
 
 REMOVABLE = ("lost", "down", "drained")
 
 
-def remove_node(d: Daemon, name: str) -> NodeRecord:
+def remove_node(d: DaemonBase, name: str) -> NodeRecord:
     d._require_leader()
     rec = d.node(name)
     what = f"node {name}"
@@ -38,11 +38,8 @@ def remove_node(d: Daemon, name: str) -> NodeRecord:
             {str(m["to"][0]) for m in op.detail.get("moves", [])}
         if name in nodes:
             raise Conflict(what=what, problem=f"operation {op.id} (job {op.job_id}) still moves a process there")
-    try:
-        d.store.write(d.epoch, WriteBatch(delete_nodes=[name]))
-    except LeaseLost:
-        d.step_down()
-        raise
+    d.events.add(d.clock.now(), "node.removed", f"node {name} removed (was {rec.state})", node=name)
+    d.store_write(WriteBatch(delete_nodes=[name], events=d.events.take()))
     st = d.state
     del st.nodes[name]
     st.observed.pop(name, None)

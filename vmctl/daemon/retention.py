@@ -21,12 +21,12 @@ from vmctl.errors import LeaseLost, StoreError
 
 if TYPE_CHECKING:
     from vmctl.daemon.actuator import Changes
-    from vmctl.daemon.core import Daemon
+    from vmctl.daemon.base import DaemonBase
 
 log = logging.getLogger("vmctld")
 
 
-def prune_finished(d: Daemon, now: float, ch: Changes) -> int:
+def prune_finished(d: DaemonBase, now: float, ch: Changes) -> int:
     """Prune the finished jobs that are due (never one that ``ch``, the event being handled, changed);
     returns how many. A store error leaves everything in memory (tried again at the next pass); a lost
     lease steps the daemon down and is raised, as a failed commit would."""

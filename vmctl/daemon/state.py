@@ -10,7 +10,10 @@ Core numbering: nodes sorted by name, each contributing ``cores`` consecutive gl
 
 Progress of a running job (dedicated-core seconds received in the current run) is a model, since a
 real guest does not report it: ``progress_base`` (work up to ``tier_since``) plus the elapsed time
-times the pace: 1 in fg, and in bg what the fg VMs of its cores leave (``1 - fg_util``, measured).
+times the pace: 1 in fg, and in bg the simulator's progress model (:mod:`vmctl.progress`, MEASY sec.
+3.2: ``beta * min(1, (1 - u_fg) / u_bg)``, 0 above the 96 % threshold, full pace where the core's fg
+slot is idle) with the fg utilization the agents measure, the bg job's estimated usage as ``u_bg``, the
+model's expected beta for the job's size and no loss (``bg_pace``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from types import MappingProxyType
 
 from vmctl.model import (
     ClusterView,
+    Discipline,
     Job,
     JobShape,
     JobState,
@@ -37,12 +41,19 @@ from vmctl.model import (
     VmDesired,
     VmRole,
 )
+from vmctl.policies.base import Offer
+from vmctl.progress import ProgressModel
 from vmctl.shapes import shape_from_json
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
 TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
 _CORE_REF = re.compile(r"\bcore (\d+)\b")
+#: the levels of a core vmctld places jobs on: 0 and 1 (fg/bg VMs in desired state; rows 2.. of a
+#: timeslice cluster wait for the gang-scheduling issue)
+DAEMON_LEVELS = 2
+#: the progress model vmctld shares with the simulator (the paper's parameters)
+PROGRESS = ProgressModel()
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
 
 
@@ -162,7 +173,8 @@ class ClusterState:
         self._static = {}
         self._fentry, self._fheap = {}, []
         # the queue in one sort (inserting the jobs one by one in store order could be quadratic)
-        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values() if j.state == JobState.QUEUED)
+        self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values()
+                              if j.state == JobState.QUEUED and not j.held)
         self._qjobs = [self.job_obj(self.jobs[e[2]]) for e in self._qorder]
         self._qentry = {e[2]: e for e in self._qorder}
         self._qsnap = None
@@ -212,7 +224,7 @@ class ClusterState:
         the place plus one list move, instead of re-sorting the whole queue after every change."""
         old = self._qentry.get(job.id)
         order, qjobs = self._qorder, self._qjobs
-        if job.state == JobState.QUEUED:
+        if job.state == JobState.QUEUED and not job.held:  # a held job waits outside the queue
             entry = (job.submit_time, job.seq, job.id)
             if old == entry:
                 return
@@ -315,6 +327,16 @@ class ClusterState:
                 for i in range(procs):
                     self._util.pop(f"j{rec.id}-r{run}-p{i}", None)
 
+    def job_spec_changed(self, job: JobRecord) -> None:
+        """``job``'s spec changed (``vmctl job update`` of a queued job): its ``Job`` is built again, in
+        the queue too."""
+        self._job_cache.pop(job.id, None)
+        self._static.pop(job.id, None)
+        entry = self._qentry.get(job.id)
+        if entry is not None:
+            self._qjobs[bisect.bisect_left(self._qorder, entry)] = self.job_obj(job)
+            self._qsnap = None
+
     def jobs_on(self, node: str) -> list[JobRecord]:
         return [self.jobs[j] for j in sorted(self._node_jobs.get(node, ()))]
 
@@ -328,7 +350,7 @@ class ClusterState:
         self._static.clear()
 
     def queue(self) -> list[JobRecord]:
-        """The queued jobs in queue order: submit time, then submission sequence."""
+        """The queued jobs in queue order: submit time, then submission sequence (held jobs are not in it)."""
         jobs = self.jobs
         return [jobs[e[2]] for e in self._qorder]
 
@@ -424,6 +446,44 @@ class ClusterState:
         assert cached[1] is not None
         return cached[1]
 
+    def cluster_levels(self) -> tuple[int, Discipline]:
+        """The VM level layout of the cluster: the levels per core and discipline its agents registered
+        (``register_node`` keeps every node's equal: a mixed cluster is refused); with no node, the
+        MEASY fg/bg pair vmctld places jobs on."""
+        if not self.nodes:
+            return DAEMON_LEVELS, Discipline.PRIORITY
+        first = self.nodes[min(self.nodes)]
+        return first.levels, Discipline(first.discipline)
+
+    def layout_problem(self, name: str, levels: int, discipline: Discipline) -> str | None:
+        """Why node ``name`` cannot (re)register with this level layout, or None. A cluster has one
+        layout, the one its nodes share (``ClusterView`` has one ``levels``/``discipline``): a node whose
+        layout differs from the other nodes' is refused (not treated per group: the policy sees one view);
+        the priority discipline has exactly 2 levels in the model (fg, bg); and a node keeps its layout
+        while jobs run on it."""
+        if discipline is Discipline.PRIORITY and levels != 2:
+            return (f"registers {levels} priority level{'s' if levels != 1 else ''} per core, but vmctld's priority "
+                    f"discipline has 2 (fg, bg): set layout.levels: 2, or use the shared or timeslice discipline")
+        others = sorted(n for n in self.nodes if n != name)
+        mine = (levels, discipline.value)
+        differ = [n for n in others if (self.nodes[n].levels, self.nodes[n].discipline) != mine]
+        if differ:
+            o = self.nodes[differ[0]]
+            shown = ", ".join(differ[:5]) + (" ..." if len(differ) > 5 else "")
+            return (f"registers {levels} {discipline.value} levels per core, but node(s) {shown} carry {o.levels} "
+                    f"{o.discipline} levels: a vmctld cluster has one level layout (give every agent the same "
+                    f"layout.levels and layout.discipline, or remove the other nodes first: vmctl node remove)")
+        rec = self.nodes.get(name)
+        if rec is not None and (rec.levels, rec.discipline) != mine and self.jobs_on(name):
+            return (f"cannot change its level layout from {rec.levels} {rec.discipline} to {levels} "
+                    f"{discipline.value} while jobs run there (drain it first)")
+        return None
+
+    def offer(self) -> Offer:
+        """What the registered cluster offers a policy (``Offer.check``): its discipline, and its levels
+        as far as vmctld places jobs on them (levels 0 and 1: fg/bg in desired state)."""
+        return levels_offer(*self.cluster_levels())
+
     # ------------------------------------------------------------------ progress
     def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
         if job.state != JobState.RUNNING or job.suspended or job.checkpointed or job.migrating:
@@ -432,18 +492,18 @@ class ClusterState:
             return 1.0
         if job.tier == "shared":
             return 1.0 if job.cap is None else job.cap
-        # bg: what the fg VMs of its cores leave
-        utils: list[float] = []
+        # bg: the shared progress model, with what the fg VMs of its cores use
+        usages: list[float | None] = []
         for n, c in job.placement:
             fg_owner = self.fg_owner(n, c)
             if fg_owner is None:
-                utils.append(0.0)
+                usages.append(None)
                 continue
             o = self.jobs[fg_owner]
             idx = next((i for i, p in enumerate(o.placement) if p == (n, c)), 0)
             u = self.vm_util(o.vm_name(idx))
-            utils.append(o.to_job().usage_of(idx) if u is None else u)
-        return max(0.0, 1.0 - max(utils, default=0.0))
+            usages.append(self.job_obj(o).usage_of(idx) if u is None else u)
+        return bg_pace(self.job_obj(job), usages)
 
     def progress(self, job: JobRecord, now: float) -> float:
         if job.tier_since is None:
@@ -516,7 +576,7 @@ class ClusterState:
                         arr[g2] = rec.id
         for rec, cores_t in placed:
             tier = Tier.BG if rec.tier == "bg" else Tier.FG  # vcsched's shared VMs count as fg
-            prog = self._progress_with(rec, now, util, cores_t)
+            prog = self._progress_with(rec, now, util, fg, cores_t)
             job = self.job_obj(rec)
             end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == JobState.RUNNING else math.inf
             running[rec.id] = RunningJob(
@@ -529,16 +589,21 @@ class ClusterState:
         idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
         idle_bg = {c for c in range(total) if usable[c] and bg[c] is None}
         speed, group, mem = self.node_attributes()
-        view = ClusterView(
-            total_cores=total, queue=queue, running=running, fg_job=fg, bg_job=bg, idle_fg=idle_fg,
-            idle_bg=idle_bg, fg_util=util, usable=usable, node_of_core=lay.node_of_core,
+        levels, discipline = self.cluster_levels()
+        # levels above 1 hold nothing yet (vmctld places jobs on fg/bg only): free on every usable core
+        upper: list[list[str | None]] = [[None] * total for _ in range(max(0, levels - 2))]
+        free = {c for c in range(total) if usable[c]}
+        view = ClusterView.leveled(
+            total, queue, running, [fg, bg, *upper][:levels], [idle_fg, idle_bg, *[set(free) for _ in upper]][:levels],
+            discipline, util, usable, node_of_core=lay.node_of_core,
             local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
             migration_targets=self.migration_targets(),
             node_speed=speed, node_group=group, node_mem_mib=mem, shapes=self.shapes() if self._shaped else {},
         )
         return view, lay
 
-    def _progress_with(self, rec: JobRecord, now: float, util: list[float], cores: tuple[int, ...]) -> float:
+    def _progress_with(self, rec: JobRecord, now: float, util: list[float], fg: list[str | None],
+                       cores: tuple[int, ...]) -> float:
         if rec.tier_since is None:
             return rec.progress_base
         if rec.state != JobState.RUNNING or rec.suspended or rec.checkpointed or rec.migrating:
@@ -548,7 +613,7 @@ class ClusterState:
         elif rec.tier == "shared":
             pace = 1.0 if rec.cap is None else rec.cap
         else:
-            pace = max(0.0, 1.0 - max((util[g] for g in cores), default=0.0))
+            pace = bg_pace(self.job_obj(rec), [None if fg[g] is None else util[g] for g in cores])
         return rec.progress_base + max(0.0, now - rec.tier_since) * pace
 
     # ------------------------------------------------------------------ desired state
@@ -624,6 +689,21 @@ class ClusterState:
                 ))
         out.sort(key=lambda v: v.name)
         return tuple(out)
+
+
+def levels_offer(levels: int, discipline: Discipline) -> Offer:
+    """What a cluster of ``levels`` per core under ``discipline`` offers a policy in vmctld."""
+    where = (f"vmctld (the registered cluster: {levels} {discipline.value} level{'s' if levels != 1 else ''} "
+             f"per core{'' if levels <= DAEMON_LEVELS else f'; vmctld places jobs on {DAEMON_LEVELS} of them'})")
+    return Offer(where=where, levels=min(levels, DAEMON_LEVELS), discipline=discipline, shared_vms=True)
+
+
+def bg_pace(job: Job, fg_usage: Iterable[float | None]) -> float:
+    """Pace of a bg job whose process i shares its core with a fg VM using ``fg_usage[i]`` of it (None:
+    the core's fg slot is idle): the shared progress model with the expected beta of the job's size and
+    no loss (see the module docstring)."""
+    beta = PROGRESS.expected_beta(job.procs)
+    return PROGRESS.bg_job_rate(beta, 0.0, ((job.usage_of(min(i, job.procs - 1)), u) for i, u in enumerate(fg_usage)))
 
 
 def parse_vm_name(name: str) -> tuple[str, int, int] | None:

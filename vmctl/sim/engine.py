@@ -6,7 +6,7 @@ Model. The machine has ``cores`` processors, each with the VM levels its *execut
 A job runs one process per core, all on one level. A rigid job needs ``work = min(run_time,
 estimate)`` seconds of dedicated-core work: a job still running when it has received its estimate is
 killed there (as production EASY does), and counts as an *estimate kill*. How fast a job advances is
-the model's ``rate`` (two-tier: :mod:`vmctl.sim.progress`); rates are piecewise constant, so each
+the model's ``rate`` (two-tier: :mod:`vmctl.progress`); rates are piecewise constant, so each
 running job has one pending completion event in a heap, invalidated lazily (a version number per
 change) when its rate changes.
 
@@ -83,10 +83,10 @@ from vmctl.model import (
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.occupancy import Occupancy, priority_form, queued_subset
+from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel, WorkloadRecord
 from vmctl.sim.execution import shared_rate as shared_rate
-from vmctl.sim.progress import ProgressModel
 from vmctl.sim.timeslice import TimeSliceModel
 
 _EPS = 1e-9
@@ -883,7 +883,7 @@ class Simulator:
         if isinstance(act, Start | StartFg | StartBg):
             level, cores = self._placement(occ, jid)
             run = self._new_run(jid, tier_of_level(level), cores)
-            run.level = level
+            run.on_level(level)
             self._width[run.idx] = len(cores)
             self._work[run.idx] = self.model.work(run)
             if self._span is not None:
@@ -1114,6 +1114,7 @@ class Simulator:
                 te = next_event()
                 if te < t:
                     t = te
+                done0, ai0 = self._done, ai
             if t == _INF:
                 break
             if t > self.now:
@@ -1121,8 +1122,6 @@ class Simulator:
             now = self.now
             # (1) completions
             due = now + _EPS
-            if events:
-                done0, ai0 = self._done, ai
             while heap and heap[0][0] <= due:
                 _, ver, r = heappop(heap)
                 if r.version == ver:
@@ -1186,7 +1185,7 @@ class Simulator:
                                     mpl=int(mpl), capacity_lost=self._migration_loss, migrations=self._migrations)
         return SimResult(
             policy=self.policy.name,
-            params=dict(self.policy.params),
+            params=self.policy.reported_params(),
             cores=self.cores,
             jobs=m.jobs,
             dropped=dict(self.dropped),

@@ -91,7 +91,9 @@ class Run:
     Models read ``idx`` (the job's position in the workload), ``job``, ``level`` (and ``replicas``, the
     other levels of the same cores a replicated job runs on), ``cores``,
     ``width``, ``suspended``/``checkpointed``/``stopped`` and ``p0``/``t0``; they may keep their own
-    per-run state in ``data``. Everything else is the engine's."""
+    per-run state in ``data``. Everything else is the engine's. On the two-tier fast path (the
+    engine's hottest allocation) only the fields of ``__init__`` are set; the levelled path sets the
+    others with :meth:`on_level` when the run starts."""
 
     __slots__ = (
         "blocked_until", "cap", "checkpointed", "cores", "data", "debt", "idx", "job", "level", "migrated_at", "nodes",
@@ -99,6 +101,13 @@ class Run:
     )
     cap: float  # set for shared runs only
     nodes: tuple[str, ...]  # set for shared runs only
+    level: int  # the fields below: set by ``on_level`` (levelled path)
+    suspended: bool
+    checkpointed: bool
+    debt: float
+    replicas: tuple[int, ...]
+    migrated_at: float
+    data: Any
 
     def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
         self.idx = idx
@@ -114,13 +123,16 @@ class Run:
         self.version = 0
         self.placed = True  # the view's snapshot must be rebuilt at the next reschedule
         self.shared = False  # capped shared VMs on ``nodes`` (vcsched) instead of a level of ``cores``
-        self.level = 0 if tier is Tier.FG else 1
+
+    def on_level(self, level: int) -> None:
+        """Levelled path: the run starts on ``level``, running, owing nothing, with no model state."""
+        self.level = level
         self.suspended = False
-        self.checkpointed = False  # slots freed, progress kept (levelled path)
-        self.debt = 0.0  # seconds of advancing time still owed to a move's cost (levelled path)
-        self.replicas: tuple[int, ...] = ()  # other levels of the same cores it runs on (Replicate, timeslice)
-        self.migrated_at = -_INF  # when it last moved to other cores (levelled path)
-        self.data: Any = None  # the execution model's own per-run state
+        self.checkpointed = False  # slots freed, progress kept
+        self.debt = 0.0  # seconds of advancing time still owed to a move's cost
+        self.replicas = ()  # other levels of the same cores it runs on (Replicate, timeslice)
+        self.migrated_at = -_INF  # when it last moved to other cores
+        self.data = None  # the execution model's own per-run state
 
     @property
     def width(self) -> int:
@@ -194,7 +206,8 @@ class ExecutionModel(ABC):
     state: EngineState
 
     def __init__(self) -> None:
-        #: job id -> shape of the jobs that are not rigid (the view's ``shapes``); fill it in ``bind``
+        #: job id -> shape of the jobs that are not rigid: the view's ``shapes`` (the view holds this very
+        #: dict, built before ``bind``): fill it in ``bind``, never rebind it
         self.shapes: dict[str, JobShape] = {}
         self._bound = False
 
@@ -268,7 +281,7 @@ class ExecutionModel(ABC):
 
 
 class TwoTierModel(ExecutionModel):
-    """The MEASY paper's two-tier progress model (:mod:`vmctl.sim.progress`): 2 levels per core
+    """The MEASY paper's two-tier progress model (:mod:`vmctl.progress`): 2 levels per core
     under the priority discipline, a fg run at ``1 - loss`` (1 off the two-tier architecture), a bg
     run at the pace its slowest process gets from the cycles the fg VM leaves, capped shared VMs
     (vcsched) at ``shared_rate(cap, need)``. ``two_tier`` None: whether the policy needs the two-tier
@@ -278,7 +291,7 @@ class TwoTierModel(ExecutionModel):
 
     def __init__(self, two_tier: bool | None = None, progress: Any = None) -> None:
         super().__init__()
-        from vmctl.sim.progress import ProgressModel
+        from vmctl.progress import ProgressModel
 
         self.two_tier = two_tier
         self.progress: ProgressModel = progress if progress is not None else ProgressModel()

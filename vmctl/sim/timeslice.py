@@ -97,9 +97,13 @@ class TimeSliceModel(ExecutionModel):
         return self._active
 
     def rate(self, run: Run) -> float:
-        if self._stalled:  # nothing advanced while stalled: catch up with the clock, no other rate changes
-            self._stalled = False
-            self._set(self.schedule, self.state.now)
+        self._stalled = False
+        now = self.state.now
+        if now >= self._next - _EPS:
+            # no boundary events while nothing ran or nothing could advance: catch up with the clock (no
+            # other run's rate changes, since none was advancing; while runs advance, every boundary
+            # is an event handled before any rate is asked for at that instant)
+            self._set(self.schedule, now)
         active = self._active
         return 1.0 if run.level == active or (run.replicas and active in run.replicas) else 0.0
 

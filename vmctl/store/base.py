@@ -71,6 +71,8 @@ class JobRecord:
     migrating: str | None = None  # id of the open migration operation
     cancel_requested: bool = False
     restore_pending: bool = False  # VMs to be restored from their checkpoint files
+    #: held by an operator (``vmctl job hold``): queued, but out of the queue the policy sees until released
+    held: bool = False
     #: what happened to the job (starts, tier changes, migrations, requeues, its end), oldest first and
     #: bounded (vmctl.daemon.history); absent from jobs stored before it was kept: empty
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -137,6 +139,10 @@ class NodeRecord:
     speed: float = DEFAULT_NODE_SPEED
     group: str = DEFAULT_NODE_GROUP
     memory_mib: int = 0
+    # the VM level layout its agent registered: levels per core and their discipline (schema 004, columns
+    # too); the defaults are the MEASY fg/bg pair every agent had before levels were registered
+    levels: int = 2
+    discipline: str = "priority"
     #: why an operator drained the node (``vmctl node drain --reason``); None when not given or undrained
     drain_reason: str | None = None
 
@@ -151,8 +157,8 @@ class NodeRecord:
         return cls(**d)
 
 
-#: the NodeRecord fields stored as columns of the nodes table (schema 003) instead of in its document
-NODE_COLUMNS = ("speed", "group", "memory_mib")
+#: the NodeRecord fields stored as columns of the nodes table (schemas 003, 004) instead of in its document
+NODE_COLUMNS = ("speed", "group", "memory_mib", "levels", "discipline")
 
 
 @dataclass(slots=True)
@@ -174,6 +180,31 @@ class OperationRecord:
     @classmethod
     def from_doc(cls, d: dict[str, Any]) -> OperationRecord:
         return cls(**d)
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One entry of the event log (schema 005): ``seq`` orders every event of the cluster, ``kind`` is
+    ``job.started``, ``node.lost``, ``policy.changed``, ...; ``actor`` names who asked (``token NAME``,
+    ``agent NODE``) or ``vmctld`` for what the daemon did on its own (its policy, its timers)."""
+
+    seq: int
+    time: float
+    kind: str
+    message: str
+    job_id: str | None = None
+    node: str | None = None
+    actor: str = "vmctld"
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"message": self.message, "job_id": self.job_id, "node": self.node, "actor": self.actor}
+
+    @classmethod
+    def from_row(cls, seq: Any, time: Any, kind: Any, doc: dict[str, Any]) -> EventRecord:
+        job, node = doc.get("job_id"), doc.get("node")
+        return cls(seq=int(seq), time=float(time), kind=str(kind), message=str(doc["message"]),
+                   job_id=None if job is None else str(job), node=None if node is None else str(node),
+                   actor=str(doc.get("actor") or "vmctld"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,10 +237,12 @@ class WriteBatch:
     #: nodes an operator removed (``vmctl node remove``); their desired row stays, so that a node that
     #: registers again continues its generations
     delete_nodes: list[str] = field(default_factory=list)
+    #: entries of the event log recording this change (schema 005)
+    events: list[EventRecord] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (self.jobs or self.nodes or self.desired or self.operations or self.kv or self.tokens
-                    or self.delete_tokens or self.delete_nodes)
+                    or self.delete_tokens or self.delete_nodes or self.events)
 
 
 # --------------------------------------------------------------------------------------- protocol
@@ -280,6 +313,22 @@ class Store(Protocol):
         ...
 
     def count_archived_jobs(self) -> int: ...
+
+    # the event log (schema 005)
+    def list_events(self, after: int = 0, since: float | None = None, limit: int = 1000,
+                    newest: bool = False) -> list[EventRecord]:
+        """Events with ``seq > after`` and ``time >= since``, in order (oldest first): the first ``limit``
+        of them, or with ``newest`` the last ``limit``."""
+        ...
+
+    def event_bounds(self) -> tuple[int, float | None]:
+        """The highest event ``seq`` stored (0: none) and the time of the oldest event (None: none)."""
+        ...
+
+    def prune_events(self, epoch: int, before: float) -> int:
+        """Delete the events older than ``before`` if ``epoch`` is still the lease epoch (else
+        ``LeaseLost``); return how many."""
+        ...
 
 
 def dumps(doc: Any) -> str:

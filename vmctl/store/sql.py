@@ -13,13 +13,15 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
-from vmctl.model import group_name_problem
+from vmctl.model import Discipline, group_name_problem
 from vmctl.store.base import (
     CorruptRecord,
+    EventRecord,
     JobRecord,
     Lease,
     NodeRecord,
@@ -58,6 +60,15 @@ def node_columns_problem(speed: Any, group: Any, memory: Any) -> str | None:
                f"got {group!r}"
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
         return f"column memory_mib must be an integer >= 0, got {memory!r}"
+    return None
+
+
+def node_layout_problem(levels: Any, discipline: Any) -> str | None:
+    """Why the stored level layout of a node (schema 004) cannot be read back, or None."""
+    if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
+        return f"column levels must be an integer >= 1, got {levels!r}"
+    if discipline not in {d.value for d in Discipline}:
+        return f"column discipline must be one of {', '.join(d.value for d in Discipline)}, got {discipline!r}"
     return None
 
 
@@ -187,16 +198,18 @@ class SqlStore:
 
     def load_nodes(self) -> list[NodeRecord]:
         with self._read() as cur:
-            self._exec(cur, "SELECT name, doc, speed, node_group, memory_mib FROM nodes ORDER BY name")
+            self._exec(cur, "SELECT name, doc, speed, node_group, memory_mib, levels, discipline FROM nodes "
+                            "ORDER BY name")
             rows = cur.fetchall()
         out: list[NodeRecord] = []
-        for name, doc, speed, group, memory in rows:
+        for name, doc, speed, group, memory, levels, discipline in rows:
             rec: NodeRecord = self._decode("nodes", "name", name, NodeRecord.from_doc, doc)
-            problem = node_columns_problem(speed, group, memory)
+            problem = node_columns_problem(speed, group, memory) or node_layout_problem(levels, discipline)
             if problem is not None:
                 raise CorruptRecord(backend=self.backend, where=self.location(), table="nodes", row=f"name={name!r}",
                                     problem=f"{problem}; restore a backup or repair the row")
             rec.speed, rec.group, rec.memory_mib = float(speed), str(group), int(memory)
+            rec.levels, rec.discipline = int(levels), str(discipline)
             out.append(rec)
         return out
 
@@ -255,10 +268,12 @@ class SqlStore:
                     (j.id, j.seq, str(j.state), dumps(j.to_doc())),
                 )
             for n in batch.nodes.values():
-                self._exec(cur, "INSERT INTO nodes (name, doc, speed, node_group, memory_mib) VALUES (?, ?, ?, ?, ?) "
+                self._exec(cur, "INSERT INTO nodes (name, doc, speed, node_group, memory_mib, levels, discipline) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?) "
                                 "ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, speed = excluded.speed, "
-                                "node_group = excluded.node_group, memory_mib = excluded.memory_mib",
-                           (n.name, dumps(n.to_doc()), n.speed, n.group, n.memory_mib))
+                                "node_group = excluded.node_group, memory_mib = excluded.memory_mib, "
+                                "levels = excluded.levels, discipline = excluded.discipline",
+                           (n.name, dumps(n.to_doc()), n.speed, n.group, n.memory_mib, n.levels, n.discipline))
             for node, (gen, doc) in batch.desired.items():
                 self._exec(cur, "INSERT INTO desired (node, generation, doc) VALUES (?, ?, ?) ON CONFLICT (node) "
                                 "DO UPDATE SET generation = excluded.generation, doc = excluded.doc",
@@ -277,6 +292,9 @@ class SqlStore:
                 self._exec(cur, "DELETE FROM tokens WHERE hash = ?", (h,))
             for name in batch.delete_nodes:
                 self._exec(cur, "DELETE FROM nodes WHERE name = ?", (name,))
+            for e in batch.events:
+                self._exec(cur, "INSERT INTO events (seq, time, kind, doc) VALUES (?, ?, ?, ?)",
+                           (e.seq, e.time, e.kind, dumps(e.to_doc())))
 
 
     # ---------------------------------------------------------------- job retention (schema 002)
@@ -322,3 +340,35 @@ class SqlStore:
             self._exec(cur, "SELECT COUNT(*) FROM job_archive")
             row = cur.fetchone()
         return int(row[0]) if row else 0
+
+    # ---------------------------------------------------------------- the event log (schema 005)
+    def list_events(self, after: int = 0, since: float | None = None, limit: int = 1000,
+                    newest: bool = False) -> list[EventRecord]:
+        where = "seq > ?" + ("" if since is None else " AND time >= ?")
+        params: list[Any] = [after] if since is None else [after, since]
+        order = "DESC" if newest else "ASC"
+        with self._read() as cur:
+            self._exec(cur, f"SELECT seq, time, kind, doc FROM events WHERE {where} ORDER BY seq {order} LIMIT ?",
+                       (*params, limit))
+            rows = cur.fetchall()
+        out: list[EventRecord] = []
+        for seq, time, kind, doc in rows:
+            make: Callable[[dict[str, Any]], EventRecord] = partial(EventRecord.from_row, seq, time, kind)
+            out.append(self._decode("events", "seq", seq, make, doc))
+        return out[::-1] if newest else out
+
+    def event_bounds(self) -> tuple[int, float | None]:
+        with self._read() as cur:
+            self._exec(cur, "SELECT MAX(seq), MIN(time) FROM events")
+            row = cur.fetchone()
+        if row is None or row[0] is None:
+            return 0, None
+        return int(row[0]), float(row[1])
+
+    def prune_events(self, epoch: int, before: float) -> int:
+        with self._transaction(lock=True) as cur:
+            row = self._lease_row(cur)
+            if int(row[1]) != epoch:
+                raise LeaseLost(epoch=epoch, current=int(row[1]))
+            res = self._exec(cur, "DELETE FROM events WHERE time < ?", (before,))
+            return max(0, int(getattr(res, "rowcount", 0) or 0))

@@ -1,5 +1,12 @@
 """The progress model of a process in the two-tier (fg/bg) architecture (MEASY paper sec. 3.2, 2.1).
 
+One model for the simulator and vmctld: the simulator (``vmctl.sim.engine``) draws ``loss`` and
+``beta`` per job (``ProgressModel.draw``) and feeds the modelled fg usage; vmctld
+(``vmctl.daemon.state``) has no per-job draw and no measured beta, so it uses the model's *expected*
+values (``ProgressModel.expected_beta``: the mean of the job-size's beta distribution; loss 0: a real
+fg VM runs at the pace of the wall clock in the daemon's model, as before) with the fg utilization its
+agents measure (``bg_job_rate``).
+
 The formulas of sec. 3.2 were lost in the conversion of the paper; this module reconstructs them from
 the prose. Every quantity is a *rate*: dedicated-core seconds of work a process receives per wall
 second. Rates are piecewise constant (they change only at events), which is what a discrete-event
@@ -49,6 +56,8 @@ is.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +120,35 @@ class ProgressModel:
         if u_fg > self.bg_threshold:
             return 0.0
         return beta * min(1.0, (1.0 - u_fg) / u_bg)
+
+    def expected_beta(self, procs: int) -> float:
+        """The mean of the beta distribution ``draw`` uses for a job of ``procs`` processes: what vmctld
+        takes for beta, since it draws nothing and a real guest does not report it (the multi-process
+        mean is the distribution's, clipping included)."""
+        if procs <= 1:
+            return (self.beta_single_low + self.beta_single_high) / 2.0
+        return _clipped_normal_mean(self.beta_multi_mean, self.beta_multi_sigma, self.beta_multi_low,
+                                    self.beta_multi_high)
+
+    def bg_job_rate(self, beta: float, loss: float, processes: Iterable[tuple[float, float | None]]) -> float:
+        """Rate of a bg job: its slowest process's ``bg_process_rate``; ``processes`` gives each
+        process's ``(u_bg, u_fg)`` (``u_fg`` None where the core's fg slot is idle). 0 for no process."""
+        rates = [self.bg_process_rate(beta, loss, u_bg, u_fg) for u_bg, u_fg in processes]
+        return min(rates) if rates else 0.0
+
+
+def _pdf(z: float) -> float:
+    return math.exp(-z * z / 2.0) / math.sqrt(2.0 * math.pi)
+
+
+def _clipped_normal_mean(mean: float, sigma: float, lo: float, hi: float) -> float:
+    """E[clip(X, lo, hi)] for X ~ N(mean, sigma)."""
+    if sigma <= 0:
+        return min(hi, max(lo, mean))
+    a, b = (lo - mean) / sigma, (hi - mean) / sigma
+    cdf_a, cdf_b = float(special.ndtr(a)), float(special.ndtr(b))
+    inside = mean * (cdf_b - cdf_a) + sigma * (_pdf(a) - _pdf(b))
+    return lo * cdf_a + inside + hi * (1.0 - cdf_b)
 
 
 def fg_rate(loss: float, two_tier: bool) -> float:

@@ -1,0 +1,36 @@
+"""Moldable parallel tasks with slot time (HSRET paper, "paper 002"): the task model
+(:mod:`.model`) and four policies that choose each task's width and cluster at slot boundaries:
+HSRET (:mod:`.hsret`), AFCFS (:mod:`.afcfs`), ALL-EFT (:mod:`.alleft`) and CBSP (:mod:`.cbsp`).
+
+They are pure: a :class:`.model.SlotView` in, a :class:`.model.Decision` out; the slot-stepped
+simulator (``vmctl.sim.moldable``) runs them. ``make_policy(name, rng)`` builds one by name (AFCFS
+draws its random cluster from ``rng``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vmctl.errors import UnknownPolicyError
+from vmctl.policies.moldable.afcfs import AFCFS
+from vmctl.policies.moldable.alleft import AllEFT
+from vmctl.policies.moldable.cbsp import CBSP
+from vmctl.policies.moldable.hsret import HSRET
+from vmctl.policies.moldable.model import MoldablePolicy
+
+MOLDABLE_POLICIES = ("hsret", "afcfs", "all-eft", "cbsp")
+
+
+def make_policy(name: str, rng: np.random.Generator) -> MoldablePolicy:
+    """The policy called ``name`` (one of :data:`MOLDABLE_POLICIES`)."""
+    if name == "hsret":
+        return HSRET()
+    if name == "afcfs":
+        return AFCFS(rng)
+    if name == "all-eft":
+        return AllEFT()
+    if name == "cbsp":
+        return CBSP()
+    raise UnknownPolicyError(name=name, known=", ".join(MOLDABLE_POLICIES))
+
+
+__all__ = ["AFCFS", "CBSP", "HSRET", "MOLDABLE_POLICIES", "AllEFT", "make_policy"]

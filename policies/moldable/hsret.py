@@ -1,0 +1,301 @@
+"""HSRET (HSRET paper, "paper 002", sec. 4.2 and 5): widths chosen from one normalized execution time
+common to all tasks, set by the system load, then corrected task by task for deadlines.
+
+The paper's Algorithms 1-4 and its Fig. 8 were lost; only the prose survived, and it is garbled in
+places. Everything below that is not a quotation of the prose is a reconstruction, marked **R**.
+
+**Load cases (sec. 4.2, eqs. 2-6).** ``Jset`` (eq. 2) is every task that has arrived and whose deadline
+is after now ("TN tasks which arrive before the slot time now and have a deadline more than now"):
+waiting, active and finished alike (read literally). Each task's work is "average allocated to the
+time from the task arrival to the deadline" and, as eqs. 3-4 write ``pl^jmax`` for every task, every
+task of Jset is counted at the width in question, whatever width it really got: the sum estimates the
+work arriving per unit of time (the offered load) if every task ran at that width, and does not feed
+back the widths chosen in the past. ``TP`` is the processing ability of the system, sum over clusters
+of nodes x speed (standard nodes). The load when every task has its maximum / minimum width:
+
+    crmax = sum_i maxp_i * et_i(maxp_i) / ((dl_i - ar_i) * TP)        (eq. 3)
+    crmin = sum_i minp_i * et_i(minp_i) / ((dl_i - ar_i) * TP)        (eq. 4, R: the text writes
+                                                                       pl^jmax * et^jmin; the width
+                                                                       must be the minimum, as for
+                                                                       the time)
+
+``et`` is the forecast time on standard resources rounded up to whole slots (**R**: eq. 8 writes
+``pl * et``; but "during the slot time, the task holds the allocated resources exclusively, until the
+end of every slot time", sec. 3.2, so a task consumes ``pl`` nodes for ``ceil(et / SL)`` whole slots;
+unrounded, the target load of 1 below is exceeded by the fragments of every last slot). The text
+defines ``minsl = min(crmin / TP, 1)`` and ``maxsl = max(crmax / TP, 1)`` (eqs. 5-6), dividing by TP twice
+and making maxsl >= 1 always; and it swaps min and max in their definitions. **R**: we use
+``minsl = min(crmin, 1)``, ``maxsl = min(crmax, 1)`` and the three cases as the text explains them
+(its own case numbers are swapped between the list and the sentence after it):
+
+- Case 1, ``maxsl < 1``: even at maximum width no slot is overloaded: normalized time 0 (every task
+  at its fastest width);
+- Case 2, ``minsl = 1``: even at minimum width the system is overloaded: normalized time 1;
+- Case 3, ``minsl < 1 <= crmax``: the width is decided by Getnet.
+
+**Normalized execution time (eq. 7)**: ``net^j = (et^j - min et) / (max et - min et)``
+(:class:`vmctl.policies.moldable.model.Profile.net`); 1 at the smallest width, 0 at the fastest.
+
+**Getnet (Algorithm 1)**: binary search for the common normalized time ``snet`` in [0, 1]. For a
+candidate ``snet`` every task of Jset takes the narrowest width whose normalized time is <= snet (line
+7-8), and adds ``ld = pl * et / ((dl - ar) * T)`` (eq. 8) to every slot from now to its deadline (line
+9; **R**: the slots before now are past, so the window is cut at now). If the most loaded slot is over
+1 (**R**: the text says "minimum load ... minl"; a slot that is not overloaded is the stated goal, so
+it is the maximum), the lower bound rises (the text swaps the bounds' names); else the upper bound
+falls; until the range is under ``minstep`` (line 3, **R**: the smallest gap between the normalized
+times of two neighbouring widths of any profile, below which no width changes). It returns the upper
+bound, the smallest normalized time found with no overloaded slot. (Since every task of ``Jset`` has
+arrived and has its deadline after now, every task's window covers the current slot, so the most
+loaded slot is the current one; the per-slot form is kept as the paper has it.)
+
+**Selet (Algorithm 2) with Sch1-Sch3 (Algorithms 3-4)**, **R** throughout, from the prose: waiting tasks
+are taken earliest deadline first (sec. 4.1 Phase 4: "some sub-tasks can be brought forward because
+other sub-tasks have deadlines close to the deadline"). For each task ``t_i`` (Checksch: some cluster
+has the nodes free now and the task, started now and run every slot, ends by its deadline):
+
+1. at the width of ``snet``, on the fastest cluster that can take it;
+2. else the normalized time is *enhanced* (narrower, one width = one minstep at a time) and *reduced*
+   (wider) until a width passes Checksch in each direction, and the one that uses fewer node-slots
+   is taken ("we select the policy which saves more computing resources"); the tasks with later
+   deadlines (the paper's ``rgt_i``, Sch3, and ``midt_i``, Sch2: "just enhance the normalized
+   execution time, and reduce the system load") come after ``t_i`` in this order and so get their
+   normalized time enhanced to what is left;
+3. else, if the task can still meet its deadline starting at the next boundary, it waits; if not
+   (Sch1, ``lft_i``: tasks that arrived before ``t_i`` with earlier deadlines and are running):
+   running tasks with slack, i.e. that still end by their deadline if suspended for this slot, are
+   suspended, the ones with the most slack first, on the cluster where the fewest nodes must be
+   suspended, for the width closest to ``snet`` that then passes Checksch (the paper's motivating
+   example, sec. 3.3: "the sub-tasks of b and c are suspended" for d);
+4. else it waits; and a task that cannot meet its deadline whatever it gets starts anyway, at the
+   width of ``snet`` (or the narrowest that fits) on the fastest cluster with room.
+
+Each slot, before the waiting tasks, the active tasks are packed earliest deadline first into their
+clusters' nodes (those that can still end in time before those that cannot); the ones that do not
+fit (after a suspension, more tasks may hold a cluster than it has nodes) stay suspended this slot.
+
+Tiny example (slot 10 minutes, so every time is whole slots): one task waiting, widths (1, 2, 4) with
+times (100, 60, 40) minutes (net 1, 1/3, 0), ``ar`` 0, ``dl`` 100, TP 2 nodes: at snet 1 (width 1) the
+load is 1 * 100 / (100 * 2) = 0.5; at snet 0 (width 4) it is 4 * 40 / 200 = 0.8: Case 1, snet = 0.
+With TP = 1 the loads are 1.0 and 1.6, minsl = 1: Case 2, snet = 1. With widths (1, 2) times (100, 40)
+and TP = 1 the loads are 1.0 at width 1 and 0.8 at width 2: crmax < 1, Case 1 (checked first). With
+TP = 1.25 (one node of speed 1.25) the loads are 0.8, 0.96 and 1.28: Case 3; Getnet (minstep 1/3)
+tries 0.5 (width 2, 0.96: not overloaded, upper bound 0.5), then 0.25 (width 4, 1.28: lower bound
+0.25), stops and returns 0.5: width 2.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vmctl.policies.moldable.model import EPS, Decision, Profile, SlotView, Start
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+
+def edf_pack(view: SlotView) -> NDArray[np.bool_]:
+    """Which active tasks run this slot: earliest deadline first, each if its width still fits; the
+    tasks that can still end by their deadline before those that cannot (a late task first would
+    make more tasks late)."""
+    running = np.zeros(len(view.a_id), dtype=np.bool_)
+    free = view.clusters.n.copy()
+    late = (view.now + view.a_rem) * view.slot > view.a_deadline + EPS
+    for k in np.lexsort((view.a_id, view.a_deadline, late)):
+        c, w = int(view.a_cluster[k]), int(view.a_width[k])
+        if w <= free[c]:
+            free[c] -= w
+            running[k] = True
+    return running
+
+
+def _jset(view: SlotView) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+                                     NDArray[np.int64]]:
+    """Eq. (2): arrival, deadline, length and profile of every task that has arrived and whose deadline
+    is after now (waiting, active and finished)."""
+    arrival = np.concatenate([view.w_arrival, view.a_arrival, view.f_arrival])
+    deadline = np.concatenate([view.w_deadline, view.a_deadline, view.f_deadline])
+    length = np.concatenate([view.w_length, view.a_length, view.f_length])
+    profile = np.concatenate([view.w_profile, view.a_profile, view.f_profile])
+    keep = deadline > view.t
+    return arrival[keep], deadline[keep], length[keep], profile[keep]
+
+
+def _loads(view: SlotView) -> tuple[list[NDArray[np.float64]], list[NDArray[np.int64]]]:
+    """Per profile: ``ld[i, j]``, eq. (8) over TP, of each task of Jset at each width of the profile,
+    and the last slot (from now) of each task's window."""
+    tp = float((view.clusters.n * view.clusters.s).sum())
+    arrival, deadline, length, profile = _jset(view)
+    loads: list[NDArray[np.float64]] = []
+    lasts: list[NDArray[np.int64]] = []
+    for pi, p in enumerate(view.profiles):
+        m = profile == pi
+        window = (deadline[m] - arrival[m]) * tp
+        held = np.ceil(length[m][:, None] * p.r[None, :] / view.slot - EPS) * view.slot
+        loads.append(held * p.w[None, :] / window[:, None])
+        lasts.append(np.ceil(deadline[m] / view.slot - EPS).astype(np.int64) - view.now)
+    return loads, lasts
+
+
+def load_case(view: SlotView) -> tuple[int, float, float]:
+    """(case, crmin, crmax) of eqs. 3-6 (reconstructed: see the module docstring)."""
+    loads, _ = _loads(view)
+    crmin = sum(float(ld[:, 0].sum()) for ld in loads)
+    crmax = sum(float(ld[:, -1].sum()) for ld in loads)
+    if min(crmax, 1.0) < 1.0:
+        return 1, crmin, crmax
+    if min(crmin, 1.0) >= 1.0:
+        return 2, crmin, crmax
+    return 3, crmin, crmax
+
+
+def slot_loads(view: SlotView, snet: float) -> NDArray[np.float64]:
+    """The load of each slot from now to the last deadline of Jset when every task of Jset takes the
+    width of ``snet`` (Algorithm 1 lines 6-9; eq. 8)."""
+    loads, lasts = _loads(view)
+    horizon = max([1, *(int(x.max()) for x in lasts if x.size)])
+    delta = np.zeros(horizon + 1, dtype=np.float64)
+    for p, ld, last in zip(view.profiles, loads, lasts, strict=True):
+        col = ld[:, p.index_for_net(snet)]
+        delta[0] += col.sum()
+        np.add.at(delta, np.clip(last, 1, horizon), -col)
+    return np.cumsum(delta)[:horizon]
+
+
+def minstep(view: SlotView) -> float:
+    """Algorithm 1 line 3 (reconstructed): the finest step that changes some task's width."""
+    return max(1e-3, min(p.minstep() for p in view.profiles))
+
+
+def getnet(view: SlotView) -> float:
+    """Algorithm 1: the smallest common normalized time with no overloaded slot (binary search)."""
+    beg, end = 0.0, 1.0
+    step = minstep(view)
+    while end - beg >= step:
+        mid = (beg + end) / 2
+        if float(slot_loads(view, mid).max()) > 1.0:
+            beg = mid
+        else:
+            end = mid
+    return end
+
+
+def select_net(view: SlotView) -> tuple[int, float]:
+    """(case, snet) for this slot."""
+    case, _, _ = load_case(view)
+    if case == 1:
+        return case, 0.0
+    if case == 2:
+        return case, 1.0
+    return case, getnet(view)
+
+
+def _urgent(view: SlotView) -> NDArray[np.bool_]:
+    """Waiting tasks that meet their deadline on some cluster and width if started now, but on none if
+    started at the next boundary (the only ones for which HSRET suspends running tasks)."""
+    out = np.zeros(len(view.w_id), dtype=np.bool_)
+    for pi, p in enumerate(view.profiles):
+        m = np.nonzero(view.w_profile == pi)[0]
+        if m.size == 0:
+            continue
+        # the fastest way to run it: the smallest slot count over clusters and widths
+        minutes = view.w_length[m][:, None] * p.r[None, :] / float(view.clusters.s.max())
+        n = np.maximum(1, np.ceil(minutes / view.slot - EPS)).min(axis=1)
+        dl = view.w_deadline[m]
+        out[m] = ((view.now + n) * view.slot <= dl + EPS) & ((view.now + 1 + n) * view.slot > dl + EPS)
+    return out
+
+
+class HSRET:
+    name = "hsret"
+
+    def decide(self, view: SlotView) -> Decision:
+        running = edf_pack(view)
+        starts: list[Start] = []
+        if len(view.w_id) == 0:
+            return Decision(starts, running)
+        case, snet = select_net(view)
+        free = view.free_nodes(running)
+        speed = view.clusters.s
+        urgent = _urgent(view)
+        for i in np.lexsort((view.w_arrival, view.w_deadline)):
+            p = view.profiles[int(view.w_profile[i])]
+            if free.max() < p.minp and not urgent[i]:
+                continue  # no room anywhere and it can wait (or is late anyway): nothing to decide
+            jref = p.index_for_net(snet)
+            dl = float(view.w_deadline[i])
+            n = view.slots_needed(float(view.w_length[i]), p)
+            meets = view.meets(n, dl)
+            area = p.w[None, :] * n
+            choice = self._checksch(p, jref, meets & (p.w[None, :] <= free[:, None]), area, speed)
+            if choice is None and meets.any():
+                if view.meets(n, dl, delay=1).any():
+                    continue  # it can still meet its deadline if it starts at the next boundary: wait
+                choice = self._sch1(view, p, jref, meets, free, running, dl)
+                if choice is None:
+                    continue  # nothing to suspend: wait (it will be late)
+            elif choice is None:
+                fits = p.w[None, :] <= free[:, None]
+                if not fits.any():
+                    continue
+                order = [jref, *range(len(p.widths))]
+                j = next(j for j in order if fits[:, j].any())
+                cs = np.nonzero(fits[:, j])[0]
+                choice = (int(cs[np.argmax(speed[cs])]), j)
+            c, j = choice
+            width = int(p.w[j])
+            starts.append(Start(int(view.w_id[i]), c, width))
+            free[c] -= width
+        return Decision(starts, running, {"case": float(case), "snet": snet})
+
+    @staticmethod
+    def _checksch(p: Profile, jref: int, ok: NDArray[np.bool_], area: NDArray[np.int64],
+                  speed: NDArray[np.float64]) -> tuple[int, int] | None:
+        """Steps 1-2: the width of snet, else the nearest passing width in each direction, the one
+        using fewer node-slots (ties: the narrower)."""
+        if ok[:, jref].any():
+            cs = np.nonzero(ok[:, jref])[0]
+            return int(cs[np.argmax(speed[cs])]), jref
+        best: tuple[int, int, int] | None = None  # (area, cluster, j)
+        for js in (range(jref - 1, -1, -1), range(jref + 1, ok.shape[1])):
+            j = next((j for j in js if ok[:, j].any()), None)
+            if j is None:
+                continue
+            cs = np.nonzero(ok[:, j])[0]
+            c = int(cs[np.argmin(area[cs, j])])
+            cand = (int(area[c, j]), c, j)
+            if best is None or cand[0] < best[0]:
+                best = cand
+        return None if best is None else (best[1], best[2])
+
+    @staticmethod
+    def _sch1(view: SlotView, p: Profile, jref: int, meets: NDArray[np.bool_], free: NDArray[np.int64],
+              running: NDArray[np.bool_], dl: float) -> tuple[int, int] | None:
+        """Step 3: suspend running tasks with slack to make room; updates ``free`` and ``running``."""
+        slack = np.floor(view.a_deadline / view.slot + EPS) - (view.now + 1 + view.a_rem)
+        movable = running & (slack >= 0)
+        order = sorted(range(len(p.widths)), key=lambda j: (abs(j - jref), -j))
+        for j in order:
+            width = int(p.w[j])
+            best: tuple[int, int, NDArray[np.int64]] | None = None  # (nodes suspended, cluster, tasks)
+            for cc in np.nonzero(meets[:, j])[0]:
+                need = width - int(free[cc])
+                ks = np.nonzero(movable & (view.a_cluster == cc))[0]
+                if ks.size == 0:
+                    continue
+                ks = ks[np.argsort(-slack[ks], kind="stable")]
+                got = np.cumsum(view.a_width[ks])
+                reach = np.nonzero(got >= need)[0]
+                if reach.size == 0:
+                    continue
+                take = ks[: int(reach[0]) + 1]
+                cost = int(got[int(reach[0])])
+                if best is None or cost < best[0]:
+                    best = (cost, int(cc), take)
+            if best is not None:
+                _, c, take = best
+                running[take] = False
+                free[c] += int(view.a_width[take].sum())
+                return c, int(j)
+        return None

@@ -1,0 +1,194 @@
+"""The JSON documents the API answers: jobs, nodes, VMs (desired beside observed), operations, tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vmctl.daemon.core import Daemon
+from vmctl.daemon.history import requeues, slot_text
+from vmctl.daemon.state import ACTIVE
+from vmctl.model import JobState, VmObserved
+from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord, TokenRecord
+from vmctl.timefmt import iso, rewrite_times
+
+
+def job_json(r: JobRecord, expected_start: float | None = None,
+             blocked_by: Sequence[NodeRecord] = ()) -> dict[str, Any]:
+    """``expected_start``: when the policy's reservation starts this queued job at the latest (only
+    the job holding the reservation has one, as with ``squeue --start``); ``blocked_by``: the nodes out
+    of service that alone keep this queued job waiting (``Daemon.node_blocker``)."""
+    return {
+        "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
+        "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
+        "deadline": r.spec.get("deadline"), "user": str(r.spec.get("user", "")),
+        "account": str(r.spec.get("account", "")),
+        "submit_time": r.submit_time, "start_time": r.start_time,
+        "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
+        "placement": [{"node": n, "core": c} for n, c in r.placement],
+        "reason": reason_json(r.reason),
+        "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]} for t in r.tasks],
+        "migrations": r.migrations, "runs": r.run, "requeues": requeues(r),
+        "history": [{"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")} for h in r.history],
+        # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
+        "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
+        "expected_start": expected_start if r.state == JobState.QUEUED else None,
+        "held": r.held,
+        "blocked_by": [{"node": n.name, "state": n.state} for n in blocked_by],
+        # moldable / task-bag jobs: the shape as submitted (canonical form, vmctl.shapes; None = rigid) and
+        # the width the policy chose (processes placed; None until it starts)
+        "shape": r.spec.get("shape"), "width": len(r.placement) if r.placement else None,
+    }
+
+
+def expected_starts(d: Daemon) -> dict[str, float]:
+    """job id -> the start time the policy's last reservation promises it (the queue head's)."""
+    dec = d.last_decision
+    res = dec.reservation if dec is not None else None
+    return {} if res is None else {res.job_id: res.shadow_time}
+
+
+def reason_json(reason: str | None) -> str | None:
+    """A reason as the API answers it: epoch times the policy wrote as ``t=<seconds>`` in ISO 8601 (UTC)."""
+    return None if reason is None else rewrite_times(reason, lambda t: iso(t, utc=True))
+
+
+def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
+    fg_busy = bg_busy = 0
+    for j in d.state.jobs_on(n.name):
+        if j.checkpointed:
+            continue
+        k = sum(1 for node, _c in j.placement if node == n.name)
+        if j.tier == "fg":
+            fg_busy += k
+        else:
+            bg_busy += k
+    obs = d.state.observed.get(n.name)
+    err_time, errs = d.state.agent_errors.get(n.name, (None, ()))
+    last_report = d.observed_at.get(n.name)
+    return {"name": n.name, "cores": n.cores, "state": n.state, "drain_reason": n.drain_reason,
+            "last_seen": n.last_seen,
+            "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
+            "levels": n.levels, "discipline": n.discipline,
+            "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
+            # what its agent applied, and when it last sent a full report (heartbeats only move last_seen)
+            "generation_applied": obs.generation_applied if obs else None,
+            "last_report": last_report,
+            "report_age_s": None if last_report is None else max(0.0, (d.clock.now() - last_report) / d.speed),
+            "utilization": obs.host_utilization if obs else 0.0,
+            # migration reachability as the agent registered it (null: not restricted / shared storage)
+            "peers": n.peers, "checkpoint_peers": n.checkpoint_peers,
+            # the agent's latest report with errors (it may be older than the latest report)
+            "errors": list(errs), "errors_time": err_time,
+            "refusals": [{"vm": r.vm, "migration_id": r.migration_id, "target_node": r.target_node,
+                          "reason": r.reason} for r in (obs.refusals if obs else ())]}
+
+
+def op_json(o: OperationRecord) -> dict[str, Any]:
+    """An operation (``vmctl op show``): what it moves, who asked, how it ended and why."""
+    det = o.detail
+    moves = [{"index": int(m.get("index", i)), "from": slot_text(m.get("from")), "to": slot_text(m.get("to")),
+              "mode": str(m.get("mode", "live"))}
+             for i, m in enumerate(det.get("moves") or ()) if isinstance(m, dict)]
+    origin, note, stage = det.get("origin"), det.get("note"), det.get("stage")
+    return {"id": o.id, "kind": o.kind, "job_id": o.job_id, "state": o.state, "created": o.created,
+            "updated": o.updated, "origin": str(origin) if origin is not None else None,
+            "note": str(note) if note is not None else None, "stage": str(stage) if stage is not None else None,
+            "moves": moves}
+
+
+#: a token's id in lists: the start of its SHA-256 (the token itself is never stored or shown again)
+TOKEN_ID_LEN = 12
+
+
+def cert_json(serial: str, e: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent certificate of the registry (``vmctl cert list``): no key, no PEM."""
+    return {"serial": serial, "node": e.get("node"), "issued": e.get("issued"), "expires": e.get("expires"),
+            "revoked": e.get("revoked"), "key_from": e.get("key_from")}
+
+
+def token_json(t: TokenRecord) -> dict[str, Any]:
+    return {"id": t.hash[:TOKEN_ID_LEN], "name": t.name, "role": t.role, "created": t.created, "expires": t.expires}
+
+
+
+def _vm_observed(o: VmObserved | None, node: str) -> dict[str, Any] | None:
+    """What the node's agent last reported of one VM (None: it reported no such VM)."""
+    if o is None:
+        return None
+    return {"node": node, "power": o.power.value, "core": o.core, "weight": o.weight, "cap": o.cap,
+            "job_id": o.process_job, "utilization": o.utilization, "migration_phase": o.migration_phase}
+
+
+#: desired field -> observed field compared for ``differs`` (a VM the agent did not report differs in power)
+_COMPARED = ("power", "core", "weight", "cap")
+
+
+def _differs(want: dict[str, Any], seen: dict[str, Any] | None) -> list[str]:
+    if seen is None:
+        return ["power"]
+    out = []
+    for k in _COMPARED:
+        w, o = want[k], seen[k]
+        if k == "core" and (w < 0 or o is None):
+            continue  # unpinned (vcsched shared VMs) or the agent does not report pinning
+        if k == "weight" and o is None:
+            continue  # the backend does not report weights
+        if k == "cap" and w is not None and o is not None and abs(w - o) < 1e-6:
+            continue
+        if w != o:
+            out.append(k)
+    return out
+
+
+def _idle_role(name: str) -> str:
+    """The slot of a VM the daemon does not manage, from the layout's ``{host}-c{core}-{tier}`` names."""
+    for tier in ("fg", "bg"):
+        if name.endswith(f"-{tier}"):
+            return tier
+    return "idle"
+
+
+def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
+    """The VMs of the cluster (or of one node): every VM of desired state (its desired fields at the top,
+    what its agent reported under ``observed``, ``differs`` naming the fields where the two disagree)
+    and every VM the agents report that desired state does not hold (``managed: false``: a core's idle
+    fg/bg VM of the agent's layout, or a VM vmctld no longer wants), with the reported fields at the top."""
+    out: list[dict[str, Any]] = []
+    names = [node] if node is not None else sorted(d.state.nodes)
+    # a VM is listed once, under the node desired state puts it on: the copy a migration left on its
+    # source until that agent's next report is not a VM of its own
+    desired_anywhere = {v.name for vms in d.state.desired.values() for v in vms}
+    for n in names:
+        obs = d.state.observed.get(n)
+        seen = {o.name: o for o in obs.vms} if obs is not None else {}
+        wanted: set[str] = set()
+        for v in d.state.desired.get(n, ()):
+            wanted.add(v.name)
+            if v.migration is not None and v.migration.target_node != n:
+                continue  # the source copy of a migrating VM is listed under its target
+            o_node, o = n, seen.get(v.name)
+            if o is None and v.migration is not None:  # not arrived yet: as its source reports it
+                src = d.state.observed.get(v.migration.source_node)
+                o_node = v.migration.source_node
+                o = next((x for x in src.vms if x.name == v.name), None) if src is not None else None
+            u = d.state.vm_util(v.name)
+            doc: dict[str, Any] = {
+                "name": v.name, "node": n, "core": v.core, "role": v.role.value, "weight": v.weight,
+                "cap": v.cap, "power": v.power.value, "job_id": v.process.job_id if v.process else None,
+                "utilization": 0.0 if u is None else u, "managed": True, "observed": _vm_observed(o, o_node)}
+            doc["differs"] = _differs(doc, doc["observed"])
+            out.append(doc)
+        for name in sorted(set(seen) - wanted - desired_anywhere):
+            o = seen[name]
+            out.append({"name": name, "node": n, "core": -1 if o.core is None else o.core, "role": _idle_role(name),
+                        "weight": o.weight, "cap": o.cap, "power": o.power.value, "job_id": o.process_job,
+                        "utilization": o.utilization, "managed": False, "observed": _vm_observed(o, n),
+                        "differs": []})
+    return out
+
+
+def event_json(e: EventRecord) -> dict[str, Any]:
+    """One event of the log (``vmctl events``); times in its message in ISO 8601 (UTC)."""
+    return {"seq": e.seq, "time": e.time, "kind": e.kind, "message": reason_json(e.message), "job_id": e.job_id,
+            "node": e.node, "actor": e.actor}

@@ -1,0 +1,81 @@
+"""The agents' routes: register, the desired state (long poll), reports and heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from aiohttp import web
+
+from vmctl.api import schemas
+from vmctl.api.documents import node_json
+from vmctl.api.plumbing import json_response, node_names, query_float, query_int, read_json
+from vmctl.api.routes.base import Routes
+from vmctl.daemon.base import NotLeader
+from vmctl.errors import ValidationError
+from vmctl.wire import desired_to_json, observed_from_json
+
+
+class AgentRoutes(Routes):
+    async def register(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("cores", "hostname", "backend", "peers", "checkpoint_peers",
+                                                      "speed", "group", "memory_mib", "levels", "discipline"))
+        cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
+        hostname = schemas.string(body, "hostname", "", max_len=255, default="") or ""
+        backend = schemas.string(body, "backend", "", max_len=64, default="") or ""
+        assert cores is not None
+        peers, ck_peers = node_names(body, "peers"), node_names(body, "checkpoint_peers")
+        speed, group, memory_mib = schemas.node_host(body)
+        levels, discipline = schemas.node_levels(body)
+        rec = self.d.register_node(request.match_info["node"], cores, hostname, backend, peers, ck_peers,
+                                   speed=speed, group=group, memory_mib=memory_mib, levels=levels,
+                                   discipline=discipline)
+        self.s.kick()
+        return json_response({"node": node_json(self.d, rec)})
+
+    async def desired(self, request: web.Request) -> web.StreamResponse:
+        self._leader()
+        node = request.match_info["node"]
+        self.d.node(node)
+        after = query_int(request.query.get("after"), "after", -1, 2**62, -1)
+        wait = query_float(request.query.get("wait"), "wait", 0.0, 60.0, 0.0)
+        deadline = time.monotonic() + wait
+        while True:
+            gen = self.d.state.generation.get(node, 0)
+            if gen > after:
+                return json_response(desired_to_json(self.d.desired(node)))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return web.Response(status=304)
+            ev = self.s.desired_event(node)
+            self.s.poll_parked(node, +1)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ev.wait(), timeout=left)
+            finally:
+                self.s.poll_parked(node, -1)
+            if self.s.stopping:  # shutting down: answer now instead of holding the shutdown up to `wait`
+                return web.Response(status=304)
+            if not self.d.leader:
+                raise NotLeader(holder=self.d.store.lease().holder or "none")
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        self._leader()
+        schemas.obj(await read_json(request), ())
+        out = self.d.heartbeat(request.match_info["node"])
+        if self.d.dirty:
+            self.s.kick()
+        return json_response(out)
+
+    async def observed(self, request: web.Request) -> web.Response:
+        self._leader()
+        node = request.match_info["node"]
+        obs = observed_from_json(await read_json(request))
+        if obs.node != node:
+            raise ValidationError(field="node", problem=f"report names node {obs.node!r} on the route of {node!r}")
+        self.d.report(obs)
+        if self.d.dirty:
+            self.s.kick()
+        return web.Response(status=204)

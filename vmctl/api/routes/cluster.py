@@ -1,0 +1,127 @@
+"""Cluster routes: health, metrics, nodes (drain, remove), VMs and their priority, the policy."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from vmctl.api import schemas
+from vmctl.api.documents import node_json, vms_json
+from vmctl.api.plumbing import json_response, read_json
+from vmctl.api.routes.base import Routes
+from vmctl.daemon.removal import remove_node
+from vmctl.errors import Conflict, NotFound, ValidationError
+
+log = logging.getLogger("vmctld.api")
+
+
+class ClusterRoutes(Routes):
+    async def health(self, request: web.Request) -> web.Response:
+        return json_response({"status": "ok", "leader": self.d.leader, "epoch": self.d.epoch})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too)."""
+        return json_response({"status": "ok", "leader": self.d.leader})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body, ctype = self.s.render_metrics()
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = ctype
+        return resp
+
+    async def list_nodes(self, request: web.Request) -> web.Response:
+        self._leader()
+        return json_response({"nodes": [node_json(self.d, n) for _k, n in sorted(self.d.state.nodes.items())]})
+
+    async def drain(self, request: web.Request) -> web.Response:
+        self._leader()
+        drain = request.path.endswith("/drain")
+        reason: str | None = None
+        if drain and request.can_read_body:  # optional {"reason": "..."}
+            body = schemas.obj(await read_json(request), ("reason",))
+            reason = schemas.string(body, "reason", "", max_len=500, name=True)
+        rec = self.d.set_node_state(request.match_info["name"], drain, reason)
+        self.s.kick()
+        return json_response({"node": node_json(self.d, rec)})
+
+    async def remove_node(self, request: web.Request) -> web.Response:
+        self._leader()
+        name = request.match_info["name"]
+        rec = remove_node(self.d, name)
+        log.warning("node %s removed by an operator (was %s)", name, rec.state)
+        self.s.kick()
+        return json_response({"node": {"name": rec.name, "state": "removed", "was": rec.state}})
+
+    async def list_vms(self, request: web.Request) -> web.Response:
+        self._leader()
+        node = request.query.get("node")
+        if node is not None:
+            self.d.node(node)
+        return json_response({"vms": vms_json(self.d, node)})
+
+    async def get_vm(self, request: web.Request) -> web.Response:
+        self._leader()
+        name = request.match_info["name"]
+        for v in vms_json(self.d, None):
+            if v["name"] == name:
+                return json_response({"vm": v})
+        raise NotFound(kind="vm", name=name)
+
+    async def vm_priority(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("tier", "weight", "cap", "pin"))
+        tier = schemas.string(body, "tier", "")
+        if tier is not None and tier not in ("fg", "bg"):
+            raise ValidationError(field="tier", problem=f"must be fg or bg, got {tier!r}")
+        weight = schemas.integer(body, "weight", "", lo=1, hi=10000)
+        cap_given = "cap" in body
+        cap = schemas.number(body, "cap", "", lo=0.0, lo_open=True, hi=1.0)
+        pin = schemas.integer(body, "pin", "", lo=0, hi=4095)
+        if tier is None and weight is None and not cap_given and pin is None:
+            raise ValidationError(field="body", problem="give at least one of tier, weight, cap, pin")
+        name = request.match_info["name"]
+        idle = next((v for v in vms_json(self.d, None) if v["name"] == name and not v["managed"]), None)
+        if idle is not None:
+            raise Conflict(what=f"VM {name} on node {idle['node']}", problem=(
+                "no job runs in it (an idle core VM of the agent's layout, or one vmctld no longer wants): "
+                "vmctld sets the priority of job VMs only; an idle VM keeps the weight and cap of the "
+                "agent's layout (vmctl-agent.yaml)"))
+        self.d.set_vm_priority(name, tier, weight, cap, cap_given, pin)
+        self.s.kick()
+        vms = vms_json(self.d, None)
+        for v in vms:
+            if v["name"] == name:
+                # tier, weight and cap are the job's (all its VMs); a pin moves this VM alone
+                job_wide = tier is not None or weight is not None or cap_given
+                applied = sorted({x["name"] for x in vms if x["managed"] and x["job_id"] == v["job_id"]}) \
+                    if job_wide else [name]
+                return json_response({"vm": v, "applied_to": applied})
+        raise NotFound(kind="vm", name=name)
+
+    # policy
+    def _policy_json(self) -> dict[str, Any]:
+        from vmctl.policies.registry import available_policies
+
+        p = self.d.policy
+        return {"name": p.name if p else None, "params": dict(p.params) if p else {},
+                "available": sorted(available_policies())}
+
+    async def get_policy(self, request: web.Request) -> web.Response:
+        self._leader()
+        return json_response(self._policy_json())
+
+    async def put_policy(self, request: web.Request) -> web.Response:
+        self._leader()
+        body = schemas.obj(await read_json(request), ("name", "params"))
+        name = schemas.string(body, "name", "", required=True, max_len=100, name=True)
+        params = body.get("params")
+        if params is None:
+            params = {}
+        elif not isinstance(params, dict):  # an empty array is no object either
+            raise ValidationError(field="params", problem=f"must be an object, got {schemas.type_name(params)}")
+        assert name is not None
+        self.d.set_policy(name, params)
+        self.s.kick()
+        return json_response(self._policy_json())

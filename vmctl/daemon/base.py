@@ -1,0 +1,320 @@
+"""The ``Daemon``'s foundation (``vmctl.daemon.core`` composes the rest on it): its state, the
+leader lease and the reload from the store, the active policy, and ``commit``, the one transaction
+every event ends in (desired state derived from the changed records, the leader epoch checked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from vmctl.clock import Clock, SystemClock
+from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
+from vmctl.daemon.config import DaemonConfig
+from vmctl.daemon.events import EventLog
+from vmctl.daemon.history import JobHistory, slot_text
+from vmctl.daemon.state import ClusterState, DesiredSettings
+from vmctl.errors import LeaseLost, NotFound, StoreError, VmctlError
+from vmctl.model import Decision
+from vmctl.policies.base import SchedulingPolicy
+from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Store, WriteBatch
+from vmctl.wire import vm_desired_from_json, vm_desired_to_json
+
+log = logging.getLogger("vmctld")
+
+#: preference order when the configured default policy is not registered (yet)
+FALLBACK_POLICIES = ("measy", "reasy", "keasy", "easy", "fcfs")
+
+
+class NotLeader(VmctlError):
+    reference = "not-leader"
+    retryable = True
+    template = "this vmctld is a standby (leader: {holder})"
+    http_status = 503
+
+
+
+class DaemonBase:
+    """State, leadership, policy and commit; the event handlers are in the modules ``core`` names."""
+
+    def __init__(self, config: DaemonConfig, store: Store, clock: Clock | None = None,
+                 policy: SchedulingPolicy | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock or SystemClock()
+        for note in config.deprecations:
+            log.warning("%s", note)
+        # model seconds per real second (an accelerated ScaledClock); operational periods in the config
+        # (tick, node timeout, migration timeout) are real seconds and are scaled by this
+        self.speed = float(getattr(self.clock, "factor", 1.0))
+        # the lease is operational: real time under an accelerated clock
+        self.lease_clock: Clock = SystemClock() if self.speed != 1.0 else self.clock
+        self.last_pass = time.monotonic()  # real time of the last decision-loop pass (the watchdog's health)
+        self.state = ClusterState(settings=DesiredSettings(
+            fg_weight=config.fg_weight, bg_weight=config.bg_weight, memory_mib=config.vm_memory_mib,
+            checkpoint_dir=config.checkpoint_dir))
+        self.actuator = Actuator(self.state, config.migration)
+        self._fixed_policy = policy
+        self.policy: SchedulingPolicy | None = policy
+        self.leader = False
+        self.epoch = 0
+        self.dirty = True  # an event happened since the last decision
+        self.wake_at: float | None = None
+        self.last_decide_at = -math.inf
+        self.last_decision: Decision | None = None
+        self.last_result: ApplyResult | None = None
+        self.decisions = 0
+        self.loads = 0  # state reloads from the store (a decision made before one is not applied)
+        self.decision_seconds: list[float] = []
+        self.skipped_total = 0
+        #: node -> model time at which its last *fresh* full report (a new relist) arrived, since this daemon
+        #: took the lease (memory only, emptied by ``load``). No timer that ends work acts on a node before
+        #: its entry exists: what the agents observed while the daemon was down is learnt first.
+        self.observed_at: dict[str, float] = {}
+        self.events = EventLog()  # the event log (vmctl events): collected here, written with each change
+        self.history = JobHistory(sink=self._job_event)  # the jobs' history entries (vmctl job show)
+        self._op_states: dict[str, str] = {}  # operation id -> its state in the last event about it
+        #: called after a write that stored events (the API wakes its event long polls)
+        self.on_events: Callable[[], None] = lambda: None
+        #: called with the names of nodes whose desired state changed (after the commit)
+        self.on_desired: Callable[[set[str]], None] = lambda nodes: None
+        self.metrics: Any = None  # a vmctl.metrics.DaemonMetrics when served (set by the API server)
+
+    def attach_metrics(self, metrics: Any) -> None:
+        """Feed a ``vmctl.metrics.DaemonMetrics`` (direct instruments) from the loop and the actuator."""
+        self.metrics = metrics
+        outcome = {"done": "completed", "rolled_back": "failed", "aborted": "aborted", "failed": "failed"}
+
+        def job_end(job: JobRecord, state: str, now: float) -> None:
+            metrics.job_finished(state, now - job.submit_time)
+
+        def start(job: JobRecord, now: float) -> None:
+            if job.run == 1:
+                metrics.observe_wait(now - job.submit_time)
+
+        def op_closed(op: OperationRecord) -> None:
+            if op.kind == "migrate":
+                metrics.migration(outcome.get(op.state, op.state))
+
+        self.actuator.on_job_end = job_end
+        self.actuator.on_start = start
+        self.actuator.on_op_closed = op_closed
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> bool:
+        """Migrate the schema, try to take the leader lease, load state when leader. Returns leader."""
+        self.store.migrate()
+        return self.try_lead()
+
+    def try_lead(self) -> bool:
+        epoch = self.store.acquire_lease(self.config.holder, self.config.lease_ttl_s, self.lease_clock.now())
+        if epoch is None:
+            self.leader = False
+            return False
+        if not self.leader or epoch != self.epoch:
+            self.epoch = epoch
+            self.leader = True
+            self.load()
+            log.info("leader with epoch %d (%s)", epoch, self.config.holder)
+        return True
+
+    def renew(self) -> None:
+        if not self.leader:
+            return
+        try:
+            self.store.renew_lease(self.config.holder, self.epoch, self.config.lease_ttl_s, self.lease_clock.now())
+        except LeaseLost:
+            self.step_down()
+            raise
+
+    def step_down(self) -> None:
+        log.error("lost the leader lease (epoch %d): standing by", self.epoch)
+        self.leader = False
+
+    def close(self) -> None:
+        if self.leader:
+            with contextlib.suppress(StoreError):
+                self.store.release_lease(self.config.holder, self.epoch)
+        self.leader = False
+
+    def load(self) -> None:
+        desired_raw = self.store.load_desired()
+        desired = {n: (g, tuple(vm_desired_from_json(v, f"desired[{n}].vms[{i}].")
+                                for i, v in enumerate(doc.get("vms", []))))
+                   for n, (g, doc) in desired_raw.items()}
+        self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired)
+        self.loads += 1
+        self.history.forget()
+        self.events.load(self.store)
+        self._op_states = {o.id: o.state for o in self.state.ops.values()}
+        now = self.clock.now()
+        self.observed_at = {}  # nothing observed by this daemon yet: see housekeeping
+        for n in self.state.nodes.values():
+            n.last_seen = max(n.last_seen, now)  # grace: agents re-report after a daemon restart
+        if self._fixed_policy is None:
+            saved = self.store.get_kv("policy")
+            if isinstance(saved, dict) and "name" in saved:
+                try:
+                    self.policy = self._make_policy(str(saved["name"]), dict(saved.get("params") or {}))
+                except VmctlError as exc:
+                    log.error("stored policy %s unusable (%s); using the configured one", saved, exc)
+                    self.policy = None
+            if self.policy is None:
+                self.policy = self._configured_policy()
+        self.dirty = True
+
+    def _make_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
+        from vmctl.policies.registry import create_policy
+
+        policy = create_policy(name, **params)
+        self.state.offer().check(policy)  # PolicyNeedsUnmet when the registered cluster cannot serve it
+        return policy
+
+    def _configured_policy(self) -> SchedulingPolicy:
+        from vmctl.errors import UnknownPolicyError
+        from vmctl.policies.registry import available_policies
+
+        try:
+            return self._make_policy(self.config.policy_name, self.config.policy_params)
+        except UnknownPolicyError:
+            if self.config.policy_explicit:
+                raise
+            avail = available_policies()
+            for name in FALLBACK_POLICIES:
+                if name in avail:
+                    log.warning("policy %s is not registered; falling back to %s", self.config.policy_name, name)
+                    return self._make_policy(name, {})
+            if avail:
+                name = next(iter(avail))
+                log.warning("policy %s is not registered; falling back to %s", self.config.policy_name, name)
+                return self._make_policy(name, {})
+            raise
+
+    def set_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
+        self._require_leader()
+        pol = self._make_policy(name, params)
+        ch = Changes(kv={"policy": {"name": pol.name, "params": dict(pol.params)}})
+        ch.events.append("policy changed")
+        old = self.policy.name if self.policy is not None else "none"
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(pol.params.items()))
+        self.events.add(self.clock.now(), "policy.changed", f"policy {old} -> {pol.name}"
+                        + (f" ({shown})" if shown else ""))
+        self.commit(ch)
+        self.policy = pol
+        self.dirty = True
+        return pol
+
+    # ------------------------------------------------------------------ commit
+    def _require_leader(self) -> None:
+        if not self.leader:
+            raise NotLeader(holder=self.store.lease().holder or "none")
+
+    def commit(self, ch: Changes) -> None:
+        """Derive the desired state of every touched node and write everything in one transaction.
+        On a store error the in-memory state is reloaded from the store (nothing half-applied)."""
+        st = self.state
+        if ch.jobs:  # stored with the jobs, in this transaction
+            by = "the operator" if "operator action" in ch.events else \
+                f"policy {self.policy.name if self.policy else '-'}"
+            self.history.note(ch.jobs.values(), self.clock.now(), by)
+        batch = WriteBatch(jobs=dict(ch.jobs), nodes=dict(ch.nodes), operations=dict(ch.ops), kv=dict(ch.kv))
+        new_desired: dict[str, tuple[Any, ...]] = {}
+        for node in sorted(ch.desired_nodes):
+            if node not in st.nodes:
+                continue
+            vms = st.desired_vms(node)
+            if vms != st.desired.get(node, ()):
+                new_desired[node] = vms
+        gens: dict[str, int] = {}
+        if new_desired:
+            for node, vms in new_desired.items():
+                gen = st.generation.get(node, 0) + 1
+                gens[node] = gen
+                rec = st.nodes[node]
+                rec.generation = gen
+                batch.nodes[node] = rec
+                batch.desired[node] = (gen, {"node": node, "generation": gen,
+                                             "vms": [vm_desired_to_json(v) for v in vms]})
+        for op in batch.operations.values():
+            # a migration in its prepare stage waits for the target to apply this generation
+            if op.kind == "migrate" and op.state == "pending" and op.detail.get("stage") == "prepare":
+                tg = op.detail.setdefault("target_gens", {})
+                for m in op.detail.get("moves", []):
+                    t = str(m["to"][0])
+                    if m["from"][0] != m["to"][0] and t not in tg:
+                        tg[t] = gens.get(t, st.generation.get(t, 0))
+        self._op_events(batch.operations.values())
+        batch.events = self.events.take()
+        if batch.empty():
+            return
+        try:
+            self.store_write(batch)
+        except LeaseLost:
+            raise
+        except StoreError:
+            log.exception("store write failed; reloading state from the store")
+            self.load()
+            raise
+        for node, vms in new_desired.items():
+            st.desired[node] = vms
+            st.generation[node] = gens[node]
+        if ch.events:
+            self.dirty = True
+        if new_desired:
+            self.on_desired(set(new_desired))
+
+    def store_write(self, batch: WriteBatch) -> None:
+        """Write ``batch`` (with the events collected for it) under the leader epoch; a lost lease steps
+        the daemon down. Then the events are logged and the event long polls woken."""
+        try:
+            self.store.write(self.epoch, batch)
+        except LeaseLost:
+            self.step_down()
+            raise
+        if batch.events:
+            self.events.written(batch.events)
+            self.on_events()
+
+    # ------------------------------------------------------------------ events
+    def _job_event(self, rec: JobRecord, now: float, event: str, detail: str | None) -> None:
+        """A job history entry is also an event of the log."""
+        name = f" ({rec.name})" if rec.name and rec.name != f"job-{rec.id}" else ""
+        self.events.add(now, f"job.{event}", f"job {rec.id}{name} {event}" + (f": {detail}" if detail else ""),
+                        job_id=rec.id)
+
+    def _op_events(self, ops: Iterable[OperationRecord]) -> None:
+        """An event for every operation that started or changed state in this change."""
+        now = self.clock.now()
+        for op in ops:
+            if self._op_states.get(op.id) == op.state:
+                continue
+            self._op_states[op.id] = op.state
+            moves = ", ".join(f"{slot_text(m.get('from'))} -> {slot_text(m.get('to'))}"
+                              for m in op.detail.get("moves") or () if isinstance(m, dict))
+            what = f"{op.kind} {op.id} of job {op.job_id}"
+            if op.state == "pending":
+                self.events.add(now, "operation.started", f"{what} started" + (f": {moves}" if moves else ""),
+                                job_id=op.job_id)
+            else:
+                note = op.detail.get("note")
+                self.events.add(now, f"operation.{op.state}", f"{what} {op.state}" + (f": {note}" if note else ""),
+                                job_id=op.job_id)
+                self._op_states.pop(op.id, None)
+
+    # ------------------------------------------------------------------ lookups
+    def job(self, job_id: str) -> JobRecord:
+        rec = self.state.jobs.get(job_id)
+        if rec is None:
+            raise NotFound(kind="job", name=job_id)
+        return rec
+
+    def node(self, name: str) -> NodeRecord:
+        rec = self.state.nodes.get(name)
+        if rec is None:
+            raise NotFound(kind="node", name=name)
+        return rec
+

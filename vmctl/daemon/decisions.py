@@ -1,0 +1,139 @@
+"""The ``Daemon``'s decision pass: housekeeping, the view, the policy and its checked decision,
+actuation and commit (``run_once``, or ``begin_pass`` / ``choose`` / ``finish_decision`` when the
+API server runs the policy in a worker thread; see ``vmctl.daemon.core``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+from vmctl.daemon.actuator import ApplyResult, Changes
+from vmctl.daemon.state import Layout
+from vmctl.daemon.timers import Timers
+from vmctl.model import ClusterView, Decision
+from vmctl.policies.base import SchedulingPolicy
+from vmctl.policies.invariants import check_decision
+
+log = logging.getLogger("vmctld")
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDecision:
+    """A decision in the making: the view it is made on, built by ``Daemon.begin_decision``."""
+
+    now: float
+    view: ClusterView
+    layout: Layout
+    policy: SchedulingPolicy
+    started: float  # time.perf_counter() at the start, for the cycle-time metric
+    loads: int  # Daemon.loads when the view was built
+
+
+
+class DecisionLoop(Timers):
+    """One pass of the decision loop, in one call or in three steps."""
+
+    def run_once(self) -> float | None:
+        """One pass: housekeeping, then (if anything happened or a wake time passed) one decision.
+        Returns when the daemon wants the next pass at the latest."""
+        pending = self.begin_pass()
+        if pending is not None:
+            self.finish_decision(pending, self.choose(pending))
+        return self.next_pass_at()
+
+    def begin_pass(self) -> PendingDecision | None:
+        """The first part of ``run_once``: housekeeping, then the view for a decision if one is due."""
+        self.last_pass = time.monotonic()
+        if not self.leader:
+            return None
+        now = self.clock.now()
+        ch = Changes()
+        self.housekeeping(now, ch)
+        if ch.any():
+            self.commit(ch)
+            self.dirty = True
+        due = self.wake_at is not None and now >= self.wake_at
+        tick = now >= self.last_decide_at + self.config.tick_s * self.speed
+        if self.dirty or due or tick:
+            return self.begin_decision(now)
+        return None
+
+    def next_pass_at(self) -> float | None:
+        """When the daemon wants the next pass at the latest (model time); None when standing by."""
+        if not self.leader:
+            return None
+        nxt = self.last_decide_at + self.config.tick_s * self.speed
+        if self.wake_at is not None:
+            nxt = min(nxt, self.wake_at)
+        return nxt
+
+    def decide(self, now: float) -> Decision:
+        pending = self.begin_decision(now)
+        return self.finish_decision(pending, self.choose(pending))
+
+    def begin_decision(self, now: float) -> PendingDecision:
+        assert self.policy is not None
+        started = time.perf_counter()
+        self.dirty = False
+        self.last_decide_at = now
+        view, lay = self.state.build_view(now)
+        return PendingDecision(now=now, view=view, layout=lay, policy=self.policy, started=started, loads=self.loads)
+
+    @staticmethod
+    def choose(pending: PendingDecision) -> Decision:
+        """The policy's decision, checked. Reads only ``pending`` (the view is built for this decision
+        and shares nothing mutable with the daemon's state), so it may run in a worker thread."""
+        decision = pending.policy.decide(pending.view, pending.now)
+        check_decision(pending.view, decision, pending.now)
+        return decision
+
+    def finish_decision(self, pending: PendingDecision, decision: Decision) -> Decision:
+        """Actuate ``decision`` and commit it. If events came in since ``begin_decision`` (possible when
+        ``choose`` ran in a thread), every action is checked against a fresh view of the state as it is
+        now; if the state was reloaded, the nodes changed (core numbers may have moved) or the lease was
+        lost meanwhile, nothing is applied and the next pass decides again."""
+        now = pending.now
+        self.last_decision = decision
+        self.wake_at = decision.wake_at if decision.wake_at is not None and math.isfinite(decision.wake_at) else None
+        if self.config.migration.dry_run:
+            if decision.actions:
+                log.info("dry-run: would apply %s", ", ".join(f"{a.kind} {a.job_id}" for a in decision.actions))
+            self.last_result = ApplyResult(skipped=[(a, "dry-run") for a in decision.actions])
+            return decision
+        view, lay = pending.view, pending.layout
+        if not self.leader or self.loads != pending.loads or self.state.layout() is not lay:
+            log.info("decision dropped: the state changed under it (reload, node change or lost lease)")
+            self.dirty = True
+            self.last_result = ApplyResult(skipped=[(a, "state changed during the decision")
+                                                    for a in decision.actions])
+            return decision
+        if self.dirty:
+            view, lay = self.state.build_view(now)
+        ch = Changes()
+        res = self.actuator.apply(decision, view, lay, now, ch)
+        self.last_result = res
+        self.skipped_total += len(res.skipped)
+        self.commit(ch)
+        self.decisions += 1
+        self.decision_seconds.append(time.perf_counter() - pending.started)
+        if self.metrics is not None:
+            m = self.metrics
+            m.observe_cycle(self.decision_seconds[-1])
+            for a in res.applied:
+                m.decision(a.kind, "applied")
+            for a, _why in res.skipped:
+                m.decision(a.kind, "rejected")
+            m.set_queue_length(self.state.queue_length())
+            active = self.state.active()
+            m.set_running("fg", sum(1 for j in active if j.tier == "fg"))
+            m.set_running("bg", sum(1 for j in active if j.tier == "bg"))
+            m.set_leader(self.leader, self.epoch)
+        if len(self.decision_seconds) > 1000:
+            del self.decision_seconds[:500]
+        return decision
+
+    def view(self) -> ClusterView:
+        return self.state.build_view(self.clock.now())[0]

@@ -1,0 +1,303 @@
+"""Slot-stepped simulator of moldable tasks with slot time (HSRET paper sec. 6), running the policies of
+``vmctl.policies.moldable`` (HSRET, AFCFS, ALL-EFT, CBSP) unchanged.
+
+**Workload (sec. 6.1-6.2).** ``slots`` slots of ``slot`` minutes; in each, a number of tasks uniform in
+[1, 2 * rate - 1] arrives (mean ``rate``), at times uniform within the slot, seen by the policy at the
+next slot boundary. Half the tasks (in expectation) follow each profile (the paper's WRF and GRAPES,
+whose curves were lost: see :func:`paper_profiles`). A task's length is uniform in [500, 9500] minutes
+at its smallest width on standard resources; its deadline is its arrival plus a factor uniform in
+[1.5, 5] times that length. ``clusters`` clusters of ``nodes`` nodes each, every node of a cluster of
+one speed drawn uniformly from [0.8, 1.2]. Forecast accuracy ``accuracy`` (rho): the policies see
+the forecast times; the actual time of a task is its forecast times a factor uniform in
+[1, 1 + (1 - rho)] (rho 1.0: exact; 0.95: [1, 1.05]; 0.9: [1, 1.1]), one factor per task.
+
+**Engine.** At each slot boundary the policy gets a :class:`~vmctl.policies.moldable.model.SlotView`
+(waiting and active tasks, forecasts only) and answers with the tasks it starts (width and cluster,
+fixed from then on) and which active tasks run in this slot; the engine checks the answer (a start of a
+task that is not waiting, a width the task does not allow, more nodes than a cluster has: an
+``InvariantViolation``), runs the slot and ends every task whose actual run is done (at the end of the
+slot: the task holds its nodes to the end of the slot, sec. 3.2). After the arrival slots, it runs
+without arrivals until every task has ended or ``drain`` more slots have passed.
+
+**Metrics (sec. 6.2).** Over the tasks that arrive after the warm-up (``warmup`` slots; by default the
+longest deadline window, 47,500 minutes: 132 slots of 360 minutes, 66 of 720): AET, the mean of
+completion - start (minutes: suspended slots count); AWT, the mean of start - arrival; PUT, the
+percentage of tasks not completed by their deadline (a task still unfinished at the end counts as
+late); utilization, the node-slots held by running tasks over the node-slots of the measured slots.
+Confidence intervals: batch means, ``batches`` batches of consecutive arrival slots, the half width
+of the 95 % Student-t interval (``ci_aet``, ``ci_awt``, ``ci_put``).
+
+The same seed gives the same tasks, speeds and forecast errors to every policy (common random
+numbers); AFCFS's random choices come from a separate stream of the same seed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vmctl.errors import InvariantViolation, ValidationError
+from vmctl.model import JobShape
+from vmctl.policies.moldable import MOLDABLE_POLICIES, make_policy
+from vmctl.policies.moldable.model import EPS, Clusters, Profile, SlotView, check_slot
+from vmctl.speedup import Downey
+
+#: the paper's task lengths (minutes at the smallest width) and deadline factors
+LENGTH_RANGE = (500.0, 9500.0)
+DEADLINE_FACTOR = (1.5, 5.0)
+SPEED_RANGE = (0.8, 1.2)
+
+
+def paper_profiles() -> tuple[Profile, Profile]:
+    """Stand-ins for the paper's WRF and GRAPES curves (its Figs. 4-7 were lost), from Downey's (1997)
+    model (:mod:`vmctl.speedup`):
+
+    - "WRF": widths 4, 8, ..., 64, Downey A = 48, sigma = 0.5 (low variance: scales well; the time at
+      64 is 0.092 of the time at 4, 10.9x faster on 16x the nodes, efficiency 68 %);
+    - "GRAPES": widths 4, 6, ..., 32, Downey A = 12, sigma = 2 (high variance: the time at 32 is 0.29
+      of the time at 4, 3.4x faster on 8x the nodes, efficiency 43 %).
+
+    Two visibly different curves over different width ranges, as sec. 4.2 says of WRF and GRAPES
+    ("different scopes ... different trends ... different scope of parallelism"). The smallest width,
+    4, is chosen for the load: at rate 150 per 360-minute slot on 10 x 1,000 nodes, running every task
+    at its smallest width needs about 0.85 of the nodes, the "relatively high system load" of sec.
+    6.2; wider widths need more (sublinear speedup)."""
+    wrf = JobShape.moldable_model(tuple(range(4, 65, 4)), Downey(A=48.0, sigma=0.5), time_at_min=1.0)
+    grapes = JobShape.moldable_model(tuple(range(4, 33, 2)), Downey(A=12.0, sigma=2.0), time_at_min=1.0)
+    return Profile.from_shape("wrf", wrf), Profile.from_shape("grapes", grapes)
+
+
+@dataclass(frozen=True)
+class MoldableConfig:
+    policy: str
+    slot: float
+    rate: float
+    slots: int
+    clusters: int = 10
+    nodes: int = 1000
+    accuracy: float = 0.95
+    seed: int = 1
+    warmup: int | None = None
+    batches: int = 10
+    drain: int = 400
+    profiles: tuple[Profile, ...] = field(default_factory=paper_profiles)
+
+    def __post_init__(self) -> None:
+        check_slot(self.slot)
+        if self.policy not in MOLDABLE_POLICIES:
+            raise ValidationError(field="policy", problem=f"must be one of {', '.join(MOLDABLE_POLICIES)}, "
+                                  f"got {self.policy!r}")
+        checks: list[tuple[str, Any, bool, str]] = [
+            ("rate", self.rate, isinstance(self.rate, int | float) and math.isfinite(self.rate) and self.rate >= 1,
+             "the mean number of arrivals per slot must be >= 1"),
+            ("slots", self.slots, isinstance(self.slots, int) and self.slots >= 1, "must be an integer >= 1"),
+            ("clusters", self.clusters, isinstance(self.clusters, int) and self.clusters >= 1,
+             "must be an integer >= 1"),
+            ("nodes", self.nodes, isinstance(self.nodes, int) and self.nodes >= 1, "must be an integer >= 1"),
+            ("accuracy", self.accuracy, isinstance(self.accuracy, int | float) and 0 < self.accuracy <= 1,
+             "the forecast accuracy rho must be in (0, 1] (0.95: actual time in [1, 1.05] x the forecast)"),
+            ("warmup", self.warmup, self.warmup is None or (isinstance(self.warmup, int) and self.warmup >= 0),
+             "the warm-up must be a number of slots >= 0"),
+            ("batches", self.batches, isinstance(self.batches, int) and self.batches >= 2,
+             "at least 2 batches (for a confidence interval)"),
+            ("drain", self.drain, isinstance(self.drain, int) and self.drain >= 0, "must be an integer >= 0"),
+        ]
+        for name, value, ok, problem in checks:
+            if isinstance(value, bool) or not ok:
+                raise ValidationError(field=name, problem=f"{problem}, got {value!r}")
+        if not self.profiles:
+            raise ValidationError(field="profiles", problem="need at least one speedup profile")
+        widest = max(p.minp for p in self.profiles)
+        if widest > self.nodes:
+            raise ValidationError(field="nodes", problem=f"{self.nodes} nodes per cluster cannot run a task of "
+                                  f"minimum width {widest}")
+        if self.slots - self.warm_slots < self.batches:
+            raise ValidationError(field="slots", problem=f"{self.slots} slots leave fewer measured slots than "
+                                  f"{self.batches} batches after a warm-up of {self.warm_slots} slots")
+
+    @property
+    def warm_slots(self) -> int:
+        """The warm-up: by default the longest deadline window (9,500 min x 5) in slots, after which the
+        set of tasks HSRET's load counts (arrived, deadline not passed) is in its steady state."""
+        if self.warmup is not None:
+            return self.warmup
+        return math.ceil(LENGTH_RANGE[1] * DEADLINE_FACTOR[1] / self.slot)
+
+
+@dataclass
+class Tasks:
+    """Every task of a run, in arrival order (structure of arrays)."""
+
+    arrival: np.ndarray
+    deadline: np.ndarray
+    length: np.ndarray
+    profile: np.ndarray
+    factor: np.ndarray
+    arrival_slot: np.ndarray
+
+
+def generate(cfg: MoldableConfig) -> tuple[Tasks, Clusters]:
+    """The tasks and clusters of ``cfg`` (a pure function of its seed and sizes)."""
+    ss = np.random.SeedSequence(cfg.seed)
+    task_seq, cluster_seq = ss.spawn(2)
+    rng = np.random.default_rng(task_seq)
+    hi = max(1, round(2 * cfg.rate - 1))
+    counts = rng.integers(1, hi, size=cfg.slots, endpoint=True)
+    total = int(counts.sum())
+    slot_of = np.repeat(np.arange(cfg.slots, dtype=np.int64), counts)
+    offset = rng.random(total)
+    arrival = (slot_of + offset) * cfg.slot
+    order = np.lexsort((offset, slot_of))
+    arrival, slot_of = arrival[order], slot_of[order]
+    length = rng.uniform(*LENGTH_RANGE, size=total)
+    deadline = arrival + rng.uniform(*DEADLINE_FACTOR, size=total) * length
+    profile = rng.integers(0, len(cfg.profiles), size=total)
+    factor = 1.0 + rng.uniform(0.0, 1.0 - cfg.accuracy, size=total) if cfg.accuracy < 1 else np.ones(total)
+    speeds = np.random.default_rng(cluster_seq).uniform(*SPEED_RANGE, size=cfg.clusters)
+    clusters = Clusters(tuple([cfg.nodes] * cfg.clusters), tuple(float(s) for s in speeds))
+    return Tasks(arrival, deadline, length, profile.astype(np.int64), factor, slot_of), clusters
+
+
+def policy_rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
+
+
+def _t975(df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
+
+def batch_means(values: np.ndarray, batch: np.ndarray, batches: int) -> tuple[float, float]:
+    """(mean over all values, 95 % half width over the batch means; nan when a batch is empty)."""
+    if values.size == 0:
+        return math.nan, math.nan
+    means = np.array([values[batch == b].mean() if (batch == b).any() else np.nan for b in range(batches)])
+    if np.isnan(means).any():
+        return float(values.mean()), math.nan
+    return float(values.mean()), _t975(batches - 1) * float(means.std(ddof=1)) / math.sqrt(batches)
+
+
+def simulate(cfg: MoldableConfig) -> dict[str, Any]:
+    """Run ``cfg``; the metrics dict (see the module docstring)."""
+    t0 = time.perf_counter()
+    tasks, clusters = generate(cfg)
+    policy = make_policy(cfg.policy, policy_rng(cfg.seed))
+    profiles = cfg.profiles
+    n_tasks = len(tasks.arrival)
+    start = np.full(n_tasks, -1, dtype=np.int64)
+    finish = np.full(n_tasks, -1, dtype=np.int64)
+    cluster = np.full(n_tasks, -1, dtype=np.int64)
+    width = np.zeros(n_tasks, dtype=np.int64)
+    need_f = np.zeros(n_tasks, dtype=np.int64)
+    need_a = np.zeros(n_tasks, dtype=np.int64)
+    done = np.zeros(n_tasks, dtype=np.int64)
+    warm = cfg.warm_slots
+    speed = clusters.s
+    nodes = clusters.n
+    widths_of = [set(p.widths) for p in profiles]
+    empty_i = np.zeros(0, dtype=np.int64)
+    waiting = empty_i
+    active = empty_i
+    recent = empty_i  # finished, deadline not passed (HSRET's load counts them)
+    seen = 0
+    busy = 0
+    suspended_slots = 0
+    cases: dict[int, int] = {}
+    now = 0
+    last = cfg.slots + cfg.drain
+    while now < last:
+        upto = int(np.searchsorted(tasks.arrival, now * cfg.slot, side="left"))
+        if upto > seen:
+            waiting = np.concatenate([waiting, np.arange(seen, upto, dtype=np.int64)])
+            seen = upto
+        if now >= cfg.slots and waiting.size == 0 and active.size == 0:
+            break
+        recent = recent[tasks.deadline[recent] > now * cfg.slot]
+        view = SlotView(
+            now=now, slot=cfg.slot, clusters=clusters, profiles=profiles,
+            w_id=waiting, w_arrival=tasks.arrival[waiting], w_deadline=tasks.deadline[waiting],
+            w_length=tasks.length[waiting], w_profile=tasks.profile[waiting],
+            a_id=active, a_arrival=tasks.arrival[active], a_deadline=tasks.deadline[active],
+            a_length=tasks.length[active], a_profile=tasks.profile[active], a_cluster=cluster[active],
+            a_width=width[active], a_rem=np.maximum(1, need_f[active] - done[active]),
+            f_arrival=tasks.arrival[recent], f_deadline=tasks.deadline[recent], f_length=tasks.length[recent],
+            f_profile=tasks.profile[recent])
+        decision = policy.decide(view)
+        if "case" in decision.notes:
+            k = int(decision.notes["case"])
+            cases[k] = cases.get(k, 0) + 1
+        running = np.asarray(decision.running, dtype=np.bool_)
+        if running.shape != active.shape:
+            raise InvariantViolation(rule="moldable-running", detail=f"{cfg.policy}: running mask of {running.shape}"
+                                     f" for {active.shape} active tasks")
+        new = np.array([s.task for s in decision.starts], dtype=np.int64)
+        if new.size:
+            is_waiting = np.isin(new, waiting)
+            if not is_waiting.all() or np.unique(new).size != new.size:
+                raise InvariantViolation(rule="moldable-start", detail=f"{cfg.policy} started a task that is not "
+                                         f"waiting (or twice) at slot {now}")
+            for s in decision.starts:
+                p = profiles[int(tasks.profile[s.task])]
+                if s.width not in widths_of[int(tasks.profile[s.task])] or not 0 <= s.cluster < len(nodes):
+                    raise InvariantViolation(rule="moldable-start", detail=f"{cfg.policy}: task {s.task} width "
+                                             f"{s.width} cluster {s.cluster} (allowed widths {list(p.widths)})")
+                j = p.widths.index(s.width)
+                minutes = tasks.length[s.task] * p.r[j] / speed[s.cluster]
+                need_f[s.task] = max(1, math.ceil(minutes / cfg.slot - EPS))
+                need_a[s.task] = max(1, math.ceil(minutes * tasks.factor[s.task] / cfg.slot - EPS))
+                cluster[s.task], width[s.task], start[s.task] = s.cluster, s.width, now
+            waiting = waiting[~np.isin(waiting, new)]
+        run = np.concatenate([active[running], new])
+        held = np.bincount(cluster[run], weights=width[run], minlength=len(nodes))
+        if (held > nodes).any():
+            c = int(np.argmax(held - nodes))
+            raise InvariantViolation(rule="moldable-capacity", detail=f"{cfg.policy} runs {int(held[c])} nodes on "
+                                     f"cluster {c} of {int(nodes[c])} at slot {now}")
+        if warm <= now < cfg.slots:
+            busy += int(held.sum())
+            suspended_slots += int((~running).sum())
+        done[run] += 1
+        ended = run[done[run] >= need_a[run]]
+        finish[ended] = now + 1
+        recent = np.concatenate([recent, ended])
+        active = np.concatenate([active, new])
+        active = active[finish[active] < 0]
+        now += 1
+    measured = tasks.arrival_slot >= warm
+    batch = ((tasks.arrival_slot - warm) * cfg.batches) // (cfg.slots - warm)
+    fin = measured & (finish >= 0)
+    begun = measured & (start >= 0)
+    late = measured & ((finish < 0) | (finish * cfg.slot > tasks.deadline + EPS))
+    aet, ci_aet = batch_means(((finish - start) * cfg.slot)[fin], batch[fin], cfg.batches)
+    awt, ci_awt = batch_means((start * cfg.slot - tasks.arrival)[begun], batch[begun], cfg.batches)
+    put, ci_put = batch_means(100.0 * late[measured].astype(np.float64), batch[measured], cfg.batches)
+    wall = time.perf_counter() - t0
+    n_measured = int(measured.sum())
+    return {
+        "policy": cfg.policy, "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy, "seed": cfg.seed,
+        "tasks": n_measured, "aet": aet, "awt": awt, "put": put,
+        "utilization": busy / (float(nodes.sum()) * (cfg.slots - warm)),
+        "slots": cfg.slots, "warmup_slots": warm, "simulated_slots": now, "batches": cfg.batches,
+        "ci_aet": ci_aet, "ci_awt": ci_awt, "ci_put": ci_put,
+        "unfinished": int((measured & (finish < 0)).sum()),
+        "mean_width": float(width[begun].mean()) if begun.any() else math.nan,
+        "suspended_task_slots": suspended_slots,
+        "hsret_cases": {str(k): v for k, v in sorted(cases.items())},
+        "clusters": cfg.clusters, "nodes": cfg.nodes,
+        "wall_s": wall, "slots_per_s": now / wall if wall > 0 else math.nan,
+    }
+
+
+def sweep_cell(policy: str, slot: float, rate: float, accuracy: float, seed: int, slots: int, clusters: int,
+               nodes: int, warmup: int | None = None) -> dict[str, Any]:
+    """One cell of ``vmctl moldable sweep`` (for ``vmctl.experiments.runner``): scalar metrics only."""
+    res = simulate(MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, clusters=clusters, nodes=nodes,
+                                  accuracy=accuracy, seed=seed, warmup=warmup))
+    keep = ("tasks", "aet", "awt", "put", "utilization", "warmup_slots", "ci_aet", "ci_awt", "ci_put", "unfinished",
+            "mean_width", "suspended_task_slots", "simulated_slots", "slots_per_s")
+    return {k: res[k] for k in keep}
