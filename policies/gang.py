@@ -26,11 +26,13 @@ Actions, in this order (the occupancy model checks them one at a time, so the or
    order (an empty row is left out of the cycle, which is why compaction pays: every other row gets
    its slices more often; every job runs at least once per cycle).
 
-Example (4 cores, MPL 2, ``gs-m``, C = 10): a on level 0 of cores 0-1, b on level 1 of core 0, c
-queued with 2 processes. Collapse changes nothing; compaction moves b to core 2 of row 0 (option 2,
-eq. 2 = 20 < eq. 1 = 25): ``Move(b, (2,), 0, cost=10)``; row 1 is now empty, c takes cores 0-1 of it:
-``Start(c, (0, 1), 1)``; expansion replicates b into row 1 (core 2 is free there):
-``Replicate(b, 1)``; schedule ``SliceSchedule(200, (0, 1))``.
+Example (4 cores, MPL 2, ``gs-m``, C = 10; ``tests/unit/test_gang.py``): a on level 0 of cores 0-1, b on
+level 1 of core 0, c queued with 2 processes. Collapse changes nothing; compaction moves b to core 2
+of row 0 (option 2, eq. 2 = 20 < eq. 1 = 25): ``Move(b, (2,), 0, cost=10)``; row 1 is now empty and c
+opens it on cores 0-1; expansion replicates a into row 1 by clearing its cores there (option 1), which
+moves c, not yet started, to cores 2-3: c simply starts there, ``Start(c, (2, 3), 1)``, then
+``Replicate(a, 1)``; schedule ``SliceSchedule(200, (0, 1))``: a runs in every slice, b and c in every
+other.
 
 Parameters: ``mpl`` (rows at most, default 5; the cluster must offer at least that many levels,
 else ``policy-needs-unmet`` before the first decision), ``slice`` (T in seconds, default 200),

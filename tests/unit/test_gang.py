@@ -370,3 +370,14 @@ def test_gang_cell_is_the_simulators_result() -> None:
         assert a[k] == b[k], k
     assert a["migrations_per_job"] == 0 and a["jobs_done"] == 40
     assert a["utilization_eq3"] == pytest.approx(a["utilization"] / 3)
+
+
+def test_the_module_headers_example() -> None:
+    # policies/gang.py and docs/gang.md: compaction migrates b (option 2), c opens row 1, expansion
+    # clears a's cores of row 1 for its replica, so c (not started yet) starts on cores 2-3 instead
+    a, b, c = job("a", 2), job("b", 1), job("c", 2, submit=1.0)
+    v = tview(4, 2, [(a, 0, (0, 1), ()), (b, 1, (0,), ())], queue=[c])
+    d = create_policy("gs-m", mpl=2, cost=10.0).decide(v, 5.0)
+    assert d.actions == (Move("b", (2,), 0, 10.0), Start("c", (2, 3), 1), Replicate("a", 1))
+    assert d.schedule == SliceSchedule(200.0, (0, 1), 0.0)
+    check_decision(v, d, 5.0)
