@@ -322,7 +322,8 @@ def test_sim_run_with_a_gang_policy(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(out)
     # the levels default to the policy's MPL, the model's slice to its T
     assert doc["execution"] == {"model": "timeslice", "discipline": "timeslice", "levels": 5, "slice_s": 200.0}
-    assert doc["params"] == {"mpl": 5, "slice": 200.0, "cost": 20.0, "quota": math.inf}
+    assert doc["params"] == {"mpl": 5, "slice": 200.0, "cost": 20.0, "quota": "inf"}  # strict JSON
+    assert "Infinity" not in out
     gang = doc["gang"]
     assert gang["slice_s"] == 200.0 and gang["mpl"] == 5
     assert gang["capacity_lost"] > 0 and doc["migrations"] > 0

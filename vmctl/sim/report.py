@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,13 @@ def print_table(result: SimResult, console: Console | None = None, execution: di
 
 
 def to_json(result: SimResult, extra: dict[str, Any] | None = None) -> str:
+    """One JSON object (strict JSON: an infinite parameter, such as the gang policies' default quota,
+    is written as the string ``"inf"``)."""
     doc = result.to_dict()
+    params = doc.get("params")
+    if isinstance(params, dict):
+        doc["params"] = {k: (("inf" if v > 0 else "-inf") if isinstance(v, float) and math.isinf(v) else v)
+                         for k, v in params.items()}
     if extra:
         doc.update(extra)
     return json.dumps(doc, sort_keys=True)
