@@ -118,6 +118,22 @@ class GangMigration:
 
 
 @dataclass(frozen=True, slots=True)
+class GangStep:
+    """One change of the matrix, in the order :func:`derive` made it, so that replaying the steps one by
+    one on the collapsed matrix never puts two jobs on one slot (what a policy needs to turn them into
+    actions that an occupancy check accepts one at a time). ``move``: ``job`` leaves ``from_row``
+    (``old_nodes``) for ``row`` (``nodes``); ``start``: a queued job takes ``nodes`` of ``row``;
+    ``replicate``: a running job also takes its own ``nodes`` of ``row``."""
+
+    kind: str
+    job: str
+    row: int
+    nodes: tuple[int, ...]
+    from_row: int = -1
+    old_nodes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class GangChoice:
     """One priced migration option that was taken: for ``job`` (the job being moved or replicated),
     ``option`` 1 or 2, its capacity loss by eq. (1) or (2), and the tasks it migrated."""
@@ -218,6 +234,7 @@ class Derivation:
     choices: list[GangChoice] = field(default_factory=list)
     reservation: tuple[str, int, float] | None = None
     tasks_migrated: int = 0
+    steps: list[GangStep] = field(default_factory=list)
 
     @property
     def capacity_loss(self) -> float:
@@ -297,6 +314,10 @@ class _Deriver:
         for j, nodes in plan.items():
             m.place(j, row, nodes)
             self.out.migrations.append(GangMigration(j, old[j], nodes, phase))
+        # A blocker's new nodes are free nodes or old nodes of blockers planned *after* it (each keeps
+        # its own nodes outside A's, so none takes an earlier one's): one by one, the last goes first.
+        for j in reversed(plan):
+            self.out.steps.append(GangStep("move", j, row, plan[j], row, old[j]))
 
     # -------------------------------------------------------------- the four steps
 
@@ -319,6 +340,7 @@ class _Deriver:
         if m.all_free(p, nodes):
             m.remove(a, r)
             m.place(a, p, nodes)
+            self.out.steps.append(GangStep("move", a, p, nodes, r, nodes))
             return True
         if not self.p.migration or m.free[p] < size:
             return False
@@ -342,11 +364,13 @@ class _Deriver:
             m.remove(a, r)
             self._apply_clear(p, plan, "compact")
             m.place(a, p, nodes)  # A keeps its nodes: only the jobs in its way migrate
+            self.out.steps.append(GangStep("move", a, p, nodes, r, nodes))
             self._spend(a, "compact", 1, loss, tasks)
             return True
         new = _pick(m, p, nodes, size)
         m.remove(a, r)
         m.place(a, p, new)
+        self.out.steps.append(GangStep("move", a, p, new, r, nodes))
         self.out.migrations.append(GangMigration(a, nodes, new, "compact"))
         self._spend(a, "compact", 2, loss, tasks)
         return True
@@ -377,7 +401,9 @@ class _Deriver:
             if blocked is not None and row == blocked[1] and job.remaining > blocked[2]:
                 h, hrow, shadow, extra = blocked
                 blocked = (h, hrow, shadow, extra - job.size)
-            m.place(job.id, row, tuple(m.free_nodes(row)[: job.size]))
+            cells = tuple(m.free_nodes(row)[: job.size])
+            m.place(job.id, row, cells)
+            self.out.steps.append(GangStep("start", job.id, row, cells))
             self.out.started[job.id] = row
 
     def _reserve(self, job: GangJob) -> tuple[GangJob, int, float, int]:
@@ -411,8 +437,11 @@ class _Deriver:
                     continue
                 if m.all_free(p, nodes):
                     m.place(a, p, nodes)
+                    self.out.steps.append(GangStep("replicate", a, p, nodes))
                     continue
-                if not self.p.migration:
+                # clearing A's nodes of row p needs, besides them, room in p for the jobs on them: exactly
+                # when p has |A| free slots (every occupied one of A's nodes is a blocker's)
+                if not self.p.migration or m.free[p] < len(nodes):
                     continue
                 blockers = self._blockers(p, nodes)
                 if not blockers:
@@ -425,6 +454,7 @@ class _Deriver:
                     continue
                 self._apply_clear(p, plan, "expand")
                 m.place(a, p, nodes)
+                self.out.steps.append(GangStep("replicate", a, p, nodes))
                 c = self.p.cost
                 self._spend(a, "expand", 1, c / 2 * len(nodes) + c * moved, moved)
 

@@ -28,6 +28,11 @@ suspend / resume          keep the slots; suspend needs a running, not suspended
                           suspended one (no double suspend, no resume of a job that is not suspended)
 set_cap                   cap in (0, 1] or None; a shared VM's node totals follow the new cap
 place_shared              a queued job starts, or a running one is re-placed, as capped shared VMs
+replicate                 ``timeslice`` only: a running job also takes ``level`` of its own cores (free
+                          there); kill/checkpoint/completion free every row; a replicated job cannot
+                          move or resize (unreplicate first)
+unreplicate               drops one of a replicated job's rows (its lowest other row becomes its level
+                          when that one goes); never its last row
 ========================  =========================================================================
 
 Example (priority discipline, 2 cores): view fg = [a, None], bg = [None, None]. ``StartBg(b, (0,))``
@@ -54,6 +59,7 @@ from vmctl.model import (
     Move,
     PlaceShared,
     Promote,
+    Replicate,
     Resize,
     Restore,
     Resume,
@@ -64,6 +70,7 @@ from vmctl.model import (
     StartFg,
     Suspend,
     Tier,
+    Unreplicate,
 )
 
 EPS = 1e-9
@@ -88,8 +95,8 @@ class Occupancy:
     """Copy-on-write occupancy of a view (see the module docstring). ``queued`` holds the queued jobs
     the caller will name (``queued_subset``); jobs not in it are treated as not waiting."""
 
-    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "base", "checkpointed", "nodes", "now", "over",
-                 "placed", "queued", "started", "suspended", "view")
+    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "base", "checkpointed", "extra", "nodes", "now",
+                 "over", "placed", "queued", "started", "suspended", "view")
 
     def __init__(self, view: ClusterView, queued: dict[str, Job], now: float) -> None:
         self.view = view
@@ -104,6 +111,7 @@ class Occupancy:
         self.checkpointed: set[str] = set()
         self.suspended: dict[str, bool] = {}
         self.nodes: dict[str, tuple[tuple[str, ...], float, float]] = {}  # shared job -> (nodes, cap, mem)
+        self.extra: dict[str, tuple[int, ...]] = {}  # replicated job -> its other levels (sorted), same cores
         self._node_cpu: dict[str, float] | None = None
         self._node_mem: dict[str, float] = {}
         self._node_touched: set[str] = set()
@@ -124,6 +132,8 @@ class Occupancy:
             return None
         where = (-1, rj.cores) if rj.shared_nodes else (rj.level, rj.cores)
         self.placed[job_id] = where
+        if rj.replicas:
+            self.extra[job_id] = tuple(sorted(rj.replicas))
         if rj.shared_nodes:
             self.nodes[job_id] = (rj.shared_nodes, _cap_of(rj.cap, rj.job), rj.job.mem)
         self.suspended[job_id] = rj.suspended
@@ -182,10 +192,18 @@ class Occupancy:
         if level < 0:
             self._unshare(job_id)
             return
-        over = self.over[level]
-        for c in cores:
-            if self.slot(level, c) == job_id:
-                over[c] = None
+        for lv in (level, *self.extra.pop(job_id, ())):
+            over = self.over[lv]
+            for c in cores:
+                if self.slot(lv, c) == job_id:
+                    over[c] = None
+
+    def _single_row(self, job_id: str, action: str) -> None:
+        """Raise when the job runs in several rows (a replicated job neither moves nor resizes)."""
+        extra = self.extra.get(job_id)
+        if extra:
+            raise fail("replicated", f"{action} {job_id}: the job also runs on levels {list(extra)}; unreplicate "
+                                     "it first")
 
     def _submitted(self, job: Job) -> None:
         if job.submit_time > self.now + EPS:
@@ -232,6 +250,7 @@ class Occupancy:
             self.suspended[job_id] = False
             return
         _old_level, old_cores = self._need_running(job_id, action)
+        self._single_row(job_id, action)
         target = old_cores if cores is None else cores
         self.cores_ok(job_id, target, self._procs(job_id, len(old_cores)), action)
         self._check_free(job_id, level, target, action)  # before freeing: a refused move changes nothing
@@ -258,6 +277,7 @@ class Occupancy:
         if shape is None or shape.kind != "task-bag":
             raise fail("resize-not-task-bag", f"resize {job_id}: only a task bag changes its worker count")
         self._need_running(job_id, "resize")
+        self._single_row(job_id, "resize")
         self._level_ok(job_id, level, "resize")
         if not shape.allows(len(cores)):
             raise fail("cores-count", f"resize {job_id}: {len(cores)} workers, its shape allows 1..{max(shape.widths)}")
@@ -364,6 +384,47 @@ class Occupancy:
         self.placed[jid] = (-1, ())
         self._share(jid, act.nodes, act.cap, job.mem)
 
+    def replicate(self, job_id: str, level: int) -> None:
+        """The job also runs on ``level`` of its own cores (time slicing only; the slots must be free)."""
+        where, cores = self._need_running(job_id, "replicate")
+        if self.view.discipline is not Discipline.TIMESLICE:
+            raise fail("replicate-discipline", f"replicate {job_id}: rows need the timeslice discipline, the "
+                                               f"cluster is {self.view.discipline.value}")
+        if where < 0:
+            raise fail("replicate-shared", f"replicate {job_id}: the job runs as capped shared VMs")
+        self._level_ok(job_id, level, "replicate")
+        extra = self.extra.get(job_id, ())
+        if level == where or level in extra:
+            raise fail("replicate-twice", f"replicate {job_id}: the job already runs on level {level}")
+        self._check_free(job_id, level, cores, "replicate")
+        over = self.over[level]
+        for c in cores:
+            over[c] = job_id
+        self.extra[job_id] = tuple(sorted((*extra, level)))
+
+    def unreplicate(self, job_id: str, level: int) -> None:
+        """Drop ``level`` from a job that runs in several rows."""
+        where, cores = self._need_running(job_id, "unreplicate")
+        extra = self.extra.get(job_id, ())
+        if level != where and level not in extra:
+            raise fail("unreplicate-absent", f"unreplicate {job_id}: the job does not run on level {level}")
+        if not extra:
+            raise fail("unreplicate-last-row", f"unreplicate {job_id}: level {level} is its only row (Kill or "
+                                               "Checkpoint it instead)")
+        over = self.over[level]
+        for c in cores:
+            if self.slot(level, c) == job_id:
+                over[c] = None
+        if level == where:
+            self.placed[job_id] = (extra[0], cores)
+            extra = extra[1:]
+        else:
+            extra = tuple(lv for lv in extra if lv != level)
+        if extra:
+            self.extra[job_id] = extra
+        else:
+            del self.extra[job_id]
+
     def apply(self, act: Action) -> None:
         """Apply one action (any kind) or raise ``InvariantViolation``."""
         handler = _HANDLERS.get(type(act))
@@ -437,6 +498,8 @@ _HANDLERS: dict[type, Callable[[Occupancy, Any], None]] = {
     SetCap: lambda o, a: o.set_cap(a.job_id, a.cap),
     PlaceShared: Occupancy.place_shared,
     Resize: lambda o, a: o.resize(a.job_id, a.cores, a.level),
+    Replicate: lambda o, a: o.replicate(a.job_id, a.level),
+    Unreplicate: lambda o, a: o.unreplicate(a.job_id, a.level),
 }
 
 

@@ -12,6 +12,7 @@ from vmctl.policies.base import SchedulingPolicy
 
 _MODULES: tuple[str, ...] = (
     "vmctl.policies.easy_family",
+    "vmctl.policies.gang",
     "vmctl.policies.vcsched.policy",
     "vmctl.policies.dispatch_policy",
 )

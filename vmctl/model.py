@@ -310,6 +310,11 @@ class RunningJob:
     ``tasks_left``: a task bag's unfinished tasks (running or not started; paper 001's decision maker
     needs them), None for other jobs or where not known (an additive field: the simulator's task-bag
     model fills it, vmctld does not yet).
+    ``replicas`` (``timeslice`` discipline, gang scheduling's expansion): the other levels the job is
+    replicated into, on the *same* cores (:class:`Replicate`); it advances in every slice where one of
+    its rows (``level`` or a replica) is active. ``migrated_at``: when the job last moved to other
+    cores (a ``Move``/``Migrate`` that changed its cores; ``-inf``: never), which lets a stateless
+    policy count the tasks migrated in the current time slice (the gang policies' quota Q).
     """
 
     job: Job
@@ -324,6 +329,8 @@ class RunningJob:
     cap: float | None = None
     shared_nodes: tuple[str, ...] = ()
     tasks_left: int | None = None
+    replicas: tuple[int, ...] = ()
+    migrated_at: float = -math.inf
 
     def __post_init__(self) -> None:
         if self.level < 0:
@@ -644,6 +651,28 @@ class Resize:
 
 
 @dataclass(frozen=True, slots=True)
+class Replicate:
+    """Time slicing (gang scheduling's expansion, paper 004 sec. 2): a running job also runs on
+    ``level`` of its *own* cores (they must be free there); it then advances in every slice where any
+    of its rows is active. Kill, completion and checkpoint free every row; a replicated job cannot
+    Move or Resize (unreplicate it first)."""
+
+    job_id: str
+    level: int
+    kind: Literal["replicate"] = "replicate"
+
+
+@dataclass(frozen=True, slots=True)
+class Unreplicate:
+    """Drop one row (``level``) of a job that runs in several; when it is the job's ``level``, its
+    lowest remaining replica becomes its level. A job's last row is left with Kill/Checkpoint."""
+
+    job_id: str
+    level: int
+    kind: Literal["unreplicate"] = "unreplicate"
+
+
+@dataclass(frozen=True, slots=True)
 class SliceSchedule:
     """Time slicing (``timeslice`` discipline): row (level) ``order[k]`` is active during the k-th
     ``period`` seconds of each cycle, starting at ``epoch``. Agents switch rows on their own clock: no
@@ -656,7 +685,7 @@ class SliceSchedule:
 
 Action: TypeAlias = (
     StartFg | StartBg | Promote | Demote | Migrate | Kill | Checkpoint | Restore | SetCap | Suspend | Resume
-    | PlaceShared | Start | Move | Resize
+    | PlaceShared | Start | Move | Resize | Replicate | Unreplicate
 )
 
 

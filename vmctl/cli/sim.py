@@ -3,6 +3,8 @@
 
     vmctl sim run --trace ../shared/data/traces/KTH-SP2-1996-2.1-cln.swf.gz --policy easy
     vmctl sim run --model feitelson96 --jobs 5000 --policy easy --discipline timeslice --levels 3 --slice 200
+    vmctl sim run --model jann97 --jobs 2000 --load 0.9 --policy gs-m --discipline timeslice --param cost=20
+    vmctl sim gang-table1 --jobs 2000 --workers 2 --out results/gang
     vmctl sim run --model feitelson96 --jobs 20000 --procs 320 --load 0.8 --policy measy --output json
     vmctl sim sweep --model feitelson96 --jobs 20000 --policies easy,keasy,reasy,measy \\
         --loads 0.5,0.6,0.7,0.8,0.9,0.95 --out results/fw
@@ -107,6 +109,29 @@ def _spec(trace: str | None, model: str | None, jobs: int | None, procs: int | N
                         cpu_usage="full" if cpu_usage == "full" else "paper")
 
 
+def _gang_defaults(policy: str, parsed: dict[str, Any], discipline: str, levels: int | None,
+                   slice_s: float | None) -> tuple[int | None, float | None]:
+    """A policy with ``mpl``/``slice`` parameters (the gang policies) on ``--discipline timeslice``: the
+    levels default to its MPL, and ``--slice`` and its ``slice`` are one value (either sets both; both
+    given and different is an error), so the model's first slices already have the policy's T."""
+    cls = policy_class(policy)
+    known = cls.parameters
+    if discipline != "timeslice" or not ("slice" in known or "mpl" in known):
+        return levels, slice_s
+    cls(**parsed)  # a bad mpl/slice is named as the policy's parameter, not as --levels/--slice
+    if "slice" in known:
+        if slice_s is not None and "slice" in parsed and parsed["slice"] != slice_s:
+            raise ValidationError(field="--slice", problem=f"{slice_s:g} s is not the policy's "
+                                                           f"slice={parsed['slice']:g}; give one of them")
+        if slice_s is None:
+            slice_s = float(parsed.get("slice", known["slice"][1]))
+        else:
+            parsed["slice"] = slice_s
+    if levels is None and "mpl" in known:
+        levels = int(parsed.get("mpl", known["mpl"][1]))
+    return levels, slice_s
+
+
 @click.group()
 def sim() -> None:
     """Simulate scheduling policies on a two-tier (fg/bg) cluster."""
@@ -161,8 +186,9 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
     from vmctl.experiments.sweep import build_workload, run_one
     from vmctl.sim import report
 
-    execution, execution_doc = _execution(discipline, levels, slice_s)
     parsed = _parse_params(policy, params)
+    levels, slice_s = _gang_defaults(policy, parsed, discipline, levels, slice_s)
+    execution, execution_doc = _execution(discipline, levels, slice_s)
     if jobs_out is not None:
         from vmctl.sim.jobs_out import check_target
 
@@ -202,6 +228,105 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
     else:
         report.print_table(result, execution=execution_doc)
         click.echo(f"wall time {wall:.2f} s", err=True)
+
+
+@sim.command("gang-table1")
+@click.option("--jobs", type=int, default=2000, show_default=True, help="jann97 jobs per run (the paper's size: "
+              "as many as the workload needs; see docs/gang.md).")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model.")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_table1_cmd(jobs: int, seed: int, workers: int | None, scheduler: str | None, out_dir: str) -> None:
+    """Paper 004's Table 1 (gs, gs-m, bgs, bgs-m; MPL 5, C = 0, Q unlimited) on jann97 at 320
+    processors: calibrate the offered loads, run the grid, print ours beside the paper's."""
+    from vmctl.experiments.gang import table1
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    if workers is not None and workers <= 0:
+        raise ValidationError(field="--workers", problem=f"must be > 0, got {workers}")
+    click.echo(table1(jobs, out_dir, seed=seed, workers=workers, scheduler=scheduler,
+                      progress=sys.stderr.isatty()))
+
+
+@sim.command("gang-figure1")
+@click.option("--jobs", type=int, default=2000, show_default=True, help="jann97 jobs per run.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model.")
+@click.option("--costs", default="0,10,20,30", show_default=True, help="Migration costs C (s), comma-separated.")
+@click.option("--quotas", default="0,16,64,256,-1", show_default=True,
+              help="Quotas Q (tasks per slice; -1 = unlimited), comma-separated.")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_figure1_cmd(jobs: int, seed: int, costs: str, quotas: str, workers: int | None, scheduler: str | None,
+                     out_dir: str) -> None:
+    """Paper 004's Figure 1: slowdown and wait of GS+M and BGS+M against Q for workloads 2 and 5 (loads
+    from the Table 1 calibration in OUT), at each cost C; writes OUT/figure1.md and OUT/figure1.png."""
+    from vmctl.experiments.gang import figure1
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    cost_list, quota_list = _floats("--costs", costs), _ints("--quotas", quotas)
+    if not cost_list or any(not (c >= 0 and math.isfinite(c)) for c in cost_list):
+        raise ValidationError(field="--costs", problem=f"expected finite numbers >= 0, got {costs!r}")
+    if not quota_list or any(q < -1 for q in quota_list):
+        raise ValidationError(field="--quotas", problem=f"expected integers >= 0 (or -1 = unlimited), got {quotas!r}")
+    click.echo(figure1(jobs, out_dir, seed=seed, workers=workers, scheduler=scheduler, progress=sys.stderr.isatty(),
+                       costs=cost_list, quotas=quota_list))
+
+
+@sim.command("gang-figure2")
+@click.option("--jobs", type=int, default=2000, show_default=True, help="jann97 jobs per run.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model.")
+@click.option("--costs", default="0,20,30", show_default=True, help="Migration costs C (s) at Q = 64.")
+@click.option("--mpls", default="2,3,5", show_default=True, help="Multiprogramming levels.")
+@click.option("--workloads", default="0,1,2,3,4,5,6,7,8", show_default=True,
+              help="Workloads of Table 1 (their calibrated loads) to sweep.")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_figure2_cmd(jobs: int, seed: int, costs: str, mpls: str, workloads: str, workers: int | None,
+                     scheduler: str | None, out_dir: str) -> None:
+    """Paper 004's Figure 2: slowdown against utilization for each MPL, Q = 0 and Q = 64 at each cost;
+    the largest utilization with slowdown <= 20. Writes OUT/figure2.md and OUT/figure2.png."""
+    from vmctl.experiments.gang import figure2
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    cost_list, mpl_list, wl_list = _floats("--costs", costs), _ints("--mpls", mpls), _ints("--workloads", workloads)
+    if any(not (c >= 0 and math.isfinite(c)) for c in cost_list):
+        raise ValidationError(field="--costs", problem=f"expected finite numbers >= 0, got {costs!r}")
+    if not mpl_list or any(m < 2 for m in mpl_list):
+        raise ValidationError(field="--mpls", problem=f"expected integers >= 2, got {mpls!r}")
+    if not wl_list or any(not 0 <= w <= 8 for w in wl_list):
+        raise ValidationError(field="--workloads", problem=f"expected workloads 0..8, got {workloads!r}")
+    click.echo(figure2(jobs, out_dir, seed=seed, workers=workers, scheduler=scheduler, progress=sys.stderr.isatty(),
+                       costs=cost_list, mpls=mpl_list, workloads=wl_list))
+
+
+@sim.command("gang-traces")
+@click.option("--jobs", type=int, default=3000, show_default=True, help="First N jobs of each trace.")
+@click.option("--trace-dir", default="../shared/data/traces", show_default=True, help="Where the SWF traces are.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the CPU-usage draw (MEASY).")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_traces_cmd(jobs: int, trace_dir: str, seed: int, workers: int | None, scheduler: str | None,
+                    out_dir: str) -> None:
+    """gs, gs-m, bgs, bgs-m (MPL 5) against EASY and MEASY on the real traces (KTH, SDSC, CTC, HPC2N);
+    writes OUT/traces.md."""
+    from vmctl.experiments.gang import TRACES, traces
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    missing = [t for t in TRACES if not (Path(trace_dir) / t).exists()]
+    if missing:
+        from vmctl.errors import TraceFormatError
+
+        raise TraceFormatError(path=str(Path(trace_dir) / missing[0]), line=0, problem="no such file")
+    click.echo(traces(jobs, out_dir, trace_dir, seed=seed, workers=workers, scheduler=scheduler,
+                      progress=sys.stderr.isatty()))
 
 
 @sim.command("sweep")

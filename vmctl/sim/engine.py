@@ -66,6 +66,7 @@ from vmctl.model import (
     Move,
     PlaceShared,
     Promote,
+    Replicate,
     Resize,
     Restore,
     Resume,
@@ -76,6 +77,7 @@ from vmctl.model import (
     StartFg,
     Suspend,
     Tier,
+    Unreplicate,
     tier_of_level,
 )
 from vmctl.policies.base import Offer, SchedulingPolicy
@@ -85,6 +87,7 @@ from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel, WorkloadRecord
 from vmctl.sim.execution import shared_rate as shared_rate
+from vmctl.sim.timeslice import TimeSliceModel
 
 _EPS = 1e-9
 #: levelled path: a run whose rate falls to 0 with at most this much work left is complete (rounding)
@@ -189,6 +192,9 @@ class SimResult:
     #: passes (counted in ``decisions``) where ``policy.cannot_act(view)`` held, so ``decide`` and the
     #: check were skipped; not in ``to_dict`` (an implementation detail, results do not depend on it)
     skipped_passes: int = 0
+    #: time-sliced runs (the timeslice execution model with 2 levels or more): the metrics of paper 004
+    #: sec. 3; in ``to_dict`` as ``gang`` only when present (other runs' output is unchanged)
+    gang: metrics_mod.GangMetrics | None = None
 
     def to_dict(self) -> dict[str, object]:
         m = self.metrics
@@ -196,7 +202,7 @@ class SimResult:
         def ci(i: metrics_mod.Interval | None) -> dict[str, float | int] | None:
             return None if i is None else i.to_dict()
 
-        return {
+        doc: dict[str, object] = {
             "source": self.source,
             "policy": self.policy,
             "params": dict(self.params),
@@ -219,6 +225,9 @@ class SimResult:
                 "avg_wait": ci(m.ci_wait),
             },
         }
+        if self.gang is not None:
+            doc["gang"] = self.gang.to_dict()
+        return doc
 
 
 _Run = Run  # the engine's name of a running job (defined with the execution models)
@@ -240,6 +249,8 @@ class _LiveProgress(RunningJob):
     cap = None
     shared_nodes = ()
     tasks_left = None
+    replicas = ()
+    migrated_at = -_INF
 
     @property
     def level(self) -> int:
@@ -286,6 +297,8 @@ class _LiveShared(_Live):
     ``cores`` stand for its nodes (the first core of each); progress is live."""
 
     __slots__ = ()
+    replicas = ()
+    migrated_at = -_INF
 
 
 class _LiveLevel(_Live):
@@ -439,6 +452,7 @@ class Simulator:
         self._migrations = 0
         self._policy_kills = 0
         self._wasted = 0.0
+        self._migration_loss = 0.0  # levelled path: core-seconds of no progress paid for migrations (cost x width)
         self._decisions = 0
         self._skipped = 0
         # cluster state
@@ -900,6 +914,11 @@ class Simulator:
             run.suspended = False
         elif isinstance(act, Checkpoint):
             run.checkpointed = True
+            run.replicas = ()
+        elif isinstance(act, Replicate | Unreplicate):
+            run.level, run.cores = self._placement(occ, jid)
+            run.tier = tier_of_level(run.level)
+            run.replicas = occ.extra.get(jid, ())
         elif isinstance(act, Resize):
             old = run.cores
             run.level, run.cores = self._placement(occ, jid)
@@ -914,6 +933,8 @@ class Simulator:
             if not run.checkpointed and sorted(cores) != sorted(run.cores):
                 self._migrations += 1
                 self._job_migrations[run.idx] += 1
+                run.migrated_at = now
+                self._migration_loss += cost * len(cores)
             run.level, run.cores, run.tier = level, cores, tier_of_level(level)
             run.tier_since = now
             run.debt += cost
@@ -953,15 +974,16 @@ class Simulator:
         """A completed run leaves its slots (the engine's own event, not an action)."""
         if run.checkpointed:
             return
-        level, jid = run.level, run.job.id
-        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
-        for c in run.cores:
-            if jobs[c] == jid:
-                jobs[c] = None
-                slot_run[c] = None
-                idle.add(c)
-        for r in self.model.affected(level, run.cores):
-            self._dirty[r.idx] = r
+        jid = run.job.id
+        for level in (run.level, *run.replicas):
+            jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
+            for c in run.cores:
+                if jobs[c] == jid:
+                    jobs[c] = None
+                    slot_run[c] = None
+                    idle.add(c)
+            for r in self.model.affected(level, run.cores):
+                self._dirty[r.idx] = r
 
     def hold_slots(self, run: _Run, cores: tuple[int, ...]) -> None:
         """``EngineState.hold_slots``: a task bag's worker keeps a slot a Resize gave up until its task ends."""
@@ -1026,7 +1048,8 @@ class Simulator:
         setattr_ = object.__setattr__
         for name, value in (("job", run.job), ("tier", run.tier), ("cores", run.cores),
                             ("start_time", run.start_time), ("tier_since", run.tier_since),
-                            ("suspended", run.stopped), ("level", run.level), ("_run", run), ("_sim", self)):
+                            ("suspended", run.stopped), ("level", run.level), ("replicas", run.replicas),
+                            ("migrated_at", run.migrated_at), ("_run", run), ("_sim", self)):
             setattr_(snap, name, value)
         self._snaps[run.job.id] = snap
 
@@ -1155,15 +1178,21 @@ class Simulator:
 
     def _result(self) -> SimResult:
         n = self.n
-        m = metrics_mod.compute(
-            submit=np.asarray(self._submit, dtype=np.float64),
-            first_start=np.frombuffer(self._first_start, dtype=np.float64) if n else np.zeros(0),
-            end=np.frombuffer(self._end, dtype=np.float64) if n else np.zeros(0),
-            run=np.asarray(self._work if self._span is None else self._span, dtype=np.float64),
-            procs=np.asarray(self._width, dtype=np.float64),
-            cores=self.cores,
-            batches=self.config.batches,
-        )
+        arrays = {
+            "submit": np.asarray(self._submit, dtype=np.float64),
+            "first_start": np.frombuffer(self._first_start, dtype=np.float64) if n else np.zeros(0),
+            "end": np.frombuffer(self._end, dtype=np.float64) if n else np.zeros(0),
+            "run": np.asarray(self._work if self._span is None else self._span, dtype=np.float64),
+            "procs": np.asarray(self._width, dtype=np.float64),
+        }
+        m = metrics_mod.compute(**arrays, cores=self.cores, batches=self.config.batches)
+        gang = None
+        # paper 004 sec. 3, for time-sliced runs (one row is a dedicated machine: its results are the one-tier
+        # results, unchanged); T is the schedule's period at the end
+        if isinstance(self.model, TimeSliceModel) and self.model.levels >= 2:
+            mpl = self.policy.params.get("mpl", self.model.levels)
+            gang = metrics_mod.gang(**arrays, cores=self.cores, slice_s=self.model.schedule.period,
+                                    mpl=int(mpl), capacity_lost=self._migration_loss, migrations=self._migrations)
         return SimResult(
             policy=self.policy.name,
             params=self.policy.reported_params(),
@@ -1179,6 +1208,7 @@ class Simulator:
             wasted_work=self._wasted,
             seed=self.config.seed,
             source=self.source,
+            gang=gang,
         )
 
     # ------------------------------------------------------------------ per-job outcomes (tests, reports)

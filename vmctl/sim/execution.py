@@ -88,15 +88,16 @@ class Run:
     """A job that holds slots (or is checkpointed) in the simulator: where it is and how fast it
     advances, ``progress(t) = p0 + rate * (t - max(t0, blocked_until))`` for ``t >= t0``.
 
-    Models read ``idx`` (the job's position in the workload), ``job``, ``level``, ``cores``,
+    Models read ``idx`` (the job's position in the workload), ``job``, ``level`` (and ``replicas``, the
+    other levels of the same cores a replicated job runs on), ``cores``,
     ``width``, ``suspended``/``checkpointed``/``stopped`` and ``p0``/``t0``; they may keep their own
     per-run state in ``data``. Everything else is the engine's. On the two-tier fast path (the
     engine's hottest allocation) only the fields of ``__init__`` are set; the levelled path sets the
     others with :meth:`on_level` when the run starts."""
 
     __slots__ = (
-        "blocked_until", "cap", "checkpointed", "cores", "data", "debt", "idx", "job", "level", "nodes", "p0",
-        "placed", "rate", "shared", "start_time", "suspended", "t0", "tier", "tier_since", "version",
+        "blocked_until", "cap", "checkpointed", "cores", "data", "debt", "idx", "job", "level", "migrated_at", "nodes",
+        "p0", "placed", "rate", "replicas", "shared", "start_time", "suspended", "t0", "tier", "tier_since", "version",
     )
     cap: float  # set for shared runs only
     nodes: tuple[str, ...]  # set for shared runs only
@@ -104,6 +105,8 @@ class Run:
     suspended: bool
     checkpointed: bool
     debt: float
+    replicas: tuple[int, ...]
+    migrated_at: float
     data: Any
 
     def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
@@ -127,6 +130,8 @@ class Run:
         self.suspended = False
         self.checkpointed = False  # slots freed, progress kept
         self.debt = 0.0  # seconds of advancing time still owed to a move's cost
+        self.replicas = ()  # other levels of the same cores it runs on (Replicate, timeslice)
+        self.migrated_at = -_INF  # when it last moved to other cores
         self.data = None  # the execution model's own per-run state
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,13 @@ def result_table(result: SimResult, title: str | None = None, execution: dict[st
     table.add_row("kills at estimate", f"{result.estimate_kills:,}", "")
     table.add_row("kills by the policy", f"{result.policy_kills:,}", "")
     table.add_row("scheduling passes", f"{result.decisions:,}", "")
+    g = result.gang
+    if g is not None:  # paper 004 sec. 3
+        table.add_row(f"slowdown (T = {g.slice_s:g} s)", f"{g.avg_slowdown:,.2f}", "")
+        table.add_row("utilization, eq. (3) / MPL " + str(g.mpl), f"{g.utilization_eq3:.3f}", "")
+        table.add_row("capacity lost to migration", f"{g.capacity_lost:,.0f} core-s ({g.capacity_lost_fraction:.2%})",
+                      "")
+        table.add_row("migrations per job", f"{g.migrations_per_job:.2f}", "")
     return table
 
 
@@ -65,7 +73,13 @@ def print_table(result: SimResult, console: Console | None = None, execution: di
 
 
 def to_json(result: SimResult, extra: dict[str, Any] | None = None) -> str:
+    """One JSON object (strict JSON: an infinite parameter, such as the gang policies' default quota,
+    is written as the string ``"inf"``)."""
     doc = result.to_dict()
+    params = doc.get("params")
+    if isinstance(params, dict):
+        doc["params"] = {k: (("inf" if v > 0 else "-inf") if isinstance(v, float) and math.isinf(v) else v)
+                         for k, v in params.items()}
     if extra:
         doc.update(extra)
     return json.dumps(doc, sort_keys=True)

@@ -14,17 +14,20 @@ there (it asks with ``wake_at`` when it wants to be).
 
 A job runs one process per core on one row (a level of its cores, as the occupancy model places it)
 and advances at rate 1 while its row is active, 0 otherwise: a job alone in its row of an L-row
-cycle takes about L times its run time. A job in several rows (the paper's expansion phase, which
-replicates a job into another row where its processors are free) is not represented: the occupancy
-model gives a job one placement (one level of its cores), so a replica would be a second placement
-it refuses. To give a job more of the cycle, a policy orders the rows (a row may be left out) or
-moves the job. Suspend/Resume: rate 0 while suspended, slots kept; Checkpoint: slots freed, progress
-kept; a Move/Restore with ``cost`` c (migration option 1 or 2 of sec. 2, or a restore) costs c
-seconds of the job's own active time (:mod:`vmctl.sim.execution`, "Costs").
+cycle takes about L times its run time. A job may also be in several rows (the paper's expansion
+phase): a :class:`~vmctl.model.Replicate` puts it on another level of the *same* cores (free there;
+the occupancy model keeps the job's other levels as ``Run.replicas`` / ``RunningJob.replicas``), and
+it then advances at rate 1 in every slice where *any* of its rows is active (never faster: one
+process per core, the replicas are the same processes given more slices). Kill, checkpoint and
+completion free every row; ``Unreplicate`` drops one (a replicated job neither moves nor resizes).
+Suspend/Resume: rate 0 while suspended, slots kept; Checkpoint: slots freed, progress kept; a
+Move/Restore with ``cost`` c (migration option 1 or 2 of sec. 2, or a restore) costs c seconds of the
+job's own active time (:mod:`vmctl.sim.execution`, "Costs").
 
 Worked example (L = 2, T = 10, 2 cores): A (2 processes, 25 s of work) on row 0, B (2 processes,
 15 s) on row 1, both at t = 0. Row 0 is active in [0, 10), [20, 30), [40, 50) ..., row 1 in
-[10, 20), [30, 40) ...: A has 10 s of work at 10, 20 at 30 and ends at 45; B ends at 35.
+[10, 20), [30, 40) ...: A has 10 s of work at 10, 20 at 30 and ends at 45; B ends at 35. Had A
+been replicated into row 1 on its cores (B elsewhere), it would advance in every slice and end at 25.
 """
 
 from __future__ import annotations
@@ -101,7 +104,8 @@ class TimeSliceModel(ExecutionModel):
             # other run's rate changes, since none was advancing; while runs advance, every boundary
             # is an event handled before any rate is asked for at that instant)
             self._set(self.schedule, now)
-        return 1.0 if run.level == self._active else 0.0
+        active = self._active
+        return 1.0 if run.level == active or (run.replicas and active in run.replicas) else 0.0
 
     def next_event(self) -> float:
         return _INF if self._stalled or not self.state.runs else self._next
@@ -114,9 +118,10 @@ class TimeSliceModel(ExecutionModel):
         can_advance = False
         rows = self._pos
         for run in self.state.runs.values():
-            if run.level == old or run.level == new:
+            extra = run.replicas
+            if run.level == old or run.level == new or (extra and (old in extra or new in extra)):
                 changed.append(run)
-            if not can_advance and not run.stopped and run.level in rows:
+            if not can_advance and not run.stopped and (run.level in rows or any(r in rows for r in extra)):
                 can_advance = True
         self._stalled = not can_advance
         return changed if old != new else ()
@@ -128,8 +133,10 @@ class TimeSliceModel(ExecutionModel):
 
     def expected_end(self, run: Run, now: float) -> float:
         """When the run ends at the latest if the schedule stays as it is: its remaining estimate
-        (plus what it owes to a move's cost) in the active slices of its row; ``inf`` when stopped or
-        in a row the schedule leaves out."""
+        (plus what it owes to a move's cost) in the active slices of its rows; ``inf`` when stopped or
+        in rows the schedule leaves out."""
+        if run.replicas:
+            return self._expected_end_rows(run, now)
         j = self._pos.get(run.level)
         if run.stopped or j is None:
             return _INF
@@ -151,3 +158,35 @@ class TimeSliceModel(ExecutionModel):
             first = k + (j - k) % n
         cycles = max(0, math.ceil(need / period) - 1)
         return self.schedule.epoch + (first + cycles * n) * period + (need - cycles * period)
+
+    def _expected_end_rows(self, run: Run, now: float) -> float:
+        """``expected_end`` of a job in several rows: the same count over every slot of the cycle held by
+        one of its rows (whole cycles skipped at once, then at most one cycle walked slice by slice)."""
+        pos = sorted({self._pos[r] for r in (run.level, *run.replicas) if r in self._pos})
+        if run.stopped or not pos:
+            return _INF
+        blocked = run.blocked_until - now if run.blocked_until > now else 0.0
+        need = run.job.estimate - run.progress_at(now) + run.debt + blocked
+        if need <= 0:
+            return now
+        period, n = self.schedule.period, len(self.schedule.order)
+        if len(pos) == n:
+            return now + need
+        k = self._k
+        if k % n in pos:  # one of its rows is active now
+            left = self._next - now
+            if need <= left:
+                return now + need
+            need -= left
+        k += 1
+        per_cycle = len(pos) * period
+        cycles = max(0, math.ceil(need / per_cycle) - 1)
+        need -= cycles * per_cycle
+        k += cycles * n
+        mine = set(pos)
+        while True:
+            if k % n in mine:
+                if need <= period:
+                    return self.schedule.epoch + k * period + need
+                need -= period
+            k += 1

@@ -1,0 +1,370 @@
+"""Paper 004's Table 1 on our simulator: rho and slowdown of BGS, BGS+M, GS, GS+M for workloads 0-8
+(MPL 5, T = 200 s, C = 0, Q unlimited), beside the paper's numbers, with the "% s better" columns.
+
+Workloads. The paper's nine workloads come from a Jann (1997) model fitted to ASCI Blue-Pacific
+(320 nodes), at increasing load; we use our ``jann97`` model (fitted to the CTC SP2, the paper's
+parameters being unavailable: docs/workloads.md) at 320 processors, one seed, ``jobs`` jobs. The
+offered load of workload i is chosen so that BGS+M (the policy that saturates last) reaches the
+paper's highest utilization of that row (0.55, 0.61, 0.66, 0.72, 0.77, 0.83, 0.88, 0.94, 0.97): a
+calibration grid runs BGS+M at offered loads 0.5, 0.6, ..., 1.2 on the same jobs, and the load of
+workload i is read off the measured utilization curve by linear interpolation (clamped to the grid;
+the curve is made non-decreasing first). Utilization is measured as the paper's rho: work /
+(N x last finish), the first arrival at 0 (eq. 3 without its MPL factor, see
+:class:`vmctl.sim.metrics.GangMetrics`).
+
+Both grids run on the experiments runner (:mod:`vmctl.experiments.runner`): a rerun with the same
+table skips the cells already in it. ``vmctl sim gang-table1`` is the command.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: paper 004 Table 1: workload -> policy -> (rho, slowdown)
+PAPER_TABLE1: dict[int, dict[str, tuple[float, float]]] = {
+    0: {"bgs": (0.55, 2.5), "bgs-m": (0.55, 2.4), "gs": (0.55, 2.8), "gs-m": (0.55, 2.5)},
+    1: {"bgs": (0.61, 2.8), "bgs-m": (0.61, 2.6), "gs": (0.61, 4.4), "gs-m": (0.61, 2.9)},
+    2: {"bgs": (0.66, 3.4), "bgs-m": (0.66, 2.9), "gs": (0.66, 6.8), "gs-m": (0.66, 4.3)},
+    3: {"bgs": (0.72, 4.4), "bgs-m": (0.72, 3.4), "gs": (0.72, 16.3), "gs-m": (0.72, 8.0)},
+    4: {"bgs": (0.77, 5.7), "bgs-m": (0.77, 4.1), "gs": (0.77, 44.1), "gs-m": (0.77, 12.6)},
+    5: {"bgs": (0.83, 9.0), "bgs-m": (0.83, 5.4), "gs": (0.83, 172.6), "gs-m": (0.83, 25.7)},
+    6: {"bgs": (0.88, 13.7), "bgs-m": (0.88, 7.6), "gs": (0.84, 650.8), "gs-m": (0.88, 66.7)},
+    7: {"bgs": (0.94, 24.5), "bgs-m": (0.94, 13.5), "gs": (0.84, 1169.5), "gs-m": (0.94, 257.9)},
+    8: {"bgs": (0.95, 48.7), "bgs-m": (0.97, 42.7), "gs": (0.85, 1693.3), "gs-m": (0.94, 718.6)},
+}
+#: the paper's own "% s better" columns (BGS -> BGS+M, GS -> GS+M), computed from its unrounded slowdowns
+PAPER_BETTER: dict[int, tuple[float, float]] = {
+    0: (5.3, 11.7), 1: (9.3, 34.5), 2: (15.2, 37.1), 3: (23.2, 50.9), 4: (27.7, 71.3), 5: (40.3, 85.1),
+    6: (44.5, 89.7), 7: (44.7, 77.9), 8: (12.3, 57.6),
+}
+POLICIES = ("bgs", "bgs-m", "gs", "gs-m")
+CALIBRATION_LOADS = tuple(round(0.5 + 0.1 * i, 2) for i in range(8))  # 0.5 .. 1.2
+
+
+def target_utilization(workload: int) -> float:
+    """The highest utilization the paper reports for ``workload`` (its offered load at the least)."""
+    return max(rho for rho, _s in PAPER_TABLE1[workload].values())
+
+
+def gang_cell(policy: str, load: float, jobs: int, procs: int, mpl: int, slice_s: float, cost: float,
+              quota: int, seed: int, workload: int = -1) -> dict[str, Any]:
+    """One run of a gang policy on ``jann97`` (``quota`` < 0: unlimited; ``workload`` only labels the
+    row): the sec. 3 metrics."""
+    from vmctl.experiments.sweep import WorkloadSpec, build_workload, make_config
+    from vmctl.policies.registry import create_policy
+    from vmctl.sim.engine import Simulator
+    from vmctl.sim.timeslice import TimeSliceModel
+
+    t0 = time.perf_counter()
+    spec = WorkloadSpec(model="jann97", jobs=jobs, procs=procs, load=load, seed=seed, cpu_usage="full")
+    built = build_workload(spec)
+    pol = create_policy(policy, mpl=mpl, slice=slice_s, cost=cost, quota=float("inf") if quota < 0 else float(quota))
+    cfg = make_config(spec, seed, execution=lambda: TimeSliceModel(mpl, slice_s))
+    res = Simulator(built.jobs, built.cores, pol, cfg, source=built.source).run()
+    g = res.gang
+    assert g is not None  # a timeslice run of mpl >= 2 levels
+    return {"utilization": g.utilization, "utilization_eq3": g.utilization_eq3, "avg_slowdown": g.avg_slowdown,
+            "avg_wait": g.avg_wait, "capacity_lost_fraction": g.capacity_lost_fraction,
+            "migrations_per_job": g.migrations_per_job, "makespan": res.metrics.makespan, "jobs_done": res.jobs,
+            "sim_s": time.perf_counter() - t0}
+
+
+def loads_for_targets(curve: Sequence[tuple[float, float]], targets: Sequence[float]) -> list[float]:
+    """Offered loads reaching ``targets`` on a measured ``(offered load, utilization)`` curve, by linear
+    interpolation on its non-decreasing envelope (clamped to the curve's ends).
+
+    >>> loads_for_targets([(0.5, 0.45), (0.6, 0.55), (0.7, 0.5)], [0.5, 0.55, 0.9])
+    [0.55, 0.6, 0.7]
+    """
+    pts = sorted(curve)
+    env: list[tuple[float, float]] = []
+    top = -1.0
+    for x, y in pts:
+        top = max(top, y)
+        env.append((x, top))
+    out: list[float] = []
+    for t in targets:
+        if t <= env[0][1]:
+            out.append(env[0][0])
+            continue
+        for (x0, y0), (x1, y1) in itertools.pairwise(env):
+            if y0 < t <= y1:
+                out.append(round(x0 + (x1 - x0) * (t - y0) / (y1 - y0), 4))
+                break
+        else:
+            out.append(env[-1][0])
+    return out
+
+
+def table1_markdown(rows: Mapping[tuple[int, str], Mapping[str, Any]], loads: Sequence[float]) -> str:
+    """Ours beside the paper's: per workload, rho and s of each policy and the "% s better" columns
+    (``100 (s - s_m) / s``, migration against none)."""
+
+    def better(s: float, sm: float) -> str:
+        return f"{100 * (s - sm) / s:.1f} %" if s > 0 else "-"
+
+    head = ("| wl | load | BGS rho | BGS s | BGS+M rho | BGS+M s | % s better | GS rho | GS s | GS+M rho | GS+M s "
+            "| % s better |")
+    lines = ["### ours (jann97, 320 processors)", "", head, "|---" * 12 + "|"]
+    for w, load in enumerate(loads):
+        cells = [f"{w}", f"{load:.3f}"]
+        for pair in (("bgs", "bgs-m"), ("gs", "gs-m")):
+            a, b = rows[(w, pair[0])], rows[(w, pair[1])]
+            cells += [f"{a['utilization']:.2f}", f"{a['avg_slowdown']:.1f}", f"{b['utilization']:.2f}",
+                      f"{b['avg_slowdown']:.1f}", better(a["avg_slowdown"], b["avg_slowdown"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "### the paper (Table 1)", "", head.replace("| load ", ""), "|---" * 11 + "|"]
+    for w in range(len(loads)):
+        p = PAPER_TABLE1[w]
+        cells = [f"{w}"]
+        for k, pair in enumerate((("bgs", "bgs-m"), ("gs", "gs-m"))):
+            (ra, sa), (rb, sb) = p[pair[0]], p[pair[1]]
+            cells += [f"{ra:.2f}", f"{sa:.1f}", f"{rb:.2f}", f"{sb:.1f}", f"{PAPER_BETTER[w][k]:.1f} %"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def table1(jobs: int, out: str, seed: int = 1, workers: int | None = None, scheduler: str | None = None,
+           progress: bool = True) -> str:
+    """Calibrate the loads, run the 36 cells of Table 1, write ``OUT/table1.md`` and return it."""
+    from pathlib import Path
+
+    from vmctl.experiments.runner import grid, run_grid, writable_dir
+
+    where = writable_dir(out)
+    fixed = _fixed(jobs, seed)
+    curve, loads = calibrate(jobs, seed, where, workers, scheduler, progress)
+    cells = [c for w, load in enumerate(loads) for c in grid(gang_cell, {**fixed, "load": load, "workload": w},
+                                                               policy=list(POLICIES))]
+    res = run_grid(cells, where / "table1.parquet", workers=workers, scheduler=scheduler, progress=progress,
+                   label="table 1")
+    _raise_failed(res.rows, where / "table1.parquet")
+    rows = {(int(r["workload"]), str(r["policy"])): r for r in res.rows}
+    doc = "\n".join([f"Table 1, {jobs:,} jann97 jobs, seed {seed}; offered loads calibrated on BGS+M "
+                     f"(curve: {', '.join(f'{x:g} -> {y:.3f}' for x, y in sorted(curve))})", "",
+                     table1_markdown(rows, loads), ""])
+    Path(where / "table1.md").write_text(doc, encoding="utf-8")
+    return doc
+
+
+def _fixed(jobs: int, seed: int) -> dict[str, Any]:
+    """The inputs of Table 1's cells besides policy and load: 320 processors, MPL 5, T = 200 s, C = 0,
+    Q unlimited."""
+    return {"jobs": jobs, "procs": 320, "mpl": 5, "slice_s": 200.0, "cost": 0.0, "quota": -1, "seed": seed}
+
+
+def calibrate(jobs: int, seed: int, where: Any, workers: int | None, scheduler: str | None,
+              progress: bool) -> tuple[list[tuple[float, float]], list[float]]:
+    """The calibration grid (BGS+M at :data:`CALIBRATION_LOADS`, in ``WHERE/calibration.parquet``):
+    the measured ``(offered load, utilization)`` curve and the offered loads of workloads 0-8."""
+    from vmctl.experiments.runner import grid, run_grid
+
+    table = where / "calibration.parquet"
+    cal = run_grid(grid(gang_cell, _fixed(jobs, seed), policy=["bgs-m"], load=list(CALIBRATION_LOADS)), table,
+                   workers=workers, scheduler=scheduler, progress=progress, label="calibration")
+    _raise_failed(cal.rows, table)
+    curve = [(float(r["load"]), float(r["utilization"])) for r in cal.rows]
+    return curve, loads_for_targets(curve, [target_utilization(w) for w in range(9)])
+
+
+#: Figure 1's axes: the quota Q (tasks per slice; -1 = unlimited) and the migration cost C (s)
+FIGURE1_QUOTAS = (0, 16, 64, 256, -1)
+FIGURE1_COSTS = (0.0, 10.0, 20.0, 30.0)
+
+
+def figure1(jobs: int, out: str, seed: int = 1, workers: int | None = None, scheduler: str | None = None,
+            progress: bool = True, costs: Sequence[float] = FIGURE1_COSTS,
+            quotas: Sequence[int] = FIGURE1_QUOTAS) -> str:
+    """Figure 1: slowdown and wait of GS+M and BGS+M against Q for workloads 2 and 5 (their offered loads
+    from the Table 1 calibration in ``OUT``), one line per policy and cost; writes ``OUT/figure1.md``
+    and ``OUT/figure1.png``."""
+    from vmctl.experiments.runner import grid, run_grid, writable_dir
+
+    where = writable_dir(out)
+    _curve, loads = calibrate(jobs, seed, where, workers, scheduler, progress)
+    base = {k: v for k, v in _fixed(jobs, seed).items() if k not in ("cost", "quota")}
+    cells = [c for w in (2, 5) for c in grid(gang_cell, {**base, "load": loads[w], "workload": w},
+                                             policy=["gs-m", "bgs-m"], cost=list(costs), quota=list(quotas))]
+    table = where / "figure1.parquet"
+    res = run_grid(cells, table, workers=workers, scheduler=scheduler, progress=progress, label="figure 1")
+    _raise_failed(res.rows, table)
+    lines = [f"Figure 1, {jobs:,} jann97 jobs, seed {seed}: average slowdown / average wait (s) against Q", "",
+             "| workload | policy | C (s) | " + " | ".join("Q = " + ("unlimited" if q < 0 else str(q))
+                                                         for q in quotas) + " |",
+             "|---" * (3 + len(quotas)) + "|"]
+    by = {(int(r["workload"]), str(r["policy"]), float(r["cost"]), int(r["quota"])): r for r in res.rows}
+    for w in (2, 5):
+        for p in ("gs-m", "bgs-m"):
+            for c in costs:
+                vals = [by[(w, p, float(c), q)] for q in quotas]
+                lines.append(f"| {w} | {p} | {c:g} | " + " | ".join(f"{v['avg_slowdown']:.2f} / {v['avg_wait']:,.0f}"
+                                                                   for v in vals) + " |")
+    doc = "\n".join(lines) + "\n"
+    (where / "figure1.md").write_text(doc, encoding="utf-8")
+    _plot_figure1(by, costs, quotas, where / "figure1.png")
+    return doc
+
+
+def _plot_figure1(by: Mapping[tuple[int, str, float, int], Mapping[str, Any]], costs: Sequence[float],
+                  quotas: Sequence[int], path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = list(range(len(quotas)))
+    labels = ["unl." if q < 0 else str(q) for q in quotas]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for col, w in enumerate((2, 5)):
+        for row, metric in enumerate(("avg_slowdown", "avg_wait")):
+            ax = axes[row][col]
+            for p in ("gs-m", "bgs-m"):
+                for c in costs:
+                    ax.plot(xs, [by[(w, p, float(c), q)][metric] for q in quotas], marker="o",
+                            label=f"{p.upper().replace('-M', '+M')} C={c:g}")
+            ax.set_xticks(xs, labels)
+            ax.set_xlabel("Q (tasks migrated per slice)")
+            ax.set_ylabel("slowdown" if metric == "avg_slowdown" else "wait (s)")
+            ax.set_title(f"workload {w}")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def figure2(jobs: int, out: str, seed: int = 1, workers: int | None = None, scheduler: str | None = None,
+            progress: bool = True, costs: Sequence[float] = (0.0, 20.0, 30.0), mpls: Sequence[int] = (2, 3, 5),
+            workloads: Sequence[int] = tuple(range(9))) -> str:
+    """Figure 2: slowdown against utilization of GS+M and BGS+M for each MPL, with Q = 0 (no migration)
+    and with Q = 64 at each cost C, over the offered loads of ``workloads`` (Table 1 calibration in
+    ``OUT``); and the largest utilization with slowdown <= 20 (the largest measured among those runs).
+    Writes ``OUT/figure2.md`` and ``OUT/figure2.png``."""
+    from vmctl.experiments.runner import grid, run_grid, writable_dir
+
+    where = writable_dir(out)
+    _curve, loads = calibrate(jobs, seed, where, workers, scheduler, progress)
+    base = {k: v for k, v in _fixed(jobs, seed).items() if k not in ("cost", "quota", "mpl")}
+    variants = [(0.0, 0), *((float(c), 64) for c in costs)]  # (C, Q); C does not matter at Q = 0
+    cells = [c for w in workloads for cost, q in variants
+             for c in grid(gang_cell, {**base, "load": loads[w], "workload": w, "cost": cost, "quota": q},
+                           policy=["gs-m", "bgs-m"], mpl=list(mpls))]
+    table = where / "figure2.parquet"
+    res = run_grid(cells, table, workers=workers, scheduler=scheduler, progress=progress, label="figure 2")
+    _raise_failed(res.rows, table)
+    by: dict[tuple[float, int, str, int], list[Mapping[str, Any]]] = {}
+    for r in res.rows:
+        by.setdefault((float(r["cost"]), int(r["quota"]), str(r["policy"]), int(r["mpl"])), []).append(r)
+    lines = [f"Figure 2, {jobs:,} jann97 jobs, seed {seed}, workloads {', '.join(map(str, workloads))}: "
+             "utilization / slowdown per offered load, and the largest utilization with slowdown <= 20", "",
+             "| Q | C (s) | policy | MPL | " + " | ".join(f"wl {w}" for w in workloads) + " | max rho, s <= 20 |",
+             "|---" * (5 + len(workloads)) + "|"]
+    for (cost, q, pol, mpl), rs in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2], kv[0][3])):
+        rs = sorted(rs, key=lambda r: int(r["workload"]))
+        ok = [float(r["utilization"]) for r in rs if float(r["avg_slowdown"]) <= 20]
+        lines.append(f"| {q} | {cost:g} | {pol} | {mpl} | "
+                     + " | ".join(f"{r['utilization']:.2f} / {r['avg_slowdown']:.1f}" for r in rs)
+                     + (f" | {max(ok):.2f} |" if ok else " | - |"))
+    doc = "\n".join(lines) + "\n"
+    (where / "figure2.md").write_text(doc, encoding="utf-8")
+    _plot_figure2(by, variants, where / "figure2.png")
+    return doc
+
+
+def _plot_figure2(by: Mapping[tuple[float, int, str, int], list[Mapping[str, Any]]],
+                  variants: Sequence[tuple[float, int]], path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.5 * len(variants), 4), squeeze=False)
+    for ax, (cost, q) in zip(axes[0], variants, strict=True):
+        for (c, qq, pol, mpl), rs in sorted(by.items()):
+            if (c, qq) != (cost, q):
+                continue
+            rs = sorted(rs, key=lambda r: float(r["utilization"]))
+            ax.plot([r["utilization"] for r in rs], [r["avg_slowdown"] for r in rs], marker="o",
+                    label=f"{pol.upper().replace('-M', '+M') if q else pol.upper().replace('-M', '')} MPL {mpl}")
+        ax.axhline(20, color="grey", linewidth=0.5)
+        ax.set_yscale("log")
+        ax.set_xlabel("utilization")
+        ax.set_ylabel("slowdown")
+        ax.set_title("Q = 0" if q == 0 else f"Q = {q}, C = {cost:g} s")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _raise_failed(rows: Sequence[Mapping[str, Any]], table: Any) -> None:
+    from vmctl.errors import CellsFailed
+
+    failed = [r for r in rows if r.get("error")]
+    if failed:
+        raise CellsFailed(failed=len(failed), total=len(rows), first=str(failed[0]["error"]), table=str(table))
+
+
+#: the real traces of the comparison with EASY and MEASY (``../shared/data/traces``)
+TRACES = ("KTH-SP2-1996-2.1-cln.swf.gz", "SDSC-SP2-1998-4.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz",
+          "HPC2N-2002-2.2-cln.swf.gz")
+TRACE_POLICIES = ("easy", "measy", "gs", "gs-m", "bgs", "bgs-m")
+
+
+def trace_cell(trace: str, jobs: int, policy: str, seed: int, mpl: int = 5, slice_s: float = 200.0) -> dict[str, Any]:
+    """One policy on the first ``jobs`` jobs of a trace: the gang policies on the time-slice model
+    (MPL ``mpl``, T ``slice_s``, C = 0, Q unlimited), EASY and MEASY on the two-tier model (the MEASY
+    paper's, with its CPU-usage rule). Besides the usual metrics, the paper-004 slowdown
+    ``max(response, T) / max(execution, T)`` of every policy, so the two families compare on one scale."""
+    import math as _math
+
+    from vmctl.experiments.sweep import WorkloadSpec, build_workload, make_config
+    from vmctl.policies.registry import create_policy
+    from vmctl.sim.engine import Simulator
+    from vmctl.sim.timeslice import TimeSliceModel
+
+    t0 = time.perf_counter()
+    spec = WorkloadSpec(trace=trace, jobs=jobs, seed=seed)
+    built = build_workload(spec)
+    gang = policy in POLICIES
+    pol = create_policy(policy, mpl=mpl, slice=slice_s) if gang else create_policy(policy)
+    cfg = make_config(spec, seed, execution=(lambda: TimeSliceModel(mpl, slice_s)) if gang else None)
+    sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
+    res = sim.run()
+    execution = {str(j.id): min(j.run_time, j.estimate) for j in built.jobs}
+    slowdowns = [max(r["end"] - r["submit"], slice_s) / max(execution[r["id"]], slice_s) for r in sim.job_rows()
+                 if not _math.isnan(r["end"])]
+    m = res.metrics
+    return {"cores": built.cores, "jobs_done": m.jobs, "avg_wait": m.avg_wait, "avg_response": m.avg_response,
+            "avg_bounded_slowdown": m.avg_bounded_slowdown, "avg_slowdown_t": sum(slowdowns) / max(1, len(slowdowns)),
+            "utilization": m.utilization, "migrations_per_job": res.migrations / max(1, m.jobs),
+            "sim_s": time.perf_counter() - t0}
+
+
+def traces(jobs: int, out: str, trace_dir: str, seed: int = 1, workers: int | None = None,
+           scheduler: str | None = None, progress: bool = True) -> str:
+    """The gang policies against EASY and MEASY on the first ``jobs`` jobs of each of :data:`TRACES`;
+    writes ``OUT/traces.md``."""
+    from pathlib import Path
+
+    from vmctl.experiments.runner import grid, run_grid, writable_dir
+
+    where = writable_dir(out)
+    paths = [str(Path(trace_dir) / t) for t in TRACES]
+    table = where / "traces.parquet"
+    res = run_grid(grid(trace_cell, {"jobs": jobs, "seed": seed}, trace=paths, policy=list(TRACE_POLICIES)),
+                   table, workers=workers, scheduler=scheduler, progress=progress, label="traces")
+    _raise_failed(res.rows, table)
+    lines = [f"Real traces, first {jobs:,} jobs each, seed {seed}; gang policies at MPL 5, T = 200 s, C = 0, "
+             "Q unlimited", "",
+             "| trace | cores | policy | avg wait (s) | avg bounded slowdown | slowdown (T = 200 s) | utilization "
+             "| migrations/job |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r in res.rows:
+        lines.append(f"| {Path(str(r['trace'])).name.split('-cln')[0]} | {r['cores']} | {r['policy']} | "
+                     f"{r['avg_wait']:,.0f} | {r['avg_bounded_slowdown']:.2f} | {r['avg_slowdown_t']:.2f} | "
+                     f"{r['utilization']:.3f} | {r['migrations_per_job']:.2f} |")
+    doc = "\n".join(lines) + "\n"
+    (where / "traces.md").write_text(doc, encoding="utf-8")
+    return doc
