@@ -46,3 +46,7 @@ class LeaseHolder:
                 self.on_lost()
             except VmctlError as exc:
                 log.error("lease: %s", exc)
+            except Exception:
+                # an untranslated store error (or a bug) must not end the task: a standby whose lease task
+                # died would stay a standby forever after the leader is gone
+                log.exception("lease: unexpected error; trying again in %.1f s", self.period)
