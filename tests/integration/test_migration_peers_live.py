@@ -9,14 +9,13 @@ hand (one cycle = fetch, reconcile, report); every wait is on a condition."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.livedaemon import run_cli
-from tests.support.daemon import InProcessDaemon, cli_daemon
+from tests.support.daemon import InProcessDaemon, cli_daemon, wait_for
 from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
@@ -49,13 +48,6 @@ class Agent:
         self.source.stop()
         self.reporter.close()
         self.backend.close()
-
-
-def wait_for(cond: Callable[[], bool], what: str, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture()

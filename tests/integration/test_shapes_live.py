@@ -6,27 +6,19 @@ the policy chose; every answer is checked against vmctl/api/openapi.yaml."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integration.test_daemon_api import check_openapi
 from tests.livedaemon import run_cli
-from tests.support.daemon import InProcessDaemon, cli_daemon
+from tests.support.daemon import InProcessDaemon, cli_daemon, wait_for
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.model import JobShape
-
-
-def wait_for(cond: Callable[[], bool], what: str, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture()

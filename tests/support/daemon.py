@@ -266,3 +266,13 @@ def queued_daemon(tmp: Path, clock: Any, holder: str) -> Any:
     d = Daemon(cfg, open_store(cfg.store_url), clock=clock, policy=FcfsPolicy())
     assert d.start()
     return d
+
+
+def wait_for(cond: Any, what: str, limit: float = 30.0) -> None:
+    """Poll ``cond()`` every 50 ms until it is true; fail naming ``what`` after ``limit`` seconds."""
+    import time
+
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
