@@ -682,6 +682,20 @@ class SliceSchedule:
     order: tuple[int, ...]
     epoch: float = 0.0
 
+    def slot(self, t: float) -> int:
+        """The index of the slice in progress at ``t`` (0 before ``epoch``)."""
+        return max(0, math.floor((t - self.epoch) / self.period))
+
+    def active_row(self, t: float) -> int:
+        """The row whose VMs run at ``t``: ``order[slot(t) % len(order)]``. Example: period 200, order
+        (0, 2), epoch 1000: row 0 runs 1000-1200 (and before), row 2 1200-1400, row 0 1400-1600; row 1
+        (empty) never runs."""
+        return self.order[self.slot(t) % len(self.order)]
+
+    def next_switch(self, t: float) -> float:
+        """The time of the first row switch after ``t``."""
+        return self.epoch + (self.slot(t) + 1) * self.period
+
 
 Action: TypeAlias = (
     StartFg | StartBg | Promote | Demote | Migrate | Kill | Checkpoint | Restore | SetCap | Suspend | Resume
@@ -823,6 +837,9 @@ class NodeDesired:
     node: str
     generation: int
     vms: tuple[VmDesired, ...] = ()
+    #: timeslice nodes: the slice clock the agent switches rows on, ``epoch`` in Unix seconds (None: no
+    #: slicing; a timeslice layout keeps its row 0 active, or the row ``Reconciler.switch_row`` chose)
+    slices: SliceSchedule | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from vmctl.model import (
     NodeObserved,
     PowerState,
     ProcessSpec,
+    SliceSchedule,
     VmDesired,
     VmObserved,
     VmRole,
@@ -88,8 +89,29 @@ def vm_desired_to_json(v: VmDesired) -> dict[str, Any]:
     }
 
 
+def slices_to_json(s: SliceSchedule) -> dict[str, Any]:
+    return {"epoch": s.epoch, "period_s": s.period, "rows": list(s.order)}
+
+
 def desired_to_json(d: NodeDesired) -> dict[str, Any]:
-    return {"node": d.node, "generation": d.generation, "vms": [vm_desired_to_json(v) for v in d.vms]}
+    out = {"node": d.node, "generation": d.generation, "vms": [vm_desired_to_json(v) for v in d.vms]}
+    if d.slices is not None:
+        out["slices"] = slices_to_json(d.slices)
+    return out
+
+
+def slices_from_json(raw: Any, where: str) -> SliceSchedule:
+    d = _mapping(raw, where.rstrip("."))
+    rows = _get(d, "rows", list, where)
+    for i, r in enumerate(rows):
+        if isinstance(r, bool) or not isinstance(r, int):
+            raise ValidationError(field=f"{where}rows[{i}]", problem=f"must be an integer level, got {r!r}")
+    if not rows or len(set(rows)) != len(rows) or min(rows) < 0:
+        raise ValidationError(field=f"{where}rows", problem=f"must be distinct levels >= 0, at least one, got {rows}")
+    period = _get(d, "period_s", float, where)
+    if period <= 0:
+        raise ValidationError(field=f"{where}period_s", problem=f"must be a positive number of seconds, got {period}")
+    return SliceSchedule(period=period, order=tuple(rows), epoch=_get(d, "epoch", float, where))
 
 
 def process_from_json(raw: Any, where: str) -> ProcessSpec:
@@ -147,9 +169,11 @@ def _level(d: dict[str, Any], where: str) -> int:
 def desired_from_json(raw: Any) -> NodeDesired:
     d = _mapping(raw, "")
     vms = _get(d, "vms", list, "", default=[])
+    slices = d.get("slices")
     return NodeDesired(
         node=_get(d, "node", str, ""), generation=_get(d, "generation", int, ""),
         vms=tuple(vm_desired_from_json(v, f"vms[{i}].") for i, v in enumerate(vms)),
+        slices=None if slices is None else slices_from_json(slices, "slices."),
     )
 
 
