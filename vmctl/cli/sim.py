@@ -230,6 +230,16 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
         click.echo(f"wall time {wall:.2f} s", err=True)
 
 
+@sim.command("gang-seeds")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+def gang_seeds_cmd(dirs: tuple[str, ...]) -> None:
+    """Table 1 pooled over several `gang-table1` runs of different seeds (one DIR each): mean rho and
+    slowdown with 95 % intervals over the seeds."""
+    from vmctl.experiments.gang import table1_seeds
+
+    click.echo(table1_seeds(dirs), nl=False)
+
+
 @sim.command("gang-table1")
 @click.option("--jobs", type=int, default=2000, show_default=True, help="jann97 jobs per run (the paper's size: "
               "as many as the workload needs; see docs/gang.md).")

@@ -150,6 +150,68 @@ def table1(jobs: int, out: str, seed: int = 1, workers: int | None = None, sched
     return doc
 
 
+def table1_seeds(dirs: Sequence[str]) -> str:
+    """Table 1 over several seeds: each directory holds one ``gang-table1`` run (its own seed and its
+    own calibrated loads); workload ``w`` of every run aims at the same utilization, so the rows are
+    pooled by workload. Prints the mean rho and the mean slowdown with a 95 % Student-t half width
+    over the seeds (the spread of the workload model, not of one run), and the "% s better" of the means."""
+    import math
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+    from scipy.special import stdtrit
+
+    from vmctl.errors import ValidationError
+
+    by: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    seeds: list[int] = []
+    jobs: set[int] = set()
+    for d in dirs:
+        path = Path(d) / "table1.parquet"
+        if not path.is_file():
+            raise ValidationError(field=str(d), problem="holds no table1.parquet (run `vmctl sim gang-table1 "
+                                                        "--out DIR` first)")
+        rows = pq.read_table(path).to_pylist()
+        bad = [r for r in rows if r.get("error")]
+        if bad or len(rows) != 9 * len(POLICIES):
+            raise ValidationError(field=str(path), problem=f"is not a complete Table 1 run ({len(rows)} cells, "
+                                                           f"{len(bad)} failed; 36 needed)")
+        seed = int(rows[0]["seed"])
+        if seed in seeds:
+            raise ValidationError(field=str(d), problem=f"repeats seed {seed}")
+        seeds.append(seed)
+        jobs.add(int(rows[0]["jobs"]))
+        for r in rows:
+            by.setdefault((int(r["workload"]), str(r["policy"])), []).append(
+                (float(r["utilization"]), float(r["avg_slowdown"])))
+    if len(seeds) < 2:
+        raise ValidationError(field="DIR", problem="needs at least two runs (seeds) for an interval")
+
+    def mean_hw(xs: Sequence[float]) -> tuple[float, float]:
+        n = len(xs)
+        m = sum(xs) / n
+        sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+        return m, float(stdtrit(n - 1, 0.975)) * sd / math.sqrt(n)
+
+    head = ("| wl | BGS rho | BGS s | BGS+M rho | BGS+M s | % s better | GS rho | GS s | GS+M rho | GS+M s "
+            "| % s better |")
+    lines = [f"Table 1 over {len(seeds)} seeds ({', '.join(map(str, sorted(seeds)))}), "
+             f"{'/'.join(f'{j:,}' for j in sorted(jobs))} jann97 jobs each: mean, and +- the 95 % half width "
+             "over the seeds", "", head, "|---" * 11 + "|"]
+    for w in range(9):
+        cells = [f"{w}"]
+        for pair in (("bgs", "bgs-m"), ("gs", "gs-m")):
+            means = []
+            for p in pair:
+                rho, _ = mean_hw([u for u, _ in by[(w, p)]])
+                s, hw = mean_hw([x for _, x in by[(w, p)]])
+                means.append(s)
+                cells += [f"{rho:.2f}", f"{s:.1f} +- {hw:.1f}"]
+            cells.append(f"{100 * (means[0] - means[1]) / means[0]:.1f} %" if means[0] > 0 else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _fixed(jobs: int, seed: int) -> dict[str, Any]:
     """The inputs of Table 1's cells besides policy and load: 320 processors, MPL 5, T = 200 s, C = 0,
     Q unlimited."""
