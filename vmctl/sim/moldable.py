@@ -140,6 +140,16 @@ class Tasks:
     arrival_slot: np.ndarray
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """Per task of a run: start and finish slot (-1: never), width and cluster (-1: never started)."""
+
+    start: np.ndarray
+    finish: np.ndarray
+    width: np.ndarray
+    cluster: np.ndarray
+
+
 def generate(cfg: MoldableConfig) -> tuple[Tasks, Clusters]:
     """The tasks and clusters of ``cfg`` (a pure function of its seed and sizes)."""
     ss = np.random.SeedSequence(cfg.seed)
@@ -186,8 +196,22 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
     """Run ``cfg``; the metrics dict (see the module docstring)."""
     t0 = time.perf_counter()
     tasks, clusters = generate(cfg)
-    policy = make_policy(cfg.policy, policy_rng(cfg.seed))
-    profiles = cfg.profiles
+    res, _ = run_slots(cfg.policy, cfg.seed, cfg.slot, tasks, clusters, cfg.profiles, slots=cfg.slots,
+                    warm=cfg.warm_slots, drain=cfg.drain, batches=cfg.batches, t0=t0)
+    return {"policy": cfg.policy, "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy, "seed": cfg.seed,
+            **res, "clusters": cfg.clusters, "nodes": cfg.nodes}
+
+
+def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks, clusters: Clusters,
+              profiles: tuple[Profile, ...], *, slots: int, warm: int, drain: int, batches: int,
+              t0: float | None = None) -> tuple[dict[str, Any], Outcome]:
+    """The slot-stepped engine on given ``tasks`` (sorted by arrival, ``profile`` indexing
+    ``profiles``) and ``clusters``: ``slots`` arrival slots of ``slot`` minutes, the first ``warm``
+    unmeasured, then at most ``drain`` more slots; the metrics of the module docstring (the trace
+    evaluation, :mod:`vmctl.experiments.moldable_traces`, builds its tasks from a real trace), and
+    each task's :class:`Outcome`."""
+    t0 = time.perf_counter() if t0 is None else t0
+    policy = make_policy(policy_name, policy_rng(seed))
     n_tasks = len(tasks.arrival)
     start = np.full(n_tasks, -1, dtype=np.int64)
     finish = np.full(n_tasks, -1, dtype=np.int64)
@@ -196,7 +220,6 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
     need_f = np.zeros(n_tasks, dtype=np.int64)
     need_a = np.zeros(n_tasks, dtype=np.int64)
     done = np.zeros(n_tasks, dtype=np.int64)
-    warm = cfg.warm_slots
     speed = clusters.s
     nodes = clusters.n
     widths_of = [set(p.widths) for p in profiles]
@@ -209,17 +232,17 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
     suspended_slots = 0
     cases: dict[int, int] = {}
     now = 0
-    last = cfg.slots + cfg.drain
+    last = slots + drain
     while now < last:
-        upto = int(np.searchsorted(tasks.arrival, now * cfg.slot, side="left"))
+        upto = int(np.searchsorted(tasks.arrival, now * slot, side="left"))
         if upto > seen:
             waiting = np.concatenate([waiting, np.arange(seen, upto, dtype=np.int64)])
             seen = upto
-        if now >= cfg.slots and waiting.size == 0 and active.size == 0:
+        if now >= slots and waiting.size == 0 and active.size == 0:
             break
-        recent = recent[tasks.deadline[recent] > now * cfg.slot]
+        recent = recent[tasks.deadline[recent] > now * slot]
         view = SlotView(
-            now=now, slot=cfg.slot, clusters=clusters, profiles=profiles,
+            now=now, slot=slot, clusters=clusters, profiles=profiles,
             w_id=waiting, w_arrival=tasks.arrival[waiting], w_deadline=tasks.deadline[waiting],
             w_length=tasks.length[waiting], w_profile=tasks.profile[waiting],
             a_id=active, a_arrival=tasks.arrival[active], a_deadline=tasks.deadline[active],
@@ -233,32 +256,32 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
             cases[k] = cases.get(k, 0) + 1
         running = np.asarray(decision.running, dtype=np.bool_)
         if running.shape != active.shape:
-            raise InvariantViolation(rule="moldable-running", detail=f"{cfg.policy}: running mask of {running.shape}"
+            raise InvariantViolation(rule="moldable-running", detail=f"{policy_name}: running mask of {running.shape}"
                                      f" for {active.shape} active tasks")
         new = np.array([s.task for s in decision.starts], dtype=np.int64)
         if new.size:
             is_waiting = np.isin(new, waiting)
             if not is_waiting.all() or np.unique(new).size != new.size:
-                raise InvariantViolation(rule="moldable-start", detail=f"{cfg.policy} started a task that is not "
+                raise InvariantViolation(rule="moldable-start", detail=f"{policy_name} started a task that is not "
                                          f"waiting (or twice) at slot {now}")
             for s in decision.starts:
                 p = profiles[int(tasks.profile[s.task])]
                 if s.width not in widths_of[int(tasks.profile[s.task])] or not 0 <= s.cluster < len(nodes):
-                    raise InvariantViolation(rule="moldable-start", detail=f"{cfg.policy}: task {s.task} width "
+                    raise InvariantViolation(rule="moldable-start", detail=f"{policy_name}: task {s.task} width "
                                              f"{s.width} cluster {s.cluster} (allowed widths {list(p.widths)})")
                 j = p.widths.index(s.width)
                 minutes = tasks.length[s.task] * p.r[j] / speed[s.cluster]
-                need_f[s.task] = max(1, math.ceil(minutes / cfg.slot - EPS))
-                need_a[s.task] = max(1, math.ceil(minutes * tasks.factor[s.task] / cfg.slot - EPS))
+                need_f[s.task] = max(1, math.ceil(minutes / slot - EPS))
+                need_a[s.task] = max(1, math.ceil(minutes * tasks.factor[s.task] / slot - EPS))
                 cluster[s.task], width[s.task], start[s.task] = s.cluster, s.width, now
             waiting = waiting[~np.isin(waiting, new)]
         run = np.concatenate([active[running], new])
         held = np.bincount(cluster[run], weights=width[run], minlength=len(nodes))
         if (held > nodes).any():
             c = int(np.argmax(held - nodes))
-            raise InvariantViolation(rule="moldable-capacity", detail=f"{cfg.policy} runs {int(held[c])} nodes on "
+            raise InvariantViolation(rule="moldable-capacity", detail=f"{policy_name} runs {int(held[c])} nodes on "
                                      f"cluster {c} of {int(nodes[c])} at slot {now}")
-        if warm <= now < cfg.slots:
+        if warm <= now < slots:
             busy += int(held.sum())
             suspended_slots += int((~running).sum())
         done[run] += 1
@@ -269,28 +292,26 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
         active = active[finish[active] < 0]
         now += 1
     measured = tasks.arrival_slot >= warm
-    batch = ((tasks.arrival_slot - warm) * cfg.batches) // (cfg.slots - warm)
+    batch = ((tasks.arrival_slot - warm) * batches) // (slots - warm)
     fin = measured & (finish >= 0)
     begun = measured & (start >= 0)
-    late = measured & ((finish < 0) | (finish * cfg.slot > tasks.deadline + EPS))
-    aet, ci_aet = batch_means(((finish - start) * cfg.slot)[fin], batch[fin], cfg.batches)
-    awt, ci_awt = batch_means((start * cfg.slot - tasks.arrival)[begun], batch[begun], cfg.batches)
-    put, ci_put = batch_means(100.0 * late[measured].astype(np.float64), batch[measured], cfg.batches)
+    late = measured & ((finish < 0) | (finish * slot > tasks.deadline + EPS))
+    aet, ci_aet = batch_means(((finish - start) * slot)[fin], batch[fin], batches)
+    awt, ci_awt = batch_means((start * slot - tasks.arrival)[begun], batch[begun], batches)
+    put, ci_put = batch_means(100.0 * late[measured].astype(np.float64), batch[measured], batches)
     wall = time.perf_counter() - t0
     n_measured = int(measured.sum())
     return {
-        "policy": cfg.policy, "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy, "seed": cfg.seed,
         "tasks": n_measured, "aet": aet, "awt": awt, "put": put,
-        "utilization": busy / (float(nodes.sum()) * (cfg.slots - warm)),
-        "slots": cfg.slots, "warmup_slots": warm, "simulated_slots": now, "batches": cfg.batches,
+        "utilization": busy / (float(nodes.sum()) * (slots - warm)),
+        "slots": slots, "warmup_slots": warm, "simulated_slots": now, "batches": batches,
         "ci_aet": ci_aet, "ci_awt": ci_awt, "ci_put": ci_put,
         "unfinished": int((measured & (finish < 0)).sum()),
         "mean_width": float(width[begun].mean()) if begun.any() else math.nan,
         "suspended_task_slots": suspended_slots,
         "hsret_cases": {str(k): v for k, v in sorted(cases.items())},
-        "clusters": cfg.clusters, "nodes": cfg.nodes,
         "wall_s": wall, "slots_per_s": now / wall if wall > 0 else math.nan,
-    }
+    }, Outcome(start, finish, width, cluster)
 
 
 def sweep_cell(policy: str, slot: float, rate: float, accuracy: float, seed: int, slots: int, clusters: int,
