@@ -613,12 +613,14 @@ class Start:
     """Start a queued job on ``level`` of ``cores``: process i on cores[i]. Its width is
     ``len(cores)``, which must equal ``job.procs`` for a rigid job. ``StartFg``/``StartBg`` are the
     priority discipline's names of a start on level 0 / 1 (kept as their own classes: the simulator's
-    hot path)."""
+    hot path). ``reason``: why this width and these cores (optional; vmctld stores it with the job and
+    ``vmctl job show`` prints it: the moldable policy says which width it chose and why)."""
 
     job_id: str
     cores: tuple[int, ...]
     level: int = 0
     kind: Literal["start"] = "start"
+    reason: str = ""
 
     @property
     def width(self) -> int:

@@ -38,6 +38,8 @@ def job_json(r: JobRecord, expected_start: float | None = None,
         # moldable / task-bag jobs: the shape as submitted (canonical form, vmctl.shapes; None = rigid) and
         # the width the policy chose (processes placed; None until it starts)
         "shape": r.spec.get("shape"), "width": len(r.placement) if r.placement else None,
+        # why the policy chose that width and place (the moldable policy says; None: no reason given)
+        "width_reason": reason_json(r.width_reason),
     }
 
 

@@ -791,8 +791,8 @@ def job_list(
     show({"jobs": jobs}, output, lambda: job_table(jobs, title=title))
 
 
-JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "shape", "width", "estimate", "priority",
-            "deadline",
+JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "shape", "width", "width_reason", "estimate",
+            "priority", "deadline",
             "submit_time", "start_time", "end_time", "placement", "runs", "requeues", "migrations", "reason", "tasks")
 
 

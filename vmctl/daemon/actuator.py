@@ -144,6 +144,7 @@ class Actuator:
             if job is None:
                 res.skipped.append((act, "unknown job"))
                 continue
+            start_reason = act.reason if isinstance(act, Start) else ""
             if isinstance(act, Start | Move):
                 act = priority_form(act, checkpointed=job.checkpointed)
             why: str | None = None
@@ -162,6 +163,7 @@ class Actuator:
                     job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False}
                                  for i in range(len(act.cores))]
                     job.reason = None
+                    job.width_reason = start_reason or None
                     job.suspended = job.checkpointed = job.restore_pending = False
                     if self.on_start is not None:
                         self.on_start(job, now)

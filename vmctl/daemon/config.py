@@ -18,7 +18,10 @@ from vmctl.policies.base import Offer
 #: discipline (fg/bg), rigid jobs, capped shared VMs (vcsched). Once agents registered, the cluster's
 #: own layout counts (``ClusterState.offer``): a policy it cannot serve is refused when configured,
 #: switched to, or when a first node's registration would leave it without what it needs.
-DAEMON_OFFER = Offer(where="vmctld", levels=2, discipline=Discipline.PRIORITY, shared_vms=True)
+#: the job shapes vmctld runs: rigid jobs, and moldable ones at the width the policy starts them with
+#: (their time at that width over the node speed; suspended and resumed like any job)
+DAEMON_SHAPES = frozenset({"rigid", "moldable"})
+DAEMON_OFFER = Offer(where="vmctld", levels=2, discipline=Discipline.PRIORITY, shared_vms=True, shapes=DAEMON_SHAPES)
 
 
 def check_policy_config(policy: Any) -> None:
@@ -28,7 +31,7 @@ def check_policy_config(policy: Any) -> None:
     first: VmctlError | None = None
     for discipline in Discipline:
         try:
-            Offer(where="vmctld", levels=2, discipline=discipline, shared_vms=True).check(policy)
+            Offer(where="vmctld", levels=2, discipline=discipline, shared_vms=True, shapes=DAEMON_SHAPES).check(policy)
             return
         except VmctlError as exc:
             first = first or exc

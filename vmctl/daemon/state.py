@@ -26,6 +26,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from vmctl.daemon.config import DAEMON_SHAPES
 from vmctl.model import (
     ClusterView,
     Discipline,
@@ -384,6 +385,25 @@ class ClusterState:
             shape = self._shape_cache[rec.id] = shape_from_json(raw, f"job {rec.id}.shape")
         return shape
 
+    def moldable_time(self, rec: JobRecord) -> float | None:
+        """A placed moldable job's run time: its shape's time at the width it was started with (standard
+        cores) over the slowest speed of its nodes (``host.speed``); None for other jobs."""
+        shape = self.shape_of(rec)
+        width = len(rec.placement)
+        if shape is None or shape.kind != "moldable" or not shape.allows(width):
+            return None
+        speed, _group, _mem = self.node_attributes()
+        slowest = min((speed.get(n, 1.0) for n, _c in rec.placement), default=1.0)
+        return shape.time_at(width) / slowest
+
+    def run_limit(self, rec: JobRecord) -> float:
+        """How long a job may run before it counts as past its estimate: the estimate, or for a moldable
+        job the longer of that and its time at its width on its nodes (``moldable_time``: the policy
+        chose the width, the user's estimate is the time at ``procs``)."""
+        est = float(rec.spec["estimate"])
+        t = self.moldable_time(rec)
+        return est if t is None else max(est, t)
+
     def shapes(self) -> dict[str, JobShape]:
         """The view's ``shapes``: job id -> shape of every queued or active moldable or task-bag job."""
         out: dict[str, JobShape] = {}
@@ -631,9 +651,7 @@ class ClusterState:
             tasks = rec.spec.get("tasks") or []
             work = rec.spec.get("work_seconds")
             if work is None:  # a moldable job's mock work: its time at the width it was started with
-                shape = self.shape_of(rec)
-                work = shape.time_at(len(rec.placement)) if shape is not None and shape.kind == "moldable" and \
-                    shape.allows(len(rec.placement)) else 0.0
+                work = self.moldable_time(rec) or 0.0
             for i, (n, c) in enumerate(rec.placement):
                 name = rec.vm_name(i)
                 t = tasks[i] if i < len(tasks) else {}
@@ -695,7 +713,8 @@ def levels_offer(levels: int, discipline: Discipline) -> Offer:
     """What a cluster of ``levels`` per core under ``discipline`` offers a policy in vmctld."""
     where = (f"vmctld (the registered cluster: {levels} {discipline.value} level{'s' if levels != 1 else ''} "
              f"per core{'' if levels <= DAEMON_LEVELS else f'; vmctld places jobs on {DAEMON_LEVELS} of them'})")
-    return Offer(where=where, levels=min(levels, DAEMON_LEVELS), discipline=discipline, shared_vms=True)
+    return Offer(where=where, levels=min(levels, DAEMON_LEVELS), discipline=discipline, shared_vms=True,
+                 shapes=DAEMON_SHAPES)
 
 
 def bg_pace(job: Job, fg_usage: Iterable[float | None]) -> float:

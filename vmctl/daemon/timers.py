@@ -70,7 +70,7 @@ class Timers(DaemonBase):
                     continue
                 if not all(t.get("seen", True) for t in job.tasks):
                     continue  # not every process reported started yet: it cannot have overrun
-                limit = float(job.spec["estimate"]) + cfg.estimate_grace_s
+                limit = st.run_limit(job) + cfg.estimate_grace_s
                 prog = st.progress(job, now)
                 pace = st.pace(job)
                 if prog <= limit or pace <= 0:

@@ -76,6 +76,9 @@ class JobRecord:
     #: what happened to the job (starts, tier changes, migrations, requeues, its end), oldest first and
     #: bounded (vmctl.daemon.history); absent from jobs stored before it was kept: empty
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: why the policy started the current run at this width and place (``Start.reason``), None when it
+    #: gave no reason (absent from jobs stored before it was kept)
+    width_reason: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict deep-copies and is ~20x slower on the hot path

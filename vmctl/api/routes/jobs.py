@@ -37,7 +37,7 @@ class JobRoutes(Routes):
         self._leader()
         spec = schemas.job_spec(await read_json(request))
         self._fits_the_cluster([spec], batch=False)
-        rec = self.d.submit([spec])[0]
+        rec = self.d.submit([spec], batch=False)[0]
         self.s.kick()
         return json_response({"job": self._job(rec), "warnings": self.d.ignored_fields([spec])}, 201)
 

@@ -1,0 +1,92 @@
+"""The ``moldable`` policy (``policies/moldable_slots.py``): paper 002's methods on a ClusterView of node
+groups. Hand-checked: the group and width a method picks and the cores it gets, the reason, the slot
+rule (one decision per slot, a pass at the next boundary), rigid jobs as one-width tasks, and the
+checks vmctld runs at submission (a time that grows with the width, parameters)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vmctl.errors import PolicyParameterError, ValidationError
+from vmctl.model import ClusterView, Discipline, Job, JobShape, RunningJob, Start, Suspend, Tier
+from vmctl.policies.invariants import check_decision
+from vmctl.policies.moldable_slots import duration
+from vmctl.policies.registry import create_policy
+
+NODES = ["a"] * 4 + ["b"] * 4  # a: group slow, speed 1; b: group fast, speed 2
+
+
+def view(queue: list[Job], shapes: dict[str, JobShape], running: dict[str, RunningJob] | None = None) -> ClusterView:
+    running = running or {}
+    fg: list[str | None] = [None] * 8
+    for rj in running.values():
+        for c in rj.cores:
+            fg[c] = rj.id
+    idle = {c for c in range(8) if fg[c] is None}
+    return ClusterView.leveled(
+        8, queue, running, [fg, [None] * 8], [idle, set(range(8))], Discipline.PRIORITY, [0.0] * 8, [True] * 8,
+        node_of_core=NODES, local_core=[0, 1, 2, 3] * 2, node_names=("a", "b"),
+        queue_index={j.id: j for j in queue}, node_speed={"a": 1.0, "b": 2.0},
+        node_group={"a": "slow", "b": "fast"}, shapes=shapes)
+
+
+TABLE = JobShape.moldable({2: 8.0, 4: 6.0})
+
+
+def test_afcfs_picks_the_only_group_that_meets_the_deadline_and_its_smallest_width() -> None:
+    # at the boundary 0 (SL 1 s): width 2 needs 8 slots on slow, 4 on fast; width 4 needs 6 on slow, 3
+    # on fast. Deadline 5: only fast meets it, and there the smallest width that does is 2.
+    pol = create_policy("moldable", method="afcfs", slot=1.0)
+    j = Job("j1", submit_time=0.0, procs=2, estimate=8.0, deadline=5.0)
+    v = view([j], {"j1": TABLE})
+    d = pol.decide(v, 0.0)
+    check_decision(v, d, 0.0)
+    assert len(d.actions) == 1 and isinstance(d.actions[0], Start)
+    start = d.actions[0]
+    assert start.cores == (4, 5) and start.level == 0
+    assert start.reason.startswith("width 2 of [2, 4] in group fast (speed 2): AFCFS: the smallest width"), \
+        start.reason
+    assert "4 slot(s) of 1s -> meets the deadline (in 5s) with 1s to spare (deadline)" in start.reason
+    assert d.wake_at == 1.0
+    # a second pass in the same slot decides nothing and asks for the next boundary
+    again = pol.decide(v, 0.5)
+    assert again.actions == () and again.wake_at == 1.0 and "next slot boundary (in 0s)" in again.default_reason
+
+
+def test_a_rigid_job_is_a_task_of_one_width_and_a_job_without_deadline_gets_k_estimates() -> None:
+    pol = create_policy("moldable", method="cbsp", slot=10.0, deadline_estimates=2.0)
+    j = Job("r", submit_time=0.0, procs=3, estimate=40.0)
+    d = pol.decide(view([j], {}), 0.0)
+    (start,) = d.actions
+    assert isinstance(start, Start) and len(start.cores) == 3 and set(start.cores) <= {4, 5, 6, 7}  # cbsp: fast
+    assert "(no deadline given: submit + 2 x estimate)" in start.reason
+    assert pol.deadline_of(j) == 80.0
+
+
+def test_a_running_job_the_method_keeps_running_is_not_suspended() -> None:
+    # HSRET runs active tasks earliest deadline first while they fit; a running job is kept running
+    pol = create_policy("moldable", method="hsret", slot=1.0)
+    j = Job("run", submit_time=0.0, procs=2, estimate=8.0, deadline=100.0)
+    rj = RunningJob(job=j, tier=Tier.FG, cores=(4, 5), start_time=0.0, tier_since=0.0, progress=1.0)
+    d = pol.decide(view([], {"run": TABLE}, {"run": rj}), 3.0)
+    assert not any(isinstance(a, Suspend) for a in d.actions)
+
+
+def test_the_submission_checks() -> None:
+    pol = create_policy("moldable")
+    bad = JobShape("moldable", (2, 4), (8.0, 9.0))
+    with pytest.raises(ValidationError) as err:
+        pol.check_job(Job("x", 0.0, 2, 8.0), bad, "jobs[3]")
+    assert err.value.fields["field"] == "jobs[3].shape.times[1]"
+    with pytest.raises(ValidationError) as err:
+        pol.check_job(Job("x", 0.0, 2, 8.0), bad, "")
+    assert err.value.fields["field"] == "shape.times[1]"
+    pol.check_job(Job("x", 0.0, 2, 8.0), TABLE, "")
+    for params in ({"slot": 0.0}, {"slot": -1.0}, {"deadline_estimates": 0.0}, {"method": "sjf"}):
+        with pytest.raises(PolicyParameterError) as perr:
+            create_policy("moldable", **params)
+        assert next(iter(params)) in str(perr.value)
+
+
+def test_duration() -> None:
+    assert [duration(x) for x in (0, 5, 95, 7260, -61)] == ["0s", "5s", "1m 35s", "2h 1m", "-1m 1s"]
