@@ -12,25 +12,20 @@ guest is the idle TCG image (its counter ticks at 18.2 Hz while it runs); the jo
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from tests.integration.conftest import PREFIX, counter
-from tests.integration.test_libvirt_vcsched_daemon import RecordingRunner, _domain_ids, _wait
+from tests.integration.test_libvirt_vcsched_daemon import _domain_ids, _wait, running_agent
+from tests.integration.test_moldable_daemon import run_in_even_slots
 from tests.support.daemon import InProcessDaemon, cli_daemon
-from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
+from vmctl.agents.http_source import AgentEndpoint
 from vmctl.agents.layout import Layout
-from vmctl.agents.reconciler import Reconciler
 from vmctl.model import PowerState
-from vmctl.policies.moldable.model import Decision as SlotDecision
-from vmctl.policies.moldable.model import SlotView
 
 pytestmark = pytest.mark.libvirt
 
@@ -44,46 +39,14 @@ def setup(system_host: Any, images: Path, tmp_path: Path,
     from vmctl.agents.backends.libvirt.backend import LibvirtBackend
 
     with cli_daemon(tmp_path, monkeypatch, "moldable-libvirt", vm_memory_mib=32) as d:
-        pol = d.call(lambda: d.daemon.set_policy("moldable", {"method": "afcfs", "slot": SLOT}))
-        afcfs = pol._method
-
-        class EvenSlots:
-            name = "afcfs"
-
-            def decide(self, view: SlotView) -> SlotDecision:
-                ans = afcfs.decide(view)
-                ans.running = np.full(len(view.a_id), view.now % 2 == 0, dtype=np.bool_)
-                return ans
-
-        d.call(lambda: setattr(pol, "_method", EvenSlots()))
+        d.call(lambda: d.daemon.set_policy("moldable", {"method": "afcfs", "slot": SLOT}))
+        run_in_even_slots(d)
         node = f"{PREFIX}mold"
         backend = LibvirtBackend(URI, domain_type="qemu")
         layout = Layout(node, (backend.host_info().cores - 1,), image=str(images / "idle.img"), memory_mib=32)
         cert, key = d.agent_cert(node, tmp_path / "certs")
-        ep = AgentEndpoint(d.url, node, cert, key, d.ca_file, timeout_s=5)
-        source, reporter = HttpSource(ep, wait_s=2), HttpReporter(ep)
-        source.register(cores=layout.size, hostname=node, backend="libvirt")
-        rec = Reconciler(backend, layout, source, reporter, runner=RecordingRunner(), resync_seconds=0.3)
-        rec.backoff.maximum = 0.5
-        stop = threading.Event()
-        thread = threading.Thread(target=rec.run, args=(stop,), daemon=True)
-        source.start(on_change=rec.wake)
-        thread.start()
-        try:
+        with running_agent(AgentEndpoint(d.url, node, cert, key, d.ca_file, timeout_s=5), backend, layout):
             yield d, backend, layout
-        finally:
-            stop.set()
-            rec.wake()
-            thread.join(20)
-            source.stop()
-            reporter.close()
-            for v in backend.list_vms():
-                if layout.is_ours(v.name, v.metadata):
-                    with contextlib.suppress(Exception):
-                        backend.stop(v.name, force=True)
-                    with contextlib.suppress(Exception):
-                        backend.undefine(v.name)
-            backend.close()
 
 
 def test_a_slot_boundary_pauses_the_guest_and_the_next_resumes_it(

@@ -81,6 +81,24 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[InPr
             agents.close()
 
 
+def run_in_even_slots(d: InProcessDaemon) -> None:
+    """Script the active ``moldable`` policy's method: its starts are AFCFS's, its running mask runs every
+    active job in even slots and suspends it in odd ones (the pause/resume tests test vmctld's and the
+    agents' side of a suspension, not a method's reasons for one)."""
+    pol = d.call(lambda: d.daemon.policy)
+    afcfs = pol._method
+
+    class EvenSlots:
+        name = "afcfs"
+
+        def decide(self, view: SlotView) -> SlotDecision:
+            ans = afcfs.decide(view)
+            ans.running = np.full(len(view.a_id), view.now % 2 == 0, dtype=np.bool_)
+            return ans
+
+    d.call(lambda: setattr(pol, "_method", EvenSlots()))
+
+
 def job(d: InProcessDaemon, jid: str) -> dict[str, Any]:
     status, body = d.request("GET", f"/v1/jobs/{jid}")
     check_openapi("GET", f"/v1/jobs/{jid}", status, body)
@@ -125,18 +143,7 @@ def test_pause_and_resume_at_slot_boundaries(live: tuple[InProcessDaemon, Agents
     running mask is then replaced by one that suspends every running job in slots 2k + 1 (a scripted
     method: the mechanism under test is vmctld's, not a method's choice)."""
     d, agents = live
-    pol = d.call(lambda: d.daemon.policy)
-    afcfs = pol._method
-
-    class Alternate:
-        name = "afcfs"
-
-        def decide(self, view: SlotView) -> SlotDecision:
-            ans = afcfs.decide(view)
-            ans.running = np.full(len(view.a_id), view.now % 2 == 0, dtype=np.bool_)
-            return ans
-
-    d.call(lambda: setattr(pol, "_method", Alternate()))
+    run_in_even_slots(d)
     status, body = d.request("POST", "/v1/jobs", {"shape": {"kind": "moldable", "table": {"2": 40, "4": 30}}})
     assert status == 201, body
     jid = str(body["job"]["id"])
