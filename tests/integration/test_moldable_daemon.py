@@ -8,6 +8,8 @@ checked against vmctl/api/openapi.yaml."""
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +26,9 @@ from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
+from vmctl.client import Client, Job
 from vmctl.clock import SystemClock
-from vmctl.model import PowerState
+from vmctl.model import JobShape, PowerState
 from vmctl.policies.moldable.model import Decision as SlotDecision
 from vmctl.policies.moldable.model import SlotView
 
@@ -135,6 +138,28 @@ def test_a_moldable_job_lands_in_the_group_and_width_the_method_chose(
     ran = j["end_time"] - j["start_time"]
     assert 4.0 <= ran < 6.0, j  # 4 s at speed 2 (8 s on a standard core), plus the report delay
     assert j["end_time"] <= j["deadline"] + 0.5, j
+
+
+def test_the_cli_and_the_client_library_submit_moldable_jobs_with_deadlines(
+        live: tuple[InProcessDaemon, Agents], capsys: pytest.CaptureFixture[str]) -> None:
+    d, _agents = live
+    now = d.call(lambda: d.daemon.clock.now())
+    code, out, err = run_cli(capsys, "job", "submit", "--shape", '{"kind": "moldable", "table": {"2": 4, "4": 3}}',
+                             "--deadline", str(now + 30), "-o", "json")
+    assert code == 0, err
+    by_cli = str(json.loads(out)["jobs"][0]["id"])
+    lib = Job("lib-wrf", shape=JobShape.moldable({2: 4.0, 4: 3.0}), deadline=now + 30)
+    client = Client([lib], url=d.url, token=d.admin_token, ca=d.ca_file, poll_interval=0.1)
+    client.submit()
+    client.start()
+    results = client.wait_all(timeout=30)
+    assert [r.state for r in results] == ["done"] and results[0].ok
+    wait_for(lambda: job(d, by_cli)["state"] == "done", "the CLI's job to end")
+    for jid in (by_cli, str(lib.id)):
+        j = job(d, jid)
+        # an ended job holds no cores (width None); the reason says which width its run had
+        assert re.match(r"width [24] of \[2, 4\] in group (fast|slow) \(speed [12]\): AFCFS", j["width_reason"]), j
+        assert j["end_time"] <= j["deadline"], j
 
 
 def test_pause_and_resume_at_slot_boundaries(live: tuple[InProcessDaemon, Agents]) -> None:
