@@ -19,8 +19,10 @@ and their answer back into actions, running the methods' code unchanged:
   over its group's speed, less its progress, in slots (at least 1).
 - **Slots.** ``slot`` seconds (> 0). The policy acts at the first decision pass of each slot (the
   daemon's clock, slot k = [k SL, (k + 1) SL)) and asks for a pass at the next boundary
-  (``wake_at``); a pass within a slot it has already decided returns no action (jobs submitted
-  meanwhile wait for the boundary, as in the paper, where tasks are seen at the next slot).
+  (``wake_at``) while a job is queued or running; a pass within a slot it has already decided returns
+  no action (jobs submitted meanwhile wait for the boundary, as in the paper, where tasks are seen at
+  the next slot). An idle cluster asks for no wake-up: the first pass after an arrival then decides at
+  once (it is the first pass of its slot).
 - **Actions.** A method's ``Start(task, cluster, width)`` becomes ``Start(job, cores, level 0)`` on
   ``width`` free level-0 cores of that group (whole nodes first: the nodes with the most free cores);
   a running job the method does not run this slot is suspended (``Suspend``: its VMs are paused by the
@@ -133,6 +135,8 @@ class MoldableSlots(SchedulingPolicy):
         sl = float(self.params["slot"])
         k = math.floor(now / sl + 1e-9)
         nxt = (k + 1) * sl
+        if not view.queue and not view.running:
+            return Decision()  # nothing to decide: no wake-up (an arrival brings the next pass)
         if self._decided == k:
             return Decision(wake_at=nxt, default_reason=f"waits for the next slot boundary (in {duration(nxt - now)})")
         self._decided = k
