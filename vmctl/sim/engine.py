@@ -251,6 +251,7 @@ class _LiveProgress(RunningJob):
     tasks_left = None
     replicas = ()
     migrated_at = -_INF
+    checkpointed = False
 
     @property
     def level(self) -> int:
@@ -299,11 +300,12 @@ class _LiveShared(_Live):
     __slots__ = ()
     replicas = ()
     migrated_at = -_INF
+    checkpointed = False
 
 
 class _LiveLevel(_Live):
     """A running job on the levelled path: its ``level``, ``suspended`` (also for a checkpointed job,
-    which holds no slot) and placement are fields; ``progress`` is live and ``expected_end`` is what
+    which holds no slot), ``checkpointed`` and placement are fields; ``progress`` is live and ``expected_end`` is what
     the execution model says (``ExecutionModel.expected_end``)."""
 
     __slots__ = ()
@@ -1048,7 +1050,8 @@ class Simulator:
         setattr_ = object.__setattr__
         for name, value in (("job", run.job), ("tier", run.tier), ("cores", run.cores),
                             ("start_time", run.start_time), ("tier_since", run.tier_since),
-                            ("suspended", run.stopped), ("level", run.level), ("replicas", run.replicas),
+                            ("suspended", run.stopped), ("checkpointed", run.checkpointed), ("level", run.level),
+                            ("replicas", run.replicas),
                             ("migrated_at", run.migrated_at), ("_run", run), ("_sim", self)):
             setattr_(snap, name, value)
         self._snaps[run.job.id] = snap
