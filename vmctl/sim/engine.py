@@ -526,6 +526,13 @@ class Simulator:
         # the metrics' run length of each job (``ExecutionModel.span``), when the model defines one
         self._span: list[float] | None = (list(self._work) if self._leveled and type(model).span is not
                                           ExecutionModel.span else None)
+        # the core-seconds each run's slots were held (the utilization's count for a run whose width
+        # changed, a resized task bag): ``_held`` so far, as of ``_held_at``; ``_resized`` flags those runs
+        self._held: list[float] | None = None
+        self._held_at: list[float] = []
+        self._resized = bytearray(0)
+        if self._leveled:
+            self._held, self._held_at, self._resized = [0.0] * n, [0.0] * n, bytearray(n)
         if self._leveled:
             # the trace's work stays what models read; ``_work`` becomes each job's work in its latest run
             self.job_work = list(self._work)
@@ -897,6 +904,8 @@ class Simulator:
             self._work[run.idx] = self.model.work(run)
             if self._span is not None:
                 self._span[run.idx] = self.model.span(run)
+            if self._held is not None:  # a new run: its slots are held from now
+                self._held[run.idx], self._held_at[run.idx], self._resized[run.idx] = 0.0, now, 0
             self._dirty[run.idx] = run
             return
         if isinstance(act, Kill):
@@ -905,6 +914,8 @@ class Simulator:
             return
         run = self._runs[jid]
         run.settle(now)
+        if self._held is not None:
+            self._held_count(run)
         run.placed = True
         self._dirty[run.idx] = run
         if isinstance(act, Suspend):
@@ -926,6 +937,7 @@ class Simulator:
             run.level, run.cores = self._placement(occ, jid)
             run.tier = tier_of_level(run.level)
             self._width[run.idx] = len(run.cores)
+            self._resized[run.idx] = 1
             resized.append((run, old))
         else:  # Move and its priority names: Promote, Demote, Migrate, Restore
             level, cores = self._placement(occ, jid)
@@ -1012,7 +1024,17 @@ class Simulator:
         gone = set(cores)
         self._reslot(run, tuple(c for c in run.cores if c not in gone), cores)
 
+    def _held_count(self, run: _Run) -> None:
+        """Add the core-seconds the run's slots were held since the last count (none while checkpointed),
+        before its slots change (a move, checkpoint, resize or task boundary) and when it ends."""
+        held, at, idx, now = self._held, self._held_at, run.idx, self.now
+        if held is not None:
+            held[idx] += (0 if run.checkpointed else len(run.cores)) * (now - at[idx])
+            at[idx] = now
+
     def _reslot(self, run: _Run, cores: tuple[int, ...], changed: tuple[int, ...]) -> None:
+        self._held_count(run)
+        self._resized[run.idx] = 1
         run.cores = cores
         run.placed = True
         self._width[run.idx] = len(cores)
@@ -1058,6 +1080,8 @@ class Simulator:
 
     def _complete(self, run: _Run) -> None:
         idx = run.idx
+        if self._held is not None:
+            self._held_count(run)
         del self._runs[run.job.id]
         del self._snaps[run.job.id]
         self._vacate(run)
@@ -1188,7 +1212,10 @@ class Simulator:
             "run": np.asarray(self._work if self._span is None else self._span, dtype=np.float64),
             "procs": np.asarray(self._width, dtype=np.float64),
         }
-        m = metrics_mod.compute(**arrays, cores=self.cores, batches=self.config.batches)
+        held = self._held
+        core_time = None if held is None else np.asarray(
+            [held[i] if flag else math.nan for i, flag in enumerate(self._resized)], dtype=np.float64)
+        m = metrics_mod.compute(**arrays, cores=self.cores, batches=self.config.batches, core_time=core_time)
         gang = None
         # paper 004 sec. 3, for time-sliced runs (one row is a dedicated machine: its results are the one-tier
         # results, unchanged); T is the schedule's period at the end
