@@ -45,10 +45,12 @@ import bisect
 import dataclasses
 import gc
 import heapq
+import itertools
 import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -139,6 +141,16 @@ def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, 
 
 
 _make_job = _job_maker()
+_ID, _SUBMIT, _PROCS = attrgetter("id"), attrgetter("submit"), attrgetter("procs")
+_ESTIMATE, _RUN_TIME, _USAGE = attrgetter("estimate"), attrgetter("run_time"), attrgetter("cpu_usage")
+
+
+def _column(records: Sequence[Any], name: str, default: Any) -> list[Any]:
+    """``getattr(r, name, default)`` of every record (C-level when every record has the field)."""
+    try:
+        return list(map(attrgetter(name), records))
+    except AttributeError:
+        return [getattr(r, name, default) for r in records]
 
 
 #: what the engine needs from a workload record (``vmctl.sim.workloads.core.WorkloadJob``)
@@ -394,50 +406,60 @@ class Simulator:
             if model.two_tier is None:
                 model.two_tier = self.two_tier
             self.two_tier = model.two_tier
-        kept = [j for j in jobs if j.procs <= cores]
-        if len(kept) < len(jobs):
+        # the workload's columns, read with C-level attribute getters (a 200,000-job trace pays for
+        # every Python-level step per job here)
+        all_procs = list(map(_PROCS, jobs))
+        if all_procs and max(all_procs) > cores:
+            keep = [p <= cores for p in all_procs]
+            kept = list(itertools.compress(jobs, keep))
+            all_procs = list(itertools.compress(all_procs, keep))
             self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + (
                 len(jobs) - len(kept)
             )
-        last = -_INF
-        for j in kept:
-            if j.submit < last:
-                raise ValidationError(field=f"job {j.id}.submit", problem="jobs must be sorted by submit time")
-            last = j.submit
-        self._src = kept
+        else:
+            kept = list(jobs)
         n = len(kept)
         self.n = n
-        self._ids = [str(j.id) for j in kept]
-        self._index = {jid: i for i, jid in enumerate(self._ids)}
-        if len(self._index) != n:
+        self._submit = list(map(float, map(_SUBMIT, kept)))
+        if self._submit != sorted(self._submit):  # timsort checks a sorted list in one pass
+            sub = self._submit
+            first = next((i for i in range(1, n) if sub[i] < sub[i - 1]), None)
+            if first is not None:  # (NaN times compare as unordered; they pass, as they always did)
+                raise ValidationError(field=f"job {kept[first].id}.submit",
+                                      problem="jobs must be sorted by submit time")
+        self._src = kept
+        self._ids = list(map(str, map(_ID, kept)))
+        if len(set(self._ids)) != n:
             raise ValidationError(field="workload", problem="job ids are not unique")
-        self._submit = [float(j.submit) for j in kept]
-        self._estimate = [float(j.estimate) for j in kept]
-        self._run_time = [float(j.run_time) for j in kept]
-        self._work = [min(r, e) for r, e in zip(self._run_time, self._estimate, strict=True)]
-        self._procs = [int(j.procs) for j in kept]
+        self._index_map: dict[str, int] | None = None  # id -> position, built when first asked (outcome)
+        self._estimate = list(map(float, map(_ESTIMATE, kept)))
+        self._run_time = list(map(float, map(_RUN_TIME, kept)))
+        self._work = list(map(min, self._run_time, self._estimate))
+        self._procs = list(map(int, all_procs))
         # what the policy sees of who submitted a job and how urgent it is (traces carry no deadline):
         # the workload's priority and user id ("" when unknown; one string object per user)
-        self._priority: list[int] = [getattr(j, "priority", 0) for j in kept]
-        user_names: dict[int, str] = {}
-
-        def user_name(u: int) -> str:
-            name = user_names[u] = str(u) if u >= 0 else ""
-            return name
-
-        self._user_name = [user_names[u] if u in user_names else user_name(u)
-                           for u in [getattr(j, "user", -1) for j in kept]]
+        self._priority: list[int] = _column(kept, "priority", 0)
+        users = _column(kept, "user", -1)
+        user_names = {u: str(u) if u >= 0 else "" for u in set(users)}
+        self._user_name = list(map(user_names.__getitem__, users))
         full = self.config.cpu_usage == "full"
+        # a job without usage (SWF) runs every process at 100 %: one shared all-ones tuple per width
+        ones: dict[int, tuple[float, ...]] = {}
         self._usage: list[tuple[float, ...]] = []
-        for j in kept:
-            u = j.cpu_usage
+        self._given_usage: list[int] = []  # positions of usage the workload gave (validated below)
+        append = self._usage.append
+        for i, (u, procs) in enumerate(zip(map(_USAGE, kept), self._procs, strict=True)):
             if full or u is None:
-                self._usage.append((1.0,) * j.procs)
+                one = ones.get(procs)
+                if one is None:
+                    one = ones[procs] = (1.0,) * procs
+                append(one)
             else:
-                if len(u) != j.procs:
-                    raise ValidationError(field=f"job {j.id}.cpu_usage",
-                                          problem=f"{len(u)} entries for {j.procs} processes")
-                self._usage.append(tuple(u))
+                if len(u) != procs:
+                    raise ValidationError(field=f"job {kept[i].id}.cpu_usage",
+                                          problem=f"{len(u)} entries for {procs} processes")
+                append(tuple(u))
+                self._given_usage.append(i)
         self._validate_jobs()
         self._width = array("i", self._procs)  # the width each job last started with (moldable, task bags)
         # per-job outcomes
@@ -550,12 +572,15 @@ class Simulator:
         if self.n and min(self._procs) <= 0:
             i = next(i for i, p in enumerate(self._procs) if p <= 0)
             raise ValidationError(field=f"job {self._ids[i]}.procs", problem=f"must be > 0, got {self._procs[i]}")
-        for i, e in enumerate(self._estimate):
-            if not (e > 0 and math.isfinite(e)):
-                raise ValidationError(field=f"job {self._ids[i]}.estimate",
-                                      problem=f"must be a positive number, got {e}")
-        for i, usage in enumerate(self._usage):
-            if usage.count(1.0) == len(usage):  # the usual SWF case, counted in C
+        est = np.asarray(self._estimate, dtype=np.float64)
+        bad = ~((est > 0) & np.isfinite(est))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValidationError(field=f"job {self._ids[i]}.estimate",
+                                  problem=f"must be a positive number, got {self._estimate[i]}")
+        for i in self._given_usage:
+            usage = self._usage[i]
+            if usage.count(1.0) == len(usage):  # counted in C
                 continue
             for u in usage:
                 if not 0.0 < u <= 1.0:
@@ -717,7 +742,7 @@ class Simulator:
 
     def _new_run(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> _Run:
         """Take a queued job out of the queue into a new run (not placed yet)."""
-        idx = self._index[job_id]
+        idx = self._qkey[job_id][1]  # (submit, position): the queue key knows the job's position
         now = self.now
         run = _Run(idx, self._dequeue(job_id), tier, cores, now)
         self._runs[job_id] = run
@@ -1245,7 +1270,9 @@ class Simulator:
 
     def outcome(self, job_id: str) -> tuple[float, float]:
         """(first start, end) of a job after ``run``; NaN when it never started / ended."""
-        i = self._index[job_id]
+        if self._index_map is None:
+            self._index_map = dict(zip(self._ids, range(self.n), strict=True))
+        i = self._index_map[job_id]
         return self._first_start[i], self._end[i]
 
     def job_rows(self) -> Iterator[dict[str, Any]]:
