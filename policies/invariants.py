@@ -93,13 +93,13 @@ def _accepts_fast(view: ClusterView, decision: Decision, now: float) -> bool:
             job = get(jid)
             if job is None or jid in started or job.submit_time > limit or len(cores) != job.procs:
                 return False
-            cs = set(cores)
-            if len(cs) != len(cores) or not taken.isdisjoint(cs):
+            before = len(taken)
+            taken.update(cores)  # distinct cores, none taken by an earlier start: the set grows by all
+            if len(taken) - before != len(cores) or (cores and (min(cores) < 0 or max(cores) >= total)):
                 return False
             for c in cores:
-                if not 0 <= c < total or not usable[c] or base[c] is not None:
+                if base[c] is not None or not usable[c]:
                     return False
-            taken |= cs
             started.add(jid)
         for jid, reason in reasons.items():
             if not reason or jid in started or jid not in index:

@@ -372,6 +372,13 @@ class _RunningView(Mapping[str, RunningJob]):
 
 ProgressCallback = Callable[[int, int], None]
 
+# The slot setters of a fast-path snapshot (``_LiveProgress``): one snapshot is built per start, and
+# calling a member descriptor's ``__set__`` costs about 60 % of ``object.__setattr__`` on the frozen class.
+_SNAP_NAMES = ("job", "tier", "cores", "start_time", "tier_since", "suspended", "expected_end", "_run", "_sim")
+(_SET_JOB, _SET_TIER, _SET_CORES, _SET_START, _SET_SINCE, _SET_SUSPENDED, _SET_END, _SET_RUN,
+ _SET_SIM) = (getattr(_LiveProgress, name).__set__ for name in _SNAP_NAMES)
+_new_object = object.__new__
+
 
 class Simulator:
     """Run one policy over one workload. ``jobs`` must be sorted by submit time (ties keep their order);
@@ -595,23 +602,21 @@ class Simulator:
             self._snapshot_shared(run)
             return
         fixed_end = not fg or run.rate == 1.0
-        cls = _LiveProgress if fixed_end else _LiveRunningJob
-        snap = cls.__new__(cls)
-        setattr_ = object.__setattr__
-        setattr_(snap, "job", run.job)
-        setattr_(snap, "tier", run.tier)
-        setattr_(snap, "cores", run.cores)
-        setattr_(snap, "start_time", run.start_time)
-        setattr_(snap, "tier_since", run.tier_since)
-        setattr_(snap, "suspended", False)
-        setattr_(snap, "_run", run)
-        setattr_(snap, "_sim", self)
+        snap = _new_object(_LiveProgress if fixed_end else _LiveRunningJob)
+        _SET_JOB(snap, run.job)
+        _SET_TIER(snap, run.tier)
+        _SET_CORES(snap, run.cores)
+        _SET_START(snap, run.start_time)
+        _SET_SINCE(snap, run.tier_since)
+        _SET_SUSPENDED(snap, False)
+        _SET_RUN(snap, run)
+        _SET_SIM(snap, self)
         if fixed_end:
             if fg:
                 start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
-                setattr_(snap, "expected_end", start + run.job.estimate - run.p0)
+                _SET_END(snap, start + run.job.estimate - run.p0)
             else:
-                setattr_(snap, "expected_end", _INF)
+                _SET_END(snap, _INF)
         self._snaps[run.job.id] = snap
 
     def _snapshot_shared(self, run: _Run) -> None:
@@ -771,12 +776,26 @@ class Simulator:
         self._idle_fg.difference_update(cores)
         rate = run.rate = 1.0 - self._loss[idx] if self.two_tier else 1.0
         run.placed = False
-        self._snapshot(run)
+        # the snapshot (``_snapshot`` of a fg run that has not advanced yet: t0 = blocked_until = now, p0 = 0)
+        now = self.now
+        job = run.job
+        snap = _new_object(_LiveProgress if rate == 1.0 else _LiveRunningJob)
+        _SET_JOB(snap, job)
+        _SET_TIER(snap, _FG)
+        _SET_CORES(snap, cores)
+        _SET_START(snap, now)
+        _SET_SINCE(snap, now)
+        _SET_SUSPENDED(snap, False)
+        _SET_RUN(snap, run)
+        _SET_SIM(snap, self)
+        if rate == 1.0:
+            _SET_END(snap, now + job.estimate)
+        self._snaps[job_id] = snap
         version = self._version = self._version + 1
         run.version = version
         if rate > 0.0:
             work = self._work[idx]
-            heapq.heappush(self._heap, (self.now + (work / rate if work > 0 else 0.0), version, run))
+            heapq.heappush(self._heap, (now + (work / rate if work > 0 else 0.0), version, run))
 
     def _apply(self, decision: Decision) -> None:
         actions = decision.actions
@@ -1143,6 +1162,7 @@ class Simulator:
         ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
         priority, user_name = self._priority, self._user_name
         complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
+        queue, qkey, qjobs = self._queue, self._qkey, self._qjobs
         if self._leveled:
             apply = self._apply_leveled
         # model-internal events (time-slice boundaries ...): asked on every turn only when the model has any
@@ -1191,10 +1211,18 @@ class Simulator:
                     dirty[r.idx] = r
             if dirty:
                 self._flush_dirty()
-            # (2) arrivals
+            # (2) arrivals: ``_enqueue``, its usual case (after the queue's last job) inlined
             while ai < n and submit[ai] <= now:
-                enqueue(ai, make_job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
-                                     priority[ai], user_name[ai]))
+                jid = ids[ai]
+                job = make_job(jid, submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
+                               priority[ai], user_name[ai])
+                key = (submit[ai], ai)
+                if queue and qkey[queue[-1].id] > key:
+                    enqueue(ai, job)
+                else:
+                    qkey[jid] = key
+                    qjobs[jid] = job
+                    queue.append(job)
                 ai += 1
             if events and self._done == done0 and ai == ai0 and (wake is None or wake > due) and not self._released:
                 continue  # a model event alone: the policy is not called (it asks with wake_at), unless
