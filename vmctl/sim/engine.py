@@ -505,6 +505,8 @@ class Simulator:
         self._version = 0
         self._dirty: dict[int, _Run] = {}
         self._bg_count = 0  # jobs in the bg tier (fg changes need no bg rate updates when 0)
+        # fast path: ``_fg_run`` is maintained from the first bg placement on (``_keep_fg_run``)
+        self._fg_run_kept = not isinstance(model, TwoTierModel)
         self._wake: float | None = None
         self._released = False  # a task bag gave up a slot at a task boundary: the policy gets a pass
         self._done = 0
@@ -678,15 +680,20 @@ class Simulator:
         run.cores = cores
         run.placed = True
         if tier is _FG:
-            fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
+            fg_job, fg_util = self._fg_job, self._fg_util
             for c, u in zip(cores, self._usage[run.idx], strict=True):
                 fg_job[c] = jid
-                fg_run[c] = run
                 fg_util[c] = u
+            if self._fg_run_kept:
+                fg_run = self._fg_run
+                for c in cores:
+                    fg_run[c] = run
             self._idle_fg.difference_update(cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
         else:
+            if not self._fg_run_kept:
+                self._keep_fg_run()
             bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
                 bg_job[c] = jid
@@ -695,14 +702,25 @@ class Simulator:
             self._bg_count += 1
         self._dirty[run.idx] = run
 
+    def _keep_fg_run(self) -> None:
+        """Fast path: the fg run of each core (``slot_run[0]``, which only a bg run's rate reads) is kept
+        from the first bg placement on; until then nobody reads it and starts and completions skip it."""
+        runs, fg_run = self._runs, self._fg_run
+        for c, jid in enumerate(self._fg_job):
+            fg_run[c] = None if jid is None else runs[jid]
+        self._fg_run_kept = True
+
     def _vacate(self, run: _Run) -> None:
         cores = run.cores
         if run.tier is _FG:
-            fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
+            fg_job, fg_util = self._fg_job, self._fg_util
             for c in cores:
                 fg_job[c] = None
-                fg_run[c] = None
                 fg_util[c] = 0.0
+            if self._fg_run_kept:
+                fg_run = self._fg_run
+                for c in cores:
+                    fg_run[c] = None
             self._idle_fg.update(cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
@@ -768,11 +786,14 @@ class Simulator:
         which is the version the flush would have given it first."""
         run = self._new_run(job_id, _FG, cores)
         idx = run.idx
-        fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
+        fg_job, fg_util = self._fg_job, self._fg_util
         for c, u in zip(cores, self._usage[idx], strict=True):
             fg_job[c] = job_id
-            fg_run[c] = run
             fg_util[c] = u
+        if self._fg_run_kept:
+            fg_run = self._fg_run
+            for c in cores:
+                fg_run[c] = run
         self._idle_fg.difference_update(cores)
         rate = run.rate = 1.0 - self._loss[idx] if self.two_tier else 1.0
         run.placed = False
