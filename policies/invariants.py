@@ -93,13 +93,13 @@ def _accepts_fast(view: ClusterView, decision: Decision, now: float) -> bool:
             job = get(jid)
             if job is None or jid in started or job.submit_time > limit or len(cores) != job.procs:
                 return False
-            before = len(taken)
-            taken.update(cores)  # distinct cores, none taken by an earlier start: the set grows by all
-            if len(taken) - before != len(cores) or (cores and (min(cores) < 0 or max(cores) >= total)):
+            cs = set(cores)
+            if len(cs) != len(cores) or not taken.isdisjoint(cs):
                 return False
             for c in cores:
-                if base[c] is not None or not usable[c]:
+                if not 0 <= c < total or not usable[c] or base[c] is not None:
                     return False
+            taken |= cs
             started.add(jid)
         for jid, reason in reasons.items():
             if not reason or jid in started or jid not in index:
