@@ -787,9 +787,14 @@ class Simulator:
         run = self._new_run(job_id, _FG, cores)
         idx = run.idx
         fg_job, fg_util = self._fg_job, self._fg_util
-        for c, u in zip(cores, self._usage[idx], strict=True):
+        if len(cores) == 1:  # the most frequent width, without the loop
+            c = cores[0]
             fg_job[c] = job_id
-            fg_util[c] = u
+            fg_util[c] = self._usage[idx][0]
+        else:  # (the checker has matched len(cores) to procs, the length of the usage tuple)
+            for c, u in zip(cores, self._usage[idx], strict=False):
+                fg_job[c] = job_id
+                fg_util[c] = u
         if self._fg_run_kept:
             fg_run = self._fg_run
             for c in cores:
