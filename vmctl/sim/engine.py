@@ -680,15 +680,7 @@ class Simulator:
         run.cores = cores
         run.placed = True
         if tier is _FG:
-            fg_job, fg_util = self._fg_job, self._fg_util
-            for c, u in zip(cores, self._usage[run.idx], strict=True):
-                fg_job[c] = jid
-                fg_util[c] = u
-            if self._fg_run_kept:
-                fg_run = self._fg_run
-                for c in cores:
-                    fg_run[c] = run
-            self._idle_fg.difference_update(cores)
+            self._take_fg(run, jid, cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
         else:
@@ -701,6 +693,23 @@ class Simulator:
             self._idle_bg.difference_update(cores)
             self._bg_count += 1
         self._dirty[run.idx] = run
+
+    def _take_fg(self, run: _Run, job_id: str, cores: tuple[int, ...]) -> None:
+        """The fg slots of ``cores`` go to ``run`` (fast path): job, utilization, the run itself once kept."""
+        fg_job, fg_util, usage = self._fg_job, self._fg_util, self._usage[run.idx]
+        if len(cores) == 1:  # the most frequent width, without the loop
+            c = cores[0]
+            fg_job[c] = job_id
+            fg_util[c] = usage[0]
+        else:  # (the checker has matched len(cores) to procs, the length of the usage tuple)
+            for c, u in zip(cores, usage, strict=False):
+                fg_job[c] = job_id
+                fg_util[c] = u
+        if self._fg_run_kept:
+            fg_run = self._fg_run
+            for c in cores:
+                fg_run[c] = run
+        self._idle_fg.difference_update(cores)
 
     def _keep_fg_run(self) -> None:
         """Fast path: the fg run of each core (``slot_run[0]``, which only a bg run's rate reads) is kept
@@ -786,20 +795,7 @@ class Simulator:
         which is the version the flush would have given it first."""
         run = self._new_run(job_id, _FG, cores)
         idx = run.idx
-        fg_job, fg_util = self._fg_job, self._fg_util
-        if len(cores) == 1:  # the most frequent width, without the loop
-            c = cores[0]
-            fg_job[c] = job_id
-            fg_util[c] = self._usage[idx][0]
-        else:  # (the checker has matched len(cores) to procs, the length of the usage tuple)
-            for c, u in zip(cores, self._usage[idx], strict=False):
-                fg_job[c] = job_id
-                fg_util[c] = u
-        if self._fg_run_kept:
-            fg_run = self._fg_run
-            for c in cores:
-                fg_run[c] = run
-        self._idle_fg.difference_update(cores)
+        self._take_fg(run, job_id, cores)
         rate = run.rate = 1.0 - self._loss[idx] if self.two_tier else 1.0
         run.placed = False
         # the snapshot (``_snapshot`` of a fg run that has not advanced yet: t0 = blocked_until = now, p0 = 0)
