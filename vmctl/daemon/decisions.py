@@ -11,9 +11,10 @@ import time
 from dataclasses import dataclass
 
 from vmctl.daemon.actuator import ApplyResult, Changes
+from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.state import Layout
 from vmctl.daemon.timers import Timers
-from vmctl.model import ClusterView, Decision
+from vmctl.model import ClusterView, Decision, Discipline
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 
@@ -131,6 +132,9 @@ class DecisionLoop(Timers):
             m.set_running("fg", sum(1 for j in active if j.tier == "fg"))
             m.set_running("bg", sum(1 for j in active if j.tier == "bg"))
             m.set_leader(self.leader, self.epoch)
+            if view.discipline is Discipline.TIMESLICE:
+                doc = matrix_doc(self.state, now)
+                m.set_gang(len(doc["rows_in_use"]), int(doc["holes"]))
         if len(self.decision_seconds) > 1000:
             del self.decision_seconds[:500]
         return decision
