@@ -16,7 +16,7 @@ from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.events import EventLog
-from vmctl.daemon.gang import SCHEDULE_KV, node_slices, schedule_from_kv
+from vmctl.daemon.gang import SCHEDULE_KV, check_offer, node_slices, schedule_from_kv
 from vmctl.daemon.history import JobHistory, slot_text
 from vmctl.daemon.state import ClusterState, DesiredSettings
 from vmctl.errors import LeaseLost, NotFound, StoreError, VmctlError
@@ -176,7 +176,7 @@ class DaemonBase:
 
         policy = create_policy(name, **params)
         if self.state.nodes:  # PolicyNeedsUnmet when the registered cluster cannot serve it; with no node
-            self.state.offer().check(policy)  # yet, the first agent's registration is checked against it
+            check_offer(self.state.offer(), policy)  # yet, the first agent's registration is checked against it
         return policy
 
     def _configured_policy(self) -> SchedulingPolicy:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vmctl.daemon.state import ClusterState, Layout
-from vmctl.errors import InvariantViolation, ValidationError
+from vmctl.errors import InvariantViolation, PolicyParameterError, ValidationError
 from vmctl.model import (
     Action,
     Discipline,
@@ -48,6 +48,7 @@ from vmctl.model import (
     Start,
     Unreplicate,
 )
+from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.occupancy import Occupancy
 from vmctl.store.base import JobRecord
 from vmctl.wire import slices_from_json, slices_to_json
@@ -102,6 +103,18 @@ def apply_schedule(actuator: Actuator, schedule: SliceSchedule, now: float, ch: 
     ch.kv[SCHEDULE_KV] = slices_to_json(schedule)
     ch.desired_nodes |= {n for n, rec in st.nodes.items() if rec.discipline == Discipline.TIMESLICE.value}
     return True
+
+
+def check_offer(offer: Offer, policy: SchedulingPolicy) -> None:
+    """``offer.check(policy)``, with a gang policy's MPL above the registered levels named as its
+    parameter ``mpl`` (what the operator sets), not only as a need of the cluster."""
+    mpl = policy.params.get("mpl")
+    if offer.discipline is Discipline.TIMESLICE and isinstance(mpl, int) and mpl > offer.levels:
+        raise PolicyParameterError(policy=policy.name, param="mpl",
+                                   problem=f"{mpl} rows need {mpl} timeslice levels per core, but the registered "
+                                           f"agents carry {offer.levels} (their layout.levels): use mpl <= "
+                                           f"{offer.levels}")
+    offer.check(policy)
 
 
 def node_slices(state: ClusterState, node: str) -> SliceSchedule | None:
