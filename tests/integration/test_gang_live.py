@@ -7,6 +7,8 @@ gang job's active time; /metrics carries the rows in use and holes."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,9 +24,29 @@ from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.daemon.config import DaemonConfig
+from vmctl.metrics import AgentMetrics
 from vmctl.model import Discipline, PowerState
 
 SLICE = 1.0
+
+
+def promtool_check(text: str) -> None:
+    """``promtool check metrics`` on an exposition (skipped without promtool)."""
+    exe = shutil.which("promtool")
+    if exe is None:
+        pytest.skip("promtool not installed (Debian package 'prometheus'; scripts/install-system-deps.sh)")
+    r = subprocess.run([exe, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_agent_row_switch_metrics() -> None:
+    m = AgentMetrics(lambda: None)
+    for took in (0.004, 0.02):
+        m.row_switch(took)
+    text = m.exposition()[0].decode()
+    assert re.search(r"^vmctl_agent_row_switch_seconds_count 2\.0$", text, re.MULTILINE), text
+    assert re.search(r'^vmctl_agent_row_switch_seconds_bucket\{le="0\.005"\} 1\.0$', text, re.MULTILINE)
+    promtool_check(text)
 
 
 @pytest.fixture()
@@ -110,6 +132,7 @@ def test_gang_rows_switch_on_the_agents_clock_over_http(gang_daemon: InProcessDa
         metrics = d.call(lambda: d.server.render_metrics()[0]).decode()  # what GET /metrics serves
         assert re.search(r"^vmctl_gang_rows_in_use 2\.0$", metrics, re.MULTILINE), metrics[:2000]
         assert re.search(r"^vmctl_gang_holes 0\.0$", metrics, re.MULTILINE)
+        promtool_check(metrics)
     finally:
         stop.set()
         for rec in agents.values():
