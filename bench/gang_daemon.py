@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.daemon import pct
+from bench.daemon import decide_seconds, pct, print_against_decide
 from vmctl.agents.backends.mock import MockBackend
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
@@ -92,16 +92,9 @@ def matrix_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path) 
         d.run_once()
         lat.append(time.perf_counter() - t)
         skipped += d.skipped_total - before
-        view, _lay = d.state.build_view(clock.now())
-        t = time.perf_counter()
-        policy.decide(view, clock.now())
-        base.append(time.perf_counter() - t)
-    p50, p99 = pct(lat, 50) * 1e3, pct(lat, 99) * 1e3
-    b50, b99 = pct(base, 50) * 1e3, pct(base, 99) * 1e3
-    print(f"new matrix (job end -> matrix and desired state committed), {events} events, bgs-m MPL {ROWS}:")
-    print(f"  vmctld      p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   ({skipped} actions skipped)")
-    print(f"  decide only p50 {b50:8.1f} ms   p99 {b99:8.1f} ms   (baseline: policy.decide on the same view)")
-    print(f"  ratio p50 {p50 / b50:.2f}x  (daemon overhead around the derivation)")
+        base.append(decide_seconds(d, policy, clock))
+    print_against_decide(f"new matrix (job end -> matrix and desired state committed), {events} events, bgs-m MPL "
+                         f"{ROWS}:", lat, base, "the derivation", f"   ({skipped} actions skipped)")
     d.close()
     d.store.close()
 
