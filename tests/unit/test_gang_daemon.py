@@ -109,6 +109,7 @@ def test_gang_rows_end_to_end_with_agents_switching_rows_on_their_clock(tmp_path
         seen_rows.append(active)
     assert set(seen_rows) == {0, 1, 2}
     assert {n: d.state.generation[n] for n in NODES} == gens  # no new generation per slice
+    assert [h["detail"] for h in x.history if h["event"] == "started"] == [f"run 1 as row {x.level} on a:0, a:1, b:0"]
     assert all(rec.row_switches >= 2 and rec.switch_seconds for rec in c.agents.values())
     # each job advanced in its slices only: a third of the wall time
     for j in (a, b, x):
