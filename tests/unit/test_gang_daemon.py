@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
+from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
@@ -42,19 +42,22 @@ def _daemon(tmp: Path, clock: VirtualClock, params: dict[str, object] | None = N
 class Cluster:
     """vmctld and one mock agent per node, stepped by hand on one virtual clock."""
 
-    def __init__(self, tmp: Path, levels: int = 3, inactive: str = "pause", **cfg: object) -> None:
+    def __init__(self, tmp: Path, levels: int = 3, inactive: str = "pause", fabric: MockFabric | None = None,
+                 **cfg: object) -> None:
         self.tmp, self.clock, self.levels, self.inactive = tmp, VirtualClock(1000.0), levels, inactive
         self.d = _daemon(tmp, self.clock, **cfg)
         self.agents: dict[str, Reconciler] = {}
+        self.peers = {n: f"mock://{n}" for n in NODES} if fabric is not None else {}
         for n in NODES:
             self.d.register_node(n, 2, n, "mock", levels=levels, discipline=Discipline.TIMESLICE)
-            self.agents[n] = self.agent(n, MockBackend(hostname=n, cores=2, clock=self.clock))
+            self.agents[n] = self.agent(n, MockBackend(hostname=n, cores=2, clock=self.clock, fabric=fabric,
+                                                       uri=f"mock://{n}", migration_seconds=2.0))
 
     def agent(self, node: str, backend: MockBackend) -> Reconciler:
         lay = Layout(host=node, cores=(0, 1), levels=self.levels, discipline=Discipline.TIMESLICE,
                      inactive=self.inactive)
         return Reconciler(backend, lay, MemorySource(), MemoryReporter(), clock=self.clock,
-                          runner=MockProcessRunner(backend))
+                          runner=MockProcessRunner(backend), peers={p: u for p, u in self.peers.items() if p != node})
 
     def step(self, dt: float = 0.0) -> None:
         self.clock.advance(dt)
@@ -183,6 +186,10 @@ def test_a_failed_migration_leaves_the_job_in_its_row(tmp_path: Path) -> None:
     assert j.migrated_at == c.clock.now()
     op = d.state.ops[j.migrating]
     assert op.detail["from_level"] == 0 and op.detail["moves"][0]["mode"] == "live"
+    # the leaving VM keeps its old row on the source until it is gone; the target expects it in row 1
+    (src,) = [v for v in d.desired("a").vms if v.name == j.vm_name(0)]
+    (dst,) = [v for v in d.desired("b").vms if v.name == j.vm_name(0)]
+    assert (src.level, src.core, dst.level, dst.core) == (0, 0, 1, 0) and dst.migration is not None
     # the mock hosts share no migration fabric: the migration fails on the agents, and the job is back in
     # row 0 of a:0 (its source slot stayed reserved meanwhile)
     assert d.view().slot_job[0][view.node_of_core.index("a")] == j.id
@@ -196,6 +203,31 @@ def test_a_failed_migration_leaves_the_job_in_its_row(tmp_path: Path) -> None:
     assert j.migrating is None and j.level == 0 and j.placement == [("a", 0)]
     assert d.state.ops[op.id].state == "rolled_back"
     assert d.view().slot_job[0][view.node_of_core.index("a")] == j.id
+
+
+def test_a_gang_job_migrates_to_another_node_and_row(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, fabric=MockFabric())
+    d = c.d
+    (j,) = d.submit([_job(500, 1)])
+    c.step()
+    view = d.view()
+    ch = Changes()
+    res = d.actuator.apply(Decision(actions=(Move(j.id, (view.node_of_core.index("b"),), 1, 5.0),)), view,
+                           d.state.layout(), c.clock.now(), ch)
+    d.commit(ch)
+    assert not res.skipped and j.migrating
+    for _ in range(8):  # the agents carry it out (2 s on the mock fabric) and report
+        c.clock.advance(1.0)
+        for n, rec in c.agents.items():
+            rec.source.set(d.desired(n))  # type: ignore[attr-defined]
+            out = rec.run_once()
+            assert out.observed is not None
+            d.report(out.observed)
+    assert j.migrating is None and j.migrations == 1 and (j.level, j.placement) == (1, [("b", 0)])
+    assert j.vm_name(0) in {v.name for v in c.agents["b"].backend.list_vms()}
+    assert j.vm_name(0) not in {v.name for v in c.agents["a"].backend.list_vms()}
+    assert d.view().slot_job[1][view.node_of_core.index("b")] == j.id
+    assert d.view().slot_job[0][view.node_of_core.index("a")] is None  # the source slot is free again
 
 
 @pytest.mark.parametrize(("params", "param", "error"), [

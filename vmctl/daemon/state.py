@@ -675,7 +675,7 @@ class ClusterState:
                 mv = moves.get(i)
                 mig: MigrationSpec | None = None
                 core = c
-                vm_role, vm_weight = role, weight
+                vm_role, vm_weight, vm_level = role, weight, level
                 emit = n == node
                 if mv is not None and op is not None:
                     src = mv["from"]
@@ -698,6 +698,8 @@ class ClusterState:
                             if from_tier != rec.tier and {from_tier, rec.tier} <= {"fg", "bg"}:
                                 vm_role = VmRole.FG if from_tier == "fg" else VmRole.BG
                                 vm_weight = s.fg_weight if from_tier == "fg" else s.bg_weight
+                            if op.detail.get("from_level") is not None:  # a gang job: its old row, likewise
+                                vm_level = int(op.detail["from_level"])
                             mig = spec if op.detail.get("stage") == "go" else None
                             emit = True
                         elif node == dst[0]:
@@ -708,7 +710,7 @@ class ClusterState:
                     continue
                 out.append(VmDesired(
                     name=name, core=core, role=vm_role, weight=vm_weight, cap=rec.cap, power=power, process=proc,
-                    checkpoint_path=ckpt, migration=mig, memory_mib=s.memory_mib, level=level,
+                    checkpoint_path=ckpt, migration=mig, memory_mib=s.memory_mib, level=vm_level,
                     replicas=tuple(rec.replicas),
                 ))
         out.sort(key=lambda v: v.name)
