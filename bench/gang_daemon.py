@@ -11,24 +11,26 @@
 2. Agent row-switch latency on the mock backend: one agent with 32 cores and 2 rows (2 x 32 job VMs,
    ``inactive: pause``) switching rows on its slice clock; the latency is the reconcile cycle that
    applies a switch (pause 32 VMs, resume 32). Baseline in the same process: a cycle with no switch.
-   The same with ``inactive: soak`` (weights instead of pause/resume). Real libvirt: see
-   tests/integration/test_libvirt_gang.py, which prints its switch latency.
+   The same with ``inactive: soak`` (weights instead of pause/resume). ``--libvirt``: the same on the
+   system libvirtd (started if needed), 2 cores x 2 rows of idle TCG guests, 2 s slices of wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import tempfile
 import time
 from pathlib import Path
 
 from bench.daemon import decide_seconds, pct, print_against_decide
+from vmctl.agents.backends.base import HypervisorBackend, remove_vms
 from vmctl.agents.backends.mock import MockBackend
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
-from vmctl.clock import VirtualClock
+from vmctl.clock import SystemClock, VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
 from vmctl.model import Discipline, NodeDesired, NodeObserved, PowerState, SliceSchedule, VmDesired, VmObserved, VmRole
@@ -99,20 +101,32 @@ def matrix_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path) 
     d.store.close()
 
 
-def row_switch_latency(cores: int, switches: int, inactive: str) -> None:
-    clock = VirtualClock(1_000_000.0)
-    layout = Layout(host="m", cores=tuple(range(cores)), levels=2, discipline=Discipline.TIMESLICE,
-                    inactive=inactive)
-    backend = MockBackend(hostname="m", cores=cores, clock=clock, memory_mib=1 << 20)
-    sched = SliceSchedule(10.0, (0, 1), 0.0)
-    vms = tuple(VmDesired(name=f"j{r}{k}-r1-p0", core=k, role=VmRole.FG if r == 0 else VmRole.BG,
-                          weight=10000 if r == 0 else 1, level=r) for r in range(2) for k in range(cores))
-    rec = Reconciler(backend, layout, MemorySource(NodeDesired("m", 1, vms, slices=sched)), MemoryReporter(),
-                     clock=clock)
-    assert rec.run_once().converged
+def row_switch_latency(cores: int, switches: int, inactive: str, backend: HypervisorBackend | None = None,
+                       image: str | None = None, what: str = "mock") -> None:
+    """The cycle that applies a row switch vs a cycle with nothing to do, ``cores`` x 2 rows of job VMs
+    (on the mock backend unless ``backend`` is given: then a real hypervisor, wall-clock slices)."""
+    real = backend is not None
+    clock = SystemClock() if real else VirtualClock(1_000_000.0)
+    host = f"bench{os.getpid()}-gang" if real else "m"
+    layout = Layout(host=host, cores=tuple(range(cores)), levels=2, discipline=Discipline.TIMESLICE,
+                    inactive=inactive, image=image, memory_mib=32 if real else 64)
+    if backend is None:
+        backend = MockBackend(hostname="m", cores=cores, clock=clock, memory_mib=1 << 20)
+    vms = tuple(VmDesired(name=f"{host}-j{r}{k}", core=k, role=VmRole.FG if r == 0 else VmRole.BG,
+                          weight=10000 if r == 0 else 1, level=r, memory_mib=layout.memory_mib)
+                for r in range(2) for k in range(cores))
+    source = MemorySource(NodeDesired(host, 1, vms))
+    rec = Reconciler(backend, layout, source, MemoryReporter(), clock=clock, max_passes=6)
+    assert rec.run_once().converged  # boots the guests (slow under TCG) before the slices start
+    period = 2.0 if real else 10.0
+    sched = SliceSchedule(period, (0, 1), float(int(clock.now()) + 1))
+    source.set(NodeDesired(host, 2, vms, slices=sched))
     steady: list[float] = []
     for _ in range(switches):
-        clock.set(sched.next_switch(clock.now()))
+        if isinstance(clock, VirtualClock):
+            clock.set(sched.next_switch(clock.now()))
+        else:
+            time.sleep(max(0.0, sched.next_switch(clock.now()) - clock.now()))
         res = rec.run_once()
         assert res.converged and not res.errors, res.errors
         t = time.perf_counter()
@@ -122,21 +136,50 @@ def row_switch_latency(cores: int, switches: int, inactive: str) -> None:
     assert len(sw) == switches
     s50, s99 = pct(sw, 50) * 1e3, pct(sw, 99) * 1e3
     b50 = pct(steady, 50) * 1e3
-    print(f"agent row switch on mock, {cores} cores x 2 rows ({2 * cores} job VMs), inactive: {inactive}, "
+    print(f"agent row switch on {what}, {cores} cores x 2 rows ({2 * cores} job VMs), inactive: {inactive}, "
           f"{switches} switches:")
     print(f"  switch cycle p50 {s50:7.2f} ms   p99 {s99:7.2f} ms")
     print(f"  steady cycle p50 {b50:7.2f} ms   (baseline: a cycle with no switch)   ratio p50 {s50 / b50:.1f}x")
 
 
+def libvirt_switches(switches: int) -> None:
+    """Row switches on the system libvirtd (started if needed, as the libvirt tests do), idle TCG guests."""
+    try:
+        from tests.integration.libvirt_hosts import Unavailable, shared_images, shared_system, shutdown_shared
+        from vmctl.agents.backends.libvirt.backend import LibvirtBackend
+    except ImportError as exc:
+        print(f"real libvirt: not available ({exc})")
+        return
+    try:
+        shared_system()
+        images = shared_images()
+    except Unavailable as exc:
+        print(f"real libvirt: unavailable here ({exc})")
+        return
+    b = LibvirtBackend("qemu:///system", domain_type="qemu")
+    try:
+        print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+        for inactive in ("pause", "soak"):
+            row_switch_latency(2, switches, inactive, b, str(images / "idle.img"), "real libvirt (TCG)")
+            remove_vms(b, f"bench{os.getpid()}-")
+    finally:
+        remove_vms(b, f"bench{os.getpid()}-")
+        b.close()
+        shutdown_shared()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="100 nodes, 200 queued jobs, fewer events")
+    ap.add_argument("--libvirt", action="store_true", help="also row switches on the system libvirtd (2 x 2 VMs)")
     args = ap.parse_args()
     nodes, queued, events = (100, 200, 10) if args.quick else (1000, 2000, 30)
     with tempfile.TemporaryDirectory() as tmp:
         matrix_latency(nodes, 32, queued, events, Path(tmp))
     for inactive in ("pause", "soak"):
         row_switch_latency(32, 20 if args.quick else 100, inactive)
+    if args.libvirt:
+        libvirt_switches(5 if args.quick else 10)
 
 
 if __name__ == "__main__":
