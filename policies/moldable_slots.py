@@ -159,26 +159,37 @@ class _Translation:
         nodes = [len(cores) for cores in self.group_cores]
         profiles: dict[tuple[tuple[int, ...], tuple[float, ...]], int] = {}
         self.profiles: list[Profile] = []
-        self.base: list[float] = []
+        #: jobs the methods cannot take (a table whose time grows with the width, queued before this
+        #: policy was active): job id -> why; a queued one waits with that reason, a running one's
+        #: cores are out of the groups' capacity
+        self.unfit: dict[str, str] = {}
 
-        def task(job: Job) -> tuple[int, float]:
+        def task(job: Job) -> tuple[int, float] | None:
             widths, times = profile_of(job, view.shapes.get(job.id))
             key = (widths, tuple(t / times[0] for t in times))
             if key not in profiles:
+                try:
+                    made = Profile(f"p{len(self.profiles)}", widths, key[1])
+                except ValidationError as exc:
+                    self.unfit[job.id] = (f"the moldable methods cannot take this job: {exc} (submitted before "
+                                          "policy moldable was active; requeue it with a table whose time does "
+                                          "not grow with the width)")
+                    return None
                 profiles[key] = len(self.profiles)
-                self.profiles.append(Profile(f"p{len(self.profiles)}", widths, key[1]))
+                self.profiles.append(made)
             return profiles[key], times[0]
 
         self.active: list[RunningJob] = []
         cols: list[list[float]] = [[] for _ in range(8)]
         for rj in view.running.values():
             gs = {gi.get(view.group_of(view.node(c)), -1) for c in rj.cores}
-            if rj.level != 0 or len(gs) != 1 or -1 in gs:
+            t = task(rj.job) if rj.level == 0 and len(gs) == 1 and -1 not in gs else None
+            if t is None:
                 for g in gs - {-1}:  # not a task: its cores are out of the groups' capacity
                     nodes[g] -= sum(1 for c in rj.cores if gi.get(view.group_of(view.node(c))) == g)
                 continue
             g = gs.pop()
-            pi, length = task(rj.job)
+            pi, length = t
             p = self.profiles[pi]
             minutes = length * float(p.r[p.index(rj.width)]) / speeds[g] if rj.width in p.widths else length
             rem = max(1, math.ceil((minutes - rj.progress) / sl - 1e-9))
@@ -186,8 +197,10 @@ class _Translation:
             for col, v in zip(cols, (rj.job.submit_time, self.pol.deadline_of(rj.job), length, pi, g, rj.width, rem,
                                      int(rj.suspended)), strict=True):
                 col.append(v)
-        self.queue: Sequence[Job] = view.queue
-        w = [task(j) for j in self.queue]
+        tasks = [(j, task(j)) for j in view.queue]
+        self.queue: Sequence[Job] = [j for j, t in tasks if t is not None]
+        self.waiting_unfit = {j.id: self.unfit[j.id] for j, t in tasks if t is None}
+        w = [t for _j, t in tasks if t is not None]
         self.clusters = Clusters(tuple(max(0, n) for n in nodes) or (0,), tuple(speeds) or (1.0,))
         f64 = np.float64
         i64 = np.int64
@@ -217,7 +230,7 @@ class _Translation:
             elif not susp and not run:
                 actions.append(Suspend(rj.job.id))
         free = [sorted(c for c in cores if c in view.idle[0]) for cores in self.group_cores]
-        reasons: dict[str, str] = {}
+        reasons: dict[str, str] = dict(self.waiting_unfit)
         for s in ans.starts:
             job = self.queue[s.task]
             cores = self._take(free[s.cluster], s.width)

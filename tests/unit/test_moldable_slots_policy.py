@@ -115,3 +115,16 @@ def test_an_idle_cluster_asks_for_no_wake_up() -> None:
     pol = create_policy("moldable")
     d = pol.decide(view([], {}), 1234.0)
     assert d.actions == () and d.wake_at is None
+
+
+def test_a_job_queued_before_the_policy_with_a_growing_table_waits_with_a_reason() -> None:
+    """Submitted under another policy (no check then), a table whose time grows with the width is not
+    a task for the methods: it waits, saying why, and the other jobs are scheduled."""
+    pol = create_policy("moldable", method="afcfs", slot=1.0)
+    bad = Job("bad", submit_time=0.0, procs=2, estimate=8.0, deadline=100.0)
+    good = Job("good", submit_time=0.0, procs=2, estimate=8.0, deadline=100.0)
+    v = view([bad, good], {"bad": JobShape("moldable", (2, 4), (8.0, 9.0)), "good": TABLE})
+    d = pol.decide(v, 0.0)
+    check_decision(v, d, 0.0)
+    assert [a.job_id for a in d.actions] == ["good"]
+    assert "shape.times[1]" in d.reasons["bad"] and "requeue it" in d.reasons["bad"]
