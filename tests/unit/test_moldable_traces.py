@@ -79,3 +79,19 @@ def test_the_first_kth_jobs_against_easy() -> None:
     assert all(r["unfinished"] == 0 for r in rows.values())
     # the moldable methods choose widths (not all at procs); EASY runs every job at procs
     assert rows["easy"]["width_over_procs"] == 1.0 and rows["hsret"]["width_over_procs"] != 1.0
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--jobs", "0"], "--jobs: must be > 0"),
+    (["--slot", "0"], "slot: the slot length must be"),
+    (["--deadline-estimates", "-1"], "--deadline-estimates: must be > 0"),
+    (["--trace-dir", "/nonexistent-vmctl-traces"], "no such file"),
+    (["--policies", "easy,sjf"], "--policies: unknown 'sjf'"),
+])
+def test_the_command_refuses_bad_input_naming_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         args: list[str], words: str) -> None:
+    from tests.livedaemon import run_cli
+
+    code, out, err = run_cli(capsys, "moldable", "traces", "--out", str(tmp_path / "out"), *args)
+    assert code == 2 and words in err, (code, out, err)
+    assert not (tmp_path / "out" / "traces.md").exists()

@@ -201,7 +201,7 @@ def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str,
     """The four methods against EASY on the real traces (KTH, SDSC, CTC, HPC2N): moldable widths from
     each job's size, deadline = submit + k x requested time; writes OUT/traces.md (docs/moldable.md)."""
     from vmctl.experiments.gang import TRACES
-    from vmctl.experiments.moldable_traces import traces
+    from vmctl.experiments.moldable_traces import METHODS, traces
     from vmctl.policies.moldable.model import check_slot
 
     if jobs <= 0:
@@ -209,12 +209,15 @@ def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str,
     check_slot(slot)
     if not deadline_estimates > 0:
         raise ValidationError(field="--deadline-estimates", problem=f"must be > 0, got {deadline_estimates}")
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    for name in names:
+        if name not in METHODS:
+            raise ValidationError(field="--policies", problem=f"unknown {name!r} (known: {', '.join(METHODS)})")
     missing = [t for t in TRACES if not (Path(trace_dir) / t).exists()]
     if missing:
         from vmctl.errors import TraceFormatError
 
         raise TraceFormatError(path=str(Path(trace_dir) / missing[0]), line=0, problem="no such file")
-    names = [p.strip() for p in policies.split(",") if p.strip()]
     click.echo(traces(out_dir, trace_dir, jobs, slot, deadline_estimates, workers=workers, scheduler=scheduler,
                       progress=sys.stderr.isatty(), policies=names), nl=False)
 
