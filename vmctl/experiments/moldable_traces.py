@@ -119,6 +119,7 @@ def run_cell(trace: str, jobs: int, slot: float, deadline_estimates: float, poli
         drain = min(50 * slots, math.ceil(float(t.tasks.length.sum()) / slot) + 10)
         res, o = run_slots(policy, 1, slot, t.tasks, t.clusters, t.profiles, slots=slots, warm=0, drain=drain,
                            batches=BATCHES)
+        assert o is not None  # one chunk: every task's outcome is kept
         started = o.start >= 0
         out = {k: res[k] for k in ("aet", "awt", "put", "ci_aet", "ci_awt", "ci_put", "unfinished", "slots_per_s")}
         finish = np.where(o.finish >= 0, o.finish * slot, np.inf)
