@@ -828,6 +828,9 @@ class VmDesired:
     # the VM level on its core (0 .. L-1, see "Levels" in the module docstring); -1: follows ``role``
     # (fg level 0, bg level 1, a shared VM none), which is all a two-level priority host needs
     level: int = -1
+    #: timeslice: the other rows (levels) this VM also runs in, on the same core (a replicated gang job,
+    #: ``Replicate``): it holds those slots too and runs while any of its rows is active
+    replicas: tuple[int, ...] = ()
 
     @property
     def slot_level(self) -> int | None:

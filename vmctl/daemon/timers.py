@@ -66,7 +66,8 @@ class Timers(DaemonBase):
                     self.actuator.rollback_migration(op, mj, now, ch, "timed out")
         if cfg.kill_at_estimate:
             for job in st.active():
-                if job.state != JobState.RUNNING or job.tier != "fg" or job.migrating:
+                # fg jobs, and gang jobs in any row (their modelled progress counts active slices only)
+                if job.state != JobState.RUNNING or (job.tier != "fg" and job.level is None) or job.migrating:
                     continue
                 if not all(t.get("seen", True) for t in job.tasks):
                     continue  # not every process reported started yet: it cannot have overrun

@@ -76,6 +76,12 @@ class JobRecord:
     #: what happened to the job (starts, tier changes, migrations, requeues, its end), oldest first and
     #: bounded (vmctl.daemon.history); absent from jobs stored before it was kept: empty
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: timeslice clusters (gang scheduling): the row (level) the job runs in, the other rows it is
+    #: replicated into (same cores), and when it last changed nodes (the policies' quota Q per slice);
+    #: None / empty for jobs of the other disciplines and in documents stored before rows were kept
+    level: int | None = None
+    replicas: list[int] = field(default_factory=list)
+    migrated_at: float | None = None
 
     def to_doc(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict deep-copies and is ~20x slower on the hot path
