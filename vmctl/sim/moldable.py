@@ -233,17 +233,11 @@ _TASK_FIELDS = ("arrival", "deadline", "length", "profile", "factor", "arrival_s
 _STATE_FIELDS = {"start": -1, "finish": -1, "cluster": -1, "width": 0, "need_f": 0, "need_a": 0, "done": 0}
 
 
-class _Window:
+class _Window(Tasks):
     """The tasks the engine still needs (every task from the oldest one waiting, running or in HSRET's
     load window on): the task fields of :class:`Tasks` and the engine's state, one array each, indexed
     by task id - ``dropped``. A long run appends chunks and drops the finished prefix."""
 
-    arrival: np.ndarray
-    deadline: np.ndarray
-    length: np.ndarray
-    profile: np.ndarray
-    factor: np.ndarray
-    arrival_slot: np.ndarray
     start: np.ndarray
     finish: np.ndarray
     cluster: np.ndarray
