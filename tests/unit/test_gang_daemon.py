@@ -21,7 +21,7 @@ from vmctl.daemon.actuator import Changes
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.gang import matrix_doc
-from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError
+from vmctl.errors import Conflict, PolicyNeedsUnmet, PolicyParameterError
 from vmctl.model import Decision, Discipline, JobState, Move, PowerState, SliceSchedule
 from vmctl.store import open_store
 from vmctl.wire import desired_from_json, desired_to_json
@@ -228,6 +228,18 @@ def test_a_gang_job_migrates_to_another_node_and_row(tmp_path: Path) -> None:
     assert j.vm_name(0) not in {v.name for v in c.agents["a"].backend.list_vms()}
     assert d.view().slot_job[1][view.node_of_core.index("b")] == j.id
     assert d.view().slot_job[0][view.node_of_core.index("a")] is None  # the source slot is free again
+
+
+def test_an_operator_migration_keeps_a_gang_job_in_its_row(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, fabric=MockFabric())
+    d = c.d
+    (one, two) = d.submit([_job(500, 1), _job(500, 4)])
+    c.step()
+    assert (one.level, one.placement, two.level) == (0, [("a", 0)], 1)
+    with pytest.raises(Conflict, match="has 0 free row 1 cores"):  # row 1 is full on b
+        d.migrate_job(two.id, "b")
+    op = d.migrate_job(one.id, "b")  # vmctl migrate: within its row, to the cores free there
+    assert op.detail["from_level"] == 0 and one.level == 0 and one.placement == [("b", 0)]
 
 
 @pytest.mark.parametrize(("params", "param", "error"), [

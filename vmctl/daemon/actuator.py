@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmctl.daemon.config import MigrationLimits
-from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action
+from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action, row_form
 from vmctl.daemon.gang import occupy as _occupy
 from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
 from vmctl.errors import InvariantViolation
@@ -164,6 +164,8 @@ class Actuator:
                 res.skipped.append((act, "unknown job"))
                 continue
             why: str | None = None
+            if view.discipline is Discipline.TIMESLICE:
+                act = row_form(act, job)
             row = is_row_action(act, view.discipline)
             if row:  # gang rows: any level of a timeslice cluster
                 why = apply_row_action(self, act, job, lay, now, ch, occ, place, moving)

@@ -42,6 +42,7 @@ from vmctl.model import (
     Action,
     Discipline,
     JobState,
+    Migrate,
     Move,
     Replicate,
     SliceSchedule,
@@ -64,6 +65,13 @@ ROW_ACTIONS = (Start, Move, Replicate, Unreplicate)
 def is_row_action(act: Action, discipline: Discipline) -> bool:
     """Whether ``act`` is carried out as a gang row action (any level of a timeslice cluster)."""
     return discipline is Discipline.TIMESLICE and isinstance(act, ROW_ACTIONS)
+
+
+def row_form(act: Action, job: JobRecord) -> Action:
+    """An operator's ``Migrate`` of a gang job as the row action it is: a ``Move`` within its row."""
+    if isinstance(act, Migrate) and job.level is not None:
+        return Move(act.job_id, act.cores, job.level, act.cost)
+    return act
 
 
 def tier_name(level: int) -> str:
