@@ -207,3 +207,18 @@ def test_a_gang_policy_on_a_priority_cluster_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PolicyParameterError, match="mpl"):
         d.set_policy("bgs", {"mpl": 4})
     assert d.policy is not None and d.policy.name == "gs-m"
+
+
+def test_gang_show_text_before_a_schedule_and_on_a_priority_cluster(tmp_path: Path) -> None:
+    from vmctl.cli.gang import gang_grid, gang_summary
+
+    clock = VirtualClock(1000.0)
+    d = gang_daemon(tmp_path, clock)
+    d.register_node("t", 2, "t", "mock", levels=3, discipline=Discipline.TIMESLICE)
+    doc = matrix_doc(d.state, clock.now())  # registered, no decision yet: no schedule, empty rows
+    assert doc["schedule"] is None and doc["rows_in_use"] == [] and doc["holes"] == 0
+    assert gang_grid(doc).to_text().splitlines() == ["NODE  r0*  r1   r2", "t     - -  - -  - -"]
+    assert gang_summary(doc) == ("schedule: none yet (no gang policy has decided): the agents keep row 0 active\n"
+                                 "rows in use: 0 of 3; holes: 0 of 0 cells")
+    prio = {**doc, "discipline": "priority", "levels": 2}
+    assert "no gang rows (gang policies need layout.discipline: timeslice)" in gang_summary(prio)
