@@ -148,15 +148,15 @@ class Actuator:
             for host in op.detail.get("hosts", []):
                 moving_now[host] = moving_now.get(host, 0) + 1
 
-        def moving(hosts: list[str]) -> str | None:
-            """Why one more migration between ``hosts`` breaks the limits; else count it."""
+        def moving(hosts: list[str], count: bool) -> str | None:
+            """Why one more migration between ``hosts`` breaks the limits; with ``count``, it goes ahead."""
             nonlocal cluster_moving
-            full = self._limit_reached(hosts, cluster_moving, moving_now)
-            if full is None:
-                cluster_moving += 1
-                for h in hosts:
-                    moving_now[h] = moving_now.get(h, 0) + 1
-            return full
+            if not count:
+                return self._limit_reached(hosts, cluster_moving, moving_now)
+            cluster_moving += 1
+            for h in hosts:
+                moving_now[h] = moving_now.get(h, 0) + 1
+            return None
 
         for act in decision.actions:
             job = self.state.jobs.get(act.job_id)
@@ -168,7 +168,7 @@ class Actuator:
                 act = row_form(act, job)
             row = is_row_action(act, view.discipline)
             if row:  # gang rows: any level of a timeslice cluster
-                why = apply_row_action(self, act, job, lay, now, ch, occ, place, moving)
+                why = apply_row_action(self, act, job, now, ch, occ, place, moving)
             elif isinstance(act, Start | Move):
                 act = priority_form(act, checkpointed=job.checkpointed)
             if row:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vmctl.daemon.state import ClusterState, Layout
+from vmctl.daemon.state import ClusterState
 from vmctl.errors import InvariantViolation, PolicyParameterError, ValidationError
 from vmctl.model import (
     Action,
@@ -133,11 +133,12 @@ def node_slices(state: ClusterState, node: str) -> SliceSchedule | None:
     return state.slices
 
 
-def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, lay: Layout, now: float, ch: Changes,
-                     occ: Occupancy, place: Callable[[tuple[int, ...]], list[tuple[str, int]]],
-                     moving: Callable[[list[str]], str | None]) -> str | None:
-    """Carry out a gang action on ``job``'s record; the reason it cannot be, or None. ``moving(hosts)``
-    says why one more migration between ``hosts`` would break the migration limits (and counts it)."""
+def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, now: float, ch: Changes, occ: Occupancy,
+                     place: Callable[[tuple[int, ...]], list[tuple[str, int]]],
+                     moving: Callable[[list[str], bool], str | None]) -> str | None:
+    """Carry out a gang action on ``job``'s record; the reason it cannot be, or None. ``moving(hosts,
+    False)`` says why one more migration between ``hosts`` would break the migration limits;
+    ``moving(hosts, True)`` counts one that goes ahead."""
     if isinstance(act, Start):
         if job.state != JobState.QUEUED:
             return f"job is {job.state}, not queued"
@@ -171,7 +172,7 @@ def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, lay: Layou
     if hosts:
         why = actuator.unreachable(moves)
         if why is None:
-            why = moving(hosts)
+            why = moving(hosts, False)
         if why is not None:
             return why
     if (why := occupy(occ, act)) is not None:
@@ -189,6 +190,7 @@ def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, lay: Layou
     old_cores = occ.view.running[job.id].cores  # the source slots stay held until the agents confirm
     leaving = tuple(old_cores[int(m["index"])] for m in moves if m["from"][0] != m["to"][0])
     occ.hold(job.id, from_level, leaving)
+    moving(hosts, True)
     op = actuator.new_op(ch, "migrate", job.id, now, {
         "moves": moves, "hosts": hosts, "tier": job.tier, "stage": "prepare", "target_gens": {},
         "from_tier": from_tier, "from_level": from_level, "level": act.level, "origin": "policy"})
