@@ -315,6 +315,10 @@ class RunningJob:
     its rows (``level`` or a replica) is active. ``migrated_at``: when the job last moved to other
     cores (a ``Move``/``Migrate`` that changed its cores; ``-inf``: never), which lets a stateless
     policy count the tasks migrated in the current time slice (the gang policies' quota Q).
+    ``checkpointed``: the job was checkpointed (its state saved, its slots freed); it holds no slot,
+    advances nothing and reads as ``suspended`` too (so readers that only ask whether a job advances
+    need not know the difference), but only a ``Restore``/``Move`` onto cores brings it back: a
+    ``Resume`` is for a suspended job, which keeps its slots.
     """
 
     job: Job
@@ -331,6 +335,7 @@ class RunningJob:
     tasks_left: int | None = None
     replicas: tuple[int, ...] = ()
     migrated_at: float = -math.inf
+    checkpointed: bool = False
 
     def __post_init__(self) -> None:
         if self.level < 0:

@@ -602,7 +602,7 @@ class ClusterState:
             running[rec.id] = RunningJob(
                 job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
-                suspended=rec.suspended or rec.checkpointed,
+                suspended=rec.suspended or rec.checkpointed, checkpointed=rec.checkpointed,
                 cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
                 level=-1 if rec.level is None else rec.level, replicas=tuple(rec.replicas),
                 migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
