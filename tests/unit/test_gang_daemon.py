@@ -167,6 +167,32 @@ def test_a_gang_job_migrates_to_another_node_and_row(tmp_path: Path) -> None:
     assert d.view().slot_job[0][view.node_of_core.index("a")] is None  # the source slot is free again
 
 
+def test_the_quota_per_slice_is_enforced_again_by_vmctld(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, fabric=MockFabric())
+    d = c.d
+    (j, k) = d.submit([_job(500, 1), _job(500, 1)])
+    c.step()
+    assert [j.placement, k.placement] == [[("a", 0)], [("a", 1)]]
+    view = d.view()
+    b0, b1 = view.node_of_core.index("b"), view.node_of_core.index("b") + 1
+    ch = Changes()
+    d.actuator.slice_quota = 1.0  # Q = 1 task per slice: the first move goes, the second waits
+    res = d.actuator.apply(Decision(actions=(Move(j.id, (b0,), 0, 0.0), Move(k.id, (b1,), 0, 0.0))), view,
+                           d.state.layout(), c.clock.now(), ch)
+    d.commit(ch)
+    assert [a.job_id for a in res.applied] == [j.id]
+    assert len(res.skipped) == 1 and "quota Q = 1 tasks migrated per slice reached (1 since" in res.skipped[0][1]
+    assert k.placement == [("a", 1)] and k.migrated_at is None
+    for _ in range(4):
+        c.step(1.0, decide=False)
+    c.clock.set(d.state.slices.next_switch(c.clock.now()))  # the next slice: the quota is free again
+    view = d.view()
+    ch = Changes()
+    res = d.actuator.apply(Decision(actions=(Move(k.id, (b1,), 0, 0.0),)), view, d.state.layout(),
+                           c.clock.now(), ch)
+    assert [a.job_id for a in res.applied] == [k.id]
+
+
 def test_an_operator_migration_keeps_a_gang_job_in_its_row(tmp_path: Path) -> None:
     c = Cluster(tmp_path, fabric=MockFabric())
     d = c.d

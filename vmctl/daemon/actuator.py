@@ -85,6 +85,9 @@ class Actuator:
         self.on_job_end: Any = None
         self.on_start: Any = None
         self.on_op_closed: Any = None
+        #: the policy's quota Q of tasks migrated per time slice (gang policies' ``quota``; None: none),
+        #: checked again on every gang move to other cores (``vmctl.daemon.gang.quota_problem``)
+        self.slice_quota: float | None = None
 
     # ------------------------------------------------------------------ helpers
     def touch(self, ch: Changes, job: JobRecord) -> None:

@@ -33,6 +33,7 @@ prints both.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,23 @@ def check_offer(offer: Offer, policy: SchedulingPolicy) -> None:
     offer.check(policy)
 
 
+def quota_problem(actuator: Actuator, job: JobRecord, now: float) -> str | None:
+    """Why moving ``job`` to other cores now would exceed the policy's quota Q of tasks migrated per
+    slice (``Actuator.slice_quota``), or None. The second line of defence behind the gang policies, which
+    count the same from ``RunningJob.migrated_at``: the tasks of the jobs that changed cores since the
+    current slice began, this decision's moves included (their records already carry ``migrated_at``)."""
+    q, sched = actuator.slice_quota, actuator.state.slices
+    if q is None or not math.isfinite(q) or sched is None:
+        return None
+    begin = sched.epoch + sched.slot(now) * sched.period
+    used = sum(len(r.placement) for r in actuator.state.active()
+               if r.migrated_at is not None and r.migrated_at >= begin - 1e-9)
+    if used + len(job.placement) > q:
+        return (f"quota Q = {q:g} tasks migrated per slice reached ({used} since the slice began at t={begin:.0f}; "
+                f"this move needs {len(job.placement)})")
+    return None
+
+
 def node_slices(state: ClusterState, node: str) -> SliceSchedule | None:
     """The slice clock node ``node``'s desired state carries: the schedule in force on a timeslice node."""
     rec = state.nodes.get(node)
@@ -169,6 +187,8 @@ def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, now: float
              for i in range(len(new_place)) if job.placement[i] != new_place[i]]
     hosts = sorted({str(m["from"][0]) for m in moves if m["from"][0] != m["to"][0]}
                    | {str(m["to"][0]) for m in moves if m["from"][0] != m["to"][0]})
+    if moves and (why := quota_problem(actuator, job, now)) is not None:
+        return why
     if hosts:
         why = actuator.unreachable(moves)
         if why is None:
