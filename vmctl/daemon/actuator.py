@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vmctl.daemon.config import MigrationLimits
-from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action
+from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action, row_form
 from vmctl.daemon.gang import occupy as _occupy
 from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
 from vmctl.errors import InvariantViolation
@@ -85,6 +85,9 @@ class Actuator:
         self.on_job_end: Any = None
         self.on_start: Any = None
         self.on_op_closed: Any = None
+        #: the policy's quota Q of tasks migrated per time slice (gang policies' ``quota``; None: none),
+        #: checked again on every gang move to other cores (``vmctl.daemon.gang.quota_problem``)
+        self.slice_quota: float | None = None
 
     # ------------------------------------------------------------------ helpers
     def touch(self, ch: Changes, job: JobRecord) -> None:
@@ -151,15 +154,15 @@ class Actuator:
             for host in op.detail.get("hosts", []):
                 moving_now[host] = moving_now.get(host, 0) + 1
 
-        def moving(hosts: list[str]) -> str | None:
-            """Why one more migration between ``hosts`` breaks the limits; else count it."""
+        def moving(hosts: list[str], count: bool) -> str | None:
+            """Why one more migration between ``hosts`` breaks the limits; with ``count``, it goes ahead."""
             nonlocal cluster_moving
-            full = self._limit_reached(hosts, cluster_moving, moving_now)
-            if full is None:
-                cluster_moving += 1
-                for h in hosts:
-                    moving_now[h] = moving_now.get(h, 0) + 1
-            return full
+            if not count:
+                return self._limit_reached(hosts, cluster_moving, moving_now)
+            cluster_moving += 1
+            for h in hosts:
+                moving_now[h] = moving_now.get(h, 0) + 1
+            return None
 
         for act in decision.actions:
             job = self.state.jobs.get(act.job_id)
@@ -168,9 +171,11 @@ class Actuator:
                 continue
             start_reason = act.reason if isinstance(act, Start) else ""
             why: str | None = None
+            if view.discipline is Discipline.TIMESLICE:
+                act = row_form(act, job)
             row = is_row_action(act, view.discipline)
             if row:  # gang rows: any level of a timeslice cluster
-                why = apply_row_action(self, act, job, lay, now, ch, occ, place, moving)
+                why = apply_row_action(self, act, job, now, ch, occ, place, moving)
             elif isinstance(act, Start | Move):
                 act = priority_form(act, checkpointed=job.checkpointed)
             if row:
