@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from vmctl.daemon import dispatcher
 from vmctl.daemon.config import MigrationLimits
 from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
 from vmctl.errors import InvariantViolation
@@ -40,6 +41,7 @@ from vmctl.model import (
     PlaceShared,
     PowerState,
     Promote,
+    Resize,
     Restore,
     Resume,
     SetCap,
@@ -163,6 +165,10 @@ class Actuator:
                                  for i in range(len(act.cores))]
                     job.reason = None
                     job.suspended = job.checkpointed = job.restore_pending = False
+                    job.bag = None
+                    shape = self.state.shape_of(job)
+                    if shape is not None and shape.kind == "task-bag":  # workers take tasks at once
+                        dispatcher.start(job, level_of(tier), now)
                     if self.on_start is not None:
                         self.on_start(job, now)
             elif isinstance(act, Promote | Demote):
@@ -221,6 +227,8 @@ class Actuator:
                     job.suspended = False
                     job.state = JobState.RUNNING
                     job.tier_since = now
+            elif isinstance(act, Resize):
+                why = self._resize(act, job, lay, now, occ, place)
             elif isinstance(act, PlaceShared):
                 why = self._place_shared(act, job, now, ch, occ, moving_now, cluster_moving)
                 if why is None and job.migrating:
@@ -288,6 +296,24 @@ class Actuator:
                 moving_now[h] = moving_now.get(h, 0) + 1
         else:
             job.migrations += 1  # a re-pin on the same host: done when the agent applies it
+        return None
+
+    def _resize(self, act: Resize, job: JobRecord, lay: Layout, now: float, occ: Occupancy,
+                place: Any) -> str | None:
+        """A task bag's new worker set (``vmctl.daemon.dispatcher.resize``): applied on the occupancy
+        model, whose slots a given-up worker still running its task keep held for the job until that
+        task ends (no later action of this decision may take them)."""
+        bag = job.bag
+        if job.state != JobState.RUNNING or bag is None:
+            return "job is not a running task bag"
+        if act.level != int(bag["level"]):
+            return f"a task bag keeps its level ({bag['level']}), the resize names level {act.level}"
+        if (why := _occupy(occ, act)) is not None:
+            return why
+        draining = dispatcher.resize(job, place(act.cores), now)
+        cores = tuple(g for g in (lay.global_core(n, c) for n, c in draining) if g is not None)
+        if cores:
+            occ.hold(job.id, act.level, cores)
         return None
 
     def _unreachable(self, moves: list[dict[str, Any]]) -> str | None:
@@ -391,6 +417,8 @@ class Actuator:
             if op.job_id == job.id and op.state == "pending":
                 self.close_op(ch, op, "aborted", now, f"job {state}")
         job.placement = []
+        if job.bag is not None:  # a task bag's workers are gone (its task results stay, unless requeued)
+            job.bag["vms"], job.bag["task"], job.bag["release"] = [], [], []
         job.suspended = job.checkpointed = job.restore_pending = False
         job.cap = None
         job.weight = None
@@ -400,6 +428,7 @@ class Actuator:
             job.progress_base = 0.0
             job.tier_since = None
             job.tasks = []
+            job.bag = None
             job.reason = reason
         else:
             job.state = state
@@ -422,6 +451,10 @@ class Actuator:
             jid, run, idx = parsed
             seen[v.name] = v
             job = st.jobs.get(jid)
+            if job is not None and job.bag is not None:
+                if job.run == run and job.state == JobState.RUNNING:
+                    self._observe_worker(job, idx, v, obs.node, now, ch)
+                continue
             if job is None or job.run != run or job.state not in ACTIVE or idx >= len(job.tasks):
                 continue
             if job.placement and idx < len(job.placement) and job.placement[idx][0] != obs.node and not job.migrating:
@@ -472,6 +505,23 @@ class Actuator:
                         job.restore_pending = False
                         self.touch(ch, job)
                     ch.events.append(f"{op.kind} {op.id} done")
+
+    def _observe_worker(self, job: JobRecord, vm_number: int, v: Any, node: str, now: float, ch: Changes) -> None:
+        """A task bag's worker VM in a report: the dispatcher records a task's end and hands the worker
+        its next task (a changed desired state); the job ends when its last task has."""
+        i = job.bag["vms"].index(vm_number) if job.bag is not None and vm_number in job.bag["vms"] else -1
+        if i < 0 or job.placement[i][0] != node:
+            return  # a worker that left, or a stale copy on another node
+        held = len(job.placement)
+        if not dispatcher.observe(job, vm_number, v, now):
+            return
+        self.touch(ch, job)
+        if dispatcher.finished(job):
+            failed = any(t["exit_status"] != 0 for t in job.tasks)
+            self.stop_job(ch, job, now, JobState.FAILED if failed else JobState.DONE,
+                          "a task exited with a non-zero status" if failed else "finished")
+        elif len(job.placement) < held:
+            ch.events.append(f"job {job.id} released a worker")  # the decision maker runs (passive)
 
     def _follow_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes) -> None:
         st = self.state

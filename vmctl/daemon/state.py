@@ -26,6 +26,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from vmctl.daemon import dispatcher
 from vmctl.model import (
     ClusterView,
     Discipline,
@@ -52,6 +53,9 @@ _CORE_REF = re.compile(r"\bcore (\d+)\b")
 #: the levels of a core vmctld places jobs on: 0 and 1 (fg/bg VMs in desired state; rows 2.. of a
 #: timeslice cluster wait for the gang-scheduling issue)
 DAEMON_LEVELS = 2
+#: the job shapes vmctld runs: rigid jobs, and task bags (``vmctl.daemon.dispatcher`` hands their tasks
+#: to their workers; Resize applied at task boundaries)
+DAEMON_SHAPES = frozenset({"rigid", "task-bag"})
 #: the progress model vmctld shares with the simulator (the paper's parameters)
 PROGRESS = ProgressModel()
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
@@ -584,6 +588,7 @@ class ClusterState:
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
                 suspended=rec.suspended or rec.checkpointed,
                 cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
+                tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
             )
         queue, queue_index = self.queue_jobs()
         idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
@@ -634,14 +639,19 @@ class ClusterState:
                 shape = self.shape_of(rec)
                 work = shape.time_at(len(rec.placement)) if shape is not None and shape.kind == "moldable" and \
                     shape.allows(len(rec.placement)) else 0.0
+            bag_shape = self.shape_of(rec) if rec.bag is not None else None
             for i, (n, c) in enumerate(rec.placement):
                 name = rec.vm_name(i)
-                t = tasks[i] if i < len(tasks) else {}
-                proc = ProcessSpec(
-                    job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
-                    work_seconds=float(t.get("work_seconds", work)),
-                    cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
-                )
+                proc: ProcessSpec | None
+                if bag_shape is not None:  # a task bag's worker: the task the dispatcher handed it
+                    proc = dispatcher.process(rec, i, bag_shape, job.usage_of(0))
+                else:
+                    t = tasks[i] if i < len(tasks) else {}
+                    proc = ProcessSpec(
+                        job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
+                        work_seconds=float(t.get("work_seconds", work)),
+                        cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
+                    )
                 power = PowerState.RUNNING
                 ckpt: str | None = None
                 if rec.checkpointed:
@@ -695,7 +705,8 @@ def levels_offer(levels: int, discipline: Discipline) -> Offer:
     """What a cluster of ``levels`` per core under ``discipline`` offers a policy in vmctld."""
     where = (f"vmctld (the registered cluster: {levels} {discipline.value} level{'s' if levels != 1 else ''} "
              f"per core{'' if levels <= DAEMON_LEVELS else f'; vmctld places jobs on {DAEMON_LEVELS} of them'})")
-    return Offer(where=where, levels=min(levels, DAEMON_LEVELS), discipline=discipline, shared_vms=True)
+    return Offer(where=where, levels=min(levels, DAEMON_LEVELS), discipline=discipline, shapes=DAEMON_SHAPES,
+                 shared_vms=True)
 
 
 def bg_pace(job: Job, fg_usage: Iterable[float | None]) -> float:

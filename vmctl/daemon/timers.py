@@ -66,8 +66,8 @@ class Timers(DaemonBase):
                     self.actuator.rollback_migration(op, mj, now, ch, "timed out")
         if cfg.kill_at_estimate:
             for job in st.active():
-                if job.state != JobState.RUNNING or job.tier != "fg" or job.migrating:
-                    continue
+                if job.state != JobState.RUNNING or job.tier != "fg" or job.migrating or job.bag is not None:
+                    continue  # (a task bag's length depends on the workers it is given: no run-time limit)
                 if not all(t.get("seen", True) for t in job.tasks):
                     continue  # not every process reported started yet: it cannot have overrun
                 limit = float(job.spec["estimate"]) + cfg.estimate_grace_s
