@@ -1,0 +1,69 @@
+"""vmctld's dispatcher of task bags with a virtual clock, a SQLite store and in-process agents (the
+real reconciler on the mock backend, a ``shared`` layout of 2 workers per core): every task runs
+exactly once, results survive a restart (kill -9: the in-memory state is lost, the store kept), the
+status checker corrects each worker's throughput from observed durations, and worker states follow."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from tests.unit.test_daemon_core import Cluster
+from vmctl.api.documents import workers_json
+from vmctl.daemon import dispatcher
+from vmctl.policies.registry import create_policy
+
+
+def _bag(cluster: Cluster, tasks: list[float], **kw: object) -> str:
+    spec = {"shape": {"kind": "task-bag", "tasks": tasks}, "procs": len(tasks), "estimate": sum(tasks), **kw}
+    return cluster.daemon.submit([spec])[0].id
+
+
+def _starts(cluster: Cluster) -> Counter[str]:
+    """How often each ``job[task]`` process was started, over every host."""
+    return Counter(e.detail for _r, _s, _p, be in cluster.agents.values() for e in be.operations("start_process"))
+
+
+def test_every_task_runs_once_across_a_restart(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, {"n1": 1, "n2": 1}, policy=create_policy("dispatch-proportion"), shared_levels=2)
+    a = _bag(cluster, [10.0] * 9)
+    b = _bag(cluster, [4.0] * 5)
+    cluster.run_until(lambda: sum(t["exit_status"] is not None for t in cluster.daemon.job(a).tasks) >= 2)
+    before = {k: t["exit_status"] for k, t in enumerate(cluster.daemon.job(a).tasks)}
+    # a kill -9 between an agent's report and its commit: the agents move on (a task may end) and report
+    # nothing, the daemon's memory is lost; the new daemon hears the re-reports
+    running = [k for k in cluster.daemon.job(a).bag["task"] if k is not None]
+    assert running and all(before[k] is None for k in running)
+    for name, (rec, src, _rep, _be) in cluster.agents.items():  # the agents start what they were told ...
+        src.set(cluster.daemon.desired(name))
+        rec.run_once()
+    cluster.clock.advance(12.0)  # ... and, longer than a task later, see it end while nobody listens
+    for rec, _src, _rep, _be in cluster.agents.values():
+        rec.run_once()
+    cluster.restart()
+    assert {k: t["exit_status"] for k, t in enumerate(cluster.daemon.job(a).tasks)
+            if before[k] is not None} == {k: v for k, v in before.items() if v is not None}
+    cluster.step()  # the agents re-report the processes that ended: recorded now, the workers move on
+    assert all(cluster.daemon.job(a).tasks[k]["exit_status"] == 0 for k in running)
+    cluster.run_until(lambda: cluster.state(a) == "done" and cluster.state(b) == "done", limit=2000)
+    for jid, n in ((a, 9), (b, 5)):
+        rec = cluster.daemon.job(jid)
+        assert [t["exit_status"] for t in rec.tasks] == [0] * n
+        assert all(t["worker"] and t["end"] >= t["start"] for t in rec.tasks)
+        assert rec.placement == [] and dispatcher.tasks_left(rec) == 0
+    starts = _starts(cluster)
+    assert starts == Counter({f"{a}[{k}]": 1 for k in range(9)} | {f"{b}[{k}]": 1 for k in range(5)}), starts
+
+
+def test_throughput_is_corrected_from_observed_durations_and_workers_follow(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, {"n1": 1}, policy=create_policy("dispatch-priority"), shared_levels=2)
+    a = _bag(cluster, [6.0] * 4)
+    cluster.step()
+    states = {w["id"]: w["state"] for w in workers_json(cluster.daemon)}
+    assert states["n1/0.0"] in ("busy", "occupied") and states["n1/0.1"] == "available", states
+    cluster.run_until(lambda: cluster.state(a) == "done")
+    rec = cluster.daemon.job(a)
+    # one worker alone on its core (the other level idle): 6 s of work take about 6 s (+ the 1 s steps)
+    [rate] = rec.bag["rate"].values()
+    assert 0.6 < rate <= 1.0, rate
+    assert all(w["state"] == "available" for w in workers_json(cluster.daemon))
