@@ -147,3 +147,26 @@ def test_bad_independent_jobs_are_refused_naming_the_field(live: InProcessDaemon
         Job("unknown work", independent=True).add_task(Task(command="x")).to_spec()
     with pytest.raises(ValidationError, match="max_workers"):
         Job("no workers", max_workers=0)
+
+
+def test_the_policy_is_switched_at_run_time(live: InProcessDaemon, tmp_path: Path) -> None:
+    """``PUT /v1/policy`` (``vmctl policy set``) swaps the decision maker without a restart: a bag
+    submitted under dispatch-priority finishes under dispatch-deadline; bad parameters are refused
+    naming them, and the policy in force stays."""
+    d = live
+    with WorkerHosts(d, tmp_path, hosts=2):
+        job = Job("switch", independent=True, deadline=time.time() + 600)
+        for _ in range(12):
+            job.add_task(Task(work_seconds=0.2))
+        client = _client(d, job).start()
+        wait_for(lambda: job.id is not None and d.request("GET", f"/v1/jobs/{job.id}")[1]["job"]["state"] == "running",
+                 "the bag to start")
+        status, body = d.request("PUT", "/v1/policy", {"name": "dispatch-priority", "params": {"r": 1.5}})
+        check_openapi("PUT", "/v1/policy", status, body)
+        assert status == 400 and "parameter r: must be in [0, 1]" in body["error"]["message"], body
+        status, body = d.request("PUT", "/v1/policy", {"name": "dispatch-deadline", "params": {"conserving": True}})
+        check_openapi("PUT", "/v1/policy", status, body)
+        assert status == 200 and body["name"] == "dispatch-deadline", body
+        [res] = client.wait_all(timeout=60)
+        assert res.ok and len(res.tasks) == 12
+        assert d.request("GET", "/v1/policy")[1]["name"] == "dispatch-deadline"
