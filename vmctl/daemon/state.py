@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from vmctl.daemon import dispatcher
+from vmctl.daemon.config import DAEMON_SHAPES
 from vmctl.model import (
     ClusterView,
     Discipline,
@@ -53,9 +54,6 @@ _CORE_REF = re.compile(r"\bcore (\d+)\b")
 #: the levels of a core vmctld places jobs on: 0 and 1 (fg/bg VMs in desired state; rows 2.. of a
 #: timeslice cluster wait for the gang-scheduling issue)
 DAEMON_LEVELS = 2
-#: the job shapes vmctld runs: rigid jobs, and task bags (``vmctl.daemon.dispatcher`` hands their tasks
-#: to their workers; Resize applied at task boundaries)
-DAEMON_SHAPES = frozenset({"rigid", "task-bag"})
 #: the progress model vmctld shares with the simulator (the paper's parameters)
 PROGRESS = ProgressModel()
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
