@@ -141,7 +141,7 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
     epoch = time.time()
     clock_cfg = {"speed": speed, "epoch": epoch}
     model = accelerated_clock(speed, epoch)
-    daemon = DaemonProcess(state_dir, policy=policy, tick_s=5.0, node_timeout_s=30.0 * speed,
+    daemon = DaemonProcess(state_dir, policy=policy, tick_s=5.0, node_timeout_s=30.0,
                            extra={"clock": clock_cfg, "policy": {"name": policy, "params": dict(params)}})
     agents: list[ManagedProcess] = []
     try:
