@@ -309,7 +309,7 @@ class RunningJob:
 
     ``tasks_left``: a task bag's unfinished tasks (running or not started; paper 001's decision maker
     needs them), None for other jobs or where not known (an additive field: the simulator's task-bag
-    model fills it, vmctld does not yet).
+    model fills it, vmctld from its dispatcher's records).
     ``replicas`` (``timeslice`` discipline, gang scheduling's expansion): the other levels the job is
     replicated into, on the *same* cores (:class:`Replicate`); it advances in every slice where one of
     its rows (``level`` or a replica) is active. ``migrated_at``: when the job last moved to other
