@@ -30,7 +30,8 @@ Jobs are taken in the planner's order (priority, then submission). A job lives o
   in the same pass. When the task ends the simulator gives the policy a pass (a slot freed at a task
   boundary: the paper's dispatcher hands the worker on), which plans again and hands the slot to the
   job the plan gives it. A running bag given no worker keeps one (its running tasks are never
-  killed).
+  killed). A core that is not usable (vmctld: its node is lost) is never named in a Resize: the bag's
+  worker there is given up like the others.
 - A running bag given more workers grows on free slots of its level, fastest first.
 - A queued bag given workers starts on the level with the most free slots, on its fastest free cores.
 - Rigid jobs are not scheduled (these policies schedule bags of independent tasks); they wait with a
@@ -172,11 +173,17 @@ class DispatchPolicy(SchedulingPolicy):
                     free[level].difference_update(cores)
                     actions.append(Start(bag.job.id, tuple(sorted(cores)), level))
                 continue
-            held, level = rj.cores, rj.level
+            # a core of a node out of service (vmctld: lost) cannot be named in a Resize: the bag's
+            # worker there is given up (it keeps its slot until its task ends or the node is down)
+            held, level = tuple(c for c in rj.cores if view.usable[c]), rj.level
+            if not held:
+                continue
             want = max(1, want)
             if want < len(held):
                 kept = fastest(held)[:want]
                 actions.append(Resize(rj.id, tuple(sorted(kept)), level))
+            elif want == len(held) and len(held) < len(rj.cores):
+                actions.append(Resize(rj.id, tuple(sorted(held)), level))
             elif want > len(held):
                 extra = fastest(free[level])[: want - len(held)]
                 if extra:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.unit.test_daemon_core import Cluster
 from vmctl.api.documents import workers_json
 from vmctl.daemon import dispatcher
@@ -67,3 +69,37 @@ def test_throughput_is_corrected_from_observed_durations_and_workers_follow(tmp_
     [rate] = rec.bag["rate"].values()
     assert 0.6 < rate <= 1.0, rate
     assert all(w["state"] == "available" for w in workers_json(cluster.daemon))
+
+
+@pytest.mark.parametrize(("tasks", "runs"), [(12, 2), (60, 1)])
+def test_a_down_node_loses_its_workers_not_the_bag(tmp_path: Path, tasks: int, runs: int) -> None:
+    """A node goes down (no heartbeat past ``loop.node_down_s``): the bag keeps its results; the tasks
+    that ran on the dead node go back and are handed out again first, so every task still ends with one
+    result (a rigid job would be requeued from scratch). With 60 tasks the bag keeps running on its
+    other workers (run 1); with 12 its other tasks are done before the node is down, it holds only the
+    lost worker then, and it is requeued with its results and restarted elsewhere (run 2)."""
+    cluster = Cluster(tmp_path, {"n1": 1, "n2": 1, "n3": 1}, policy=create_policy("dispatch-priority", r=0.0),
+                      shared_levels=1)
+    a = _bag(cluster, [20.0] * tasks)
+    cluster.run_until(lambda: sum(t["exit_status"] is not None for t in cluster.daemon.job(a).tasks) >= 3)
+    rec = cluster.daemon.job(a)
+    assert len(rec.placement) == 3
+    done_before = {k for k, t in enumerate(rec.tasks) if t["exit_status"] is not None}
+    node = "n2"
+    on_node = [k for i, k in enumerate(rec.bag["task"]) if rec.placement[i][0] == node and k is not None]
+    assert on_node
+    cluster.down.add(node)
+    cluster.run_until(lambda: cluster.daemon.node(node).state == "lost", limit=100)
+    rec = cluster.daemon.job(a)
+    assert rec.state == "running" and rec.run == 1 and node in {n for n, _c in rec.placement}
+    # the other workers go on while the node is lost (300 s)
+    cluster.run_until(lambda: cluster.daemon.node(node).state == "down", limit=400)
+    rec = cluster.daemon.job(a)
+    assert node not in {n for n, _c in rec.placement}
+    assert {k for k, t in enumerate(rec.tasks) if t["exit_status"] is not None} >= done_before
+    cluster.run_until(lambda: cluster.state(a) == "done", limit=2000)
+    rec = cluster.daemon.job(a)
+    assert [t["exit_status"] for t in rec.tasks] == [0] * tasks
+    assert rec.run == runs
+    for k in on_node:  # the lost tasks ran again elsewhere
+        assert rec.tasks[k]["worker"] is not None and not rec.tasks[k]["worker"].startswith(node)

@@ -161,6 +161,7 @@ class Actuator:
                     job.start_time = now
                     job.tier_since = now
                     job.progress_base = 0.0
+                    kept = job.tasks if job.bag is not None else []  # a bag requeued with its results
                     job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False}
                                  for i in range(len(act.cores))]
                     job.reason = None
@@ -168,7 +169,7 @@ class Actuator:
                     job.bag = None
                     shape = self.state.shape_of(job)
                     if shape is not None and shape.kind == "task-bag":  # workers take tasks at once
-                        dispatcher.start(job, level_of(tier), now)
+                        dispatcher.start(job, level_of(tier), now, kept)
                     if self.on_start is not None:
                         self.on_start(job, now)
             elif isinstance(act, Promote | Demote):
@@ -407,7 +408,10 @@ class Actuator:
         return remaining * max(0.0, pace_after - pace_now) - act.cost
 
     # ------------------------------------------------------------------ job ends
-    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: JobState, reason: str) -> None:
+    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: JobState, reason: str,
+                 keep_results: bool = False) -> None:
+        """End or requeue ``job``. ``keep_results``: a task bag requeued keeps its tasks' results (its
+        next run hands out only the unfinished ones)."""
         if job.migrating:
             op = self.state.ops.get(job.migrating)
             if op is not None and op.state == "pending":
@@ -427,8 +431,9 @@ class Actuator:
             job.tier = None
             job.progress_base = 0.0
             job.tier_since = None
-            job.tasks = []
-            job.bag = None
+            if not (keep_results and job.bag is not None):
+                job.tasks = []
+                job.bag = None
             job.reason = reason
         else:
             job.state = state

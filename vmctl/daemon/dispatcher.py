@@ -14,7 +14,8 @@ implies, so a vmctld restart or kill -9 loses no recorded result and never hands
 workers): ``vms[i]``, ``task[i]`` and ``release[i]`` run parallel to ``placement``: worker i's stable
 VM number (its VM name ``j<id>-r<run>-p<vms[i]>`` survives other workers coming and going), the
 task it runs (None: none), and whether a ``Resize`` gave its slot up (it leaves at the end of its
-task: a running task is never killed to shrink a job). ``next`` is the first task not started.
+task: a running task is never killed to shrink a job). ``next`` is the first task not started;
+``retry`` the tasks whose worker was lost with a node that went down (handed out first).
 ``rate`` maps a worker id (``node/core.level``, as ``GET /v1/workers``) to the job's throughput
 there, corrected from observed task durations (the paper's status checker: work / duration, an
 exponentially weighted mean, weight ``RATE_WEIGHT`` for the newest task). ``JobRecord.tasks[k]``
@@ -51,26 +52,38 @@ def _new_task(k: int) -> dict[str, Any]:
     return {"index": k, "exit_status": None, "error": None, "worker": None, "start": None, "end": None}
 
 
-def start(rec: JobRecord, level: int, now: float) -> None:
-    """``rec`` was just placed on its first workers (``placement``): every worker takes a task."""
+def start(rec: JobRecord, level: int, now: float, kept: list[dict[str, Any]] | None = None) -> None:
+    """``rec`` was just placed on its first workers (``placement``): every worker takes a task.
+    ``kept``: the task results of an earlier run (a bag requeued when its last workers' node went
+    down): the tasks that ended keep their results, the others are handed out again."""
     shape_tasks = len(rec.spec["shape"]["tasks"])
-    rec.tasks = [_new_task(k) for k in range(shape_tasks)]
     n = len(rec.placement)
-    rec.bag = {"level": level, "next": 0, "next_vm": n, "vms": list(range(n)), "task": [None] * n,
-               "release": [False] * n, "rate": {}}
-    for i in range(n):
-        _take(rec, i, now)
+    if kept and len(kept) == shape_tasks:
+        rec.tasks = [t if t.get("exit_status") is not None else _new_task(k) for k, t in enumerate(kept)]
+        retry, nxt = [k for k, t in enumerate(rec.tasks) if t["exit_status"] is None], shape_tasks
+    else:
+        rec.tasks = [_new_task(k) for k in range(shape_tasks)]
+        retry, nxt = [], 0
+    rec.bag = {"level": level, "next": nxt, "next_vm": n, "vms": list(range(n)), "task": [None] * n,
+               "release": [False] * n, "rate": {}, "retry": retry}
+    idle = [i for i in range(n) if not _take(rec, i, now)]
+    for i in reversed(idle):  # fewer tasks left than workers: the extra slots are not taken
+        _drop(rec, i)
 
 
 def _take(rec: JobRecord, i: int, now: float) -> bool:
     """Worker i takes the next task not started; False when none is left."""
     bag = rec.bag
     assert bag is not None
-    k = int(bag["next"])
-    if k >= len(rec.tasks):
-        bag["task"][i] = None
-        return False
-    bag["next"] = k + 1
+    retry = bag.setdefault("retry", [])
+    if retry:  # a task whose worker was lost with its node goes first
+        k = int(retry.pop(0))
+    else:
+        k = int(bag["next"])
+        if k >= len(rec.tasks):
+            bag["task"][i] = None
+            return False
+        bag["next"] = k + 1
     bag["task"][i] = k
     node, core = rec.placement[i]
     t = rec.tasks[k]
@@ -83,7 +96,8 @@ def tasks_left(rec: JobRecord) -> int:
     bag = rec.bag
     if bag is None:
         return 0
-    return len(rec.tasks) - int(bag["next"]) + sum(1 for t in bag["task"] if t is not None)
+    running = sum(1 for t in bag["task"] if t is not None)
+    return len(rec.tasks) - int(bag["next"]) + running + len(bag.get("retry", ()))
 
 
 def resize(rec: JobRecord, slots: list[tuple[str, int]], now: float) -> list[tuple[str, int]]:
@@ -121,6 +135,25 @@ def resize(rec: JobRecord, slots: list[tuple[str, int]], now: float) -> list[tup
         if not _take(rec, len(rec.placement) - 1, now):
             _drop(rec, len(rec.placement) - 1)  # nothing left to run: the slot is not taken
     return draining
+
+
+def lose_node(rec: JobRecord, node: str) -> int:
+    """``node`` is down (its agent fenced its VMs): the bag's workers there are gone, and the tasks they
+    ran go back to be handed to other workers first (their results, if any, were never reported). A
+    task runs on at most one worker at a time: vmctld declares a node down only after its agent paused
+    its VMs (``loop.fence_s``). Returns how many workers were lost."""
+    bag = rec.bag
+    assert bag is not None
+    lost = [i for i, (n, _c) in enumerate(rec.placement) if n == node]
+    for i in reversed(lost):
+        k = bag["task"][i]
+        if k is not None:
+            t = rec.tasks[k]
+            t["worker"] = t["start"] = None
+            bag.setdefault("retry", []).append(k)
+        _drop(rec, i)
+    bag.get("retry", []).sort()
+    return len(lost)
 
 
 def _drop(rec: JobRecord, i: int) -> None:

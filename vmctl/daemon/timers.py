@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 
+from vmctl.daemon import dispatcher
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.retention import prune_finished
@@ -50,6 +51,16 @@ class Timers(DaemonBase):
                             if n.name not in srcs:  # the target died: go back to the source
                                 self.actuator.rollback_migration(op, job, now, ch, f"node {n.name} down")
                                 continue
+                    if job.bag is not None:
+                        # a task bag loses its workers there, not its results: the tasks they ran go
+                        # back; with workers elsewhere it keeps running, else it is requeued with them
+                        dispatcher.lose_node(job, n.name)
+                        if job.placement:
+                            self.actuator.touch(ch, job)
+                            continue
+                        self.actuator.stop_job(ch, job, now, JobState.QUEUED,
+                                               f"requeued: node {n.name} down (finished tasks kept)", keep_results=True)
+                        continue
                     self.actuator.stop_job(ch, job, now, JobState.QUEUED, f"requeued: node {n.name} down")
                 st.nodes_changed()
             elif n.state == "draining" and not st.jobs_on(n.name):
