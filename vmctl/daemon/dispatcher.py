@@ -35,6 +35,7 @@ runs 2; a Resize to [B] while B runs 1 marks A ``release`` (it finishes 2 and le
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from vmctl.model import JobShape, PowerState, ProcessSpec, VmObserved
@@ -212,6 +213,22 @@ def process(rec: JobRecord, i: int, shape: JobShape, cpu_usage: float) -> Proces
     work = float(t.get("work_seconds", rec.spec.get("work_seconds", shape.tasks[k])))
     return ProcessSpec(job_id=rec.id, index=k, command=str(t.get("command", rec.spec.get("command", ""))),
                        work_seconds=work, cpu_usage=float(t.get("cpu_usage", cpu_usage)))
+
+
+def throughput_by_core(rec: JobRecord, global_core: Callable[[str, int], int | None]) -> dict[int, float] | None:
+    """The bag's corrected throughput per (global) core it holds now, for the view (``RunningJob.throughput``);
+    None when no task ended on any of them yet."""
+    bag = rec.bag
+    if bag is None or not bag["rate"]:
+        return None
+    level = int(bag["level"])
+    out: dict[int, float] = {}
+    for node, core in rec.placement:
+        rate = bag["rate"].get(worker_id(node, core, level))
+        g = global_core(node, core)
+        if rate is not None and g is not None and rate > 0 and math.isfinite(rate):
+            out[g] = float(rate)
+    return out or None
 
 
 def workers_doc(rec: JobRecord) -> list[dict[str, Any]]:

@@ -587,6 +587,7 @@ class ClusterState:
                 suspended=rec.suspended or rec.checkpointed,
                 cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
                 tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
+                throughput=None if rec.bag is None else dispatcher.throughput_by_core(rec, lay.global_core),
             )
         queue, queue_index = self.queue_jobs()
         idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
