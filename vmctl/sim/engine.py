@@ -251,6 +251,7 @@ class _LiveProgress(RunningJob):
     tasks_left = None
     replicas = ()
     migrated_at = -_INF
+    throughput = None  # vmctld's observed task-bag throughput: the simulator has none
 
     @property
     def level(self) -> int:
@@ -286,6 +287,7 @@ class _Live(RunningJob):
     _run: _Run
     _sim: Simulator
     tasks_left = None
+    throughput = None
 
     @property
     def progress(self) -> float:
