@@ -223,7 +223,7 @@ class Layout:
         """Add the layout's placeholder VMs that ``desired`` leaves out (by name, and only where the
         core's slot of that level is not taken by another VM), so the L x C VMs always exist."""
         names = {v.name for v in desired.vms}
-        taken = {(v.core, v.slot_level) for v in desired.vms if v.slot_level is not None}
+        taken = {(v.core, lv) for v in desired.vms if v.slot_level is not None for lv in (v.slot_level, *v.replicas)}
         extra = []
         for vm in self.pair_vms():
             if vm.name not in names and (vm.core, vm.slot_level) not in taken:
@@ -255,8 +255,8 @@ class Layout:
             if level is not None and v.power is PowerState.RUNNING and not moving:
                 if self.discipline is Discipline.SHARED:
                     v = replace(v, weight=self.fg_weight)
-                else:
-                    power, weight = self.row_state(level, active_row)
+                else:  # a replicated VM runs while any of its rows is active
+                    power, weight = self.row_state(active_row if active_row in v.replicas else level, active_row)
                     v = replace(v, power=power, weight=weight)
             vms.append(v)
         return replace(desired, vms=tuple(vms))

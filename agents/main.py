@@ -320,6 +320,7 @@ def serve(agent: Agent, stop: threading.Event) -> None:
                 notifier.ready(f"node {cfg.node}: {rec.layout.size} cores")
                 log.info("agent %s ready: %d cores, backend %s", cfg.node, rec.layout.size, agent.backend.name)
 
+        rec.on_switch = metrics.row_switch
         rec.run(stop, on_cycle=on_cycle)
     finally:
         notifier.stopping()

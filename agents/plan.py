@@ -273,6 +273,15 @@ def validate(desired: NodeDesired, layout: Layout) -> None:
                 what = v.role.value if v.level < 0 else f"level {level}"
                 raise ValidationError(field=f"{where}.role",
                                       problem=f"core {v.core} already has a {what} VM ({other})")
+            for row in v.replicas:  # a replicated VM (timeslice) holds its other rows' slots too
+                if not 0 <= row < layout.levels or row == level:
+                    raise ValidationError(field=f"{where}.replicas",
+                                          problem=f"row {row} must be another level of 0..{layout.levels - 1}")
+                holder = table.get((v.core, row))
+                if holder is not None:
+                    raise ValidationError(field=f"{where}.replicas",
+                                          problem=f"core {v.core} already has a level {row} VM ({holder})")
+                table[(v.core, row)] = v.name
             table[(v.core, level)] = v.name
         if not WEIGHT_MIN <= v.weight <= WEIGHT_MAX:
             raise ValidationError(field=f"{where}.weight",

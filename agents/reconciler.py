@@ -71,6 +71,10 @@ from vmctl.errors import (
 from vmctl.model import Discipline, MigrationRefusal, NodeDesired, NodeObserved, PowerState, VmDesired, VmObserved
 
 log = logging.getLogger("vmctl.agent")
+#: row switches whose durations a reconciler keeps (``switch_seconds``)
+SWITCH_KEEP = 256
+#: real seconds an agent wakes after a slice boundary (so the clock has passed it)
+SWITCH_SLACK_S = 0.002
 
 
 @dataclass
@@ -150,8 +154,15 @@ class Reconciler:
         self.fenced = False  # the last plan was a fenced one
         self.cycles = 0
         self._desired: NodeDesired | None = None  # last valid desired state (completed with the layout)
-        #: timeslice layouts: the row whose VMs run (``switch_row``); the others are paused or soak
+        #: timeslice layouts: the row whose VMs run (``switch_row``, or the slice clock of desired state:
+        #: ``NodeDesired.slices``); the others are paused or soak
         self.active_row = 0
+        #: row switches made on the slice clock, and the seconds each took to apply (its cycle: pause the
+        #: rows going inactive, resume the active one), the latest ``SWITCH_KEEP``
+        self.row_switches = 0
+        self.switch_seconds: list[float] = []
+        #: called with the seconds of each row switch (the agent's metrics)
+        self.on_switch: Callable[[float], None] | None = None
         self._generation_applied = 0
         self._samples: dict[str, tuple[float, float]] = {}
         self._util: dict[str, float] = {}
@@ -176,7 +187,7 @@ class Reconciler:
     def switch_row(self, row: int) -> None:
         """Make ``row`` the active row of a timeslice layout: the next cycle resumes its VMs at the
         highest weight and pauses (or, with ``inactive: soak``, lowers) the other rows' VMs. What calls
-        it on a clock (a slice schedule from vmctld) is not built yet."""
+        it on a clock: ``run_once`` with a slice schedule in desired state (``_slice_clock``)."""
         if self.layout.discipline is not Discipline.TIMESLICE:
             raise ValidationError(field="active row",
                                   problem=f"only a timeslice layout has rows; {self.layout.host} is "
@@ -186,6 +197,23 @@ class Reconciler:
         self.active_row = row
         self.wake()
 
+    def _slice_clock(self, desired: NodeDesired | None, errors: list[str]) -> tuple[bool, float | None]:
+        """Follow the slice schedule of ``desired`` (timeslice layouts): make the row active now the
+        active row. Returns (whether the row changed, seconds of this clock until the next switch; None
+        when there is no schedule). No decision or new generation is needed per slice: the schedule
+        (epoch, T, row order) is enough to know the row at any time, also after an agent restart."""
+        sl = desired.slices if desired is not None else None
+        if sl is None or self.layout.discipline is not Discipline.TIMESLICE:
+            return False, None
+        now = self.clock.now()
+        row = sl.active_row(now)
+        if not 0 <= row < self.layout.levels:
+            errors.append(f"slices: row {row} out of range 0..{self.layout.levels - 1} on {self.layout.host}")
+            return False, max(0.0, sl.next_switch(now) - now)
+        changed = row != self.active_row
+        self.active_row = row
+        return changed, max(0.0, sl.next_switch(now) - now)
+
     # ------------------------------------------------------------------ one cycle
 
     def run_once(self) -> ReconcileResult:
@@ -193,6 +221,8 @@ class Reconciler:
         self._subscribe()
         errors: list[str] = []
         desired, prune, retry = self._fetch(errors)
+        t_switch = time.perf_counter()
+        switched, to_switch = self._slice_clock(desired, errors)
         target = self.layout.shape(desired if desired is not None else self.layout.base_desired(0), self.active_row)
         applied: list[Action] = []
         failed: list[Action] = []
@@ -245,11 +275,19 @@ class Reconciler:
         observed = self._report(target, observation, errors)
         if observed is None and self.reporter is not None:
             retry = True
+        if switched:
+            took = time.perf_counter() - t_switch
+            self.row_switches += 1
+            self.switch_seconds = [*self.switch_seconds[-(SWITCH_KEEP - 1):], took]
+            if self.on_switch is not None:
+                self.on_switch(took)
         if retry:
             delay = self.backoff.next_delay()
         else:
             self.backoff.reset()
             delay = self.resync_seconds
+        if to_switch is not None:  # wake at the next slice boundary (in real seconds: the clock may be sped up)
+            delay = min(delay, to_switch / float(getattr(self.clock, "factor", 1.0)) + SWITCH_SLACK_S)
         return ReconcileResult(generation=desired.generation if desired is not None else None,
                                applied=tuple(applied), errors=tuple(errors), retry=retry, converged=converged,
                                delay=delay, observed=observed, failed=tuple(failed))

@@ -12,7 +12,8 @@ carries a ``queue_index``, a scan of the queue up to the last job the decision n
   before its submit time; it gets exactly ``procs`` distinct cores (rigid: width = procs);
 - Promote: the job runs in bg and every one of its cores has an idle fg slot;
 - Migrate/Move/Kill/Checkpoint/SetCap/Suspend/Resume/Demote refer to running jobs (Restore to a
-  checkpointed one); no double suspend, no resume of a job that is not suspended;
+  checkpointed one); no double suspend, no resume of a job that is not suspended, and none of a
+  checkpointed one (``resume-checkpointed``: it holds no slots, Restore/Move brings it back);
 - caps are in (0, 1] or None; ``wake_at`` is not in the past; a time-slice schedule needs the
   timeslice discipline, a positive period and distinct rows;
 - PlaceShared (vcsched): the job is queued (then it counts as started) or running; one known node

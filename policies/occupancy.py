@@ -24,6 +24,8 @@ move (Promote, Demote,    a running (or checkpointed, for Restore) job moves to 
 Migrate, Restore, Move)   (its own when None), keeping its width; Promote needs level 1 -> 0
 kill                      frees its slots; with ``requeue`` it is queued again (may restart at once)
 checkpoint                frees its slots, the job keeps its progress; only Restore/Move bring it back
+                          (``RunningJob.checkpointed`` in the view: a Resume of it is refused,
+                          ``resume-checkpointed``; a Kill is allowed)
 suspend / resume          keep the slots; suspend needs a running, not suspended job, resume a
                           suspended one (no double suspend, no resume of a job that is not suspended)
 set_cap                   cap in (0, 1] or None; a shared VM's node totals follow the new cap
@@ -130,6 +132,11 @@ class Occupancy:
         rj = self.view.running.get(job_id)
         if rj is None:
             return None
+        if rj.checkpointed:  # holds no slot until a Restore/Move puts it back on cores
+            self.placed[job_id] = None
+            self.checkpointed.add(job_id)
+            self.suspended[job_id] = True
+            return None
         where = (-1, rj.cores) if rj.shared_nodes else (rj.level, rj.cores)
         self.placed[job_id] = where
         if rj.replicas:
@@ -142,6 +149,9 @@ class Occupancy:
     def _need_running(self, job_id: str, action: str) -> tuple[int, tuple[int, ...]]:
         where = self.running(job_id)
         if where is None:
+            if job_id in self.checkpointed:
+                raise fail("checkpointed", f"{action} {job_id}: the job is checkpointed and holds no slots "
+                                           "(Restore or Move it onto cores first)")
             raise fail("not-running", f"{action} {job_id}: job is not running")
         return where
 
@@ -241,6 +251,7 @@ class Occupancy:
         if cost < 0 or not math.isfinite(cost):
             raise fail("migrate-cost", f"{action} {job_id}: cost {cost}")
         self._level_ok(job_id, level, action)
+        self.running(job_id)  # learns from the view whether the job is checkpointed
         if job_id in self.checkpointed:
             if cores is None:
                 raise fail("restore-cores", f"{action} {job_id}: a checkpointed job needs target cores")
@@ -303,6 +314,7 @@ class Occupancy:
 
     def restore(self, job_id: str, cores: tuple[int, ...], level: int) -> None:
         rj = self.view.running.get(job_id)
+        self.running(job_id)  # learns from the view whether the job is checkpointed
         was_checkpointed = job_id in self.checkpointed
         if not was_checkpointed and not (rj is not None and rj.suspended):
             raise fail("restore-not-checkpointed", f"restore {job_id}: job is not checkpointed")
@@ -317,8 +329,11 @@ class Occupancy:
         self.suspended[job_id] = False
 
     def kill(self, job_id: str, requeue: bool) -> None:
-        self._need_running(job_id, "kill")
-        self._free(job_id)
+        if self.running(job_id) is None and job_id in self.checkpointed:
+            self.checkpointed.discard(job_id)  # a checkpointed job may be killed: it has no slot to free
+        else:
+            self._need_running(job_id, "kill")
+            self._free(job_id)
         if requeue:
             rj = self.view.running.get(job_id)
             if rj is not None:
@@ -337,6 +352,9 @@ class Occupancy:
         self.suspended[job_id] = True
 
     def resume(self, job_id: str) -> None:
+        if self.running(job_id) is None and job_id in self.checkpointed:
+            raise fail("resume-checkpointed", f"resume {job_id}: the job is checkpointed and holds no slots; resume "
+                                              "is for a suspended job: use Restore/Move onto cores")
         self._need_running(job_id, "resume")
         if not self.suspended.get(job_id, False):
             raise fail("resume-not-suspended", f"resume {job_id}: job is not suspended")

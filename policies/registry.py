@@ -1,6 +1,8 @@
 """The policy registry: name -> class. Policy modules register themselves with ``@register``; the
 registry imports the modules listed in ``_MODULES`` on first use, so adding a policy means adding its
-module here."""
+module here. A lookup by name imports the modules in that order only until the name is registered
+(``create_policy("easy")`` does not import the vcsched MILP solver, whose scipy.optimize import costs
+0.15 s); listing the policies imports them all."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ _MODULES: tuple[str, ...] = (
 
 _REGISTRY: dict[str, type[SchedulingPolicy]] = {}
 _loaded = False
+_next_module = 0  # modules before this index of ``_MODULES`` are imported
 
 P = TypeVar("P", bound=type[SchedulingPolicy])
 
@@ -34,11 +37,12 @@ def register(cls: P) -> P:
     return cls
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    for mod in _MODULES:
+def _load(until: str | None = None) -> None:
+    """Import the listed modules not imported yet, in order; with ``until``, stop as soon as a policy
+    of that name is registered."""
+    global _loaded, _next_module
+    while not _loaded and not (until is not None and until in _REGISTRY):
+        mod = _MODULES[_next_module]
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:
@@ -46,7 +50,8 @@ def _load() -> None:
             # import problem inside an existing module is a bug and propagates.
             if exc.name != mod:
                 raise
-    _loaded = True
+        _next_module += 1
+        _loaded = _next_module >= len(_MODULES)
 
 
 def available_policies() -> dict[str, type[SchedulingPolicy]]:
@@ -55,7 +60,7 @@ def available_policies() -> dict[str, type[SchedulingPolicy]]:
 
 
 def policy_class(name: str) -> type[SchedulingPolicy]:
-    _load()
+    _load(until=name.lower())
     cls = _REGISTRY.get(name.lower())
     if cls is None:
         raise UnknownPolicyError(name=name, known=", ".join(sorted(_REGISTRY)) or "none")

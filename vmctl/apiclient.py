@@ -336,6 +336,10 @@ class ApiClient:
         """``GET /v1/workers``: one worker per VM slot with its state (available, occupied, busy, down)."""
         return list(self._field(self.call("GET", "/v1/workers", query={"node": node}), "workers", "workers"))
 
+    def gang(self) -> dict[str, Any]:
+        """``GET /v1/gang``: the gang matrix of a timeslice cluster (rows x nodes, active row, holes)."""
+        return dict(self._field(self.call("GET", "/v1/gang"), "gang", "gang"))
+
     def get_vm(self, name: str) -> dict[str, Any]:
         return dict(self._field(self.call("GET", f"/v1/vms/{self._seg(name)}"), "vm", "vm"))
 

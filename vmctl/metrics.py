@@ -268,6 +268,10 @@ class DaemonMetrics:
             "vmctl_agent_polls_waiting", "Agent desired-state long-polls parked on the daemon, waiting for a change",
             registry=r,
         )
+        self.gang_rows = Gauge("vmctl_gang_rows_in_use",
+                               "Rows of the gang matrix holding a job (timeslice clusters)", registry=r)
+        self.gang_holes = Gauge("vmctl_gang_holes",
+                                "Free cells (core slots) in the gang rows in use (timeslice clusters)", registry=r)
         self.leader = Gauge("vmctl_leader", "1 if this daemon holds the leader lease", registry=r)
         self.epoch = Gauge("vmctl_leader_epoch", "Leader lease epoch of this daemon", registry=r)
         self.api_requests_total = Counter(
@@ -295,6 +299,10 @@ class DaemonMetrics:
     def migration(self, outcome: str) -> None:
         """``completed``, ``failed`` or ``aborted``."""
         self.migrations_total.labels(outcome=outcome).inc()
+
+    def set_gang(self, rows_in_use: int, holes: int) -> None:
+        self.gang_rows.set(rows_in_use)
+        self.gang_holes.set(holes)
 
     def set_queue_length(self, n: int) -> None:
         self.queue_length.set(n)
@@ -393,12 +401,21 @@ class AgentMetrics:
             "vmctl_agent_daemon_errors", "Failed requests to vmctld", registry=r,
         )
         self.hypervisor_up = Gauge("vmctl_agent_hypervisor_up", "1 if the last relist succeeded", registry=r)
+        self.row_switch_seconds = Histogram(
+            "vmctl_agent_row_switch_seconds",
+            "Duration of a timeslice row switch on the slice clock (pause the inactive rows, resume the active one)",
+            buckets=RECONCILE_BUCKETS, registry=r,
+        )
         r.register(AgentCollector(snapshot_fn))
         self._server: Any = None
 
     def observe_reconcile(self, seconds: float, ok: bool = True) -> None:
         self.reconcile_seconds.observe(max(0.0, seconds))
         self.hypervisor_up.set(1 if ok else 0)
+
+    def row_switch(self, seconds: float) -> None:
+        """One row switch (its ``_count`` is the number of switches)."""
+        self.row_switch_seconds.observe(max(0.0, seconds))
 
     def action(self, action: str, outcome: str = "applied") -> None:
         self.actions_total.labels(action=action, outcome=outcome).inc()

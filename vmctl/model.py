@@ -318,6 +318,10 @@ class RunningJob:
     its rows (``level`` or a replica) is active. ``migrated_at``: when the job last moved to other
     cores (a ``Move``/``Migrate`` that changed its cores; ``-inf``: never), which lets a stateless
     policy count the tasks migrated in the current time slice (the gang policies' quota Q).
+    ``checkpointed``: the job was checkpointed (its state saved, its slots freed); it holds no slot,
+    advances nothing and reads as ``suspended`` too (so readers that only ask whether a job advances
+    need not know the difference), but only a ``Restore``/``Move`` onto cores brings it back: a
+    ``Resume`` is for a suspended job, which keeps its slots.
     """
 
     job: Job
@@ -335,6 +339,7 @@ class RunningJob:
     replicas: tuple[int, ...] = ()
     migrated_at: float = -math.inf
     throughput: Mapping[int, float] | None = None
+    checkpointed: bool = False
 
     def __post_init__(self) -> None:
         if self.level < 0:
@@ -827,6 +832,9 @@ class VmDesired:
     # the VM level on its core (0 .. L-1, see "Levels" in the module docstring); -1: follows ``role``
     # (fg level 0, bg level 1, a shared VM none), which is all a two-level priority host needs
     level: int = -1
+    #: timeslice: the other rows (levels) this VM also runs in, on the same core (a replicated gang job,
+    #: ``Replicate``): it holds those slots too and runs while any of its rows is active
+    replicas: tuple[int, ...] = ()
 
     @property
     def slot_level(self) -> int | None:

@@ -86,6 +86,7 @@ def vm_desired_to_json(v: VmDesired) -> dict[str, Any]:
         "checkpoint_path": v.checkpoint_path,
         "migration": None if v.migration is None else migration_to_json(v.migration),
         "memory_mib": v.memory_mib, **({"level": v.level} if v.level >= 0 else {}),
+        **({"replicas": list(v.replicas)} if v.replicas else {}),
     }
 
 
@@ -155,8 +156,15 @@ def vm_desired_from_json(raw: Any, where: str) -> VmDesired:
         checkpoint_path=_get(d, "checkpoint_path", str, where, default=None, nullable=True),
         migration=None if mig is None else migration_from_json(mig, f"{where}migration."),
         memory_mib=_get(d, "memory_mib", int, where, default=64),
-        level=_level(d, where),
+        level=_level(d, where), replicas=_replicas(d, where),
     )
+
+
+def _replicas(d: dict[str, Any], where: str) -> tuple[int, ...]:
+    rows: list[Any] = _get(d, "replicas", list, where, default=[])
+    if any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in rows) or len(set(rows)) != len(rows):
+        raise ValidationError(field=f"{where}replicas", problem=f"must be distinct levels >= 0, got {rows}")
+    return tuple(rows)
 
 
 def _level(d: dict[str, Any], where: str) -> int:

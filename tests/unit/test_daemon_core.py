@@ -382,10 +382,12 @@ def test_checkpoint_and_restore_through_the_agents(tmp_path: Path) -> None:
             super().__init__()
             self.saved_at: float | None = None
             self.restored = False
+            self.seen: set[tuple[bool, bool]] = set()  # (suspended, checkpointed) of the views' jobs
 
         def decide(self, view: ClusterView, now: float) -> Decision:
             acts, _free = _start_what_fits(view)
             for rj in view.running.values():
+                self.seen.add((rj.suspended, rj.checkpointed))
                 if self.saved_at is None and not rj.suspended and rj.progress >= 2:
                     acts.append(Checkpoint(rj.id))
                     self.saved_at = now
@@ -394,7 +396,8 @@ def test_checkpoint_and_restore_through_the_agents(tmp_path: Path) -> None:
                     self.restored = True
             return Decision(actions=tuple(acts))
 
-    c = Cluster(tmp_path, {"n1": 2}, policy=CheckpointOnce())
+    policy = CheckpointOnce()
+    c = Cluster(tmp_path, {"n1": 2}, policy=policy)
     jid = c.submit(1, 100, 8)
     c.run_until(lambda: any(o.kind == "checkpoint" for o in c.daemon.state.ops.values()), limit=20)
     ck = next(o for o in c.daemon.state.ops.values() if o.kind == "checkpoint")
@@ -409,6 +412,8 @@ def test_checkpoint_and_restore_through_the_agents(tmp_path: Path) -> None:
     assert job.run == 1 and job.tasks[0]["exit_status"] == 0
     assert job.end_time is not None and job.start_time is not None
     assert job.end_time - job.start_time >= 8 + 3 - 1  # the work plus the time spent saved
+    # vmctld's view tells the checkpointed job (suspended too: it advances nothing) from a running one
+    assert policy.seen == {(False, False), (True, True)}
 
 
 def test_leaving_vm_keeps_its_source_tier_until_gone(cluster: Cluster) -> None:

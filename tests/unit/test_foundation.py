@@ -86,6 +86,19 @@ def test_unknown_policy() -> None:
         create_policy("nonesuch")
 
 
+def test_a_policy_lookup_imports_only_the_modules_up_to_its_own() -> None:
+    """``create_policy("easy")`` must not import the vcsched MILP (scipy.optimize, 0.15 s); listing the
+    policies imports every module. A fresh interpreter, so that other tests' imports do not count."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from vmctl.policies.registry import available_policies, create_policy; "
+            "create_policy('easy'); print('vmctl.policies.vcsched.policy' in sys.modules); "
+            "n = len(available_policies()); print('vmctl.policies.vcsched.policy' in sys.modules, n > 20)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "True"]
+
+
 def test_cli_error_mapping() -> None:
     from vmctl.cli.main import exit_code_for
 

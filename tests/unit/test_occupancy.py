@@ -92,6 +92,26 @@ def test_checkpoint_then_restore_elsewhere() -> None:
     assert rule_of(v, Checkpoint("a"), Move("a", None, level=0)) == "restore-cores"
 
 
+def test_a_checkpointed_job_of_the_view_is_restored_not_resumed() -> None:
+    # the view says which suspended job is checkpointed (it holds no slot): Resume is refused naming
+    # the rule, Restore/Move onto cores and Kill are accepted, anything that needs its slots is refused
+    a = job("a", 2, 10)
+    ck = RunningJob(a, Tier.FG, (0, 1), 0.0, 0.0, progress=4.0, suspended=True, checkpointed=True)
+    v = view(4)
+    v = dataclasses.replace(v, running={"a": ck}, fg_job=[None] * 4, idle_fg={0, 1, 2, 3})
+    assert rule_of(v, Resume("a")) == "resume-checkpointed"
+    check(v, Restore("a", (2, 3), Tier.FG))
+    check(v, Move("a", (0, 1), level=1))
+    check(v, Kill("a", requeue=False))
+    assert rule_of(v, Move("a", None, level=0)) == "restore-cores"
+    assert rule_of(v, Suspend("a")) == "checkpointed"
+    assert rule_of(v, Checkpoint("a")) == "checkpointed"
+    # a suspended job that keeps its slots is still resumed
+    sus = dataclasses.replace(ck, checkpointed=False)
+    v2 = dataclasses.replace(v, running={"a": sus}, fg_job=["a", "a", None, None], idle_fg={2, 3})
+    check(v2, Resume("a"))
+
+
 # ----------------------------------------------------------------------------- suspend and resume
 
 

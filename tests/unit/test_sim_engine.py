@@ -301,6 +301,30 @@ def test_a_malformed_job_is_refused_before_the_run_with_its_id(job: object, fiel
     assert field in str(err.value) and problem in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("jobs", "field", "problem"),
+    [
+        ([wj(1, 5, 10, 1), wj(2, 3, 10, 1)], "job 2.submit", "sorted by submit time"),
+        ([wj(1, 0, 10, 1), wj(1, 1, 10, 1)], "workload", "not unique"),
+        ([wj(1, 0, 10, 1), wj(5, 0, 10, 2, None, (0.5,))], "job 5.cpu_usage", "1 entries for 2 processes"),
+        ([wj(1, 0, 10, 1), wj(5, 0, 10, 1, float("nan"))], "job 5.estimate", "positive number"),
+    ],
+)
+def test_a_malformed_workload_is_refused_naming_the_job(jobs: list, field: str, problem: str) -> None:
+    from vmctl.errors import ValidationError
+
+    with pytest.raises(ValidationError) as err:
+        Simulator(jobs, 4, create_policy("easy"))
+    assert field in str(err.value) and problem in str(err.value)
+
+
+def test_jobs_wider_than_the_machine_are_dropped_and_the_rest_keep_their_order() -> None:
+    sim = Simulator([wj(1, 0, 10, 1), wj(2, 0, 10, 9), wj(3, 1, 10, 2)], 4, create_policy("easy"))
+    res = sim.run()
+    assert res.dropped == {"wider than the machine": 1} and res.jobs == 2
+    assert [r["id"] for r in sim.job_rows()] == ["1", "3"]
+
+
 # ------------------------------------------------------------------------------ determinism
 
 

@@ -236,12 +236,12 @@ def test_a_migration_cost_is_paid_in_the_jobs_own_slices() -> None:
 def test_checkpoint_frees_the_slots_and_restore_keeps_the_progress() -> None:
     # L = 1, 1 core. J1 (20 s) checkpointed at 5 (5 s done): J2 (4 s) takes the core 5-9. J1 restored
     # at 9 with a restore cost of 2: 15 s left from 11, ends at 26.
-    seen: list[tuple[float, bool, float, tuple[str | None, ...]]] = []
+    seen: list[tuple[float, bool, bool, float, tuple[str | None, ...]]] = []
 
     def look(acts: list[Action]) -> Callable[[ClusterView, float], list[Action]]:
         def f(view: ClusterView, now: float) -> list[Action]:
             rj = view.running["1"]
-            seen.append((now, rj.suspended, rj.progress, tuple(view.slot_job[0])))
+            seen.append((now, rj.suspended, rj.checkpointed, rj.progress, tuple(view.slot_job[0])))
             return acts
         return f
 
@@ -250,7 +250,7 @@ def test_checkpoint_frees_the_slots_and_restore_keeps_the_progress() -> None:
                 9.0: look([Move("1", (0,), 0, 2.0)])})
     sim = run(jobs, 1, pol, timeslice(1, 10.0))
     # at 9 J1 is checkpointed: shown as a suspended running job that holds no slot
-    assert seen == [(5.0, False, pytest.approx(5.0), ("1",)), (9.0, True, pytest.approx(5.0), (None,))]
+    assert seen == [(5.0, False, False, pytest.approx(5.0), ("1",)), (9.0, True, True, pytest.approx(5.0), (None,))]
     assert sim.outcome("2") == (5.0, pytest.approx(9.0))
     assert sim.outcome("1") == (0.0, pytest.approx(26.0))
 
@@ -269,9 +269,11 @@ def test_a_level_the_cluster_lacks_is_refused() -> None:
         run([wj(1, 0, 12, 1)], 1, Gang({0.0: [Start("1", (0,), 2)]}), timeslice(2, 10.0))
 
 
-def test_resume_of_a_checkpointed_job_is_refused() -> None:
+def test_resume_of_a_checkpointed_job_is_refused_by_the_checker() -> None:
+    # the view tells a checkpointed job from a suspended one, so the checker refuses the Resume (naming
+    # the rule) before the engine would have to
     pol = Solo({0.0: [Start("1", (0,), 0)], 1.0: [Checkpoint("1")], 2.0: [Resume("1")]})
-    with pytest.raises(SimulationError, match="checkpointed"):
+    with pytest.raises(InvariantViolation, match="resume-checkpointed"):
         run([wj(1, 0, 20, 1)], 1, pol, timeslice(2, 10.0))
 
 

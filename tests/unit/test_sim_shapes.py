@@ -337,6 +337,27 @@ def test_a_grow_takes_tasks_at_once() -> None:
     assert sim.outcome("1") == (0.0, pytest.approx(35.0))
 
 
+def test_the_utilization_counts_the_cores_a_resized_bag_held() -> None:
+    # shrink (the case above): 2 cores held over [0, 10) (the given-up one until its task ends), 1 over
+    # [10, 40): 20 + 30 = 50 core-seconds of 2 x 40 -> 0.625 (span at the start width x the last width
+    # said 30 x 1 = 30 -> 0.375)
+    bag = JobShape.task_bag([10.0] * 5, max_workers=2)
+    pol = Bagger({0.0: [Start("1", (0, 1))], 5.0: [Resize("1", (0,))]})
+    res = Simulator([wj(1, 0, 30, 2)], 2, pol, SimConfig(execution=lambda: TaskBagModel({"1": bag}))).run()
+    assert res.metrics.makespan == pytest.approx(40.0)
+    assert res.metrics.utilization == pytest.approx(50.0 / 80.0)
+    # grow (6 tasks of 10 s, 1 worker, a second at 5, ends at 35): 1 x 5 + 2 x 30 = 65 of 2 x 35; worker 0
+    # idles from 30 to 35 on its slot (span x last width said 60 x 2 = 120: a utilization above 1)
+    bag6 = JobShape.task_bag([10.0] * 6, max_workers=2)
+    pol = Bagger({0.0: [Start("1", (0,))], 5.0: [Resize("1", (0, 1))]})
+    res = Simulator([wj(1, 0, 60, 1)], 2, pol, SimConfig(execution=lambda: TaskBagModel({"1": bag6}))).run()
+    assert res.metrics.utilization == pytest.approx(65.0 / 70.0)
+    # a bag that keeps its width is counted as before: span x width (5 tasks on 2 workers: 30 x 2 of 2 x 30)
+    pol = Bagger({0.0: [Start("1", (0, 1))]})
+    res = Simulator([wj(1, 0, 30, 2)], 2, pol, SimConfig(execution=lambda: TaskBagModel({"1": bag}))).run()
+    assert res.metrics.utilization == pytest.approx(1.0)
+
+
 def test_a_shrink_that_gives_the_busy_core_away_at_once_is_refused() -> None:
     bag = JobShape.task_bag([10.0] * 5, max_workers=2)
     pol = Bagger({0.0: [Start("1", (0, 1))], 5.0: [Resize("1", (0,)), Start("2", (1,))]})

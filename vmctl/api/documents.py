@@ -15,7 +15,7 @@ from vmctl.timefmt import iso, rewrite_times
 
 
 def job_json(r: JobRecord, expected_start: float | None = None,
-             blocked_by: Sequence[NodeRecord] = ()) -> dict[str, Any]:
+             blocked_by: Sequence[NodeRecord] = (), times: tuple[float, float] | None = None) -> dict[str, Any]:
     """``expected_start``: when the policy's reservation starts this queued job at the latest (only
     the job holding the reservation has one, as with ``squeue --start``); ``blocked_by``: the nodes out
     of service that alone keep this queued job waiting (``Daemon.node_blocker``)."""
@@ -43,6 +43,11 @@ def job_json(r: JobRecord, expected_start: float | None = None,
         # unfinished tasks; for other jobs: none and None
         "workers": dispatcher.workers_doc(r),
         "tasks_left": dispatcher.tasks_left(r) if r.bag is not None else None,
+        # gang jobs (timeslice): the row, its replicas, and of the run's wall time the part its rows were
+        # active (``times``, vmctl.daemon.gang.active_share): the run-time limit counts active time only
+        **({} if r.level is None else {"gang": {
+            "row": r.level, "replicas": list(r.replicas),
+            "run_s": None if times is None else times[0], "active_s": None if times is None else times[1]}}),
     }
 
 

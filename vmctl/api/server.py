@@ -175,6 +175,7 @@ class DaemonServer:
         r.add_post("/v1/nodes/{name}/undrain", c.drain)
         r.add_get("/v1/vms", c.list_vms)
         r.add_get("/v1/workers", c.list_workers)
+        r.add_get("/v1/gang", c.gang)
         r.add_get("/v1/vms/{name}", c.get_vm)
         r.add_put("/v1/vms/{name}/priority", c.vm_priority)
         r.add_get("/v1/policy", c.get_policy)

@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "vmctl.cli.demo.command:demo",
     "vm": "vmctl.cli.ops:vm",
     "worker": "vmctl.cli.ops:worker",
+    "gang": "vmctl.cli.gang:gang",
     "job": "vmctl.cli.ops:job",
     "node": "vmctl.cli.ops:node",
     "migrate": "vmctl.cli.ops:migrate",

@@ -821,6 +821,17 @@ def shape_text(raw: Any) -> str:
         return str(raw)
 
 
+def gang_text(g: Mapping[str, Any]) -> str:
+    """A gang job's row and times: ``row 1 (+ rows 2); run 1 h 20 min, of which active 32 min; the
+    limit (estimate) counts active time``."""
+    reps = [str(r) for r in g.get("replicas") or []]
+    rows = f"row {g.get('row')}" + (f" (+ row{'s' if len(reps) > 1 else ''} {', '.join(reps)})" if reps else "")
+    if g.get("run_s") is None:
+        return rows
+    return (f"{rows}; run {fmt_duration(g['run_s'])}, of which active {fmt_duration(g.get('active_s') or 0)}; "
+            "the limit (estimate) counts active time")
+
+
 @job.command("show")
 @click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
 @api_options
@@ -831,6 +842,8 @@ def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, ou
 
     def render() -> Any:
         shown = {**j, "shape": shape_text(j.get("shape"))} if "shape" in j else j
+        if isinstance(j.get("gang"), Mapping):
+            shown = {**shown, "gang": gang_text(j["gang"])}
         if "history" not in j:
             return kv_table(shown, keys)
         return Group(kv_table(shown, keys), Text(safe_text(history_text(j.get("history")))))

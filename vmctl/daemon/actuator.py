@@ -25,6 +25,8 @@ from typing import Any
 
 from vmctl.daemon import dispatcher
 from vmctl.daemon.config import MigrationLimits
+from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action
+from vmctl.daemon.gang import occupy as _occupy
 from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
 from vmctl.errors import InvariantViolation
 from vmctl.model import (
@@ -33,6 +35,7 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Demote,
+    Discipline,
     JobState,
     Kill,
     Migrate,
@@ -55,15 +58,6 @@ from vmctl.policies.occupancy import Occupancy, level_of, priority_form, queued_
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 log = logging.getLogger("vmctld.actuator")
-
-
-def _occupy(occ: Occupancy, act: Action) -> str | None:
-    """Apply ``act`` to the occupancy overlay; the broken rule when it cannot be carried out."""
-    try:
-        occ.apply(act)
-    except InvariantViolation as exc:
-        return str(exc)
-    return None
 
 
 @dataclass(slots=True)
@@ -119,9 +113,24 @@ class Actuator:
     def open_migrations(self) -> list[OperationRecord]:
         return [o for o in self.state.ops.values() if o.kind == "migrate" and o.state == "pending"]
 
-    def _freeze_progress(self, job: JobRecord, now: float) -> None:
+    def freeze_progress(self, job: JobRecord, now: float) -> None:
         job.progress_base = self.state.progress(job, now)
         job.tier_since = now
+
+    def start_record(self, job: JobRecord, tier: str, placement: list[tuple[str, int]], now: float) -> None:
+        """A queued job's record as it starts a new run on ``placement`` (its VMs in ``tier``)."""
+        job.run += 1
+        job.state = JobState.RUNNING
+        job.tier = tier
+        job.placement = placement
+        job.start_time = now
+        job.tier_since = now
+        job.progress_base = 0.0
+        job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(placement))]
+        job.reason = None
+        job.suspended = job.checkpointed = job.restore_pending = False
+        if self.on_start is not None:
+            self.on_start(job, now)
 
     # ------------------------------------------------------------------ decisions
     def apply(self, decision: Decision, view: ClusterView, lay: Layout, now: float, ch: Changes) -> ApplyResult:
@@ -141,44 +150,47 @@ class Actuator:
             for host in op.detail.get("hosts", []):
                 moving_now[host] = moving_now.get(host, 0) + 1
 
+        def moving(hosts: list[str]) -> str | None:
+            """Why one more migration between ``hosts`` breaks the limits; else count it."""
+            nonlocal cluster_moving
+            full = self._limit_reached(hosts, cluster_moving, moving_now)
+            if full is None:
+                cluster_moving += 1
+                for h in hosts:
+                    moving_now[h] = moving_now.get(h, 0) + 1
+            return full
+
         for act in decision.actions:
             job = self.state.jobs.get(act.job_id)
             if job is None:
                 res.skipped.append((act, "unknown job"))
                 continue
-            if isinstance(act, Start | Move):
-                act = priority_form(act, checkpointed=job.checkpointed)
             why: str | None = None
-            if isinstance(act, StartFg | StartBg):
+            row = is_row_action(act, view.discipline)
+            if row:  # gang rows: any level of a timeslice cluster
+                why = apply_row_action(self, act, job, lay, now, ch, occ, place, moving)
+            elif isinstance(act, Start | Move):
+                act = priority_form(act, checkpointed=job.checkpointed)
+            if row:
+                pass
+            elif isinstance(act, StartFg | StartBg):
                 tier = Tier.FG if isinstance(act, StartFg) else Tier.BG
                 if job.state != JobState.QUEUED:
                     why = f"job is {job.state}, not queued"
                 elif (why := _occupy(occ, act)) is None:
-                    job.run += 1
-                    job.state = JobState.RUNNING
-                    job.tier = tier.value
-                    job.placement = place(act.cores)
-                    job.start_time = now
-                    job.tier_since = now
-                    job.progress_base = 0.0
                     kept = job.tasks if job.bag is not None else []  # a bag requeued with its results
-                    job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False}
-                                 for i in range(len(act.cores))]
-                    job.reason = None
-                    job.suspended = job.checkpointed = job.restore_pending = False
+                    self.start_record(job, tier.value, place(act.cores), now)
                     job.bag = None
                     shape = self.state.shape_of(job)
                     if shape is not None and shape.kind == "task-bag":  # workers take tasks at once
                         dispatcher.start(job, level_of(tier), now, kept)
-                    if self.on_start is not None:
-                        self.on_start(job, now)
             elif isinstance(act, Promote | Demote):
                 want = Tier.FG if isinstance(act, Promote) else Tier.BG
                 rj = view.running.get(job.id)
                 if job.state not in ACTIVE or rj is None or job.tier == want.value:
                     why = f"job is not running in {want.other().value}"
                 elif (why := _occupy(occ, act)) is None:
-                    self._freeze_progress(job, now)
+                    self.freeze_progress(job, now)
                     job.tier = want.value
             elif isinstance(act, Migrate):
                 why = self._migrate(act, job, view, lay, now, ch, occ, place, moving_now, cluster_moving)
@@ -194,7 +206,7 @@ class Actuator:
                 if job.state != JobState.RUNNING or job.checkpointed or job.migrating:
                     why = "job is not running (or is migrating)"
                 elif (why := _occupy(occ, act)) is None:
-                    self._freeze_progress(job, now)
+                    self.freeze_progress(job, now)
                     job.checkpointed = True
                     job.state = JobState.SUSPENDED
                     self.new_op(ch, "checkpoint", job.id, now, {"placement": [list(p) for p in job.placement]})
@@ -218,7 +230,7 @@ class Actuator:
                 if job.state != JobState.RUNNING:
                     why = "job is not running"
                 elif (why := _occupy(occ, act)) is None:
-                    self._freeze_progress(job, now)
+                    self.freeze_progress(job, now)
                     job.suspended = True
                     job.state = JobState.SUSPENDED
             elif isinstance(act, Resume):
@@ -242,6 +254,8 @@ class Actuator:
             else:
                 res.skipped.append((act, why))
                 log.info("skipped %s of job %s: %s", act.kind, act.job_id, why)
+        if decision.schedule is not None and view.discipline is Discipline.TIMESLICE:
+            apply_schedule(self, decision.schedule, now, ch)
         # reasons of the jobs left waiting: kept in memory only (the next decision after a restart
         # recomputes them), so a decision does not rewrite every queued job's record
         for rec in self.state.queue():
@@ -264,7 +278,7 @@ class Actuator:
         remote = [(job.placement[i][0], new_place[i][0]) for i in range(len(new_place))
                   if job.placement[i][0] != new_place[i][0]]
         hosts = sorted({a for a, _b in remote} | {b for _a, b in remote})
-        blocked = self._unreachable(moves)
+        blocked = self.unreachable(moves)
         if blocked is not None:
             return blocked
         if hosts:
@@ -277,7 +291,7 @@ class Actuator:
                 return f"expected gain {gain:.1f}s below migration.min_gain_s {lim.min_gain_s}"
         if (why := _occupy(occ, act)) is not None:
             return why
-        self._freeze_progress(job, now)
+        self.freeze_progress(job, now)
         # processes that leave their node keep their source slot until the migration is confirmed (as
         # ClusterState.build_view reserves it between decisions): no later action of this decision may
         # place another VM of that tier there while the leaving VM still runs
@@ -317,7 +331,7 @@ class Actuator:
             occ.hold(job.id, act.level, cores)
         return None
 
-    def _unreachable(self, moves: list[dict[str, Any]]) -> str | None:
+    def unreachable(self, moves: list[dict[str, Any]]) -> str | None:
         """Why one of ``moves`` goes between nodes that cannot reach each other (the source's agent
         registered no peer entry for the target); None when all can. The policy is not offered such
         moves (``ClusterView.can_migrate``): this is the second line of defence."""
@@ -371,13 +385,13 @@ class Actuator:
         if not moved:
             if (why := _occupy(occ, act)) is not None:
                 return why
-            self._freeze_progress(job, now)
+            self.freeze_progress(job, now)
             job.cap = act.cap
             return None
         moves: list[dict[str, Any]] = [
             {"index": i, "from": list(job.placement[i]), "to": list(new_place[i]), "mode": "live"} for i in moved]
         hosts = sorted({job.placement[i][0] for i in moved} | {new_place[i][0] for i in moved})
-        blocked = self._unreachable(moves)
+        blocked = self.unreachable(moves)
         if blocked is not None:
             return blocked
         full = self._limit_reached(hosts, cluster_moving, moving_now)
@@ -385,7 +399,7 @@ class Actuator:
             return full
         if (why := _occupy(occ, act)) is not None:
             return why
-        self._freeze_progress(job, now)
+        self.freeze_progress(job, now)
         job.cap = act.cap
         job.placement = new_place
         op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": "shared",
@@ -424,6 +438,7 @@ class Actuator:
         if job.bag is not None:  # a task bag's workers are gone (its task results stay, unless requeued)
             job.bag["vms"], job.bag["task"], job.bag["release"] = [], [], []
         job.suspended = job.checkpointed = job.restore_pending = False
+        job.level, job.replicas = None, []
         job.cap = None
         job.weight = None
         if state == JobState.QUEUED:
@@ -590,6 +605,8 @@ class Actuator:
             if i < len(job.placement):
                 job.placement[i] = (str(m["from"][0]), int(m["from"][1]))
         job.tier = str(op.detail.get("from_tier") or job.tier)
+        if op.detail.get("from_level") is not None:  # a gang job goes back to its row too
+            job.level = int(op.detail["from_level"])
         job.migrating = None
         job.tier_since = now
         self.close_op(ch, op, "rolled_back", now, why)

@@ -16,13 +16,14 @@ from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.events import EventLog
+from vmctl.daemon.gang import SCHEDULE_KV, check_offer, node_slices, schedule_from_kv
 from vmctl.daemon.history import JobHistory, slot_text
 from vmctl.daemon.state import ClusterState, DesiredSettings
 from vmctl.errors import LeaseLost, NotFound, StoreError, VmctlError
 from vmctl.model import Decision
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Store, WriteBatch
-from vmctl.wire import vm_desired_from_json, vm_desired_to_json
+from vmctl.wire import slices_to_json, vm_desired_from_json, vm_desired_to_json
 
 log = logging.getLogger("vmctld")
 
@@ -146,7 +147,10 @@ class DaemonBase:
         desired = {n: (g, tuple(vm_desired_from_json(v, f"desired[{n}].vms[{i}].")
                                 for i, v in enumerate(doc.get("vms", []))))
                    for n, (g, doc) in desired_raw.items()}
-        self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired)
+        # the slice schedule in force and the one each node's desired generation carries (gang scheduling)
+        node_slices = {n: schedule_from_kv(doc.get("slices")) for n, (_g, doc) in desired_raw.items()}
+        self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired,
+                        (schedule_from_kv(self.store.get_kv(SCHEDULE_KV)), node_slices))
         self.loads += 1
         self.history.forget()
         self.events.load(self.store)
@@ -171,7 +175,8 @@ class DaemonBase:
         from vmctl.policies.registry import create_policy
 
         policy = create_policy(name, **params)
-        self.state.offer().check(policy)  # PolicyNeedsUnmet when the registered cluster cannot serve it
+        if self.state.nodes:  # PolicyNeedsUnmet when the registered cluster cannot serve it; with no node
+            check_offer(self.state.offer(), policy)  # yet, the first agent's registration is checked against it
         return policy
 
     def _configured_policy(self) -> SchedulingPolicy:
@@ -227,7 +232,7 @@ class DaemonBase:
             if node not in st.nodes:
                 continue
             vms = st.desired_vms(node)
-            if vms != st.desired.get(node, ()):
+            if vms != st.desired.get(node, ()) or node_slices(st, node) != st.desired_slices.get(node):
                 new_desired[node] = vms
         gens: dict[str, int] = {}
         if new_desired:
@@ -237,8 +242,11 @@ class DaemonBase:
                 rec = st.nodes[node]
                 rec.generation = gen
                 batch.nodes[node] = rec
-                batch.desired[node] = (gen, {"node": node, "generation": gen,
-                                             "vms": [vm_desired_to_json(v) for v in vms]})
+                doc: dict[str, Any] = {"node": node, "generation": gen, "vms": [vm_desired_to_json(v) for v in vms]}
+                sl = node_slices(st, node)
+                if sl is not None:
+                    doc["slices"] = slices_to_json(sl)
+                batch.desired[node] = (gen, doc)
         for op in batch.operations.values():
             # a migration in its prepare stage waits for the target to apply this generation
             if op.kind == "migrate" and op.state == "pending" and op.detail.get("stage") == "prepare":
@@ -261,6 +269,7 @@ class DaemonBase:
             raise
         for node, vms in new_desired.items():
             st.desired[node] = vms
+            st.desired_slices[node] = node_slices(st, node)
             st.generation[node] = gens[node]
         if ch.events:
             self.dirty = True

@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass
 
 from vmctl.daemon.actuator import ApplyResult, Changes
+from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.state import Layout
 from vmctl.daemon.timers import Timers
-from vmctl.model import ClusterView, Decision
+from vmctl.errors import PolicyNeedsUnmet
+from vmctl.model import ClusterView, Decision, Discipline
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 
@@ -57,9 +59,20 @@ class DecisionLoop(Timers):
             self.dirty = True
         due = self.wake_at is not None and now >= self.wake_at
         tick = now >= self.last_decide_at + self.config.tick_s * self.speed
-        if self.dirty or due or tick:
+        if (self.dirty or due or tick) and not self._waits_for_nodes():
             return self.begin_decision(now)
         return None
+
+    def _waits_for_nodes(self) -> bool:
+        """No node registered yet and the policy needs more than the default layout (a gang policy needs
+        timeslice rows): nothing to decide until the first agent registers its layout."""
+        if self.state.nodes or self.policy is None:
+            return False
+        try:
+            self.state.offer().check(self.policy)
+        except PolicyNeedsUnmet:
+            return True
+        return False
 
     def next_pass_at(self) -> float | None:
         """When the daemon wants the next pass at the latest (model time); None when standing by."""
@@ -131,6 +144,9 @@ class DecisionLoop(Timers):
             m.set_running("fg", sum(1 for j in active if j.tier == "fg"))
             m.set_running("bg", sum(1 for j in active if j.tier == "bg"))
             m.set_leader(self.leader, self.epoch)
+            if view.discipline is Discipline.TIMESLICE:
+                doc = matrix_doc(self.state, now)
+                m.set_gang(len(doc["rows_in_use"]), int(doc["holes"]))
         if len(self.decision_seconds) > 1000:
             del self.decision_seconds[:500]
         return decision

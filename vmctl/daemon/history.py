@@ -70,7 +70,8 @@ class JobHistory:
             prev = self._seen.get(rec.id)
             settled = placement if prev is None or rec.run != prev.run or rec.migrations != prev.migrations \
                 else prev.settled
-            cur = _Seen(str(rec.state), rec.tier, rec.run, rec.migrations, placement, settled)
+            tier = rec.tier if rec.level is None else f"row {rec.level}"  # a gang job: its row (timeslice)
+            cur = _Seen(str(rec.state), tier, rec.run, rec.migrations, placement, settled)
             self._seen[rec.id] = cur
             if prev is None:
                 if rec.state == JobState.QUEUED and rec.run == 0 and not rec.history:

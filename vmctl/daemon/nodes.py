@@ -170,4 +170,4 @@ class NodeEvents(DaemonBase):
     def desired(self, node: str) -> NodeDesired:
         self.node(node)
         return NodeDesired(node=node, generation=self.state.generation.get(node, 0),
-                           vms=self.state.desired.get(node, ()))
+                           vms=self.state.desired.get(node, ()), slices=self.state.desired_slices.get(node))

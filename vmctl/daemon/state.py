@@ -39,6 +39,7 @@ from vmctl.model import (
     PowerState,
     ProcessSpec,
     RunningJob,
+    SliceSchedule,
     Tier,
     VmDesired,
     VmRole,
@@ -51,8 +52,8 @@ from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
 TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
 _CORE_REF = re.compile(r"\bcore (\d+)\b")
-#: the levels of a core vmctld places jobs on: 0 and 1 (fg/bg VMs in desired state; rows 2.. of a
-#: timeslice cluster wait for the gang-scheduling issue)
+#: the levels of a core vmctld places jobs on under the priority discipline: 0 and 1 (fg/bg VMs in desired
+#: state); a timeslice cluster's jobs go on every registered row (``placeable_levels``)
 DAEMON_LEVELS = 2
 #: the progress model vmctld shares with the simulator (the paper's parameters)
 PROGRESS = ProgressModel()
@@ -122,6 +123,10 @@ class ClusterState:
     _nattrs: tuple[Layout | None, tuple[Mapping[str, float], Mapping[str, str], Mapping[str, int]] | None] = (
         None, None)
     desired: dict[str, tuple[VmDesired, ...]] = field(default_factory=dict)
+    #: timeslice clusters: the row rotation in force (the gang policy's last ``Decision.schedule``,
+    #: persisted in kv ``gang.schedule``), and the slice clock each node's current desired generation carries
+    slices: SliceSchedule | None = None
+    desired_slices: dict[str, SliceSchedule | None] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=dict)
     next_seq: int = 1
     next_op: int = 1
@@ -155,8 +160,10 @@ class ClusterState:
 
     # ------------------------------------------------------------------ loading
     def load(self, jobs: Iterable[JobRecord], nodes: Iterable[NodeRecord], ops: Iterable[OperationRecord],
-             desired: dict[str, tuple[int, tuple[VmDesired, ...]]]) -> None:
+             desired: dict[str, tuple[int, tuple[VmDesired, ...]]],
+             slices: tuple[SliceSchedule | None, dict[str, SliceSchedule | None]] = (None, {})) -> None:
         self.jobs = {j.id: j for j in jobs}
+        self.slices, self.desired_slices = slices[0], dict(slices[1])
         self.nodes = {n.name: n for n in nodes}
         self.ops = {o.id: o for o in ops}
         self.desired = {n: vms for n, (_g, vms) in desired.items()}
@@ -490,6 +497,8 @@ class ClusterState:
     def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
         if job.state != JobState.RUNNING or job.suspended or job.checkpointed or job.migrating:
             return 0.0
+        if job.level is not None:
+            return row_pace(job, self.slices)
         if job.tier == Tier.FG.value:
             return 1.0
         if job.tier == "shared":
@@ -515,7 +524,7 @@ class ClusterState:
     def fg_owner(self, node: str, core: int) -> str | None:
         for jid in self._node_jobs.get(node, ()):
             j = self.jobs[jid]
-            if j.tier == "fg" and not j.checkpointed and (node, core) in j.placement:
+            if j.tier == "fg" and j.level is None and not j.checkpointed and (node, core) in j.placement:
                 return jid
         return None
 
@@ -523,8 +532,10 @@ class ClusterState:
     def build_view(self, now: float) -> tuple[ClusterView, Layout]:
         lay = self.layout()
         total = lay.total
-        fg: list[str | None] = [None] * total
-        bg: list[str | None] = [None] * total
+        levels, discipline = self.cluster_levels()
+        # slot_job per level (at least fg and bg: the priority names), cut to the cluster's levels below
+        slots: list[list[str | None]] = [[None] * total for _ in range(max(2, levels))]
+        fg, bg = slots[0], slots[1]
         util = [0.0] * total
         usable = [False] * total
         for name in lay.names:
@@ -559,7 +570,13 @@ class ClusterState:
                 continue
             if not rec.checkpointed:
                 jid = rec.id
-                if rec.tier == "fg":
+                if rec.level is not None:  # a gang job's rows (timeslice)
+                    for lv in (rec.level, *rec.replicas):
+                        if lv < len(slots):
+                            row = slots[lv]
+                            for g in cores_t:
+                                row[g] = jid
+                elif rec.tier == "fg":
                     for g, name, us in zip(cores_t, names, usages, strict=False):
                         fg[g] = jid
                         u = util_of.get(name)
@@ -571,7 +588,9 @@ class ClusterState:
                 # the source slots stay reserved until the migration is confirmed or rolled back
                 op = self.ops.get(rec.migrating)
                 src_tier = str(op.detail.get("from_tier") or rec.tier) if op else rec.tier
-                arr = fg if src_tier == "fg" else bg
+                src_level = op.detail.get("from_level") if op else None
+                arr = slots[int(src_level)] if isinstance(src_level, int) and src_level < len(slots) else \
+                    fg if src_tier == "fg" else bg
                 for m in op.detail.get("moves", []) if op else []:
                     g2 = lay.global_core(str(m["from"][0]), int(m["from"][1]))
                     if g2 is not None and arr[g2] is None:
@@ -580,25 +599,23 @@ class ClusterState:
             tier = Tier.BG if rec.tier == "bg" else Tier.FG  # vcsched's shared VMs count as fg
             prog = self._progress_with(rec, now, util, fg, cores_t)
             job = self.job_obj(rec)
-            end = now + max(0.0, job.estimate - prog) if tier is Tier.FG and rec.state == JobState.RUNNING else math.inf
+            end = now + max(0.0, job.estimate - prog) if (tier is Tier.FG or rec.level is not None) and \
+                rec.state == JobState.RUNNING else math.inf
             running[rec.id] = RunningJob(
                 job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
-                suspended=rec.suspended or rec.checkpointed,
+                suspended=rec.suspended or rec.checkpointed, checkpointed=rec.checkpointed,
                 cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
                 tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
                 throughput=None if rec.bag is None else dispatcher.throughput_by_core(rec, lay.global_core),
+                level=-1 if rec.level is None else rec.level, replicas=tuple(rec.replicas),
+                migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
             )
         queue, queue_index = self.queue_jobs()
-        idle_fg = {c for c in range(total) if usable[c] and fg[c] is None}
-        idle_bg = {c for c in range(total) if usable[c] and bg[c] is None}
+        idle = [{c for c in range(total) if usable[c] and row[c] is None} for row in slots]
         speed, group, mem = self.node_attributes()
-        levels, discipline = self.cluster_levels()
-        # levels above 1 hold nothing yet (vmctld places jobs on fg/bg only): free on every usable core
-        upper: list[list[str | None]] = [[None] * total for _ in range(max(0, levels - 2))]
-        free = {c for c in range(total) if usable[c]}
         view = ClusterView.leveled(
-            total, queue, running, [fg, bg, *upper][:levels], [idle_fg, idle_bg, *[set(free) for _ in upper]][:levels],
+            total, queue, running, slots[:levels], idle[:levels],
             discipline, util, usable, node_of_core=lay.node_of_core,
             local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
             migration_targets=self.migration_targets(),
@@ -612,6 +629,8 @@ class ClusterState:
             return rec.progress_base
         if rec.state != JobState.RUNNING or rec.suspended or rec.checkpointed or rec.migrating:
             pace = 0.0
+        elif rec.level is not None:
+            pace = row_pace(rec, self.slices)
         elif rec.tier == "fg":
             pace = 1.0
         elif rec.tier == "shared":
@@ -628,6 +647,8 @@ class ClusterState:
             job = self.job_obj(rec)
             role = VmRole.FG if rec.tier == "fg" else VmRole.SHARED if rec.tier == "shared" else VmRole.BG
             weight = rec.weight if rec.weight is not None else (s.bg_weight if role is VmRole.BG else s.fg_weight)
+            # a gang job's row and replicas (timeslice: the agent sets weight and power by the active row)
+            level = -1 if rec.level is None else rec.level
             moves: dict[int, dict[str, object]] = {}
             op = self.ops.get(rec.migrating) if rec.migrating else None
             if op is not None:
@@ -663,7 +684,7 @@ class ClusterState:
                 mv = moves.get(i)
                 mig: MigrationSpec | None = None
                 core = c
-                vm_role, vm_weight = role, weight
+                vm_role, vm_weight, vm_level = role, weight, level
                 emit = n == node
                 if mv is not None and op is not None:
                     src = mv["from"]
@@ -686,26 +707,47 @@ class ClusterState:
                             if from_tier != rec.tier and {from_tier, rec.tier} <= {"fg", "bg"}:
                                 vm_role = VmRole.FG if from_tier == "fg" else VmRole.BG
                                 vm_weight = s.fg_weight if from_tier == "fg" else s.bg_weight
+                            if op.detail.get("from_level") is not None:  # a gang job: its old row, likewise
+                                vm_level = int(op.detail["from_level"])
                             mig = spec if op.detail.get("stage") == "go" else None
                             emit = True
                         elif node == dst[0]:
                             mig = spec
+                        if spec.mode == "checkpoint":
+                            ckpt = ckpt or f"{s.checkpoint_dir}/{name}.save"
                 if not emit:
                     continue
                 out.append(VmDesired(
                     name=name, core=core, role=vm_role, weight=vm_weight, cap=rec.cap, power=power, process=proc,
-                    checkpoint_path=ckpt, migration=mig, memory_mib=s.memory_mib,
+                    checkpoint_path=ckpt, migration=mig, memory_mib=s.memory_mib, level=vm_level,
+                    replicas=tuple(rec.replicas),
                 ))
         out.sort(key=lambda v: v.name)
         return tuple(out)
 
 
+def placeable_levels(levels: int, discipline: Discipline) -> int:
+    """The levels of a core vmctld places jobs on: every registered row of a timeslice cluster (gang
+    scheduling), at most ``DAEMON_LEVELS`` (fg, bg) otherwise."""
+    return levels if discipline is Discipline.TIMESLICE else min(levels, DAEMON_LEVELS)
+
+
 def levels_offer(levels: int, discipline: Discipline) -> Offer:
     """What a cluster of ``levels`` per core under ``discipline`` offers a policy in vmctld."""
+    placed = placeable_levels(levels, discipline)
     where = (f"vmctld (the registered cluster: {levels} {discipline.value} level{'s' if levels != 1 else ''} "
-             f"per core{'' if levels <= DAEMON_LEVELS else f'; vmctld places jobs on {DAEMON_LEVELS} of them'})")
-    return Offer(where=where, levels=min(levels, DAEMON_LEVELS), discipline=discipline, shapes=DAEMON_SHAPES,
-                 shared_vms=True)
+             f"per core{'' if levels <= placed else f'; vmctld places jobs on {placed} of them'})")
+    return Offer(where=where, levels=placed, discipline=discipline, shapes=DAEMON_SHAPES, shared_vms=True)
+
+
+def row_pace(job: JobRecord, slices: SliceSchedule | None) -> float:
+    """Pace of a running gang job (timeslice): the share of the slices in which one of its rows is
+    active (row 0 alone while no schedule was given: the agents keep row 0 active). Example: order
+    (0, 1, 2), a job in row 1 replicated into row 2: 2/3. Suspended slices are not run time."""
+    rows = {job.level, *job.replicas}
+    if slices is None:
+        return 1.0 if 0 in rows else 0.0
+    return sum(1 for r in slices.order if r in rows) / len(slices.order)
 
 
 def bg_pace(job: Job, fg_usage: Iterable[float | None]) -> float:

@@ -77,8 +77,11 @@ class Timers(DaemonBase):
                     self.actuator.rollback_migration(op, mj, now, ch, "timed out")
         if cfg.kill_at_estimate:
             for job in st.active():
-                if job.state != JobState.RUNNING or job.tier != "fg" or job.migrating or job.bag is not None:
-                    continue  # (a task bag's length depends on the workers it is given: no run-time limit)
+                # fg jobs, and gang jobs in any row (their modelled progress counts active slices only); a task
+                # bag's length depends on the workers it is given: no run-time limit
+                if job.state != JobState.RUNNING or (job.tier != "fg" and job.level is None) or job.migrating \
+                        or job.bag is not None:
+                    continue
                 if not all(t.get("seen", True) for t in job.tasks):
                     continue  # not every process reported started yet: it cannot have overrun
                 limit = float(job.spec["estimate"]) + cfg.estimate_grace_s

@@ -27,7 +27,9 @@ The workload (:func:`build`):
 Metrics per cell: mean response (end - submit), mean wait per priority class (first start - submit),
 the share of jobs ending by their deadline, the utilization (the jobs' actual work in standard
 core-seconds over the workers' capacity, the sum of their speeds, from the first submission to the
-last end) and the worst wait of the lowest class (starvation).
+last end: work done, not the engine's ``utilization``, which counts the core-seconds slots were held,
+idle workers and wall time on fast workers included; docs/taskbags.md compares the two) and the worst
+wait of the lowest class (starvation).
 """
 
 from __future__ import annotations

@@ -45,10 +45,12 @@ import bisect
 import dataclasses
 import gc
 import heapq
+import itertools
 import math
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -139,6 +141,16 @@ def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, 
 
 
 _make_job = _job_maker()
+_ID, _SUBMIT, _PROCS = attrgetter("id"), attrgetter("submit"), attrgetter("procs")
+_ESTIMATE, _RUN_TIME, _USAGE = attrgetter("estimate"), attrgetter("run_time"), attrgetter("cpu_usage")
+
+
+def _column(records: Sequence[Any], name: str, default: Any) -> list[Any]:
+    """``getattr(r, name, default)`` of every record (C-level when every record has the field)."""
+    try:
+        return list(map(attrgetter(name), records))
+    except AttributeError:
+        return [getattr(r, name, default) for r in records]
 
 
 #: what the engine needs from a workload record (``vmctl.sim.workloads.core.WorkloadJob``)
@@ -252,6 +264,7 @@ class _LiveProgress(RunningJob):
     replicas = ()
     migrated_at = -_INF
     throughput = None  # vmctld's observed task-bag throughput: the simulator has none
+    checkpointed = False
 
     @property
     def level(self) -> int:
@@ -301,11 +314,12 @@ class _LiveShared(_Live):
     __slots__ = ()
     replicas = ()
     migrated_at = -_INF
+    checkpointed = False
 
 
 class _LiveLevel(_Live):
     """A running job on the levelled path: its ``level``, ``suspended`` (also for a checkpointed job,
-    which holds no slot) and placement are fields; ``progress`` is live and ``expected_end`` is what
+    which holds no slot), ``checkpointed`` and placement are fields; ``progress`` is live and ``expected_end`` is what
     the execution model says (``ExecutionModel.expected_end``)."""
 
     __slots__ = ()
@@ -360,6 +374,13 @@ class _RunningView(Mapping[str, RunningJob]):
 
 ProgressCallback = Callable[[int, int], None]
 
+# The slot setters of a fast-path snapshot (``_LiveProgress``): one snapshot is built per start, and
+# calling a member descriptor's ``__set__`` costs about 60 % of ``object.__setattr__`` on the frozen class.
+_SNAP_NAMES = ("job", "tier", "cores", "start_time", "tier_since", "suspended", "expected_end", "_run", "_sim")
+(_SET_JOB, _SET_TIER, _SET_CORES, _SET_START, _SET_SINCE, _SET_SUSPENDED, _SET_END, _SET_RUN,
+ _SET_SIM) = (getattr(_LiveProgress, name).__set__ for name in _SNAP_NAMES)
+_new_object = object.__new__
+
 
 class Simulator:
     """Run one policy over one workload. ``jobs`` must be sorted by submit time (ties keep their order);
@@ -394,50 +415,60 @@ class Simulator:
             if model.two_tier is None:
                 model.two_tier = self.two_tier
             self.two_tier = model.two_tier
-        kept = [j for j in jobs if j.procs <= cores]
-        if len(kept) < len(jobs):
+        # the workload's columns, read with C-level attribute getters (a 200,000-job trace pays for
+        # every Python-level step per job here)
+        all_procs = list(map(_PROCS, jobs))
+        if all_procs and max(all_procs) > cores:
+            keep = [p <= cores for p in all_procs]
+            kept = list(itertools.compress(jobs, keep))
+            all_procs = list(itertools.compress(all_procs, keep))
             self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + (
                 len(jobs) - len(kept)
             )
-        last = -_INF
-        for j in kept:
-            if j.submit < last:
-                raise ValidationError(field=f"job {j.id}.submit", problem="jobs must be sorted by submit time")
-            last = j.submit
-        self._src = kept
+        else:
+            kept = list(jobs)
         n = len(kept)
         self.n = n
-        self._ids = [str(j.id) for j in kept]
-        self._index = {jid: i for i, jid in enumerate(self._ids)}
-        if len(self._index) != n:
+        self._submit = list(map(float, map(_SUBMIT, kept)))
+        if self._submit != sorted(self._submit):  # timsort checks a sorted list in one pass
+            sub = self._submit
+            first = next((i for i in range(1, n) if sub[i] < sub[i - 1]), None)
+            if first is not None:  # (NaN times compare as unordered; they pass, as they always did)
+                raise ValidationError(field=f"job {kept[first].id}.submit",
+                                      problem="jobs must be sorted by submit time")
+        self._src = kept
+        self._ids = list(map(str, map(_ID, kept)))
+        if len(set(self._ids)) != n:
             raise ValidationError(field="workload", problem="job ids are not unique")
-        self._submit = [float(j.submit) for j in kept]
-        self._estimate = [float(j.estimate) for j in kept]
-        self._run_time = [float(j.run_time) for j in kept]
-        self._work = [min(r, e) for r, e in zip(self._run_time, self._estimate, strict=True)]
-        self._procs = [int(j.procs) for j in kept]
+        self._index_map: dict[str, int] | None = None  # id -> position, built when first asked (outcome)
+        self._estimate = list(map(float, map(_ESTIMATE, kept)))
+        self._run_time = list(map(float, map(_RUN_TIME, kept)))
+        self._work = list(map(min, self._run_time, self._estimate))
+        self._procs = list(map(int, all_procs))
         # what the policy sees of who submitted a job and how urgent it is (traces carry no deadline):
         # the workload's priority and user id ("" when unknown; one string object per user)
-        self._priority: list[int] = [getattr(j, "priority", 0) for j in kept]
-        user_names: dict[int, str] = {}
-
-        def user_name(u: int) -> str:
-            name = user_names[u] = str(u) if u >= 0 else ""
-            return name
-
-        self._user_name = [user_names[u] if u in user_names else user_name(u)
-                           for u in [getattr(j, "user", -1) for j in kept]]
+        self._priority: list[int] = _column(kept, "priority", 0)
+        users = _column(kept, "user", -1)
+        user_names = {u: str(u) if u >= 0 else "" for u in set(users)}
+        self._user_name = list(map(user_names.__getitem__, users))
         full = self.config.cpu_usage == "full"
+        # a job without usage (SWF) runs every process at 100 %: one shared all-ones tuple per width
+        ones: dict[int, tuple[float, ...]] = {}
         self._usage: list[tuple[float, ...]] = []
-        for j in kept:
-            u = j.cpu_usage
+        self._given_usage: list[int] = []  # positions of usage the workload gave (validated below)
+        append = self._usage.append
+        for i, (u, procs) in enumerate(zip(map(_USAGE, kept), self._procs, strict=True)):
             if full or u is None:
-                self._usage.append((1.0,) * j.procs)
+                one = ones.get(procs)
+                if one is None:
+                    one = ones[procs] = (1.0,) * procs
+                append(one)
             else:
-                if len(u) != j.procs:
-                    raise ValidationError(field=f"job {j.id}.cpu_usage",
-                                          problem=f"{len(u)} entries for {j.procs} processes")
-                self._usage.append(tuple(u))
+                if len(u) != procs:
+                    raise ValidationError(field=f"job {kept[i].id}.cpu_usage",
+                                          problem=f"{len(u)} entries for {procs} processes")
+                append(tuple(u))
+                self._given_usage.append(i)
         self._validate_jobs()
         self._width = array("i", self._procs)  # the width each job last started with (moldable, task bags)
         # per-job outcomes
@@ -476,6 +507,8 @@ class Simulator:
         self._version = 0
         self._dirty: dict[int, _Run] = {}
         self._bg_count = 0  # jobs in the bg tier (fg changes need no bg rate updates when 0)
+        # fast path: ``_fg_run`` is maintained from the first bg placement on (``_keep_fg_run``)
+        self._fg_run_kept = not isinstance(model, TwoTierModel)
         self._wake: float | None = None
         self._released = False  # a task bag gave up a slot at a task boundary: the policy gets a pass
         self._done = 0
@@ -526,6 +559,13 @@ class Simulator:
         # the metrics' run length of each job (``ExecutionModel.span``), when the model defines one
         self._span: list[float] | None = (list(self._work) if self._leveled and type(model).span is not
                                           ExecutionModel.span else None)
+        # the core-seconds each run's slots were held (the utilization's count for a run whose width
+        # changed, a resized task bag): ``_held`` so far, as of ``_held_at``; ``_resized`` flags those runs
+        self._held: list[float] | None = None
+        self._held_at: list[float] = []
+        self._resized = bytearray(0)
+        if self._leveled:
+            self._held, self._held_at, self._resized = [0.0] * n, [0.0] * n, bytearray(n)
         if self._leveled:
             # the trace's work stays what models read; ``_work`` becomes each job's work in its latest run
             self.job_work = list(self._work)
@@ -543,12 +583,15 @@ class Simulator:
         if self.n and min(self._procs) <= 0:
             i = next(i for i, p in enumerate(self._procs) if p <= 0)
             raise ValidationError(field=f"job {self._ids[i]}.procs", problem=f"must be > 0, got {self._procs[i]}")
-        for i, e in enumerate(self._estimate):
-            if not (e > 0 and math.isfinite(e)):
-                raise ValidationError(field=f"job {self._ids[i]}.estimate",
-                                      problem=f"must be a positive number, got {e}")
-        for i, usage in enumerate(self._usage):
-            if usage.count(1.0) == len(usage):  # the usual SWF case, counted in C
+        est = np.asarray(self._estimate, dtype=np.float64)
+        bad = ~((est > 0) & np.isfinite(est))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValidationError(field=f"job {self._ids[i]}.estimate",
+                                  problem=f"must be a positive number, got {self._estimate[i]}")
+        for i in self._given_usage:
+            usage = self._usage[i]
+            if usage.count(1.0) == len(usage):  # counted in C
                 continue
             for u in usage:
                 if not 0.0 < u <= 1.0:
@@ -563,23 +606,21 @@ class Simulator:
             self._snapshot_shared(run)
             return
         fixed_end = not fg or run.rate == 1.0
-        cls = _LiveProgress if fixed_end else _LiveRunningJob
-        snap = cls.__new__(cls)
-        setattr_ = object.__setattr__
-        setattr_(snap, "job", run.job)
-        setattr_(snap, "tier", run.tier)
-        setattr_(snap, "cores", run.cores)
-        setattr_(snap, "start_time", run.start_time)
-        setattr_(snap, "tier_since", run.tier_since)
-        setattr_(snap, "suspended", False)
-        setattr_(snap, "_run", run)
-        setattr_(snap, "_sim", self)
+        snap = _new_object(_LiveProgress if fixed_end else _LiveRunningJob)
+        _SET_JOB(snap, run.job)
+        _SET_TIER(snap, run.tier)
+        _SET_CORES(snap, run.cores)
+        _SET_START(snap, run.start_time)
+        _SET_SINCE(snap, run.tier_since)
+        _SET_SUSPENDED(snap, False)
+        _SET_RUN(snap, run)
+        _SET_SIM(snap, self)
         if fixed_end:
             if fg:
                 start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
-                setattr_(snap, "expected_end", start + run.job.estimate - run.p0)
+                _SET_END(snap, start + run.job.estimate - run.p0)
             else:
-                setattr_(snap, "expected_end", _INF)
+                _SET_END(snap, _INF)
         self._snaps[run.job.id] = snap
 
     def _snapshot_shared(self, run: _Run) -> None:
@@ -641,15 +682,12 @@ class Simulator:
         run.cores = cores
         run.placed = True
         if tier is _FG:
-            fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
-            for c, u in zip(cores, self._usage[run.idx], strict=True):
-                fg_job[c] = jid
-                fg_run[c] = run
-                fg_util[c] = u
-            self._idle_fg.difference_update(cores)
+            self._take_fg(run, jid, cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
         else:
+            if not self._fg_run_kept:
+                self._keep_fg_run()
             bg_job, bg_run = self._bg_job, self._bg_run
             for c in cores:
                 bg_job[c] = jid
@@ -658,14 +696,42 @@ class Simulator:
             self._bg_count += 1
         self._dirty[run.idx] = run
 
+    def _take_fg(self, run: _Run, job_id: str, cores: tuple[int, ...]) -> None:
+        """The fg slots of ``cores`` go to ``run`` (fast path): job, utilization, the run itself once kept."""
+        fg_job, fg_util, usage = self._fg_job, self._fg_util, self._usage[run.idx]
+        if len(cores) == 1:  # the most frequent width, without the loop
+            c = cores[0]
+            fg_job[c] = job_id
+            fg_util[c] = usage[0]
+        else:  # (the checker has matched len(cores) to procs, the length of the usage tuple)
+            for c, u in zip(cores, usage, strict=False):
+                fg_job[c] = job_id
+                fg_util[c] = u
+        if self._fg_run_kept:
+            fg_run = self._fg_run
+            for c in cores:
+                fg_run[c] = run
+        self._idle_fg.difference_update(cores)
+
+    def _keep_fg_run(self) -> None:
+        """Fast path: the fg run of each core (``slot_run[0]``, which only a bg run's rate reads) is kept
+        from the first bg placement on; until then nobody reads it and starts and completions skip it."""
+        runs, fg_run = self._runs, self._fg_run
+        for c, jid in enumerate(self._fg_job):
+            fg_run[c] = None if jid is None else runs[jid]
+        self._fg_run_kept = True
+
     def _vacate(self, run: _Run) -> None:
         cores = run.cores
         if run.tier is _FG:
-            fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
+            fg_job, fg_util = self._fg_job, self._fg_util
             for c in cores:
                 fg_job[c] = None
-                fg_run[c] = None
                 fg_util[c] = 0.0
+            if self._fg_run_kept:
+                fg_run = self._fg_run
+                for c in cores:
+                    fg_run[c] = None
             self._idle_fg.update(cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
@@ -710,7 +776,7 @@ class Simulator:
 
     def _new_run(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> _Run:
         """Take a queued job out of the queue into a new run (not placed yet)."""
-        idx = self._index[job_id]
+        idx = self._qkey[job_id][1]  # (submit, position): the queue key knows the job's position
         now = self.now
         run = _Run(idx, self._dequeue(job_id), tier, cores, now)
         self._runs[job_id] = run
@@ -731,20 +797,29 @@ class Simulator:
         which is the version the flush would have given it first."""
         run = self._new_run(job_id, _FG, cores)
         idx = run.idx
-        fg_job, fg_run, fg_util = self._fg_job, self._fg_run, self._fg_util
-        for c, u in zip(cores, self._usage[idx], strict=True):
-            fg_job[c] = job_id
-            fg_run[c] = run
-            fg_util[c] = u
-        self._idle_fg.difference_update(cores)
+        self._take_fg(run, job_id, cores)
         rate = run.rate = 1.0 - self._loss[idx] if self.two_tier else 1.0
         run.placed = False
-        self._snapshot(run)
+        # the snapshot (``_snapshot`` of a fg run that has not advanced yet: t0 = blocked_until = now, p0 = 0)
+        now = self.now
+        job = run.job
+        snap = _new_object(_LiveProgress if rate == 1.0 else _LiveRunningJob)
+        _SET_JOB(snap, job)
+        _SET_TIER(snap, _FG)
+        _SET_CORES(snap, cores)
+        _SET_START(snap, now)
+        _SET_SINCE(snap, now)
+        _SET_SUSPENDED(snap, False)
+        _SET_RUN(snap, run)
+        _SET_SIM(snap, self)
+        if rate == 1.0:
+            _SET_END(snap, now + job.estimate)
+        self._snaps[job_id] = snap
         version = self._version = self._version + 1
         run.version = version
         if rate > 0.0:
             work = self._work[idx]
-            heapq.heappush(self._heap, (self.now + (work / rate if work > 0 else 0.0), version, run))
+            heapq.heappush(self._heap, (now + (work / rate if work > 0 else 0.0), version, run))
 
     def _apply(self, decision: Decision) -> None:
         actions = decision.actions
@@ -897,6 +972,8 @@ class Simulator:
             self._work[run.idx] = self.model.work(run)
             if self._span is not None:
                 self._span[run.idx] = self.model.span(run)
+            if self._held is not None:  # a new run: its slots are held from now
+                self._held[run.idx], self._held_at[run.idx], self._resized[run.idx] = 0.0, now, 0
             self._dirty[run.idx] = run
             return
         if isinstance(act, Kill):
@@ -905,6 +982,8 @@ class Simulator:
             return
         run = self._runs[jid]
         run.settle(now)
+        if self._held is not None:
+            self._held_count(run)
         run.placed = True
         self._dirty[run.idx] = run
         if isinstance(act, Suspend):
@@ -926,6 +1005,7 @@ class Simulator:
             run.level, run.cores = self._placement(occ, jid)
             run.tier = tier_of_level(run.level)
             self._width[run.idx] = len(run.cores)
+            self._resized[run.idx] = 1
             resized.append((run, old))
         else:  # Move and its priority names: Promote, Demote, Migrate, Restore
             level, cores = self._placement(occ, jid)
@@ -1012,7 +1092,17 @@ class Simulator:
         gone = set(cores)
         self._reslot(run, tuple(c for c in run.cores if c not in gone), cores)
 
+    def _held_count(self, run: _Run) -> None:
+        """Add the core-seconds the run's slots were held since the last count (none while checkpointed),
+        before its slots change (a move, checkpoint, resize or task boundary) and when it ends."""
+        held, at, idx, now = self._held, self._held_at, run.idx, self.now
+        if held is not None:
+            held[idx] += (0 if run.checkpointed else len(run.cores)) * (now - at[idx])
+            at[idx] = now
+
     def _reslot(self, run: _Run, cores: tuple[int, ...], changed: tuple[int, ...]) -> None:
+        self._held_count(run)
+        self._resized[run.idx] = 1
         run.cores = cores
         run.placed = True
         self._width[run.idx] = len(cores)
@@ -1050,13 +1140,16 @@ class Simulator:
         setattr_ = object.__setattr__
         for name, value in (("job", run.job), ("tier", run.tier), ("cores", run.cores),
                             ("start_time", run.start_time), ("tier_since", run.tier_since),
-                            ("suspended", run.stopped), ("level", run.level), ("replicas", run.replicas),
+                            ("suspended", run.stopped), ("checkpointed", run.checkpointed), ("level", run.level),
+                            ("replicas", run.replicas),
                             ("migrated_at", run.migrated_at), ("_run", run), ("_sim", self)):
             setattr_(snap, name, value)
         self._snaps[run.job.id] = snap
 
     def _complete(self, run: _Run) -> None:
         idx = run.idx
+        if self._held is not None:
+            self._held_count(run)
         del self._runs[run.job.id]
         del self._snaps[run.job.id]
         self._vacate(run)
@@ -1093,6 +1186,7 @@ class Simulator:
         ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
         priority, user_name = self._priority, self._user_name
         complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
+        queue, qkey, qjobs = self._queue, self._qkey, self._qjobs
         if self._leveled:
             apply = self._apply_leveled
         # model-internal events (time-slice boundaries ...): asked on every turn only when the model has any
@@ -1141,10 +1235,18 @@ class Simulator:
                     dirty[r.idx] = r
             if dirty:
                 self._flush_dirty()
-            # (2) arrivals
+            # (2) arrivals: ``_enqueue``, its usual case (after the queue's last job) inlined
             while ai < n and submit[ai] <= now:
-                enqueue(ai, make_job(ids[ai], submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
-                                     priority[ai], user_name[ai]))
+                jid = ids[ai]
+                job = make_job(jid, submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
+                               priority[ai], user_name[ai])
+                key = (submit[ai], ai)
+                if queue and qkey[queue[-1].id] > key:
+                    enqueue(ai, job)
+                else:
+                    qkey[jid] = key
+                    qjobs[jid] = job
+                    queue.append(job)
                 ai += 1
             if events and self._done == done0 and ai == ai0 and (wake is None or wake > due) and not self._released:
                 continue  # a model event alone: the policy is not called (it asks with wake_at), unless
@@ -1187,7 +1289,10 @@ class Simulator:
             "run": np.asarray(self._work if self._span is None else self._span, dtype=np.float64),
             "procs": np.asarray(self._width, dtype=np.float64),
         }
-        m = metrics_mod.compute(**arrays, cores=self.cores, batches=self.config.batches)
+        held = self._held
+        core_time = None if held is None else np.asarray(
+            [held[i] if flag else math.nan for i, flag in enumerate(self._resized)], dtype=np.float64)
+        m = metrics_mod.compute(**arrays, cores=self.cores, batches=self.config.batches, core_time=core_time)
         gang = None
         # paper 004 sec. 3, for time-sliced runs (one row is a dedicated machine: its results are the one-tier
         # results, unchanged); T is the schedule's period at the end
@@ -1217,7 +1322,9 @@ class Simulator:
 
     def outcome(self, job_id: str) -> tuple[float, float]:
         """(first start, end) of a job after ``run``; NaN when it never started / ended."""
-        i = self._index[job_id]
+        if self._index_map is None:
+            self._index_map = dict(zip(self._ids, range(self.n), strict=True))
+        i = self._index_map[job_id]
         return self._first_start[i], self._end[i]
 
     def job_rows(self) -> Iterator[dict[str, Any]]:

@@ -181,7 +181,9 @@ class EngineState(Protocol):
     seed: int  # the run's seed: draw random numbers from it
     job_work: Sequence[float]  # min(run_time, estimate) per job: a rigid job's work
     job_usage: Sequence[tuple[float, ...]]  # actual CPU usage per process (all 1.0 under cpu_usage="full")
-    slot_run: Sequence[Sequence[Run | None]]  # [level][core]: the run on that slot
+    # [level][core]: the run on that slot (the two-tier fast path fills level 0 from the first bg
+    # placement on: only a bg run's rate reads it)
+    slot_run: Sequence[Sequence[Run | None]]
     runs: Mapping[str, Run]  # job id -> run, of every job that holds slots or is checkpointed
 
     def hold_slots(self, run: Run, cores: tuple[int, ...]) -> None:

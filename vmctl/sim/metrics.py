@@ -8,7 +8,8 @@ job is killed at its estimate):
 - wait ``first start - submit`` (a job restarted after a kill keeps its first start).
 
 Whole run: utilization = useful work / (cores x makespan), where useful work is ``procs x run`` summed
-over the jobs (work lost to kills is not useful) and the makespan runs from the first submission to
+over the jobs (work lost to kills is not useful; a job whose width changed while it ran, a resized
+task bag, counts the core-seconds its slots were actually held) and the makespan runs from the first submission to
 the last completion. Work is counted in dedicated-core seconds, so on the two-tier architecture the
 utilization can exceed 1: a process that needs 50 % of a core in fg and one that uses the idle half
 in bg both deliver work in the same core-second (the consolidation gain the paper is after).
@@ -90,9 +91,12 @@ def compute(
     procs: np.ndarray,
     cores: int,
     batches: int = DEFAULT_BATCHES,
+    core_time: np.ndarray | None = None,
 ) -> Metrics:
     """Metrics over the finished jobs; arrays are per job, NaN ``end`` marks a job that did not finish
-    (cancelled by the policy) and is left out."""
+    (cancelled by the policy) and is left out. ``core_time`` (optional, per job): the core-seconds a
+    job's slots were held, counted in the utilization instead of ``run x procs`` where it is not NaN
+    (a job whose width changed while it ran: a resized task bag)."""
     done = ~np.isnan(end)
     sub, fst, en, rn, pr = submit[done], first_start[done], end[done], run[done], procs[done]
     n = int(sub.shape[0])
@@ -103,6 +107,8 @@ def compute(
     wait = fst - sub
     makespan = float(en.max() - submit.min())
     useful = float(np.dot(rn, pr))
+    if core_time is not None and not np.isnan(held := core_time[done]).all():
+        useful = float(np.where(np.isnan(held), rn * pr, held).sum())
     util = useful / (cores * makespan) if makespan > 0 else 0.0
     order = np.argsort(en, kind="stable")
     return Metrics(

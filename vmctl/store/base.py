@@ -79,6 +79,12 @@ class JobRecord:
     #: a running task bag's workers (``vmctl.daemon.dispatcher``: stable worker numbers, the task each
     #: runs, the workers given up at their task boundary, observed throughput); None for other jobs
     bag: dict[str, Any] | None = None
+    #: timeslice clusters (gang scheduling): the row (level) the job runs in, the other rows it is
+    #: replicated into (same cores), and when it last changed nodes (the policies' quota Q per slice);
+    #: None / empty for jobs of the other disciplines and in documents stored before rows were kept
+    level: int | None = None
+    replicas: list[int] = field(default_factory=list)
+    migrated_at: float | None = None
 
     def to_doc(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict deep-copies and is ~20x slower on the hot path

@@ -13,6 +13,7 @@ from vmctl.api import schemas
 from vmctl.api.documents import node_json, vms_json, workers_json
 from vmctl.api.plumbing import json_response, read_json
 from vmctl.api.routes.base import Routes
+from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.removal import remove_node
 from vmctl.errors import Conflict, NotFound, ValidationError
 
@@ -70,6 +71,11 @@ class ClusterRoutes(Routes):
         if node is not None:
             self.d.node(node)
         return json_response({"workers": workers_json(self.d, node)})
+
+    async def gang(self, request: web.Request) -> web.Response:
+        """``GET /v1/gang``: the gang matrix of a timeslice cluster (rows x nodes, the active row, holes)."""
+        self._leader()
+        return json_response({"gang": matrix_doc(self.d.state, self.d.clock.now())})
 
     async def get_vm(self, request: web.Request) -> web.Response:
         self._leader()

@@ -12,6 +12,7 @@ from vmctl.api import schemas
 from vmctl.api.documents import expected_starts, job_json, op_json, reason_json
 from vmctl.api.plumbing import job_id_like, json_response, query_int, read_json
 from vmctl.api.routes.base import Routes
+from vmctl.daemon.gang import active_share
 from vmctl.errors import NotFound, ValidationError
 from vmctl.model import JobState
 from vmctl.store.base import JobRecord
@@ -152,7 +153,8 @@ class JobRoutes(Routes):
         return json_response({"job": self._job(rec)})
 
     def _job(self, rec: JobRecord) -> dict[str, Any]:
-        return job_json(rec, expected_starts(self.d).get(rec.id), self.d.node_blocker()(rec))
+        return job_json(rec, expected_starts(self.d).get(rec.id), self.d.node_blocker()(rec),
+                        active_share(rec, self.d.state, self.d.clock.now()))
 
     # operations (vmctl migrate prints their id)
     async def list_ops(self, request: web.Request) -> web.Response:

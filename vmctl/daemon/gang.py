@@ -1,0 +1,243 @@
+"""vmctld's side of gang scheduling (paper 004 on real hosts): the gang policies' actions on a
+``timeslice`` cluster, the slice schedule, and the matrix an operator reads (``vmctl gang show``).
+
+Rows on the hosts. A timeslice cluster's agents carry L levels per core; level r of every core is row r
+of the Ousterhout matrix. A gang job's record keeps its row (``JobRecord.level``), the rows it is
+replicated into (``replicas``, same cores) and when it last changed nodes (``migrated_at``: the
+policies count the tasks migrated in the current slice from it, their quota Q). Its VMs carry the row
+as ``VmDesired.level`` and ``replicas``; the agent runs a VM while any of its rows is active.
+
+The actions (``apply_row_action``), each checked on the one occupancy model first:
+
+- ``Start(job, cores, r)``: the job's VMs are created in row r of its cores (the row's placeholders go);
+- ``Move(job, None, r)``: the same VMs change row (on the host: a change of level, nothing is copied);
+- ``Move(job, cores, r, cost)`` to other cores: on the same node a re-pin; to other nodes a migration
+  operation in checkpoint mode (the paper's mechanism: save on the source, restore on the target;
+  the agents' existing two-phase path). The source slots stay reserved until the agents confirm it, and
+  a failed or refused migration rolls the job back to where it was (row included: ``from_level``);
+- ``Replicate(job, r)`` / ``Unreplicate(job, r)``: a row more or less for the same VMs.
+
+The slice schedule (``apply_schedule``). The policy's ``Decision.schedule`` (period T, row order,
+epoch 0: slices start at multiples of T of the daemon's clock, Unix seconds) replaces the one in force
+when it differs; it is written to the store (kv ``gang.schedule``) and put in every timeslice node's
+desired state (``NodeDesired.slices``) with a new generation, in the same transaction. Nothing is
+written per slice: each agent switches rows on its own clock (``Reconciler.run_once``). A restarted or
+failed-over vmctld loads the same schedule (same epoch, so the agents keep the phase). Before the
+schedule changes, every gang job's modelled progress is frozen at its old pace (``row_pace``: the share
+of slices its rows are active) and goes on at the new one.
+
+Run-time limits. A gang job's modelled progress counts only its active slices, so ``kill_at_estimate``
+(estimate + grace) measures active time, not time spent paused in an inactive row; ``vmctl job show``
+prints both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from vmctl.daemon.state import ClusterState, Layout
+from vmctl.errors import InvariantViolation, PolicyParameterError, ValidationError
+from vmctl.model import (
+    Action,
+    Discipline,
+    JobState,
+    Move,
+    Replicate,
+    SliceSchedule,
+    Start,
+    Unreplicate,
+)
+from vmctl.policies.base import Offer, SchedulingPolicy
+from vmctl.policies.occupancy import Occupancy
+from vmctl.store.base import JobRecord
+from vmctl.wire import slices_from_json, slices_to_json
+
+if TYPE_CHECKING:
+    from vmctl.daemon.actuator import Actuator, Changes
+
+#: the kv key of the persisted slice schedule
+SCHEDULE_KV = "gang.schedule"
+ROW_ACTIONS = (Start, Move, Replicate, Unreplicate)
+
+
+def is_row_action(act: Action, discipline: Discipline) -> bool:
+    """Whether ``act`` is carried out as a gang row action (any level of a timeslice cluster)."""
+    return discipline is Discipline.TIMESLICE and isinstance(act, ROW_ACTIONS)
+
+
+def tier_name(level: int) -> str:
+    """The priority name kept in ``JobRecord.tier`` for a row (``RunningJob.tier`` reads level 0 as fg)."""
+    return "fg" if level == 0 else "bg"
+
+
+def schedule_from_kv(raw: Any) -> SliceSchedule | None:
+    """The persisted schedule (None when none was stored, or what is stored is unreadable)."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return slices_from_json(raw, f"kv {SCHEDULE_KV}.")
+    except ValidationError:  # a bad stored value is dropped: the next decision sets one again
+        return None
+
+
+def freeze_rows(actuator: Actuator, now: float) -> None:
+    """Fix every running gang job's progress at ``now`` (before its pace changes)."""
+    st = actuator.state
+    for rec in st.active():
+        if rec.level is not None and rec.state == JobState.RUNNING:
+            rec.progress_base = st.progress(rec, now)
+            rec.tier_since = now
+
+
+def apply_schedule(actuator: Actuator, schedule: SliceSchedule, now: float, ch: Changes) -> bool:
+    """Put ``schedule`` in force if it differs from the current one; True when it changed."""
+    st = actuator.state
+    if st.slices == schedule:
+        return False
+    freeze_rows(actuator, now)
+    for rec in st.active():
+        if rec.level is not None:
+            ch.jobs[rec.id] = rec
+    st.slices = schedule
+    ch.kv[SCHEDULE_KV] = slices_to_json(schedule)
+    ch.desired_nodes |= {n for n, rec in st.nodes.items() if rec.discipline == Discipline.TIMESLICE.value}
+    return True
+
+
+def check_offer(offer: Offer, policy: SchedulingPolicy) -> None:
+    """``offer.check(policy)``, with a gang policy's MPL above the registered levels named as its
+    parameter ``mpl`` (what the operator sets), not only as a need of the cluster."""
+    mpl = policy.params.get("mpl")
+    if offer.discipline is Discipline.TIMESLICE and isinstance(mpl, int) and mpl > offer.levels:
+        raise PolicyParameterError(policy=policy.name, param="mpl",
+                                   problem=f"{mpl} rows need {mpl} timeslice levels per core, but the registered "
+                                           f"agents carry {offer.levels} (their layout.levels): use mpl <= "
+                                           f"{offer.levels}")
+    offer.check(policy)
+
+
+def node_slices(state: ClusterState, node: str) -> SliceSchedule | None:
+    """The slice clock node ``node``'s desired state carries: the schedule in force on a timeslice node."""
+    rec = state.nodes.get(node)
+    if rec is None or rec.discipline != Discipline.TIMESLICE.value:
+        return None
+    return state.slices
+
+
+def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, lay: Layout, now: float, ch: Changes,
+                     occ: Occupancy, place: Callable[[tuple[int, ...]], list[tuple[str, int]]],
+                     moving: Callable[[list[str]], str | None]) -> str | None:
+    """Carry out a gang action on ``job``'s record; the reason it cannot be, or None. ``moving(hosts)``
+    says why one more migration between ``hosts`` would break the migration limits (and counts it)."""
+    if isinstance(act, Start):
+        if job.state != JobState.QUEUED:
+            return f"job is {job.state}, not queued"
+        if (why := occupy(occ, act)) is not None:
+            return why
+        actuator.start_record(job, tier_name(act.level), place(act.cores), now)
+        job.level, job.replicas, job.migrated_at = act.level, [], None
+        return None
+    if job.state != JobState.RUNNING or job.level is None or job.migrating:
+        return "job is not running in a row (or is migrating)"
+    if isinstance(act, Replicate | Unreplicate):
+        if (why := occupy(occ, act)) is not None:
+            return why
+        actuator.freeze_progress(job, now)
+        rows = sorted({job.level, *job.replicas} | {act.level} if isinstance(act, Replicate)
+                      else {job.level, *job.replicas} - {act.level})
+        if isinstance(act, Unreplicate) and act.level == job.level:
+            job.level = rows[0]
+            job.tier = tier_name(rows[0])
+        job.replicas = [r for r in rows if r != job.level]
+        return None
+    assert isinstance(act, Move)
+    new_place = job.placement if act.cores is None else place(act.cores)
+    # live migration where the source can reach the target, else checkpoint/restore (the paper's mechanism)
+    moves: list[dict[str, Any]] = [{"index": i, "from": list(job.placement[i]), "to": list(new_place[i]),
+              "mode": "live" if actuator.state.migration_block(job.placement[i][0], new_place[i][0]) is None
+              else "checkpoint"}
+             for i in range(len(new_place)) if job.placement[i] != new_place[i]]
+    hosts = sorted({str(m["from"][0]) for m in moves if m["from"][0] != m["to"][0]}
+                   | {str(m["to"][0]) for m in moves if m["from"][0] != m["to"][0]})
+    if hosts:
+        why = actuator.unreachable(moves)
+        if why is None:
+            why = moving(hosts)
+        if why is not None:
+            return why
+    if (why := occupy(occ, act)) is not None:
+        return why
+    actuator.freeze_progress(job, now)
+    from_level, from_tier = job.level, job.tier
+    job.level, job.tier = act.level, tier_name(act.level)
+    if not moves:
+        return None  # a row change on the same cores: the VMs change level
+    job.placement = list(new_place)
+    job.migrated_at = now
+    if not hosts:
+        job.migrations += 1  # a re-pin on the same host: done when the agent applies it
+        return None
+    old_cores = occ.view.running[job.id].cores  # the source slots stay held until the agents confirm
+    leaving = tuple(old_cores[int(m["index"])] for m in moves if m["from"][0] != m["to"][0])
+    occ.hold(job.id, from_level, leaving)
+    op = actuator.new_op(ch, "migrate", job.id, now, {
+        "moves": moves, "hosts": hosts, "tier": job.tier, "stage": "prepare", "target_gens": {},
+        "from_tier": from_tier, "from_level": from_level, "level": act.level, "origin": "policy"})
+    job.migrating = op.id
+    return None
+
+
+def occupy(occ: Occupancy, act: Action) -> str | None:
+    """Apply ``act`` to the occupancy overlay; the broken rule when it cannot be carried out."""
+    try:
+        occ.apply(act)
+    except InvariantViolation as exc:
+        return str(exc)
+    return None
+
+
+# ---------------------------------------------------------------------------------------- the matrix
+
+def matrix_doc(state: ClusterState, now: float) -> dict[str, Any]:
+    """The Ousterhout matrix of a timeslice cluster as ``GET /v1/gang`` answers it: per row, per node,
+    the job on each local core (null: a hole); the schedule and the row active now; rows in use and the
+    holes (free cells of the rows in use on usable cores)."""
+    levels, discipline = state.cluster_levels()
+    lay = state.layout()
+    sched = state.slices
+    active = sched.active_row(now) if sched is not None else 0
+    cells: list[dict[str, list[str | None]]] = [{n: [None] * lay.cores[n] for n in lay.names}
+                                                for _ in range(levels)]
+    for rec in state.active():
+        if rec.level is None or rec.checkpointed:
+            continue
+        for lv in (rec.level, *rec.replicas):
+            if lv < levels:
+                for n, c in rec.placement:
+                    row = cells[lv].get(n)
+                    if row is not None and 0 <= c < len(row):
+                        row[c] = rec.id
+    in_use = [r for r in range(levels) if any(j is not None for cs in cells[r].values() for j in cs)]
+    usable = {n for n in lay.names if state.nodes[n].state == "ready"}
+    holes = sum(1 for r in in_use for n, cs in cells[r].items() if n in usable for j in cs if j is None)
+    return {
+        "discipline": discipline.value, "levels": levels, "nodes": list(lay.names),
+        "schedule": None if sched is None else {
+            **slices_to_json(sched), "active_row": active,
+            "next_switch": sched.next_switch(now)},
+        "active_row": active if discipline is Discipline.TIMESLICE else None,
+        "rows": [{"row": r, "active": discipline is Discipline.TIMESLICE and r == active, "cells": cells[r]}
+                 for r in range(levels)],
+        "rows_in_use": in_use, "holes": holes,
+        "cells_per_row": sum(lay.cores[n] for n in usable),
+    }
+
+
+def active_share(job: JobRecord, state: ClusterState, now: float) -> tuple[float, float] | None:
+    """(wall seconds since the job's start, active seconds of it) of a running gang job, for ``vmctl
+    job show`` (active = modelled progress: the slices its rows were active); None for other jobs."""
+    if job.level is None or job.start_time is None:
+        return None
+    return max(0.0, now - job.start_time), min(max(0.0, now - job.start_time), state.progress(job, now))
+
