@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_daemon_api import check_openapi
+from tests.livedaemon import run_cli
 from tests.support.daemon import InProcessDaemon, cli_daemon, wait_for
 from tests.support.taskbags import WorkerHosts
 from vmctl.client import Client, Job, JobResult, Task
@@ -30,7 +31,8 @@ def _client(d: InProcessDaemon, jobs: Job | list[Job]) -> Client:
     return Client(jobs, url=d.url, token=d.admin_token, ca=d.ca_file, poll_interval=0.1, max_poll_interval=0.3)
 
 
-def test_independent_tasks_run_on_the_workers_they_are_granted(live: InProcessDaemon, tmp_path: Path) -> None:
+def test_independent_tasks_run_on_the_workers_they_are_granted(live: InProcessDaemon, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     d = live
     with WorkerHosts(d, tmp_path, hosts=3):  # 3 single-core hosts, 2 workers each: 6 workers
         status, body = d.request("GET", "/v1/workers")
@@ -61,6 +63,9 @@ def test_independent_tasks_run_on_the_workers_they_are_granted(live: InProcessDa
         status, body = d.request("GET", f"/v1/jobs/{job.id}")
         check_openapi("GET", f"/v1/jobs/{job.id}", status, body)
         assert body["job"]["workers"] == [] and body["job"]["tasks_left"] == 0
+        code, out, err = run_cli(capsys, "job", "show", str(job.id))
+        assert code == 0, err
+        assert "40: 40 done, 0 failed, 0 running, 0 waiting" in out, out
 
         def all_available() -> bool:
             return all(w["state"] == "available" for w in d.request("GET", "/v1/workers")[1]["workers"])
