@@ -107,3 +107,20 @@ def test_a_down_node_loses_its_workers_not_the_bag(tmp_path: Path, tasks: int, r
     assert rec.run == runs
     for k in on_node:  # the lost tasks ran again elsewhere
         assert rec.tasks[k]["worker"] is not None and not rec.tasks[k]["worker"].startswith(node)
+
+
+def test_cancelling_a_running_bag_frees_its_workers_and_keeps_its_results(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, {"n1": 1, "n2": 1}, policy=create_policy("dispatch-priority"), shared_levels=2)
+    a = _bag(cluster, [10.0] * 8)
+    cluster.run_until(lambda: sum(t["exit_status"] is not None for t in cluster.daemon.job(a).tasks) >= 2)
+    done = [k for k, t in enumerate(cluster.daemon.job(a).tasks) if t["exit_status"] == 0]
+    running = [k for k in cluster.daemon.job(a).bag["task"] if k is not None]
+    rec = cluster.daemon.cancel(a)
+    assert rec.state == "cancelled" and rec.placement == []
+    assert dispatcher.tasks_left(rec) == 8 - len(done)  # the ones cut short and those never started
+    assert [k for k, t in enumerate(rec.tasks) if t["exit_status"] == 0] == done
+    assert all(rec.tasks[k]["exit_status"] is None and rec.tasks[k]["error"] == "stopped: job cancelled"
+               for k in running) and running
+    cluster.step()
+    assert all(not cluster.daemon.desired(n).vms for n in ("n1", "n2"))  # the agents stop the workers' VMs
+    assert all(w["state"] == "available" for w in workers_json(cluster.daemon))

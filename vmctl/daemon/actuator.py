@@ -436,7 +436,7 @@ class Actuator:
                 self.close_op(ch, op, "aborted", now, f"job {state}")
         job.placement = []
         if job.bag is not None:  # a task bag's workers are gone (its task results stay, unless requeued)
-            job.bag["vms"], job.bag["task"], job.bag["release"] = [], [], []
+            dispatcher.stop(job, f"stopped: job {state}")
         job.suspended = job.checkpointed = job.restore_pending = False
         job.level, job.replicas = None, []
         job.cap = None

@@ -157,6 +157,19 @@ def lose_node(rec: JobRecord, node: str) -> int:
     return len(lost)
 
 
+def stop(rec: JobRecord, why: str) -> None:
+    """The job stops (cancelled, killed, requeued): its workers are gone, and a task one of them ran
+    has no result but ``error`` = ``why`` (requeued with its results kept: it is handed out again)."""
+    bag = rec.bag
+    assert bag is not None
+    for k in bag["task"]:
+        if k is not None:
+            rec.tasks[k]["error"] = why
+            bag.setdefault("retry", []).append(k)
+    bag.get("retry", []).sort()
+    bag["vms"], bag["task"], bag["release"] = [], [], []
+
+
 def _drop(rec: JobRecord, i: int) -> None:
     bag = rec.bag
     assert bag is not None
