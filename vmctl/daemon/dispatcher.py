@@ -189,14 +189,12 @@ def observe(rec: JobRecord, vm_number: int, v: VmObserved, now: float) -> bool:
     if k is None:
         return False
     t = rec.tasks[k]
-    if v.process_job == rec.id and v.process_index == k:
-        if v.process_exit is None:
-            return False
-        t["exit_status"] = int(v.process_exit)
-    elif v.power is PowerState.CRASHED:
+    if v.power is PowerState.CRASHED:  # the task is lost with its VM (the agent restarts the VM)
         t["exit_status"], t["error"] = -1, "VM crashed"
+    elif v.process_job == rec.id and v.process_index == k and v.process_exit is not None:
+        t["exit_status"] = int(v.process_exit)
     else:
-        return False  # the agent has not started this task yet
+        return False  # still running, or the agent has not started this task yet
     t["end"] = now
     work = float(rec.spec["shape"]["tasks"][k])
     took = now - float(t["start"])
