@@ -1,6 +1,6 @@
 """Benchmark: the simulator engine (``vmctl.sim.engine``).
 
-Run: ``python -m bench.sim [--quick] [--skip-measy] [--jobs N]`` from the repository root.
+Run: ``python -m bench.sim [--quick] [--skip-measy] [--parts] [--jobs N]`` from the repository root.
 
 1. **EASY over HPC2N** (202,871 jobs, 240 processors), parsing included (target <= 3 s wall). The
    baseline, in the same process on the same parsed input, is FCFS (the cheapest policy): the ratio
@@ -14,7 +14,12 @@ Run: ``python -m bench.sim [--quick] [--skip-measy] [--jobs N]`` from the reposi
    EASY on the same input as the baseline.
 3. **Memory**: tracemalloc peak of an EASY run at 3 workload sizes (the workload itself excluded);
    bytes per job should stay flat if memory is linear in jobs.
-4. **Protocol floor**: what the shared policy protocol alone costs for as many jobs as HPC2N has, with
+4. **Where the time goes** (``--parts``): EASY over HPC2N split into parsing, ``Simulator.__init__``,
+   the engine alone (EASY's decisions recorded in a first run, then replayed to a policy that returns
+   them, with ``check_decision`` replaced by a no-op), the checker (the replay with it minus without
+   it) and EASY's ``decide`` (the full run minus the checked replay); best of 3 runs of each, CPU,
+   each part beside the naive EASY's whole run in the same process.
+5. **Protocol floor**: what the shared policy protocol alone costs for as many jobs as HPC2N has, with
    no scheduling in it: one ``Job`` built the engine's way, one ``StartFg``, one ``Decision``, one
    ``check_decision`` of that decision against a one-core view (queue index on), one heap push and pop
    per job. It is a lower bound for any engine that runs the daemon's policies and checks every
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import gc
 import heapq
+import math
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -37,6 +43,7 @@ from typing import Any
 
 from bench import naive_easy
 from vmctl.model import ClusterView, Decision, Job, StartFg
+from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.registry import create_policy
 from vmctl.sim.engine import SimConfig, SimResult, Simulator, _make_job
@@ -57,6 +64,14 @@ def _line(label: str, jobs: int, wall: float, cpu: float, extra: str = "") -> No
     print(f"  {label:<34} {wall:8.2f} s wall {cpu:8.2f} s cpu {jobs / max(cpu, 1e-9):10,.0f} jobs/s {extra}")
 
 
+def _run_naive(limit: int | None, parse_cpu: dict[str, float]) -> list[float]:
+    """The naive EASY over HPC2N (its own parser inside), its parse CPU time in ``parse_cpu["naive"]``."""
+    t0 = time.process_time()
+    jobs, machine = naive_easy.parse_swf(HPC2N)
+    parse_cpu["naive"] = time.process_time() - t0
+    return naive_easy.simulate(jobs[:limit] if limit else jobs, machine)
+
+
 def bench_easy_hpc2n(limit: int | None) -> float | None:
     print(f"EASY over {HPC2N.name} (parsing included)")
     if not HPC2N.exists():
@@ -71,10 +86,7 @@ def bench_easy_hpc2n(limit: int | None) -> float | None:
     parse_cpu: dict[str, float] = {}  # CPU seconds of the parsing inside each timed run
 
     def parse_and_run_naive() -> list[float]:
-        t0 = time.process_time()
-        jobs, machine = naive_easy.parse_swf(HPC2N)
-        parse_cpu["naive"] = time.process_time() - t0
-        return naive_easy.simulate(jobs[:limit] if limit else jobs, machine)
+        return _run_naive(limit, parse_cpu)
 
     sims: list[Simulator] = []
 
@@ -101,6 +113,74 @@ def bench_easy_hpc2n(limit: int | None) -> float | None:
     print(f"  ratio easy/fcfs (cpu) {cpu_e / cpu_f:.2f}; ratio easy/naive easy (cpu) {cpu_e / cpu_n:.2f} "
           f"(issue target <= 1.0, goal <= 0.5); target <= 3 s wall: {'met' if wall_e <= 3 else 'NOT met'}")
     return cpu_e
+
+
+def bench_parts(limit: int | None, rounds: int = 3) -> None:
+    print(f"Where the time goes: EASY over {HPC2N.name}, best of {rounds} (CPU)")
+    if not HPC2N.exists():
+        print(f"  skipped: {HPC2N} not found")
+        return
+    import vmctl.sim.engine as engine_mod
+    from vmctl.policies.base import Needs
+
+    def cpu(fn: Callable[[], Any]) -> tuple[Any, float]:
+        _out, _wall, c = _timed(fn)
+        return _out, c
+
+    wl, parse = cpu(lambda: read_swf(HPC2N))
+    jobs = wl.jobs[:limit] if limit else wl.jobs
+    easy = create_policy("easy")
+    recorded: list[Decision] = []
+    decide = easy.decide
+
+    def recording(view: ClusterView, now: float) -> Decision:
+        d = decide(view, now)
+        recorded.append(d)
+        return d
+
+    easy.decide = recording  # type: ignore[method-assign]
+    Simulator(jobs, wl.max_procs, easy).run()
+
+    class Replay(SchedulingPolicy):
+        """Returns the recorded decisions in order; skips the passes EASY skips (same ``cannot_act``)."""
+
+        name = "replay"
+        needs = Needs(levels=1)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._next = iter(recorded).__next__
+
+        def cannot_act(self, view: ClusterView) -> bool:
+            return not view.idle_fg or not view.queue
+
+        def decide(self, view: ClusterView, now: float) -> Decision:
+            return self._next()
+
+    best: dict[str, float] = {}
+
+    def keep(label: str, seconds: float) -> None:
+        best[label] = min(best.get(label, math.inf), seconds)
+
+    names = vars(engine_mod)  # the engine's globals: its loop looks ``check_decision`` up there
+    checker = names["check_decision"]
+    for _ in range(rounds):
+        keep("full", cpu(lambda: Simulator(jobs, wl.max_procs, create_policy("easy")).run())[1])
+        keep("init", cpu(lambda: Simulator(jobs, wl.max_procs, create_policy("easy")))[1])
+        keep("replay", cpu(lambda: Simulator(jobs, wl.max_procs, Replay()).run())[1])
+        names["check_decision"] = lambda view, decision, now: None
+        try:
+            keep("engine", cpu(lambda: Simulator(jobs, wl.max_procs, Replay()).run())[1])
+        finally:
+            names["check_decision"] = checker
+        keep("naive", cpu(lambda: _run_naive(limit, {}))[1])
+    naive = best["naive"]
+    parts = [("parse (read_swf)", parse), ("Simulator.__init__", best["init"]),
+             ("engine alone (replayed, no check)", best["engine"] - best["init"]),
+             ("check_decision", best["replay"] - best["engine"]), ("EASY decide", best["full"] - best["replay"])]
+    for label, seconds in parts:
+        print(f"  {label:<34} {seconds:6.2f} s cpu = {seconds / naive:5.2f} x the naive EASY's whole run")
+    print(f"  naive EASY, parse + simulate       {naive:6.2f} s cpu")
 
 
 def bench_protocol_floor(n: int, easy_cpu: float | None) -> None:
@@ -190,9 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (HPC2N first 50,000 jobs, FWload 20,000)")
     ap.add_argument("--jobs", type=int, default=None, help="FWload size for the MEASY run (default 200,000)")
     ap.add_argument("--skip-measy", action="store_true")
+    ap.add_argument("--parts", action="store_true", help="also split EASY over HPC2N into parse, init, engine, "
+                                                         "check and decide (about 1 minute)")
     args = ap.parse_args(argv)
     limit = 50_000 if args.quick else None
     easy_cpu = bench_easy_hpc2n(limit)
+    if args.parts:
+        bench_parts(limit)
     bench_protocol_floor(limit or 202_871, easy_cpu)
     if not args.skip_measy:
         bench_measy_fw(args.jobs or (20_000 if args.quick else 200_000))

@@ -455,7 +455,7 @@ class Simulator:
         # a job without usage (SWF) runs every process at 100 %: one shared all-ones tuple per width
         ones: dict[int, tuple[float, ...]] = {}
         self._usage: list[tuple[float, ...]] = []
-        self._given_usage: list[int] = []  # positions of usage the workload gave (validated below)
+        given: list[int] = []  # positions of the usage the workload gave (validated below)
         append = self._usage.append
         for i, (u, procs) in enumerate(zip(map(_USAGE, kept), self._procs, strict=True)):
             if full or u is None:
@@ -468,8 +468,8 @@ class Simulator:
                     raise ValidationError(field=f"job {kept[i].id}.cpu_usage",
                                           problem=f"{len(u)} entries for {procs} processes")
                 append(tuple(u))
-                self._given_usage.append(i)
-        self._validate_jobs()
+                given.append(i)
+        self._validate_jobs(given)
         self._width = array("i", self._procs)  # the width each job last started with (moldable, task bags)
         # per-job outcomes
         self._first_start = array("d", [math.nan]) * n
@@ -577,9 +577,10 @@ class Simulator:
         if isinstance(model, TwoTierModel):
             self._loss = model.loss  # the fg rate, inlined on the fast path
 
-    def _validate_jobs(self) -> None:
+    def _validate_jobs(self, given_usage: list[int]) -> None:
         """The rules of ``Job.__post_init__``, checked once for the whole workload: jobs are then built
-        by :func:`_make_job`, which skips them (the engine's hottest allocation)."""
+        by :func:`_make_job`, which skips them (the engine's hottest allocation). ``given_usage``: the
+        positions whose usage the workload gave (the all-ones tuples built here need no check)."""
         if self.n and min(self._procs) <= 0:
             i = next(i for i, p in enumerate(self._procs) if p <= 0)
             raise ValidationError(field=f"job {self._ids[i]}.procs", problem=f"must be > 0, got {self._procs[i]}")
@@ -589,7 +590,7 @@ class Simulator:
             i = int(np.flatnonzero(bad)[0])
             raise ValidationError(field=f"job {self._ids[i]}.estimate",
                                   problem=f"must be a positive number, got {self._estimate[i]}")
-        for i in self._given_usage:
+        for i in given_usage:
             usage = self._usage[i]
             if usage.count(1.0) == len(usage):  # counted in C
                 continue
