@@ -309,7 +309,10 @@ class RunningJob:
 
     ``tasks_left``: a task bag's unfinished tasks (running or not started; paper 001's decision maker
     needs them), None for other jobs or where not known (an additive field: the simulator's task-bag
-    model fills it, vmctld does not yet).
+    model fills it, vmctld from its dispatcher's records).
+    ``throughput``: a task bag's observed throughput per core it holds (work seconds per second on that
+    core's worker, corrected from the durations of the tasks that ended there: paper 001's status
+    checker); vmctld fills it, None where nothing was observed (the policy then uses the node's speed).
     ``replicas`` (``timeslice`` discipline, gang scheduling's expansion): the other levels the job is
     replicated into, on the *same* cores (:class:`Replicate`); it advances in every slice where one of
     its rows (``level`` or a replica) is active. ``migrated_at``: when the job last moved to other
@@ -335,6 +338,7 @@ class RunningJob:
     tasks_left: int | None = None
     replicas: tuple[int, ...] = ()
     migrated_at: float = -math.inf
+    throughput: Mapping[int, float] | None = None
     checkpointed: bool = False
 
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from vmctl.daemon import dispatcher
 from vmctl.daemon.config import MigrationLimits
 from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action, row_form
 from vmctl.daemon.gang import occupy as _occupy
@@ -43,6 +44,7 @@ from vmctl.model import (
     PlaceShared,
     PowerState,
     Promote,
+    Resize,
     Restore,
     Resume,
     SetCap,
@@ -185,7 +187,12 @@ class Actuator:
                 if job.state != JobState.QUEUED:
                     why = f"job is {job.state}, not queued"
                 elif (why := _occupy(occ, act)) is None:
+                    kept = job.tasks if job.bag is not None else []  # a bag requeued with its results
                     self.start_record(job, tier.value, place(act.cores), now, start_reason)
+                    job.bag = None
+                    shape = self.state.shape_of(job)
+                    if shape is not None and shape.kind == "task-bag":  # workers take tasks at once
+                        dispatcher.start(job, level_of(tier), now, kept)
             elif isinstance(act, Promote | Demote):
                 want = Tier.FG if isinstance(act, Promote) else Tier.BG
                 rj = view.running.get(job.id)
@@ -242,6 +249,8 @@ class Actuator:
                     job.suspended = False
                     job.state = JobState.RUNNING
                     job.tier_since = now
+            elif isinstance(act, Resize):
+                why = self._resize(act, job, lay, now, occ, place)
             elif isinstance(act, PlaceShared):
                 why = self._place_shared(act, job, now, ch, occ, moving_now, cluster_moving)
                 if why is None and job.migrating:
@@ -311,6 +320,24 @@ class Actuator:
                 moving_now[h] = moving_now.get(h, 0) + 1
         else:
             job.migrations += 1  # a re-pin on the same host: done when the agent applies it
+        return None
+
+    def _resize(self, act: Resize, job: JobRecord, lay: Layout, now: float, occ: Occupancy,
+                place: Any) -> str | None:
+        """A task bag's new worker set (``vmctl.daemon.dispatcher.resize``): applied on the occupancy
+        model, whose slots a given-up worker still running its task keep held for the job until that
+        task ends (no later action of this decision may take them)."""
+        bag = job.bag
+        if job.state != JobState.RUNNING or bag is None:
+            return "job is not a running task bag"
+        if act.level != int(bag["level"]):
+            return f"a task bag keeps its level ({bag['level']}), the resize names level {act.level}"
+        if (why := _occupy(occ, act)) is not None:
+            return why
+        draining = dispatcher.resize(job, place(act.cores), now)
+        cores = tuple(g for g in (lay.global_core(n, c) for n, c in draining) if g is not None)
+        if cores:
+            occ.hold(job.id, act.level, cores)
         return None
 
     def unreachable(self, moves: list[dict[str, Any]]) -> str | None:
@@ -404,7 +431,10 @@ class Actuator:
         return remaining * max(0.0, pace_after - pace_now) - act.cost
 
     # ------------------------------------------------------------------ job ends
-    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: JobState, reason: str) -> None:
+    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: JobState, reason: str,
+                 keep_results: bool = False) -> None:
+        """End or requeue ``job``. ``keep_results``: a task bag requeued keeps its tasks' results (its
+        next run hands out only the unfinished ones)."""
         if job.migrating:
             op = self.state.ops.get(job.migrating)
             if op is not None and op.state == "pending":
@@ -414,6 +444,8 @@ class Actuator:
             if op.job_id == job.id and op.state == "pending":
                 self.close_op(ch, op, "aborted", now, f"job {state}")
         job.placement = []
+        if job.bag is not None:  # a task bag's workers are gone (its task results stay, unless requeued)
+            dispatcher.stop(job, f"stopped: job {state}")
         job.suspended = job.checkpointed = job.restore_pending = False
         job.level, job.replicas = None, []
         job.cap = None
@@ -423,7 +455,9 @@ class Actuator:
             job.tier = None
             job.progress_base = 0.0
             job.tier_since = None
-            job.tasks = []
+            if not (keep_results and job.bag is not None):
+                job.tasks = []
+                job.bag = None
             job.reason = reason
         else:
             job.state = state
@@ -446,6 +480,10 @@ class Actuator:
             jid, run, idx = parsed
             seen[v.name] = v
             job = st.jobs.get(jid)
+            if job is not None and job.bag is not None:
+                if job.run == run and job.state == JobState.RUNNING:
+                    self._observe_worker(job, idx, v, obs.node, now, ch)
+                continue
             if job is None or job.run != run or job.state not in ACTIVE or idx >= len(job.tasks):
                 continue
             if job.placement and idx < len(job.placement) and job.placement[idx][0] != obs.node and not job.migrating:
@@ -496,6 +534,23 @@ class Actuator:
                         job.restore_pending = False
                         self.touch(ch, job)
                     ch.events.append(f"{op.kind} {op.id} done")
+
+    def _observe_worker(self, job: JobRecord, vm_number: int, v: Any, node: str, now: float, ch: Changes) -> None:
+        """A task bag's worker VM in a report: the dispatcher records a task's end and hands the worker
+        its next task (a changed desired state); the job ends when its last task has."""
+        i = job.bag["vms"].index(vm_number) if job.bag is not None and vm_number in job.bag["vms"] else -1
+        if i < 0 or job.placement[i][0] != node:
+            return  # a worker that left, or a stale copy on another node
+        held = len(job.placement)
+        if not dispatcher.observe(job, vm_number, v, now):
+            return
+        self.touch(ch, job)
+        if dispatcher.finished(job):
+            failed = any(t["exit_status"] != 0 for t in job.tasks)
+            self.stop_job(ch, job, now, JobState.FAILED if failed else JobState.DONE,
+                          "a task exited with a non-zero status" if failed else "finished")
+        elif len(job.placement) < held:
+            ch.events.append(f"job {job.id} released a worker")  # the decision maker runs (passive)
 
     def _follow_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes) -> None:
         st = self.state

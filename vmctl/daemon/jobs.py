@@ -27,6 +27,13 @@ class JobEvents(DaemonBase):
         ch = Changes()
         out: list[JobRecord] = []
         seq = self.state.next_seq
+        specs = list(specs)
+        for i, spec in enumerate(specs):  # nothing is submitted when one is refused
+            deadline = spec.get("deadline")
+            if deadline is not None and spec.get("shape", {}).get("kind") == "task-bag" and deadline <= now:
+                where = f"jobs[{i}].deadline" if len(specs) > 1 else "deadline"
+                raise ValidationError(field=where, problem=f"{deadline} is in the past (now {now:.3f}): a task bag's "
+                                                           f"deadline must be later than its submission")
         for spec in specs:
             rec = JobRecord(id=str(seq), seq=seq, name=str(spec.get("name") or f"job-{seq}"), spec=dict(spec),
                             state=JobState.QUEUED, submit_time=now, reason="submitted")

@@ -26,6 +26,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from vmctl.daemon import dispatcher
 from vmctl.daemon.config import DAEMON_SHAPES
 from vmctl.model import (
     ClusterView,
@@ -624,6 +625,8 @@ class ClusterState:
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
                 suspended=rec.suspended or rec.checkpointed, checkpointed=rec.checkpointed,
                 cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
+                tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
+                throughput=None if rec.bag is None else dispatcher.throughput_by_core(rec, lay.global_core),
                 level=-1 if rec.level is None else rec.level, replicas=tuple(rec.replicas),
                 migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
             )
@@ -673,14 +676,19 @@ class ClusterState:
             work = rec.spec.get("work_seconds")
             if work is None:  # a moldable job's mock work: its time at the width it was started with
                 work = self.moldable_time(rec) or 0.0
+            bag_shape = self.shape_of(rec) if rec.bag is not None else None
             for i, (n, c) in enumerate(rec.placement):
                 name = rec.vm_name(i)
-                t = tasks[i] if i < len(tasks) else {}
-                proc = ProcessSpec(
-                    job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
-                    work_seconds=float(t.get("work_seconds", work)),
-                    cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
-                )
+                proc: ProcessSpec | None
+                if bag_shape is not None:  # a task bag's worker: the task the dispatcher handed it
+                    proc = dispatcher.process(rec, i, bag_shape, job.usage_of(0))
+                else:
+                    t = tasks[i] if i < len(tasks) else {}
+                    proc = ProcessSpec(
+                        job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
+                        work_seconds=float(t.get("work_seconds", work)),
+                        cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
+                    )
                 power = PowerState.RUNNING
                 ckpt: str | None = None
                 if rec.checkpointed:
@@ -746,7 +754,7 @@ def levels_offer(levels: int, discipline: Discipline) -> Offer:
     placed = placeable_levels(levels, discipline)
     where = (f"vmctld (the registered cluster: {levels} {discipline.value} level{'s' if levels != 1 else ''} "
              f"per core{'' if levels <= placed else f'; vmctld places jobs on {placed} of them'})")
-    return Offer(where=where, levels=placed, discipline=discipline, shared_vms=True, shapes=DAEMON_SHAPES)
+    return Offer(where=where, levels=placed, discipline=discipline, shapes=DAEMON_SHAPES, shared_vms=True)
 
 
 def row_pace(job: JobRecord, slices: SliceSchedule | None) -> float:
