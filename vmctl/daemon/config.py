@@ -20,8 +20,8 @@ from vmctl.policies.base import Offer
 DAEMON_SHAPES = frozenset({"rigid", "moldable", "task-bag"})
 #: what vmctld offers a policy before any node registered: 2 VM levels per core under the priority
 #: discipline (fg/bg), rigid, moldable and task-bag jobs, capped shared VMs (vcsched). Once agents
-#: registered, the cluster's own layout counts (``ClusterState.offer``): a policy it cannot serve is refused when configured,
-#: switched to, or when a first node's registration would leave it without what it needs.
+#: registered, the cluster's own layout counts (``ClusterState.offer``): a policy it cannot serve is
+#: refused when configured, switched to, or when a first node's registration would leave it without what it needs.
 DAEMON_OFFER = Offer(where="vmctld", levels=2, discipline=Discipline.PRIORITY, shapes=DAEMON_SHAPES, shared_vms=True)
 
 
