@@ -34,12 +34,12 @@ class Cluster:
     """vmctld and one mock agent per node (2 cores each), stepped by hand on one virtual clock."""
 
     def __init__(self, tmp: Path, levels: int = 3, inactive: str = "pause", fabric: MockFabric | None = None,
-                 **cfg: Any) -> None:
+                 nodes: tuple[str, ...] = NODES, **cfg: Any) -> None:
         self.tmp, self.clock, self.levels, self.inactive = tmp, VirtualClock(1000.0), levels, inactive
         self.d = gang_daemon(tmp, self.clock, **cfg)
         self.agents: dict[str, Reconciler] = {}
-        self.peers = {n: f"mock://{n}" for n in NODES} if fabric is not None else {}
-        for n in NODES:
+        self.peers = {n: f"mock://{n}" for n in nodes} if fabric is not None else {}
+        for n in nodes:
             self.d.register_node(n, 2, n, "mock", levels=levels, discipline=Discipline.TIMESLICE)
             self.agents[n] = self.agent(n, MockBackend(hostname=n, cores=2, clock=self.clock, fabric=fabric,
                                                        uri=f"mock://{n}", migration_seconds=2.0))

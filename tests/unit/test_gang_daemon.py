@@ -18,7 +18,7 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.gang import matrix_doc
 from vmctl.errors import Conflict, PolicyNeedsUnmet, PolicyParameterError
-from vmctl.model import Decision, Discipline, JobState, Move, PowerState, SliceSchedule
+from vmctl.model import Decision, Discipline, JobState, Move, NodeDesired, PowerState, SliceSchedule
 from vmctl.wire import desired_from_json, desired_to_json
 
 
@@ -70,6 +70,58 @@ def test_gang_rows_end_to_end_with_agents_switching_rows_on_their_clock(tmp_path
     assert all(j.state == JobState.DONE for j in (a, b, x)), [(j.id, j.state, j.reason) for j in (a, b, x)]
 
 
+def test_a_node_gets_a_new_generation_only_when_the_schedule_it_sees_changes(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, nodes=("a", "b", "c"))
+    d = c.d
+    one, two = d.submit([_job(500, 2), _job(500, 2)])
+    c.step()
+    assert (one.level, one.placement, two.level, two.placement) == (0, [("a", 0), ("a", 1)], 0, [("b", 0), ("b", 1)])
+    assert d.state.slices == SliceSchedule(SLICE, (0,), 0.0)
+
+    def gens() -> dict[str, int]:
+        return {n: c.d.state.generation.get(n, 0) for n in c.d.state.nodes}
+
+    def move(row: int, order: tuple[int, ...]) -> dict[str, int]:
+        """Move ``two`` to ``row`` (same cores) with ``order`` as the schedule; the nodes' new generations."""
+        before = gens()
+        ch = Changes()
+        res = d.actuator.apply(Decision(actions=(Move(two.id, None, row),), schedule=SliceSchedule(SLICE, order)),
+                               d.view(), d.state.layout(), c.clock.now(), ch)
+        d.commit(ch)
+        assert not res.skipped and two.level == row and d.state.slices.order == order
+        return {n: g - before[n] for n, g in gens().items()}
+
+    # rows (0,) -> (0, 1): row 0 now runs every other slice, so a (one in row 0) must learn it to stay in
+    # phase; b's VMs changed row; c has no job VM: its agent does the same whatever the schedule
+    assert move(1, (0, 1)) == {"a": 1, "b": 1, "c": 0}
+    assert d.desired("a").slices == d.state.slices
+    assert d.desired("c") == NodeDesired("c", 0)  # never needed one: no generation yet, no schedule
+    # rows (0, 1) -> (0, 2): row 0 keeps its place in a cycle of the same length: a keeps its document
+    assert move(2, (0, 2)) == {"a": 0, "b": 1, "c": 0}
+    assert d.desired("a").slices == SliceSchedule(SLICE, (0, 1)) and d.desired("b").slices == d.state.slices
+    # ... and its agent, on the older order, runs one's VMs in the same slices as the new order says, in
+    # phase with b's agent running two's in the other slices
+    for _ in range(6):
+        c.step(SLICE / 2, decide=False)
+        active = d.state.slices.active_row(c.clock.now())
+        running = {name.split("-")[0][1:] for name, p in c.power().items() if p is PowerState.RUNNING}
+        assert running == {one.id if active == 0 else two.id}
+    # a restarted vmctld loads each node's own document, and writes none at once
+    before = gens()
+    docs = {n: d.desired(n) for n in d.state.nodes}
+    d.close()
+    c.d = d = gang_daemon(tmp_path, c.clock)
+    assert {n: d.desired(n) for n in d.state.nodes} == docs and gens() == before
+    ch = Changes()
+    ch.desired_nodes |= set(d.state.nodes)
+    d.commit(ch)
+    assert gens() == before
+    # c's next VM brings it the schedule in force
+    (three,) = d.submit([_job(500, 2)])
+    c.step()
+    assert three.placement == [("c", 0), ("c", 1)] and d.desired("c").slices == d.state.slices
+
+
 def test_suspended_slices_do_not_count_against_the_run_time_limit(tmp_path: Path) -> None:
     # estimate 40 s + 5 s grace; 30 s of work at a third of the slices takes ~90 s of wall time
     c = Cluster(tmp_path, estimate_grace_s=5.0)
@@ -91,14 +143,14 @@ def test_the_schedule_survives_a_vmctld_restart_and_an_agent_restart_keeps_the_p
     c.step()
     c.step(SLICE * 1.5)  # mid-slice of row 1
     sched = c.d.state.slices
-    gens = {n: c.d.state.generation[n] for n in NODES}
+    gens = {n: c.d.state.generation.get(n, 0) for n in NODES}
     docs = {n: c.d.desired(n) for n in NODES}
     c.d.close()
     c.d = gang_daemon(tmp_path, c.clock)  # a restarted (or failed-over) vmctld loads the same schedule
     assert c.d.state.slices == sched
-    assert {n: c.d.desired(n) for n in NODES} == docs and {n: c.d.state.generation[n] for n in NODES} == gens
+    assert {n: c.d.desired(n) for n in NODES} == docs and {n: c.d.state.generation.get(n, 0) for n in NODES} == gens
     c.step()
-    assert {n: c.d.state.generation[n] for n in NODES} == gens  # its first decision changes nothing
+    assert {n: c.d.state.generation.get(n, 0) for n in NODES} == gens  # its first decision changes nothing
     # an agent restarted mid-slice (a new process over the same hypervisor) resumes the active row at once
     old = c.agents["a"]
     c.agents["a"] = c.agent("a", old.backend)  # type: ignore[arg-type]
@@ -217,10 +269,10 @@ def test_bad_gang_parameters_are_refused_naming_them(tmp_path: Path, params: dic
     c = Cluster(tmp_path)
     c.d.submit([_job(30, 2)])
     c.step()
-    before = (c.d.policy, {n: c.d.state.generation[n] for n in NODES}, c.d.state.slices)
+    before = (c.d.policy, {n: c.d.state.generation.get(n, 0) for n in NODES}, c.d.state.slices)
     with pytest.raises(error, match=param):
         c.d.set_policy("gs", params)
-    assert before == (c.d.policy, {n: c.d.state.generation[n] for n in NODES}, c.d.state.slices)
+    assert before == (c.d.policy, {n: c.d.state.generation.get(n, 0) for n in NODES}, c.d.state.slices)
 
 
 def test_a_gang_policy_on_a_priority_cluster_is_refused(tmp_path: Path) -> None:

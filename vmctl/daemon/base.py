@@ -16,7 +16,7 @@ from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.events import EventLog
-from vmctl.daemon.gang import SCHEDULE_KV, check_offer, node_slices, schedule_from_kv
+from vmctl.daemon.gang import SCHEDULE_KV, check_offer, clock_changed, node_slices, schedule_from_kv
 from vmctl.daemon.history import JobHistory, slot_text
 from vmctl.daemon.state import ClusterState, DesiredSettings
 from vmctl.errors import LeaseLost, NotFound, StoreError, VmctlError
@@ -232,7 +232,7 @@ class DaemonBase:
             if node not in st.nodes:
                 continue
             vms = st.desired_vms(node)
-            if vms != st.desired.get(node, ()) or node_slices(st, node) != st.desired_slices.get(node):
+            if vms != st.desired.get(node, ()) or clock_changed(st, node, vms):
                 new_desired[node] = vms
         gens: dict[str, int] = {}
         if new_desired:

@@ -19,12 +19,26 @@ The actions (``apply_row_action``), each checked on the one occupancy model firs
 
 The slice schedule (``apply_schedule``). The policy's ``Decision.schedule`` (period T, row order,
 epoch 0: slices start at multiples of T of the daemon's clock, Unix seconds) replaces the one in force
-when it differs; it is written to the store (kv ``gang.schedule``) and put in every timeslice node's
-desired state (``NodeDesired.slices``) with a new generation, in the same transaction. Nothing is
-written per slice: each agent switches rows on its own clock (``Reconciler.run_once``). A restarted or
-failed-over vmctld loads the same schedule (same epoch, so the agents keep the phase). Before the
-schedule changes, every gang job's modelled progress is frozen at its old pace (``row_pace``: the share
-of slices its rows are active) and goes on at the new one.
+when it differs; it is written to the store (kv ``gang.schedule``) and, in the same transaction, put in
+the desired state (``NodeDesired.slices``, a new generation) of every timeslice node that must learn it
+(below). Nothing is written per slice: each agent switches rows on its own clock
+(``Reconciler.run_once``). A restarted or failed-over vmctld loads the same schedule (same epoch, so
+the agents keep the phase). Before the schedule changes, every gang job's modelled progress is frozen
+at its old pace (``row_pace``: the share of slices its rows are active) and goes on at the new one.
+
+Which nodes get a new generation (``node_clock``). A node's document changes when its VMs change or
+when the schedule *as that node sees it* changes: T, the epoch and the row order with the rows none of
+its VMs is in blanked out (an agent does the same to its VMs whichever of those rows is active: they are
+all inactive). The order is per cluster and a row's turn depends on its place in it, so a node must
+learn a new order whenever one of its rows changes place or the cycle changes length, even if its VMs
+did not change: otherwise its row would run out of phase with the same job's other nodes. Example: rows
+(0, 1) -> (0, 2): a node whose VMs are all in row 0 keeps its document (row 0 still runs every other
+slice from the same epoch), the node of the job that moved from row 1 to row 2 gets one; rows (0, 1)
+-> (0,): the row-0 node gets one too (row 0 now runs in every slice). A node with no VM in a row of
+the schedule keeps its document (none at all if it never had a job VM) and gets the schedule in force
+with its next VM. A document kept may carry an older schedule (``ClusterState.desired_slices``; a
+restarted vmctld loads it) that its agent follows to the same effect on its VMs; only its idle
+placeholders switch on the old clock.
 
 Run-time limits. A gang job's modelled progress counts only its active slices, so ``kill_at_estimate``
 (estimate + grace) measures active time, not time spent paused in an inactive row; ``vmctl job show``
@@ -34,7 +48,7 @@ prints both.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vmctl.daemon.state import ClusterState
@@ -49,6 +63,7 @@ from vmctl.model import (
     SliceSchedule,
     Start,
     Unreplicate,
+    VmDesired,
 )
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.occupancy import Occupancy
@@ -149,6 +164,35 @@ def node_slices(state: ClusterState, node: str) -> SliceSchedule | None:
     if rec is None or rec.discipline != Discipline.TIMESLICE.value:
         return None
     return state.slices
+
+
+#: a node's view of the slice schedule (``node_clock``): T, epoch, the order with the node's other rows blanked
+NodeClock = tuple[float, float, tuple[int | None, ...]]
+#: the view of a node none of whose VMs is in a row of the schedule in force (its VMs never run)
+IDLE_CLOCK: NodeClock = (0.0, 0.0, ())
+
+
+def node_clock(schedule: SliceSchedule | None, vms: Sequence[VmDesired]) -> NodeClock | None:
+    """What a node whose desired VMs are ``vms`` does with ``schedule``: T, the epoch and ``schedule``'s
+    order with the rows none of ``vms`` is in as None; ``IDLE_CLOCK`` when none of them is; None for no
+    schedule while some VM has a row (the agent keeps its row active). Two schedules with the same view
+    run the node's VMs in the same slices. Example: ``vms`` in row 0 only, order (0, 1) and (0, 2):
+    both ``(T, epoch, (0, None))``."""
+    rows = {r for v in vms if v.slot_level is not None for r in (v.slot_level, *v.replicas)}
+    if not rows:
+        return IDLE_CLOCK
+    if schedule is None:
+        return None
+    order = tuple(r if r in rows else None for r in schedule.order)
+    if all(r is None for r in order):
+        return IDLE_CLOCK
+    return schedule.period, schedule.epoch, order
+
+
+def clock_changed(state: ClusterState, node: str, vms: Sequence[VmDesired]) -> bool:
+    """Whether node ``node`` with desired ``vms`` must learn the schedule in force: its stored document's
+    schedule (``desired_slices``) runs ``vms`` in other slices."""
+    return node_clock(node_slices(state, node), vms) != node_clock(state.desired_slices.get(node), vms)
 
 
 def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, now: float, ch: Changes, occ: Occupancy,
