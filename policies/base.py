@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError
-from vmctl.model import ClusterView, Decision, Discipline
+from vmctl.model import ClusterView, Decision, Discipline, Job, JobShape
 
 #: job shapes (``rigid``: ``procs`` fixed; ``moldable``: width chosen at start; ``task-bag``: workers
 #: set by the policy)
@@ -114,6 +114,11 @@ class SchedulingPolicy(ABC):
 
     def validate_params(self) -> None:
         """Override to check ranges; raise PolicyParameterError."""
+        return None
+
+    def check_job(self, job: Job, shape: JobShape | None, where: str) -> None:
+        """Override to refuse, at submission, a job this policy cannot schedule (raise a
+        ``ValidationError`` naming the field under ``where``, e.g. ``jobs[0].shape.times[1]``)."""
         return None
 
     @abstractmethod

@@ -17,7 +17,9 @@ Inputs from the view.
   bag's order, so the unfinished ones are the last; exact when the tasks are equal, as in a trace's
   bags). A queued bag has all its tasks. The planner's task count is capped by the bag's
   ``max_workers`` (a job never holds more workers than it has unfinished tasks, nor more than its
-  shape allows). Priority is ``Job.priority``; the deadline is ``Job.deadline`` or, with parameter
+  shape allows). A running bag's throughput on a worker it holds is ``RunningJob.throughput`` where
+  the view has it (vmctld: corrected from observed task durations, paper 001's status checker), else the
+  worker's speed. Priority is ``Job.priority``; the deadline is ``Job.deadline`` or, with parameter
   ``deadline_walltimes`` x > 0, ``submit + x * estimate`` for a job that has none (the requested
   walltime as the deadline, issue 12's evaluation). Ties go to the earlier submission.
 
@@ -30,7 +32,8 @@ Jobs are taken in the planner's order (priority, then submission). A job lives o
   in the same pass. When the task ends the simulator gives the policy a pass (a slot freed at a task
   boundary: the paper's dispatcher hands the worker on), which plans again and hands the slot to the
   job the plan gives it. A running bag given no worker keeps one (its running tasks are never
-  killed).
+  killed). A core that is not usable (vmctld: its node is lost) is never named in a Resize: the bag's
+  worker there is given up like the others.
 - A running bag given more workers grows on free slots of its level, fastest first.
 - A queued bag given workers starts on the level with the most free slots, on its fastest free cores.
 - Rigid jobs are not scheduled (these policies schedule bags of independent tasks); they wait with a
@@ -44,7 +47,7 @@ C on one each; the work-conserving variant gives the same (no worker idles).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -115,16 +118,20 @@ class DispatchPolicy(SchedulingPolicy):
                 rigid.append(job.id)
         return bags, rigid
 
-    def _plan_job(self, bag: _Bag) -> PlanJob | None:
+    def _plan_job(self, bag: _Bag, workers: Set[str] = frozenset()) -> PlanJob | None:
         shape = bag.shape
-        left = len(shape.tasks) if bag.running is None else bag.running.tasks_left
+        rj = bag.running
+        left = len(shape.tasks) if rj is None else rj.tasks_left
         if left is None:  # a view that does not know the bag's progress: count its tasks as unstarted
             left = len(shape.tasks)
         if left < 1:
             return None
         job = bag.job
+        # the status checker's corrected throughput on the workers the bag holds (vmctld), where observed
+        observed = {} if rj is None or not rj.throughput else \
+            {w: v for c, v in rj.throughput.items() if (w := f"{c}.{rj.level}") in workers}
         return PlanJob(job.id, min(left, shape.max_workers), _remaining_work(shape, left), job.priority,
-                       self._deadline(job), job.submit_time)
+                       self._deadline(job), job.submit_time, observed)
 
     # ------------------------------------------------------------------ the pass
 
@@ -145,7 +152,8 @@ class DispatchPolicy(SchedulingPolicy):
                 node = view.node(core)
                 s = speed.setdefault(core, view.speed_of(node) / levels)
                 workers.append(PlanWorker(f"{core}.{level}", node, s))
-        jobs = [pj for pj in (self._plan_job(b) for b in bags) if pj is not None]
+        known = {w.id for w in workers}
+        jobs = [pj for pj in (self._plan_job(b, known) for b in bags) if pj is not None]
         counts = {j: len(ws) for j, ws in
                   plan(self.planner, workers, jobs, now, self._planner_params()).assignment.items()}
         by_id = {b.job.id: b for b in bags}
@@ -172,11 +180,17 @@ class DispatchPolicy(SchedulingPolicy):
                     free[level].difference_update(cores)
                     actions.append(Start(bag.job.id, tuple(sorted(cores)), level))
                 continue
-            held, level = rj.cores, rj.level
+            # a core of a node out of service (vmctld: lost) cannot be named in a Resize: the bag's
+            # worker there is given up (it keeps its slot until its task ends or the node is down)
+            held, level = tuple(c for c in rj.cores if view.usable[c]), rj.level
+            if not held:
+                continue
             want = max(1, want)
             if want < len(held):
                 kept = fastest(held)[:want]
                 actions.append(Resize(rj.id, tuple(sorted(kept)), level))
+            elif want == len(held) and len(held) < len(rj.cores):
+                actions.append(Resize(rj.id, tuple(sorted(held)), level))
             elif want > len(held):
                 extra = fastest(free[level])[: want - len(held)]
                 if extra:

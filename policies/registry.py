@@ -17,6 +17,7 @@ _MODULES: tuple[str, ...] = (
     "vmctl.policies.gang",
     "vmctl.policies.vcsched.policy",
     "vmctl.policies.dispatch_policy",
+    "vmctl.policies.moldable_slots",
 )
 
 _REGISTRY: dict[str, type[SchedulingPolicy]] = {}

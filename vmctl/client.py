@@ -34,6 +34,18 @@ table or a speedup model) or a task bag (per-task work; the policy sets its work
     Job("wrf", shape=JobShape.moldable({2: 100.0, 4: 60.0}))
     Job("sweep", shape=JobShape.task_bag([10.0] * 1000, max_workers=20))
 
+Independent tasks (paper 001's jobs): ``Job(..., independent=True)`` makes the job a task bag of its
+tasks (each task's work is its ``work_seconds``, or the profile's run time); vmctld's dispatcher hands
+them one at a time to the workers the policy grants the job (at most ``max_workers``), so 1,000 tasks
+run on however many workers there are, and ``wait_all`` returns one result per task, with its exit
+status, the worker that ran it and when (``TaskResult.worker``, ``start``, ``end``)::
+
+    sweep = Job("sweep", independent=True, priority=2, deadline=time.time() + 3600)
+    for i in range(1000):
+        sweep.add_task(Task(command=f"./solve {i}", work_seconds=30))
+    results = Client(sweep, url=URL, token=TOKEN, ca=CA).wait_all()
+    assert len(results[0].tasks) == 1000
+
 A shaped job needs no tasks and no estimate: vmctld gives it the width a policy that knows only
 rigid jobs would use (``procs``: the smallest moldable width, the task bag's most workers) and its
 time at that width as the estimate, unless the job says otherwise.
@@ -94,9 +106,15 @@ class Profile:
 
 @dataclass(frozen=True)
 class TaskResult:
+    """One task's result. For independent tasks (a task bag) also the worker that ran it
+    (``node/core.level``) and when it was handed to it and ended (epoch seconds, vmctld's clock)."""
+
     index: int
     exit_status: int | None
     error: str | None
+    worker: str | None = None
+    start: float | None = None
+    end: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -135,7 +153,19 @@ class Job:
         user: str | None = None,
         account: str | None = None,
         shape: JobShape | None = None,
+        independent: bool = False,
+        max_workers: int | None = None,
     ) -> None:
+        if (independent or max_workers is not None) and shape is not None:
+            raise errors.ValidationError(field=f"job {name!r}.shape",
+                                         problem="independent tasks make the job's shape (a task bag): give one or "
+                                                 "the other")
+        if max_workers is not None and max_workers < 1:
+            raise errors.ValidationError(field=f"job {name!r}.max_workers", problem=f"must be >= 1, got {max_workers}")
+        #: independent tasks (paper 001): the job is a task bag whose tasks vmctld hands to the workers it
+        #: is granted, one at a time each (at most ``max_workers``; default: one per task)
+        self.independent = independent or max_workers is not None
+        self.max_workers = max_workers
         self.name = name
         self.shape = shape  # moldable or task bag (None: rigid, one process per task)
         self.user = user  # who the job runs for (None: not said)
@@ -157,8 +187,25 @@ class Job:
         self.tasks.append(task)
         return self
 
+    def bag_shape(self) -> JobShape:
+        """The task bag of independent tasks: each task's work is its ``work_seconds``, else the
+        profile's run time (a task without either is refused, naming it)."""
+        work: list[float] = []
+        for i, t in enumerate(self.tasks):
+            w = t.work_seconds if t.work_seconds is not None else \
+                self.profile.runtime_s if self.profile is not None else None
+            if w is None:
+                raise errors.ValidationError(field=f"job {self.name!r}.tasks[{i}].work_seconds",
+                                             problem="an independent task needs its work (or the job a profile)")
+            work.append(w)
+        return JobShape.task_bag(work, self.max_workers or len(work))
+
     def to_spec(self) -> dict[str, Any]:
         """The ``POST /v1/jobs`` body."""
+        if self.independent:
+            if not self.tasks:
+                raise errors.ValidationError(field=f"job {self.name!r}.tasks", problem="a job needs at least one task")
+            return self._bag_spec()
         shaped = self.shape is not None
         if not self.tasks and not shaped:
             raise errors.ValidationError(field=f"job {self.name!r}.tasks", problem="a job needs at least one task")
@@ -202,6 +249,24 @@ class Job:
             spec["tasks"] = [t.to_spec() for t in self.tasks]
         return spec
 
+    def _bag_spec(self) -> dict[str, Any]:
+        from vmctl.shapes import shape_to_json
+
+        shape = self.bag_shape()
+        spec: dict[str, Any] = {"name": self.name, "priority": int(self.priority), "shape": shape_to_json(shape),
+                                "tasks": [t.to_spec() for t in self.tasks]}
+        if self.deadline is not None:
+            spec["deadline"] = float(self.deadline)
+        for key in ("user", "account"):
+            if getattr(self, key) is not None:
+                spec[key] = str(getattr(self, key))
+        return spec
+
+    @property
+    def workers(self) -> list[dict[str, Any]]:
+        """The workers vmctld's dispatcher says the job holds now (independent tasks; as last polled)."""
+        return list(self.info.get("workers") or [])
+
     def __repr__(self) -> str:
         return f"Job({self.name!r}, tasks={len(self.tasks)}, id={self.id!r}, state={self.state!r})"
 
@@ -213,7 +278,8 @@ def result_of(job: Job, doc: dict[str, Any]) -> JobResult:
             status = t.get("exit_status")
             err = t.get("error")
             tasks.append(TaskResult(index=int(t.get("index", i)), exit_status=None if status is None else int(status),
-                                    error=None if err is None else str(err)))
+                                    error=None if err is None else str(err), worker=t.get("worker"),
+                                    start=t.get("start"), end=t.get("end")))
     return JobResult(name=job.name, id=str(doc.get("id", job.id)), state=str(doc.get("state")), tasks=tuple(tasks),
                      raw=doc)
 

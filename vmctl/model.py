@@ -309,7 +309,10 @@ class RunningJob:
 
     ``tasks_left``: a task bag's unfinished tasks (running or not started; paper 001's decision maker
     needs them), None for other jobs or where not known (an additive field: the simulator's task-bag
-    model fills it, vmctld does not yet).
+    model fills it, vmctld from its dispatcher's records).
+    ``throughput``: a task bag's observed throughput per core it holds (work seconds per second on that
+    core's worker, corrected from the durations of the tasks that ended there: paper 001's status
+    checker); vmctld fills it, None where nothing was observed (the policy then uses the node's speed).
     ``replicas`` (``timeslice`` discipline, gang scheduling's expansion): the other levels the job is
     replicated into, on the *same* cores (:class:`Replicate`); it advances in every slice where one of
     its rows (``level`` or a replica) is active. ``migrated_at``: when the job last moved to other
@@ -335,6 +338,7 @@ class RunningJob:
     tasks_left: int | None = None
     replicas: tuple[int, ...] = ()
     migrated_at: float = -math.inf
+    throughput: Mapping[int, float] | None = None
     checkpointed: bool = False
 
     def __post_init__(self) -> None:
@@ -618,12 +622,14 @@ class Start:
     """Start a queued job on ``level`` of ``cores``: process i on cores[i]. Its width is
     ``len(cores)``, which must equal ``job.procs`` for a rigid job. ``StartFg``/``StartBg`` are the
     priority discipline's names of a start on level 0 / 1 (kept as their own classes: the simulator's
-    hot path)."""
+    hot path). ``reason``: why this width and these cores (optional; vmctld stores it with the job and
+    ``vmctl job show`` prints it: the moldable policy says which width it chose and why)."""
 
     job_id: str
     cores: tuple[int, ...]
     level: int = 0
     kind: Literal["start"] = "start"
+    reason: str = ""
 
     @property
     def width(self) -> int:

@@ -102,9 +102,9 @@ def test_gang_rows_switch_on_the_agents_clock_over_http(gang_daemon: InProcessDa
         assert sorted(owner.values()) == sorted(ids)
         gens = {n: d.call(lambda n=n: d.daemon.state.generation[n]) for n in agents}
 
-        # over three slices: the VMs of one row run, the other row's are paused, and the rows take turns
+        # over four slices: the VMs of one row run, the other row's are paused, and the rows take turns
         running_rows: set[int] = set()
-        end = time.monotonic() + 3 * SLICE
+        end = time.monotonic() + 4 * SLICE
         while time.monotonic() < end:
             for rec in agents.values():
                 power = {v.name: v.power for v in rec.backend.list_vms() if v.name.startswith("j")}

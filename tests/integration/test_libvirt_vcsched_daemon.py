@@ -96,8 +96,20 @@ def setup(system_host: Any, images: Path, tmp_path: Path) -> Iterator[tuple[Vmct
         (tmp_path / f"agent.{key}").write_text(doc[key])
     ep = AgentEndpoint(f"https://127.0.0.1:{d.port}", node, str(tmp_path / "agent.cert_pem"),
                        str(tmp_path / "agent.key_pem"), str(tmp_path / "agent.ca_pem"), timeout_s=5)
+    try:
+        with running_agent(ep, backend, layout):
+            yield d, backend, layout
+    finally:
+        d.stop()
+
+
+@contextlib.contextmanager
+def running_agent(ep: AgentEndpoint, backend: Any, layout: Layout) -> Iterator[Reconciler]:
+    """The real reconciler over HTTP (``ep``) on ``backend``, registered and running in a thread (the
+    job processes recorded by a :class:`RecordingRunner`); on exit it stops, and this agent's VMs are
+    removed and the backend closed."""
     source = HttpSource(ep, wait_s=2)
-    source.register(cores=layout.size, hostname=node, backend="libvirt")
+    source.register(cores=layout.size, hostname=layout.host, backend="libvirt")
     reporter = HttpReporter(ep)
     rec = Reconciler(backend, layout, source, reporter, runner=RecordingRunner(), resync_seconds=0.3)
     rec.backoff.maximum = 0.5
@@ -106,14 +118,13 @@ def setup(system_host: Any, images: Path, tmp_path: Path) -> Iterator[tuple[Vmct
     source.start(on_change=rec.wake)
     thread.start()
     try:
-        yield d, backend, layout
+        yield rec
     finally:
         stop.set()
         rec.wake()
         thread.join(20)
         source.stop()
         reporter.close()
-        d.stop()
         for v in backend.list_vms():  # only this agent's VMs (its node name carries the test's PREFIX)
             if layout.is_ours(v.name, v.metadata):
                 with contextlib.suppress(Exception):

@@ -244,10 +244,11 @@ class PostgresServer:
 
 @contextlib.contextmanager
 def cli_daemon(tmp: Path, monkeypatch: Any, holder: str, **extra: Any) -> Iterator[InProcessDaemon]:
-    """An in-process vmctld running EASY on SQLite in ``tmp``, with ``VMCTL_URL``/``VMCTL_TOKEN``/
+    """An in-process vmctld running EASY (or ``policy_name``) on SQLite in ``tmp``, with ``VMCTL_URL``/``VMCTL_TOKEN``/
     ``VMCTL_CA`` set (``monkeypatch``) so that ``vmctl`` commands reach it."""
+    extra = {"policy_name": "easy", **extra}  # EASY unless the test names another policy
     cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp / "state"), tick_s=0.2,
-                       holder=holder, policy_name="easy", policy_explicit=True, **extra)
+                       holder=holder, policy_explicit=True, **extra)
     with InProcessDaemon(cfg) as d:
         monkeypatch.setenv("VMCTL_URL", d.url)
         monkeypatch.setenv("VMCTL_TOKEN", d.admin_token)

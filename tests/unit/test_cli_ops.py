@@ -503,3 +503,17 @@ def test_job_submit_sends_the_account(server: tuple[str, Recorder], capsys: Any)
     code, out, _ = run(capsys, "job", "submit", "-n", "1", "-t", "5", "--user", "alice", "--account", "proj7",
                        "--url", url)
     assert code == 0 and rec.requests[-1]["body"]["account"] == "proj7" and "proj7" in out
+
+
+def test_job_show_prints_a_task_bag_in_one_line_each() -> None:
+    """``vmctl job show`` of a task bag: its workers (task, corrected throughput, leaving) and a count of
+    its tasks instead of every task's record (``-o json`` keeps those)."""
+    from vmctl.cli.ops import fmt_bag_tasks, fmt_workers
+
+    workers = [{"id": "n1/0.0", "task": 3, "throughput": 0.912, "leaving": False},
+               {"id": "n2/0.1", "task": 4, "throughput": None, "leaving": True}]
+    assert fmt_workers(workers) == "n1/0.0 task 3 (0.91/s), n2/0.1 task 4 leaving"
+    assert fmt_workers([]) == "none"
+    tasks = [{"exit_status": 0, "worker": "n1/0.0"}, {"exit_status": 1, "worker": "n1/0.0"},
+             {"exit_status": None, "worker": "n2/0.1"}, {"exit_status": None, "worker": None}]
+    assert fmt_bag_tasks(tasks).startswith("4: 1 done, 1 failed, 1 running, 1 waiting")

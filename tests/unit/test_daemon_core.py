@@ -21,6 +21,7 @@ from vmctl.model import (
     Checkpoint,
     ClusterView,
     Decision,
+    Discipline,
     Migrate,
     NodeObserved,
     PowerState,
@@ -36,7 +37,9 @@ from vmctl.store import open_store
 
 class Cluster:
     def __init__(self, tmp: Path, nodes: dict[str, int], policy: SchedulingPolicy | None = None,
-                 **cfg: Any) -> None:
+                 shared_levels: int | None = None, **cfg: Any) -> None:
+        """``shared_levels``: the agents run a ``shared`` layout of that many workers per core (task
+        bags); default the priority fg/bg pair."""
         self.tmp = tmp
         self.clock = VirtualClock(1000.0)
         base = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp), tick_s=5.0, node_timeout_s=30.0,
@@ -52,10 +55,12 @@ class Cluster:
             be = MockBackend(hostname=name, cores=cores, clock=self.clock, fabric=self.fabric, uri=f"mock://{name}",
                              migration_seconds=2.0)
             src, rep = MemorySource(None), MemoryReporter()
-            rec = Reconciler(be, Layout(host=name, cores=tuple(range(cores))), src, rep, clock=self.clock,
+            lay = Layout(host=name, cores=tuple(range(cores))) if shared_levels is None else \
+                Layout(host=name, cores=tuple(range(cores)), levels=shared_levels, discipline=Discipline.SHARED)
+            rec = Reconciler(be, lay, src, rep, clock=self.clock,
                              runner=MockProcessRunner(be), peers=peers, migrate_uris=peers)
             self.agents[name] = (rec, src, rep, be)
-            self.daemon.register_node(name, cores, name, "mock")
+            self.daemon.register_node(name, cores, name, "mock", levels=lay.levels, discipline=lay.discipline)
         self.down: set[str] = set()
 
     def _new_daemon(self) -> Daemon:

@@ -195,3 +195,22 @@ def test_rigid_jobs_wait_with_a_reason() -> None:
     d = create_policy("dispatch-priority").decide(v, 0.0)
     assert d.actions == ()
     assert "not a task bag" in d.reason_for("r1")
+
+
+@pytest.mark.parametrize(("observed", "resized"), [(None, (0, 1)), ({0: 2.0}, None)])
+def test_the_observed_throughput_feeds_the_plan(observed: dict[int, float] | None,
+                                                resized: tuple[int, ...] | None) -> None:
+    """A running bag's observed throughput (``RunningJob.throughput``, vmctld's status checker) replaces
+    the worker's speed in the plan: 4 tasks of 100 s left, deadline in 200 s; at speed 1 the bag needs 2
+    workers (400 s of work), grown from its one core by a Resize; where its worker was seen doing 2 work
+    seconds per second, that one worker meets the deadline and nothing changes."""
+    from vmctl.model import Discipline, Job, RunningJob, Tier
+
+    job = Job(id="a", submit_time=0.0, procs=4, estimate=400.0, deadline=200.0)
+    rj = RunningJob(job=job, tier=Tier.FG, cores=(0,), start_time=0.0, tier_since=0.0, level=0, tasks_left=4,
+                    throughput=observed)
+    view = ClusterView.leveled(4, [], {"a": rj}, [["a", None, None, None]], [{1, 2, 3}], Discipline.SHARED,
+                               [0.0] * 4, [True] * 4, shapes={"a": JobShape.task_bag([100.0] * 4)})
+    d = create_policy("dispatch-deadline").decide(view, 0.0)
+    got = [a.cores for a in d.actions if isinstance(a, Resize)]
+    assert got == ([] if resized is None else [resized]), d.actions

@@ -12,67 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
-from vmctl.agents.layout import Layout
-from vmctl.agents.reconciler import Reconciler
-from vmctl.agents.sources import MemoryReporter, MemorySource
+from tests.support.gang import NODES, SLICE, Cluster, gang_daemon
+from vmctl.agents.backends.mock import MockFabric
 from vmctl.clock import VirtualClock
 from vmctl.daemon.actuator import Changes
-from vmctl.daemon.config import DaemonConfig
-from vmctl.daemon.core import Daemon
 from vmctl.daemon.gang import matrix_doc
-from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError
+from vmctl.errors import Conflict, PolicyNeedsUnmet, PolicyParameterError
 from vmctl.model import Decision, Discipline, JobState, Move, PowerState, SliceSchedule
-from vmctl.store import open_store
 from vmctl.wire import desired_from_json, desired_to_json
-
-SLICE = 10.0
-NODES = ("a", "b")
-
-
-def _daemon(tmp: Path, clock: VirtualClock, params: dict[str, object] | None = None, **cfg: object) -> Daemon:
-    config = DaemonConfig(store_url=f"sqlite:///{tmp}/d.db", state_dir=str(tmp), tick_s=5.0, holder="gang-test",
-                          checkpoint_dir=str(tmp / "ckpt"), policy_name="gs-m",
-                          policy_params=params if params is not None else {"mpl": 3, "slice": SLICE}, **cfg)
-    d = Daemon(config, open_store(config.store_url), clock=clock)
-    assert d.start()
-    return d
-
-
-class Cluster:
-    """vmctld and one mock agent per node, stepped by hand on one virtual clock."""
-
-    def __init__(self, tmp: Path, levels: int = 3, inactive: str = "pause", fabric: MockFabric | None = None,
-                 **cfg: object) -> None:
-        self.tmp, self.clock, self.levels, self.inactive = tmp, VirtualClock(1000.0), levels, inactive
-        self.d = _daemon(tmp, self.clock, **cfg)
-        self.agents: dict[str, Reconciler] = {}
-        self.peers = {n: f"mock://{n}" for n in NODES} if fabric is not None else {}
-        for n in NODES:
-            self.d.register_node(n, 2, n, "mock", levels=levels, discipline=Discipline.TIMESLICE)
-            self.agents[n] = self.agent(n, MockBackend(hostname=n, cores=2, clock=self.clock, fabric=fabric,
-                                                       uri=f"mock://{n}", migration_seconds=2.0))
-
-    def agent(self, node: str, backend: MockBackend) -> Reconciler:
-        lay = Layout(host=node, cores=(0, 1), levels=self.levels, discipline=Discipline.TIMESLICE,
-                     inactive=self.inactive)
-        return Reconciler(backend, lay, MemorySource(), MemoryReporter(), clock=self.clock,
-                          runner=MockProcessRunner(backend), peers={p: u for p, u in self.peers.items() if p != node})
-
-    def step(self, dt: float = 0.0) -> None:
-        self.clock.advance(dt)
-        self.d.run_once()
-        for n, rec in self.agents.items():
-            rec.source.set(self.d.desired(n))  # type: ignore[attr-defined]
-            res = rec.run_once()
-            assert not res.errors, res.errors
-            assert res.observed is not None
-            self.d.report(res.observed)
-
-    def power(self) -> dict[str, PowerState]:
-        """Power state of every job VM, over both agents."""
-        return {v.name: v.power for rec in self.agents.values() for v in rec.backend.list_vms()
-                if v.name.startswith("j")}
 
 
 def _job(work: float, procs: int, estimate: float = 500.0) -> dict[str, object]:
@@ -147,7 +94,7 @@ def test_the_schedule_survives_a_vmctld_restart_and_an_agent_restart_keeps_the_p
     gens = {n: c.d.state.generation[n] for n in NODES}
     docs = {n: c.d.desired(n) for n in NODES}
     c.d.close()
-    c.d = _daemon(tmp_path, c.clock)  # a restarted (or failed-over) vmctld loads the same schedule
+    c.d = gang_daemon(tmp_path, c.clock)  # a restarted (or failed-over) vmctld loads the same schedule
     assert c.d.state.slices == sched
     assert {n: c.d.desired(n) for n in NODES} == docs and {n: c.d.state.generation[n] for n in NODES} == gens
     c.step()
@@ -194,12 +141,7 @@ def test_a_failed_migration_leaves_the_job_in_its_row(tmp_path: Path) -> None:
     # row 0 of a:0 (its source slot stayed reserved meanwhile)
     assert d.view().slot_job[0][view.node_of_core.index("a")] == j.id
     for _ in range(6):
-        c.clock.advance(1.0)
-        for n, rec in c.agents.items():
-            rec.source.set(d.desired(n))  # type: ignore[attr-defined]
-            res = rec.run_once()
-            assert res.observed is not None
-            d.report(res.observed)
+        c.step(1.0, decide=False, errors_ok=True)
     assert j.migrating is None and j.level == 0 and j.placement == [("a", 0)]
     assert d.state.ops[op.id].state == "rolled_back"
     assert d.view().slot_job[0][view.node_of_core.index("a")] == j.id
@@ -217,17 +159,50 @@ def test_a_gang_job_migrates_to_another_node_and_row(tmp_path: Path) -> None:
     d.commit(ch)
     assert not res.skipped and j.migrating
     for _ in range(8):  # the agents carry it out (2 s on the mock fabric) and report
-        c.clock.advance(1.0)
-        for n, rec in c.agents.items():
-            rec.source.set(d.desired(n))  # type: ignore[attr-defined]
-            out = rec.run_once()
-            assert out.observed is not None
-            d.report(out.observed)
+        c.step(1.0, decide=False)
     assert j.migrating is None and j.migrations == 1 and (j.level, j.placement) == (1, [("b", 0)])
     assert j.vm_name(0) in {v.name for v in c.agents["b"].backend.list_vms()}
     assert j.vm_name(0) not in {v.name for v in c.agents["a"].backend.list_vms()}
     assert d.view().slot_job[1][view.node_of_core.index("b")] == j.id
     assert d.view().slot_job[0][view.node_of_core.index("a")] is None  # the source slot is free again
+
+
+def test_the_quota_per_slice_is_enforced_again_by_vmctld(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, fabric=MockFabric())
+    d = c.d
+    (j, k) = d.submit([_job(500, 1), _job(500, 1)])
+    c.step()
+    assert [j.placement, k.placement] == [[("a", 0)], [("a", 1)]]
+    view = d.view()
+    b0, b1 = view.node_of_core.index("b"), view.node_of_core.index("b") + 1
+    ch = Changes()
+    d.actuator.slice_quota = 1.0  # Q = 1 task per slice: the first move goes, the second waits
+    res = d.actuator.apply(Decision(actions=(Move(j.id, (b0,), 0, 0.0), Move(k.id, (b1,), 0, 0.0))), view,
+                           d.state.layout(), c.clock.now(), ch)
+    d.commit(ch)
+    assert [a.job_id for a in res.applied] == [j.id]
+    assert len(res.skipped) == 1 and "quota Q = 1 tasks migrated per slice reached (1 since" in res.skipped[0][1]
+    assert k.placement == [("a", 1)] and k.migrated_at is None
+    for _ in range(4):
+        c.step(1.0, decide=False)
+    c.clock.set(d.state.slices.next_switch(c.clock.now()))  # the next slice: the quota is free again
+    view = d.view()
+    ch = Changes()
+    res = d.actuator.apply(Decision(actions=(Move(k.id, (b1,), 0, 0.0),)), view, d.state.layout(),
+                           c.clock.now(), ch)
+    assert [a.job_id for a in res.applied] == [k.id]
+
+
+def test_an_operator_migration_keeps_a_gang_job_in_its_row(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, fabric=MockFabric())
+    d = c.d
+    (one, two) = d.submit([_job(500, 1), _job(500, 4)])
+    c.step()
+    assert (one.level, one.placement, two.level) == (0, [("a", 0)], 1)
+    with pytest.raises(Conflict, match="has 0 free row 1 cores"):  # row 1 is full on b
+        d.migrate_job(two.id, "b")
+    op = d.migrate_job(one.id, "b")  # vmctl migrate: within its row, to the cores free there
+    assert op.detail["from_level"] == 0 and one.level == 0 and one.placement == [("b", 0)]
 
 
 @pytest.mark.parametrize(("params", "param", "error"), [
@@ -250,7 +225,7 @@ def test_bad_gang_parameters_are_refused_naming_them(tmp_path: Path, params: dic
 
 def test_a_gang_policy_on_a_priority_cluster_is_refused(tmp_path: Path) -> None:
     clock = VirtualClock(1000.0)
-    d = _daemon(tmp_path, clock)  # no node yet: the first registration decides
+    d = gang_daemon(tmp_path, clock)  # no node yet: the first registration decides
     with pytest.raises(PolicyNeedsUnmet, match="the timeslice discipline"):
         d.register_node("p", 2, "p", "mock", levels=2, discipline=Discipline.PRIORITY)
     assert "p" not in d.state.nodes
@@ -258,3 +233,18 @@ def test_a_gang_policy_on_a_priority_cluster_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PolicyParameterError, match="mpl"):
         d.set_policy("bgs", {"mpl": 4})
     assert d.policy is not None and d.policy.name == "gs-m"
+
+
+def test_gang_show_text_before_a_schedule_and_on_a_priority_cluster(tmp_path: Path) -> None:
+    from vmctl.cli.gang import gang_grid, gang_summary
+
+    clock = VirtualClock(1000.0)
+    d = gang_daemon(tmp_path, clock)
+    d.register_node("t", 2, "t", "mock", levels=3, discipline=Discipline.TIMESLICE)
+    doc = matrix_doc(d.state, clock.now())  # registered, no decision yet: no schedule, empty rows
+    assert doc["schedule"] is None and doc["rows_in_use"] == [] and doc["holes"] == 0
+    assert gang_grid(doc).to_text().splitlines() == ["NODE  r0*  r1   r2", "t     - -  - -  - -"]
+    assert gang_summary(doc) == ("schedule: none yet (no gang policy has decided): the agents keep row 0 active\n"
+                                 "rows in use: 0 of 3; holes: 0 of 0 cells")
+    prio = {**doc, "discipline": "priority", "levels": 2}
+    assert "no gang rows (gang policies need layout.discipline: timeslice)" in gang_summary(prio)

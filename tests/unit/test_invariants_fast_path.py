@@ -93,7 +93,8 @@ def test_the_generated_cases_reach_both_paths() -> None:
     fast_with_starts = 0
     rules: set[str] = set()
 
-    @settings(max_examples=2000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=2000, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
     @given(case=cases())
     def probe(case: tuple[ClusterView, Decision]) -> None:
         nonlocal fast_with_starts

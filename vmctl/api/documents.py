@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vmctl.daemon import dispatcher
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.history import requeues, slot_text
 from vmctl.daemon.state import ACTIVE
@@ -27,7 +28,7 @@ def job_json(r: JobRecord, expected_start: float | None = None,
         "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
         "placement": [{"node": n, "core": c} for n, c in r.placement],
         "reason": reason_json(r.reason),
-        "tasks": [{"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]} for t in r.tasks],
+        "tasks": [task_json(t) for t in r.tasks],
         "migrations": r.migrations, "runs": r.run, "requeues": requeues(r),
         "history": [{"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")} for h in r.history],
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
@@ -38,12 +39,27 @@ def job_json(r: JobRecord, expected_start: float | None = None,
         # moldable / task-bag jobs: the shape as submitted (canonical form, vmctl.shapes; None = rigid) and
         # the width the policy chose (processes placed; None until it starts)
         "shape": r.spec.get("shape"), "width": len(r.placement) if r.placement else None,
+        # why the policy chose that width and place (the moldable policy says; None: no reason given)
+        "width_reason": reason_json(r.width_reason),
+        # a task bag: the workers it holds (the dispatcher's, with the corrected throughput) and its
+        # unfinished tasks; for other jobs: none and None
+        "workers": dispatcher.workers_doc(r),
+        "tasks_left": dispatcher.tasks_left(r) if r.bag is not None else None,
         # gang jobs (timeslice): the row, its replicas, and of the run's wall time the part its rows were
         # active (``times``, vmctl.daemon.gang.active_share): the run-time limit counts active time only
         **({} if r.level is None else {"gang": {
             "row": r.level, "replicas": list(r.replicas),
             "run_s": None if times is None else times[0], "active_s": None if times is None else times[1]}}),
     }
+
+
+def task_json(t: dict[str, Any]) -> dict[str, Any]:
+    """One process (rigid job) or task (task bag: also the worker that ran it and when, as the
+    dispatcher recorded it) of a job."""
+    out = {"index": t["index"], "exit_status": t["exit_status"], "error": t["error"]}
+    if "worker" in t:
+        out.update(worker=t["worker"], start=t["start"], end=t["end"])
+    return out
 
 
 def expected_starts(d: Daemon) -> dict[str, float]:

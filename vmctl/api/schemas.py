@@ -296,7 +296,11 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
         tasks = d["tasks"]
         if not isinstance(tasks, list):
             raise ValidationError(field=tw, problem=f"must be an array, got {_tname(tasks)}")
-        if len(tasks) != procs:
+        if shape is not None and shape.kind == "task-bag":  # a bag's tasks: one entry per task of its shape
+            if len(tasks) != len(shape.tasks):
+                raise ValidationError(field=tw, problem=f"has {len(tasks)} entries for the {len(shape.tasks)} tasks "
+                                                        f"of its shape")
+        elif len(tasks) != procs:
             raise ValidationError(field=tw, problem=f"has {len(tasks)} entries for {procs} processes")
         out = []
         for i, t in enumerate(tasks):

@@ -186,6 +186,42 @@ def sweep_cmd(policies: str, grid_text: str | None, accuracies: str, seeds: str,
                           first=str(res.failed[0]["error"]))
 
 
+@moldable.command("traces")
+@click.option("--jobs", type=int, default=5000, show_default=True, help="First N jobs of each trace.")
+@click.option("--slot", type=float, default=10.0, show_default=True, help="Slot length SL, minutes.")
+@click.option("--deadline-estimates", type=float, default=3.0, show_default=True,
+              help="k: a job's deadline is its submit time + k x its requested time.")
+@click.option("--policies", default="easy,hsret,afcfs,all-eft,cbsp", show_default=True)
+@click.option("--trace-dir", default="../shared/data/traces", show_default=True, help="Where the SWF traces are.")
+@click.option("--workers", type=int, default=None, help="Local Dask workers (default: one per core).")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="An existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str, trace_dir: str,
+               workers: int | None, scheduler: str | None, out_dir: str) -> None:
+    """The four methods against EASY on the real traces (KTH, SDSC, CTC, HPC2N): moldable widths from
+    each job's size, deadline = submit + k x requested time; writes OUT/traces.md (docs/moldable.md)."""
+    from vmctl.experiments.gang import TRACES
+    from vmctl.experiments.moldable_traces import METHODS, traces
+    from vmctl.policies.moldable.model import check_slot
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    check_slot(slot)
+    if not deadline_estimates > 0:
+        raise ValidationError(field="--deadline-estimates", problem=f"must be > 0, got {deadline_estimates}")
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    for name in names:
+        if name not in METHODS:
+            raise ValidationError(field="--policies", problem=f"unknown {name!r} (known: {', '.join(METHODS)})")
+    missing = [t for t in TRACES if not (Path(trace_dir) / t).exists()]
+    if missing:
+        from vmctl.errors import TraceFormatError
+
+        raise TraceFormatError(path=str(Path(trace_dir) / missing[0]), line=0, problem="no such file")
+    click.echo(traces(out_dir, trace_dir, jobs, slot, deadline_estimates, workers=workers, scheduler=scheduler,
+                      progress=sys.stderr.isatty(), policies=names), nl=False)
+
+
 def parse_grid(text: str) -> dict[float, tuple[float, ...]]:
     """``360:100,110;720:200`` -> {360: (100, 110), 720: (200,)}."""
     out: dict[float, tuple[float, ...]] = {}

@@ -420,6 +420,29 @@ def vm_text(v: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def fmt_workers(workers: Sequence[Any]) -> str:
+    """A task bag's workers as ``job show`` prints them: ``n1/0.0 task 3 (0.91/s), n2/0.0 task 4 leaving``."""
+    parts = []
+    for w in workers:
+        if not isinstance(w, Mapping):
+            continue
+        task = "idle" if w.get("task") is None else f"task {w.get('task')}"
+        rate = w.get("throughput")
+        parts.append(f"{w.get('id')} {task}" + (f" ({rate:.2f}/s)" if isinstance(rate, int | float) else "")
+                     + (" leaving" if w.get("leaving") else ""))
+    return ", ".join(parts) or "none"
+
+
+def fmt_bag_tasks(tasks: Sequence[Any]) -> str:
+    """A task bag's tasks in one line: how many ended (and how), run, wait (``-o json`` has each)."""
+    ended = [t for t in tasks if isinstance(t, Mapping) and t.get("exit_status") is not None]
+    failed = sum(1 for t in ended if t.get("exit_status") != 0)
+    running = sum(1 for t in tasks if isinstance(t, Mapping) and t.get("exit_status") is None and t.get("worker"))
+    waiting = len(tasks) - len(ended) - running
+    return (f"{len(tasks)}: {len(ended) - failed} done, {failed} failed, {running} running, {waiting} waiting "
+            f"(each task's worker and times: -o json)")
+
+
 def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table:
     t = Table(show_header=False, box=None)
     t.add_column("key", style="bold")
@@ -438,6 +461,10 @@ def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table
             s = fmt_cap(v)
         elif k == "utilization":
             s = fmt_pct(v)
+        elif k == "workers" and isinstance(v, list):
+            s = fmt_workers(v)
+        elif k == "tasks" and isinstance(v, list) and doc.get("tasks_left") is not None:  # a task bag
+            s = fmt_bag_tasks(v)
         elif isinstance(v, dict | list):
             s = json.dumps(v)
         else:
@@ -791,8 +818,8 @@ def job_list(
     show({"jobs": jobs}, output, lambda: job_table(jobs, title=title))
 
 
-JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "shape", "width", "estimate", "priority",
-            "deadline",
+JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "shape", "width", "width_reason", "estimate",
+            "priority", "deadline",
             "submit_time", "start_time", "end_time", "placement", "runs", "requeues", "migrations", "reason", "tasks")
 
 

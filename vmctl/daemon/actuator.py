@@ -23,8 +23,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from vmctl.daemon import dispatcher
 from vmctl.daemon.config import MigrationLimits
-from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action
+from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action, row_form
 from vmctl.daemon.gang import occupy as _occupy
 from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
 from vmctl.errors import InvariantViolation
@@ -43,6 +44,7 @@ from vmctl.model import (
     PlaceShared,
     PowerState,
     Promote,
+    Resize,
     Restore,
     Resume,
     SetCap,
@@ -85,6 +87,9 @@ class Actuator:
         self.on_job_end: Any = None
         self.on_start: Any = None
         self.on_op_closed: Any = None
+        #: the policy's quota Q of tasks migrated per time slice (gang policies' ``quota``; None: none),
+        #: checked again on every gang move to other cores (``vmctl.daemon.gang.quota_problem``)
+        self.slice_quota: float | None = None
 
     # ------------------------------------------------------------------ helpers
     def touch(self, ch: Changes, job: JobRecord) -> None:
@@ -115,8 +120,10 @@ class Actuator:
         job.progress_base = self.state.progress(job, now)
         job.tier_since = now
 
-    def start_record(self, job: JobRecord, tier: str, placement: list[tuple[str, int]], now: float) -> None:
-        """A queued job's record as it starts a new run on ``placement`` (its VMs in ``tier``)."""
+    def start_record(self, job: JobRecord, tier: str, placement: list[tuple[str, int]], now: float,
+                     reason: str = "") -> None:
+        """A queued job's record as it starts a new run on ``placement`` (its VMs in ``tier``);
+        ``reason``: the start's ``Start.reason`` (why this width and place), kept as ``width_reason``."""
         job.run += 1
         job.state = JobState.RUNNING
         job.tier = tier
@@ -126,6 +133,7 @@ class Actuator:
         job.progress_base = 0.0
         job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(placement))]
         job.reason = None
+        job.width_reason = reason or None
         job.suspended = job.checkpointed = job.restore_pending = False
         if self.on_start is not None:
             self.on_start(job, now)
@@ -148,25 +156,28 @@ class Actuator:
             for host in op.detail.get("hosts", []):
                 moving_now[host] = moving_now.get(host, 0) + 1
 
-        def moving(hosts: list[str]) -> str | None:
-            """Why one more migration between ``hosts`` breaks the limits; else count it."""
+        def moving(hosts: list[str], count: bool) -> str | None:
+            """Why one more migration between ``hosts`` breaks the limits; with ``count``, it goes ahead."""
             nonlocal cluster_moving
-            full = self._limit_reached(hosts, cluster_moving, moving_now)
-            if full is None:
-                cluster_moving += 1
-                for h in hosts:
-                    moving_now[h] = moving_now.get(h, 0) + 1
-            return full
+            if not count:
+                return self._limit_reached(hosts, cluster_moving, moving_now)
+            cluster_moving += 1
+            for h in hosts:
+                moving_now[h] = moving_now.get(h, 0) + 1
+            return None
 
         for act in decision.actions:
             job = self.state.jobs.get(act.job_id)
             if job is None:
                 res.skipped.append((act, "unknown job"))
                 continue
+            start_reason = act.reason if isinstance(act, Start) else ""
             why: str | None = None
+            if view.discipline is Discipline.TIMESLICE:
+                act = row_form(act, job)
             row = is_row_action(act, view.discipline)
             if row:  # gang rows: any level of a timeslice cluster
-                why = apply_row_action(self, act, job, lay, now, ch, occ, place, moving)
+                why = apply_row_action(self, act, job, now, ch, occ, place, moving)
             elif isinstance(act, Start | Move):
                 act = priority_form(act, checkpointed=job.checkpointed)
             if row:
@@ -176,7 +187,12 @@ class Actuator:
                 if job.state != JobState.QUEUED:
                     why = f"job is {job.state}, not queued"
                 elif (why := _occupy(occ, act)) is None:
-                    self.start_record(job, tier.value, place(act.cores), now)
+                    kept = job.tasks if job.bag is not None else []  # a bag requeued with its results
+                    self.start_record(job, tier.value, place(act.cores), now, start_reason)
+                    job.bag = None
+                    shape = self.state.shape_of(job)
+                    if shape is not None and shape.kind == "task-bag":  # workers take tasks at once
+                        dispatcher.start(job, level_of(tier), now, kept)
             elif isinstance(act, Promote | Demote):
                 want = Tier.FG if isinstance(act, Promote) else Tier.BG
                 rj = view.running.get(job.id)
@@ -233,6 +249,8 @@ class Actuator:
                     job.suspended = False
                     job.state = JobState.RUNNING
                     job.tier_since = now
+            elif isinstance(act, Resize):
+                why = self._resize(act, job, lay, now, occ, place)
             elif isinstance(act, PlaceShared):
                 why = self._place_shared(act, job, now, ch, occ, moving_now, cluster_moving)
                 if why is None and job.migrating:
@@ -302,6 +320,24 @@ class Actuator:
                 moving_now[h] = moving_now.get(h, 0) + 1
         else:
             job.migrations += 1  # a re-pin on the same host: done when the agent applies it
+        return None
+
+    def _resize(self, act: Resize, job: JobRecord, lay: Layout, now: float, occ: Occupancy,
+                place: Any) -> str | None:
+        """A task bag's new worker set (``vmctl.daemon.dispatcher.resize``): applied on the occupancy
+        model, whose slots a given-up worker still running its task keep held for the job until that
+        task ends (no later action of this decision may take them)."""
+        bag = job.bag
+        if job.state != JobState.RUNNING or bag is None:
+            return "job is not a running task bag"
+        if act.level != int(bag["level"]):
+            return f"a task bag keeps its level ({bag['level']}), the resize names level {act.level}"
+        if (why := _occupy(occ, act)) is not None:
+            return why
+        draining = dispatcher.resize(job, place(act.cores), now)
+        cores = tuple(g for g in (lay.global_core(n, c) for n, c in draining) if g is not None)
+        if cores:
+            occ.hold(job.id, act.level, cores)
         return None
 
     def unreachable(self, moves: list[dict[str, Any]]) -> str | None:
@@ -395,7 +431,10 @@ class Actuator:
         return remaining * max(0.0, pace_after - pace_now) - act.cost
 
     # ------------------------------------------------------------------ job ends
-    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: JobState, reason: str) -> None:
+    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: JobState, reason: str,
+                 keep_results: bool = False) -> None:
+        """End or requeue ``job``. ``keep_results``: a task bag requeued keeps its tasks' results (its
+        next run hands out only the unfinished ones)."""
         if job.migrating:
             op = self.state.ops.get(job.migrating)
             if op is not None and op.state == "pending":
@@ -405,6 +444,8 @@ class Actuator:
             if op.job_id == job.id and op.state == "pending":
                 self.close_op(ch, op, "aborted", now, f"job {state}")
         job.placement = []
+        if job.bag is not None:  # a task bag's workers are gone (its task results stay, unless requeued)
+            dispatcher.stop(job, f"stopped: job {state}")
         job.suspended = job.checkpointed = job.restore_pending = False
         job.level, job.replicas = None, []
         job.cap = None
@@ -414,7 +455,9 @@ class Actuator:
             job.tier = None
             job.progress_base = 0.0
             job.tier_since = None
-            job.tasks = []
+            if not (keep_results and job.bag is not None):
+                job.tasks = []
+                job.bag = None
             job.reason = reason
         else:
             job.state = state
@@ -437,6 +480,10 @@ class Actuator:
             jid, run, idx = parsed
             seen[v.name] = v
             job = st.jobs.get(jid)
+            if job is not None and job.bag is not None:
+                if job.run == run and job.state == JobState.RUNNING:
+                    self._observe_worker(job, idx, v, obs.node, now, ch)
+                continue
             if job is None or job.run != run or job.state not in ACTIVE or idx >= len(job.tasks):
                 continue
             if job.placement and idx < len(job.placement) and job.placement[idx][0] != obs.node and not job.migrating:
@@ -487,6 +534,23 @@ class Actuator:
                         job.restore_pending = False
                         self.touch(ch, job)
                     ch.events.append(f"{op.kind} {op.id} done")
+
+    def _observe_worker(self, job: JobRecord, vm_number: int, v: Any, node: str, now: float, ch: Changes) -> None:
+        """A task bag's worker VM in a report: the dispatcher records a task's end and hands the worker
+        its next task (a changed desired state); the job ends when its last task has."""
+        i = job.bag["vms"].index(vm_number) if job.bag is not None and vm_number in job.bag["vms"] else -1
+        if i < 0 or job.placement[i][0] != node:
+            return  # a worker that left, or a stale copy on another node
+        held = len(job.placement)
+        if not dispatcher.observe(job, vm_number, v, now):
+            return
+        self.touch(ch, job)
+        if dispatcher.finished(job):
+            failed = any(t["exit_status"] != 0 for t in job.tasks)
+            self.stop_job(ch, job, now, JobState.FAILED if failed else JobState.DONE,
+                          "a task exited with a non-zero status" if failed else "finished")
+        elif len(job.placement) < held:
+            ch.events.append(f"job {job.id} released a worker")  # the decision maker runs (passive)
 
     def _follow_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes) -> None:
         st = self.state

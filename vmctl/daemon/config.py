@@ -14,21 +14,25 @@ from vmctl.errors import ConfigError, VmctlError
 from vmctl.model import Discipline
 from vmctl.policies.base import Offer
 
+#: the job shapes vmctld runs: rigid jobs, moldable ones at the width the policy starts them with (their
+#: time at that width over the node speed; suspended and resumed like any job), and task bags
+#: (``vmctl.daemon.dispatcher`` hands their tasks to their workers; Resize applied at task boundaries)
+DAEMON_SHAPES = frozenset({"rigid", "moldable", "task-bag"})
 #: what vmctld offers a policy before any node registered: 2 VM levels per core under the priority
-#: discipline (fg/bg), rigid jobs, capped shared VMs (vcsched). Once agents registered, the cluster's
-#: own layout counts (``ClusterState.offer``): a policy it cannot serve is refused when configured,
-#: switched to, or when a first node's registration would leave it without what it needs.
-DAEMON_OFFER = Offer(where="vmctld", levels=2, discipline=Discipline.PRIORITY, shared_vms=True)
+#: discipline (fg/bg), rigid, moldable and task-bag jobs, capped shared VMs (vcsched). Once agents
+#: registered, the cluster's own layout counts (``ClusterState.offer``): a policy it cannot serve is
+#: refused when configured, switched to, or when a first node's registration would leave it without what it needs.
+DAEMON_OFFER = Offer(where="vmctld", levels=2, discipline=Discipline.PRIORITY, shapes=DAEMON_SHAPES, shared_vms=True)
 
 
 def check_policy_config(policy: Any) -> None:
     """The config-time check of a policy's needs, before the cluster is known: what vmctld could serve
-    under some discipline (2 levels, rigid jobs, shared VMs); the discipline itself is checked against
+    under some discipline (2 levels, rigid jobs and task bags, shared VMs); the discipline itself is checked against
     the registered cluster when the daemon runs."""
     first: VmctlError | None = None
     for discipline in Discipline:
         try:
-            Offer(where="vmctld", levels=2, discipline=discipline, shared_vms=True).check(policy)
+            Offer(where="vmctld", levels=2, discipline=discipline, shapes=DAEMON_SHAPES, shared_vms=True).check(policy)
             return
         except VmctlError as exc:
             first = first or exc

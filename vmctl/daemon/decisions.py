@@ -126,6 +126,8 @@ class DecisionLoop(Timers):
         if self.dirty:
             view, lay = self.state.build_view(now)
         ch = Changes()
+        quota = pending.policy.params.get("quota")  # the gang policies' Q, enforced again per slice
+        self.actuator.slice_quota = float(quota) if isinstance(quota, int | float) else None
         res = self.actuator.apply(decision, view, lay, now, ch)
         self.last_result = res
         self.skipped_total += len(res.skipped)

@@ -33,15 +33,17 @@ prints both.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from vmctl.daemon.state import ClusterState, Layout
+from vmctl.daemon.state import ClusterState
 from vmctl.errors import InvariantViolation, PolicyParameterError, ValidationError
 from vmctl.model import (
     Action,
     Discipline,
     JobState,
+    Migrate,
     Move,
     Replicate,
     SliceSchedule,
@@ -64,6 +66,13 @@ ROW_ACTIONS = (Start, Move, Replicate, Unreplicate)
 def is_row_action(act: Action, discipline: Discipline) -> bool:
     """Whether ``act`` is carried out as a gang row action (any level of a timeslice cluster)."""
     return discipline is Discipline.TIMESLICE and isinstance(act, ROW_ACTIONS)
+
+
+def row_form(act: Action, job: JobRecord) -> Action:
+    """An operator's ``Migrate`` of a gang job as the row action it is: a ``Move`` within its row."""
+    if isinstance(act, Migrate) and job.level is not None:
+        return Move(act.job_id, act.cores, job.level, act.cost)
+    return act
 
 
 def tier_name(level: int) -> str:
@@ -117,6 +126,23 @@ def check_offer(offer: Offer, policy: SchedulingPolicy) -> None:
     offer.check(policy)
 
 
+def quota_problem(actuator: Actuator, job: JobRecord, now: float) -> str | None:
+    """Why moving ``job`` to other cores now would exceed the policy's quota Q of tasks migrated per
+    slice (``Actuator.slice_quota``), or None. The second line of defence behind the gang policies, which
+    count the same from ``RunningJob.migrated_at``: the tasks of the jobs that changed cores since the
+    current slice began, this decision's moves included (their records already carry ``migrated_at``)."""
+    q, sched = actuator.slice_quota, actuator.state.slices
+    if q is None or not math.isfinite(q) or sched is None:
+        return None
+    begin = sched.epoch + sched.slot(now) * sched.period
+    used = sum(len(r.placement) for r in actuator.state.active()
+               if r.migrated_at is not None and r.migrated_at >= begin - 1e-9)
+    if used + len(job.placement) > q:
+        return (f"quota Q = {q:g} tasks migrated per slice reached ({used} since the slice began at t={begin:.0f}; "
+                f"this move needs {len(job.placement)})")
+    return None
+
+
 def node_slices(state: ClusterState, node: str) -> SliceSchedule | None:
     """The slice clock node ``node``'s desired state carries: the schedule in force on a timeslice node."""
     rec = state.nodes.get(node)
@@ -125,11 +151,12 @@ def node_slices(state: ClusterState, node: str) -> SliceSchedule | None:
     return state.slices
 
 
-def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, lay: Layout, now: float, ch: Changes,
-                     occ: Occupancy, place: Callable[[tuple[int, ...]], list[tuple[str, int]]],
-                     moving: Callable[[list[str]], str | None]) -> str | None:
-    """Carry out a gang action on ``job``'s record; the reason it cannot be, or None. ``moving(hosts)``
-    says why one more migration between ``hosts`` would break the migration limits (and counts it)."""
+def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, now: float, ch: Changes, occ: Occupancy,
+                     place: Callable[[tuple[int, ...]], list[tuple[str, int]]],
+                     moving: Callable[[list[str], bool], str | None]) -> str | None:
+    """Carry out a gang action on ``job``'s record; the reason it cannot be, or None. ``moving(hosts,
+    False)`` says why one more migration between ``hosts`` would break the migration limits;
+    ``moving(hosts, True)`` counts one that goes ahead."""
     if isinstance(act, Start):
         if job.state != JobState.QUEUED:
             return f"job is {job.state}, not queued"
@@ -160,10 +187,12 @@ def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, lay: Layou
              for i in range(len(new_place)) if job.placement[i] != new_place[i]]
     hosts = sorted({str(m["from"][0]) for m in moves if m["from"][0] != m["to"][0]}
                    | {str(m["to"][0]) for m in moves if m["from"][0] != m["to"][0]})
+    if moves and (why := quota_problem(actuator, job, now)) is not None:
+        return why
     if hosts:
         why = actuator.unreachable(moves)
         if why is None:
-            why = moving(hosts)
+            why = moving(hosts, False)
         if why is not None:
             return why
     if (why := occupy(occ, act)) is not None:
@@ -181,6 +210,7 @@ def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, lay: Layou
     old_cores = occ.view.running[job.id].cores  # the source slots stay held until the agents confirm
     leaving = tuple(old_cores[int(m["index"])] for m in moves if m["from"][0] != m["to"][0])
     occ.hold(job.id, from_level, leaving)
+    moving(hosts, True)
     op = actuator.new_op(ch, "migrate", job.id, now, {
         "moves": moves, "hosts": hosts, "tier": job.tier, "stage": "prepare", "target_gens": {},
         "from_tier": from_tier, "from_level": from_level, "level": act.level, "origin": "policy"})

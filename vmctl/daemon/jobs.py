@@ -8,20 +8,32 @@ from typing import Any
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.state import ACTIVE, TERMINAL
-from vmctl.errors import Conflict
+from vmctl.errors import Conflict, ValidationError
 from vmctl.model import JobState
+from vmctl.shapes import shape_from_json
 from vmctl.store.base import JobRecord, NodeRecord, WriteBatch
 
 
 class JobEvents(DaemonBase):
     """Submit, cancel and explain jobs."""
 
-    def submit(self, specs: Iterable[dict[str, Any]]) -> list[JobRecord]:
+    def submit(self, specs: Iterable[dict[str, Any]], batch: bool = True) -> list[JobRecord]:
+        """Queue ``specs`` (checked specs, ``vmctl.api.schemas.job_spec``); ``batch``: errors name the
+        fields as ``jobs[i].FIELD`` (else ``FIELD``, a single job's request)."""
         self._require_leader()
         now = self.clock.now()
+        specs = list(specs)
+        self._check_for_policy(specs, now, batch)
         ch = Changes()
         out: list[JobRecord] = []
         seq = self.state.next_seq
+        specs = list(specs)
+        for i, spec in enumerate(specs):  # nothing is submitted when one is refused
+            deadline = spec.get("deadline")
+            if deadline is not None and spec.get("shape", {}).get("kind") == "task-bag" and deadline <= now:
+                where = f"jobs[{i}].deadline" if len(specs) > 1 else "deadline"
+                raise ValidationError(field=where, problem=f"{deadline} is in the past (now {now:.3f}): a task bag's "
+                                                           f"deadline must be later than its submission")
         for spec in specs:
             rec = JobRecord(id=str(seq), seq=seq, name=str(spec.get("name") or f"job-{seq}"), spec=dict(spec),
                             state=JobState.QUEUED, submit_time=now, reason="submitted")
@@ -37,6 +49,26 @@ class JobEvents(DaemonBase):
             self.state.reindex(rec)
         self.dirty = True
         return out
+
+    def _check_for_policy(self, specs: Sequence[dict[str, Any]], now: float, batch: bool) -> None:
+        """What the active policy needs of a job beyond the spec's own checks, before anything is
+        applied: a deadline after the submission when it schedules by deadlines, and its own rules
+        (``SchedulingPolicy.check_job``: the moldable policy refuses a table whose time grows with the
+        width). A ``ValidationError`` names the field (``jobs[1].deadline``)."""
+        pol = self.policy
+        if pol is None:
+            return
+        for i, spec in enumerate(specs):
+            where = f"jobs[{i}]" if batch else ""
+            field = f"{where}." if where else ""
+            dl = spec.get("deadline")
+            if dl is not None and "deadline" in pol.job_fields and float(dl) <= now:
+                raise ValidationError(field=f"{field}deadline", problem=f"t={float(dl):.0f} is not after the "
+                                      f"submission (now, t={now:.0f}): policy {pol.name} schedules by deadlines")
+            raw = spec.get("shape")
+            shape = shape_from_json(raw, f"{field}shape") if raw is not None else None
+            rec = JobRecord(id=where or "job", seq=0, name="", spec=spec, state=JobState.QUEUED, submit_time=now)
+            pol.check_job(rec.to_job(), shape, where)
 
     def cancel(self, job_id: str) -> JobRecord:
         self._require_leader()

@@ -56,10 +56,12 @@ class OperatorActions(DaemonBase):
                 raise Conflict(what=f"migration of job {job_id} to {to_node}", problem=why)
         view, lay = self.state.build_view(self.clock.now())
         off = lay.offset[to_node]
-        free = [off + c for c in range(node.cores) if (off + c) in view.idle_fg]
+        # a gang job (timeslice) moves within its row: the cores free in that row
+        idle, slot = (view.idle_fg, "fg") if rec.level is None else (view.idle[rec.level], f"row {rec.level}")
+        free = [off + c for c in range(node.cores) if (off + c) in idle]
         procs = len(rec.placement)
         if len(free) < procs:
-            raise Conflict(what=f"node {to_node}", problem=f"has {len(free)} free fg cores, job needs {procs}")
+            raise Conflict(what=f"node {to_node}", problem=f"has {len(free)} free {slot} cores, job needs {procs}")
         act = Migrate(job_id=job_id, cores=tuple(free[:procs]), tier=Tier.FG)
         saved = self.config.migration
         # an operator's migration is not subject to min_gain_s, but is to the concurrency limits

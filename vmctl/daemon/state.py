@@ -26,6 +26,8 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from vmctl.daemon import dispatcher
+from vmctl.daemon.config import DAEMON_SHAPES
 from vmctl.model import (
     ClusterView,
     Discipline,
@@ -391,6 +393,25 @@ class ClusterState:
             shape = self._shape_cache[rec.id] = shape_from_json(raw, f"job {rec.id}.shape")
         return shape
 
+    def moldable_time(self, rec: JobRecord) -> float | None:
+        """A placed moldable job's run time: its shape's time at the width it was started with (standard
+        cores) over the slowest speed of its nodes (``host.speed``); None for other jobs."""
+        shape = self.shape_of(rec)
+        width = len(rec.placement)
+        if shape is None or shape.kind != "moldable" or not shape.allows(width):
+            return None
+        speed, _group, _mem = self.node_attributes()
+        slowest = min((speed.get(n, 1.0) for n, _c in rec.placement), default=1.0)
+        return shape.time_at(width) / slowest
+
+    def run_limit(self, rec: JobRecord) -> float:
+        """How long a job may run before it counts as past its estimate: the estimate, or for a moldable
+        job the longer of that and its time at its width on its nodes (``moldable_time``: the policy
+        chose the width, the user's estimate is the time at ``procs``)."""
+        est = float(rec.spec["estimate"])
+        t = self.moldable_time(rec)
+        return est if t is None else max(est, t)
+
     def shapes(self) -> dict[str, JobShape]:
         """The view's ``shapes``: job id -> shape of every queued or active moldable or task-bag job."""
         out: dict[str, JobShape] = {}
@@ -604,6 +625,8 @@ class ClusterState:
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
                 suspended=rec.suspended or rec.checkpointed, checkpointed=rec.checkpointed,
                 cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
+                tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
+                throughput=None if rec.bag is None else dispatcher.throughput_by_core(rec, lay.global_core),
                 level=-1 if rec.level is None else rec.level, replicas=tuple(rec.replicas),
                 migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
             )
@@ -652,17 +675,20 @@ class ClusterState:
             tasks = rec.spec.get("tasks") or []
             work = rec.spec.get("work_seconds")
             if work is None:  # a moldable job's mock work: its time at the width it was started with
-                shape = self.shape_of(rec)
-                work = shape.time_at(len(rec.placement)) if shape is not None and shape.kind == "moldable" and \
-                    shape.allows(len(rec.placement)) else 0.0
+                work = self.moldable_time(rec) or 0.0
+            bag_shape = self.shape_of(rec) if rec.bag is not None else None
             for i, (n, c) in enumerate(rec.placement):
                 name = rec.vm_name(i)
-                t = tasks[i] if i < len(tasks) else {}
-                proc = ProcessSpec(
-                    job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
-                    work_seconds=float(t.get("work_seconds", work)),
-                    cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
-                )
+                proc: ProcessSpec | None
+                if bag_shape is not None:  # a task bag's worker: the task the dispatcher handed it
+                    proc = dispatcher.process(rec, i, bag_shape, job.usage_of(0))
+                else:
+                    t = tasks[i] if i < len(tasks) else {}
+                    proc = ProcessSpec(
+                        job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
+                        work_seconds=float(t.get("work_seconds", work)),
+                        cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
+                    )
                 power = PowerState.RUNNING
                 ckpt: str | None = None
                 if rec.checkpointed:
@@ -728,7 +754,7 @@ def levels_offer(levels: int, discipline: Discipline) -> Offer:
     placed = placeable_levels(levels, discipline)
     where = (f"vmctld (the registered cluster: {levels} {discipline.value} level{'s' if levels != 1 else ''} "
              f"per core{'' if levels <= placed else f'; vmctld places jobs on {placed} of them'})")
-    return Offer(where=where, levels=placed, discipline=discipline, shared_vms=True)
+    return Offer(where=where, levels=placed, discipline=discipline, shapes=DAEMON_SHAPES, shared_vms=True)
 
 
 def row_pace(job: JobRecord, slices: SliceSchedule | None) -> float:

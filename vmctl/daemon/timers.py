@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 
+from vmctl.daemon import dispatcher
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.retention import prune_finished
@@ -50,6 +51,16 @@ class Timers(DaemonBase):
                             if n.name not in srcs:  # the target died: go back to the source
                                 self.actuator.rollback_migration(op, job, now, ch, f"node {n.name} down")
                                 continue
+                    if job.bag is not None:
+                        # a task bag loses its workers there, not its results: the tasks they ran go
+                        # back; with workers elsewhere it keeps running, else it is requeued with them
+                        dispatcher.lose_node(job, n.name)
+                        if job.placement:
+                            self.actuator.touch(ch, job)
+                            continue
+                        self.actuator.stop_job(ch, job, now, JobState.QUEUED,
+                                               f"requeued: node {n.name} down (finished tasks kept)", keep_results=True)
+                        continue
                     self.actuator.stop_job(ch, job, now, JobState.QUEUED, f"requeued: node {n.name} down")
                 st.nodes_changed()
             elif n.state == "draining" and not st.jobs_on(n.name):
@@ -66,12 +77,14 @@ class Timers(DaemonBase):
                     self.actuator.rollback_migration(op, mj, now, ch, "timed out")
         if cfg.kill_at_estimate:
             for job in st.active():
-                # fg jobs, and gang jobs in any row (their modelled progress counts active slices only)
-                if job.state != JobState.RUNNING or (job.tier != "fg" and job.level is None) or job.migrating:
+                # fg jobs, and gang jobs in any row (their modelled progress counts active slices only); a task
+                # bag's length depends on the workers it is given: no run-time limit
+                if job.state != JobState.RUNNING or (job.tier != "fg" and job.level is None) or job.migrating \
+                        or job.bag is not None:
                     continue
                 if not all(t.get("seen", True) for t in job.tasks):
                     continue  # not every process reported started yet: it cannot have overrun
-                limit = float(job.spec["estimate"]) + cfg.estimate_grace_s
+                limit = st.run_limit(job) + cfg.estimate_grace_s
                 prog = st.progress(job, now)
                 pace = st.pace(job)
                 if prog <= limit or pace <= 0:

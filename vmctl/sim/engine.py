@@ -263,6 +263,7 @@ class _LiveProgress(RunningJob):
     tasks_left = None
     replicas = ()
     migrated_at = -_INF
+    throughput = None  # vmctld's observed task-bag throughput: the simulator has none
     checkpointed = False
 
     @property
@@ -299,6 +300,7 @@ class _Live(RunningJob):
     _run: _Run
     _sim: Simulator
     tasks_left = None
+    throughput = None
 
     @property
     def progress(self) -> float:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,10 @@ from vmctl.policies.moldable import MOLDABLE_POLICIES, make_policy
 from vmctl.policies.moldable.model import EPS, Clusters, Profile, SlotView, check_slot
 from vmctl.speedup import Downey
 
+#: runs of more slots than this draw their tasks chunk by chunk (:func:`stream_tasks`) and keep only the
+#: tasks still needed in memory (the paper's 1,000,000 slots at rate 150: 150 million tasks)
+STREAM_SLOTS = 20_000
+CHUNK_SLOTS = 1_000
 #: the paper's task lengths (minutes at the smallest width) and deadline factors
 LENGTH_RANGE = (500.0, 9500.0)
 DEADLINE_FACTOR = (1.5, 5.0)
@@ -140,15 +145,33 @@ class Tasks:
     arrival_slot: np.ndarray
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """Per task of a run: start and finish slot (-1: never), width and cluster (-1: never started)."""
+
+    start: np.ndarray
+    finish: np.ndarray
+    width: np.ndarray
+    cluster: np.ndarray
+
+
 def generate(cfg: MoldableConfig) -> tuple[Tasks, Clusters]:
     """The tasks and clusters of ``cfg`` (a pure function of its seed and sizes)."""
-    ss = np.random.SeedSequence(cfg.seed)
-    task_seq, cluster_seq = ss.spawn(2)
-    rng = np.random.default_rng(task_seq)
+    task_seq, cluster_seq = np.random.SeedSequence(cfg.seed).spawn(2)
+    return draw_tasks(cfg, np.random.default_rng(task_seq), 0, cfg.slots), clusters_of(cfg, cluster_seq)
+
+
+def clusters_of(cfg: MoldableConfig, seq: np.random.SeedSequence) -> Clusters:
+    speeds = np.random.default_rng(seq).uniform(*SPEED_RANGE, size=cfg.clusters)
+    return Clusters(tuple([cfg.nodes] * cfg.clusters), tuple(float(s) for s in speeds))
+
+
+def draw_tasks(cfg: MoldableConfig, rng: np.random.Generator, first: int, end: int) -> Tasks:
+    """The tasks arriving in slots ``first`` .. ``end - 1`` (sec. 6.1-6.2 workload), drawn from ``rng``."""
     hi = max(1, round(2 * cfg.rate - 1))
-    counts = rng.integers(1, hi, size=cfg.slots, endpoint=True)
+    counts = rng.integers(1, hi, size=end - first, endpoint=True)
     total = int(counts.sum())
-    slot_of = np.repeat(np.arange(cfg.slots, dtype=np.int64), counts)
+    slot_of = np.repeat(np.arange(first, end, dtype=np.int64), counts)
     offset = rng.random(total)
     arrival = (slot_of + offset) * cfg.slot
     order = np.lexsort((offset, slot_of))
@@ -157,9 +180,18 @@ def generate(cfg: MoldableConfig) -> tuple[Tasks, Clusters]:
     deadline = arrival + rng.uniform(*DEADLINE_FACTOR, size=total) * length
     profile = rng.integers(0, len(cfg.profiles), size=total)
     factor = 1.0 + rng.uniform(0.0, 1.0 - cfg.accuracy, size=total) if cfg.accuracy < 1 else np.ones(total)
-    speeds = np.random.default_rng(cluster_seq).uniform(*SPEED_RANGE, size=cfg.clusters)
-    clusters = Clusters(tuple([cfg.nodes] * cfg.clusters), tuple(float(s) for s in speeds))
-    return Tasks(arrival, deadline, length, profile.astype(np.int64), factor, slot_of), clusters
+    return Tasks(arrival, deadline, length, profile.astype(np.int64), factor, slot_of)
+
+
+def stream_tasks(cfg: MoldableConfig) -> Iterator[Tasks]:
+    """The tasks of a long run (more than :data:`STREAM_SLOTS` slots) in chunks of :data:`CHUNK_SLOTS`
+    arrival slots, chunk k drawn from its own stream of the seed (``SeedSequence(seed).spawn(2)[0]``
+    spawning one child per chunk): the same distributions as :func:`generate`, another sample, and
+    memory for one chunk at a time instead of every task of the run."""
+    task_seq = np.random.SeedSequence(cfg.seed).spawn(2)[0]
+    for k, first in enumerate(range(0, cfg.slots, CHUNK_SLOTS)):
+        rng = np.random.default_rng(np.random.SeedSequence([*task_seq.generate_state(2), k]))
+        yield draw_tasks(cfg, rng, first, min(cfg.slots, first + CHUNK_SLOTS))
 
 
 def policy_rng(seed: int) -> np.random.Generator:
@@ -185,18 +217,112 @@ def batch_means(values: np.ndarray, batch: np.ndarray, batches: int) -> tuple[fl
 def simulate(cfg: MoldableConfig) -> dict[str, Any]:
     """Run ``cfg``; the metrics dict (see the module docstring)."""
     t0 = time.perf_counter()
-    tasks, clusters = generate(cfg)
-    policy = make_policy(cfg.policy, policy_rng(cfg.seed))
-    profiles = cfg.profiles
-    n_tasks = len(tasks.arrival)
-    start = np.full(n_tasks, -1, dtype=np.int64)
-    finish = np.full(n_tasks, -1, dtype=np.int64)
-    cluster = np.full(n_tasks, -1, dtype=np.int64)
-    width = np.zeros(n_tasks, dtype=np.int64)
-    need_f = np.zeros(n_tasks, dtype=np.int64)
-    need_a = np.zeros(n_tasks, dtype=np.int64)
-    done = np.zeros(n_tasks, dtype=np.int64)
-    warm = cfg.warm_slots
+    tasks: Tasks | Iterator[Tasks]
+    if cfg.slots > STREAM_SLOTS:
+        tasks, clusters = stream_tasks(cfg), clusters_of(cfg, np.random.SeedSequence(cfg.seed).spawn(2)[1])
+    else:
+        tasks, clusters = generate(cfg)
+    res, _ = run_slots(cfg.policy, cfg.seed, cfg.slot, tasks, clusters, cfg.profiles, slots=cfg.slots,
+                    warm=cfg.warm_slots, drain=cfg.drain, batches=cfg.batches, t0=t0)
+    return {"policy": cfg.policy, "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy, "seed": cfg.seed,
+            **res, "clusters": cfg.clusters, "nodes": cfg.nodes}
+
+
+_TASK_FIELDS = ("arrival", "deadline", "length", "profile", "factor", "arrival_slot")
+#: per-task engine state and its value before a task starts
+_STATE_FIELDS = {"start": -1, "finish": -1, "cluster": -1, "width": 0, "need_f": 0, "need_a": 0, "done": 0}
+
+
+class _Window(Tasks):
+    """The tasks the engine still needs (every task from the oldest one waiting, running or in HSRET's
+    load window on): the task fields of :class:`Tasks` and the engine's state, one array each, indexed
+    by task id - ``dropped``. A long run appends chunks and drops the finished prefix."""
+
+    start: np.ndarray
+    finish: np.ndarray
+    cluster: np.ndarray
+    width: np.ndarray
+    need_f: np.ndarray
+    need_a: np.ndarray
+    done: np.ndarray
+
+    def __init__(self) -> None:
+        for name in _TASK_FIELDS:
+            setattr(self, name, np.zeros(0, dtype=np.int64 if name in ("profile", "arrival_slot") else np.float64))
+        for name in _STATE_FIELDS:
+            setattr(self, name, np.zeros(0, dtype=np.int64))
+        self.dropped = 0
+
+    def append(self, tasks: Tasks) -> None:
+        n = len(tasks.arrival)
+        for name in _TASK_FIELDS:
+            setattr(self, name, np.concatenate([getattr(self, name), getattr(tasks, name)]))
+        for name, init in _STATE_FIELDS.items():
+            setattr(self, name, np.concatenate([getattr(self, name), np.full(n, init, dtype=np.int64)]))
+
+    def drop(self, lo: int, tally: _Tally) -> None:
+        """Fold tasks ``0 .. lo - 1`` (all ended) into ``tally`` and forget them."""
+        if lo <= 0:
+            return
+        tally.add(self, slice(0, lo))
+        for name in (*_TASK_FIELDS, *_STATE_FIELDS):
+            setattr(self, name, getattr(self, name)[lo:])
+        self.dropped += lo
+
+
+class _Tally:
+    """The metrics of the module docstring as per-batch sums, so that a long run can fold its ended
+    tasks in as it forgets them (the same means and batch-means intervals as over every task at once)."""
+
+    def __init__(self, batches: int, warm: int, slots: int, slot: float) -> None:
+        self.batches, self.warm, self.slots, self.slot = batches, warm, slots, slot
+        self.sums = {k: np.zeros(batches) for k in ("aet", "awt", "put")}
+        self.counts = {k: np.zeros(batches, dtype=np.int64) for k in ("aet", "awt", "put")}
+        self.width_sum = 0.0
+        self.unfinished = 0
+
+    def add(self, w: _Window, part: slice) -> None:
+        arrival_slot, start, finish = w.arrival_slot[part], w.start[part], w.finish[part]
+        measured = arrival_slot >= self.warm
+        batch = ((arrival_slot - self.warm) * self.batches) // (self.slots - self.warm)
+        fin = measured & (finish >= 0)
+        begun = measured & (start >= 0)
+        late = measured & ((finish < 0) | (finish * self.slot > w.deadline[part] + EPS))
+        for key, mask, values in (("aet", fin, (finish - start) * self.slot),
+                                  ("awt", begun, start * self.slot - w.arrival[part]),
+                                  ("put", measured, 100.0 * late)):
+            self.sums[key] += np.bincount(batch[mask], weights=values[mask], minlength=self.batches)
+            self.counts[key] += np.bincount(batch[mask], minlength=self.batches)
+        self.width_sum += float(w.width[part][begun].sum())
+        self.unfinished += int((measured & (finish < 0)).sum())
+
+    def mean_ci(self, key: str) -> tuple[float, float]:
+        """(mean over all values, 95 % half width over the batch means; nan when a batch is empty)."""
+        n = self.counts[key]
+        if n.sum() == 0:
+            return math.nan, math.nan
+        mean = float(self.sums[key].sum() / n.sum())
+        if (n == 0).any():
+            return mean, math.nan
+        means = self.sums[key] / n
+        return mean, _t975(self.batches - 1) * float(means.std(ddof=1)) / math.sqrt(self.batches)
+
+
+def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[Tasks], clusters: Clusters,
+              profiles: tuple[Profile, ...], *, slots: int, warm: int, drain: int, batches: int,
+              t0: float | None = None) -> tuple[dict[str, Any], Outcome | None]:
+    """The slot-stepped engine on given ``tasks`` (sorted by arrival, ``profile`` indexing
+    ``profiles``; or consecutive chunks of them, :func:`stream_tasks`) and ``clusters``: ``slots``
+    arrival slots of ``slot`` minutes, the first ``warm`` unmeasured, then at most ``drain`` more slots;
+    the metrics of the module docstring (the trace evaluation, :mod:`vmctl.experiments.moldable_traces`,
+    builds its tasks from a real trace), and each task's :class:`Outcome` (None when chunks were
+    dropped on the way)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    policy = make_policy(policy_name, policy_rng(seed))
+    chunks = iter([tasks] if isinstance(tasks, Tasks) else tasks)
+    pending = next(chunks, None)
+    w = _Window()
+    tally = _Tally(batches, warm, slots, slot)
     speed = clusters.s
     nodes = clusters.n
     widths_of = [set(p.widths) for p in profiles]
@@ -207,90 +333,96 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
     seen = 0
     busy = 0
     suspended_slots = 0
+    measured_tasks = 0
     cases: dict[int, int] = {}
     now = 0
-    last = cfg.slots + cfg.drain
+    last = slots + drain
     while now < last:
-        upto = int(np.searchsorted(tasks.arrival, now * cfg.slot, side="left"))
+        while pending is not None and (pending.arrival_slot.size == 0 or pending.arrival_slot[0] <= now):
+            lo = min([seen, *(int(x.min()) for x in (waiting, active, recent) if x.size)])
+            w.drop(lo, tally)
+            waiting, active, recent, seen = waiting - lo, active - lo, recent - lo, seen - lo
+            measured_tasks += int((pending.arrival_slot >= warm).sum())
+            w.append(pending)
+            pending = next(chunks, None)
+        upto = int(np.searchsorted(w.arrival, now * slot, side="left"))
         if upto > seen:
             waiting = np.concatenate([waiting, np.arange(seen, upto, dtype=np.int64)])
             seen = upto
-        if now >= cfg.slots and waiting.size == 0 and active.size == 0:
+        if now >= slots and waiting.size == 0 and active.size == 0:
             break
-        recent = recent[tasks.deadline[recent] > now * cfg.slot]
+        recent = recent[w.deadline[recent] > now * slot]
         view = SlotView(
-            now=now, slot=cfg.slot, clusters=clusters, profiles=profiles,
-            w_id=waiting, w_arrival=tasks.arrival[waiting], w_deadline=tasks.deadline[waiting],
-            w_length=tasks.length[waiting], w_profile=tasks.profile[waiting],
-            a_id=active, a_arrival=tasks.arrival[active], a_deadline=tasks.deadline[active],
-            a_length=tasks.length[active], a_profile=tasks.profile[active], a_cluster=cluster[active],
-            a_width=width[active], a_rem=np.maximum(1, need_f[active] - done[active]),
-            f_arrival=tasks.arrival[recent], f_deadline=tasks.deadline[recent], f_length=tasks.length[recent],
-            f_profile=tasks.profile[recent])
+            now=now, slot=slot, clusters=clusters, profiles=profiles,
+            w_id=waiting, w_arrival=w.arrival[waiting], w_deadline=w.deadline[waiting],
+            w_length=w.length[waiting], w_profile=w.profile[waiting],
+            a_id=active, a_arrival=w.arrival[active], a_deadline=w.deadline[active],
+            a_length=w.length[active], a_profile=w.profile[active], a_cluster=w.cluster[active],
+            a_width=w.width[active], a_rem=np.maximum(1, w.need_f[active] - w.done[active]),
+            f_arrival=w.arrival[recent], f_deadline=w.deadline[recent], f_length=w.length[recent],
+            f_profile=w.profile[recent])
         decision = policy.decide(view)
         if "case" in decision.notes:
             k = int(decision.notes["case"])
             cases[k] = cases.get(k, 0) + 1
         running = np.asarray(decision.running, dtype=np.bool_)
         if running.shape != active.shape:
-            raise InvariantViolation(rule="moldable-running", detail=f"{cfg.policy}: running mask of {running.shape}"
+            raise InvariantViolation(rule="moldable-running", detail=f"{policy_name}: running mask of {running.shape}"
                                      f" for {active.shape} active tasks")
         new = np.array([s.task for s in decision.starts], dtype=np.int64)
         if new.size:
             is_waiting = np.isin(new, waiting)
             if not is_waiting.all() or np.unique(new).size != new.size:
-                raise InvariantViolation(rule="moldable-start", detail=f"{cfg.policy} started a task that is not "
+                raise InvariantViolation(rule="moldable-start", detail=f"{policy_name} started a task that is not "
                                          f"waiting (or twice) at slot {now}")
             for s in decision.starts:
-                p = profiles[int(tasks.profile[s.task])]
-                if s.width not in widths_of[int(tasks.profile[s.task])] or not 0 <= s.cluster < len(nodes):
-                    raise InvariantViolation(rule="moldable-start", detail=f"{cfg.policy}: task {s.task} width "
-                                             f"{s.width} cluster {s.cluster} (allowed widths {list(p.widths)})")
+                i = s.task
+                p = profiles[int(w.profile[i])]
+                if s.width not in widths_of[int(w.profile[i])] or not 0 <= s.cluster < len(nodes):
+                    raise InvariantViolation(rule="moldable-start", detail=f"{policy_name}: task {i + w.dropped} "
+                                             f"width {s.width} cluster {s.cluster} (allowed widths {list(p.widths)})")
                 j = p.widths.index(s.width)
-                minutes = tasks.length[s.task] * p.r[j] / speed[s.cluster]
-                need_f[s.task] = max(1, math.ceil(minutes / cfg.slot - EPS))
-                need_a[s.task] = max(1, math.ceil(minutes * tasks.factor[s.task] / cfg.slot - EPS))
-                cluster[s.task], width[s.task], start[s.task] = s.cluster, s.width, now
+                minutes = w.length[i] * p.r[j] / speed[s.cluster]
+                w.need_f[i] = max(1, math.ceil(minutes / slot - EPS))
+                w.need_a[i] = max(1, math.ceil(minutes * w.factor[i] / slot - EPS))
+                w.cluster[i], w.width[i], w.start[i] = s.cluster, s.width, now
             waiting = waiting[~np.isin(waiting, new)]
         run = np.concatenate([active[running], new])
-        held = np.bincount(cluster[run], weights=width[run], minlength=len(nodes))
+        held = np.bincount(w.cluster[run], weights=w.width[run], minlength=len(nodes))
         if (held > nodes).any():
             c = int(np.argmax(held - nodes))
-            raise InvariantViolation(rule="moldable-capacity", detail=f"{cfg.policy} runs {int(held[c])} nodes on "
+            raise InvariantViolation(rule="moldable-capacity", detail=f"{policy_name} runs {int(held[c])} nodes on "
                                      f"cluster {c} of {int(nodes[c])} at slot {now}")
-        if warm <= now < cfg.slots:
+        if warm <= now < slots:
             busy += int(held.sum())
             suspended_slots += int((~running).sum())
-        done[run] += 1
-        ended = run[done[run] >= need_a[run]]
-        finish[ended] = now + 1
+        w.done[run] += 1
+        ended = run[w.done[run] >= w.need_a[run]]
+        w.finish[ended] = now + 1
         recent = np.concatenate([recent, ended])
         active = np.concatenate([active, new])
-        active = active[finish[active] < 0]
+        active = active[w.finish[active] < 0]
         now += 1
-    measured = tasks.arrival_slot >= warm
-    batch = ((tasks.arrival_slot - warm) * cfg.batches) // (cfg.slots - warm)
-    fin = measured & (finish >= 0)
-    begun = measured & (start >= 0)
-    late = measured & ((finish < 0) | (finish * cfg.slot > tasks.deadline + EPS))
-    aet, ci_aet = batch_means(((finish - start) * cfg.slot)[fin], batch[fin], cfg.batches)
-    awt, ci_awt = batch_means((start * cfg.slot - tasks.arrival)[begun], batch[begun], cfg.batches)
-    put, ci_put = batch_means(100.0 * late[measured].astype(np.float64), batch[measured], cfg.batches)
+    for rest in ([pending] if pending is not None else []) + list(chunks):  # arrivals after a cut-off
+        measured_tasks += int((rest.arrival_slot >= warm).sum())
+        w.append(rest)
+    tally.add(w, slice(0, len(w.arrival)))
+    aet, ci_aet = tally.mean_ci("aet")
+    awt, ci_awt = tally.mean_ci("awt")
+    put, ci_put = tally.mean_ci("put")
+    begun = int(tally.counts["awt"].sum())
     wall = time.perf_counter() - t0
-    n_measured = int(measured.sum())
     return {
-        "policy": cfg.policy, "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy, "seed": cfg.seed,
-        "tasks": n_measured, "aet": aet, "awt": awt, "put": put,
-        "utilization": busy / (float(nodes.sum()) * (cfg.slots - warm)),
-        "slots": cfg.slots, "warmup_slots": warm, "simulated_slots": now, "batches": cfg.batches,
+        "tasks": measured_tasks, "aet": aet, "awt": awt, "put": put,
+        "utilization": busy / (float(nodes.sum()) * (slots - warm)),
+        "slots": slots, "warmup_slots": warm, "simulated_slots": now, "batches": batches,
         "ci_aet": ci_aet, "ci_awt": ci_awt, "ci_put": ci_put,
-        "unfinished": int((measured & (finish < 0)).sum()),
-        "mean_width": float(width[begun].mean()) if begun.any() else math.nan,
+        "unfinished": tally.unfinished,
+        "mean_width": tally.width_sum / begun if begun else math.nan,
         "suspended_task_slots": suspended_slots,
         "hsret_cases": {str(k): v for k, v in sorted(cases.items())},
-        "clusters": cfg.clusters, "nodes": cfg.nodes,
         "wall_s": wall, "slots_per_s": now / wall if wall > 0 else math.nan,
-    }
+    }, None if w.dropped else Outcome(w.start, w.finish, w.width, w.cluster)
 
 
 def sweep_cell(policy: str, slot: float, rate: float, accuracy: float, seed: int, slots: int, clusters: int,

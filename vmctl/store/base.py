@@ -76,12 +76,18 @@ class JobRecord:
     #: what happened to the job (starts, tier changes, migrations, requeues, its end), oldest first and
     #: bounded (vmctl.daemon.history); absent from jobs stored before it was kept: empty
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: a running task bag's workers (``vmctl.daemon.dispatcher``: stable worker numbers, the task each
+    #: runs, the workers given up at their task boundary, observed throughput); None for other jobs
+    bag: dict[str, Any] | None = None
     #: timeslice clusters (gang scheduling): the row (level) the job runs in, the other rows it is
     #: replicated into (same cores), and when it last changed nodes (the policies' quota Q per slice);
     #: None / empty for jobs of the other disciplines and in documents stored before rows were kept
     level: int | None = None
     replicas: list[int] = field(default_factory=list)
     migrated_at: float | None = None
+    #: why the policy started the current run at this width and place (``Start.reason``), None when it
+    #: gave no reason (absent from jobs stored before it was kept)
+    width_reason: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict deep-copies and is ~20x slower on the hot path
@@ -117,6 +123,10 @@ class JobRecord:
         return Tier(self.tier) if self.tier else None
 
     def vm_name(self, index: int) -> str:
+        """The VM of process ``index`` (a task bag's worker ``index`` of ``placement``: its VM keeps
+        the worker's stable number while other workers come and go)."""
+        if self.bag is not None:
+            index = int(self.bag["vms"][index])
         return f"j{self.id}-r{self.run}-p{index}"
 
 

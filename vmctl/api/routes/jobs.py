@@ -21,14 +21,17 @@ from vmctl.store.base import JobRecord
 class JobRoutes(Routes):
     def _fits_the_cluster(self, specs: list[dict[str, Any]], batch: bool) -> None:
         """A job wider than every core of the cluster (drained and lost nodes counted) would wait forever:
-        refused at submission. Not before the first node registered, and not under a policy that places
-        capped shared VMs (vcsched: VMs share cores there)."""
+        refused at submission. Not before the first node registered, not under a policy that places
+        capped shared VMs (vcsched: VMs share cores there), and not for a task bag (``procs`` is the most
+        workers it may hold)."""
         nodes = self.d.state.nodes
         policy = self.d.policy
         if not nodes or (policy is not None and policy.needs.shared_vms):
             return
         total = sum(n.cores for n in nodes.values())
         for i, spec in enumerate(specs):
+            if (spec.get("shape") or {}).get("kind") == "task-bag":
+                continue  # a task bag runs on any number of workers, from one
             if int(spec["procs"]) > total:
                 raise ValidationError(field=f"jobs[{i}].procs" if batch else "procs", problem=(
                     f"{spec['procs']} processes need {spec['procs']} cores, and the whole cluster has {total} "
@@ -38,7 +41,7 @@ class JobRoutes(Routes):
         self._leader()
         spec = schemas.job_spec(await read_json(request))
         self._fits_the_cluster([spec], batch=False)
-        rec = self.d.submit([spec])[0]
+        rec = self.d.submit([spec], batch=False)[0]
         self.s.kick()
         return json_response({"job": self._job(rec), "warnings": self.d.ignored_fields([spec])}, 201)
 

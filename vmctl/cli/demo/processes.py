@@ -193,7 +193,8 @@ class DaemonProcess(ManagedProcess):
 def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: str, cores: int,
                  libvirt_uri: str, metrics_port: int, peers: Sequence[str] = (), fabric_dir: str = "",
                  clock: dict[str, float] | None = None, migration_seconds: float = 1.0,
-                 state_file: str = "") -> dict[str, Any]:
+                 state_file: str = "", layout: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An agent's config (``layout``: extra ``layout:`` keys, e.g. ``{"levels": 2, "discipline": "shared"}``)."""
     b: dict[str, Any] = {"kind": backend}
     if backend == "mock":
         b["cores"] = cores
@@ -216,6 +217,8 @@ def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: 
     }
     if backend == "libvirt":
         cfg["layout"] = {"cores": list(range(cores))}
+    if layout:
+        cfg["layout"] = {**cfg.get("layout", {}), **layout}
     if clock and backend == "mock":
         cfg["clock"] = dict(clock)
     # migration targets: mock agents reach each other through fabric_dir (live migration between processes)

@@ -1,0 +1,288 @@
+"""Paper 001's testbed, for real: vmctld and mock agents as processes, task bags submitted through the
+client library at the sample's arrival times, compared with the simulator on the same sample.
+
+``python -m vmctl.experiments.taskbags_live [--trace wagap-2013] [--jobs 40] [--hosts 10] [--speed 2000]
+[--policy dispatch-priority] [--param conserving=true] [--out DIR]``
+
+The testbed (sec. IV's, as the paper describes it): ``--hosts`` single-core hosts, each a ``vmctl-agent``
+process on the mock backend with a ``shared`` layout of 2 workers (equal weights: two busy workers get
+half the core each, one alone gets all of it), one ``vmctld`` process (SQLite) running the dispatch
+policy, and this process as the client (``vmctl.client``: one independent-task ``Job`` per bag, submitted
+at its arrival time). A task is a mock process that runs for its length: "sleeps", at the speed of the
+clock. **Time scaling**: vmctld and every agent run on one accelerated clock (``clock: {speed, epoch}``:
+``--speed`` model seconds per real second), so hours of trace replay in seconds; every time below is
+model time (vmctld's records: submit, first start, end, and each task's worker and times).
+
+The sample (``--trace``): ``synthetic`` (seeded: bags of 1-6 tasks of 100-900 s, priorities 0-3, arrivals
+of a Poisson process of rate ``--rate`` per model hour; deadlines 2-6 times the bag's work on one worker)
+or ``wagap-2013``: the CERIT-SC 2013 trace as :mod:`vmctl.experiments.taskbags` reads it (one task per
+CPU with the job's run time, priority from the queue class, deadline = submit + requested walltime),
+sampled with ``--sample`` (1 job in SAMPLE, seeded), restricted to bags that fit the testbed (at most
+``2 * hosts`` tasks) and cut to ``--jobs`` consecutive ones from ``--skip``; submit times are shifted to
+start at 0. The forecast is exact (a task's work is its run time), on the testbed and in the simulator.
+
+The simulator runs the same bags (:mod:`vmctl.sim`, the task-bag execution model with 2 ``shared`` levels
+on ``hosts`` cores of speed 1, the same policy and parameters, ``deadline_walltimes`` 0: each bag's own
+deadline). Metrics of both: mean response (end - submit), mean wait (first start - submit), the share of
+bags ending by their deadline, and the per-bag differences (testbed - simulator). The testbed adds what
+the simulator leaves out: the agents' reporting and reconcile delays (each task hand-off waits for a
+report, ~0.05-0.2 s real, i.e. ``speed`` times that in model time) and the order of reports.
+
+This module drives processes over HTTP only (``vmctl.cli.demo.processes`` starts them, ``vmctl.client``
+talks to vmctld): it imports no daemon, agent or store code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from vmctl.errors import OutOfRange, ValidationError, VmctlError
+
+TRACES = ("synthetic", "wagap-2013")
+
+
+@dataclass(frozen=True, slots=True)
+class Bag:
+    """One job of the sample: arrival (model seconds from the start), its tasks' work (seconds on a
+    standard core), priority and deadline (seconds after its arrival)."""
+
+    id: str
+    submit: float
+    tasks: tuple[float, ...]
+    priority: int
+    deadline: float
+
+
+def synthetic(jobs: int, seed: int, rate_per_h: float = 20.0) -> list[Bag]:
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x7E57]))
+    out: list[Bag] = []
+    t = 0.0
+    for i in range(jobs):
+        n = int(rng.integers(1, 7))
+        work = float(rng.uniform(100, 900))
+        out.append(Bag(f"b{i}", round(t, 3), (work,) * n, int(rng.integers(0, 4)),
+                       round(float(rng.uniform(2, 6)) * work * n, 3)))
+        t += float(rng.exponential(3600.0 / rate_per_h))
+    return out
+
+
+def from_trace(trace: str, machines: str, sample: int, seed: int, jobs: int, skip: int, max_tasks: int) -> list[Bag]:
+    """The CERIT-SC bags of the module docstring (via :func:`vmctl.experiments.taskbags.build`)."""
+    from vmctl.experiments.taskbags import build
+
+    b = build(trace, machines, sample, seed, "homogeneous")
+    fit = [j for j in b.jobs if j.procs <= max_tasks][skip:skip + jobs]
+    if not fit:
+        raise ValidationError(field="--jobs",
+                              problem=f"no job of the sample fits {max_tasks} workers after --skip {skip}")
+    t0 = fit[0].submit
+    return [Bag(str(j.id), j.submit - t0, (min(j.run_time, j.estimate),) * j.procs, j.priority, j.estimate)
+            for j in fit]
+
+
+def max_workers(bag: Bag, hosts: int) -> int:
+    """A bag holds at most one worker per task, and lives on one level: at most one per host's core."""
+    return min(len(bag.tasks), hosts)
+
+
+# ---------------------------------------------------------------------------------------------- simulator
+
+def simulate(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Per bag: submit, start, end, deadline (model seconds) in the simulator."""
+    from vmctl.model import JobShape
+    from vmctl.policies.registry import create_policy
+    from vmctl.sim.engine import SimConfig, Simulator
+    from vmctl.sim.exec_taskbag import TaskBagModel
+    from vmctl.sim.workloads.core import WorkloadJob
+
+    # the record's run time is the bag's time at its most workers on standard ones: the model then runs
+    # each task for exactly its work (actual factor 1); the estimate carries the deadline
+    widths = [max_workers(b, hosts) for b in bags]
+    jobs = [WorkloadJob(id=i + 1, submit=b.submit, run_time=JobShape.task_bag(list(b.tasks), w).time_at(w), procs=w,
+                        estimate=b.deadline, cpu_usage=None, priority=b.priority)
+            for i, (b, w) in enumerate(zip(bags, widths, strict=True))]
+    shapes = {str(i + 1): JobShape.task_bag(list(b.tasks), w)
+              for i, (b, w) in enumerate(zip(bags, widths, strict=True))}
+    # deadline = submit + 1 x estimate (the estimate carries the deadline; the run is the shape's own)
+    pol = create_policy(policy, **{**params, "deadline_walltimes": 1.0})
+    model = TaskBagModel(shapes, levels=2)
+    sim = Simulator(jobs, hosts, pol, SimConfig(seed=1, execution=lambda: model), source="taskbags-live")
+    sim.run()
+    out: dict[str, dict[str, float]] = {}
+    for row in sim.job_rows():
+        b = bags[int(row["id"]) - 1]
+        out[b.id] = {"submit": b.submit, "start": float(row["start"]), "end": float(row["end"]),
+                     "deadline": b.submit + b.deadline}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- testbed
+
+def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, Any], speed: float,
+            state_dir: Path, timeout_s: float = 1800.0, log: Any = print) -> dict[str, dict[str, float]]:
+    """Per bag: submit, start, end, deadline (model seconds from the run's start) on the live testbed."""
+    from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
+    from vmctl.cli.ops import write_cert_files
+    from vmctl.client import Client, Job, Task
+    from vmctl.clock import accelerated_clock
+
+    epoch = time.time()
+    clock_cfg = {"speed": speed, "epoch": epoch}
+    model = accelerated_clock(speed, epoch)
+    daemon = DaemonProcess(state_dir, policy=policy, tick_s=5.0, node_timeout_s=30.0,
+                           extra={"clock": clock_cfg, "policy": {"name": policy, "params": dict(params)}})
+    agents: list[ManagedProcess] = []
+    try:
+        daemon.start_and_wait()
+        api = daemon.client()
+        for h in range(hosts):
+            node = f"host{h:02d}"
+            crt, key, ca = write_cert_files(state_dir / "pki", node, api.issue_cert(node))
+            cfg = agent_config(node, daemon.url, {"cert": str(crt), "key": str(key), "ca": str(ca)}, backend="mock",
+                               cores=1, libvirt_uri="", metrics_port=free_port(), clock=clock_cfg,
+                               layout={"levels": 2, "discipline": "shared"})
+            path = state_dir / f"agent-{node}.yaml"
+            path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+            agent = ManagedProcess(f"vmctl-agent {node}", [sys.executable, "-m", "vmctl.agents.main", "--config",
+                                                          str(path)], state_dir / f"agent-{node}.log")
+            agent.start()
+            agents.append(agent)
+        deadline = time.monotonic() + 60
+        while sum(1 for n in api.list_nodes() if n.get("state") == "ready") < hosts:
+            if time.monotonic() > deadline or not all(a.alive() for a in agents):
+                raise VmctlError(detail=f"the {hosts} agents did not all register (logs in {state_dir})")
+            time.sleep(0.2)
+        client = Client(url=daemon.url, token=daemon.token(), ca=str(daemon.ca_path), poll_interval=0.5,
+                        max_poll_interval=2.0)
+        t0 = model.now()
+        jobs: dict[str, Job] = {}
+        log(f"testbed: vmctld + {hosts} agents ready; replaying {len(bags)} bags at {speed:g}x "
+            f"({(bags[-1].submit if bags else 0) / speed:.0f} s of arrivals)")
+        for b in sorted(bags, key=lambda x: x.submit):
+            wait = (t0 + b.submit - model.now()) / speed
+            if wait > 0:
+                time.sleep(wait)
+            job = Job(b.id, max_workers=max_workers(b, hosts), priority=b.priority, deadline=model.now() + b.deadline)
+            for w in b.tasks:
+                job.add_task(Task(work_seconds=w))
+            client.submit(job)
+            jobs[b.id] = job
+        results = client.wait_all(timeout=timeout_s)
+        out: dict[str, dict[str, float]] = {}
+        for res in results:
+            doc = res.raw
+            if res.state != "done":
+                raise VmctlError(detail=f"bag {res.name} ended {res.state}: {doc.get('reason')}")
+            out[res.name] = {"submit": float(doc["submit_time"]) - t0, "start": float(doc["start_time"]) - t0,
+                             "end": float(doc["end_time"]) - t0, "deadline": float(doc["deadline"]) - t0}
+        return out
+    finally:
+        for a in agents:
+            a.stop()
+        daemon.stop()
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+
+def metrics(rows: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    resp = [r["end"] - r["submit"] for r in rows.values()]
+    wait = [r["start"] - r["submit"] for r in rows.values()]
+    met = [r["end"] <= r["deadline"] + 1e-6 for r in rows.values()]
+    return {"bags": len(rows), "mean_response_s": float(np.mean(resp)), "mean_wait_s": float(np.mean(wait)),
+            "deadlines_met": float(np.mean(met))}
+
+
+def compare(live: Mapping[str, Mapping[str, float]], sim: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Both runs' metrics, their differences (testbed - simulator) and the per-bag response differences."""
+    ml, ms = metrics(live), metrics(sim)
+    per_bag = [(live[k]["end"] - live[k]["submit"]) - (sim[k]["end"] - sim[k]["submit"]) for k in live]
+    return {"testbed": ml, "simulator": ms,
+            "difference": {k: ml[k] - ms[k] for k in ml if k != "bags"},
+            "response_difference_per_bag_s": {"mean": float(np.mean(per_bag)), "median": float(np.median(per_bag)),
+                                              "max_abs": float(np.max(np.abs(per_bag)))}}
+
+
+def table(result: Mapping[str, Any]) -> str:
+    ml, ms, d = result["testbed"], result["simulator"], result["difference"]
+    lines = ["| metric | testbed | simulator | difference |", "|---|---:|---:|---:|"]
+    for key, label in (("mean_response_s", "mean response (s)"), ("mean_wait_s", "mean wait (s)"),
+                       ("deadlines_met", "deadlines met")):
+        lines.append(f"| {label} | {ml[key]:.1f} | {ms[key]:.1f} | {d[key]:+.1f} |" if key != "deadlines_met" else
+                     f"| {label} | {ml[key]:.0%} | {ms[key]:.0%} | {d[key] * 100:+.0f} pts |")
+    pb = result["response_difference_per_bag_s"]
+    lines.append(f"\nper bag, response testbed - simulator: mean {pb['mean']:+.1f} s, median {pb['median']:+.1f} s, "
+                 f"largest {pb['max_abs']:.1f} s ({ml['bags']} bags)")
+    return "\n".join(lines)
+
+
+def _params(items: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValidationError(field="--param", problem=f"must be KEY=VALUE, got {item!r}")
+        out[key] = yaml.safe_load(raw)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from vmctl.experiments.taskbags import MACHINES, TRACE
+
+    ap = argparse.ArgumentParser(prog="python -m vmctl.experiments.taskbags_live", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", choices=TRACES, default="synthetic")
+    ap.add_argument("--trace-file", default=TRACE)
+    ap.add_argument("--machines", default=MACHINES)
+    ap.add_argument("--sample", type=int, default=8, help="wagap-2013: keep 1 job in SAMPLE (seeded)")
+    ap.add_argument("--skip", type=int, default=0, help="wagap-2013: skip this many fitting jobs of the sample")
+    ap.add_argument("--jobs", type=int, default=40)
+    ap.add_argument("--rate", type=float, default=20.0, help="synthetic: arrivals per model hour")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--hosts", type=int, default=10)
+    ap.add_argument("--speed", type=float, default=2000.0, help="model seconds per real second")
+    ap.add_argument("--policy", default="dispatch-priority")
+    ap.add_argument("--param", action="append", default=[], metavar="K=V")
+    ap.add_argument("--out", type=Path, default=None, help="write result.json (and the logs) here")
+    a = ap.parse_args(argv)
+    try:
+        if a.jobs < 1 or a.hosts < 1:
+            raise OutOfRange(what="--jobs/--hosts", value=min(a.jobs, a.hosts), allowed=">= 1")
+        if not (a.speed > 0 and math.isfinite(a.speed)):
+            raise OutOfRange(what="--speed", value=a.speed, allowed="> 0")
+        params = _params(a.param)
+        bags = synthetic(a.jobs, a.seed, a.rate) if a.trace == "synthetic" else \
+            from_trace(a.trace_file, a.machines, a.sample, a.seed, a.jobs, a.skip, 2 * a.hosts)
+        sim = simulate(bags, a.hosts, a.policy, params)
+        with tempfile.TemporaryDirectory(prefix="vmctl-taskbags-live-") as tmp:
+            state = a.out if a.out is not None else Path(tmp)
+            state.mkdir(parents=True, exist_ok=True)
+            t = time.monotonic()
+            live = testbed(bags, a.hosts, a.policy, params, a.speed, state / "testbed")
+            real = time.monotonic() - t
+        result = compare(live, sim) | {"trace": a.trace, "jobs": len(bags), "hosts": a.hosts, "workers": 2 * a.hosts,
+                                       "speed": a.speed, "policy": a.policy, "params": params, "real_s": real}
+        print(table(result))
+        print(f"({a.trace}, {len(bags)} bags, {a.hosts} hosts x 2 workers, {a.policy} {params or ''}, "
+              f"clock {a.speed:g}x, {real:.0f} s real)")
+        if a.out is not None:
+            (a.out / "result.json").write_text(json.dumps({**result, "bags": {"testbed": live, "simulator": sim}},
+                                                          indent=1), encoding="utf-8")
+        return 0
+    except VmctlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
