@@ -451,6 +451,9 @@ class Simulator:
         users = _column(kept, "user", -1)
         user_names = {u: str(u) if u >= 0 else "" for u in set(users)}
         self._user_name = list(map(user_names.__getitem__, users))
+        # deadlines the workload gives (id -> time; most sources give none, and then nothing is paid)
+        self._deadline_of: dict[str, float] = {
+            jid: float(d) for jid, d in zip(self._ids, _column(kept, "deadline", None), strict=True) if d is not None}
         full = self.config.cpu_usage == "full"
         # a job without usage (SWF) runs every process at 100 %: one shared all-ones tuple per width
         ones: dict[int, tuple[float, ...]] = {}
@@ -1204,6 +1207,16 @@ class Simulator:
                 job = _make_job(jid, submit, procs, estimate, usage, priority, user)
                 if usage is not None:
                     object.__setattr__(job, "cpu_need", max(usage))
+                return job
+        if self._deadline_of:  # a workload that gives deadlines: the policy sees them as ``Job.deadline``
+            deadline_of, plain_make = self._deadline_of, make_job
+
+            def make_job(jid: str, submit: float, procs: int, estimate: float,
+                         usage: tuple[float, ...] | None, priority: int, user: str) -> Job:
+                job = plain_make(jid, submit, procs, estimate, usage, priority, user)
+                d = deadline_of.get(jid)
+                if d is not None:
+                    object.__setattr__(job, "deadline", d)
                 return job
         while True:
             # next event time

@@ -42,6 +42,8 @@ class WorkloadJob:
     - ``priority``: the scheduling priority the policy sees (``Job.priority``, higher first); 0 unless
       the source gives one (SWF has no priority field: ``read_swf(..., priority_from_queue=True)`` takes
       the queue number, docs/workloads.md).
+    - ``deadline``: the time (same base as ``submit``) the job should end by (``Job.deadline``), None
+      when the source gives none (SWF has none; a policy may derive one from the estimate).
     """
 
     id: int
@@ -52,6 +54,7 @@ class WorkloadJob:
     cpu_usage: tuple[float, ...] | None
     user: int = -1
     priority: int = 0
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +90,13 @@ class Workload:
 
 _new_object = object.__new__
 _SETTERS: tuple[Any, ...] = tuple(WorkloadJob.__dict__[f.name].__set__ for f in fields(WorkloadJob))
-(_set_id, _set_submit, _set_run, _set_procs, _set_est, _set_usage, _set_user, _set_priority) = _SETTERS
+(_set_id, _set_submit, _set_run, _set_procs, _set_est, _set_usage, _set_user, _set_priority,
+ _set_deadline) = _SETTERS
 
 
 def make_job(
     id: int, submit: float, run_time: float, procs: int, estimate: float, cpu_usage: tuple[float, ...] | None,
-    user: int, priority: int = 0,
+    user: int, priority: int = 0, deadline: float | None = None,
 ) -> WorkloadJob:
     """Bulk constructor: the same object as ``WorkloadJob(...)``, built through the slot descriptors
     instead of the frozen dataclass ``__init__`` (which routes every field through
@@ -106,13 +110,14 @@ def make_job(
     _set_usage(job, cpu_usage)
     _set_user(job, user)
     _set_priority(job, priority)
+    _set_deadline(job, deadline)
     return job
 
 
 def to_model_job(w: WorkloadJob, usage_known: bool) -> Job:
     """The scheduler's view of a workload job: id as a string, the estimate (not the run time), the CPU
     usage only when ``usage_known`` (MEASY sec. 3.5.1 runs the policies without it), the user id as a
-    string ("" when unknown) and the priority. Traces carry no deadline: ``deadline`` stays None."""
+    string ("" when unknown), the priority and the deadline (None unless the source gave one)."""
     return Job(
         id=str(w.id),
         submit_time=w.submit,
@@ -121,6 +126,7 @@ def to_model_job(w: WorkloadJob, usage_known: bool) -> Job:
         cpu_usage=w.cpu_usage if usage_known else None,
         user=str(w.user) if w.user >= 0 else "",
         priority=w.priority,
+        deadline=w.deadline,
     )
 
 

@@ -65,7 +65,9 @@ def scale_to_load(workload: Workload, target_load: float, procs: int | None = No
     with gc_paused():
         jobs = [
             make_job(j.id, t0 + (j.submit - t0) * factor, j.run_time, j.procs, j.estimate, j.cpu_usage, j.user,
-                     j.priority)
+                     j.priority,
+                     # a deadline keeps its slack after the (moved) submission
+                     None if j.deadline is None else j.deadline + (t0 + (j.submit - t0) * factor - j.submit))
             for j in workload.jobs
         ]
     return Workload(

@@ -239,7 +239,7 @@ def assign_estimates_counted(
     est, run, truncated = tmodel_estimates(run, max_estimate, rng)
     with gc_paused():
         out = [
-            make_job(jb.id, jb.submit, r, jb.procs, e, jb.cpu_usage, jb.user, jb.priority)
+            make_job(jb.id, jb.submit, r, jb.procs, e, jb.cpu_usage, jb.user, jb.priority, jb.deadline)
             for jb, r, e in zip(jobs, run.tolist(), est.tolist(), strict=True)
         ]
     return out, truncated

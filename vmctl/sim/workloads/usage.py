@@ -79,7 +79,7 @@ def assign_cpu_usage(jobs: Sequence[WorkloadJob], rng: np.random.Generator, mode
     usage = usage_tuples(np.fromiter((j.procs for j in jobs), dtype=np.int64, count=len(jobs)), rng, mode)
     with gc_paused():
         return [
-            make_job(j.id, j.submit, j.run_time, j.procs, j.estimate, u, j.user, j.priority)
+            make_job(j.id, j.submit, j.run_time, j.procs, j.estimate, u, j.user, j.priority, j.deadline)
             for j, u in zip(jobs, usage, strict=True)
         ]
 
