@@ -176,12 +176,10 @@ class Actuator:
             if view.discipline is Discipline.TIMESLICE:
                 act = row_form(act, job)
             row = is_row_action(act, view.discipline)
+            if not row and isinstance(act, Start | Move):
+                act = priority_form(act, checkpointed=job.checkpointed)
             if row:  # gang rows: any level of a timeslice cluster
                 why = apply_row_action(self, act, job, now, ch, occ, place, moving)
-            elif isinstance(act, Start | Move):
-                act = priority_form(act, checkpointed=job.checkpointed)
-            if row:
-                pass
             elif isinstance(act, StartFg | StartBg):
                 tier = Tier.FG if isinstance(act, StartFg) else Tier.BG
                 if job.state != JobState.QUEUED:
