@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 
 from tests.unit.test_daemon_core import Cluster
+from tests.unit.test_dispatcher import _bag as _dispatched
+from tests.unit.test_dispatcher import _ended
 from tests.unit.test_dispatcher_daemon import _bag as submit_bag
 from tests.unit.test_dispatcher_daemon import _starts
 from tests.unit.test_node_attributes import _store_at
+from vmctl.daemon import dispatcher
 from vmctl.errors import LeaseLost, StoreError
 from vmctl.policies.registry import create_policy
 from vmctl.store import JobRecord, WriteBatch
@@ -204,14 +207,39 @@ def test_a_schema_5_database_with_results_in_the_documents_is_upgraded(store_url
     s.close()
 
 
+# ----------------------------------------------------------------------------------------------- the dispatcher
+
+
+def test_the_dispatcher_marks_exactly_the_tasks_it_changes() -> None:
+    """What a task end, a lost node, a stop and a requeue with kept results leave for the store to write
+    (``JobRecord.changed_tasks``): the tasks whose entry changed, and no other."""
+    rec = _dispatched(6, [("n1", 0), ("n2", 0), ("n3", 0)])
+    assert rec.changed_tasks == {0, 1, 2}  # handed out at the start
+    rec.changed_tasks.clear()
+    assert _ended(rec, 0, 0, 10.0)
+    assert rec.changed_tasks == {0, 3}  # the end, and the worker's next task
+    rec.changed_tasks.clear()
+    assert not _ended(rec, 0, 0, 11.0) and rec.changed_tasks == set()  # reported twice: nothing
+    assert dispatcher.lose_node(rec, "n2") == 1 and rec.changed_tasks == {1}  # handed back
+    rec.changed_tasks.clear()
+    dispatcher.stop(rec, "stopped: job queued")
+    assert rec.changed_tasks == {2, 3}  # cut short: their error
+    kept = rec.tasks
+    rec.changed_tasks.clear()
+    rec.placement = [("n1", 0)]
+    dispatcher.start(rec, 0, 20.0, kept)
+    assert rec.changed_tasks == {0, 1}  # the kept result (0) is stored again, and task 1 handed out
+
+
 # ----------------------------------------------------------------------------------------------- vmctld
 
 
-def test_a_task_end_rewrites_no_job_document(tmp_path: Path) -> None:
+def test_a_task_end_rewrites_no_job_document(tmp_path: Path, store_url: str) -> None:
     """vmctld on mock agents: of a 40-task bag on 2 workers, the task ends that hand the worker its next
     task store the bag column and the task rows only (``WriteBatch.bags``); the job document is written
     when the job changes: its start, a worker leaving at the end, its end."""
-    cluster = Cluster(tmp_path, {"n1": 1, "n2": 1}, policy=create_policy("dispatch-priority"), shared_levels=1)
+    cluster = Cluster(tmp_path, {"n1": 1, "n2": 1}, policy=create_policy("dispatch-priority"), shared_levels=1,
+                      store_url=store_url)
     batches: list[WriteBatch] = []
     write = cluster.daemon.store.write
 
