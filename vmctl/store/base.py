@@ -5,7 +5,8 @@ database, in one transaction per event (``Store.write(epoch, batch)``), so that 
 point leaves the database at the end of some complete event. Every write checks the leader epoch
 inside the transaction: a daemon whose lease was taken over cannot change anything (``LeaseLost``).
 
-Records are stored as a JSON document plus the few columns that are queried (ids, state). Two
+Records are stored as a JSON document plus the few columns that are queried (ids, state); a task bag's
+results are rows of their own and its dispatcher state a column (schema 006, ``vmctl.store.tasks``). Two
 backends implement the protocol with the same SQL (``vmctl.store.sql``): SQLite (default, WAL) and
 PostgreSQL (psycopg 3).
 """

@@ -52,7 +52,6 @@ def split_statements(sql: str) -> list[str]:
 SUPPORTED_VERSION = max(v for v, _ in migrations())
 
 
-
 def _task_results_out(store: SqlStore, cur: Any) -> None:
     """Migration 006: task bags stored with their results in their documents get their rows."""
     for table in ("jobs", "job_archive"):
