@@ -197,8 +197,8 @@ def test_rigid_jobs_wait_with_a_reason() -> None:
     assert "not a task bag" in d.reason_for("r1")
 
 
-@pytest.mark.parametrize(("observed", "resized"), [(None, (0, 1)), ({0: 2.0}, None)])
-def test_the_observed_throughput_feeds_the_plan(observed: dict[int, float] | None,
+@pytest.mark.parametrize(("observed", "resized"), [(None, (0, 1)), ({(0, 0): 2.0}, None)])
+def test_the_observed_throughput_feeds_the_plan(observed: dict[tuple[int, int], float] | None,
                                                 resized: tuple[int, ...] | None) -> None:
     """A running bag's observed throughput (``RunningJob.throughput``, vmctld's status checker) replaces
     the worker's speed in the plan: 4 tasks of 100 s left, deadline in 200 s; at speed 1 the bag needs 2
