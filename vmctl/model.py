@@ -23,8 +23,9 @@ A job runs one process per core, all on the same level; its *width* is its numbe
 (``procs`` for a rigid job). The one exception: a task bag on a ``shared`` cluster may hold worker
 slots on several levels (``slot_levels``, parallel to ``cores``, on ``Start``/``Resize``/``RunningJob``:
 slot i is level ``slot_levels[i]`` of ``cores[i]``, and a core may appear once per level it holds;
-paper 001's workers are VM instances, any of which a job may hold). Besides the per-core levels, vcsched places capped *shared VMs* on whole
-nodes (``PlaceShared``); they hold no level of a core and count against the node's CPU and memory.
+paper 001's workers are VM instances, any of which a job may hold). Besides the per-core levels,
+vcsched places capped *shared VMs* on whole nodes (``PlaceShared``); they hold no level of a core and
+count against the node's CPU and memory.
 What each action does to this occupancy is written once, in :mod:`vmctl.occupancy`.
 """
 
@@ -322,8 +323,9 @@ class RunningJob:
     needs them), None for other jobs or where not known (an additive field: the simulator's task-bag
     model fills it, vmctld from its dispatcher's records).
     ``throughput``: a task bag's observed throughput per slot it holds, keyed ``(core, level)`` (work
-    seconds per second on that slot's worker, corrected from the durations of the tasks that ended there: paper 001's status
-    checker); vmctld fills it, None where nothing was observed (the policy then uses the node's speed).
+    seconds per second on that slot's worker, corrected from the durations of the tasks that ended
+    there: paper 001's status checker); vmctld fills it, None where nothing was observed (the policy
+    then uses the node's speed).
     ``replicas`` (``timeslice`` discipline, gang scheduling's expansion): the other levels the job is
     replicated into, on the *same* cores (:class:`Replicate`); it advances in every slice where one of
     its rows (``level`` or a replica) is active. ``migrated_at``: when the job last moved to other

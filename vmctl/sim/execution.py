@@ -39,8 +39,9 @@ this order:
    sees the new state at the next submission, completion or ``wake_at`` it asked for.
 7. ``on_schedule(schedule, now)`` when a decision carries a ``SliceSchedule`` (already checked by the
    invariant checker), returning the runs whose rate changed; ``on_resize(run, old_slots, now)``
-   after a ``Resize`` moved a task bag's workers (``old_slots``: its (core, level) slots before) (the engine has already applied the occupancy
-   change, :mod:`vmctl.policies.occupancy`). The defaults refuse with ``SimulationError``.
+   after a ``Resize`` moved a task bag's workers (``old_slots``: its (core, level) slots before; the
+   engine has already applied the occupancy change, :mod:`vmctl.policies.occupancy`). The defaults
+   refuse with ``SimulationError``.
 8. ``expected_end(run, now)``: what the view reports as ``RunningJob.expected_end``.
 
 Optional hooks (levelled path; added for moldable jobs and task bags, :mod:`vmctl.sim.exec_moldable`,
@@ -99,7 +100,8 @@ class Run:
 
     __slots__ = (
         "blocked_until", "cap", "checkpointed", "cores", "data", "debt", "idx", "job", "level", "migrated_at", "nodes",
-        "p0", "slot_levels", "placed", "rate", "replicas", "shared", "start_time", "suspended", "t0", "tier", "tier_since", "version",
+        "p0", "placed", "rate", "replicas", "shared", "slot_levels", "start_time", "suspended", "t0", "tier",
+        "tier_since", "version",
     )
     cap: float  # set for shared runs only
     nodes: tuple[str, ...]  # set for shared runs only
