@@ -590,9 +590,12 @@ class ClusterState:
             if not rec.checkpointed:
                 jid = rec.id
                 if rec.bag is not None:  # a task bag's workers: each on its own slot's level
-                    for g, lv in zip(cores_t, dispatcher.slot_levels(rec), strict=False):
+                    for g, lv, name, us in zip(cores_t, dispatcher.slot_levels(rec), names, usages, strict=False):
                         if lv < len(slots):
                             slots[lv][g] = jid
+                        if lv == 0:
+                            u = util_of.get(name)
+                            util[g] = us if u is None else u
                 elif rec.level is not None:  # a gang job's rows (timeslice)
                     for lv in (rec.level, *rec.replicas):
                         if lv < len(slots):
