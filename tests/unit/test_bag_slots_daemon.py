@@ -9,9 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.unit.test_daemon_core import Cluster
 from vmctl.api.documents import workers_json
+from vmctl.cli.ops import fmt_workers, worker_table
 from vmctl.daemon import dispatcher
+from vmctl.metrics import ClusterSnapshot, DaemonMetrics
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
 from vmctl.store.base import WriteBatch
@@ -47,8 +51,17 @@ def test_a_lone_bag_gets_every_worker_and_every_task_runs_once_across_a_kill(tmp
     for node in ("n1", "n2"):
         assert sorted(v.slot_level for v in cluster.daemon.desired(node).vms) == [0, 1]
     cluster.step()
-    states = {w["id"]: (w["state"], w["job_id"]) for w in workers_json(cluster.daemon)}
+    workers = workers_json(cluster.daemon)
+    states = {w["id"]: (w["state"], w["job_id"]) for w in workers}
     assert states == {w: ("busy", a) for w in ids}, states
+    # what `vmctl job show`, `vmctl worker list` and the vmctl_workers gauge print of it
+    shown = fmt_workers(dispatcher.workers_doc(cluster.daemon.job(a)))
+    assert all(w in shown for w in ids), shown
+    assert all(w in worker_table(workers).to_text() for w in ids)
+    text = DaemonMetrics(lambda: ClusterSnapshot(workers=workers)).exposition()[0].decode()
+    gauge = {(s.labels["node"], s.labels["state"]): s.value for fam in text_string_to_metric_families(text)
+             if fam.name == "vmctl_workers" for s in fam.samples}
+    assert gauge[("n1", "busy")] == gauge[("n2", "busy")] == 2 and gauge[("n1", "available")] == 0
     # a kill -9 while tasks run: the agents move on (tasks end) while nobody listens, then a new daemon
     cluster.run_until(lambda: _done(cluster, a) >= 4)
     before = {k: t["exit_status"] for k, t in enumerate(cluster.daemon.job(a).tasks)}
