@@ -1011,6 +1011,7 @@ class Simulator:
         elif isinstance(act, Checkpoint):
             run.checkpointed = True
             run.replicas = ()
+            run.slot_levels = None  # its slots are freed; a restore places it on one level
         elif isinstance(act, Replicate | Unreplicate):
             run.level, run.cores = self._placement(occ, jid)
             run.tier = tier_of_level(run.level)
@@ -1034,6 +1035,7 @@ class Simulator:
                 run.migrated_at = now
                 self._migration_loss += cost * len(cores)
             run.level, run.cores, run.tier = level, cores, tier_of_level(level)
+            run.slot_levels = occ.multi.get(jid)
             run.tier_since = now
             run.debt += cost
             if run.checkpointed or isinstance(act, Restore):  # a restore: back on slots, running
