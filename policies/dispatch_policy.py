@@ -19,7 +19,12 @@ Inputs from the view.
   ``max_workers`` (a job never holds more workers than it has unfinished tasks, nor more than its
   shape allows). A running bag's throughput on a worker it holds is ``RunningJob.throughput`` where
   the view has it (vmctld: corrected from observed task durations, paper 001's status checker), else the
-  worker's speed. Priority is ``Job.priority``; the deadline is ``Job.deadline`` or, with parameter
+  worker's speed times the bag's *profile factor*: the mean, over the workers it was observed on, of
+  observed throughput / that worker's speed (1 before any observation). Example: a bag seen at 1.5 on a
+  worker of speed 1 is planned at 0.75 on a worker of speed 0.5 it has not run on. Reading: the paper
+  estimates a job's throughput "from the job's profile and the node's speed, then corrected"; we correct
+  the profile too, so one observation informs every worker. An observation includes the core's sharing
+  at the time (a worker alone on a core of 2 shared levels is seen at twice its nominal speed). Priority is ``Job.priority``; the deadline is ``Job.deadline`` or, with parameter
   ``deadline_walltimes`` x > 0, ``submit + x * estimate`` for a job that has none (the requested
   walltime as the deadline, issue 12's evaluation). Ties go to the earlier submission.
 
@@ -134,7 +139,7 @@ class DispatchPolicy(SchedulingPolicy):
                 rigid.append(job.id)
         return bags, rigid
 
-    def _plan_job(self, bag: _Bag, workers: Set[str] = frozenset()) -> PlanJob | None:
+    def _plan_job(self, bag: _Bag, speed: Mapping[str, float]) -> PlanJob | None:
         shape = bag.shape
         rj = bag.running
         left = len(shape.tasks) if rj is None else rj.tasks_left
@@ -145,9 +150,13 @@ class DispatchPolicy(SchedulingPolicy):
         job = bag.job
         # the status checker's corrected throughput on the workers the bag holds (vmctld), where observed
         observed = {} if rj is None or not rj.throughput else \
-            {w: v for (c, lv), v in rj.throughput.items() if (w := f"{c}.{lv}") in workers}
+            {w: v for (c, lv), v in rj.throughput.items() if (w := f"{c}.{lv}") in speed}
+        # the job's profile factor, learnt from the workers it was observed on: the mean of observed /
+        # nominal speed, applied to the workers it has not run on (1 when nothing is observed)
+        ratios = [v / speed[w] for w, v in observed.items()]
+        profile = math.fsum(ratios) / len(ratios) if ratios else 1.0
         return PlanJob(job.id, min(left, shape.max_workers), _remaining_work(shape, left), job.priority,
-                       self._deadline(job), job.submit_time, observed)
+                       self._deadline(job), job.submit_time, observed, profile)
 
     # ------------------------------------------------------------------ the pass
 
@@ -168,8 +177,8 @@ class DispatchPolicy(SchedulingPolicy):
                 node = view.node(core)
                 s = speed.setdefault(core, view.speed_of(node) / levels)
                 workers.append(PlanWorker(f"{core}.{level}", node, s))
-        known = {w.id for w in workers}
-        jobs = [pj for pj in (self._plan_job(b, known) for b in bags) if pj is not None]
+        nominal = {w.id: w.speed for w in workers}
+        jobs = [pj for pj in (self._plan_job(b, nominal) for b in bags) if pj is not None]
         counts = {j: len(ws) for j, ws in
                   plan(self.planner, workers, jobs, now, self._planner_params()).assignment.items()}
         by_id = {b.job.id: b for b in bags}
