@@ -42,8 +42,8 @@ def _bag(job_id: str = "1", run: int = 1, state: str = "running") -> JobRecord:
     rec = JobRecord(id=job_id, seq=int(job_id), name=f"bag{job_id}", state=state, submit_time=0.0, start_time=1.0,
                     spec={"procs": 6, "estimate": 5.0, "shape": {"kind": "task-bag", "tasks": WORK}},
                     placement=[("n1", 0), ("n2", 0)], run=run, tasks=tasks,
-                    bag={"level": 0, "next": 4, "next_vm": 2, "vms": [0, 1], "task": [2, 3], "release": [False, False],
-                         "rate": {"n1/0.0": 1.0}, "retry": []})
+                    bag={"levels": [0, 0], "next": 4, "next_vm": 2, "vms": [0, 1], "task": [2, 3],
+                         "release": [False, False], "rate": {"n1/0.0": 1.0}, "retry": []})
     rec.changed_tasks.update(range(4))
     return rec
 
@@ -227,7 +227,7 @@ def test_the_dispatcher_marks_exactly_the_tasks_it_changes() -> None:
     kept = rec.tasks
     rec.changed_tasks.clear()
     rec.placement = [("n1", 0)]
-    dispatcher.start(rec, 0, 20.0, kept)
+    dispatcher.start(rec, [0], 20.0, kept)
     assert rec.changed_tasks == {0, 1}  # the kept result (0) is stored again, and task 1 handed out
 
 
