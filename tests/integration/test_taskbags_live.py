@@ -64,19 +64,25 @@ def test_independent_tasks_run_on_the_workers_they_are_granted(live: InProcessDa
         status, body = d.request("GET", f"/v1/jobs/{job.id}")
         check_openapi("GET", f"/v1/jobs/{job.id}", status, body)
         assert body["job"]["workers"] == [] and body["job"]["tasks_left"] == 0
-        # the job list leaves a bag's tasks out (it reads no task row): tasks_left counts them
-        status, body = d.request("GET", "/v1/jobs")
-        check_openapi("GET", "/v1/jobs", status, body)
-        [listed] = [j for j in body["jobs"] if j["id"] == job.id]
-        assert listed["tasks"] == [] and listed["tasks_left"] == 0 and listed["state"] == "done"
-        code, out, err = run_cli(capsys, "job", "show", str(job.id))
-        assert code == 0, err
-        assert "40: 40 done, 0 failed, 0 running, 0 waiting" in out, out
+        _done_bag_listed_and_shown(d, capsys, "/v1/jobs", str(job.id), 40)
 
         def all_available() -> bool:
             return all(w["state"] == "available" for w in d.request("GET", "/v1/workers")[1]["workers"])
 
         wait_for(all_available, "every worker available again")
+
+
+def _done_bag_listed_and_shown(d: InProcessDaemon, capsys: pytest.CaptureFixture[str], query: str, job_id: str,
+                               tasks: int) -> None:
+    """The job list ``query`` leaves the finished bag's tasks out (it reads no task row; ``tasks_left``
+    counts them), and ``vmctl job show`` counts every one of them."""
+    status, body = d.request("GET", query)
+    check_openapi("GET", query, status, body)
+    [listed] = [j for j in body["jobs"] if j["id"] == job_id]
+    assert listed["tasks"] == [] and listed["tasks_left"] == 0 and listed["state"] == "done"
+    code, out, err = run_cli(capsys, "job", "show", job_id)
+    assert code == 0, err
+    assert f"{tasks}: {tasks} done, 0 failed, 0 running, 0 waiting" in out, out
 
 
 def _no_worker_overlaps(*results: JobResult) -> None:
@@ -157,13 +163,7 @@ def test_an_archived_bag_answers_its_tasks_from_their_rows(tmp_path: Path, monke
         assert [t["index"] for t in job["tasks"]] == list(range(6))
         assert [(t["exit_status"], t["worker"], t["start"], t["end"]) for t in job["tasks"]] == \
             [(t.exit_status, t.worker, t.start, t.end) for t in results[0].tasks]
-        status, body = d.request("GET", "/v1/jobs?archived=true")
-        check_openapi("GET", "/v1/jobs?archived=true", status, body)
-        [listed] = [j for j in body["jobs"] if j["id"] == first.id]
-        assert listed["tasks"] == [] and listed["tasks_left"] == 0 and listed["state"] == "done"
-        code, out, err = run_cli(capsys, "job", "show", str(first.id))
-        assert code == 0, err
-        assert "6: 6 done, 0 failed, 0 running, 0 waiting" in out, out
+        _done_bag_listed_and_shown(d, capsys, "/v1/jobs?archived=true", str(first.id), 6)
 
 
 def test_bad_independent_jobs_are_refused_naming_the_field(live: InProcessDaemon) -> None:
