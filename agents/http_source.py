@@ -54,9 +54,24 @@ class AgentEndpoint:
     timeout_s: float = 10.0
 
     def ssl_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
-        ctx.load_cert_chain(self.cert_file, self.key_file)
+        """The agent's TLS context; a CA, certificate or key file that cannot be used is a
+        ``ValidationError`` naming the config key and the file."""
+        try:
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise ValidationError(field="daemon.ca_file",
+                                  problem=f"{self.ca_file}: no usable CA certificate ({_why(exc)})") from exc
+        try:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ValueError) as exc:
+            raise ValidationError(field="daemon.cert_file/daemon.key_file",
+                                  problem=f"{self.cert_file} with {self.key_file}: not a usable certificate and "
+                                          f"key ({_why(exc)})") from exc
         return ctx
+
+
+def _why(exc: BaseException) -> str:
+    return str(getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc)
 
 
 class _Conn:

@@ -32,7 +32,7 @@ from vmctl.agents.layout import Layout, memory_problem
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter, observed_to_dict
 from vmctl.clock import Clock, SystemClock, accelerated_clock
-from vmctl.errors import ConfigError, HypervisorUnavailable, VmctlError
+from vmctl.errors import ConfigError, HypervisorUnavailable, ValidationError, VmctlError
 from vmctl.model import Discipline, NodeObserved
 
 log = logging.getLogger("vmctl.agent")
@@ -70,10 +70,10 @@ def _http_endpoint(cfg: AgentConfig) -> Any:
         if not os.path.isfile(path):
             raise ConfigError(path=cfg.path, where=f"daemon.{key}", problem=f"{path} does not exist or is not a file")
     ep = AgentEndpoint(d.url, cfg.node, d.cert_file, d.key_file, d.ca_file, timeout_s=d.timeout_seconds)
-    try:
+    try:  # a CA, certificate or key that cannot be used fails here, named, before any thread starts
         ep.ssl_context()
-    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-        raise ConfigError(path=cfg.path, where="daemon", problem=f"cannot load the TLS files: {exc}") from exc
+    except ValidationError as exc:
+        raise ConfigError(path=cfg.path, where=exc.fields["field"], problem=exc.fields["problem"]) from exc
     return ep
 
 

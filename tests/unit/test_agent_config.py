@@ -346,3 +346,43 @@ def test_serve_reconciles_exposes_metrics_and_notifies_systemd(tmp_path: Path, m
         th.join(timeout=10)
         notify.close()
     assert not th.is_alive()
+
+
+@pytest.mark.parametrize("which", ["ca_file", "cert_file"])
+def test_an_empty_tls_file_is_a_named_config_error(tmp_path: Path, which: str) -> None:
+    """A CA or certificate file that exists but holds no certificate (it was once read while a harness
+    rewrote it) is a config error naming the key and the file, before any thread starts: no traceback."""
+    from vmctl.auth import ClusterCA
+
+    ca = ClusterCA.create("test-ca")
+    cert, key = ca.issue("n1")
+    files = {"ca_file": ca.cert_pem, "cert_file": cert, "key_file": key}
+    files[which] = ""  # empty, as a reader saw a file being rewritten in place
+    tls = {}
+    for k, text in files.items():
+        (tmp_path / k).write_text(text)
+        tls[k] = str(tmp_path / k)
+    p = _write_cfg(tmp_path, daemon={"url": "https://127.0.0.1:9", **tls})
+    proc = subprocess.run([sys.executable, "-m", "vmctl.agents.main", "--config", str(p)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"error: config-invalid: {p}: daemon.{which}"), proc.stderr
+    assert str(tmp_path / which) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cert_files_are_replaced_atomically(tmp_path: Path) -> None:
+    """``write_cert_files`` (the ``vmctl cert`` CLI, the testbeds) replaces each file by a rename: a reader
+    holding the old ca.crt open keeps reading the old content, the new one is complete, and the key is 0600."""
+    import os
+    import stat
+
+    from vmctl.cli.ops import write_cert_files
+
+    doc = {"cert_pem": "CERT1\n", "key_pem": "KEY1\n", "ca_pem": "CA1\n"}
+    write_cert_files(tmp_path, "n1", doc)
+    with open(tmp_path / "ca.crt") as old:
+        write_cert_files(tmp_path, "n2", {**doc, "ca_pem": "CA2\n"})
+        assert old.read() == "CA1\n"  # the old inode, untouched (an in-place rewrite would show "" or "CA2")
+    assert (tmp_path / "ca.crt").read_text() == "CA2\n"
+    assert stat.S_IMODE(os.stat(tmp_path / "n2.key").st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ca.crt", "n1.crt", "n1.key", "n2.crt", "n2.key"]

@@ -31,6 +31,7 @@ from rich.text import Text
 
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
+from vmctl.files import replace_file
 from vmctl.model import JobState
 from vmctl.timefmt import fmt_duration
 
@@ -1398,14 +1399,13 @@ def write_cert_files(out: Path, node_name: str, doc: Mapping[str, Any]) -> list[
         out.mkdir(parents=True, exist_ok=True)
         crt, key, ca_path = out / f"{node_name}.crt", out / f"{node_name}.key", out / "ca.crt"
         written = [crt]
+        # each file replaced atomically: an agent already started from this folder may be reading the
+        # shared ca.crt while the next node's files are written (it read an empty file once)
         if "key_pem" in doc:
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(str(doc["key_pem"]))
-            os.chmod(key, 0o600)
+            replace_file(key, str(doc["key_pem"]), 0o600)
             written.append(key)
-        crt.write_text(str(doc["cert_pem"]), encoding="utf-8")
-        ca_path.write_text(str(doc["ca_pem"]), encoding="utf-8")
+        replace_file(crt, str(doc["cert_pem"]), 0o644)
+        replace_file(ca_path, str(doc["ca_pem"]), 0o644)
     except OSError as exc:
         raise errors.UserError(where=f"--out-dir {out}", problem=str(exc)) from exc
     return [*written, ca_path]

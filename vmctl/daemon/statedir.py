@@ -25,6 +25,7 @@ from pathlib import Path
 
 from vmctl.daemon.config import DaemonConfig
 from vmctl.errors import ConfigError, StoreError, UserError
+from vmctl.files import replace_file
 from vmctl.store import sqlite_path
 from vmctl.store.base import Store
 
@@ -225,17 +226,9 @@ def write_secret_file(path: Path, text: str, key: str, cfg_path: str) -> None:
 
 def write_public(path: Path, text: str, key: str, cfg_path: str) -> None:
     """Write a file that holds no secret (the CA certificate) atomically, mode 0644."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.fchmod(fd, 0o644)
-            os.write(fd, text.encode("utf-8"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_file(path, text, 0o644)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ConfigError(path=cfg_path, where=key, problem=f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
