@@ -124,6 +124,13 @@ class Layout:
     placeholders: bool | None = None
     discipline: Discipline = Discipline.PRIORITY
     inactive: str = "pause"  # timeslice: the inactive rows' VMs are paused, or "soak" at the lowest weight
+    #: guests that run job processes over SSH (guestimage.py): direct kernel boot ...
+    kernel: str | None = None
+    initrd: str | None = None
+    cmdline: str = ""
+    #: ... and a loopback port per VM forwarded to its port 22: ssh_ports + k * levels + level for the VM of
+    #: local core k on that level (None: no network)
+    ssh_ports: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.levels <= MAX_LEVELS:
@@ -150,6 +157,10 @@ class Layout:
             raise ValidationError(field="layout.naming", problem=problem)
         if self.memory_mib < 1:
             raise OutOfRange(what="layout.memory_mib", value=self.memory_mib, allowed=">= 1")
+        if self.ssh_ports is not None and not 1024 <= self.ssh_ports <= 65536 - self.levels * len(self.cores):
+            raise OutOfRange(what="layout.ssh_ports", value=self.ssh_ports,
+                             allowed=f"1024..{65536 - self.levels * len(self.cores)} (one port per VM of "
+                                     f"{self.levels} levels x {len(self.cores)} cores)")
         if self.placeholders is None:
             object.__setattr__(self, "placeholders", self.discipline is not Discipline.SHARED)
 
@@ -265,7 +276,19 @@ class Layout:
         meta = {META_MANAGED: "1", META_NODE: self.host, META_ROLE: vm.role.value, META_CORE: str(vm.core)}
         if vm.level >= 0:  # a level the role does not imply (fg/bg VMs look as they always did)
             meta[META_LEVEL] = str(vm.level)
-        return VmSpec(name=vm.name, vcpus=1, memory_mib=vm.memory_mib, image=self.image, metadata=meta)
+        return VmSpec(name=vm.name, vcpus=1, memory_mib=vm.memory_mib, image=self.image, metadata=meta,
+                      kernel=self.kernel, initrd=self.initrd, cmdline=self.cmdline, ssh_port=self.ssh_port(vm.name))
+
+    def ssh_port(self, name: str) -> int | None:
+        """The loopback port forwarded to the SSH port of the (core, level) VM named ``name``; None without
+        ``ssh_ports`` or for a name that is no slot of this layout."""
+        if self.ssh_ports is None:
+            return None
+        for k in range(self.size):
+            for lvl in range(self.levels):
+                if name == self.vm_name(k, lvl):
+                    return self.ssh_ports + k * self.levels + lvl
+        return None
 
     def is_ours(self, name: str, metadata: dict[str, str]) -> bool:
         """True for VMs this agent manages: our metadata, or a (core, level) name of this layout."""

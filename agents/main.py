@@ -91,7 +91,7 @@ def make_backend(cfg: AgentConfig) -> HypervisorBackend:
     factory: Any = getattr(module, "LibvirtBackend", None)
     if factory is None:
         raise HypervisorUnavailable(backend="libvirt", uri=b.uri, problem="this vmctl has no LibvirtBackend")
-    backend = factory(uri=b.uri)
+    backend = factory(uri=b.uri, domain_type=b.domain_type or None)
     assert isinstance(backend, HypervisorBackend)
     return backend
 
@@ -129,7 +129,10 @@ def make_transfer(cfg: AgentConfig) -> Callable[[str, str, str], int] | None:
     return transfer
 
 
-def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner | None:
+def make_runner(cfg: AgentConfig, backend: HypervisorBackend, layout: Layout | None = None) -> ProcessRunner | None:
+    """The agent's process runner: over SSH into the guests (``ssh.enabled``; a guest's address is
+    ``ssh.guests[vm]`` or ``ssh.address_pattern`` with ``{vm}`` and ``{port}``, the loopback port the
+    layout forwards to that VM's SSH), else the mock's simulated processes."""
     if cfg.ssh.enabled:
         from vmctl.agents.remote import ParamikoRunner
 
@@ -137,7 +140,13 @@ def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner |
         pattern = cfg.ssh.address_pattern
 
         def address_of(vm: str) -> str:
-            return guests.get(vm) or pattern.format(vm=vm)
+            if vm in guests:
+                return guests[vm]
+            port = layout.ssh_port(vm) if layout is not None else None
+            if "{port}" in pattern and port is None:
+                raise ConfigError(path=cfg.path, where="ssh.address_pattern",
+                                  problem=f"uses {{port}} but VM {vm} has no forwarded port (layout.ssh_ports)")
+            return pattern.format(vm=vm, port=port)
 
         return ParamikoRunner(_ssh_settings(cfg), address_of)
     if isinstance(backend, MockBackend):
@@ -162,7 +171,8 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
     lc = cfg.layout
     layout = Layout(host=cfg.node, cores=cores, naming=lc.naming, fg_weight=lc.fg_weight, bg_weight=lc.bg_weight,
                     memory_mib=lc.memory_mib, image=lc.image, levels=lc.levels, discipline=Discipline(lc.discipline),
-                    inactive=lc.inactive)
+                    inactive=lc.inactive, kernel=lc.kernel, initrd=lc.initrd, cmdline=lc.cmdline,
+                    ssh_ports=lc.ssh_ports)
     # memory admission: refuse a layout whose L x C VMs the host cannot hold
     host_memory = cfg.host.memory_mib if cfg.host.memory_mib is not None else backend.host_info().memory_mib
     problem = memory_problem(layout.levels, layout.size, layout.memory_mib, host_memory)
@@ -188,7 +198,7 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
         reporter = FileReporter(report_file) if reporter is None else _Both(reporter, FileReporter(report_file))
     rc = cfg.reconcile
     clock = backend.clock if isinstance(backend, MockBackend) else SystemClock()  # CPU time and samples agree
-    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=make_runner(cfg, backend),
+    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=make_runner(cfg, backend, layout),
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
                             max_passes=rc.max_passes, transfer=make_transfer(cfg),

@@ -13,7 +13,12 @@ checked against a known_hosts file (``RejectPolicy``: unknown or changed keys ar
 Exit statuses: the command's own; 124 when ``run`` hit its timeout (the remote process group is
 killed); 137 after ``kill``. The remote command runs as ``exec sh -c CMD`` behind a line that tells
 the runner its PID: sshd starts each session command in a new session, so that PID leads the
-process group and ``kill -KILL -- -PID`` ends the whole job.
+process group and ``kill -KILL -PGID`` ends the whole job (dropbear, in the guests of
+``backends/libvirt/guestimage.py``, puts the shell in the group of its session process: the kill reads
+the group from ``/proc/PID/stat`` and ends that, the session with it).
+
+Addresses: ``address_of(vm)`` gives ``HOST``, ``HOST:PORT`` or ``[HOST]:PORT`` (a guest behind a
+forwarded loopback port); without a port, ``SshSettings.port``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 import paramiko
 
 from vmctl.agents.backends.base import ProcessRunner, ProcessStatus
+from vmctl.agents.config import split_address
 from vmctl.errors import ConfigError, RemoteExecError, RemoteHostKeyError, VmctlError
 from vmctl.model import ProcessSpec
 
@@ -102,9 +108,14 @@ class ParamikoRunner:
         except (OSError, paramiko.SSHException) as exc:
             raise ConfigError(path=s.known_hosts, where="ssh.known_hosts", problem=f"cannot be read: {exc}") from exc
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        where = f"{s.user}@{host}:{s.port}"
         try:
-            client.connect(host, port=s.port, username=s.user, key_filename=s.key_file, timeout=s.connect_timeout,
+            name, port = split_address(host, s.port)
+        except ValueError as exc:
+            client.close()
+            raise RemoteExecError(host=host, problem=f"bad guest address: {exc}") from exc
+        where = f"{s.user}@{name}:{port}"
+        try:
+            client.connect(name, port=port, username=s.user, key_filename=s.key_file, timeout=s.connect_timeout,
                            banner_timeout=s.connect_timeout, auth_timeout=s.connect_timeout,
                            channel_timeout=s.connect_timeout, allow_agent=False, look_for_keys=False)
         except paramiko.BadHostKeyException as exc:
@@ -230,7 +241,10 @@ class ParamikoRunner:
             log.warning("cannot kill %s on %s: %s", job.pid, job.host, exc)
             return
         try:
-            cmd = f"kill -KILL -- -{job.pid} 2>/dev/null || kill -KILL {job.pid}"
+            # the process group of the job's shell: its own under OpenSSH (sshd makes it a session leader),
+            # dropbear's session process's under dropbear; busybox kill takes no "--", so "-KILL -PGID"
+            cmd = (f"g=$(sed 's/.*) //' /proc/{job.pid}/stat 2>/dev/null | cut -d' ' -f3); "
+                   f"kill -KILL -\"${{g:-{job.pid}}}\" 2>/dev/null || kill -KILL {job.pid}")
             if job.state_dir is not None:
                 cmd += f"; echo {KILLED_EXIT} > {shlex.quote(job.state_dir)}/exit"
             _, out, _ = c.exec_command(cmd, timeout=self.settings.connect_timeout)

@@ -58,6 +58,10 @@ class VmSpec:
     memory_mib: int = 64
     image: str | None = None  # path of a disk image (read-only boot disk); None = mock / no disk
     metadata: dict[str, str] = field(default_factory=dict)
+    kernel: str | None = None  # direct kernel boot (libvirt <kernel>): a kernel image path
+    initrd: str | None = None  # its initramfs (libvirt <initrd>)
+    cmdline: str = ""  # its command line (the backend adds vmctl.hostname=<name>)
+    ssh_port: int | None = None  # QEMU user networking, host 127.0.0.1:ssh_port forwarded to the guest's port 22
 
 
 @dataclass(frozen=True, slots=True)
