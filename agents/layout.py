@@ -57,6 +57,7 @@ META_ROLE = "vmctl.role"
 META_CORE = "vmctl.core"
 META_LEVEL = "vmctl.level"
 META_MANAGED = "vmctl.managed"
+META_SSH_PORT = "vmctl.ssh_port"  # the loopback port forwarded to the guest's SSH (layout.ssh_ports)
 
 DEFAULT_NAMING = "{host}-c{core}-{tier}"
 
@@ -276,19 +277,22 @@ class Layout:
         meta = {META_MANAGED: "1", META_NODE: self.host, META_ROLE: vm.role.value, META_CORE: str(vm.core)}
         if vm.level >= 0:  # a level the role does not imply (fg/bg VMs look as they always did)
             meta[META_LEVEL] = str(vm.level)
-        return VmSpec(name=vm.name, vcpus=1, memory_mib=vm.memory_mib, image=self.image, metadata=meta,
-                      kernel=self.kernel, initrd=self.initrd, cmdline=self.cmdline, ssh_port=self.ssh_port(vm.name))
+        level = vm.slot_level
+        port = self.ssh_port(vm.core, level) if level is not None else None
+        if port is not None:  # the runner finds the guest's address here (job VMs have vmctld's names)
+            meta[META_SSH_PORT] = str(port)
+        # a guest that boots a kernel needs its memory whatever the job asked for (vmctld's default is 64 MiB,
+        # in which the Debian kernel and initramfs of guestimage.py do not even start): the layout's is the floor
+        memory = max(vm.memory_mib, self.memory_mib) if self.kernel is not None else vm.memory_mib
+        return VmSpec(name=vm.name, vcpus=1, memory_mib=memory, image=self.image, metadata=meta,
+                      kernel=self.kernel, initrd=self.initrd, cmdline=self.cmdline, ssh_port=port)
 
-    def ssh_port(self, name: str) -> int | None:
-        """The loopback port forwarded to the SSH port of the (core, level) VM named ``name``; None without
-        ``ssh_ports`` or for a name that is no slot of this layout."""
-        if self.ssh_ports is None:
+    def ssh_port(self, core: int, level: int) -> int | None:
+        """The loopback port forwarded to the SSH port of the VM on (local ``core``, ``level``); None
+        without ``ssh_ports``."""
+        if self.ssh_ports is None or not 0 <= core < self.size or not 0 <= level < self.levels:
             return None
-        for k in range(self.size):
-            for lvl in range(self.levels):
-                if name == self.vm_name(k, lvl):
-                    return self.ssh_ports + k * self.levels + lvl
-        return None
+        return self.ssh_ports + core * self.levels + level
 
     def is_ours(self, name: str, metadata: dict[str, str]) -> bool:
         """True for VMs this agent manages: our metadata, or a (core, level) name of this layout."""

@@ -28,11 +28,11 @@ import click
 from vmctl.agents.backends.base import HypervisorBackend, ProcessRunner
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.config import AgentConfig, load_agent_config
-from vmctl.agents.layout import Layout, memory_problem
+from vmctl.agents.layout import META_SSH_PORT, Layout, memory_problem
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter, observed_to_dict
 from vmctl.clock import Clock, SystemClock, accelerated_clock
-from vmctl.errors import ConfigError, HypervisorUnavailable, VmctlError
+from vmctl.errors import ConfigError, HypervisorUnavailable, VmctlError, VmNotFound
 from vmctl.model import Discipline, NodeObserved
 
 log = logging.getLogger("vmctl.agent")
@@ -84,7 +84,7 @@ def make_backend(cfg: AgentConfig) -> HypervisorBackend:
                            uri=b.uri or None, fabric_dir=b.fabric_dir or None, migration_seconds=b.migration_seconds,
                            poll_seconds=b.poll_seconds or None, state_file=b.state_file or None)
     try:
-        module = importlib.import_module("vmctl.agents.backends.libvirt")
+        module = importlib.import_module("vmctl.agents.backends.libvirt.backend")
     except ImportError as exc:
         raise HypervisorUnavailable(backend="libvirt", uri=b.uri,
                                     problem=f"the libvirt backend cannot be loaded: {exc}") from exc
@@ -129,10 +129,10 @@ def make_transfer(cfg: AgentConfig) -> Callable[[str, str, str], int] | None:
     return transfer
 
 
-def make_runner(cfg: AgentConfig, backend: HypervisorBackend, layout: Layout | None = None) -> ProcessRunner | None:
+def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner | None:
     """The agent's process runner: over SSH into the guests (``ssh.enabled``; a guest's address is
     ``ssh.guests[vm]`` or ``ssh.address_pattern`` with ``{vm}`` and ``{port}``, the loopback port the
-    layout forwards to that VM's SSH), else the mock's simulated processes."""
+    layout forwards to that VM's SSH, read from the VM's metadata), else the mock's simulated processes."""
     if cfg.ssh.enabled:
         from vmctl.agents.remote import ParamikoRunner
 
@@ -142,10 +142,11 @@ def make_runner(cfg: AgentConfig, backend: HypervisorBackend, layout: Layout | N
         def address_of(vm: str) -> str:
             if vm in guests:
                 return guests[vm]
-            port = layout.ssh_port(vm) if layout is not None else None
-            if "{port}" in pattern and port is None:
-                raise ConfigError(path=cfg.path, where="ssh.address_pattern",
-                                  problem=f"uses {{port}} but VM {vm} has no forwarded port (layout.ssh_ports)")
+            port: str | None = None
+            if "{port}" in pattern:
+                port = next((v.metadata.get(META_SSH_PORT) for v in backend.list_vms() if v.name == vm), None)
+                if port is None:
+                    raise VmNotFound(backend=f"{backend.name} (with a forwarded SSH port, layout.ssh_ports)", name=vm)
             return pattern.format(vm=vm, port=port)
 
         return ParamikoRunner(_ssh_settings(cfg), address_of)
@@ -198,7 +199,7 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
         reporter = FileReporter(report_file) if reporter is None else _Both(reporter, FileReporter(report_file))
     rc = cfg.reconcile
     clock = backend.clock if isinstance(backend, MockBackend) else SystemClock()  # CPU time and samples agree
-    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=make_runner(cfg, backend, layout),
+    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=make_runner(cfg, backend),
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
                             max_passes=rc.max_passes, transfer=make_transfer(cfg),

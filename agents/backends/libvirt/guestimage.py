@@ -11,7 +11,8 @@
   kernel and their dependencies, and busybox ``init`` with the script below;
 * ``id_ed25519`` (+ ``.pub``): the key the agent logs in with, authorised for ``root`` in the guest;
 * ``host_key.pub``: the guest's SSH host key (generated at build time with ``dropbearkey``; every guest
-  booted from this image has it), for the agent's ``known_hosts`` (:func:`known_hosts_lines`);
+  booted from this image has it), for the agent's ``known_hosts`` (``vmctl.cli.demo.processes.ssh_guest_config``
+  writes one for a range of forwarded ports);
 * ``manifest.json``: the build's inputs (package versions), its cache key, sizes and build time.
 
 Cache: the key is a hash of the package names and versions apt would fetch, the init script and
@@ -42,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,14 +106,6 @@ class GuestImage:
     def manifest(self) -> dict[str, object]:
         doc: dict[str, object] = json.loads((self.dir / MANIFEST).read_text(encoding="utf-8"))
         return doc
-
-
-def known_hosts_lines(host_key: str, addresses: Iterable[tuple[str, int]]) -> str:
-    """``known_hosts`` lines giving ``host_key`` to each (address, port) (``[addr]:port`` unless 22)."""
-    out = []
-    for addr, port in addresses:
-        out.append(f"{addr if port == 22 else f'[{addr}]:{port}'} {host_key}\n")
-    return "".join(out)
 
 
 # ---------------------------------------------------------------------------------------------- apt
