@@ -49,7 +49,7 @@ def free_port_range(count: int, first: int = 20000, last: int = 60000) -> int:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 socks.append(s)
                 s.bind(("127.0.0.1", port))
-            return base
+            return int(base)
         except OSError:
             continue
         finally:
