@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -114,9 +115,10 @@ class ParamikoRunner:
             client.close()
             raise RemoteExecError(host=host, problem=f"bad guest address: {exc}") from exc
         where = f"{s.user}@{name}:{port}"
+        sock = self._ssh_socket(name, port, where)
         try:
-            client.connect(name, port=port, username=s.user, key_filename=s.key_file, timeout=s.connect_timeout,
-                           banner_timeout=s.connect_timeout, auth_timeout=s.connect_timeout,
+            client.connect(name, port=port, sock=sock, username=s.user, key_filename=s.key_file,
+                           timeout=s.connect_timeout, banner_timeout=s.connect_timeout, auth_timeout=s.connect_timeout,
                            channel_timeout=s.connect_timeout, allow_agent=False, look_for_keys=False)
         except paramiko.BadHostKeyException as exc:
             client.close()
@@ -135,6 +137,24 @@ class ParamikoRunner:
             client.close()
             raise RemoteExecError(host=where, problem=f"cannot connect: {exc or type(exc).__name__}") from exc
         return client
+
+    def _ssh_socket(self, name: str, port: int, where: str) -> socket.socket:
+        """A connection on which the server has sent its SSH banner (peeked, left for paramiko). A guest
+        behind QEMU's port forward accepts at once and says nothing until its SSH server is up: that is
+        "not up yet", refused with one line (not paramiko's banner-error tracebacks in the agent's log)."""
+        timeout = self.settings.connect_timeout
+        try:
+            sock = socket.create_connection((name, port), timeout=timeout)
+        except OSError as exc:
+            raise RemoteExecError(host=where, problem=f"cannot connect: {exc or type(exc).__name__}") from exc
+        try:
+            head = sock.recv(4, socket.MSG_PEEK)
+        except OSError:
+            head = b""
+        if not head:
+            sock.close()
+            raise RemoteExecError(host=where, problem=f"no SSH banner within {timeout:g} s (the server is not up)")
+        return sock
 
     # ------------------------------------------------------------------ synchronous run
 

@@ -117,13 +117,17 @@ def test_a_libvirt_agent_runs_task_bags_in_its_guests_over_ssh(live: InProcessDa
                 job.add_task(Task(command=cmd + ("; exit 3" if (name, i) == ("b", 1) else ""), work_seconds=SLEEP_S))
             bags.append(job)
         t0 = time.time()
-        results = Client(bags, url=d.url, token=d.admin_token, ca=d.ca_file, poll_interval=0.2,
-                         max_poll_interval=0.5).start().wait_all(timeout=90)
+        client = Client(bags, url=d.url, token=d.admin_token, ca=d.ca_file, poll_interval=0.2, max_poll_interval=0.5)
+        try:
+            results = client.start().wait_all(timeout=90)
+        finally:
+            client.close()
         took = time.time() - t0
     finally:
         stop.set()
         agent.reconciler.wake()
         th.join(30)
+        agent.reconciler.reporter.close()  # serve() leaves it to the process's exit
         remove_node_vms(agent.backend, node)
         agent.backend.close()
     by_name = {r.name: r for r in results}

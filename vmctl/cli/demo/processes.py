@@ -73,7 +73,7 @@ def ssh_guest_config(guest_dir: Path, known_hosts: Path, base_port: int, vms: in
                        "cmdline": "quiet", "ssh_ports": base_port, "memory_mib": 128},
             "ssh": {"enabled": True, "user": "root", "key_file": str(guest_dir / "id_ed25519"),
                     "known_hosts": str(known_hosts), "address_pattern": "127.0.0.1:{port}",
-                    "connect_timeout_seconds": 5.0}}
+                    "connect_timeout_seconds": 2.0}}
 
 
 class ManagedProcess:
