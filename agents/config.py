@@ -7,6 +7,7 @@ config is either fully valid or rejected.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import string
 from dataclasses import dataclass, field, replace
@@ -137,6 +138,11 @@ def split_address(address: str, default_port: int) -> tuple[str, int]:
     elif address.count(":") == 1:
         host, raw = address.split(":")
         port = _port(address, raw)
+    elif ":" in address:
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            raise ValueError(f"{address!r}: use HOST, HOST:PORT or [HOST]:PORT") from None
     if not host or any(c.isspace() for c in host):
         raise ValueError(f"{address!r}: no host name")
     return host, port
