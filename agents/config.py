@@ -87,6 +87,7 @@ class SshConfig:
     command_timeout_seconds: float = 86400.0
     address_pattern: str = "{vm}"  # guest address from the VM name
     state_dir: str = "/tmp/vmctl-jobs"  # job traces in the guest (adoption after an agent restart)
+    boot_timeout_seconds: float = 120.0  # a guest the agent just booted: how long a job waits for its SSH
     guests: dict[str, str] = field(default_factory=dict)  # explicit VM name -> address
 
 
@@ -352,7 +353,8 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
         connect_timeout_seconds=s.number("connect_timeout_seconds", 10.0, lo=0.1, hi=3600),
         command_timeout_seconds=s.number("command_timeout_seconds", 86400.0, lo=0.1, hi=1e9),
         address_pattern=s.get("address_pattern", str, "{vm}"), guests=_str_map(s, "guests"),
-        state_dir=s.get("state_dir", str, "/tmp/vmctl-jobs"))
+        state_dir=s.get("state_dir", str, "/tmp/vmctl-jobs"),
+        boot_timeout_seconds=s.number("boot_timeout_seconds", 120.0, lo=0.0, hi=3600))
     if not ssh.state_dir.startswith("/"):
         raise s.error("state_dir", f"must be an absolute path in the guest, got {ssh.state_dir!r}")
     if ssh.enabled:

@@ -107,7 +107,7 @@ def _ssh_settings(cfg: AgentConfig) -> Any:
     s = cfg.ssh
     return SshSettings(user=s.user, key_file=s.key_file, known_hosts=s.known_hosts, port=s.port,
                        connect_timeout=s.connect_timeout_seconds, command_timeout=s.command_timeout_seconds,
-                       state_dir=s.state_dir)
+                       state_dir=s.state_dir, boot_timeout=s.boot_timeout_seconds)
 
 
 def make_transfer(cfg: AgentConfig) -> Callable[[str, str, str], int] | None:

@@ -60,6 +60,7 @@ class SshSettings:
     command_timeout: float = 86400.0
     tail_bytes: int = 4096
     state_dir: str = "/tmp/vmctl-jobs"  # in the guest: <state_dir>/<vm>/{job,exit} (adoption after a restart)
+    boot_timeout: float = 120.0  # a VM the agent just booted: a job's connection retries this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class _Job:
         self.ended = 0.0
         self.adopted = False  # found running in the guest after an agent restart (polled by status())
         self.state_dir: str | None = None
+        self.wait_until = 0.0  # monotonic: retry the connection until then (the guest is booting)
         self.lock = threading.Lock()
 
 
@@ -94,6 +96,7 @@ class ParamikoRunner:
         self.address_of: Callable[[str], str] = address_of or (lambda vm: vm)
         self._jobs: dict[str, _Job] = {}
         self._probed: set[str] = set()  # VMs whose guest was asked for a job trace since we started
+        self._booting: dict[str, float] = {}  # VM -> monotonic time the agent booted it, until a job connects
         self._lock = threading.Lock()
         for what, p in (("ssh.key_file", settings.key_file), ("ssh.known_hosts", settings.known_hosts)):
             if not os.path.isfile(p):
@@ -174,12 +177,21 @@ class ParamikoRunner:
     def _run_job(self, job: _Job, env: Mapping[str, str], timeout: float) -> None:
         t0 = time.monotonic()
         job.started = t0
-        try:
-            client = self.connect(job.host)
-        except VmctlError as exc:
-            job.error, job.exc = str(exc), exc
-            job.exit_code = -1
-            return
+        while True:
+            try:
+                client = self.connect(job.host)
+                break
+            except RemoteHostKeyError as exc:
+                job.error, job.exc = str(exc), exc
+                job.exit_code = -1
+                return
+            except VmctlError as exc:
+                if time.monotonic() < job.wait_until and not job.killed:
+                    time.sleep(0.1)  # a guest the agent just booted: its SSH server is not up yet
+                    continue
+                job.error, job.exc = str(exc), exc
+                job.exit_code = -1
+                return
         try:
             for k in env:
                 if not k.replace("_", "a").isalnum() or k[:1].isdigit():
@@ -292,6 +304,9 @@ class ParamikoRunner:
                 raise RemoteExecError(host=vm, problem=f"process {spec.job_id}[{spec.index}] has no command")
             job = _Job(spec, self.address_of(vm))
             job.state_dir = self._state_dir(vm)
+            booted = self._booting.pop(vm, None)
+            if booted is not None:
+                job.wait_until = booted + self.settings.boot_timeout
             self._jobs[vm] = job
             self._probed.discard(vm)
         env = {"VMCTL_JOB_ID": spec.job_id, "VMCTL_PROCESS_INDEX": str(spec.index)}
@@ -352,6 +367,18 @@ class ParamikoRunner:
                 tail = f"{tail}\n[vmctl: {job.error}]".lstrip()
             return ProcessStatus(vm=vm, job_id=job.spec.job_id, index=job.spec.index,
                                  running=job.exit_code is None, exit_code=job.exit_code, output_tail=tail)
+
+    def booted(self, vm: str) -> None:
+        """The agent just booted ``vm`` from shut off: no process runs in it, so there is no job trace to
+        read (``status`` answers None without asking the guest, which may not answer yet), and the next
+        job's connection waits up to ``boot_timeout`` for the guest's SSH server."""
+        with self._lock:
+            job = self._jobs.get(vm)
+            if job is not None and job.exit_code is None:
+                return  # a process we started is still followed: leave it to its own session
+            self._jobs.pop(vm, None)
+            self._probed.add(vm)
+            self._booting[vm] = time.monotonic()
 
     def kill(self, vm: str) -> None:
         with self._lock:

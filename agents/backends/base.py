@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from vmctl.model import PowerState, ProcessSpec
 
@@ -206,6 +206,14 @@ class ProcessRunner(Protocol):
     def status(self, vm: str) -> ProcessStatus | None: ...
 
     def kill(self, vm: str) -> None: ...
+
+
+@runtime_checkable
+class BootAware(Protocol):
+    """A ``ProcessRunner`` that wants to know when the agent booted a VM from shut off: no process it
+    does not know of runs there (nothing to adopt), and the guest may need a while until it answers."""
+
+    def booted(self, vm: str) -> None: ...
 
 
 def remove_vms(backend: HypervisorBackend, prefix: str) -> list[str]:
