@@ -129,10 +129,12 @@ def make_transfer(cfg: AgentConfig) -> Callable[[str, str, str], int] | None:
     return transfer
 
 
-def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner | None:
+def make_runner(cfg: AgentConfig, backend: HypervisorBackend,
+                on_end: Callable[[], None] | None = None) -> ProcessRunner | None:
     """The agent's process runner: over SSH into the guests (``ssh.enabled``; a guest's address is
     ``ssh.guests[vm]`` or ``ssh.address_pattern`` with ``{vm}`` and ``{port}``, the loopback port the
-    layout forwards to that VM's SSH, read from the VM's metadata), else the mock's simulated processes."""
+    layout forwards to that VM's SSH, read from the VM's metadata), else the mock's simulated processes.
+    ``on_end``: called when a job process in a guest ends (the agent wakes to report it)."""
     if cfg.ssh.enabled:
         from vmctl.agents.remote import ParamikoRunner
 
@@ -149,7 +151,7 @@ def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner |
                     raise VmNotFound(backend=f"{backend.name} (with a forwarded SSH port, layout.ssh_ports)", name=vm)
             return pattern.format(vm=vm, port=port)
 
-        return ParamikoRunner(_ssh_settings(cfg), address_of)
+        return ParamikoRunner(_ssh_settings(cfg), address_of, on_end)
     if isinstance(backend, MockBackend):
         return MockProcessRunner(backend)
     return None
@@ -199,11 +201,14 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
         reporter = FileReporter(report_file) if reporter is None else _Both(reporter, FileReporter(report_file))
     rc = cfg.reconcile
     clock = backend.clock if isinstance(backend, MockBackend) else SystemClock()  # CPU time and samples agree
-    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=make_runner(cfg, backend),
+    wake: list[Callable[[], None]] = []  # the reconciler's, once it exists: a guest's job ended
+    runner = make_runner(cfg, backend, on_end=lambda: wake[0]() if wake else None)
+    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=runner,
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
                             max_passes=rc.max_passes, transfer=make_transfer(cfg),
                             checkpoint_peers=cfg.checkpoint_hosts if cfg.checkpoint_transfer == "sftp" else None)
+    wake.append(reconciler.wake)
     if liveness is not None:
         reconciler.fence = liveness.fenced
     return Agent(cfg, backend, reconciler, source if http is not None else None, liveness)

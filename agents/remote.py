@@ -91,9 +91,11 @@ class _Job:
 
 
 class ParamikoRunner:
-    def __init__(self, settings: SshSettings, address_of: Callable[[str], str] | None = None) -> None:
+    def __init__(self, settings: SshSettings, address_of: Callable[[str], str] | None = None,
+                 on_end: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.address_of: Callable[[str], str] = address_of or (lambda vm: vm)
+        self.on_end = on_end  # called when a started job's process ended (the agent reports it at once)
         self._jobs: dict[str, _Job] = {}
         self._probed: set[str] = set()  # VMs whose guest was asked for a job trace since we started
         self._booting: dict[str, float] = {}  # VM -> monotonic time the agent booted it, until a job connects
@@ -310,8 +312,12 @@ class ParamikoRunner:
             self._jobs[vm] = job
             self._probed.discard(vm)
         env = {"VMCTL_JOB_ID": spec.job_id, "VMCTL_PROCESS_INDEX": str(spec.index)}
-        threading.Thread(target=self._run_job, args=(job, env, self.settings.command_timeout),
-                         name=f"vmctl-job-{vm}", daemon=True).start()
+        threading.Thread(target=self._follow, args=(job, env), name=f"vmctl-job-{vm}", daemon=True).start()
+
+    def _follow(self, job: _Job, env: Mapping[str, str]) -> None:
+        self._run_job(job, env, self.settings.command_timeout)
+        if self.on_end is not None and not job.killed:
+            self.on_end()
 
     def _probe(self, vm: str) -> _Job | None:
         """Read the job trace a runner left in the guest (after an agent restart). Raises
