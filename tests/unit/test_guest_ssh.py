@@ -108,6 +108,21 @@ def test_a_cached_build_is_reused_without_touching_apt(tmp_path: Path, monkeypat
         guestimage.build(tmp_path, log=None)
 
 
+def test_a_build_is_used_when_apt_cannot_say_its_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_apt() -> dict[str, object]:
+        raise GuestImageError(step="version of busybox-static", problem="apt knows no candidate version")
+
+    monkeypatch.setattr(guestimage, "inputs", no_apt)
+    with pytest.raises(GuestImageError, match="version of busybox-static"):  # nothing built there: no way on
+        guestimage.build(tmp_path, log=None)
+    for name in ("vmlinuz", "initrd.gz", "id_ed25519"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "manifest.json").write_text('{"key": "abc"}')
+    said: list[str] = []
+    assert guestimage.build(tmp_path, log=said.append).initrd == tmp_path / "initrd.gz"
+    assert "the package versions cannot be read" in said[0] and "(key abc)" in said[0]
+
+
 def test_direct_kernel_boot_with_a_forwarded_ssh_port() -> None:
     spec = VmSpec(name="j1-r1-p0", memory_mib=128, kernel="/g/vmlinuz", initrd="/g/initrd.gz", cmdline="quiet",
                   ssh_port=22001)

@@ -143,10 +143,21 @@ def candidate_version(package: str) -> str:
 
 
 def inputs() -> dict[str, object]:
-    """What the build depends on: package versions, the scripts and the builder's version."""
-    pkgs = (kernel_package(), *PACKAGES)
-    return {"builder": BUILDER_VERSION, "packages": {p: candidate_version(p) for p in pkgs},
-            "modules": list(MODULES), "init": INIT_SCRIPT, "inittab": INITTAB}
+    """What the build depends on: package versions, the scripts and the builder's version. When apt
+    knows none of the packages yet (no ``apt-get update`` on this machine) it updates its lists once
+    (as root) and asks again."""
+    def ask() -> dict[str, object]:
+        pkgs = (kernel_package(), *PACKAGES)
+        return {"builder": BUILDER_VERSION, "packages": {p: candidate_version(p) for p in pkgs},
+                "modules": list(MODULES), "init": INIT_SCRIPT, "inittab": INITTAB}
+
+    try:
+        return ask()
+    except GuestImageError:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            raise
+        _run("apt-get update", ["apt-get", "update", "-q"])
+        return ask()
 
 
 def cache_key(doc: dict[str, object]) -> str:
@@ -263,17 +274,26 @@ def _client_key(dst: Path) -> str:
 def build(out: Path, force: bool = False, log: object = print) -> GuestImage:
     """Build the guest into ``out`` (or reuse it when its manifest has the same cache key)."""
     say = log if callable(log) else (lambda _m: None)
-    doc = inputs()
-    key = cache_key(doc)
     img = GuestImage(out)
+    old: dict[str, object] = {}
     if not force and (out / MANIFEST).is_file():
         try:
             old = img.manifest()
         except (OSError, ValueError):
             old = {}
-        if old.get("key") == key and all(p.is_file() for p in (img.kernel, img.initrd, img.key_file)):
-            say(f"guest image {out}: cached (key {key})")
-            return img
+    complete = bool(old) and all(p.is_file() for p in (img.kernel, img.initrd, img.key_file))
+    try:
+        doc = inputs()
+    except GuestImageError as exc:
+        if not complete:
+            raise
+        say(f"guest image {out}: the package versions cannot be read ({exc}); using the build there "
+            f"(key {old.get('key')})")
+        return img
+    key = cache_key(doc)
+    if complete and old.get("key") == key:
+        say(f"guest image {out}: cached (key {key})")
+        return img
     for tool in ("apt-get", "dpkg", "ldd"):
         if shutil.which(tool) is None:
             raise _error("tools", f"{tool} is not on PATH (a Debian host is needed)")
