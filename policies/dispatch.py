@@ -10,8 +10,9 @@ job's worker count changes only at task boundaries), ``vmctl plan`` prints one f
 Inputs. A :class:`PlanWorker` has an id, a node and a speed (relative to a standard core). A
 :class:`PlanJob` has its unfinished task count ``tasks``, its remaining work ``work`` (seconds on a
 standard core), a priority (higher first), an optional absolute ``deadline``, a FCFS key ``order``,
-and optionally a throughput per worker (work seconds per second; default: the worker's speed; the
-daemon corrects it from observed task durations). Ties in priority go to the lower ``order``, then id.
+and optionally a throughput per worker (work seconds per second; default: the worker's speed times
+the job's ``profile``, 1 unless the daemon has learnt it; the daemon corrects both from observed task
+durations). Ties in priority go to the lower ``order``, then id.
 Workers are considered fastest first (ties: id) wherever the listing says "the first c workers".
 
 The listings are garbled; each policy below says how we read it.
@@ -93,8 +94,13 @@ class PlanJob:
     deadline: float | None = None
     order: float = 0.0
     throughput: Mapping[str, float] = field(default_factory=dict)
+    #: the job's speed on a worker relative to the worker's nominal speed, for workers not in
+    #: ``throughput`` (the daemon learns it from the workers it has observed the job on; default 1)
+    profile: float = 1.0
 
     def __post_init__(self) -> None:
+        if not (self.profile > 0 and math.isfinite(self.profile)):
+            raise ValidationError(field=f"job {self.id}.profile", problem=f"must be a positive number, got {self.profile}")
         if self.tasks < 1:
             raise ValidationError(field=f"job {self.id}.tasks",
                                   problem=f"must be >= 1 unfinished task, got {self.tasks}")
@@ -171,7 +177,7 @@ class _Planner:
         self.out: dict[str, list[str]] = {j.id: [] for j in jobs}
 
     def th(self, job: PlanJob, worker: str) -> float:
-        return job.throughput.get(worker, self.speed[worker])
+        return job.throughput.get(worker, self.speed[worker] * job.profile)
 
     def take(self, job: PlanJob, count: int) -> None:
         got, self.free = self.free[:count], self.free[count:]

@@ -8,7 +8,8 @@ decision; vmctld's actuator skips that action and goes on, so later actions that
 in turn).
 
 State, per core and level: the job on that slot (``slot(level, core)``). Per job touched: where it
-runs (level and cores, or shared VMs on nodes with a cap), whether it is suspended or checkpointed.
+runs (level and cores, or shared VMs on nodes with a cap; a task bag on several levels of a ``shared``
+cluster also its per-slot levels, ``multi``), whether it is suspended or checkpointed.
 Per node (capped shared VMs, vcsched): the sum of CPU caps and of memory of every shared VM on it,
 *counting what is already placed* (``RunningJob.shared_nodes`` / ``cap`` of the view's running jobs,
 summed on first use), checked against 1 on the decision's end state (:meth:`check_capacity`): the
@@ -18,8 +19,11 @@ Actions (``vmctl.model``), with ``Tier.FG``/``Tier.BG`` read as levels 0 and 1:
 
 ========================  =========================================================================
 start (StartFg/StartBg,   a queued, submitted job takes ``level`` of ``cores``; rigid: width = procs,
-Start)                    moldable/task bag: a width its ``JobShape`` allows
-resize                    a running task bag's workers move to ``level`` of ``cores`` (new width)
+Start)                    moldable/task bag: a width its ``JobShape`` allows; a task bag on a
+                          ``shared`` cluster may name ``slot_levels`` (slot i: level i of core i;
+                          distinct (core, level) pairs; elsewhere refused, ``slot-levels``)
+resize                    a running task bag's workers move to ``level`` of ``cores`` (new width), or
+                          to the slots ``slot_levels`` names, as for a start
 move (Promote, Demote,    a running (or checkpointed, for Restore) job moves to ``level`` of cores
 Migrate, Restore, Move)   (its own when None), keeping its width; Promote needs level 1 -> 0
 kill                      frees its slots; with ``requeue`` it is queued again (may restart at once)
@@ -32,10 +36,14 @@ set_cap                   cap in (0, 1] or None; a shared VM's node totals follo
 place_shared              a queued job starts, or a running one is re-placed, as capped shared VMs
 replicate                 ``timeslice`` only: a running job also takes ``level`` of its own cores (free
                           there); kill/checkpoint/completion free every row; a replicated job cannot
-                          move or resize (unreplicate first)
+                          move or resize (unreplicate first); a bag on several levels neither
+                          moves nor replicates (``slot-levels``): it changes its slots with Resize
 unreplicate               drops one of a replicated job's rows (its lowest other row becomes its level
                           when that one goes); never its last row
 ========================  =========================================================================
+
+Example (shared discipline, 2 levels, 1 core): ``Start(t, (0, 0), slot_levels=(0, 1))`` gives bag t
+both workers of core 0; ``Resize(t, (0,), slot_levels=(1,))`` keeps level 1 and gives level 0 up.
 
 Example (priority discipline, 2 cores): view fg = [a, None], bg = [None, None]. ``StartBg(b, (0,))``
 puts b on level 1 of core 0; ``Promote(b)`` then fails (``promote-fg-busy``: a holds level 0 of
@@ -73,6 +81,7 @@ from vmctl.model import (
     Suspend,
     Tier,
     Unreplicate,
+    slots_of,
 )
 
 EPS = 1e-9
@@ -97,8 +106,8 @@ class Occupancy:
     """Copy-on-write occupancy of a view (see the module docstring). ``queued`` holds the queued jobs
     the caller will name (``queued_subset``); jobs not in it are treated as not waiting."""
 
-    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "base", "checkpointed", "extra", "nodes", "now",
-                 "over", "placed", "queued", "started", "suspended", "view")
+    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "base", "checkpointed", "extra", "multi", "nodes",
+                 "now", "over", "placed", "queued", "started", "suspended", "view")
 
     def __init__(self, view: ClusterView, queued: dict[str, Job], now: float) -> None:
         self.view = view
@@ -114,6 +123,9 @@ class Occupancy:
         self.suspended: dict[str, bool] = {}
         self.nodes: dict[str, tuple[tuple[str, ...], float, float]] = {}  # shared job -> (nodes, cap, mem)
         self.extra: dict[str, tuple[int, ...]] = {}  # replicated job -> its other levels (sorted), same cores
+        # a task bag placed on several levels -> the level of each of its cores (``placed`` then holds its
+        # lowest level); absent for every job on one level
+        self.multi: dict[str, tuple[int, ...]] = {}
         self._node_cpu: dict[str, float] | None = None
         self._node_mem: dict[str, float] = {}
         self._node_touched: set[str] = set()
@@ -141,6 +153,8 @@ class Occupancy:
         self.placed[job_id] = where
         if rj.replicas:
             self.extra[job_id] = tuple(sorted(rj.replicas))
+        if rj.slot_levels is not None and not rj.shared_nodes:
+            self.multi[job_id] = rj.slot_levels
         if rj.shared_nodes:
             self.nodes[job_id] = (rj.shared_nodes, _cap_of(rj.cap, rj.job), rj.job.mem)
         self.suspended[job_id] = rj.suspended
@@ -155,16 +169,27 @@ class Occupancy:
             raise fail("not-running", f"{action} {job_id}: job is not running")
         return where
 
+    def slots(self, job_id: str) -> tuple[tuple[int, int], ...]:
+        """The (core, level) slots of a job placed on cores (none: not running or shared VMs)."""
+        where = self.running(job_id)
+        if where is None or where[0] < 0:
+            return ()
+        return slots_of(where[1], where[0], self.multi.get(job_id))
+
     def _procs(self, job_id: str, default: int) -> int:
         rj = self.view.running.get(job_id)
         return rj.job.procs if rj is not None else default
 
     # ------------------------------------------------------------------ rules shared by actions
-    def cores_ok(self, job_id: str, cores: tuple[int, ...], procs: int, action: str) -> None:
+    def cores_ok(self, job_id: str, cores: tuple[int, ...], procs: int, action: str,
+                 slot_levels: tuple[int, ...] | None = None) -> None:
         view = self.view
         if len(cores) != procs:
             raise fail("cores-count", f"{action} {job_id}: {len(cores)} cores for {procs} processes")
-        if len(set(cores)) != len(cores):
+        if slot_levels is not None:
+            if len(set(zip(cores, slot_levels, strict=True))) != len(cores):
+                raise fail("cores-distinct", f"{action} {job_id}: a slot (core, level) is listed twice")
+        elif len(set(cores)) != len(cores):
             raise fail("cores-distinct", f"{action} {job_id}: a core is listed twice")
         for c in cores:
             if not 0 <= c < view.total_cores:
@@ -176,21 +201,49 @@ class Occupancy:
         if not 0 <= level < self.view.levels:
             raise fail("level-range", f"{action} {job_id}: level {level} not in 0..{self.view.levels - 1}")
 
-    def _check_free(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
-        """Each of ``cores`` has ``level`` free, or held by ``job_id`` itself."""
-        for c in cores:
-            other = self.slot(level, c)
+    def _slot_levels(self, job_id: str, cores: tuple[int, ...], level: int, slot_levels: tuple[int, ...] | None,
+                     action: str) -> tuple[int, tuple[int, ...] | None]:
+        """Check a placement's per-slot levels: only a task bag on a ``shared`` cluster names them, one per
+        core, each an existing level. Returns (its lowest level, the levels), or (that one level, None)
+        when they are all the same: a bag on one level is placed as any job is."""
+        if slot_levels is None:
+            return level, None
+        if self.view.discipline is not Discipline.SHARED:
+            raise fail("slot-levels", f"{action} {job_id}: slots on several levels are for task bags of a shared "
+                                      f"cluster, the cluster is {self.view.discipline.value}")
+        shape = self.view.shapes.get(job_id) if self.view.shapes else None
+        if shape is None or shape.kind != "task-bag":
+            raise fail("slot-levels", f"{action} {job_id}: only a task bag holds slots on several levels")
+        if len(slot_levels) != len(cores):
+            raise fail("slot-levels", f"{action} {job_id}: {len(slot_levels)} levels for {len(cores)} cores")
+        if not slot_levels:
+            return level, None
+        for lv in sorted(set(slot_levels)):
+            self._level_ok(job_id, lv, action)
+        low = min(slot_levels)
+        return (low, None) if all(lv == low for lv in slot_levels) else (low, tuple(slot_levels))
+
+    def _check_free(self, job_id: str, level: int, cores: tuple[int, ...], action: str,
+                    slot_levels: tuple[int, ...] | None = None) -> None:
+        """Each of ``cores`` has ``level`` (or its ``slot_levels`` entry) free, or held by ``job_id`` itself."""
+        for c, lv in slots_of(cores, level, slot_levels):
+            other = self.slot(lv, c)
             if other is not None and other != job_id:
-                name = level_name(level)
-                rule = f"two-{name}" if level < 2 else "two-on-level"
+                name = level_name(lv)
+                rule = f"two-{name}" if lv < 2 else "two-on-level"
                 raise fail(rule, f"{action} {job_id}: {name} slot of core {c} holds {other}")
 
-    def _take(self, job_id: str, level: int, cores: tuple[int, ...], action: str) -> None:
-        self._check_free(job_id, level, cores, action)
-        over = self.over[level]
-        for c in cores:
-            over[c] = job_id
+    def _take(self, job_id: str, level: int, cores: tuple[int, ...], action: str,
+              slot_levels: tuple[int, ...] | None = None) -> None:
+        self._check_free(job_id, level, cores, action, slot_levels)
+        over = self.over
+        for c, lv in slots_of(cores, level, slot_levels):
+            over[lv][c] = job_id
         self.placed[job_id] = (level, cores)
+        if slot_levels is None:
+            self.multi.pop(job_id, None)
+        else:
+            self.multi[job_id] = slot_levels
 
     def _free(self, job_id: str) -> None:
         """Free the slots (or shared VMs) of a running job; it then does not run until placed again."""
@@ -202,11 +255,23 @@ class Occupancy:
         if level < 0:
             self._unshare(job_id)
             return
+        multi = self.multi.pop(job_id, None)
+        if multi is not None:
+            for c, lv in zip(cores, multi, strict=True):
+                if self.slot(lv, c) == job_id:
+                    self.over[lv][c] = None
+            return
         for lv in (level, *self.extra.pop(job_id, ())):
             over = self.over[lv]
             for c in cores:
                 if self.slot(lv, c) == job_id:
                     over[c] = None
+
+    def _one_level(self, job_id: str, action: str) -> None:
+        """Raise when the job holds slots on several levels (a task bag: it changes them with Resize)."""
+        if job_id in self.multi:
+            raise fail("slot-levels", f"{action} {job_id}: the bag holds slots on several levels; it changes "
+                                      "them with Resize")
 
     def _single_row(self, job_id: str, action: str) -> None:
         """Raise when the job runs in several rows (a replicated job neither moves nor resizes)."""
@@ -232,9 +297,11 @@ class Occupancy:
         shape = self.view.shapes.get(job.id) if self.view.shapes else None
         return len(cores) if shape is not None and shape.allows(len(cores)) else job.procs
 
-    def start(self, job_id: str, cores: tuple[int, ...], level: int, action: str) -> None:
+    def start(self, job_id: str, cores: tuple[int, ...], level: int, action: str,
+              slot_levels: tuple[int, ...] | None = None) -> None:
         job = self._queued_job(job_id, action)
         self._submitted(job)
+        level, slot_levels = self._slot_levels(job_id, cores, level, slot_levels, action)
         self._level_ok(job_id, level, action)
         shape = self.view.shapes.get(job_id) if self.view.shapes else None
         if shape is not None and not shape.allows(len(cores)):
@@ -242,8 +309,8 @@ class Occupancy:
                        else f"1..{shape.max_workers} workers")
             raise fail("cores-count", f"{action} {job_id}: {len(cores)} cores, a width its {shape.kind} shape does "
                                       f"not allow ({allowed})")
-        self.cores_ok(job_id, cores, self._width(job, cores), action)  # rigid: width == procs
-        self._take(job_id, level, cores, action)
+        self.cores_ok(job_id, cores, self._width(job, cores), action, slot_levels)  # rigid: width == procs
+        self._take(job_id, level, cores, action, slot_levels)
         self.started.add(job_id)
         self.suspended[job_id] = False
 
@@ -262,6 +329,7 @@ class Occupancy:
             return
         _old_level, old_cores = self._need_running(job_id, action)
         self._single_row(job_id, action)
+        self._one_level(job_id, action)
         target = old_cores if cores is None else cores
         self.cores_ok(job_id, target, self._procs(job_id, len(old_cores)), action)
         self._check_free(job_id, level, target, action)  # before freeing: a refused move changes nothing
@@ -274,31 +342,36 @@ class Occupancy:
         self.cores_ok(job_id, cores, len(cores), action)
         self._check_free(job_id, level, cores, action)
 
-    def hold(self, job_id: str, level: int, cores: tuple[int, ...]) -> None:
-        """Keep ``level`` of ``cores`` reserved for ``job_id`` where it is free (vmctld: the source slots
-        of processes that leave their node stay reserved until the migration is confirmed)."""
-        over = self.over[level]
-        for c in cores:
-            if self.slot(level, c) is None:
-                over[c] = job_id
+    def hold(self, job_id: str, level: int, cores: tuple[int, ...], slot_levels: tuple[int, ...] | None = None) -> None:
+        """Keep ``level`` of ``cores`` (or the slots ``slot_levels`` names) reserved for ``job_id`` where they
+        are free (vmctld: the source slots of processes that leave their node stay reserved until the
+        migration is confirmed; a task bag's given-up slot stays its own until its worker's task ends)."""
+        over = self.over
+        for c, lv in slots_of(cores, level, slot_levels):
+            if self.slot(lv, c) is None:
+                over[lv][c] = job_id
 
-    def resize(self, job_id: str, cores: tuple[int, ...], level: int) -> None:
-        """A task bag's workers move to ``level`` of ``cores`` (any width its shape allows)."""
+    def resize(self, job_id: str, cores: tuple[int, ...], level: int,
+               slot_levels: tuple[int, ...] | None = None) -> None:
+        """A task bag's workers move to ``level`` of ``cores``, or to the slots ``slot_levels`` names (any
+        width its shape allows)."""
         shape = self.view.shapes.get(job_id) if self.view.shapes else None
         if shape is None or shape.kind != "task-bag":
             raise fail("resize-not-task-bag", f"resize {job_id}: only a task bag changes its worker count")
         self._need_running(job_id, "resize")
         self._single_row(job_id, "resize")
+        level, slot_levels = self._slot_levels(job_id, cores, level, slot_levels, "resize")
         self._level_ok(job_id, level, "resize")
         if not shape.allows(len(cores)):
             raise fail("cores-count", f"resize {job_id}: {len(cores)} workers, its shape allows 1..{max(shape.widths)}")
-        self.cores_ok(job_id, cores, len(cores), "resize")
-        self._check_free(job_id, level, cores, "resize")
+        self.cores_ok(job_id, cores, len(cores), "resize", slot_levels)
+        self._check_free(job_id, level, cores, "resize", slot_levels)
         self._free(job_id)
-        self._take(job_id, level, cores, "resize")
+        self._take(job_id, level, cores, "resize", slot_levels)
 
     def promote(self, job_id: str) -> None:
         level, cores = self._need_running(job_id, "promote")
+        self._one_level(job_id, "promote")
         if level != 1:
             raise fail("promote-not-bg", f"promote {job_id}: job runs in {level_name(level)}")
         for c in cores:
@@ -308,6 +381,7 @@ class Occupancy:
 
     def demote(self, job_id: str) -> None:
         level, _cores = self._need_running(job_id, "demote")
+        self._one_level(job_id, "demote")
         if level != 0:
             raise fail("demote-not-fg", f"demote {job_id}: job runs in {level_name(level)}")
         self.move(job_id, None, 1, 0.0, "demote")
@@ -323,6 +397,7 @@ class Occupancy:
         self._check_free(job_id, level, cores, "restore")
         if not was_checkpointed:  # a suspended job of the view: restored from its own slots
             self._need_running(job_id, "restore")
+            self._one_level(job_id, "restore")
             self._free(job_id)
         self._take(job_id, level, cores, "restore")
         self.checkpointed.discard(job_id)
@@ -410,6 +485,7 @@ class Occupancy:
                                                f"cluster is {self.view.discipline.value}")
         if where < 0:
             raise fail("replicate-shared", f"replicate {job_id}: the job runs as capped shared VMs")
+        self._one_level(job_id, "replicate")
         self._level_ok(job_id, level, "replicate")
         extra = self.extra.get(job_id, ())
         if level == where or level in extra:
@@ -503,7 +579,7 @@ class Occupancy:
 _HANDLERS: dict[type, Callable[[Occupancy, Any], None]] = {
     StartFg: lambda o, a: o.start(a.job_id, a.cores, 0, a.kind),
     StartBg: lambda o, a: o.start(a.job_id, a.cores, 1, a.kind),
-    Start: lambda o, a: o.start(a.job_id, a.cores, a.level, a.kind),
+    Start: lambda o, a: o.start(a.job_id, a.cores, a.level, a.kind, a.slot_levels),
     Promote: lambda o, a: o.promote(a.job_id),
     Demote: lambda o, a: o.demote(a.job_id),
     Migrate: Occupancy._migrate,
@@ -515,7 +591,7 @@ _HANDLERS: dict[type, Callable[[Occupancy, Any], None]] = {
     Resume: lambda o, a: o.resume(a.job_id),
     SetCap: lambda o, a: o.set_cap(a.job_id, a.cap),
     PlaceShared: Occupancy.place_shared,
-    Resize: lambda o, a: o.resize(a.job_id, a.cores, a.level),
+    Resize: lambda o, a: o.resize(a.job_id, a.cores, a.level, a.slot_levels),
     Replicate: lambda o, a: o.replicate(a.job_id, a.level),
     Unreplicate: lambda o, a: o.unreplicate(a.job_id, a.level),
 }
@@ -534,7 +610,7 @@ def priority_form(act: Action, checkpointed: bool = False) -> Action:
     """A ``Start``/``Move`` on level 0 or 1 in the priority discipline's own words (StartFg/StartBg,
     Promote/Demote, Migrate, Restore for a ``checkpointed`` job), for the two executors that speak
     them (the simulator's two-tier engine and the daemon's actuator); any other action unchanged."""
-    if isinstance(act, Start) and act.level <= 1:
+    if isinstance(act, Start) and act.level <= 1 and act.slot_levels is None:
         return StartFg(act.job_id, act.cores) if act.level == 0 else StartBg(act.job_id, act.cores)
     if isinstance(act, Move) and act.level <= 1:
         tier = Tier.FG if act.level == 0 else Tier.BG

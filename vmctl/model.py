@@ -20,8 +20,12 @@ Levels. Each physical core carries ``L`` VM slots, its *levels*, numbered ``0 ..
 - ``shared`` (L workers of equal weight on one core, paper 001).
 
 A job runs one process per core, all on the same level; its *width* is its number of processes
-(``procs`` for a rigid job). Besides the per-core levels, vcsched places capped *shared VMs* on whole
-nodes (``PlaceShared``); they hold no level of a core and count against the node's CPU and memory.
+(``procs`` for a rigid job). The one exception: a task bag on a ``shared`` cluster may hold worker
+slots on several levels (``slot_levels``, parallel to ``cores``, on ``Start``/``Resize``/``RunningJob``:
+slot i is level ``slot_levels[i]`` of ``cores[i]``, and a core may appear once per level it holds;
+paper 001's workers are VM instances, any of which a job may hold). Besides the per-core levels,
+vcsched places capped *shared VMs* on whole nodes (``PlaceShared``); they hold no level of a core and
+count against the node's CPU and memory.
 What each action does to this occupancy is written once, in :mod:`vmctl.occupancy`.
 """
 
@@ -292,6 +296,14 @@ class JobShape:
         return math.fsum(self.tasks)
 
 
+def slots_of(cores: Sequence[int], level: int, slot_levels: Sequence[int] | None) -> tuple[tuple[int, int], ...]:
+    """The (core, level) slots of a placement: ``level`` on every core, or ``slot_levels[i]`` on ``cores[i]``
+    (a task bag on several levels of a ``shared`` cluster). Lengths must agree (the occupancy model checks)."""
+    if slot_levels is None:
+        return tuple((c, level) for c in cores)
+    return tuple(zip(cores, slot_levels, strict=False))
+
+
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job that holds VM slots. ``cores[i]`` carries process ``i``, on ``level`` of that core.
@@ -310,14 +322,19 @@ class RunningJob:
     ``tasks_left``: a task bag's unfinished tasks (running or not started; paper 001's decision maker
     needs them), None for other jobs or where not known (an additive field: the simulator's task-bag
     model fills it, vmctld from its dispatcher's records).
-    ``throughput``: a task bag's observed throughput per core it holds (work seconds per second on that
-    core's worker, corrected from the durations of the tasks that ended there: paper 001's status
-    checker); vmctld fills it, None where nothing was observed (the policy then uses the node's speed).
+    ``throughput``: a task bag's observed throughput per slot it holds, keyed ``(core, level)`` (work
+    seconds per second on that slot's worker, corrected from the durations of the tasks that ended
+    there: paper 001's status checker); vmctld fills it, None where nothing was observed (the policy
+    then uses the node's speed).
     ``replicas`` (``timeslice`` discipline, gang scheduling's expansion): the other levels the job is
     replicated into, on the *same* cores (:class:`Replicate`); it advances in every slice where one of
     its rows (``level`` or a replica) is active. ``migrated_at``: when the job last moved to other
     cores (a ``Move``/``Migrate`` that changed its cores; ``-inf``: never), which lets a stateless
     policy count the tasks migrated in the current time slice (the gang policies' quota Q).
+    ``slot_levels`` (task bags on a ``shared`` cluster only): the level of each of ``cores``, when the
+    bag holds slots on several levels (a core may then appear once per level); None for every other
+    job, which holds ``level`` of all its cores. ``level`` is then its lowest level (``tier`` its name);
+    :attr:`slots` lists the (core, level) pairs either way.
     ``checkpointed``: the job was checkpointed (its state saved, its slots freed); it holds no slot,
     advances nothing and reads as ``suspended`` too (so readers that only ask whether a job advances
     need not know the difference), but only a ``Restore``/``Move`` onto cores brings it back: a
@@ -338,10 +355,13 @@ class RunningJob:
     tasks_left: int | None = None
     replicas: tuple[int, ...] = ()
     migrated_at: float = -math.inf
-    throughput: Mapping[int, float] | None = None
+    throughput: Mapping[tuple[int, int], float] | None = None
     checkpointed: bool = False
+    slot_levels: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.slot_levels is not None and self.level < 0 and self.slot_levels:
+            object.__setattr__(self, "level", min(self.slot_levels))
         if self.level < 0:
             object.__setattr__(self, "level", 0 if self.tier is Tier.FG else 1)
         elif (self.level == 0) != (self.tier is Tier.FG):
@@ -357,6 +377,11 @@ class RunningJob:
     @property
     def width(self) -> int:
         return len(self.cores)
+
+    @property
+    def slots(self) -> tuple[tuple[int, int], ...]:
+        """The (core, level) slots the job holds, in process order."""
+        return slots_of(self.cores, self.level, self.slot_levels)
 
     @property
     def remaining_estimate(self) -> float:
@@ -623,17 +648,24 @@ class Start:
     ``len(cores)``, which must equal ``job.procs`` for a rigid job. ``StartFg``/``StartBg`` are the
     priority discipline's names of a start on level 0 / 1 (kept as their own classes: the simulator's
     hot path). ``reason``: why this width and these cores (optional; vmctld stores it with the job and
-    ``vmctl job show`` prints it: the moldable policy says which width it chose and why)."""
+    ``vmctl job show`` prints it: the moldable policy says which width it chose and why).
+    ``slot_levels`` (task bags on a ``shared`` cluster only; None: ``level`` for every core): worker i
+    on level ``slot_levels[i]`` of ``cores[i]`` (see the module docstring); ``level`` is then ignored."""
 
     job_id: str
     cores: tuple[int, ...]
     level: int = 0
     kind: Literal["start"] = "start"
     reason: str = ""
+    slot_levels: tuple[int, ...] | None = None
 
     @property
     def width(self) -> int:
         return len(self.cores)
+
+    @property
+    def slots(self) -> tuple[tuple[int, int], ...]:
+        return slots_of(self.cores, self.level, self.slot_levels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,12 +685,19 @@ class Move:
 @dataclass(frozen=True, slots=True)
 class Resize:
     """Task bags: the job's workers run on ``level`` of ``cores`` from now on (the width is
-    ``len(cores)``). Applied at task boundaries: a running task is never killed to shrink a job."""
+    ``len(cores)``), or, with ``slot_levels`` (a ``shared`` cluster), worker i on level
+    ``slot_levels[i]`` of ``cores[i]``. Applied at task boundaries: a running task is never killed to
+    shrink a job (a given-up slot whose worker runs a task stays the job's until that task ends)."""
 
     job_id: str
     cores: tuple[int, ...]
     level: int = 0
     kind: Literal["resize"] = "resize"
+    slot_levels: tuple[int, ...] | None = None
+
+    @property
+    def slots(self) -> tuple[tuple[int, int], ...]:
+        return slots_of(self.cores, self.level, self.slot_levels)
 
 
 @dataclass(frozen=True, slots=True)

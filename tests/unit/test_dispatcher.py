@@ -12,7 +12,7 @@ def _bag(n: int, slots: list[tuple[str, int]]) -> JobRecord:
     rec = JobRecord(id="7", seq=7, name="b", spec={"procs": 2, "estimate": 10.0,
                                                     "shape": {"kind": "task-bag", "tasks": [10.0] * n}},
                     state=JobState.RUNNING, submit_time=0.0, run=1, placement=list(slots))
-    dispatcher.start(rec, 0, 0.0)
+    dispatcher.start(rec, [0] * len(slots), 0.0)
     return rec
 
 
@@ -29,7 +29,7 @@ def test_the_worked_example() -> None:
     assert rec.bag is not None and rec.bag["task"] == [0, 1] and dispatcher.tasks_left(rec) == 5
     assert _ended(rec, 0, 0, 10.0)
     assert rec.bag["task"] == [2, 1]
-    assert dispatcher.resize(rec, [b], 12.0) == [a]  # A keeps its slot until its task ends
+    assert dispatcher.resize(rec, [(*b, 0)], 12.0) == [(*a, 0)]  # A keeps its slot until its task ends
     assert rec.placement == [a, b] and rec.bag["release"] == [True, False]
     assert dispatcher.workers_doc(rec)[0]["leaving"] is True
     assert _ended(rec, 1, 1, 15.0) and rec.bag["task"] == [2, 3]

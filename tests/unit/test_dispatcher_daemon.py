@@ -64,9 +64,9 @@ def test_throughput_is_corrected_from_observed_durations_and_workers_follow(tmp_
     states = {w["id"]: w["state"] for w in workers_json(cluster.daemon)}
     assert states["n1/0.0"] in ("busy", "occupied") and states["n1/0.1"] == "available", states
     cluster.run_until(lambda: cluster.daemon.job(a).tasks[0]["exit_status"] is not None)
-    # the policy's view carries the corrected throughput of the core the bag holds (RunningJob.throughput)
+    # the policy's view carries the corrected throughput of the slot the bag holds (RunningJob.throughput)
     rj = cluster.daemon.view().running[a]
-    assert rj.tasks_left == 3 and rj.throughput is not None and set(rj.throughput) == {0}, rj
+    assert rj.tasks_left == 3 and rj.throughput is not None and set(rj.throughput) == {(0, 0)}, rj
     cluster.run_until(lambda: cluster.state(a) == "done")
     rec = cluster.daemon.job(a)
     # one worker alone on its core (the other level idle): 6 s of work take about 6 s (+ the 1 s steps)

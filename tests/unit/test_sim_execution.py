@@ -401,7 +401,7 @@ class Workers(ExecutionModel):
 
     def __init__(self) -> None:
         super().__init__()
-        self.resizes: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
+        self.resizes: list[tuple[str, tuple[tuple[int, int], ...], tuple[int, ...]]] = []
 
     def offer(self) -> Offer:
         return Offer(where=self.where(), levels=1, discipline=Discipline.SHARED,
@@ -418,8 +418,8 @@ class Workers(ExecutionModel):
     def rate(self, run: Run) -> float:
         return float(run.width)
 
-    def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
-        self.resizes.append((run.job.id, old_cores, run.cores))
+    def on_resize(self, run: Run, old_slots: tuple[tuple[int, int], ...], now: float) -> Iterable[Run]:
+        self.resizes.append((run.job.id, old_slots, run.cores))
         return ()
 
 
@@ -442,14 +442,14 @@ def test_a_model_in_its_own_module_uses_work_rate_shapes_and_resize() -> None:
     pol = BagPolicy({0.0: [Start("1", (0, 1), 0)], 4.0: look})
     sim = run([wj(1, 0, 10, 1)], 4, pol, SimConfig(execution=lambda: model))
     assert sim.outcome("1") == (0.0, pytest.approx(8.0))
-    assert widths == [2] and model.resizes == [("1", (0, 1), (0, 1, 2))]
+    assert widths == [2] and model.resizes == [("1", ((0, 0), (1, 0)), (0, 1, 2))]
     assert next(iter(sim.job_rows()))["width"] == 3
 
 
 def test_resize_on_a_model_without_task_bags_is_refused() -> None:
     class Fixed(Workers):
-        def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
-            return ExecutionModel.on_resize(self, run, old_cores, now)
+        def on_resize(self, run: Run, old_slots: tuple[tuple[int, int], ...], now: float) -> Iterable[Run]:
+            return ExecutionModel.on_resize(self, run, old_slots, now)
 
     pol = BagPolicy({0.0: [Start("1", (0,), 0)], 1.0: [Resize("1", (0, 1), 0)]})
     with pytest.raises(SimulationError, match="does not model resize"):

@@ -111,6 +111,23 @@ def test_the_grid_and_its_table(tmp_path: Path) -> None:
     assert "| priority r=0.2 +wc |" in text and "homogeneous workers (4 workers, 2 jobs" in text
 
 
+def test_the_table_gives_a_student_t_interval_over_seeds() -> None:
+    base = {"policy": "easy", "r": None, "conserving": False, "speeds": "homogeneous", "cores": 4, "jobs": 2,
+            "sample": 1, "error": "", "wait_class3_h": 0.0, "wait_class2_h": 0.0, "wait_class1_h": 0.0,
+            "wait_class0_h": 0.0, "worst_wait_lowest_h": 0.0, "utilization": 0.5}
+    # three seeds: mean response 1, 2, 3 h -> mean 2, sd 1, half width t(0.975, 2) / sqrt(3) = 2.4841
+    # deadlines met 0.8, 0.9, 1.0 -> 90.0 % +- 24.8 points
+    rows = [{**base, "seed": s, "mean_response_h": float(s), "deadlines_met": 0.7 + s / 10} for s in (1, 2, 3)]
+    line = next(ln for ln in tables(rows).splitlines() if ln.startswith("| easy |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == "2.00 ± 2.48"
+    assert cells[6] == "90.0 ± 24.8 %"
+    assert cells[7] == "50.0 ± 0.0 %"
+    # one seed: no interval
+    one = next(ln for ln in tables(rows[:1]).splitlines() if ln.startswith("| easy |"))
+    assert "±" not in one
+
+
 @pytest.mark.skipif(not REAL.exists(), reason="the CERIT-SC trace is not in ../shared/data/traces")
 def test_the_real_trace_reads_whole() -> None:
     w = read_alea_swf(REAL, REAL.with_name("wagap-2013.swf.machines"))

@@ -180,17 +180,19 @@ class Actuator:
                 act = priority_form(act, checkpointed=job.checkpointed)
             if row:  # gang rows: any level of a timeslice cluster
                 why = apply_row_action(self, act, job, now, ch, occ, place, moving)
-            elif isinstance(act, StartFg | StartBg):
-                tier = Tier.FG if isinstance(act, StartFg) else Tier.BG
+            elif isinstance(act, StartFg | StartBg) or (isinstance(act, Start) and act.slot_levels is not None):
+                # a Start left as such names slot levels: a task bag on several levels of a shared cluster
+                levels = [lv for _c, lv in act.slots] if isinstance(act, Start) else \
+                    [0 if isinstance(act, StartFg) else 1] * len(act.cores)
                 if job.state != JobState.QUEUED:
                     why = f"job is {job.state}, not queued"
                 elif (why := _occupy(occ, act)) is None:
                     kept = job.tasks if job.bag is not None else []  # a bag requeued with its results
-                    self.start_record(job, tier.value, place(act.cores), now, start_reason)
+                    self.start_record(job, dispatcher.bag_tier(levels), place(act.cores), now, start_reason)
                     job.bag = None
                     shape = self.state.shape_of(job)
                     if shape is not None and shape.kind == "task-bag":  # workers take tasks at once
-                        dispatcher.start(job, level_of(tier), now, kept)
+                        dispatcher.start(job, levels, now, kept)
             elif isinstance(act, Promote | Demote):
                 want = Tier.FG if isinstance(act, Promote) else Tier.BG
                 rj = view.running.get(job.id)
@@ -328,14 +330,14 @@ class Actuator:
         bag = job.bag
         if job.state != JobState.RUNNING or bag is None:
             return "job is not a running task bag"
-        if act.level != int(bag["level"]):
-            return f"a task bag keeps its level ({bag['level']}), the resize names level {act.level}"
         if (why := _occupy(occ, act)) is not None:
             return why
-        draining = dispatcher.resize(job, place(act.cores), now)
-        cores = tuple(g for g in (lay.global_core(n, c) for n, c in draining) if g is not None)
-        if cores:
-            occ.hold(job.id, act.level, cores)
+        draining = dispatcher.resize(job, [(n, c, lv) for (n, c), (_g, lv) in zip(place(act.cores), act.slots,
+                                                                                  strict=True)], now)
+        held = [(g, lv) for g, lv in ((lay.global_core(n, c), lv) for n, c, lv in draining) if g is not None]
+        if held:
+            occ.hold(job.id, 0, tuple(g for g, _lv in held), tuple(lv for _g, lv in held))
+        job.tier = dispatcher.bag_tier(dispatcher.slot_levels(job))
         return None
 
     def unreachable(self, moves: list[dict[str, Any]]) -> str | None:

@@ -3,18 +3,24 @@ decision maker gave it, one at a time, and follows the agents' reports of them.
 
 A task bag (job shape ``task-bag``, :class:`vmctl.model.JobShape`) runs on *workers*: one VM per
 (core, level) slot of a ``shared`` layout (docs/agent.md; the paper's testbed has 2 per single-core
-node). A task is a job process on its worker's VM (``VmDesired.process`` with ``index`` = the task's
-number): when the agent reports that process ended (``VmObserved.process_exit``), the dispatcher
-records the task's result and hands the worker the next task not started, in the bag's order; the
-agent sees a new process index on the same VM and starts it (``agents/plan.py``: a VM whose process
-is another one gets the wanted one). The job is done when every task is.
+node). A bag may hold slots on several levels, two of one core included (``Start``/``Resize`` with
+``slot_levels``): worker i is level ``levels[i]`` of core ``placement[i]``. A task is a job process on
+its worker's VM (``VmDesired.process`` with ``index`` = the task's number): when the agent reports
+that process ended (``VmObserved.process_exit``), the dispatcher records the task's result and hands
+the worker the next task not started, in the bag's order; the agent sees a new process index on the
+same VM and starts it (``agents/plan.py``: a VM whose process is another one gets the wanted one).
+The job is done when every task is.
 
 State (persisted in ``JobRecord.bag``, written in the same transaction as the desired state it
 implies, so a vmctld restart or kill -9 loses no recorded result and never hands one task to two
-workers): ``vms[i]``, ``task[i]`` and ``release[i]`` run parallel to ``placement``: worker i's stable
+workers): ``vms[i]``, ``levels[i]``, ``task[i]`` and ``release[i]`` run parallel to ``placement``: worker
+i's stable
 VM number (its VM name ``j<id>-r<run>-p<vms[i]>`` survives other workers coming and going), the
 task it runs (None: none), and whether a ``Resize`` gave its slot up (it leaves at the end of its
-task: a running task is never killed to shrink a job). ``next`` is the first task not started;
+task: a running task is never killed to shrink a job); ``levels[i]`` the level of its slot (a record
+written before bags held several levels has one ``level`` for every worker instead: read as that level
+for each, :func:`slot_levels`, and rewritten in the new form at its next change). ``next`` is the
+first task not started;
 ``retry`` the tasks whose worker was lost with a node that went down (handed out first).
 ``rate`` maps a worker id (``node/core.level``, as ``GET /v1/workers``) to the job's throughput
 there, corrected from observed task durations (the paper's status checker: work / duration, an
@@ -53,8 +59,25 @@ def _new_task(k: int) -> dict[str, Any]:
     return {"index": k, "exit_status": None, "error": None, "worker": None, "start": None, "end": None}
 
 
-def start(rec: JobRecord, level: int, now: float, kept: list[dict[str, Any]] | None = None) -> None:
-    """``rec`` was just placed on its first workers (``placement``): every worker takes a task.
+def slot_levels(rec: JobRecord) -> list[int]:
+    """The level of each worker's slot, parallel to ``placement``; a record of the old form (one ``level``
+    for the whole bag) is brought to the new one here, in memory."""
+    bag = rec.bag
+    assert bag is not None
+    levels = bag.get("levels")
+    if levels is None:
+        levels = bag["levels"] = [int(bag.get("level", 0))] * len(rec.placement)
+        bag.pop("level", None)
+    return levels
+
+
+def bag_tier(levels: list[int]) -> str:
+    """The record's ``tier`` of a bag on ``levels``: the priority name of its lowest level (fg: 0)."""
+    return "fg" if not levels or min(levels) == 0 else "bg"
+
+
+def start(rec: JobRecord, levels: list[int], now: float, kept: list[dict[str, Any]] | None = None) -> None:
+    """``rec`` was just placed on its first workers (``placement``, on ``levels``): every worker takes a task.
     ``kept``: the task results of an earlier run (a bag requeued when its last workers' node went
     down): the tasks that ended keep their results, the others are handed out again."""
     shape_tasks = len(rec.spec["shape"]["tasks"])
@@ -65,7 +88,7 @@ def start(rec: JobRecord, level: int, now: float, kept: list[dict[str, Any]] | N
     else:
         rec.tasks = [_new_task(k) for k in range(shape_tasks)]
         retry, nxt = [], 0
-    rec.bag = {"level": level, "next": nxt, "next_vm": n, "vms": list(range(n)), "task": [None] * n,
+    rec.bag = {"levels": list(levels), "next": nxt, "next_vm": n, "vms": list(range(n)), "task": [None] * n,
                "release": [False] * n, "rate": {}, "retry": retry}
     idle = [i for i in range(n) if not _take(rec, i, now)]
     for i in reversed(idle):  # fewer tasks left than workers: the extra slots are not taken
@@ -88,7 +111,7 @@ def _take(rec: JobRecord, i: int, now: float) -> bool:
     bag["task"][i] = k
     node, core = rec.placement[i]
     t = rec.tasks[k]
-    t["worker"], t["start"] = worker_id(node, core, int(bag["level"])), now
+    t["worker"], t["start"] = worker_id(node, core, slot_levels(rec)[i]), now
     return True
 
 
@@ -101,34 +124,38 @@ def tasks_left(rec: JobRecord) -> int:
     return len(rec.tasks) - int(bag["next"]) + running + len(bag.get("retry", ()))
 
 
-def resize(rec: JobRecord, slots: list[tuple[str, int]], now: float) -> list[tuple[str, int]]:
-    """The decision maker gave the bag the workers on ``slots``: kept slots keep their worker (one
-    given up earlier and still running stops leaving), new slots get new workers that take tasks at
-    once, and a given-up slot whose worker runs a task stays the job's until that task ends. Returns
-    those draining slots (still held)."""
+def resize(rec: JobRecord, slots: list[tuple[str, int, int]], now: float) -> list[tuple[str, int, int]]:
+    """The decision maker gave the bag the workers on ``slots`` (node, core, level): kept slots keep their
+    worker (one given up earlier and still running stops leaving), new slots get new workers that take
+    tasks at once, and a given-up slot whose worker runs a task stays the job's until that task ends.
+    Returns those draining slots (still held)."""
     bag = rec.bag
     assert bag is not None
     wanted = set(slots)
-    vms, task = bag["vms"], bag["task"]
+    vms, task, levels = bag["vms"], bag["task"], slot_levels(rec)
     place: list[tuple[str, int]] = []
     nv: list[int] = []
+    nl: list[int] = []
     nt: list[int | None] = []
     nr: list[bool] = []
-    draining: list[tuple[str, int]] = []
-    for i, slot in enumerate(rec.placement):
+    draining: list[tuple[str, int, int]] = []
+    for i, (node, core) in enumerate(rec.placement):
+        slot = (node, core, levels[i])
         if slot in wanted or task[i] is not None:
-            place.append(slot)
+            place.append((node, core))
             nv.append(vms[i])
+            nl.append(levels[i])
             nt.append(task[i])
             nr.append(slot not in wanted)
             if slot not in wanted:
                 draining.append(slot)
-    held = set(place)
-    rec.placement, bag["vms"], bag["task"], bag["release"] = place, nv, nt, nr
+    held = {(n, c, lv) for (n, c), lv in zip(place, nl, strict=True)}
+    rec.placement, bag["vms"], bag["levels"], bag["task"], bag["release"] = place, nv, nl, nt, nr
     for slot in slots:
         if slot in held:
             continue
-        rec.placement.append(slot)
+        rec.placement.append((slot[0], slot[1]))
+        nl.append(slot[2])
         nv.append(int(bag["next_vm"]))
         bag["next_vm"] = int(bag["next_vm"]) + 1
         nt.append(None)
@@ -167,13 +194,15 @@ def stop(rec: JobRecord, why: str) -> None:
             rec.tasks[k]["error"] = why
             bag.setdefault("retry", []).append(k)
     bag.get("retry", []).sort()
-    bag["vms"], bag["task"], bag["release"] = [], [], []
+    bag["vms"], bag["levels"], bag["task"], bag["release"] = [], [], [], []
+    bag.pop("level", None)
 
 
 def _drop(rec: JobRecord, i: int) -> None:
     bag = rec.bag
     assert bag is not None
-    del rec.placement[i], bag["vms"][i], bag["task"][i], bag["release"][i]
+    levels = slot_levels(rec)
+    del rec.placement[i], bag["vms"][i], levels[i], bag["task"][i], bag["release"][i]
 
 
 def observe(rec: JobRecord, vm_number: int, v: VmObserved, now: float) -> bool:
@@ -226,19 +255,19 @@ def process(rec: JobRecord, i: int, shape: JobShape, cpu_usage: float) -> Proces
                        work_seconds=work, cpu_usage=float(t.get("cpu_usage", cpu_usage)))
 
 
-def throughput_by_core(rec: JobRecord, global_core: Callable[[str, int], int | None]) -> dict[int, float] | None:
-    """The bag's corrected throughput per (global) core it holds now, for the view (``RunningJob.throughput``);
-    None when no task ended on any of them yet."""
+def throughput_by_slot(rec: JobRecord,
+                       global_core: Callable[[str, int], int | None]) -> dict[tuple[int, int], float] | None:
+    """The bag's corrected throughput per (global core, level) slot it holds now, for the view
+    (``RunningJob.throughput``); None when no task ended on any of them yet."""
     bag = rec.bag
     if bag is None or not bag["rate"]:
         return None
-    level = int(bag["level"])
-    out: dict[int, float] = {}
-    for node, core in rec.placement:
+    out: dict[tuple[int, int], float] = {}
+    for (node, core), level in zip(rec.placement, slot_levels(rec), strict=True):
         rate = bag["rate"].get(worker_id(node, core, level))
         g = global_core(node, core)
         if rate is not None and g is not None and rate > 0 and math.isfinite(rate):
-            out[g] = float(rate)
+            out[(g, level)] = float(rate)
     return out or None
 
 
@@ -248,9 +277,10 @@ def workers_doc(rec: JobRecord) -> list[dict[str, Any]]:
     bag = rec.bag
     if bag is None:
         return []
-    level = int(bag["level"])
+    levels = slot_levels(rec)
     out = []
     for i, (node, core) in enumerate(rec.placement):
+        level = levels[i]
         wid = worker_id(node, core, level)
         rate = bag["rate"].get(wid)
         out.append({"id": wid, "node": node, "core": core, "level": level, "task": bag["task"][i],

@@ -589,7 +589,14 @@ class ClusterState:
                 continue
             if not rec.checkpointed:
                 jid = rec.id
-                if rec.level is not None:  # a gang job's rows (timeslice)
+                if rec.bag is not None:  # a task bag's workers: each on its own slot's level
+                    for g, lv, name, us in zip(cores_t, dispatcher.slot_levels(rec), names, usages, strict=False):
+                        if lv < len(slots):
+                            slots[lv][g] = jid
+                        if lv == 0:
+                            u = util_of.get(name)
+                            util[g] = us if u is None else u
+                elif rec.level is not None:  # a gang job's rows (timeslice)
                     for lv in (rec.level, *rec.replicas):
                         if lv < len(slots):
                             row = slots[lv]
@@ -620,14 +627,21 @@ class ClusterState:
             job = self.job_obj(rec)
             end = now + max(0.0, job.estimate - prog) if (tier is Tier.FG or rec.level is not None) and \
                 rec.state == JobState.RUNNING else math.inf
+            per_slot: tuple[int, ...] | None = None
+            if rec.bag is not None:
+                bag_levels = tuple(dispatcher.slot_levels(rec))
+                if bag_levels and any(lv != bag_levels[0] for lv in bag_levels):
+                    per_slot = bag_levels
+                elif bag_levels:  # a bag on one level: that level (a Resize may have moved it)
+                    tier = Tier.FG if bag_levels[0] == 0 else Tier.BG
             running[rec.id] = RunningJob(
                 job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
                 tier_since=rec.tier_since or now, progress=prog, expected_end=end,
                 suspended=rec.suspended or rec.checkpointed, checkpointed=rec.checkpointed,
                 cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
                 tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
-                throughput=None if rec.bag is None else dispatcher.throughput_by_core(rec, lay.global_core),
-                level=-1 if rec.level is None else rec.level, replicas=tuple(rec.replicas),
+                throughput=None if rec.bag is None else dispatcher.throughput_by_slot(rec, lay.global_core),
+                level=-1 if rec.level is None else rec.level, replicas=tuple(rec.replicas), slot_levels=per_slot,
                 migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
             )
         queue, queue_index = self.queue_jobs()
@@ -677,6 +691,7 @@ class ClusterState:
             if work is None:  # a moldable job's mock work: its time at the width it was started with
                 work = self.moldable_time(rec) or 0.0
             bag_shape = self.shape_of(rec) if rec.bag is not None else None
+            bag_levels = dispatcher.slot_levels(rec) if rec.bag is not None else None
             for i, (n, c) in enumerate(rec.placement):
                 name = rec.vm_name(i)
                 proc: ProcessSpec | None
@@ -702,6 +717,11 @@ class ClusterState:
                 mig: MigrationSpec | None = None
                 core = c
                 vm_role, vm_weight, vm_level = role, weight, level
+                if bag_levels is not None and i < len(bag_levels):  # a bag's worker: the level of its slot
+                    vm_level = bag_levels[i]
+                    vm_role = VmRole.FG if vm_level == 0 else VmRole.BG
+                    vm_weight = rec.weight if rec.weight is not None else \
+                        s.bg_weight if vm_role is VmRole.BG else s.fg_weight
                 emit = n == node
                 if mv is not None and op is not None:
                     src = mv["from"]

@@ -157,13 +157,12 @@ def table1_seeds(dirs: Sequence[str]) -> str:
     over the seeds (the spread of the workload model, not of one run), the mean rho with its half width too,
     and the "% s better" of the means with, in parentheses, in how many seeds migration lowered s (a paired
     count: the seeds' slowdowns spread far more than their differences)."""
-    import math
     from pathlib import Path
 
     import pyarrow.parquet as pq
-    from scipy.special import stdtrit
 
     from vmctl.errors import ValidationError
+    from vmctl.sim.metrics import replication_interval
 
     by: dict[tuple[int, str], list[tuple[float, float]]] = {}
     seeds: list[int] = []
@@ -190,10 +189,9 @@ def table1_seeds(dirs: Sequence[str]) -> str:
         raise ValidationError(field="DIR", problem="needs at least two runs (seeds) for an interval")
 
     def mean_hw(xs: Sequence[float]) -> tuple[float, float]:
-        n = len(xs)
-        m = sum(xs) / n
-        sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
-        return m, float(stdtrit(n - 1, 0.975)) * sd / math.sqrt(n)
+        m, hw = replication_interval(xs)
+        assert hw is not None  # every cell has one value per seed, and there are >= 2 seeds
+        return m, hw
 
     head = ("| wl | BGS rho | BGS s | BGS+M rho | BGS+M s | % s better | GS rho | GS s | GS+M rho | GS+M s "
             "| % s better |")

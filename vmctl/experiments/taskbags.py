@@ -47,6 +47,7 @@ import numpy as np
 from vmctl.errors import OutOfRange, ValidationError
 from vmctl.experiments.runner import Cell, Scalar, cell, run_grid
 from vmctl.model import JobShape
+from vmctl.sim.metrics import replication_interval
 from vmctl.sim.workloads.alea import QUEUE_CLASS, read_alea_swf
 from vmctl.sim.workloads.core import WorkloadJob
 from vmctl.sim.workloads.shapes import with_shapes
@@ -167,7 +168,8 @@ def label(row: Mapping[str, Any]) -> str:
 
 
 def tables(rows: Sequence[Mapping[str, Any]]) -> str:
-    """One markdown table per speed case (mean over seeds)."""
+    """One markdown table per speed case: the mean over seeds, and with two seeds or more the half width
+    of its 95 % Student-t interval (``mean ± hw``; each seed draws its own sample and worker speeds)."""
     cols = ["mean_response_h", *(f"wait_class{c}_h" for c in CLASSES), "deadlines_met", "utilization",
             "worst_wait_lowest_h"]
     heads = ["mean resp. (h)", *(f"wait cl.{c} (h)" for c in CLASSES), "deadlines met", "util.",
@@ -188,8 +190,12 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> str:
         for name, rs in order.items():
             vals = []
             for c in cols:
-                v = float(np.mean([float(r[c]) for r in rs]))
-                vals.append(f"{100 * v:.1f} %" if c in ("deadlines_met", "utilization") else f"{v:.2f}")
+                v, hw = replication_interval([float(r[c]) for r in rs])
+                pct = c in ("deadlines_met", "utilization")
+                cell = f"{100 * v:.1f}" if pct else f"{v:.2f}"
+                if hw is not None and math.isfinite(hw):
+                    cell += f" ± {100 * hw:.1f}" if pct else f" ± {hw:.2f}"
+                vals.append(cell + (" %" if pct else ""))
             out.append(f"| {name} | " + " | ".join(vals) + " |")
     failed = [r for r in rows if r.get("error")]
     if failed:

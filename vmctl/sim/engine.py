@@ -48,7 +48,7 @@ import heapq
 import itertools
 import math
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Literal, cast
@@ -84,7 +84,7 @@ from vmctl.model import (
 )
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
-from vmctl.policies.occupancy import Occupancy, priority_form, queued_subset
+from vmctl.policies.occupancy import Occupancy, level_name, priority_form, queued_subset
 from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel, WorkloadRecord
@@ -143,6 +143,14 @@ def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, 
 _make_job = _job_maker()
 _ID, _SUBMIT, _PROCS = attrgetter("id"), attrgetter("submit"), attrgetter("procs")
 _ESTIMATE, _RUN_TIME, _USAGE = attrgetter("estimate"), attrgetter("run_time"), attrgetter("cpu_usage")
+
+
+def _by_level(slots: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
+    """(core, level) slots grouped by level: level -> its cores, in order."""
+    out: dict[int, list[int]] = {}
+    for c, level in slots:
+        out.setdefault(level, []).append(c)
+    return out
 
 
 def _column(records: Sequence[Any], name: str, default: Any) -> list[Any]:
@@ -265,6 +273,7 @@ class _LiveProgress(RunningJob):
     migrated_at = -_INF
     throughput = None  # vmctld's observed task-bag throughput: the simulator has none
     checkpointed = False
+    slot_levels = None
 
     @property
     def level(self) -> int:
@@ -315,6 +324,7 @@ class _LiveShared(_Live):
     replicas = ()
     migrated_at = -_INF
     checkpointed = False
+    slot_levels = None
 
 
 class _LiveLevel(_Live):
@@ -946,7 +956,7 @@ class Simulator:
             view = self.view
             occ = Occupancy(view, queued_subset(view, {a.job_id for a in actions}), self.now)
             gone: list[str] = []
-            resized: list[tuple[_Run, tuple[int, ...]]] = []
+            resized: list[tuple[_Run, tuple[tuple[int, int], ...]]] = []
             for act in actions:
                 occ.apply(act)  # the rules, written once; the checker has already accepted the decision
                 self._effect(act, occ, gone, resized)
@@ -961,7 +971,7 @@ class Simulator:
             self._flush_dirty()
 
     def _effect(self, act: Action, occ: Occupancy, gone: list[str],
-                resized: list[tuple[_Run, tuple[int, ...]]]) -> None:
+                resized: list[tuple[_Run, tuple[tuple[int, int], ...]]]) -> None:
         """What one action (already applied to ``occ``) does to the runs; slots are committed later."""
         now = self.now
         jid = act.job_id
@@ -972,6 +982,7 @@ class Simulator:
             level, cores = self._placement(occ, jid)
             run = self._new_run(jid, tier_of_level(level), cores)
             run.on_level(level)
+            run.slot_levels = occ.multi.get(jid)
             self._width[run.idx] = len(cores)
             self._work[run.idx] = self.model.work(run)
             if self._span is not None:
@@ -1000,13 +1011,15 @@ class Simulator:
         elif isinstance(act, Checkpoint):
             run.checkpointed = True
             run.replicas = ()
+            run.slot_levels = None  # its slots are freed; a restore places it on one level
         elif isinstance(act, Replicate | Unreplicate):
             run.level, run.cores = self._placement(occ, jid)
             run.tier = tier_of_level(run.level)
             run.replicas = occ.extra.get(jid, ())
         elif isinstance(act, Resize):
-            old = run.cores
+            old = run.slots
             run.level, run.cores = self._placement(occ, jid)
+            run.slot_levels = occ.multi.get(jid)
             run.tier = tier_of_level(run.level)
             self._width[run.idx] = len(run.cores)
             self._resized[run.idx] = 1
@@ -1022,6 +1035,7 @@ class Simulator:
                 run.migrated_at = now
                 self._migration_loss += cost * len(cores)
             run.level, run.cores, run.tier = level, cores, tier_of_level(level)
+            run.slot_levels = occ.multi.get(jid)
             run.tier_since = now
             run.debt += cost
             if run.checkpointed or isinstance(act, Restore):  # a restore: back on slots, running
@@ -1061,40 +1075,44 @@ class Simulator:
         if run.checkpointed:
             return
         jid = run.job.id
-        for level in (run.level, *run.replicas):
+        if run.slot_levels is not None:
+            slots: tuple[tuple[int, int], ...] = run.slots
+        else:
+            slots = tuple((c, lv) for lv in (run.level, *run.replicas) for c in run.cores)
+        for level, cores in _by_level(slots).items():
             jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
-            for c in run.cores:
+            for c in cores:
                 if jobs[c] == jid:
                     jobs[c] = None
                     slot_run[c] = None
                     idle.add(c)
-            for r in self.model.affected(level, run.cores):
+            for r in self.model.affected(level, cores):
                 self._dirty[r.idx] = r
 
-    def hold_slots(self, run: _Run, cores: tuple[int, ...]) -> None:
+    def hold_slots(self, run: _Run, slots: tuple[tuple[int, int], ...]) -> None:
         """``EngineState.hold_slots``: a task bag's worker keeps a slot a Resize gave up until its task ends."""
-        level, jid = run.level, run.job.id
-        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
-        for c in cores:
+        jid = run.job.id
+        for c, level in slots:
+            jobs = self._slot_job[level]
             if jobs[c] is not None:
-                raise SimulationError(time=self.now, problem=f"resize of {jid} gave up core {c} while a task runs "
-                                      f"there, and the same decision gave the core to {jobs[c]} (a shrink takes "
-                                      "effect at task boundaries)")
-            jobs[c], slot_run[c] = jid, run
-            idle.discard(c)
-        self._reslot(run, run.cores + cores, cores)
+                raise SimulationError(time=self.now, problem=f"resize of {jid} gave up {level_name(level)} of core {c} "
+                                      f"while a task runs there, and the same decision gave it to {jobs[c]} (a "
+                                      "shrink takes effect at task boundaries)")
+            jobs[c], self._slot_run[level][c] = jid, run
+            self._idle[level].discard(c)
+        self._reslot(run, run.slots + slots, slots)
 
-    def release_slots(self, run: _Run, cores: tuple[int, ...]) -> None:
-        """``EngineState.release_slots``: the run gives up its level of ``cores`` now."""
+    def release_slots(self, run: _Run, slots: tuple[tuple[int, int], ...]) -> None:
+        """``EngineState.release_slots``: the run gives up the (core, level) ``slots`` now."""
         self._released = True
-        level, jid = run.level, run.job.id
-        jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
-        for c in cores:
+        jid = run.job.id
+        for c, level in slots:
+            jobs = self._slot_job[level]
             if jobs[c] == jid:
-                jobs[c], slot_run[c] = None, None
-                idle.add(c)
-        gone = set(cores)
-        self._reslot(run, tuple(c for c in run.cores if c not in gone), cores)
+                jobs[c], self._slot_run[level][c] = None, None
+                self._idle[level].add(c)
+        gone = set(slots)
+        self._reslot(run, tuple(s for s in run.slots if s not in gone), slots)
 
     def _held_count(self, run: _Run) -> None:
         """Add the core-seconds the run's slots were held since the last count (none while checkpointed),
@@ -1104,15 +1122,25 @@ class Simulator:
             held[idx] += (0 if run.checkpointed else len(run.cores)) * (now - at[idx])
             at[idx] = now
 
-    def _reslot(self, run: _Run, cores: tuple[int, ...], changed: tuple[int, ...]) -> None:
+    def _reslot(self, run: _Run, slots: tuple[tuple[int, int], ...], changed: tuple[tuple[int, int], ...]) -> None:
+        """The run now holds ``slots`` ((core, level) pairs; ``changed`` changed hands)."""
         self._held_count(run)
         self._resized[run.idx] = 1
-        run.cores = cores
+        run.cores = tuple(c for c, _lv in slots)
+        levels = tuple(lv for _c, lv in slots)
+        if levels and any(lv != levels[0] for lv in levels):
+            run.level, run.slot_levels = min(levels), levels
+        else:
+            run.slot_levels = None
+            if levels:
+                run.level = levels[0]
+        run.tier = tier_of_level(run.level)
         run.placed = True
-        self._width[run.idx] = len(cores)
+        self._width[run.idx] = len(slots)
         self._dirty[run.idx] = run
-        for r in self.model.affected(run.level, changed):
-            self._dirty[r.idx] = r
+        for level, cores in _by_level(changed).items():
+            for r in self.model.affected(level, cores):
+                self._dirty[r.idx] = r
 
     def _reschedule_leveled(self, run: _Run) -> None:
         """Settle at now, ask the model for the rate (0 while stopped), move what is still owed to a
@@ -1145,6 +1173,7 @@ class Simulator:
         for name, value in (("job", run.job), ("tier", run.tier), ("cores", run.cores),
                             ("start_time", run.start_time), ("tier_since", run.tier_since),
                             ("suspended", run.stopped), ("checkpointed", run.checkpointed), ("level", run.level),
+                            ("slot_levels", run.slot_levels),
                             ("replicas", run.replicas),
                             ("migrated_at", run.migrated_at), ("_run", run), ("_sim", self)):
             setattr_(snap, name, value)

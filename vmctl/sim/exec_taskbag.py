@@ -1,10 +1,12 @@
 """The task-bag execution model: bags of independent tasks on workers of different speeds (paper 001).
 
 A task bag (:class:`vmctl.model.JobShape`, kind ``task-bag``) is a list of tasks, each with its work
-in seconds on a standard core (paper 001 sec. II-A). The job holds ``width`` workers, one per core it
-was placed on (a worker is one VM slot, sec. II-B-2: "a worker instance executes at most one task at
-a time"). Each worker runs one task at a time at its core's rate (:meth:`MoldableModel.core_rate`:
-the node's speed, shared equally by the runs on the core's levels when there are several); a worker
+in seconds on a standard core (paper 001 sec. II-A). The job holds ``width`` workers, one per (core,
+level) slot it was placed on (a worker is one VM slot, sec. II-B-2: "a worker instance executes at most
+one task at a time"; on a ``shared`` cluster a bag may hold several levels of one core,
+``Run.slot_levels``). Each worker runs one task at a time at its slot's rate
+(:meth:`MoldableModel.core_rate`: the node's speed, shared equally by the slots of the core's levels
+that are held, the bag's own included: two workers of one bag on one core get half of it each); a worker
 that finishes a task takes the next one not started, in the bag's order. The job is done when every
 task is done; its work (the engine's progress) is the sum of its tasks, advancing at the sum of its
 busy workers' rates, so the engine's completion is the last task's end. The tasks' work is the
@@ -13,7 +15,7 @@ forecast the policy sees; the actual work of each is scaled as a moldable job's 
 there, ``JobShape.time_at``), so a hand-made bag whose record says that time runs exactly as given.
 
 Resize (the policy sets the worker count, sec. III). The occupancy model applies a ``Resize`` at once:
-new cores get new workers, which take tasks immediately. A worker whose core the resize gives up
+new slots get new workers, which take tasks immediately. A worker whose slot the resize gives up
 keeps it until its running task ends (a running task is never killed to shrink a job; issue 12): the
 model holds the slot back for the job (``hold_slots``) and gives it up at that task's end
 (``release_slots``); meanwhile the slot is the job's in the view. A worker that is idle when its core
@@ -25,6 +27,9 @@ Rigid and moldable jobs run as in :class:`~vmctl.sim.exec_moldable.MoldableModel
 (checked in tests/unit/test_sim_shapes.py): 5 tasks of 10 s on 2 workers of speed 1 end at 30 (tasks 0,
 1 in [0, 10), 2, 3 in [10, 20), 4 in [20, 30)); shrunk to 1 worker at 5, the task on the given-up
 core still ends at 10, and the one remaining worker runs tasks 2, 3, 4 in [10, 40): the job ends at 40.
+On one core of 2 shared levels, the same bag on both slots (``slot_levels=(0, 1)``) runs two tasks at
+a time at half speed each: tasks 0, 1 in [0, 20), 2, 3 in [20, 40), task 4 alone at full speed in
+[40, 50); on one slot it ends at 50 too (5 x 10 s): the core's speed is the limit.
 """
 
 from __future__ import annotations
@@ -46,8 +51,8 @@ _TOL = 1e-7
 
 class _Bag:
     """One task-bag run's workers: ``task[i]`` is the task worker i runs (-1: idle), ``left[i]`` its
-    work still to do and ``speed[i]`` its rate; worker i sits on ``run.cores[i]``. ``draining`` are the
-    cores the job has given up whose worker still runs its task; ``p`` is the run's progress (the
+    work still to do and ``speed[i]`` its rate; worker i sits on slot ``run.slots[i]`` (core, level).
+    ``draining`` are the slots the job has given up whose worker still runs its task; ``p`` is the run's progress (the
     engine's) when ``left`` was last brought up to date; ``version`` invalidates older events."""
 
     __slots__ = ("draining", "factor", "left", "next", "p", "shape", "speed", "task", "version")
@@ -59,7 +64,7 @@ class _Bag:
         self.task: list[int] = []
         self.left: list[float] = []
         self.speed: list[float] = []
-        self.draining: set[int] = set()
+        self.draining: set[tuple[int, int]] = set()
         self.p = 0.0
         self.version = 0
 
@@ -209,59 +214,58 @@ class TaskBagModel(MoldableModel):
         for run in changed.values():
             bag = run.data
             self._settle(run, bag, now)
-            release: list[int] = []
+            release: list[tuple[int, int]] = []
+            slots = run.slots
             for i, task in enumerate(bag.task):
                 if task >= 0 and bag.left[i] <= max(_TOL * max(1.0, bag.shape.tasks[task] * bag.factor),
                                                     tick * bag.speed[i]):
-                    core = run.cores[i]
-                    if core in bag.draining:
+                    slot = slots[i]
+                    if slot in bag.draining:
                         bag.task[i], bag.left[i] = -1, 0.0
-                        release.append(core)
+                        release.append(slot)
                     else:
                         bag.take(i)
             if release:
                 self._release(run, bag, release)
         return changed.values()  # the engine re-rates each (``rate`` re-times its task ends)
 
-    def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
+    def on_resize(self, run: Run, old_slots: tuple[tuple[int, int], ...], now: float) -> Iterable[Run]:
         bag = self._bag(run)
         if bag is None:  # pragma: no cover - the checker accepts Resize for task bags only
             raise SimulationError(time=now, problem=f"resize of {run.job.id}, which is not a task bag")
         self._settle(run, bag, now)
-        old = {c: i for i, c in enumerate(old_cores)}
+        old = {s: i for i, s in enumerate(old_slots)}
+        new_slots = run.slots
         task, left, speed = [], [], []
-        for c in run.cores:  # kept cores keep their worker (and a draining one stops draining)
-            i = old.get(c)
+        for s in new_slots:  # kept slots keep their worker (and a draining one stops draining)
+            i = old.get(s)
             task.append(bag.task[i] if i is not None else -1)
             left.append(bag.left[i] if i is not None else 0.0)
             speed.append(bag.speed[i] if i is not None else 0.0)
-            bag.draining.discard(c)
-        kept = set(run.cores)
-        hold = [c for c in old_cores if c not in kept and bag.task[old[c]] >= 0]
-        for c in hold:  # given up while running a task: the worker stays until that task ends
-            i = old[c]
+            bag.draining.discard(s)
+        kept = set(new_slots)
+        hold = tuple(s for s in old_slots if s not in kept and bag.task[old[s]] >= 0)
+        for s in hold:  # given up while running a task: the worker stays until that task ends
+            i = old[s]
             task.append(bag.task[i])
             left.append(bag.left[i])
             speed.append(bag.speed[i])
         bag.task, bag.left, bag.speed = task, left, speed
-        for i, c in enumerate(run.cores):  # new workers take the next tasks, in core order
-            if c not in old:
+        for i, s in enumerate(new_slots):  # new workers take the next tasks, in slot order
+            if s not in old:
                 bag.take(i)
         if hold:
             bag.draining.update(hold)
-            self._hold(run, hold)
+            self.state.hold_slots(run, hold)
         return ()
 
     # ------------------------------------------------------------------ slots held past a resize
 
-    def _hold(self, run: Run, cores: list[int]) -> None:
-        self.state.hold_slots(run, tuple(cores))
-
-    def _release(self, run: Run, bag: _Bag, cores: list[int]) -> None:
-        gone = set(cores)
-        keep = [i for i, c in enumerate(run.cores) if c not in gone]
+    def _release(self, run: Run, bag: _Bag, slots: list[tuple[int, int]]) -> None:
+        gone = set(slots)
+        keep = [i for i, s in enumerate(run.slots) if s not in gone]
         bag.task = [bag.task[i] for i in keep]
         bag.left = [bag.left[i] for i in keep]
         bag.speed = [bag.speed[i] for i in keep]
         bag.draining -= gone
-        self.state.release_slots(run, tuple(cores))
+        self.state.release_slots(run, tuple(slots))

@@ -38,17 +38,18 @@ this order:
    runs whose rate changed (re-rated as in 4.). A model event alone does not call the policy: it
    sees the new state at the next submission, completion or ``wake_at`` it asked for.
 7. ``on_schedule(schedule, now)`` when a decision carries a ``SliceSchedule`` (already checked by the
-   invariant checker), returning the runs whose rate changed; ``on_resize(run, old_cores, now)``
-   after a ``Resize`` moved a task bag's workers (the engine has already applied the occupancy
-   change, :mod:`vmctl.policies.occupancy`). The defaults refuse with ``SimulationError``.
+   invariant checker), returning the runs whose rate changed; ``on_resize(run, old_slots, now)``
+   after a ``Resize`` moved a task bag's workers (``old_slots``: its (core, level) slots before; the
+   engine has already applied the occupancy change, :mod:`vmctl.policies.occupancy`). The defaults
+   refuse with ``SimulationError``.
 8. ``expected_end(run, now)``: what the view reports as ``RunningJob.expected_end``.
 
 Optional hooks (levelled path; added for moldable jobs and task bags, :mod:`vmctl.sim.exec_moldable`,
 :mod:`vmctl.sim.exec_taskbag`): ``nodes(cores)``, asked once before the view is built, gives the
 view's node fields (names, speeds, groups); ``span(run)``, asked at a start when a model overrides it,
 is the run's length for the metrics when its work is not per process (a task bag's work is the sum of
-its tasks); a model may call ``state.hold_slots(run, cores)`` from ``on_resize`` to keep slots a
-``Resize`` gave up until a running task ends, and ``state.release_slots(run, cores)`` from
+its tasks); a model may call ``state.hold_slots(run, slots)`` from ``on_resize`` to keep (core, level)
+slots a ``Resize`` gave up until a running task ends, and ``state.release_slots(run, slots)`` from
 ``on_event`` to give them up then.
 
 Costs. A ``Move``/``Migrate`` (and a restore) with ``cost`` c makes the run advance nothing during
@@ -78,7 +79,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from vmctl.errors import SimulationError
-from vmctl.model import Discipline, Job, JobShape, SliceSchedule, Tier
+from vmctl.model import Discipline, Job, JobShape, SliceSchedule, Tier, slots_of
 from vmctl.policies.base import Offer
 
 _INF = math.inf
@@ -89,7 +90,9 @@ class Run:
     advances, ``progress(t) = p0 + rate * (t - max(t0, blocked_until))`` for ``t >= t0``.
 
     Models read ``idx`` (the job's position in the workload), ``job``, ``level`` (and ``replicas``, the
-    other levels of the same cores a replicated job runs on), ``cores``,
+    other levels of the same cores a replicated job runs on), ``cores``, ``slot_levels`` (a task bag on
+    several levels of a ``shared`` cluster: the level of each of ``cores``; None: ``level`` for all) and
+    ``slots`` (the (core, level) pairs either way),
     ``width``, ``suspended``/``checkpointed``/``stopped`` and ``p0``/``t0``; they may keep their own
     per-run state in ``data``. Everything else is the engine's. On the two-tier fast path (the
     engine's hottest allocation) only the fields of ``__init__`` are set; the levelled path sets the
@@ -97,7 +100,8 @@ class Run:
 
     __slots__ = (
         "blocked_until", "cap", "checkpointed", "cores", "data", "debt", "idx", "job", "level", "migrated_at", "nodes",
-        "p0", "placed", "rate", "replicas", "shared", "start_time", "suspended", "t0", "tier", "tier_since", "version",
+        "p0", "placed", "rate", "replicas", "shared", "slot_levels", "start_time", "suspended", "t0", "tier",
+        "tier_since", "version",
     )
     cap: float  # set for shared runs only
     nodes: tuple[str, ...]  # set for shared runs only
@@ -108,6 +112,7 @@ class Run:
     replicas: tuple[int, ...]
     migrated_at: float
     data: Any
+    slot_levels: tuple[int, ...] | None
 
     def __init__(self, idx: int, job: Job, tier: Tier, cores: tuple[int, ...], now: float) -> None:
         self.idx = idx
@@ -133,10 +138,16 @@ class Run:
         self.replicas = ()  # other levels of the same cores it runs on (Replicate, timeslice)
         self.migrated_at = -_INF  # when it last moved to other cores
         self.data = None  # the execution model's own per-run state
+        self.slot_levels = None  # a task bag on several levels: the level of each core (Start/Resize)
 
     @property
     def width(self) -> int:
         return len(self.cores)
+
+    @property
+    def slots(self) -> tuple[tuple[int, int], ...]:
+        """Levelled path: the (core, level) slots the run holds, in worker order."""
+        return slots_of(self.cores, self.level, self.slot_levels)
 
     @property
     def stopped(self) -> bool:
@@ -186,14 +197,14 @@ class EngineState(Protocol):
     slot_run: Sequence[Sequence[Run | None]]
     runs: Mapping[str, Run]  # job id -> run, of every job that holds slots or is checkpointed
 
-    def hold_slots(self, run: Run, cores: tuple[int, ...]) -> None:
-        """Levelled path: ``run`` takes back its level of ``cores``, free since a ``Resize`` gave them
+    def hold_slots(self, run: Run, slots: tuple[tuple[int, int], ...]) -> None:
+        """Levelled path: ``run`` takes back the (core, level) ``slots``, free since a ``Resize`` gave them
         up in the decision just applied (a task bag's worker finishes its running task there first);
-        they join ``run.cores``. ``SimulationError`` when the decision gave one to another job."""
+        they join ``run.slots``. ``SimulationError`` when the decision gave one to another job."""
         ...
 
-    def release_slots(self, run: Run, cores: tuple[int, ...]) -> None:
-        """Levelled path: ``run`` gives up its level of ``cores`` now (they leave ``run.cores``)."""
+    def release_slots(self, run: Run, slots: tuple[tuple[int, int], ...]) -> None:
+        """Levelled path: ``run`` gives up the (core, level) ``slots`` now (they leave ``run.slots``)."""
         ...
 
 
@@ -265,9 +276,9 @@ class ExecutionModel(ABC):
         raise SimulationError(time=now, problem=f"the {self.name} model has no time slices (a decision "
                                                 f"carried a SliceSchedule)")
 
-    def on_resize(self, run: Run, old_cores: tuple[int, ...], now: float) -> Iterable[Run]:
-        """A task bag's workers moved from ``old_cores`` to ``run.cores``: the runs whose rate changed
-        besides ``run`` (which the engine re-rates anyway)."""
+    def on_resize(self, run: Run, old_slots: tuple[tuple[int, int], ...], now: float) -> Iterable[Run]:
+        """A task bag's workers moved from the (core, level) ``old_slots`` to ``run.slots``: the runs whose
+        rate changed besides ``run`` (which the engine re-rates anyway)."""
         raise SimulationError(time=now, problem=f"the {self.name} model does not model resize ({run.job.id})")
 
     def tasks_left(self, run: Run) -> int | None:

@@ -24,6 +24,7 @@ the workloads start on an empty machine and the first of 25 batches weighs 4 %.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,19 @@ def batch_means(values_in_completion_order: np.ndarray, batches: int = DEFAULT_B
     s = float(means.std(ddof=1))
     t = float(stdtrit(batches - 1, 0.5 + confidence / 2.0))
     return Interval(mean=grand, half_width=t * s / math.sqrt(batches), batches=batches)
+
+
+def replication_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float | None]:
+    """Mean of independent replications (e.g. one run per seed) and the half width of its Student-t
+    interval, None with fewer than two values."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("replication_interval needs at least one value")
+    m = math.fsum(values) / n
+    if n < 2:
+        return m, None
+    sd = math.sqrt(math.fsum((x - m) ** 2 for x in values) / (n - 1))
+    return m, float(stdtrit(n - 1, 0.5 + confidence / 2.0)) * sd / math.sqrt(n)
 
 
 @dataclass(frozen=True, slots=True)
