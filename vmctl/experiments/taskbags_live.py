@@ -2,7 +2,7 @@
 client library at the sample's arrival times, compared with the simulator on the same sample.
 
 ``python -m vmctl.experiments.taskbags_live [--trace wagap-2013] [--jobs 40] [--hosts 10] [--speed 2000]
-[--policy dispatch-priority] [--param conserving=true] [--out DIR]``
+[--policy dispatch-priority] [--param conserving=true] [--libvirt-agents 1] [--out DIR]``
 
 The testbed (sec. IV's, as the paper describes it): ``--hosts`` single-core hosts, each a ``vmctl-agent``
 process on the mock backend with a ``shared`` layout of 2 workers (equal weights: two busy workers get
@@ -12,6 +12,17 @@ at its arrival time). A task is a mock process that runs for its length: "sleeps
 clock. **Time scaling**: vmctld and every agent run on one accelerated clock (``clock: {speed, epoch}``:
 ``--speed`` model seconds per real second), so hours of trace replay in seconds; every time below is
 model time (vmctld's records: submit, first start, end, and each task's worker and times).
+
+Real libvirt (``--libvirt-agents N``): the first N hosts are ``vmctl-agent`` processes on this machine's
+libvirtd (it must be running) whose worker VMs boot the SSH guest of
+``vmctl.agents.backends.libvirt.guestimage`` (built and cached in ``--guest-dir``; TCG; a loopback port
+forwarded to each VM's SSH) and run each task there over SSH. Real guests run in real time (an agent
+config refuses ``clock:`` for libvirt), so a task of w model seconds is the command ``sleep w/speed``
+(:func:`task_command`; mock agents ignore it and run ``work_seconds`` on their clock); vmctld's times stay
+model time, so what such an agent adds in real seconds counts ``speed`` times. The run prints each
+libvirt task's span beyond its sleep (:func:`libvirt_overheads`: the first task of a bag's worker includes
+booting its guest, the next ones are the SSH hand-off). Two differences the simulator side does not
+model: two sleeping workers of one core both run at full speed, and each bag's worker boots a guest.
 
 The sample (``--trace``): ``synthetic`` (seeded: bags of 1-6 tasks of 100-900 s, priorities 0-3, arrivals
 of a Poisson process of rate ``--rate`` per model hour; deadlines 2-6 times the bag's work on one worker)
@@ -30,7 +41,8 @@ the simulator leaves out: the agents' reporting and reconcile delays (each task 
 report, ~0.05-0.2 s real, i.e. ``speed`` times that in model time) and the order of reports.
 
 This module drives processes over HTTP only (``vmctl.cli.demo.processes`` starts them, ``vmctl.client``
-talks to vmctld): it imports no daemon, agent or store code.
+talks to vmctld; the guest builder and ``virsh`` run as processes): it imports no daemon, agent or store
+code.
 """
 
 from __future__ import annotations
