@@ -245,3 +245,11 @@ def test_libvirt_overheads_split_first_tasks_from_hand_offs() -> None:
     nxt = out["next_tasks"]
     assert nxt["tasks"] == 2 and nxt["min_s"] == pytest.approx(0.5) and nxt["max_s"] == pytest.approx(0.7)
     assert libvirt_overheads(tasks, {"host09"}, 10.0)["next_tasks"] == {"tasks": 0}
+
+
+@pytest.mark.parametrize("n", ["3", "-1"])
+def test_libvirt_agents_beyond_the_hosts_are_refused(n: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from vmctl.experiments.taskbags_live import main
+
+    assert main(["--hosts", "2", "--jobs", "2", "--libvirt-agents", n]) == 2
+    assert f"--libvirt-agents = {n} is out of range (0..2 (--hosts))" in capsys.readouterr().err
