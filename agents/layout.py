@@ -36,6 +36,12 @@ level: after a promote the VM named ``...-bg`` runs at the fg weight (its role i
 which tier it is in now). VMs also carry metadata (``vmctl.node``, ``vmctl.role``, ``vmctl.core``,
 ``vmctl.level``) so an agent adopts them by name or by metadata after a restart.
 
+Guests that run job processes (libvirt; ``backends/libvirt/guestimage.py``): ``kernel``/``initrd``/
+``cmdline`` boot every VM of the layout directly, such a VM gets at least ``memory_mib`` whatever its job
+asked for, and ``ssh_ports`` forwards loopback port ``ssh_ports + k * levels + level`` to the SSH port of
+the VM on (local core k, level), whatever vmctld named it; the port also goes into the VM's metadata
+(``vmctl.ssh_port``), where the agent's SSH runner looks it up.
+
 Example: host ``n1``, cores (2, 3) -> VMs n1-c0-fg (core 2, weight 10000), n1-c0-bg (core 2,
 weight 1), n1-c1-fg (core 3, weight 10000), n1-c1-bg (core 3, weight 1). The same host as a timeslice
 layout of 3 rows with row 1 active: n1-c0-r0 (paused, weight 1), n1-c0-r1 (running, weight 10000),
