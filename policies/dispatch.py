@@ -100,7 +100,8 @@ class PlanJob:
 
     def __post_init__(self) -> None:
         if not (self.profile > 0 and math.isfinite(self.profile)):
-            raise ValidationError(field=f"job {self.id}.profile", problem=f"must be a positive number, got {self.profile}")
+            raise ValidationError(field=f"job {self.id}.profile",
+                                  problem=f"must be a positive number, got {self.profile}")
         if self.tasks < 1:
             raise ValidationError(field=f"job {self.id}.tasks",
                                   problem=f"must be >= 1 unfinished task, got {self.tasks}")

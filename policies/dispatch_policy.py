@@ -24,7 +24,8 @@ Inputs from the view.
   worker of speed 1 is planned at 0.75 on a worker of speed 0.5 it has not run on. Reading: the paper
   estimates a job's throughput "from the job's profile and the node's speed, then corrected"; we correct
   the profile too, so one observation informs every worker. An observation includes the core's sharing
-  at the time (a worker alone on a core of 2 shared levels is seen at twice its nominal speed). Priority is ``Job.priority``; the deadline is ``Job.deadline`` or, with parameter
+  at the time (a worker alone on a core of 2 shared levels is seen at twice its nominal speed).
+  Priority is ``Job.priority``; the deadline is ``Job.deadline`` or, with parameter
   ``deadline_walltimes`` x > 0, ``submit + x * estimate`` for a job that has none (the requested
   walltime as the deadline, issue 12's evaluation). Ties go to the earlier submission.
 
@@ -68,7 +69,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 

@@ -17,6 +17,7 @@ from tests.livedaemon import run_cli
 from tests.support.daemon import InProcessDaemon, cli_daemon, wait_for
 from tests.support.taskbags import WorkerHosts
 from vmctl.client import Client, Job, JobResult, Task
+from vmctl.daemon.config import RetentionConfig
 from vmctl.errors import ValidationError
 
 
@@ -63,14 +64,25 @@ def test_independent_tasks_run_on_the_workers_they_are_granted(live: InProcessDa
         status, body = d.request("GET", f"/v1/jobs/{job.id}")
         check_openapi("GET", f"/v1/jobs/{job.id}", status, body)
         assert body["job"]["workers"] == [] and body["job"]["tasks_left"] == 0
-        code, out, err = run_cli(capsys, "job", "show", str(job.id))
-        assert code == 0, err
-        assert "40: 40 done, 0 failed, 0 running, 0 waiting" in out, out
+        _done_bag_listed_and_shown(d, capsys, "/v1/jobs", str(job.id), 40)
 
         def all_available() -> bool:
             return all(w["state"] == "available" for w in d.request("GET", "/v1/workers")[1]["workers"])
 
         wait_for(all_available, "every worker available again")
+
+
+def _done_bag_listed_and_shown(d: InProcessDaemon, capsys: pytest.CaptureFixture[str], query: str, job_id: str,
+                               tasks: int) -> None:
+    """The job list ``query`` leaves the finished bag's tasks out (it reads no task row; ``tasks_left``
+    counts them), and ``vmctl job show`` counts every one of them."""
+    status, body = d.request("GET", query)
+    check_openapi("GET", query, status, body)
+    [listed] = [j for j in body["jobs"] if j["id"] == job_id]
+    assert listed["tasks"] == [] and listed["tasks_left"] == 0 and listed["state"] == "done"
+    code, out, err = run_cli(capsys, "job", "show", job_id)
+    assert code == 0, err
+    assert f"{tasks}: {tasks} done, 0 failed, 0 running, 0 waiting" in out, out
 
 
 def _no_worker_overlaps(*results: JobResult) -> None:
@@ -126,6 +138,32 @@ def test_a_shrink_waits_for_the_task_boundary(live: InProcessDaemon, tmp_path: P
         last = max((t for t in r_low.tasks if t.worker == gone), key=lambda t: t.start or 0.0)
         assert last.exit_status == 0 and last.end is not None
         assert len({t.worker for t in r_high.tasks}) <= 3  # the top bag's share: floor(0.8 * 4)
+
+
+def test_an_archived_bag_answers_its_tasks_from_their_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Retention (``keep_count: 0``) archives a finished bag; its task rows stay (schema 006): ``GET
+    /v1/jobs/{id}`` answers every task with its worker and times, the archived job list leaves them out
+    (``tasks_left`` 0), and ``vmctl job show`` counts them. Answers checked against the OpenAPI file."""
+    with cli_daemon(tmp_path, monkeypatch, "taskbags-archive", policy_name="dispatch-priority",
+                    policy_params={"conserving": True}, retention=RetentionConfig(keep_count=0, keep_s=1e9)) as d, \
+            WorkerHosts(d, tmp_path, hosts=2):
+        first, second = Job("first", independent=True), Job("second", independent=True)
+        for job in (first, second):
+            for _ in range(6):
+                job.add_task(Task(work_seconds=0.05))
+        results = _client(d, [first, second]).wait_all(timeout=60)
+        assert all(r.ok for r in results), results
+        wait_for(lambda: d.request("GET", f"/v1/jobs/{first.id}")[1]["job"].get("archived") is True,
+                 "the first bag archived")
+        status, body = d.request("GET", f"/v1/jobs/{first.id}")
+        check_openapi("GET", f"/v1/jobs/{first.id}", status, body)
+        job = body["job"]
+        assert job["archived"] is True and job["tasks_left"] == 0
+        assert [t["index"] for t in job["tasks"]] == list(range(6))
+        assert [(t["exit_status"], t["worker"], t["start"], t["end"]) for t in job["tasks"]] == \
+            [(t.exit_status, t.worker, t.start, t.end) for t in results[0].tasks]
+        _done_bag_listed_and_shown(d, capsys, "/v1/jobs?archived=true", str(first.id), 6)
 
 
 def test_bad_independent_jobs_are_refused_naming_the_field(live: InProcessDaemon) -> None:

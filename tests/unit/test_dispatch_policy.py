@@ -197,13 +197,16 @@ def test_rigid_jobs_wait_with_a_reason() -> None:
     assert "not a task bag" in d.reason_for("r1")
 
 
-@pytest.mark.parametrize(("observed", "resized"), [(None, (0, 1)), ({(0, 0): 2.0}, None)])
+@pytest.mark.parametrize(("observed", "resized"),
+                         [(None, (0, 1)), ({(0, 0): 2.0}, None), ({(0, 0): 0.5}, (0, 1, 2, 3))])
 def test_the_observed_throughput_feeds_the_plan(observed: dict[tuple[int, int], float] | None,
                                                 resized: tuple[int, ...] | None) -> None:
     """A running bag's observed throughput (``RunningJob.throughput``, vmctld's status checker) replaces
     the worker's speed in the plan: 4 tasks of 100 s left, deadline in 200 s; at speed 1 the bag needs 2
     workers (400 s of work), grown from its one core by a Resize; where its worker was seen doing 2 work
-    seconds per second, that one worker meets the deadline and nothing changes."""
+    seconds per second, that one worker meets the deadline and nothing changes. Seen at 0.5, the bag's
+    profile factor (0.5) applies to the workers it has not run on too, so it needs all 4 (without the
+    profile: 0.5 + 1 + 1 = 2.5 >= 2 on 3 workers)."""
     from vmctl.model import Discipline, Job, RunningJob, Tier
 
     job = Job(id="a", submit_time=0.0, procs=4, estimate=400.0, deadline=200.0)
@@ -212,27 +215,8 @@ def test_the_observed_throughput_feeds_the_plan(observed: dict[tuple[int, int], 
     view = ClusterView.leveled(4, [], {"a": rj}, [["a", None, None, None]], [{1, 2, 3}], Discipline.SHARED,
                                [0.0] * 4, [True] * 4, shapes={"a": JobShape.task_bag([100.0] * 4)})
     d = create_policy("dispatch-deadline").decide(view, 0.0)
-    got = [a.cores for a in d.actions if isinstance(a, Resize)]
+    got = [tuple(sorted(a.cores)) for a in d.actions if isinstance(a, Resize)]
     assert got == ([] if resized is None else [resized]), d.actions
-
-
-@pytest.mark.parametrize(("observed", "width"), [(None, 2), ({(0, 0): 0.5}, 4), ({(0, 0): 2.0}, 1)])
-def test_the_profile_factor_learnt_on_one_worker_applies_to_the_others(
-        observed: dict[tuple[int, int], float] | None, width: int) -> None:
-    """4 tasks of 100 s left, deadline in 200 s (400 work seconds: throughput 2 needed), 4 workers of speed 1.
-    Nothing observed: 2 workers. Seen at 0.5 on its worker: the bag runs at half the nominal speed
-    everywhere (profile 0.5), so it needs all 4 (without the profile: 0.5 + 1 + 1 = 3). Seen at 2.0: its one
-    worker suffices."""
-    from vmctl.model import Discipline, Job, RunningJob, Tier
-
-    job = Job(id="a", submit_time=0.0, procs=4, estimate=400.0, deadline=200.0)
-    rj = RunningJob(job=job, tier=Tier.FG, cores=(0,), start_time=0.0, tier_since=0.0, level=0, tasks_left=4,
-                    throughput=observed)
-    view = ClusterView.leveled(4, [], {"a": rj}, [["a", None, None, None]], [{1, 2, 3}], Discipline.SHARED,
-                               [0.0] * 4, [True] * 4, shapes={"a": JobShape.task_bag([100.0] * 4)})
-    d = create_policy("dispatch-deadline").decide(view, 0.0)
-    widths = [len(a.cores) for a in d.actions if isinstance(a, Resize)]
-    assert widths == ([] if width == 1 else [width]), d.actions
 
 
 def test_a_bad_profile_is_named() -> None:

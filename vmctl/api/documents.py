@@ -15,10 +15,13 @@ from vmctl.timefmt import iso, rewrite_times
 
 
 def job_json(r: JobRecord, expected_start: float | None = None,
-             blocked_by: Sequence[NodeRecord] = (), times: tuple[float, float] | None = None) -> dict[str, Any]:
+             blocked_by: Sequence[NodeRecord] = (), times: tuple[float, float] | None = None,
+             bag_tasks: bool = True) -> dict[str, Any]:
     """``expected_start``: when the policy's reservation starts this queued job at the latest (only
     the job holding the reservation has one, as with ``squeue --start``); ``blocked_by``: the nodes out
-    of service that alone keep this queued job waiting (``Daemon.node_blocker``)."""
+    of service that alone keep this queued job waiting (``Daemon.node_blocker``). ``bag_tasks=False``
+    (the job list): a task bag's ``tasks`` are left out (empty; ``tasks_left`` counts them), so a list
+    costs O(jobs), not O(tasks), and reads no task row of an archived bag."""
     return {
         "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
         "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
@@ -28,7 +31,7 @@ def job_json(r: JobRecord, expected_start: float | None = None,
         "end_time": r.end_time, "tier": r.tier if r.state in ACTIVE else None,
         "placement": [{"node": n, "core": c} for n, c in r.placement],
         "reason": reason_json(r.reason),
-        "tasks": [task_json(t) for t in r.tasks],
+        "tasks": [task_json(t) for t in r.tasks] if bag_tasks or r.bag is None else [],
         "migrations": r.migrations, "runs": r.run, "requeues": requeues(r),
         "history": [{"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")} for h in r.history],
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM

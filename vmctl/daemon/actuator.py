@@ -68,9 +68,12 @@ class Changes:
     kv: dict[str, Any] = field(default_factory=dict)
     desired_nodes: set[str] = field(default_factory=set)
     events: list[str] = field(default_factory=list)  # reasons to run the policy again
+    #: task bags of which only the dispatcher state and some tasks changed (a task end handed the worker its
+    #: next one): stored without rewriting their job document (``WriteBatch.bags``)
+    bags: dict[str, JobRecord] = field(default_factory=dict)
 
     def any(self) -> bool:
-        return bool(self.jobs or self.nodes or self.ops or self.kv or self.desired_nodes)
+        return bool(self.jobs or self.bags or self.nodes or self.ops or self.kv or self.desired_nodes)
 
 
 @dataclass(slots=True)
@@ -543,6 +546,10 @@ class Actuator:
             return  # a worker that left, or a stale copy on another node
         held = len(job.placement)
         if not dispatcher.observe(job, vm_number, v, now):
+            return
+        if len(job.placement) == held and not dispatcher.finished(job):  # the worker took its next task
+            ch.bags[job.id] = job
+            ch.desired_nodes |= self.state.reindex(job)
             return
         self.touch(ch, job)
         if dispatcher.finished(job):

@@ -226,7 +226,8 @@ class DaemonBase:
             by = "the operator" if "operator action" in ch.events else \
                 f"policy {self.policy.name if self.policy else '-'}"
             self.history.note(ch.jobs.values(), self.clock.now(), by)
-        batch = WriteBatch(jobs=dict(ch.jobs), nodes=dict(ch.nodes), operations=dict(ch.ops), kv=dict(ch.kv))
+        batch = WriteBatch(jobs=dict(ch.jobs), nodes=dict(ch.nodes), operations=dict(ch.ops), kv=dict(ch.kv),
+                           bags={k: j for k, j in ch.bags.items() if k not in ch.jobs})
         new_desired: dict[str, tuple[Any, ...]] = {}
         for node in sorted(ch.desired_nodes):
             if node not in st.nodes:

@@ -11,10 +11,10 @@ the worker the next task not started, in the bag's order; the agent sees a new p
 same VM and starts it (``agents/plan.py``: a VM whose process is another one gets the wanted one).
 The job is done when every task is.
 
-State (persisted in ``JobRecord.bag``, written in the same transaction as the desired state it
-implies, so a vmctld restart or kill -9 loses no recorded result and never hands one task to two
-workers): ``vms[i]``, ``levels[i]``, ``task[i]`` and ``release[i]`` run parallel to ``placement``: worker
-i's stable
+State (persisted in ``JobRecord.bag`` and the bag's task rows, written in the same transaction as the
+desired state it implies, so a vmctld restart or kill -9 loses no recorded result and never hands one
+task to two workers): ``vms[i]``, ``levels[i]``, ``task[i]`` and ``release[i]`` run parallel to
+``placement``: worker i's stable
 VM number (its VM name ``j<id>-r<run>-p<vms[i]>`` survives other workers coming and going), the
 task it runs (None: none), and whether a ``Resize`` gave its slot up (it leaves at the end of its
 task: a running task is never killed to shrink a job); ``levels[i]`` the level of its slot (a record
@@ -25,7 +25,10 @@ first task not started;
 ``rate`` maps a worker id (``node/core.level``, as ``GET /v1/workers``) to the job's throughput
 there, corrected from observed task durations (the paper's status checker: work / duration, an
 exponentially weighted mean, weight ``RATE_WEIGHT`` for the newest task). ``JobRecord.tasks[k]``
-holds task k's result: ``exit_status``, ``error``, ``worker``, ``start`` and ``end``.
+holds task k's result: ``exit_status``, ``error``, ``worker``, ``start`` and ``end``; every function here
+that changes task k adds k to ``JobRecord.changed_tasks``, and the store writes those tasks' rows
+(``vmctl.store.tasks``, schema 006): a task end costs its row and the next task's, not the bag's
+whole record.
 
 What a restarted vmctld sees again: an agent re-reports the process its VM last ran. A report of a
 task the record says is done (or that another worker now runs) is ignored; a report of the task the
@@ -46,6 +49,7 @@ from typing import Any
 
 from vmctl.model import JobShape, PowerState, ProcessSpec, VmObserved
 from vmctl.store.base import JobRecord
+from vmctl.store.tasks import has_content, new_task, task_count
 
 #: the weight of the newest task's throughput in a worker's corrected estimate
 RATE_WEIGHT = 0.5
@@ -53,10 +57,6 @@ RATE_WEIGHT = 0.5
 
 def worker_id(node: str, core: int, level: int) -> str:
     return f"{node}/{core}.{level}"
-
-
-def _new_task(k: int) -> dict[str, Any]:
-    return {"index": k, "exit_status": None, "error": None, "worker": None, "start": None, "end": None}
 
 
 def slot_levels(rec: JobRecord) -> list[int]:
@@ -83,10 +83,11 @@ def start(rec: JobRecord, levels: list[int], now: float, kept: list[dict[str, An
     shape_tasks = len(rec.spec["shape"]["tasks"])
     n = len(rec.placement)
     if kept and len(kept) == shape_tasks:
-        rec.tasks = [t if t.get("exit_status") is not None else _new_task(k) for k, t in enumerate(kept)]
+        rec.tasks = [t if t.get("exit_status") is not None else new_task(k) for k, t in enumerate(kept)]
         retry, nxt = [k for k, t in enumerate(rec.tasks) if t["exit_status"] is None], shape_tasks
+        rec.changed_tasks.update(k for k, t in enumerate(rec.tasks) if has_content(t))  # stored again, this run
     else:
-        rec.tasks = [_new_task(k) for k in range(shape_tasks)]
+        rec.tasks = [new_task(k) for k in range(shape_tasks)]
         retry, nxt = [], 0
     rec.bag = {"levels": list(levels), "next": nxt, "next_vm": n, "vms": list(range(n)), "task": [None] * n,
                "release": [False] * n, "rate": {}, "retry": retry}
@@ -112,6 +113,7 @@ def _take(rec: JobRecord, i: int, now: float) -> bool:
     node, core = rec.placement[i]
     t = rec.tasks[k]
     t["worker"], t["start"] = worker_id(node, core, slot_levels(rec)[i]), now
+    rec.changed_tasks.add(k)
     return True
 
 
@@ -121,7 +123,7 @@ def tasks_left(rec: JobRecord) -> int:
     if bag is None:
         return 0
     running = sum(1 for t in bag["task"] if t is not None)
-    return len(rec.tasks) - int(bag["next"]) + running + len(bag.get("retry", ()))
+    return task_count(rec.spec) - int(bag["next"]) + running + len(bag.get("retry", ()))
 
 
 def resize(rec: JobRecord, slots: list[tuple[str, int, int]], now: float) -> list[tuple[str, int, int]]:
@@ -178,6 +180,7 @@ def lose_node(rec: JobRecord, node: str) -> int:
         if k is not None:
             t = rec.tasks[k]
             t["worker"] = t["start"] = None
+            rec.changed_tasks.add(k)
             bag.setdefault("retry", []).append(k)
         _drop(rec, i)
     bag.get("retry", []).sort()
@@ -192,6 +195,7 @@ def stop(rec: JobRecord, why: str) -> None:
     for k in bag["task"]:
         if k is not None:
             rec.tasks[k]["error"] = why
+            rec.changed_tasks.add(k)
             bag.setdefault("retry", []).append(k)
     bag.get("retry", []).sort()
     bag["vms"], bag["levels"], bag["task"], bag["release"] = [], [], [], []
@@ -225,6 +229,7 @@ def observe(rec: JobRecord, vm_number: int, v: VmObserved, now: float) -> bool:
     else:
         return False  # still running, or the agent has not started this task yet
     t["end"] = now
+    rec.changed_tasks.add(k)
     work = float(rec.spec["shape"]["tasks"][k])
     took = now - float(t["start"])
     if t["exit_status"] == 0 and work > 0 and took > 0:
@@ -237,7 +242,8 @@ def observe(rec: JobRecord, vm_number: int, v: VmObserved, now: float) -> bool:
 
 
 def finished(rec: JobRecord) -> bool:
-    return bool(rec.tasks) and all(t["exit_status"] is not None for t in rec.tasks)
+    """Every task ended (O(workers): a task handed out and no longer running, nor given back, ended)."""
+    return rec.bag is not None and tasks_left(rec) == 0
 
 
 def process(rec: JobRecord, i: int, shape: JobShape, cpu_usage: float) -> ProcessSpec | None:

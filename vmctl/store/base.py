@@ -5,7 +5,8 @@ database, in one transaction per event (``Store.write(epoch, batch)``), so that 
 point leaves the database at the end of some complete event. Every write checks the leader epoch
 inside the transaction: a daemon whose lease was taken over cannot change anything (``LeaseLost``).
 
-Records are stored as a JSON document plus the few columns that are queried (ids, state). Two
+Records are stored as a JSON document plus the few columns that are queried (ids, state); a task bag's
+results are rows of their own and its dispatcher state a column (schema 006, ``vmctl.store.tasks``). Two
 backends implement the protocol with the same SQL (``vmctl.store.sql``): SQLite (default, WAL) and
 PostgreSQL (psycopg 3).
 """
@@ -88,6 +89,9 @@ class JobRecord:
     #: why the policy started the current run at this width and place (``Start.reason``), None when it
     #: gave no reason (absent from jobs stored before it was kept)
     width_reason: str | None = None
+    #: a task bag: the tasks whose entry of ``tasks`` changed since the record was last stored (kept by the
+    #: dispatcher; the store writes their rows, schema 006, and empties it). Not part of the document
+    changed_tasks: set[int] = field(default_factory=set, compare=False, repr=False)
 
     def to_doc(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict deep-copies and is ~20x slower on the hot path
@@ -130,7 +134,7 @@ class JobRecord:
         return f"j{self.id}-r{self.run}-p{index}"
 
 
-_JOB_FIELDS: tuple[str, ...] = tuple(JobRecord.__dataclass_fields__)
+_JOB_FIELDS: tuple[str, ...] = tuple(f for f in JobRecord.__dataclass_fields__ if f != "changed_tasks")
 
 
 @dataclass(slots=True)
@@ -255,9 +259,12 @@ class WriteBatch:
     delete_nodes: list[str] = field(default_factory=list)
     #: entries of the event log recording this change (schema 005)
     events: list[EventRecord] = field(default_factory=list)
+    #: task bags of which only the dispatcher state and some tasks changed (a task end): their ``bag``
+    #: column and the rows of their ``changed_tasks`` are written, not their document (schema 006)
+    bags: dict[str, JobRecord] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not (self.jobs or self.nodes or self.desired or self.operations or self.kv or self.tokens
+        return not (self.jobs or self.bags or self.nodes or self.desired or self.operations or self.kv or self.tokens
                     or self.delete_tokens or self.delete_nodes or self.events)
 
 

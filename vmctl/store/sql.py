@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
 from vmctl.model import Discipline, group_name_problem
+from vmctl.store import tasks as task_rows
 from vmctl.store.base import (
     CorruptRecord,
     EventRecord,
@@ -49,6 +50,16 @@ def split_statements(sql: str) -> list[str]:
 
 
 SUPPORTED_VERSION = max(v for v, _ in migrations())
+
+
+def _task_results_out(store: SqlStore, cur: Any) -> None:
+    """Migration 006: task bags stored with their results in their documents get their rows."""
+    for table in ("jobs", "job_archive"):
+        task_rows.move_out(store._exec, cur, table)
+
+
+#: data moved by a migration after its statements, in its transaction: version -> step(store, cursor)
+DATA_STEPS: dict[int, Callable[[SqlStore, Any], None]] = {6: _task_results_out}
 
 
 def node_columns_problem(speed: Any, group: Any, memory: Any) -> str | None:
@@ -116,6 +127,9 @@ class SqlStore:
                     continue
                 for stmt in split_statements(sql):
                     self._exec(cur, stmt)
+                step = DATA_STEPS.get(version)
+                if step is not None:
+                    step(self, cur)
                 self._exec(cur, "INSERT INTO schema_version (version, applied) VALUES (?, ?)",
                            (version, f"migration {version:03d}"))
                 current = version
@@ -192,9 +206,41 @@ class SqlStore:
 
     def load_jobs(self) -> list[JobRecord]:
         with self._read() as cur:
-            self._exec(cur, "SELECT id, doc FROM jobs ORDER BY seq")
+            self._exec(cur, "SELECT id, doc, bag FROM jobs ORDER BY seq")
             rows = cur.fetchall()
-        return [self._decode("jobs", "id", r[0], JobRecord.from_doc, r[1]) for r in rows]
+            # the task rows of the live bags, every run (those of the job's current run are kept)
+            self._exec(cur, "SELECT t.job_id, t.run, t.task, " + ", ".join(f"t.{c}" for c in task_rows.COLUMNS)
+                       + " FROM task_results t JOIN jobs j ON j.id = t.job_id WHERE j.bag IS NOT NULL")
+            trows = cur.fetchall()
+        by_run: dict[tuple[str, int], list[Any]] = {}
+        for r in trows:
+            by_run.setdefault((str(r[0]), int(r[1])), []).append(r[2:])
+        out: list[JobRecord] = []
+        for job_id, doc, bag in rows:
+            rec: JobRecord = self._decode("jobs", "id", job_id, JobRecord.from_doc, doc)
+            if bag is not None:
+                self._with_bag("jobs", rec, bag, by_run.get((rec.id, rec.run), []))
+            out.append(rec)
+        return out
+
+    def _with_bag(self, table: str, rec: JobRecord, bag: Any, rows: list[Any] | None) -> None:
+        """A task bag's dispatcher state (its ``bag`` column) and, unless ``rows`` is None, its tasks (its
+        rows of ``task_results``, schema 006) put back into ``rec``; a value that cannot be read back is a
+        ``CorruptRecord`` naming the job."""
+        rec.bag = self._decode(table, "id", rec.id, dict, bag)
+        if rows is None:
+            return
+        try:
+            rec.tasks = task_rows.tasks_from_rows(task_rows.task_count(rec.spec), rows)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CorruptRecord(backend=self.backend, where=self.location(), table="task_results",
+                                row=f"job_id={rec.id!r}, run={rec.run}",
+                                problem=f"cannot read the task rows back ({type(exc).__name__}: {exc}); restore a "
+                                        f"backup or repair the rows") from exc
+
+    def _task_rows(self, cur: Any, job_id: str, run: int) -> list[Any]:
+        self._exec(cur, task_rows.SELECT, (job_id, run))
+        return list(cur.fetchall())
 
     def load_nodes(self) -> list[NodeRecord]:
         with self._read() as cur:
@@ -261,12 +307,22 @@ class SqlStore:
             if int(row[1]) != epoch:
                 raise LeaseLost(epoch=epoch, current=int(row[1]))
             for j in batch.jobs.values():
+                doc, bag = task_rows.split_doc(j.to_doc())
                 self._exec(
                     cur,
-                    "INSERT INTO jobs (id, seq, state, doc) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
-                    "SET state = excluded.state, doc = excluded.doc",
-                    (j.id, j.seq, str(j.state), dumps(j.to_doc())),
+                    "INSERT INTO jobs (id, seq, state, doc, bag) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+                    "SET state = excluded.state, doc = excluded.doc, bag = excluded.bag",
+                    (j.id, j.seq, str(j.state), dumps(doc), bag),
                 )
+                if bag is not None:  # the rows of the bag's other runs go (a kept result is written again)
+                    self._exec(cur, "DELETE FROM task_results WHERE job_id = ? AND run <> ?", (j.id, j.run))
+                    self._write_task_rows(cur, j)
+                elif task_rows.is_bag_spec(j.spec):  # a bag requeued from scratch: its results go
+                    self._exec(cur, "DELETE FROM task_results WHERE job_id = ?", (j.id,))
+            for j in batch.bags.values():  # a task end: the bag's dispatcher state and its changed tasks
+                if j.id not in batch.jobs and j.bag is not None:
+                    self._exec(cur, "UPDATE jobs SET bag = ? WHERE id = ?", (dumps(j.bag), j.id))
+                    self._write_task_rows(cur, j)
             for n in batch.nodes.values():
                 self._exec(cur, "INSERT INTO nodes (name, doc, speed, node_group, memory_mib, levels, discipline) "
                                 "VALUES (?, ?, ?, ?, ?, ?, ?) "
@@ -295,6 +351,12 @@ class SqlStore:
             for e in batch.events:
                 self._exec(cur, "INSERT INTO events (seq, time, kind, doc) VALUES (?, ?, ?, ?)",
                            (e.seq, e.time, e.kind, dumps(e.to_doc())))
+        for j in (*batch.jobs.values(), *batch.bags.values()):
+            j.changed_tasks.clear()
+
+    def _write_task_rows(self, cur: Any, j: JobRecord) -> None:
+        for row in task_rows.rows_of(j.id, j.run, j.tasks, j.changed_tasks):
+            self._exec(cur, task_rows.UPSERT, row)
 
 
     # ---------------------------------------------------------------- job retention (schema 002)
@@ -306,31 +368,46 @@ class SqlStore:
             if int(row[1]) != epoch:
                 raise LeaseLost(epoch=epoch, current=int(row[1]))
             for j in jobs:
-                if archive:
+                if archive:  # a bag's task rows stay, under its id (schema 006)
+                    doc, bag = task_rows.split_doc(j.to_doc())
                     self._exec(
                         cur,
-                        "INSERT INTO job_archive (id, seq, state, end_time, doc) VALUES (?, ?, ?, ?, ?) "
+                        "INSERT INTO job_archive (id, seq, state, end_time, doc, bag) VALUES (?, ?, ?, ?, ?, ?) "
                         "ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, state = excluded.state, "
-                        "end_time = excluded.end_time, doc = excluded.doc",
-                        (j.id, j.seq, str(j.state), j.end_time, dumps(j.to_doc())),
+                        "end_time = excluded.end_time, doc = excluded.doc, bag = excluded.bag",
+                        (j.id, j.seq, str(j.state), j.end_time, dumps(doc), bag),
                     )
+                    if bag is not None:
+                        self._write_task_rows(cur, j)
+                else:
+                    self._exec(cur, "DELETE FROM task_results WHERE job_id = ?", (j.id,))
                 self._exec(cur, "DELETE FROM jobs WHERE id = ?", (j.id,))
+        for j in jobs:
+            j.changed_tasks.clear()
 
-    def _archived(self, rows: list[Any]) -> list[JobRecord]:
-        return [self._decode("job_archive", "id", job_id, JobRecord.from_doc, doc) for job_id, doc in rows]
+    def _archived(self, rows: list[Any], cur: Any = None) -> list[JobRecord]:
+        """Archived jobs from their rows (id, doc, bag); a bag's tasks are read with ``cur``, and left
+        out (``tasks`` empty) without it: a job list does not read every task row."""
+        out: list[JobRecord] = []
+        for job_id, doc, bag in rows:
+            rec: JobRecord = self._decode("job_archive", "id", job_id, JobRecord.from_doc, doc)
+            if bag is not None:
+                self._with_bag("job_archive", rec, bag, None if cur is None else self._task_rows(cur, rec.id, rec.run))
+            out.append(rec)
+        return out
 
     def get_archived_job(self, job_id: str) -> JobRecord | None:
         with self._read() as cur:
-            self._exec(cur, "SELECT id, doc FROM job_archive WHERE id = ?", (job_id,))
+            self._exec(cur, "SELECT id, doc, bag FROM job_archive WHERE id = ?", (job_id,))
             row = cur.fetchone()
-        return None if row is None else self._archived([row])[0]
+            return None if row is None else self._archived([row], cur)[0]
 
     def list_archived_jobs(self, state: str | None = None, limit: int = 1000) -> list[JobRecord]:
         with self._read() as cur:
             if state is None:
-                self._exec(cur, "SELECT id, doc FROM job_archive ORDER BY seq DESC LIMIT ?", (limit,))
+                self._exec(cur, "SELECT id, doc, bag FROM job_archive ORDER BY seq DESC LIMIT ?", (limit,))
             else:
-                self._exec(cur, "SELECT id, doc FROM job_archive WHERE state = ? ORDER BY seq DESC LIMIT ?",
+                self._exec(cur, "SELECT id, doc, bag FROM job_archive WHERE state = ? ORDER BY seq DESC LIMIT ?",
                            (state, limit))
             rows = cur.fetchall()
         return self._archived(rows)

@@ -68,7 +68,7 @@ class JobRoutes(Routes):
             raise ValidationError(field="archived", problem=f"must be true or false, got {archived!r}")
         if archived == "true":  # jobs pruned from memory by retention (newest first), from the store
             recs = self.d.store.list_archived_jobs(state, limit)
-            return json_response({"jobs": [{**job_json(r), "archived": True} for r in recs]})
+            return json_response({"jobs": [{**job_json(r, bag_tasks=False), "archived": True} for r in recs]})
         order = q.get("order", "oldest")
         if order not in ("oldest", "newest"):
             raise ValidationError(field="order", problem=f"must be oldest or newest, got {order[:40]!r}")
@@ -78,7 +78,7 @@ class JobRoutes(Routes):
         blocking = self.d.node_blocker()
         for r in (reversed(jobs) if order == "newest" else jobs):
             if state is None or r.state == state:
-                out.append(job_json(r, starts.get(r.id), blocking(r)))
+                out.append(job_json(r, starts.get(r.id), blocking(r), bag_tasks=False))
                 if len(out) >= limit:
                     break
         return json_response({"jobs": out})
