@@ -7,7 +7,9 @@ config is either fully valid or rejected.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
+import string
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ class BackendConfig:
     # mock: the host's guests (VMs, job processes, migrations) live on in this file across agent restarts;
     # default <fabric_dir>/<uri as a file name>.state with a fabric_dir, else "" (in this process only)
     state_file: str = ""
+    # libvirt on the QEMU driver: kvm or qemu (TCG); "" = kvm when the host offers it
+    domain_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,10 @@ class LayoutConfig:
     discipline: str = "priority"  # priority | timeslice (gang rows) | shared (equal workers, no placeholders)
     levels: int = 2  # VM levels per core, 1 .. MAX_LEVELS (2 = the MEASY fg/bg pair)
     inactive: str = "pause"  # timeslice: the inactive rows' VMs are paused, or "soak" at the lowest weight
+    kernel: str | None = None  # libvirt: direct kernel boot of the guests (guestimage.py builds one)
+    initrd: str | None = None
+    cmdline: str = ""
+    ssh_ports: int | None = None  # libvirt: first loopback port forwarded to the guests' SSH (one per VM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +87,7 @@ class SshConfig:
     command_timeout_seconds: float = 86400.0
     address_pattern: str = "{vm}"  # guest address from the VM name
     state_dir: str = "/tmp/vmctl-jobs"  # job traces in the guest (adoption after an agent restart)
+    boot_timeout_seconds: float = 120.0  # a guest the agent just booted: how long a job waits for its SSH
     guests: dict[str, str] = field(default_factory=dict)  # explicit VM name -> address
 
 
@@ -116,6 +125,58 @@ class AgentConfig:
     host: HostConfig = HostConfig()
 
 
+def split_address(address: str, default_port: int) -> tuple[str, int]:
+    """A guest's SSH address ``HOST``, ``HOST:PORT`` or ``[HOST]:PORT`` (IPv6: ``[::1]:PORT``) as (host,
+    port); ``ValueError`` names what is wrong."""
+    host, port = address, default_port
+    if address.startswith("["):
+        inner, sep, rest = address[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"{address!r}: use HOST, HOST:PORT or [HOST]:PORT")
+        host, rest = inner, rest[1:]
+        if rest:
+            port = _port(address, rest)
+    elif address.count(":") == 1:
+        host, raw = address.split(":")
+        port = _port(address, raw)
+    elif ":" in address:
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            raise ValueError(f"{address!r}: use HOST, HOST:PORT or [HOST]:PORT") from None
+    if not host or any(c.isspace() for c in host):
+        raise ValueError(f"{address!r}: no host name")
+    return host, port
+
+
+def _port(address: str, raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise ValueError(f"{address!r}: the port must be 1..65535")
+    return int(raw)
+
+
+def address_problem(address: str) -> str | None:
+    """Why a guest's SSH address is unusable (:func:`split_address`), or None."""
+    try:
+        split_address(address, 22)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _address_pattern_problem(pattern: str) -> str | None:
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(pattern) if f is not None}
+    except ValueError as exc:
+        return f"not a valid pattern: {exc}"
+    unknown = fields - {"vm", "port"}
+    if unknown:
+        return f"unknown field(s) {', '.join('{' + f + '}' for f in sorted(unknown))}; use {{vm}}, {{port}}"
+    if not fields:
+        return "must contain {vm} or {port} so that every VM gets its own address"
+    return address_problem(pattern.format(vm="vm", port=22))
+
+
 def load_agent_config(path: str | Path) -> AgentConfig:
     return parse_agent_config(load_yaml(path), str(path))
 
@@ -142,7 +203,10 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
                             fabric_dir=b.get("fabric_dir", str, ""),
                             migration_seconds=b.number("migration_seconds", 1.0, lo=0.0, hi=86400),
                             poll_seconds=b.number("poll_seconds", 0.2, lo=0.0, hi=3600),
-                            state_file=b.get("state_file", str, ""))
+                            state_file=b.get("state_file", str, ""),
+                            domain_type=b.choice("domain_type", ("kvm", "qemu"), "") if b.has("domain_type") else "")
+    if backend.domain_type and kind != "libvirt":
+        raise b.error("domain_type", f"applies to the libvirt backend only (backend.kind is {kind})")
     if kind == "libvirt" and not backend.uri:
         raise b.error("uri", "is required for the libvirt backend (e.g. qemu:///system)")
     if kind != "mock":
@@ -196,9 +260,23 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
         raise lay.error("inactive", f"applies to the timeslice discipline only (discipline is {discipline})")
     layout = LayoutConfig(cores=cores, naming=naming, fg_weight=fg, bg_weight=bg,
                           memory_mib=lay.integer("memory_mib", 64, lo=16), image=lay.get("image", str, None),
-                          discipline=discipline, levels=levels, inactive=inactive)
-    if layout.image is not None and not layout.image.startswith("/"):
-        raise lay.error("image", f"must be an absolute path, got {layout.image!r}")
+                          discipline=discipline, levels=levels, inactive=inactive,
+                          kernel=lay.get("kernel", str, None), initrd=lay.get("initrd", str, None),
+                          cmdline=lay.get("cmdline", str, ""),
+                          ssh_ports=lay.integer("ssh_ports", lo=1024, hi=65535) if lay.has("ssh_ports") else None)
+    for key in ("image", "kernel", "initrd"):
+        file = getattr(layout, key)
+        if file is not None and not file.startswith("/"):
+            raise lay.error(key, f"must be an absolute path, got {file!r}")
+    if layout.initrd is not None and layout.kernel is None:
+        raise lay.error("initrd", "needs layout.kernel (direct kernel boot)")
+    if layout.cmdline and layout.kernel is None:
+        raise lay.error("cmdline", "needs layout.kernel (direct kernel boot)")
+    if "\n" in layout.cmdline:
+        raise lay.error("cmdline", "must be one line")
+    for key in ("kernel", "ssh_ports"):
+        if lay.has(key) and kind != "libvirt":
+            raise lay.error(key, f"applies to the libvirt backend only (backend.kind is {kind})")
     lay.finish()
 
     hs = top.section("host")
@@ -275,7 +353,8 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
         connect_timeout_seconds=s.number("connect_timeout_seconds", 10.0, lo=0.1, hi=3600),
         command_timeout_seconds=s.number("command_timeout_seconds", 86400.0, lo=0.1, hi=1e9),
         address_pattern=s.get("address_pattern", str, "{vm}"), guests=_str_map(s, "guests"),
-        state_dir=s.get("state_dir", str, "/tmp/vmctl-jobs"))
+        state_dir=s.get("state_dir", str, "/tmp/vmctl-jobs"),
+        boot_timeout_seconds=s.number("boot_timeout_seconds", 120.0, lo=0.0, hi=3600))
     if not ssh.state_dir.startswith("/"):
         raise s.error("state_dir", f"must be an absolute path in the guest, got {ssh.state_dir!r}")
     if ssh.enabled:
@@ -286,8 +365,15 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
     if checkpoint_transfer == "sftp" and not (ssh.key_file and ssh.known_hosts):
         raise s.error("key_file" if not ssh.key_file else "known_hosts",
                       "is required by checkpoints.transfer: sftp (SSH to the peer hosts)")
-    if "{vm}" not in ssh.address_pattern:
-        raise s.error("address_pattern", "must contain {vm}")
+    problem = _address_pattern_problem(ssh.address_pattern)
+    if problem:
+        raise s.error("address_pattern", problem)
+    if "{port}" in ssh.address_pattern and layout.ssh_ports is None:
+        raise s.error("address_pattern", "uses {port}, the guest's forwarded SSH port: set layout.ssh_ports")
+    for vm, address in ssh.guests.items():
+        problem = address_problem(address)
+        if problem:
+            raise s.error(f"guests.{vm}", problem)
     s.finish()
     top.finish()
     return AgentConfig(path=path, node=node, backend=backend, layout=layout, desired_file=desired_file,

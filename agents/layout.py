@@ -36,6 +36,12 @@ level: after a promote the VM named ``...-bg`` runs at the fg weight (its role i
 which tier it is in now). VMs also carry metadata (``vmctl.node``, ``vmctl.role``, ``vmctl.core``,
 ``vmctl.level``) so an agent adopts them by name or by metadata after a restart.
 
+Guests that run job processes (libvirt; ``backends/libvirt/guestimage.py``): ``kernel``/``initrd``/
+``cmdline`` boot every VM of the layout directly, such a VM gets at least ``memory_mib`` whatever its job
+asked for, and ``ssh_ports`` forwards loopback port ``ssh_ports + k * levels + level`` to the SSH port of
+the VM on (local core k, level), whatever vmctld named it; the port also goes into the VM's metadata
+(``vmctl.ssh_port``), where the agent's SSH runner looks it up.
+
 Example: host ``n1``, cores (2, 3) -> VMs n1-c0-fg (core 2, weight 10000), n1-c0-bg (core 2,
 weight 1), n1-c1-fg (core 3, weight 10000), n1-c1-bg (core 3, weight 1). The same host as a timeslice
 layout of 3 rows with row 1 active: n1-c0-r0 (paused, weight 1), n1-c0-r1 (running, weight 10000),
@@ -57,6 +63,7 @@ META_ROLE = "vmctl.role"
 META_CORE = "vmctl.core"
 META_LEVEL = "vmctl.level"
 META_MANAGED = "vmctl.managed"
+META_SSH_PORT = "vmctl.ssh_port"  # the loopback port forwarded to the guest's SSH (layout.ssh_ports)
 
 DEFAULT_NAMING = "{host}-c{core}-{tier}"
 
@@ -124,6 +131,13 @@ class Layout:
     placeholders: bool | None = None
     discipline: Discipline = Discipline.PRIORITY
     inactive: str = "pause"  # timeslice: the inactive rows' VMs are paused, or "soak" at the lowest weight
+    #: guests that run job processes over SSH (guestimage.py): direct kernel boot ...
+    kernel: str | None = None
+    initrd: str | None = None
+    cmdline: str = ""
+    #: ... and a loopback port per VM forwarded to its port 22: ssh_ports + k * levels + level for the VM of
+    #: local core k on that level (None: no network)
+    ssh_ports: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.levels <= MAX_LEVELS:
@@ -150,6 +164,10 @@ class Layout:
             raise ValidationError(field="layout.naming", problem=problem)
         if self.memory_mib < 1:
             raise OutOfRange(what="layout.memory_mib", value=self.memory_mib, allowed=">= 1")
+        if self.ssh_ports is not None and not 1024 <= self.ssh_ports <= 65536 - self.levels * len(self.cores):
+            raise OutOfRange(what="layout.ssh_ports", value=self.ssh_ports,
+                             allowed=f"1024..{65536 - self.levels * len(self.cores)} (one port per VM of "
+                                     f"{self.levels} levels x {len(self.cores)} cores)")
         if self.placeholders is None:
             object.__setattr__(self, "placeholders", self.discipline is not Discipline.SHARED)
 
@@ -265,7 +283,22 @@ class Layout:
         meta = {META_MANAGED: "1", META_NODE: self.host, META_ROLE: vm.role.value, META_CORE: str(vm.core)}
         if vm.level >= 0:  # a level the role does not imply (fg/bg VMs look as they always did)
             meta[META_LEVEL] = str(vm.level)
-        return VmSpec(name=vm.name, vcpus=1, memory_mib=vm.memory_mib, image=self.image, metadata=meta)
+        level = vm.slot_level
+        port = self.ssh_port(vm.core, level) if level is not None else None
+        if port is not None:  # the runner finds the guest's address here (job VMs have vmctld's names)
+            meta[META_SSH_PORT] = str(port)
+        # a guest that boots a kernel needs its memory whatever the job asked for (vmctld's default is 64 MiB,
+        # in which the Debian kernel and initramfs of guestimage.py do not even start): the layout's is the floor
+        memory = max(vm.memory_mib, self.memory_mib) if self.kernel is not None else vm.memory_mib
+        return VmSpec(name=vm.name, vcpus=1, memory_mib=memory, image=self.image, metadata=meta,
+                      kernel=self.kernel, initrd=self.initrd, cmdline=self.cmdline, ssh_port=port)
+
+    def ssh_port(self, core: int, level: int) -> int | None:
+        """The loopback port forwarded to the SSH port of the VM on (local ``core``, ``level``); None
+        without ``ssh_ports``."""
+        if self.ssh_ports is None or not 0 <= core < self.size or not 0 <= level < self.levels:
+            return None
+        return self.ssh_ports + core * self.levels + level
 
     def is_ours(self, name: str, metadata: dict[str, str]) -> bool:
         """True for VMs this agent manages: our metadata, or a (core, level) name of this layout."""

@@ -28,11 +28,11 @@ import click
 from vmctl.agents.backends.base import HypervisorBackend, ProcessRunner
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.config import AgentConfig, load_agent_config
-from vmctl.agents.layout import Layout, memory_problem
+from vmctl.agents.layout import META_SSH_PORT, Layout, memory_problem
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter, observed_to_dict
 from vmctl.clock import Clock, SystemClock, accelerated_clock
-from vmctl.errors import ConfigError, HypervisorUnavailable, ValidationError, VmctlError
+from vmctl.errors import ConfigError, HypervisorUnavailable, ValidationError, VmctlError, VmNotFound
 from vmctl.model import Discipline, NodeObserved
 
 log = logging.getLogger("vmctl.agent")
@@ -84,14 +84,14 @@ def make_backend(cfg: AgentConfig) -> HypervisorBackend:
                            uri=b.uri or None, fabric_dir=b.fabric_dir or None, migration_seconds=b.migration_seconds,
                            poll_seconds=b.poll_seconds or None, state_file=b.state_file or None)
     try:
-        module = importlib.import_module("vmctl.agents.backends.libvirt")
+        module = importlib.import_module("vmctl.agents.backends.libvirt.backend")
     except ImportError as exc:
         raise HypervisorUnavailable(backend="libvirt", uri=b.uri,
                                     problem=f"the libvirt backend cannot be loaded: {exc}") from exc
     factory: Any = getattr(module, "LibvirtBackend", None)
     if factory is None:
         raise HypervisorUnavailable(backend="libvirt", uri=b.uri, problem="this vmctl has no LibvirtBackend")
-    backend = factory(uri=b.uri)
+    backend = factory(uri=b.uri, domain_type=b.domain_type or None)
     assert isinstance(backend, HypervisorBackend)
     return backend
 
@@ -107,7 +107,7 @@ def _ssh_settings(cfg: AgentConfig) -> Any:
     s = cfg.ssh
     return SshSettings(user=s.user, key_file=s.key_file, known_hosts=s.known_hosts, port=s.port,
                        connect_timeout=s.connect_timeout_seconds, command_timeout=s.command_timeout_seconds,
-                       state_dir=s.state_dir)
+                       state_dir=s.state_dir, boot_timeout=s.boot_timeout_seconds)
 
 
 def make_transfer(cfg: AgentConfig) -> Callable[[str, str, str], int] | None:
@@ -129,7 +129,12 @@ def make_transfer(cfg: AgentConfig) -> Callable[[str, str, str], int] | None:
     return transfer
 
 
-def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner | None:
+def make_runner(cfg: AgentConfig, backend: HypervisorBackend,
+                on_end: Callable[[], None] | None = None) -> ProcessRunner | None:
+    """The agent's process runner: over SSH into the guests (``ssh.enabled``; a guest's address is
+    ``ssh.guests[vm]`` or ``ssh.address_pattern`` with ``{vm}`` and ``{port}``, the loopback port the
+    layout forwards to that VM's SSH, read from the VM's metadata), else the mock's simulated processes.
+    ``on_end``: called when a job process in a guest ends (the agent wakes to report it)."""
     if cfg.ssh.enabled:
         from vmctl.agents.remote import ParamikoRunner
 
@@ -137,9 +142,16 @@ def make_runner(cfg: AgentConfig, backend: HypervisorBackend) -> ProcessRunner |
         pattern = cfg.ssh.address_pattern
 
         def address_of(vm: str) -> str:
-            return guests.get(vm) or pattern.format(vm=vm)
+            if vm in guests:
+                return guests[vm]
+            port: str | None = None
+            if "{port}" in pattern:
+                port = next((v.metadata.get(META_SSH_PORT) for v in backend.list_vms() if v.name == vm), None)
+                if port is None:
+                    raise VmNotFound(backend=f"{backend.name} (with a forwarded SSH port, layout.ssh_ports)", name=vm)
+            return pattern.format(vm=vm, port=port)
 
-        return ParamikoRunner(_ssh_settings(cfg), address_of)
+        return ParamikoRunner(_ssh_settings(cfg), address_of, on_end)
     if isinstance(backend, MockBackend):
         return MockProcessRunner(backend)
     return None
@@ -162,7 +174,8 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
     lc = cfg.layout
     layout = Layout(host=cfg.node, cores=cores, naming=lc.naming, fg_weight=lc.fg_weight, bg_weight=lc.bg_weight,
                     memory_mib=lc.memory_mib, image=lc.image, levels=lc.levels, discipline=Discipline(lc.discipline),
-                    inactive=lc.inactive)
+                    inactive=lc.inactive, kernel=lc.kernel, initrd=lc.initrd, cmdline=lc.cmdline,
+                    ssh_ports=lc.ssh_ports)
     # memory admission: refuse a layout whose L x C VMs the host cannot hold
     host_memory = cfg.host.memory_mib if cfg.host.memory_mib is not None else backend.host_info().memory_mib
     problem = memory_problem(layout.levels, layout.size, layout.memory_mib, host_memory)
@@ -188,11 +201,14 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
         reporter = FileReporter(report_file) if reporter is None else _Both(reporter, FileReporter(report_file))
     rc = cfg.reconcile
     clock = backend.clock if isinstance(backend, MockBackend) else SystemClock()  # CPU time and samples agree
-    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=make_runner(cfg, backend),
+    wake: list[Callable[[], None]] = []  # the reconciler's, once it exists: a guest's job ended
+    runner = make_runner(cfg, backend, on_end=lambda: wake[0]() if wake else None)
+    reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=runner,
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
                             max_passes=rc.max_passes, transfer=make_transfer(cfg),
                             checkpoint_peers=cfg.checkpoint_hosts if cfg.checkpoint_transfer == "sftp" else None)
+    wake.append(reconciler.wake)
     if liveness is not None:
         reconciler.fence = liveness.fenced
     return Agent(cfg, backend, reconciler, source if http is not None else None, liveness)

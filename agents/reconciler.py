@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from vmctl.agents.backends.base import (
+    BootAware,
     Capability,
     HypervisorBackend,
     MigrationStatus,
@@ -436,6 +437,8 @@ class Reconciler:
             b.undefine(act.vm)
         elif isinstance(act, Start):
             b.start(act.vm)
+            if isinstance(self.runner, BootAware):
+                self.runner.booted(act.vm)
         elif isinstance(act, Stop):
             b.stop(act.vm, force=True)
         elif isinstance(act, Suspend):

@@ -13,7 +13,12 @@ checked against a known_hosts file (``RejectPolicy``: unknown or changed keys ar
 Exit statuses: the command's own; 124 when ``run`` hit its timeout (the remote process group is
 killed); 137 after ``kill``. The remote command runs as ``exec sh -c CMD`` behind a line that tells
 the runner its PID: sshd starts each session command in a new session, so that PID leads the
-process group and ``kill -KILL -- -PID`` ends the whole job.
+process group and ``kill -KILL -PGID`` ends the whole job (dropbear, in the guests of
+``backends/libvirt/guestimage.py``, puts the shell in the group of its session process: the kill reads
+the group from ``/proc/PID/stat`` and ends that, the session with it).
+
+Addresses: ``address_of(vm)`` gives ``HOST``, ``HOST:PORT`` or ``[HOST]:PORT`` (a guest behind a
+forwarded loopback port); without a port, ``SshSettings.port``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import logging
 import os
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +36,7 @@ from dataclasses import dataclass
 import paramiko
 
 from vmctl.agents.backends.base import ProcessRunner, ProcessStatus
+from vmctl.agents.config import split_address
 from vmctl.errors import ConfigError, RemoteExecError, RemoteHostKeyError, VmctlError
 from vmctl.model import ProcessSpec
 
@@ -53,6 +60,7 @@ class SshSettings:
     command_timeout: float = 86400.0
     tail_bytes: int = 4096
     state_dir: str = "/tmp/vmctl-jobs"  # in the guest: <state_dir>/<vm>/{job,exit} (adoption after a restart)
+    boot_timeout: float = 120.0  # a VM the agent just booted: a job's connection retries this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +86,19 @@ class _Job:
         self.ended = 0.0
         self.adopted = False  # found running in the guest after an agent restart (polled by status())
         self.state_dir: str | None = None
+        self.wait_until = 0.0  # monotonic: retry the connection until then (the guest is booting)
         self.lock = threading.Lock()
 
 
 class ParamikoRunner:
-    def __init__(self, settings: SshSettings, address_of: Callable[[str], str] | None = None) -> None:
+    def __init__(self, settings: SshSettings, address_of: Callable[[str], str] | None = None,
+                 on_end: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.address_of: Callable[[str], str] = address_of or (lambda vm: vm)
+        self.on_end = on_end  # called when a started job's process ended (the agent reports it at once)
         self._jobs: dict[str, _Job] = {}
         self._probed: set[str] = set()  # VMs whose guest was asked for a job trace since we started
+        self._booting: dict[str, float] = {}  # VM -> monotonic time the agent booted it, until a job connects
         self._lock = threading.Lock()
         for what, p in (("ssh.key_file", settings.key_file), ("ssh.known_hosts", settings.known_hosts)):
             if not os.path.isfile(p):
@@ -102,10 +114,16 @@ class ParamikoRunner:
         except (OSError, paramiko.SSHException) as exc:
             raise ConfigError(path=s.known_hosts, where="ssh.known_hosts", problem=f"cannot be read: {exc}") from exc
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        where = f"{s.user}@{host}:{s.port}"
         try:
-            client.connect(host, port=s.port, username=s.user, key_filename=s.key_file, timeout=s.connect_timeout,
-                           banner_timeout=s.connect_timeout, auth_timeout=s.connect_timeout,
+            name, port = split_address(host, s.port)
+        except ValueError as exc:
+            client.close()
+            raise RemoteExecError(host=host, problem=f"bad guest address: {exc}") from exc
+        where = f"{s.user}@{name}:{port}"
+        sock = self._ssh_socket(name, port, where)
+        try:
+            client.connect(name, port=port, sock=sock, username=s.user, key_filename=s.key_file,
+                           timeout=s.connect_timeout, banner_timeout=s.connect_timeout, auth_timeout=s.connect_timeout,
                            channel_timeout=s.connect_timeout, allow_agent=False, look_for_keys=False)
         except paramiko.BadHostKeyException as exc:
             client.close()
@@ -125,6 +143,24 @@ class ParamikoRunner:
             raise RemoteExecError(host=where, problem=f"cannot connect: {exc or type(exc).__name__}") from exc
         return client
 
+    def _ssh_socket(self, name: str, port: int, where: str) -> socket.socket:
+        """A connection on which the server has sent its SSH banner (peeked, left for paramiko). A guest
+        behind QEMU's port forward accepts at once and says nothing until its SSH server is up: that is
+        "not up yet", refused with one line (not paramiko's banner-error tracebacks in the agent's log)."""
+        timeout = self.settings.connect_timeout
+        try:
+            sock = socket.create_connection((name, port), timeout=timeout)
+        except OSError as exc:
+            raise RemoteExecError(host=where, problem=f"cannot connect: {exc or type(exc).__name__}") from exc
+        try:
+            head = sock.recv(4, socket.MSG_PEEK)
+        except OSError:
+            head = b""
+        if not head:
+            sock.close()
+            raise RemoteExecError(host=where, problem=f"no SSH banner within {timeout:g} s (the server is not up)")
+        return sock
+
     # ------------------------------------------------------------------ synchronous run
 
     def run(self, host: str, command: str, env: Mapping[str, str] | None = None,
@@ -143,12 +179,21 @@ class ParamikoRunner:
     def _run_job(self, job: _Job, env: Mapping[str, str], timeout: float) -> None:
         t0 = time.monotonic()
         job.started = t0
-        try:
-            client = self.connect(job.host)
-        except VmctlError as exc:
-            job.error, job.exc = str(exc), exc
-            job.exit_code = -1
-            return
+        while True:
+            try:
+                client = self.connect(job.host)
+                break
+            except RemoteHostKeyError as exc:
+                job.error, job.exc = str(exc), exc
+                job.exit_code = -1
+                return
+            except VmctlError as exc:
+                if time.monotonic() < job.wait_until and not job.killed:
+                    time.sleep(0.1)  # a guest the agent just booted: its SSH server is not up yet
+                    continue
+                job.error, job.exc = str(exc), exc
+                job.exit_code = -1
+                return
         try:
             for k in env:
                 if not k.replace("_", "a").isalnum() or k[:1].isdigit():
@@ -230,7 +275,10 @@ class ParamikoRunner:
             log.warning("cannot kill %s on %s: %s", job.pid, job.host, exc)
             return
         try:
-            cmd = f"kill -KILL -- -{job.pid} 2>/dev/null || kill -KILL {job.pid}"
+            # the process group of the job's shell: its own under OpenSSH (sshd makes it a session leader),
+            # dropbear's session process's under dropbear; busybox kill takes no "--", so "-KILL -PGID"
+            cmd = (f"g=$(sed 's/.*) //' /proc/{job.pid}/stat 2>/dev/null | cut -d' ' -f3); "
+                   f"kill -KILL -\"${{g:-{job.pid}}}\" 2>/dev/null || kill -KILL {job.pid}")
             if job.state_dir is not None:
                 cmd += f"; echo {KILLED_EXIT} > {shlex.quote(job.state_dir)}/exit"
             _, out, _ = c.exec_command(cmd, timeout=self.settings.connect_timeout)
@@ -258,11 +306,18 @@ class ParamikoRunner:
                 raise RemoteExecError(host=vm, problem=f"process {spec.job_id}[{spec.index}] has no command")
             job = _Job(spec, self.address_of(vm))
             job.state_dir = self._state_dir(vm)
+            booted = self._booting.pop(vm, None)
+            if booted is not None:
+                job.wait_until = booted + self.settings.boot_timeout
             self._jobs[vm] = job
             self._probed.discard(vm)
         env = {"VMCTL_JOB_ID": spec.job_id, "VMCTL_PROCESS_INDEX": str(spec.index)}
-        threading.Thread(target=self._run_job, args=(job, env, self.settings.command_timeout),
-                         name=f"vmctl-job-{vm}", daemon=True).start()
+        threading.Thread(target=self._follow, args=(job, env), name=f"vmctl-job-{vm}", daemon=True).start()
+
+    def _follow(self, job: _Job, env: Mapping[str, str]) -> None:
+        self._run_job(job, env, self.settings.command_timeout)
+        if self.on_end is not None and not job.killed:
+            self.on_end()
 
     def _probe(self, vm: str) -> _Job | None:
         """Read the job trace a runner left in the guest (after an agent restart). Raises
@@ -318,6 +373,18 @@ class ParamikoRunner:
                 tail = f"{tail}\n[vmctl: {job.error}]".lstrip()
             return ProcessStatus(vm=vm, job_id=job.spec.job_id, index=job.spec.index,
                                  running=job.exit_code is None, exit_code=job.exit_code, output_tail=tail)
+
+    def booted(self, vm: str) -> None:
+        """The agent just booted ``vm`` from shut off: no process runs in it, so there is no job trace to
+        read (``status`` answers None without asking the guest, which may not answer yet), and the next
+        job's connection waits up to ``boot_timeout`` for the guest's SSH server."""
+        with self._lock:
+            job = self._jobs.get(vm)
+            if job is not None and job.exit_code is None:
+                return  # a process we started is still followed: leave it to its own session
+            self._jobs.pop(vm, None)
+            self._probed.add(vm)
+            self._booting[vm] = time.monotonic()
 
     def kill(self, vm: str) -> None:
         with self._lock:

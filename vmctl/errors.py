@@ -173,6 +173,13 @@ class HypervisorError(VmctlError):
     http_status = 502
 
 
+class GuestImageError(VmctlError):
+    """The SSH guest image (kernel + initramfs from Debian packages) cannot be built."""
+
+    reference = "guest-image-error"
+    template = "guest image: {step}: {problem}"
+
+
 class HypervisorUnavailable(HypervisorError):
     reference = "hypervisor-unavailable"
     template = "{backend}: cannot reach {uri}: {problem}"

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from vmctl.model import PowerState, ProcessSpec
 
@@ -58,6 +58,10 @@ class VmSpec:
     memory_mib: int = 64
     image: str | None = None  # path of a disk image (read-only boot disk); None = mock / no disk
     metadata: dict[str, str] = field(default_factory=dict)
+    kernel: str | None = None  # direct kernel boot (libvirt <kernel>): a kernel image path
+    initrd: str | None = None  # its initramfs (libvirt <initrd>)
+    cmdline: str = ""  # its command line (the backend adds vmctl.hostname=<name>)
+    ssh_port: int | None = None  # QEMU user networking, host 127.0.0.1:ssh_port forwarded to the guest's port 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +206,14 @@ class ProcessRunner(Protocol):
     def status(self, vm: str) -> ProcessStatus | None: ...
 
     def kill(self, vm: str) -> None: ...
+
+
+@runtime_checkable
+class BootAware(Protocol):
+    """A ``ProcessRunner`` that wants to know when the agent booted a VM from shut off: no process it
+    does not know of runs there (nothing to adopt), and the guest may need a while until it answers."""
+
+    def booted(self, vm: str) -> None: ...
 
 
 def remove_vms(backend: HypervisorBackend, prefix: str) -> list[str]:

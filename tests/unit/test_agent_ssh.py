@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -310,3 +311,56 @@ def test_agent_config_sftp_transfer_to_a_peer_host(sshd: Sshd, tmp_path: Path) -
     assert dst.read_bytes() == src.read_bytes()
     with pytest.raises(ConfigError, match=r"agent.yaml: checkpoints\.hosts\.n3: is missing"):
         transfer(str(src), "n3", str(dst))
+
+
+def test_a_server_that_sends_no_banner_is_refused_in_one_line(sshd: Sshd) -> None:
+    """A guest still booting behind QEMU's port forward accepts the connection and says nothing."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    try:
+        r = ParamikoRunner(sshd.settings(connect_timeout=0.3))
+        t = time.monotonic()
+        with pytest.raises(RemoteExecError, match=r"no SSH banner within 0\.3 s \(the server is not up\)"):
+            r.run(f"127.0.0.1:{silent.getsockname()[1]}", "true")
+        assert time.monotonic() - t < 5
+        assert r.run(f"[127.0.0.1]:{sshd.port}", "echo via-address-port").output_tail.strip() == "via-address-port"
+        with pytest.raises(RemoteExecError, match="bad guest address"):
+            r.run("127.0.0.1:notaport", "true")
+    finally:
+        silent.close()
+
+
+def test_a_booted_vm_is_not_probed_and_its_job_waits_for_ssh(sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = _free_port()  # nothing listens: the guest's SSH server is not up
+    ends: list[str] = []
+    r = ParamikoRunner(sshd.settings(connect_timeout=0.5), address_of=lambda vm: f"127.0.0.1:{closed}",
+                       on_end=lambda: ends.append("end"))
+    with pytest.raises(RemoteExecError, match="cannot connect"):
+        r.status("vm-x")  # an unknown VM's job trace must be read: an unreachable guest is an error
+    r.booted("vm-b")
+    assert r.status("vm-b") is None  # the agent just booted it: nothing of ours runs there
+    real = r.connect
+    tries: list[str] = []
+
+    def booting(host: str) -> Any:  # the guest answers on the third try
+        tries.append(host)
+        if len(tries) < 3:
+            return real(f"127.0.0.1:{closed}")
+        return real(f"127.0.0.1:{sshd.port}")
+
+    monkeypatch.setattr(r, "connect", booting)
+    r.start("vm-b", ProcessSpec(job_id="j", index=0, command="echo ran; exit 4"))
+    st = r.wait("vm-b", 20)
+    assert st is not None and st.exit_code == 4 and "ran" in st.output_tail, st
+    assert len(tries) == 3
+    deadline = time.monotonic() + 5
+    while not ends and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ends == ["end"]  # the agent is woken to report the end
+    # without booted(): no retry, the job fails at once with the connection error
+    tries.clear()
+    monkeypatch.setattr(r, "connect", lambda host: real(f"127.0.0.1:{closed}"))
+    r.start("vm-c", ProcessSpec(job_id="j", index=1, command="true"))
+    st = r.wait("vm-c", 10)
+    assert st is not None and st.exit_code == -1 and "cannot connect" in st.output_tail

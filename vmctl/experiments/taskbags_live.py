@@ -2,7 +2,7 @@
 client library at the sample's arrival times, compared with the simulator on the same sample.
 
 ``python -m vmctl.experiments.taskbags_live [--trace wagap-2013] [--jobs 40] [--hosts 10] [--speed 2000]
-[--policy dispatch-priority] [--param conserving=true] [--out DIR]``
+[--policy dispatch-priority] [--param conserving=true] [--libvirt-agents 1] [--out DIR]``
 
 The testbed (sec. IV's, as the paper describes it): ``--hosts`` single-core hosts, each a ``vmctl-agent``
 process on the mock backend with a ``shared`` layout of 2 workers (equal weights: two busy workers get
@@ -12,6 +12,17 @@ at its arrival time). A task is a mock process that runs for its length: "sleeps
 clock. **Time scaling**: vmctld and every agent run on one accelerated clock (``clock: {speed, epoch}``:
 ``--speed`` model seconds per real second), so hours of trace replay in seconds; every time below is
 model time (vmctld's records: submit, first start, end, and each task's worker and times).
+
+Real libvirt (``--libvirt-agents N``): the first N hosts are ``vmctl-agent`` processes on this machine's
+libvirtd (it must be running) whose worker VMs boot the SSH guest of
+``vmctl.agents.backends.libvirt.guestimage`` (built and cached in ``--guest-dir``; TCG; a loopback port
+forwarded to each VM's SSH) and run each task there over SSH. Real guests run in real time (an agent
+config refuses ``clock:`` for libvirt), so a task of w model seconds is the command ``sleep w/speed``
+(:func:`task_command`; mock agents ignore it and run ``work_seconds`` on their clock); vmctld's times stay
+model time, so what such an agent adds in real seconds counts ``speed`` times. The run prints each
+libvirt task's span beyond its sleep (:func:`libvirt_overheads`: the first task of a bag's worker includes
+booting its guest, the next ones are the SSH hand-off). Two differences the simulator side does not
+model: two sleeping workers of one core both run at full speed, and each bag's worker boots a guest.
 
 The sample (``--trace``): ``synthetic`` (seeded: bags of 1-6 tasks of 100-900 s, priorities 0-3, arrivals
 of a Poisson process of rate ``--rate`` per model hour; deadlines 2-6 times the bag's work on one worker)
@@ -30,7 +41,8 @@ the simulator leaves out: the agents' reporting and reconcile delays (each task 
 report, ~0.05-0.2 s real, i.e. ``speed`` times that in model time) and the order of reports.
 
 This module drives processes over HTTP only (``vmctl.cli.demo.processes`` starts them, ``vmctl.client``
-talks to vmctld): it imports no daemon, agent or store code.
+talks to vmctld; the guest builder and ``virsh`` run as processes): it imports no daemon, agent or store
+code.
 """
 
 from __future__ import annotations
@@ -133,11 +145,64 @@ def simulate(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, 
 
 # ---------------------------------------------------------------------------------------------- testbed
 
+GUEST_DIR = Path("/var/cache/vmctl/guest")
+LIBVIRT_URI = "qemu:///system"
+LIBVIRT_SOCKET = Path("/run/libvirt/libvirt-sock")
+
+
+def task_command(work: float, speed: float) -> str:
+    """The command of a task of ``work`` model seconds in a real guest: it sleeps ``work / speed`` real
+    seconds (the guest's ``sleep`` runs in real time; vmctld's clock runs ``speed`` times faster), then
+    prints where it ran (the guest's hostname, its uptime at the start and the end). Mock agents ignore
+    it and run the task's ``work_seconds`` on their own accelerated clock."""
+    return (f"s=$(cut -d' ' -f1 /proc/uptime); sleep {work / speed:.3f}; "
+            "echo \"task $VMCTL_JOB_ID/$VMCTL_PROCESS_INDEX on $(hostname) up $s $(cut -d' ' -f1 /proc/uptime)\"")
+
+
+def build_guest(guest_dir: Path, log: Any = print) -> None:
+    """The SSH guest of the libvirt agents (``python -m vmctl.agents.backends.libvirt.guestimage build``;
+    cached in ``guest_dir``), after checking that libvirtd answers."""
+    import subprocess
+
+    if not LIBVIRT_SOCKET.exists():
+        raise ValidationError(field="--libvirt-agents",
+                              problem=f"libvirtd is not running ({LIBVIRT_SOCKET} is missing): start it "
+                                      "(virtlogd -d; libvirtd -d) or run without real-libvirt agents")
+    t = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "vmctl.agents.backends.libvirt.guestimage", "build", str(guest_dir)],
+                         capture_output=True, text=True, check=False, timeout=900)
+    if res.returncode != 0:
+        raise ValidationError(field="--guest-dir", problem=f"the SSH guest cannot be built: {res.stderr.strip()}")
+    log(f"{res.stdout.strip()} ({time.monotonic() - t:.1f} s)")
+
+
+def _libvirt_agent(cfg: dict[str, Any], guest_dir: Path, state_dir: Path, node: str, core: int) -> dict[str, Any]:
+    """A mock agent's config turned into a real-libvirt one: its worker VMs boot the SSH guest on ``core``
+    of this machine and run their tasks in it."""
+    from vmctl.cli.demo.processes import free_port_range, ssh_guest_config
+
+    base = free_port_range(2)
+    extra = ssh_guest_config(guest_dir, state_dir / f"known_hosts-{node}", base, 2)
+    cfg = {k: v for k, v in cfg.items() if k != "clock"}  # real guests run in real time
+    cfg["backend"] = {"kind": "libvirt", "uri": LIBVIRT_URI, **extra["backend"]}
+    cfg["layout"] = {**cfg["layout"], "cores": [core], **extra["layout"]}
+    cfg["ssh"] = extra["ssh"]
+    # a booting guest aborts the agent's passes until its SSH answers: retry soon
+    cfg["reconcile"] = {"resync_seconds": 1.0, "backoff_initial_seconds": 0.2, "backoff_max_seconds": 0.5}
+    return cfg
+
+
 def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, Any], speed: float,
-            state_dir: Path, timeout_s: float = 1800.0, log: Any = print) -> dict[str, dict[str, float]]:
-    """Per bag: submit, start, end, deadline (model seconds from the run's start) on the live testbed."""
+            state_dir: Path, timeout_s: float = 1800.0, log: Any = print, libvirt_agents: int = 0,
+            guest_dir: Path = GUEST_DIR, tasks: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+    """Per bag: submit, start, end, deadline (model seconds from the run's start) on the live testbed.
+    The first ``libvirt_agents`` hosts are real-libvirt agents (worker guests on this machine's cores).
+    ``tasks`` (when given) receives every task: bag, index, worker, work, start, end (model seconds)."""
     from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
     from vmctl.cli.ops import write_cert_files
+
+    if libvirt_agents:
+        build_guest(guest_dir, log)
     from vmctl.client import Client, Job, Task
     from vmctl.clock import accelerated_clock
 
@@ -156,6 +221,8 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
             cfg = agent_config(node, daemon.url, {"cert": str(crt), "key": str(key), "ca": str(ca)}, backend="mock",
                                cores=1, libvirt_uri="", metrics_port=free_port(), clock=clock_cfg,
                                layout={"levels": 2, "discipline": "shared"})
+            if h < libvirt_agents:
+                cfg = _libvirt_agent(cfg, guest_dir, state_dir, node, h % 2)
             path = state_dir / f"agent-{node}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
             agent = ManagedProcess(f"vmctl-agent {node}", [sys.executable, "-m", "vmctl.agents.main", "--config",
@@ -179,7 +246,7 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
                 time.sleep(wait)
             job = Job(b.id, max_workers=max_workers(b, hosts), priority=b.priority, deadline=model.now() + b.deadline)
             for w in b.tasks:
-                job.add_task(Task(work_seconds=w))
+                job.add_task(Task(work_seconds=w, command=task_command(w, speed) if libvirt_agents else None))
             client.submit(job)
             jobs[b.id] = job
         results = client.wait_all(timeout=timeout_s)
@@ -190,11 +257,58 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
                 raise VmctlError(detail=f"bag {res.name} ended {res.state}: {doc.get('reason')}")
             out[res.name] = {"submit": float(doc["submit_time"]) - t0, "start": float(doc["start_time"]) - t0,
                              "end": float(doc["end_time"]) - t0, "deadline": float(doc["deadline"]) - t0}
+            if tasks is not None:
+                work = {b.id: b.tasks for b in bags}[res.name]
+                tasks += [{"bag": res.name, "index": t.index, "worker": t.worker or "", "work": work[t.index],
+                           "start": (t.start or t0) - t0, "end": (t.end or t0) - t0} for t in res.tasks]
         return out
     finally:
         for a in agents:
             a.stop()
         daemon.stop()
+        if libvirt_agents:
+            _remove_guests({f"host{h:02d}" for h in range(libvirt_agents)})
+
+
+def _remove_guests(nodes: set[str]) -> None:
+    """Destroy and undefine the VMs the libvirt agents of ``nodes`` left (their metadata names the node)."""
+    import re
+    import subprocess
+
+    def virsh(*args: str) -> str:
+        return subprocess.run(["virsh", "-c", LIBVIRT_URI, *args], capture_output=True, text=True, check=False,
+                              timeout=60).stdout
+
+    for name in virsh("list", "--all", "--name").split():
+        m = re.search(r'key="vmctl\.node">([^<]*)<', virsh("dumpxml", "--inactive", name))
+        if m is not None and m.group(1) in nodes:
+            virsh("destroy", name)
+            virsh("undefine", name)
+
+
+def libvirt_overheads(tasks: Sequence[Mapping[str, Any]], nodes: set[str], speed: float) -> dict[str, Any]:
+    """What a task on a real-libvirt worker costs beyond its sleep, in real seconds: vmctld's span of the
+    task (handed out -> its end seen in a report) minus ``work / speed``. The first task of a bag on a
+    worker waits for its guest to be defined and booted; the next ones are the SSH hand-off alone (the
+    agent sees the end in the guest, reports it, gets the next task, starts it over a new SSH session)."""
+    first: list[float] = []
+    next_: list[float] = []
+    seen: set[tuple[str, str]] = set()
+    for t in sorted(tasks, key=lambda t: float(t["start"])):
+        if str(t["worker"]).partition("/")[0] not in nodes:
+            continue
+        extra = (float(t["end"]) - float(t["start"]) - float(t["work"])) / speed
+        key = (str(t["bag"]), str(t["worker"]))
+        (next_ if key in seen else first).append(extra)
+        seen.add(key)
+
+    def summary(xs: list[float]) -> dict[str, float]:
+        if not xs:
+            return {"tasks": 0}
+        return {"tasks": len(xs), "median_s": float(np.median(xs)), "p90_s": float(np.percentile(xs, 90)),
+                "min_s": float(np.min(xs)), "max_s": float(np.max(xs))}
+
+    return {"first_task_of_a_worker": summary(first), "next_tasks": summary(next_)}
 
 
 # ---------------------------------------------------------------------------------------------- comparison
@@ -225,6 +339,14 @@ def table(result: Mapping[str, Any]) -> str:
         lines.append(f"| {label} | {ml[key]:.1f} | {ms[key]:.1f} | {d[key]:+.1f} |" if key != "deadlines_met" else
                      f"| {label} | {ml[key]:.0%} | {ms[key]:.0%} | {d[key] * 100:+.0f} pts |")
     pb = result["response_difference_per_bag_s"]
+    lv = result.get("libvirt")
+    if lv:
+        for key, label in (("first_task_of_a_worker", "first task of a worker (guest boot + SSH)"),
+                           ("next_tasks", "next tasks (SSH hand-off)")):
+            x = lv[key]
+            if x["tasks"]:
+                lines.append(f"\nreal-libvirt workers, {label}: {x['tasks']} tasks, span - sleep median "
+                             f"{x['median_s']:.2f} s real (p90 {x['p90_s']:.2f}, {x['min_s']:.2f}-{x['max_s']:.2f})")
     lines.append(f"\nper bag, response testbed - simulator: mean {pb['mean']:+.1f} s, median {pb['median']:+.1f} s, "
                  f"largest {pb['max_abs']:.1f} s ({ml['bags']} bags)")
     return "\n".join(lines)
@@ -257,10 +379,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policy", default="dispatch-priority")
     ap.add_argument("--param", action="append", default=[], metavar="K=V")
     ap.add_argument("--out", type=Path, default=None, help="write result.json (and the logs) here")
+    ap.add_argument("--libvirt-agents", type=int, default=0,
+                    help="make this many hosts real-libvirt agents whose workers are SSH guests on this machine")
+    ap.add_argument("--guest-dir", type=Path, default=GUEST_DIR, help="where the SSH guest is built (cached)")
     a = ap.parse_args(argv)
     try:
         if a.jobs < 1 or a.hosts < 1:
             raise OutOfRange(what="--jobs/--hosts", value=min(a.jobs, a.hosts), allowed=">= 1")
+        if not 0 <= a.libvirt_agents <= a.hosts:
+            raise OutOfRange(what="--libvirt-agents", value=a.libvirt_agents, allowed=f"0..{a.hosts} (--hosts)")
         if not (a.speed > 0 and math.isfinite(a.speed)):
             raise OutOfRange(what="--speed", value=a.speed, allowed="> 0")
         params = _params(a.param)
@@ -271,16 +398,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             state = a.out if a.out is not None else Path(tmp)
             state.mkdir(parents=True, exist_ok=True)
             t = time.monotonic()
-            live = testbed(bags, a.hosts, a.policy, params, a.speed, state / "testbed")
+            tasks: list[dict[str, Any]] = []
+            live = testbed(bags, a.hosts, a.policy, params, a.speed, state / "testbed",
+                           libvirt_agents=a.libvirt_agents, guest_dir=a.guest_dir.resolve(), tasks=tasks)
             real = time.monotonic() - t
         result = compare(live, sim) | {"trace": a.trace, "jobs": len(bags), "hosts": a.hosts, "workers": 2 * a.hosts,
+                                       "libvirt_agents": a.libvirt_agents,
                                        "speed": a.speed, "policy": a.policy, "params": params, "real_s": real}
+        if a.libvirt_agents:
+            result["libvirt"] = libvirt_overheads(tasks, {f"host{h:02d}" for h in range(a.libvirt_agents)}, a.speed)
         print(table(result))
-        print(f"({a.trace}, {len(bags)} bags, {a.hosts} hosts x 2 workers, {a.policy} {params or ''}, "
+        real_hosts = f", {a.libvirt_agents} on real libvirt" if a.libvirt_agents else ""
+        print(f"({a.trace}, {len(bags)} bags, {a.hosts} hosts x 2 workers{real_hosts}, {a.policy} {params or ''}, "
               f"clock {a.speed:g}x, {real:.0f} s real)")
         if a.out is not None:
-            (a.out / "result.json").write_text(json.dumps({**result, "bags": {"testbed": live, "simulator": sim}},
-                                                          indent=1), encoding="utf-8")
+            (a.out / "result.json").write_text(json.dumps({**result, "bags": {"testbed": live, "simulator": sim},
+                                                           "tasks": tasks}, indent=1), encoding="utf-8")
         return 0
     except VmctlError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -9,6 +9,14 @@ One generator for the three drivers vmctl uses:
   pinning goes into ``<cputune>``.
 * ``test``: libvirt's in-process test driver; same shape, no emulator.
 
+Guests that run job processes (``VmSpec.kernel``, ``initrd``, ``cmdline``, ``ssh_port``; the guest of
+``guestimage.py``): direct kernel boot (``<kernel>``, ``<initrd>``, ``<cmdline>``, to which
+``vmctl.hostname=NAME`` is added so each guest knows its VM name), and one NIC on QEMU's user network
+(slirp, ``restrict=on``: the guest reaches nothing outside QEMU) with a host forward from
+``127.0.0.1:ssh_port`` to the guest's port 22, given to QEMU through ``<qemu:commandline>`` (libvirt 9.0
+forwards ports of ``<interface type='user'>`` only with the passt backend, which Debian 12 does not
+install by default). Loopback only. QEMU drivers only: a ``ssh_port`` on xen or test is refused.
+
 The VmSpec metadata travels in ``<metadata><vmctl:vm xmlns:vmctl=...>`` so an agent can recognise and
 adopt its VMs after a restart::
 
@@ -29,12 +37,14 @@ from vmctl.agents.backends.base import VmSpec
 from vmctl.errors import HypervisorError, ValidationError
 
 VMCTL_NS = "https://vmctl.dev/xmlns/domain/1"
+QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 VMCTL_PREFIX = "vmctl"
 DOMAIN_TYPES = ("kvm", "qemu", "xen", "test")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 ET.register_namespace(VMCTL_PREFIX, VMCTL_NS)
+ET.register_namespace("qemu", QEMU_NS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +69,17 @@ def validate_spec(spec: VmSpec) -> None:
         raise ValidationError(field=f"vm {spec.name}.memory_mib", problem=f"{spec.memory_mib!r}: must be 16..1048576")
     if spec.image is not None and (not spec.image.startswith("/") or "\n" in spec.image):
         raise ValidationError(field=f"vm {spec.name}.image", problem=f"{spec.image!r}: must be an absolute path")
+    for what, path in (("kernel", spec.kernel), ("initrd", spec.initrd)):
+        if path is not None and (not path.startswith("/") or "\n" in path):
+            raise ValidationError(field=f"vm {spec.name}.{what}", problem=f"{path!r}: must be an absolute path")
+    if spec.initrd is not None and spec.kernel is None:
+        raise ValidationError(field=f"vm {spec.name}.initrd", problem="needs a kernel (direct kernel boot)")
+    if spec.cmdline and (spec.kernel is None or "\n" in spec.cmdline):
+        raise ValidationError(field=f"vm {spec.name}.cmdline",
+                              problem="needs a kernel (direct kernel boot) and must be one line")
+    if spec.ssh_port is not None and (isinstance(spec.ssh_port, bool) or not isinstance(spec.ssh_port, int)
+                                      or not 1 <= spec.ssh_port <= 65535):
+        raise ValidationError(field=f"vm {spec.name}.ssh_port", problem=f"{spec.ssh_port!r}: must be 1..65535")
     for key, value in spec.metadata.items():
         if not _KEY_RE.match(key):
             raise ValidationError(field=f"vm {spec.name}.metadata", problem=f"key {key!r}: use a name-like key")
@@ -80,6 +101,9 @@ def domain_xml(spec: VmSpec, domain_type: str, cputune: CpuTune | None = None, u
     if domain_type not in DOMAIN_TYPES:
         raise ValidationError(field="domain_type",
                               problem=f"{domain_type!r}: expected one of {', '.join(DOMAIN_TYPES)}")
+    if spec.ssh_port is not None and domain_type not in ("kvm", "qemu"):
+        raise ValidationError(field=f"vm {spec.name}.ssh_port",
+                              problem=f"a forwarded SSH port needs the QEMU driver (kvm or qemu), not {domain_type}")
     dom = ET.Element("domain", {"type": domain_type})
     _sub(dom, "name", spec.name)
     if uuid is not None:
@@ -105,7 +129,13 @@ def domain_xml(spec: VmSpec, domain_type: str, cputune: CpuTune | None = None, u
     os_el = _sub(dom, "os")
     machine = "xenfv" if domain_type == "xen" else "pc"
     _sub(os_el, "type", "hvm", arch="x86_64", machine=machine)
-    _sub(os_el, "boot", dev="hd")
+    if spec.kernel is not None:
+        _sub(os_el, "kernel", spec.kernel)
+        if spec.initrd is not None:
+            _sub(os_el, "initrd", spec.initrd)
+        _sub(os_el, "cmdline", " ".join(p for p in (spec.cmdline, f"vmctl.hostname={spec.name}") if p))
+    else:
+        _sub(os_el, "boot", dev="hd")
     _sub(dom, "clock", offset="utc")
     _sub(dom, "on_poweroff", "destroy")
     _sub(dom, "on_reboot", "restart")
@@ -124,6 +154,11 @@ def domain_xml(spec: VmSpec, domain_type: str, cputune: CpuTune | None = None, u
         _sub(devices, "controller", type="usb", model="none")
     if domain_type != "test":
         _sub(devices, "memballoon", model="none")
+    if spec.ssh_port is not None:
+        cmd = _sub(dom, f"{{{QEMU_NS}}}commandline")
+        for arg in ("-netdev", f"user,id=vmctl0,restrict=on,hostfwd=tcp:127.0.0.1:{spec.ssh_port}-:22",
+                    "-device", "virtio-net-pci,netdev=vmctl0"):
+            _sub(cmd, f"{{{QEMU_NS}}}arg", value=arg)
     ET.indent(dom, space="  ")
     return ET.tostring(dom, encoding="unicode") + "\n"
 

@@ -37,6 +37,45 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_range(count: int, first: int = 20000, last: int = 60000) -> int:
+    """The first of ``count`` consecutive loopback ports that are free now (a random start, then upwards)."""
+    import random
+
+    start = random.randrange(first, last - count)
+    for base in [*range(start, last - count), *range(first, start)]:
+        socks: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return int(base)
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise OSError(f"no {count} consecutive free loopback ports in {first}..{last}")
+
+
+def ssh_guest_config(guest_dir: Path, known_hosts: Path, base_port: int, vms: int,
+                     domain_type: str = "qemu") -> dict[str, Any]:
+    """The agent config sections that make a libvirt agent boot the SSH guest built in ``guest_dir``
+    (``python -m vmctl.agents.backends.libvirt.guestimage build DIR``) and run its job processes there: the
+    ``layout`` keys (direct kernel boot, ``ssh_ports`` from ``base_port``), ``backend.domain_type`` and
+    the ``ssh`` section (its ``known_hosts``, written here, gives the image's host key to the ``vms``
+    forwarded ports)."""
+    host_key = (guest_dir / "host_key.pub").read_text(encoding="utf-8").strip()
+    known_hosts.write_text("".join(f"[127.0.0.1]:{p} {host_key}\n" for p in range(base_port, base_port + vms)),
+                           encoding="utf-8")
+    return {"backend": {"domain_type": domain_type},
+            "layout": {"kernel": str(guest_dir / "vmlinuz"), "initrd": str(guest_dir / "initrd.gz"),
+                       "cmdline": "quiet", "ssh_ports": base_port, "memory_mib": 128},
+            "ssh": {"enabled": True, "user": "root", "key_file": str(guest_dir / "id_ed25519"),
+                    "known_hosts": str(known_hosts), "address_pattern": "127.0.0.1:{port}",
+                    "connect_timeout_seconds": 2.0}}
+
+
 class ManagedProcess:
     """A child process with its output in a log file; stopped by pid (SIGTERM, then SIGKILL)."""
 
