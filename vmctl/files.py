@@ -6,6 +6,14 @@ import os
 from pathlib import Path
 
 
+def write_synced(fd: int, text: str) -> None:
+    """Write all of ``text`` to the open file ``fd`` and sync it to disk."""
+    data = text.encode("utf-8")
+    while data:
+        data = data[os.write(fd, data):]
+    os.fsync(fd)
+
+
 def replace_file(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` atomically with ``mode`` (whatever the umask): a reader sees the old
     content or the new, never an empty or partial file (a temporary file in the same folder, synced,
@@ -15,10 +23,7 @@ def replace_file(path: Path, text: str, mode: int = 0o644) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
             os.fchmod(fd, mode)
-            data = text.encode("utf-8")
-            while data:
-                data = data[os.write(fd, data):]
-            os.fsync(fd)
+            write_synced(fd, text)
         finally:
             os.close(fd)
         os.replace(tmp, path)

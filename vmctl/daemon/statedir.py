@@ -25,7 +25,7 @@ from pathlib import Path
 
 from vmctl.daemon.config import DaemonConfig
 from vmctl.errors import ConfigError, StoreError, UserError
-from vmctl.files import replace_file
+from vmctl.files import replace_file, write_synced
 from vmctl.store import sqlite_path
 from vmctl.store.base import Store
 
@@ -202,10 +202,7 @@ def write_secret(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SECRET_MODE)
     try:
         os.fchmod(fd, SECRET_MODE)
-        data = text.encode("utf-8")
-        while data:
-            data = data[os.write(fd, data):]
-        os.fsync(fd)
+        write_synced(fd, text)
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)
