@@ -53,7 +53,7 @@ worker idles while any job has a task without a worker.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,39 +170,77 @@ def _check(workers: Sequence[PlanWorker], jobs: Sequence[PlanJob]) -> None:
 
 
 class _Planner:
+    """The free workers are one list, fastest first (ties: id), consumed from the front; a worker taken
+    out of order (a job's observed throughput ranks it earlier) is skipped later, so a pass costs
+    O(workers) once plus, per job, the workers it takes and its observed ones, not a sort of the pool."""
+
     def __init__(self, workers: Sequence[PlanWorker], jobs: Sequence[PlanJob], now: float) -> None:
         self.now = now
         self.speed = {w.id: w.speed for w in workers}
-        self.free = [w.id for w in sorted(workers, key=lambda w: (-w.speed, w.id))]
+        self.order = [w.id for w in sorted(workers, key=lambda w: (-w.speed, w.id))]
+        self.head = 0  # every worker before ``head`` in ``order`` is taken
+        self.taken: set[str] = set()
+        self.nfree = len(self.order)
         self.jobs = sorted(jobs, key=lambda j: (-j.priority, j.order, j.id))
         self.out: dict[str, list[str]] = {j.id: [] for j in jobs}
 
-    def th(self, job: PlanJob, worker: str) -> float:
-        return job.throughput.get(worker, self.speed[worker] * job.profile)
+    def _free(self, observed: Mapping[str, float]) -> Iterator[str]:
+        """The free workers not in ``observed``, fastest first."""
+        taken, order = self.taken, self.order
+        for i in range(self.head, len(order)):
+            w = order[i]
+            if w not in taken and w not in observed:
+                yield w
+
+    def _mark(self, job: PlanJob, got: list[str]) -> None:
+        self.taken.update(got)
+        self.nfree -= len(got)
+        self.out[job.id].extend(got)
+        order, taken = self.order, self.taken
+        while self.head < len(order) and order[self.head] in taken:
+            self.head += 1
 
     def take(self, job: PlanJob, count: int) -> None:
-        got, self.free = self.free[:count], self.free[count:]
-        self.out[job.id].extend(got)
+        """The ``count`` fastest free workers (by speed) to ``job``."""
+        got: list[str] = []
+        if count > 0:
+            for w in self._free({}):
+                got.append(w)
+                if len(got) == count:
+                    break
+        self._mark(job, got)
 
     def greedy(self, job: PlanJob, enough: float) -> None:
         """Algorithms 3/4: the fastest workers for ``job`` until their throughput reaches ``enough``
-        (work seconds per second), at least one and at most ``job.tasks`` of them."""
-        ranked = sorted(self.free, key=lambda w: (-self.th(job, w), w))
+        (work seconds per second), at least one and at most ``job.tasks`` of them. A worker's rank for
+        the job is its observed throughput, else its speed x the job's profile (the same order as its
+        speed, ties: id); the observed ones are merged into the speed order."""
+        taken, profile, speed = self.taken, job.profile, self.speed
+        seen = sorted((-th, w) for w, th in job.throughput.items() if w not in taken)
+        rest = self._free(job.throughput)
+        nxt = next(rest, None)
+        i = 0
+        got: list[str] = []
         total = 0.0
-        k = 0
-        while k < len(ranked) and k < job.tasks and (total < enough or k == 0):
-            total += self.th(job, ranked[k])
-            k += 1
-        chosen = set(ranked[:k])
-        self.out[job.id].extend(ranked[:k])
-        self.free = [w for w in self.free if w not in chosen]
+        while len(got) < job.tasks and (total < enough or not got):
+            if nxt is not None and (i >= len(seen) or (-speed[nxt] * profile, nxt) < seen[i]):
+                w, th = nxt, speed[nxt] * profile
+                nxt = next(rest, None)
+            elif i < len(seen):
+                th, w = -seen[i][0], seen[i][1]
+                i += 1
+            else:
+                break
+            got.append(w)
+            total += th
+        self._mark(job, got)
 
     def conserve(self, cap: Mapping[str, int]) -> None:
         """Idle workers to the jobs in priority order, each up to its unfinished tasks; a capped job
         (the top job under ``priority``) comes last and stays within its cap while another job still
         has a task without a worker."""
         for job in [j for j in self.jobs if j.id not in cap] + [j for j in self.jobs if j.id in cap]:
-            if not self.free:
+            if not self.nfree:
                 return
             room = job.tasks - len(self.out[job.id])
             limit = cap.get(job.id)
@@ -227,24 +265,24 @@ def plan(policy: str, workers: Sequence[PlanWorker], jobs: Sequence[PlanJob], no
             cap[top.id] = limit
             pl.take(top, min(top.tasks, limit))
             for job in pl.jobs[1:]:
-                if not pl.free:
+                if not pl.nfree:
                     break
                 pl.take(job, 1)
     elif policy == "proportion":
         total = sum(j.work for j in pl.jobs)
         for job in pl.jobs:
-            if not pl.free:
+            if not pl.nfree:
                 break
             share = math.ceil(m * job.work / total) if total > 0 else 1
-            pl.take(job, min(share, len(pl.free), job.tasks))
+            pl.take(job, min(share, pl.nfree, job.tasks))
     elif policy == "workload":
         for job in pl.jobs:
-            if not pl.free:
+            if not pl.nfree:
                 break
             pl.greedy(job, job.work / p["horizon"])
     else:  # deadline
         for job in pl.jobs:
-            if not pl.free:
+            if not pl.nfree:
                 break
             if job.deadline is None:
                 pl.greedy(job, 0.0)
@@ -254,8 +292,7 @@ def plan(policy: str, workers: Sequence[PlanWorker], jobs: Sequence[PlanJob], no
                 pl.greedy(job, job.work / (job.deadline - now))
     if p["conserving"]:
         pl.conserve(cap)
-    held = {w for ws in pl.out.values() for w in ws}
-    return Plan(assignment=pl.out, unassigned=[w.id for w in workers if w.id not in held])
+    return Plan(assignment=pl.out, unassigned=[w.id for w in workers if w.id not in pl.taken])
 
 
 def load_instance(doc: Any, where: str = "instance") -> tuple[list[PlanWorker], list[PlanJob]]:

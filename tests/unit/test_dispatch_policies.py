@@ -115,6 +115,56 @@ def test_properties_on_random_instances(policy: str, conserving: bool) -> None:
             assert not (p.unassigned and waiting)
 
 
+def _greedy_by_definition(ws: list[PlanWorker], jobs: list[PlanJob], now: float, horizon: float | None
+                          ) -> dict[str, list[str]]:
+    """Algorithms 3/4 as the module header states them, with a full sort of the free workers per job:
+    the reference the planner's merged order must match."""
+    speed = {w.id: w.speed for w in ws}
+    free = [w.id for w in sorted(ws, key=lambda w: (-w.speed, w.id))]
+    out: dict[str, list[str]] = {j.id: [] for j in jobs}
+    for j in sorted(jobs, key=lambda j: (-j.priority, j.order, j.id)):
+        if not free:
+            break
+        if horizon is not None:
+            enough = j.work / horizon
+        else:
+            enough = 0.0 if j.deadline is None else math.inf if j.deadline <= now else j.work / (j.deadline - now)
+
+        def th(w: str, j: PlanJob = j) -> float:
+            return j.throughput.get(w, speed[w] * j.profile)
+
+        ranked = sorted(free, key=lambda w: (-th(w), w))
+        total, k = 0.0, 0
+        while k < len(ranked) and k < j.tasks and (total < enough or k == 0):
+            total += th(ranked[k])
+            k += 1
+        out[j.id] = ranked[:k]
+        free = [w for w in free if w not in set(ranked[:k])]
+    return out
+
+
+@pytest.mark.parametrize("policy", ["workload", "deadline"])
+def test_the_greedy_matches_its_definition_with_observed_throughputs(policy: str) -> None:
+    """The planner ranks a job's observed workers into the speed order instead of sorting the pool per
+    job (decision time at 10,000 workers); it must give what a full sort gives. Speeds distinct per worker
+    and profiles powers of two, so that speed x profile keeps every tie of the definition."""
+    rng = random.Random(3)
+    for _ in range(400):
+        n = rng.randint(1, 40)
+        ws = [PlanWorker(f"w{i:02d}", speed=s) for i, s in enumerate(rng.sample(range(1, 200), n))]
+        jobs = []
+        for i in range(rng.randint(1, 8)):
+            seen = rng.sample([w.id for w in ws], rng.randint(0, min(5, n)))
+            jobs.append(PlanJob(f"j{i}", rng.randint(1, 12), rng.uniform(0, 20000), priority=rng.randint(0, 3),
+                                deadline=rng.choice([None, 5.0, rng.uniform(10, 5000)]), order=float(i),
+                                throughput={w: rng.choice([rng.uniform(1, 300), 50.0]) for w in seen},
+                                profile=rng.choice([0.5, 1.0, 2.0])))
+        params = {"horizon": 100.0} if policy == "workload" else {}
+        got = plan(policy, ws, jobs, now=10.0, params=params).assignment
+        want = _greedy_by_definition(ws, jobs, 10.0, 100.0 if policy == "workload" else None)
+        assert got == want
+
+
 def test_deadline_meets_every_feasible_deadline_on_an_empty_enough_cluster() -> None:
     rng = random.Random(2)
     for _ in range(200):
