@@ -187,9 +187,16 @@ class Job:
         self.tasks.append(task)
         return self
 
+    def _task_usage(self) -> list[float | None]:
+        """Each task's CPU usage: its own ``cpu_usage``, else the profile's (None: not said)."""
+        default = self.profile.cpu_usage if self.profile is not None else None
+        return [t.cpu_usage if t.cpu_usage is not None else default for t in self.tasks]
+
     def bag_shape(self) -> JobShape:
         """The task bag of independent tasks: each task's work is its ``work_seconds``, else the
-        profile's run time (a task without either is refused, naming it)."""
+        profile's run time (a task without either is refused, naming it). Its ``task_usage`` is the
+        tasks' CPU usage when every task has the same one (its own or the profile's; tasks that sleep
+        have a usage near 0), else 1.0: each task's own usage still reaches its process (``tasks``)."""
         work: list[float] = []
         for i, t in enumerate(self.tasks):
             w = t.work_seconds if t.work_seconds is not None else \
@@ -198,7 +205,9 @@ class Job:
                 raise errors.ValidationError(field=f"job {self.name!r}.tasks[{i}].work_seconds",
                                              problem="an independent task needs its work (or the job a profile)")
             work.append(w)
-        return JobShape.task_bag(work, self.max_workers or len(work))
+        usage = set(self._task_usage())
+        one = usage.pop() if len(usage) == 1 else None
+        return JobShape.task_bag(work, self.max_workers or len(work), 1.0 if one is None else one)
 
     def to_spec(self) -> dict[str, Any]:
         """The ``POST /v1/jobs`` body."""
@@ -241,8 +250,7 @@ class Job:
                 raise errors.ValidationError(field=f"job {self.name!r}.mem",
                                              problem=f"must be in [0, 1], got {self.mem}")
             spec["mem"] = float(self.mem)
-        default_usage = self.profile.cpu_usage if self.profile is not None else None
-        usage = [t.cpu_usage if t.cpu_usage is not None else default_usage for t in self.tasks]
+        usage = self._task_usage()
         if self.tasks and all(u is not None for u in usage):
             spec["cpu_usage"] = usage
         if self.tasks:
@@ -253,8 +261,10 @@ class Job:
         from vmctl.shapes import shape_to_json
 
         shape = self.bag_shape()
+        tasks = [t.to_spec() | ({"cpu_usage": u} if u is not None else {})
+                 for t, u in zip(self.tasks, self._task_usage(), strict=True)]
         spec: dict[str, Any] = {"name": self.name, "priority": int(self.priority), "shape": shape_to_json(shape),
-                                "tasks": [t.to_spec() for t in self.tasks]}
+                                "tasks": tasks}
         if self.deadline is not None:
             spec["deadline"] = float(self.deadline)
         for key in ("user", "account"):

@@ -168,7 +168,11 @@ class JobShape:
     - ``task-bag`` (paper 001 sec. II-A): independent tasks, ``tasks[i]`` seconds of work on a standard
       core each; the policy sets how many workers the job holds (1 .. ``max_workers``, which is
       ``widths[0]``) when it starts it and may change it at task boundaries (``Resize``). Build one
-      with :meth:`task_bag`.
+      with :meth:`task_bag`. ``task_usage`` (in (0, 1], default 1.0: CPU-bound) is the CPU usage of
+      each of its tasks on a core of its own: a task demands that much of its core and progresses at
+      its allocation over it (:mod:`vmctl.cpushare`, shared by the mock backend and the simulator); a
+      task that sleeps for its length (paper 001's testbed) has a usage near 0 and runs at full speed
+      beside another one on the same core.
 
     The shape lives beside the job, not in it (``Job`` stays the rigid job's record): the view carries
     shapes in ``ClusterView.shapes`` (job id -> shape; absent = rigid). Errors name the field
@@ -179,6 +183,7 @@ class JobShape:
     times: tuple[float, ...] = ()
     tasks: tuple[float, ...] = ()
     speedup: Speedup | None = None
+    task_usage: float = 1.0
 
     def __post_init__(self) -> None:
         widths = self.widths
@@ -210,6 +215,8 @@ class JobShape:
                                       f"positive number of seconds (at most {MAX_SHAPE_SECONDS:g}), got {t!r}")
         if self.tasks:
             raise ValidationError(field="shape.tasks", problem="a moldable job has no tasks (that is a task bag)")
+        if self.task_usage != 1.0:
+            raise ValidationError(field="shape.task_usage", problem="a moldable job has no tasks (that is a task bag)")
 
     def _check_task_bag(self) -> None:
         tasks = self.tasks
@@ -229,6 +236,10 @@ class JobShape:
                                   problem=f"{self.widths[0]} workers for {len(tasks)} tasks (at most one per task)")
         if self.times or self.speedup is not None:
             raise ValidationError(field="shape.times", problem="a task bag has per-task work, not times per width")
+        u = self.task_usage
+        if isinstance(u, bool) or not isinstance(u, int | float) or not 0 < u <= 1:
+            raise ValidationError(field="shape.task_usage",
+                                  problem=f"the CPU usage of a task must be in (0, 1], got {u!r}")
 
     # ------------------------------------------------------------------ constructors
 
@@ -250,10 +261,11 @@ class JobShape:
         return cls("moldable", ws, times_from_model(speedup, ws, time_at_min), speedup=speedup)
 
     @classmethod
-    def task_bag(cls, tasks: Sequence[float], max_workers: int | None = None) -> JobShape:
+    def task_bag(cls, tasks: Sequence[float], max_workers: int | None = None, task_usage: float = 1.0) -> JobShape:
         """A task bag of ``tasks`` (work in seconds on a standard core each), holding at most
-        ``max_workers`` workers (default: one per task)."""
-        return cls("task-bag", (len(tasks) if max_workers is None else max_workers,), tasks=tuple(tasks))
+        ``max_workers`` workers (default: one per task), each task using ``task_usage`` of its core."""
+        return cls("task-bag", (len(tasks) if max_workers is None else max_workers,), tasks=tuple(tasks),
+                   task_usage=task_usage)
 
     # ------------------------------------------------------------------ queries
 

@@ -10,12 +10,15 @@ Accepted forms (``shape`` of a job spec)::
     {"kind": "moldable", "min_width": 2, "max_width": 16, "time_at_min": 100,
      "speedup": {"name": "amdahl", "serial": 0.05}}                    every width in [min, max]
     {"kind": "task-bag", "tasks": [10, 10, 12], "max_workers": 2}      per-task work, seconds
+    {"kind": "task-bag", "tasks": [10, 10], "task_usage": 0.01}        tasks that mostly sleep (CPU usage
+                                                                       of each, (0, 1]; default 1.0)
 
 ``min_width``/``max_width`` also bound a table or a width list: a width outside [min, max] is refused.
 Times and work are seconds on standard resources (speed 1.0). :func:`shape_to_json` writes the
 canonical form (``widths`` and ``times``, plus ``speedup`` and ``time_at_min`` when a model gave them;
-``tasks`` and ``max_workers``), which :func:`shape_from_json` reads back to an equal shape. Every
-problem is a ``ValidationError`` naming the field by its path (``jobs[0].shape.times[1]``).
+``tasks`` and ``max_workers``, and ``task_usage`` when it is not 1.0), which :func:`shape_from_json`
+reads back to an equal shape. Every problem is a ``ValidationError`` naming the field by its path
+(``jobs[0].shape.times[1]``).
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ from vmctl.model import MAX_SHAPE_WIDTHS, JobShape
 from vmctl.speedup import SPEEDUP_MODELS, Amdahl, Downey, Speedup
 
 SHAPE_KEYS = ("kind", "table", "widths", "times", "min_width", "max_width", "speedup", "time_at_min", "tasks",
-              "max_workers")
+              "max_workers", "task_usage")
 _KIND_KEYS = {
     "moldable": {"kind", "table", "widths", "times", "min_width", "max_width", "speedup", "time_at_min"},
-    "task-bag": {"kind", "tasks", "max_workers"},
+    "task-bag": {"kind", "tasks", "max_workers", "task_usage"},
 }
 
 
@@ -164,8 +167,9 @@ def _task_bag(d: Mapping[str, Any], where: str) -> JobShape:
     tasks = [_num(t, f"{_path(where, 'tasks')}[{i}]") for i, t in enumerate(_list(d.get("tasks"), _path(where,
                                                                                                          "tasks")))]
     workers = _int(d["max_workers"], _path(where, "max_workers")) if d.get("max_workers") is not None else None
+    usage = _num(d["task_usage"], _path(where, "task_usage")) if d.get("task_usage") is not None else 1.0
     try:
-        return JobShape.task_bag(tasks, workers)
+        return JobShape.task_bag(tasks, workers, usage)
     except ValidationError as exc:
         raise _under(exc, where) from None
 
@@ -187,7 +191,10 @@ def shape_from_json(raw: Any, where: str = "shape") -> JobShape:
 def shape_to_json(shape: JobShape) -> dict[str, Any]:
     """The canonical JSON form (read back by :func:`shape_from_json`)."""
     if shape.kind == "task-bag":
-        return {"kind": shape.kind, "tasks": list(shape.tasks), "max_workers": shape.max_workers}
+        bag: dict[str, Any] = {"kind": shape.kind, "tasks": list(shape.tasks), "max_workers": shape.max_workers}
+        if shape.task_usage != 1.0:
+            bag["task_usage"] = shape.task_usage
+        return bag
     out: dict[str, Any] = {"kind": shape.kind, "widths": list(shape.widths), "times": list(shape.times)}
     if shape.speedup is not None:
         out["speedup"] = shape.speedup.to_json()
@@ -204,11 +211,12 @@ def default_procs(shape: JobShape) -> int:
 def shape_summary(shape: JobShape) -> str:
     """One line for ``vmctl job show``: ``moldable widths 2, 4 (times 100 s, 60 s)``,
     ``moldable widths 2..16 (downey A=6 sigma=1, 100 s at 2)``, ``task bag of 5 tasks (50 s of work),
-    at most 2 workers``."""
+    at most 2 workers`` (``, each task at 0.01 of a core`` when its tasks' usage is not 1)."""
     if shape.kind == "task-bag":
         n = len(shape.tasks)
+        usage = f", each task at {shape.task_usage:.3g} of a core" if shape.task_usage != 1.0 else ""
         return (f"task bag of {n} task{'s' if n != 1 else ''} ({shape.work:g} s of work), at most "
-                f"{shape.max_workers} worker{'s' if shape.max_workers != 1 else ''}")
+                f"{shape.max_workers} worker{'s' if shape.max_workers != 1 else ''}{usage}")
     ws = shape.widths
     contiguous = len(ws) > 2 and ws[-1] - ws[0] + 1 == len(ws)
     widths = f"{ws[0]}..{ws[-1]}" if contiguous else ", ".join(str(w) for w in ws)

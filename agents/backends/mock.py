@@ -9,7 +9,8 @@ the demo and the daemon's tests:
   priority, as the fg/bg tiers of MEASY sec. 2.1 intend): the highest-weight VM gets its demand,
   limited by its cap, the next one gets what is left, and so on. VMs of equal weight share what is
   left max-min fairly (equal shares, water-filling). Unpinned VMs then share the capacity that the
-  pinned ones left on all cores, by the same rule.
+  pinned ones left on all cores, by the same rule (:func:`vmctl.cpushare.share_core`, which the
+  simulator's task-bag model shares, so a mock testbed and the simulator split a core alike).
 - A process progresses at ``allocation / cpu_usage`` dedicated-core seconds per second (on a core of
   its own it progresses in real time) and exits with status 0 once it has received
   ``work_seconds``. Killing it gives status 137.
@@ -60,7 +61,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ from vmctl.agents.backends.base import (
     VmSpec,
 )
 from vmctl.clock import Clock, VirtualClock
+from vmctl.cpushare import share_core
 from vmctl.errors import (
     Conflict,
     HypervisorError,
@@ -201,36 +203,6 @@ class MockFabric:
     def backends(self) -> list[MockBackend]:
         with self._lock:
             return list(self._backends.values())
-
-
-def share_core(demands: Sequence[tuple[int, float]], capacity: float) -> list[float]:
-    """Split ``capacity`` among ``(weight, demand)`` pairs: strict priority by weight, max-min fair
-    (water-filling) among equal weights. Returns the allocation of each pair, in input order.
-
-    >>> share_core([(10000, 0.5), (1, 1.0)], 1.0)
-    [0.5, 0.5]
-    >>> share_core([(5, 1.0), (5, 0.2)], 1.0)
-    [0.8, 0.2]
-    """
-    alloc = [0.0] * len(demands)
-    left = capacity
-    for w in sorted({w for w, _ in demands}, reverse=True):
-        group = [i for i, (wi, _) in enumerate(demands) if wi == w]
-        pending = sorted(group, key=lambda i: demands[i][1])
-        while pending and left > _EPS:
-            share = left / len(pending)
-            i = pending[0]
-            if demands[i][1] <= share + _EPS:
-                alloc[i] = demands[i][1]
-                left -= demands[i][1]
-                pending.pop(0)
-            else:
-                for j in pending:
-                    alloc[j] = share
-                left = 0.0
-                pending = []
-        left = max(0.0, left)
-    return alloc
 
 
 class MockBackend(HypervisorBackend):

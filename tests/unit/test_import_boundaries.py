@@ -95,6 +95,16 @@ def test_progress_model_is_shared_not_owned() -> None:
     assert not (ROOT / "vmctl" / "sim" / "progress.py").exists()
 
 
+def test_core_sharing_is_shared_not_owned() -> None:
+    # one rule for splitting a core (issue 12): the mock backend and the simulator's task-bag model use
+    # vmctl/cpushare.py, which imports neither of them (nothing of vmctl at all)
+    for mod in _imports(ROOT / "vmctl" / "cpushare.py"):
+        assert mod.startswith(("__future__", "collections")), f"vmctl/cpushare.py imports {mod}"
+    users = {p.relative_to(ROOT).as_posix() for p in [*_files("vmctl"), *_files("agents")]
+             if "vmctl.cpushare" in _imports(p)}
+    assert users >= {"vmctl/sim/exec_moldable.py", "agents/backends/mock.py"}, users
+
+
 # Offline commands may load what they check or start (ARCHITECTURE.md: "except offline commands"):
 # `vmctl config check` parses daemon/agent configs; `vmctl demo` starts a daemon and agents itself.
 CLI_OFFLINE_ALLOWED = {

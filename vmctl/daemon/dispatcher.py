@@ -248,7 +248,9 @@ def finished(rec: JobRecord) -> bool:
 
 def process(rec: JobRecord, i: int, shape: JobShape, cpu_usage: float) -> ProcessSpec | None:
     """The process worker i runs: its task (the bag's command, or the task's own; the mock backend's
-    work is the task's work unless the spec gives ``work_seconds`` for every task)."""
+    work is the task's work unless the spec gives ``work_seconds`` for every task). Its CPU usage: the
+    task's own ``cpu_usage``, else the shape's ``task_usage`` when it is set (not 1.0: tasks that sleep,
+    as the simulator's task-bag model runs them), else ``cpu_usage`` (the job's)."""
     bag = rec.bag
     assert bag is not None
     k = bag["task"][i]
@@ -258,7 +260,8 @@ def process(rec: JobRecord, i: int, shape: JobShape, cpu_usage: float) -> Proces
     t: dict[str, Any] = per_task[k] if k < len(per_task) else {}
     work = float(t.get("work_seconds", rec.spec.get("work_seconds", shape.tasks[k])))
     return ProcessSpec(job_id=rec.id, index=k, command=str(t.get("command", rec.spec.get("command", ""))),
-                       work_seconds=work, cpu_usage=float(t.get("cpu_usage", cpu_usage)))
+                       work_seconds=work,
+                       cpu_usage=float(t.get("cpu_usage", shape.task_usage if shape.task_usage != 1.0 else cpu_usage)))
 
 
 def throughput_by_slot(rec: JobRecord,

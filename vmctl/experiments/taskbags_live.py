@@ -2,14 +2,23 @@
 client library at the sample's arrival times, compared with the simulator on the same sample.
 
 ``python -m vmctl.experiments.taskbags_live [--trace wagap-2013] [--jobs 40] [--hosts 10] [--speed 2000]
-[--policy dispatch-priority] [--param conserving=true] [--libvirt-agents 1] [--out DIR]``
+[--policy dispatch-priority] [--param conserving=true] [--task-usage 0.01] [--libvirt-agents 1] [--out DIR]``
 
 The testbed (sec. IV's, as the paper describes it): ``--hosts`` single-core hosts, each a ``vmctl-agent``
 process on the mock backend with a ``shared`` layout of 2 workers (equal weights: two busy workers get
 half the core each, one alone gets all of it), one ``vmctld`` process (SQLite) running the dispatch
 policy, and this process as the client (``vmctl.client``: one independent-task ``Job`` per bag, submitted
-at its arrival time). A task is a mock process that runs for its length: "sleeps", at the speed of the
-clock. **Time scaling**: vmctld and every agent run on one accelerated clock (``clock: {speed, epoch}``:
+at its arrival time). A task is a mock process that runs for its length at the speed of the clock.
+
+Sleeping tasks (``--task-usage U``, default 0.01). The paper's testbed tasks sleep for their length, so
+two on one single-core host both end on time, where two CPU-bound ones would take twice as long. Every
+task here has the CPU usage U on both sides: the mock agents' processes demand U of their core
+(``Task.cpu_usage`` -> the bag's ``task_usage`` and each task's ``cpu_usage`` -> ``ProcessSpec.cpu_usage``)
+and the simulator's bags carry ``JobShape.task_usage`` = U; both split a core among the busy workers'
+demands by the same rule (:func:`vmctl.cpushare.share_core`), a task progressing at its allocation over U.
+The default 0.01 is the paper's sleeping tasks (two busy workers of one core get 0.01 each: both at full
+speed); ``--task-usage 1`` gives CPU-bound tasks (two share the core, half speed each), the runs before
+this option. **Time scaling**: vmctld and every agent run on one accelerated clock (``clock: {speed, epoch}``:
 ``--speed`` model seconds per real second), so hours of trace replay in seconds; every time below is
 model time (vmctld's records: submit, first start, end, and each task's worker and times).
 
@@ -21,8 +30,9 @@ config refuses ``clock:`` for libvirt), so a task of w model seconds is the comm
 (:func:`task_command`; mock agents ignore it and run ``work_seconds`` on their clock); vmctld's times stay
 model time, so what such an agent adds in real seconds counts ``speed`` times. The run prints each
 libvirt task's span beyond its sleep (:func:`libvirt_overheads`: the first task of a bag's worker includes
-booting its guest, the next ones are the SSH hand-off). Two differences the simulator side does not
-model: two sleeping workers of one core both run at full speed, and each bag's worker boots a guest.
+booting its guest, the next ones are the SSH hand-off). Real guests' tasks sleep whatever
+``--task-usage`` says (the mock agents and the simulator follow it); each bag's worker boots a guest,
+which the simulator side does not model.
 
 The sample (``--trace``): ``synthetic`` (seeded: bags of 1-6 tasks of 100-900 s, priorities 0-3, arrivals
 of a Poisson process of rate ``--rate`` per model hour; deadlines 2-6 times the bag's work on one worker)
@@ -64,6 +74,8 @@ import yaml
 from vmctl.errors import OutOfRange, ValidationError, VmctlError
 
 TRACES = ("synthetic", "wagap-2013")
+#: the default CPU usage of a task: the paper's testbed tasks sleep for their length
+SLEEPING = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +124,10 @@ def max_workers(bag: Bag, hosts: int) -> int:
 
 # ---------------------------------------------------------------------------------------------- simulator
 
-def simulate(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Per bag: submit, start, end, deadline (model seconds) in the simulator."""
+def simulate(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, Any],
+             task_usage: float = SLEEPING) -> dict[str, dict[str, float]]:
+    """Per bag: submit, start, end, deadline (model seconds) in the simulator; every task of CPU usage
+    ``task_usage`` (``JobShape.task_usage``)."""
     from vmctl.model import JobShape
     from vmctl.policies.registry import create_policy
     from vmctl.sim.engine import SimConfig, Simulator
@@ -129,7 +143,7 @@ def simulate(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, 
     jobs = [WorkloadJob(id=i + 1, submit=b.submit, run_time=t, procs=w, estimate=t, cpu_usage=None,
                         priority=b.priority, deadline=b.submit + b.deadline)
             for i, (b, w, t) in enumerate(zip(bags, widths, times, strict=True))]
-    shapes = {str(i + 1): JobShape.task_bag(list(b.tasks), w)
+    shapes = {str(i + 1): JobShape.task_bag(list(b.tasks), w, task_usage)
               for i, (b, w) in enumerate(zip(bags, widths, strict=True))}
     pol = create_policy(policy, **params)
     model = TaskBagModel(shapes, levels=2)
@@ -194,9 +208,11 @@ def _libvirt_agent(cfg: dict[str, Any], guest_dir: Path, state_dir: Path, node: 
 
 def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, Any], speed: float,
             state_dir: Path, timeout_s: float = 1800.0, log: Any = print, libvirt_agents: int = 0,
-            guest_dir: Path = GUEST_DIR, tasks: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+            guest_dir: Path = GUEST_DIR, tasks: list[dict[str, Any]] | None = None,
+            task_usage: float = SLEEPING) -> dict[str, dict[str, float]]:
     """Per bag: submit, start, end, deadline (model seconds from the run's start) on the live testbed.
     The first ``libvirt_agents`` hosts are real-libvirt agents (worker guests on this machine's cores).
+    Every task has the CPU usage ``task_usage`` (the mock agents' processes demand that much of a core).
     ``tasks`` (when given) receives every task: bag, index, worker, work, start, end (model seconds)."""
     from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
     from vmctl.cli.ops import write_cert_files
@@ -246,7 +262,8 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
                 time.sleep(wait)
             job = Job(b.id, max_workers=max_workers(b, hosts), priority=b.priority, deadline=model.now() + b.deadline)
             for w in b.tasks:
-                job.add_task(Task(work_seconds=w, command=task_command(w, speed) if libvirt_agents else None))
+                job.add_task(Task(work_seconds=w, command=task_command(w, speed) if libvirt_agents else None,
+                                  cpu_usage=task_usage))
             client.submit(job)
             jobs[b.id] = job
         results = client.wait_all(timeout=timeout_s)
@@ -378,6 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--speed", type=float, default=2000.0, help="model seconds per real second")
     ap.add_argument("--policy", default="dispatch-priority")
     ap.add_argument("--param", action="append", default=[], metavar="K=V")
+    ap.add_argument("--task-usage", type=float, default=SLEEPING,
+                    help=f"CPU usage of every task in (0, 1], on the mock agents and in the simulator "
+                         f"(default {SLEEPING:g}: tasks that sleep, as the paper's; 1: CPU-bound)")
     ap.add_argument("--out", type=Path, default=None, help="write result.json (and the logs) here")
     ap.add_argument("--libvirt-agents", type=int, default=0,
                     help="make this many hosts real-libvirt agents whose workers are SSH guests on this machine")
@@ -390,26 +410,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise OutOfRange(what="--libvirt-agents", value=a.libvirt_agents, allowed=f"0..{a.hosts} (--hosts)")
         if not (a.speed > 0 and math.isfinite(a.speed)):
             raise OutOfRange(what="--speed", value=a.speed, allowed="> 0")
+        if not 0 < a.task_usage <= 1:
+            raise OutOfRange(what="--task-usage", value=a.task_usage, allowed="0 < u <= 1")
         params = _params(a.param)
         bags = synthetic(a.jobs, a.seed, a.rate) if a.trace == "synthetic" else \
             from_trace(a.trace_file, a.machines, a.sample, a.seed, a.jobs, a.skip, 2 * a.hosts)
-        sim = simulate(bags, a.hosts, a.policy, params)
+        sim = simulate(bags, a.hosts, a.policy, params, a.task_usage)
         with tempfile.TemporaryDirectory(prefix="vmctl-taskbags-live-") as tmp:
             state = a.out if a.out is not None else Path(tmp)
             state.mkdir(parents=True, exist_ok=True)
             t = time.monotonic()
             tasks: list[dict[str, Any]] = []
             live = testbed(bags, a.hosts, a.policy, params, a.speed, state / "testbed",
-                           libvirt_agents=a.libvirt_agents, guest_dir=a.guest_dir.resolve(), tasks=tasks)
+                           libvirt_agents=a.libvirt_agents, guest_dir=a.guest_dir.resolve(), tasks=tasks,
+                           task_usage=a.task_usage)
             real = time.monotonic() - t
         result = compare(live, sim) | {"trace": a.trace, "jobs": len(bags), "hosts": a.hosts, "workers": 2 * a.hosts,
-                                       "libvirt_agents": a.libvirt_agents,
+                                       "libvirt_agents": a.libvirt_agents, "task_usage": a.task_usage,
                                        "speed": a.speed, "policy": a.policy, "params": params, "real_s": real}
         if a.libvirt_agents:
             result["libvirt"] = libvirt_overheads(tasks, {f"host{h:02d}" for h in range(a.libvirt_agents)}, a.speed)
         print(table(result))
         real_hosts = f", {a.libvirt_agents} on real libvirt" if a.libvirt_agents else ""
-        print(f"({a.trace}, {len(bags)} bags, {a.hosts} hosts x 2 workers{real_hosts}, {a.policy} {params or ''}, "
+        print(f"({a.trace}, {len(bags)} bags, {a.hosts} hosts x 2 workers{real_hosts}, tasks at {a.task_usage:g} "
+              f"CPU, {a.policy} {params or ''}, "
               f"clock {a.speed:g}x, {real:.0f} s real)")
         if a.out is not None:
             (a.out / "result.json").write_text(json.dumps({**result, "bags": {"testbed": live, "simulator": sim},

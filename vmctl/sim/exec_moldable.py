@@ -9,9 +9,12 @@ each cluster's nodes one speed in [0.8, 1.2] of a standard resource). A rigid jo
 same with its recorded work (``min(run_time, estimate)``) at ``procs``.
 
 Levels. The model offers ``levels`` VM levels per core (default 1) under the ``shared`` discipline:
-with L > 1 the runs holding levels of one core share it equally (each gets ``speed / holders``; a
-held slot counts whether or not its process is busy), so a run's rate is the minimum over its cores
-of ``speed(core) / holders(core)``.
+with L > 1 the processes on the levels of one core share it as the mock backend's equal-weight VMs do
+(:func:`vmctl.cpushare.share_core`: each demands a share of the core, the core is split max-min fairly
+among the demands, and a process progresses at its allocation over its demand, times the core's
+speed). A rigid or moldable job's process demands the whole core (1.0) while it holds the slot, so
+n such processes get ``speed / n`` each; a run's rate is the minimum over its slots. (The task-bag
+model's workers demand their task's ``task_usage`` while busy and nothing while idle.)
 
 Nodes. ``speeds`` gives each core's speed (empty: every core 1.0) and ``cores_per_node`` how many
 consecutive cores form one node (named ``n0``, ``n1`` ...); ``groups`` names each node's group
@@ -37,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from vmctl.cpushare import share_core
 from vmctl.errors import ValidationError
 from vmctl.model import DEFAULT_NODE_GROUP, MAX_NODE_SPEED, Discipline, JobShape, group_name_problem
 from vmctl.policies.base import Offer
@@ -131,18 +135,42 @@ class MoldableModel(ExecutionModel):
             f = self._factor[idx] = self.state.job_work[idx] / forecast if forecast > 0.0 else 1.0
         return f
 
-    def core_rate(self, core: int) -> float:
-        """What one process on ``core`` gets: the core's speed, shared equally by the runs holding
-        its levels (not stopped) when there are several levels."""
+    def slot_demand(self, run: Run, core: int, level: int) -> float:
+        """What ``run``'s process on (core, level) demands of the core: a rigid or moldable job's
+        process is CPU-bound (1.0) while it holds the slot."""
+        return 1.0
+
+    def slot_rate(self, core: int, level: int) -> float:
+        """What the process on (core, level) gets, in work seconds per second: with several levels the
+        core's speed split among the demands of the processes on its levels (not stopped) as the mock
+        backend splits it (:func:`vmctl.cpushare.share_core`, equal weights), over the slot's own
+        demand. When every demand is a whole core, that is ``speed / holders``. A slot demanding
+        nothing (an idle worker) is given what a lone process would get."""
         speed = self.core_speed[core]
         if self.levels == 1:
             return speed
-        holders = sum(1 for level in self._slot_run if (r := level[core]) is not None and not r.stopped)
-        return speed / holders if holders > 1 else speed
+        demands: list[float] = []
+        mine = -1
+        for lv, row in enumerate(self._slot_run):
+            r = row[core]
+            if r is None or r.stopped:
+                continue
+            d = self.slot_demand(r, core, lv)
+            if d > 0.0:
+                if lv == level:
+                    mine = len(demands)
+                demands.append(d)
+        if mine < 0 or len(demands) == 1:
+            return speed
+        if demands.count(1.0) == len(demands):  # CPU-bound processes only: equal shares
+            return speed / len(demands)
+        alloc = share_core([(1, d) for d in demands], 1.0)
+        return speed * alloc[mine] / demands[mine]
 
     def rate(self, run: Run) -> float:
         """The slowest of the run's processes sets its pace."""
-        return min(self.core_rate(c) for c in run.cores)
+        level = run.level
+        return min(self.slot_rate(c, level) for c in run.cores)
 
     def affected(self, level: int, cores: Collection[int]) -> Iterable[Run]:
         """With several levels, the runs on the other levels of changed cores (their share changed)."""

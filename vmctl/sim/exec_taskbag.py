@@ -5,12 +5,22 @@ in seconds on a standard core (paper 001 sec. II-A). The job holds ``width`` wor
 level) slot it was placed on (a worker is one VM slot, sec. II-B-2: "a worker instance executes at most
 one task at a time"; on a ``shared`` cluster a bag may hold several levels of one core,
 ``Run.slot_levels``). Each worker runs one task at a time at its slot's rate
-(:meth:`MoldableModel.core_rate`: the node's speed, shared equally by the slots of the core's levels
-that are held, the bag's own included: two workers of one bag on one core get half of it each); a worker
-that finishes a task takes the next one not started, in the bag's order. The job is done when every
-task is done; its work (the engine's progress) is the sum of its tasks, advancing at the sum of its
-busy workers' rates, so the engine's completion is the last task's end. The tasks' work is the
-forecast the policy sees; the actual work of each is scaled as a moldable job's time is
+(:meth:`MoldableModel.slot_rate`); a worker that finishes a task takes the next one not started, in the
+bag's order.
+
+Sharing a core (issue 12: paper 001's testbed tasks sleep for their length). A busy worker demands its
+task's CPU usage ``u`` (``JobShape.task_usage``, in (0, 1]; default 1.0, a CPU-bound task) of its core,
+an idle one nothing, a rigid or moldable job's process the whole core; the core's speed is split among
+the demands on its levels max-min fairly, exactly as the mock backend splits a core among equal-weight
+VMs (:func:`vmctl.cpushare.share_core`), and a task progresses at its allocation over ``u``, times the
+core's speed. By hand, one core of speed 1 and 2 shared levels: two CPU-bound tasks (u = 1) get 0.5 each
+and run at half speed; two tasks of u = 0.5 get 0.5 each, i.e. full speed; u = 1.0 beside u = 0.25 gets
+0.75 and 0.25: the first at 0.75, the second at full speed; two sleeping tasks (u = 0.01) both at full
+speed, whatever their neighbours (u -> 0 is a sleep).
+
+The job is done when every task is done; its work (the engine's progress) is the sum of its tasks,
+advancing at the sum of its busy workers' rates, so the engine's completion is the last task's end. The
+tasks' work is the forecast the policy sees; the actual work of each is scaled as a moldable job's time is
 (:meth:`MoldableModel.actual_factor`: the record's run at ``procs`` workers over the shape's time
 there, ``JobShape.time_at``), so a hand-made bag whose record says that time runs exactly as given.
 
@@ -29,7 +39,9 @@ Rigid and moldable jobs run as in :class:`~vmctl.sim.exec_moldable.MoldableModel
 core still ends at 10, and the one remaining worker runs tasks 2, 3, 4 in [10, 40): the job ends at 40.
 On one core of 2 shared levels, the same bag on both slots (``slot_levels=(0, 1)``) runs two tasks at
 a time at half speed each: tasks 0, 1 in [0, 20), 2, 3 in [20, 40), task 4 alone at full speed in
-[40, 50); on one slot it ends at 50 too (5 x 10 s): the core's speed is the limit.
+[40, 50) (the other worker is idle and demands nothing); on one slot it ends at 50 too (5 x 10 s): the
+core's speed is the limit. With ``task_usage`` 0.01 (sleeping tasks) the two slots run two tasks at a
+time at full speed: [0, 10), [10, 20), task 4 in [20, 30).
 """
 
 from __future__ import annotations
@@ -53,9 +65,10 @@ class _Bag:
     """One task-bag run's workers: ``task[i]`` is the task worker i runs (-1: idle), ``left[i]`` its
     work still to do and ``speed[i]`` its rate; worker i sits on slot ``run.slots[i]`` (core, level).
     ``draining`` are the slots the job has given up whose worker still runs its task; ``p`` is the run's progress (the
-    engine's) when ``left`` was last brought up to date; ``version`` invalidates older events."""
+    engine's) when ``left`` was last brought up to date; ``version`` invalidates older events; ``at`` maps
+    a slot to its worker (:meth:`index`, after every change of the run's slots)."""
 
-    __slots__ = ("draining", "factor", "left", "next", "p", "shape", "speed", "task", "version")
+    __slots__ = ("at", "at_slots", "draining", "factor", "left", "next", "p", "shape", "speed", "task", "version")
 
     def __init__(self, shape: JobShape, factor: float) -> None:
         self.shape = shape
@@ -67,6 +80,17 @@ class _Bag:
         self.draining: set[tuple[int, int]] = set()
         self.p = 0.0
         self.version = 0
+        self.at: dict[tuple[int, int], int] = {}
+        self.at_slots: tuple[tuple[int, int], ...] = ()
+
+    def index(self, slots: tuple[tuple[int, int], ...]) -> None:
+        if slots != self.at_slots:
+            self.at, self.at_slots = {s: i for i, s in enumerate(slots)}, slots
+
+    def demand(self, slot: tuple[int, int]) -> float:
+        """What the worker on ``slot`` demands of its core: its task's CPU usage while it runs one."""
+        i = self.at.get(slot)
+        return self.shape.task_usage if i is not None and self.task[i] >= 0 else 0.0
 
     def take(self, i: int) -> None:
         """Worker i takes the next task not started (or idles when none is left)."""
@@ -133,6 +157,11 @@ class TaskBagModel(MoldableModel):
 
     # ------------------------------------------------------------------ the contract
 
+    def slot_demand(self, run: Run, core: int, level: int) -> float:
+        """A bag's worker demands its task's CPU usage while it runs one, nothing while idle."""
+        bag = self._bag(run)
+        return super().slot_demand(run, core, level) if bag is None else bag.demand((core, level))
+
     def work(self, run: Run) -> float:
         shape = self.shapes.get(run.job.id)
         if shape is None or shape.kind != "task-bag":
@@ -140,6 +169,7 @@ class TaskBagModel(MoldableModel):
         bag = _Bag(shape, self.actual_factor(run))
         for _ in run.cores:
             bag.add_worker()
+        bag.index(run.slots)
         run.data = bag
         return shape.work * bag.factor
 
@@ -172,9 +202,11 @@ class TaskBagModel(MoldableModel):
         now = self.state.now
         self._settle(run, bag, now)
         total = 0.0
-        core_rate = self.core_rate
-        for i, c in enumerate(run.cores):
-            speed = bag.speed[i] = core_rate(c)
+        slot_rate = self.slot_rate
+        slots = run.slots
+        bag.index(slots)  # a Move changes the slots without a model hook
+        for i, (c, level) in enumerate(slots):
+            speed = bag.speed[i] = slot_rate(c, level)
             if bag.task[i] >= 0:
                 total += speed
         if total <= 0.0 and bag.next >= len(bag.shape.tasks):
@@ -211,6 +243,7 @@ class TaskBagModel(MoldableModel):
         # Unix seconds, ulp 2.4e-7 s) is done too: its end event would otherwise come back at ``now``
         # for ever, with no time passing to finish it
         tick = 4.0 * math.ulp(now)
+        others: dict[int, Run] = {}  # runs on other levels of a core whose worker went idle
         for run in changed.values():
             bag = run.data
             self._settle(run, bag, now)
@@ -225,9 +258,12 @@ class TaskBagModel(MoldableModel):
                         release.append(slot)
                     else:
                         bag.take(i)
+                        if bag.task[i] < 0 and self.levels > 1:  # idle now: its core's other runs get more
+                            for r in self.affected(slot[1], (slot[0],)):
+                                others[r.idx] = r
             if release:
                 self._release(run, bag, release)
-        return changed.values()  # the engine re-rates each (``rate`` re-times its task ends)
+        return list((changed | others).values())  # the engine re-rates each (``rate`` re-times its task ends)
 
     def on_resize(self, run: Run, old_slots: tuple[tuple[int, int], ...], now: float) -> Iterable[Run]:
         bag = self._bag(run)
@@ -251,6 +287,7 @@ class TaskBagModel(MoldableModel):
             left.append(bag.left[i])
             speed.append(bag.speed[i])
         bag.task, bag.left, bag.speed = task, left, speed
+        bag.index(new_slots + hold)
         for i, s in enumerate(new_slots):  # new workers take the next tasks, in slot order
             if s not in old:
                 bag.take(i)
@@ -269,3 +306,4 @@ class TaskBagModel(MoldableModel):
         bag.speed = [bag.speed[i] for i in keep]
         bag.draining -= gone
         self.state.release_slots(run, tuple(slots))
+        bag.index(run.slots)
