@@ -100,8 +100,11 @@ def test_a_cached_build_is_reused_without_touching_apt(tmp_path: Path, monkeypat
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "manifest.json").write_text(f'{{"key": "{cache_key(doc)}"}}')
     said: list[str] = []
+    (tmp_path / "initrd.gz").chmod(0o644)  # as an older builder left it
     img = guestimage.build(tmp_path, log=said.append)
     assert img.kernel == tmp_path / "vmlinuz" and said == [f"guest image {tmp_path}: cached (key {cache_key(doc)})"]
+    # the initramfs holds the guest's SSH host key: its owner's only, also for a reused build
+    assert stat.S_IMODE(img.initrd.stat().st_mode) == 0o600 and stat.S_IMODE(img.key_file.stat().st_mode) == 0o600
     monkeypatch.setattr(guestimage.shutil, "which", lambda tool: None)  # a changed input: a rebuild is needed
     monkeypatch.setattr(guestimage, "inputs", lambda: {**doc, "packages": {"p": "2"}})
     with pytest.raises(GuestImageError, match="guest image: tools: apt-get is not on PATH"):

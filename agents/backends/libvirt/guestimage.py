@@ -272,7 +272,17 @@ def _client_key(dst: Path) -> str:
 
 
 def build(out: Path, force: bool = False, log: object = print) -> GuestImage:
-    """Build the guest into ``out`` (or reuse it when its manifest has the same cache key)."""
+    """Build the guest into ``out`` (or reuse it when its manifest has the same cache key). The initramfs
+    holds the guest's SSH host key and the agent key's authorization, so it is readable by its owner only
+    (a build of an older version left it 0644: fixed on reuse too); libvirt hands kernel and initrd to the
+    QEMU user while the VM runs (its DAC driver's dynamic ownership)."""
+    img = _build(out, force, log)
+    for path in (img.initrd, img.key_file):
+        path.chmod(0o600)
+    return img
+
+
+def _build(out: Path, force: bool, log: object) -> GuestImage:
     say = log if callable(log) else (lambda _m: None)
     img = GuestImage(out)
     old: dict[str, object] = {}
@@ -365,8 +375,7 @@ def build(out: Path, force: bool = False, log: object = print) -> GuestImage:
         img.key_file.chmod(0o600)
         shutil.copyfile(tmp / "id_ed25519.pub", out / "id_ed25519.pub")
         (out / "host_key.pub").write_text(m.group(1) + "\n", encoding="utf-8")
-        for p in (img.kernel, img.initrd):
-            p.chmod(0o644)  # QEMU may run as another user
+        img.kernel.chmod(0o644)  # no secret in the kernel; the initrd is made private by ``build``
         out.chmod(0o755)
         seconds = time.monotonic() - t0
         manifest = {**doc, "key": key, "kernel_release": release, "modules_loaded": [ko.stem for ko in mods],
