@@ -268,7 +268,11 @@ def test_cli_bad_config_is_exit_2_without_traceback(tmp_path: Path) -> None:
 
 def test_cli_libvirt_backend_missing_is_exit_6(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "vmctl.agents.backends.libvirt", None)  # as if not installed
+    # as if not installed: both the package and the module the agent imports (an earlier test may have
+    # imported the real one; then only the package entry would not stop the import, and the agent would
+    # talk to a libvirtd that happens to run)
+    monkeypatch.setitem(sys.modules, "vmctl.agents.backends.libvirt", None)
+    monkeypatch.setitem(sys.modules, "vmctl.agents.backends.libvirt.backend", None)
     p = _write_cfg(tmp_path, backend={"kind": "libvirt", "uri": "qemu:///system"})
     with pytest.raises(SystemExit) as ei:
         main(["--config", str(p), "--once", "--log-level", "error"])
