@@ -31,6 +31,7 @@ pytestmark = pytest.mark.libvirt
 
 GUEST_DIR = Path("/var/cache/vmctl/guest")
 SLEEP_S = 2.0
+UPTIME_STEP_S = 0.0101  # the resolution of the guest's /proc/uptime, and a little rounding
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +147,9 @@ def test_a_libvirt_agent_runs_task_bags_in_its_guests_over_ssh(live: InProcessDa
             assert exit_code == t.exit_status
             words = out.split()  # the guest's own hostname: the VM the agent ran the task in
             assert words[:4] == ["task", f"{res.id}/{t.index}", "on", vm], out
-            assert words[4] == "up" and float(words[6]) - float(words[5]) >= SLEEP_S, out
+            # /proc/uptime counts in 10 ms steps: two readings of a 2 s sleep differ by at least 1.99 s
+            # (and 8.36 - 6.36 is 1.9999999999999991 in floating point)
+            assert words[4] == "up" and float(words[6]) - float(words[5]) >= SLEEP_S - UPTIME_STEP_S, out
             by_worker.setdefault(t.worker, []).append((t.start, t.end))
             by_vm.setdefault(vm, []).append((float(words[5]), float(words[6])))
     # both workers of the core ran tasks (two bags: busy whatever the policy grants each), each worker
