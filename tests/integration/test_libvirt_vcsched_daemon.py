@@ -87,16 +87,16 @@ def setup(system_host: Any, images: Path, tmp_path: Path) -> Iterator[tuple[Vmct
         "log_level: warning\n"
     )
     d.start()
-    node = f"{PREFIX}vcd"
-    backend = LibvirtBackend(URI, domain_type="qemu")
-    layout = Layout(node, (backend.host_info().cores - 1,), image=str(images / "idle.img"), memory_mib=32)
-    s, doc = d.call("POST", "/v1/certs", {"node": node})
-    assert s == 201, doc
-    for key in ("cert_pem", "key_pem", "ca_pem"):
-        (tmp_path / f"agent.{key}").write_text(doc[key])
-    ep = AgentEndpoint(f"https://127.0.0.1:{d.port}", node, str(tmp_path / "agent.cert_pem"),
-                       str(tmp_path / "agent.key_pem"), str(tmp_path / "agent.ca_pem"), timeout_s=5)
-    try:
+    try:  # from here on vmctld runs: stopped whatever fails (a libvirtd that went away left one running)
+        node = f"{PREFIX}vcd"
+        backend = LibvirtBackend(URI, domain_type="qemu")
+        layout = Layout(node, (backend.host_info().cores - 1,), image=str(images / "idle.img"), memory_mib=32)
+        s, doc = d.call("POST", "/v1/certs", {"node": node})
+        assert s == 201, doc
+        for key in ("cert_pem", "key_pem", "ca_pem"):
+            (tmp_path / f"agent.{key}").write_text(doc[key])
+        ep = AgentEndpoint(f"https://127.0.0.1:{d.port}", node, str(tmp_path / "agent.cert_pem"),
+                           str(tmp_path / "agent.key_pem"), str(tmp_path / "agent.ca_pem"), timeout_s=5)
         with running_agent(ep, backend, layout):
             yield d, backend, layout
     finally:
