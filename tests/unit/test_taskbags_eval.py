@@ -126,6 +126,14 @@ def test_the_table_gives_a_student_t_interval_over_seeds() -> None:
     # one seed: no interval
     one = next(ln for ln in tables(rows[:1]).splitlines() if ln.startswith("| easy |"))
     assert "±" not in one
+    # paired with EASY: fcfs 1 h slower on every seed, deadlines 0.1 lower on seeds 1-2, equal on 3
+    fcfs = [{**r, "policy": "fcfs", "mean_response_h": r["mean_response_h"] + 1.0,
+             "deadlines_met": r["deadlines_met"] - (0.1 if r["seed"] < 3 else 0.0)} for r in rows]
+    text = tables(rows + fcfs)
+    assert "Paired with EASY on the same seeds" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| fcfs |") and "lower in" in ln)
+    # -6.67 pts mean, sd 5.77, half width t(0.975, 2) * 5.77 / sqrt(3) = 14.34
+    assert line == "| fcfs | +1.00 ± 0.00 h (lower in 0/3) | -6.67 ± 14.34 pts (lower in 2/3) |"
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="the CERIT-SC trace is not in ../shared/data/traces")

@@ -167,6 +167,29 @@ def label(row: Mapping[str, Any]) -> str:
     return name
 
 
+def _paired_with_easy(order: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Each policy minus EASY on the same seed (same sample, same speeds), mean ± 95 % half width over the
+    seeds and in how many seeds the policy was lower: the seeds differ far more than the policies do on one
+    sample. Empty with fewer than two seeds in common."""
+    easy = {int(r["seed"]): r for r in order.get("easy", ())}
+    lines: list[str] = []
+    for name, rs in order.items():
+        mine = {int(r["seed"]): r for r in rs}
+        seeds = sorted(set(mine) & set(easy))
+        if name == "easy" or len(seeds) < 2:
+            continue
+        cells = []
+        for c, scale, unit in (("mean_response_h", 1.0, " h"), ("deadlines_met", 100.0, " pts")):
+            d = [scale * (float(mine[s][c]) - float(easy[s][c])) for s in seeds]
+            m, hw = replication_interval(d)
+            cells.append(f"{m:+.2f} ± {hw:.2f}{unit} (lower in {sum(x < 0 for x in d)}/{len(d)})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    return ["", "Paired with EASY on the same seeds (policy - EASY):", "",
+            "| policy | mean response | deadlines met |", "|---|---|---|", *lines]
+
+
 def tables(rows: Sequence[Mapping[str, Any]]) -> str:
     """One markdown table per speed case: the mean over seeds, and with two seeds or more the half width
     of its 95 % Student-t interval (``mean ± hw``; each seed draws its own sample and worker speeds)."""
@@ -197,6 +220,7 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> str:
                     cell += f" ± {100 * hw:.1f}" if pct else f" ± {hw:.2f}"
                 vals.append(cell + (" %" if pct else ""))
             out.append(f"| {name} | " + " | ".join(vals) + " |")
+        out.extend(_paired_with_easy(order))
     failed = [r for r in rows if r.get("error")]
     if failed:
         out.append(f"\n{len(failed)} cell(s) failed: " + "; ".join(f"{label(r)}: {r['error']}" for r in failed))
