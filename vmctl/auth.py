@@ -83,7 +83,8 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-#: the subject of every cluster CA vmctld makes
+#: the subject of every cluster CA vmctld makes (a rotation's new CA adds when it was made: two CAs
+#: trusted at once must not share a name, or a TLS client may check a signature against the wrong one)
 CA_NAME = "vmctl cluster CA"
 
 
@@ -94,7 +95,7 @@ def only_cluster_cas(text: str) -> bool:
         certs = pem_certificates(text)
     except ValueError:
         return False
-    return all(c.subject.rfc4514_string() == f"CN={CA_NAME}" for c in certs)
+    return all(c.subject.rfc4514_string().startswith(f"CN={CA_NAME}") for c in certs)
 
 
 class ClusterCA:
@@ -112,6 +113,7 @@ class ClusterCA:
             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                          content_commitment=False, key_encipherment=False, data_encipherment=False,
                                          key_agreement=False, encipher_only=False, decipher_only=False),
@@ -127,6 +129,11 @@ class ClusterCA:
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise ValueError("CA key is not an EC key")
         return cls(cert, key)
+
+    def _aki(self) -> x509.AuthorityKeyIdentifier:
+        """Names this CA's key in the certificates it signs: a client trusting two CAs during a rotation
+        finds the right one (their names differ too)."""
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key())
 
     def fingerprint(self) -> str:
         """SHA-256 of the CA certificate (DER), as ``openssl x509 -fingerprint -sha256`` shows it."""
@@ -153,6 +160,7 @@ class ClusterCA:
             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(self._aki(), critical=False)
         )
         if server_names:
             sans: list[x509.GeneralName] = []
@@ -195,6 +203,7 @@ class ClusterCA:
             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(self._aki(), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .sign(self.key, hashes.SHA256())
         )

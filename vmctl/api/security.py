@@ -378,8 +378,8 @@ def begin_rotation(d: Daemon, ca: CaState, registry: CertRegistry) -> CaState:
     if ca.previous is not None:
         raise Conflict(what="the cluster CA", problem=(
             f"a rotation is in progress since {iso(ca.since or 0.0, utc=True)}: finish it first ('vmctl ca finish')"))
-    new = auth.ClusterCA.create()
     now = time.time()
+    new = auth.ClusterCA.create(f"{auth.CA_NAME} {iso(now, utc=True)}")
     old_fp = ca.current.fingerprint()
     doc = {s: dict(e) for s, e in registry.entries(fresh=True).items()}
     for e in doc.values():
