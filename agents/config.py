@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
-from vmctl.auth import check_node_name
 from vmctl.agents.backends.mock import inbox_name
 from vmctl.agents.layout import DEFAULT_NAMING, INACTIVE_MODES, MAX_LEVELS, check_naming
+from vmctl.auth import check_node_name
 from vmctl.config import Section, load_yaml
 from vmctl.errors import ValidationError
 from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, MAX_NODE_SPEED, Discipline, group_name_problem
