@@ -126,3 +126,16 @@ def test_an_agent_replaces_only_a_ca_file_of_cluster_cas(tmp_path: Path) -> None
     renewer = CertRenewer(ep)
     renewer.update_ca("0" * 64)  # no request is made: the file is not vmctl's to replace
     assert ca_file.read_text() == first.cert_pem + rogue.cert_pem and renewer.ca_updates == 0
+
+
+def test_restore_recognises_the_ca_pem_of_any_step_of_a_rotation() -> None:
+    """``vmctld restore`` refuses a backup of another cluster by its CA; during and after a CA rotation
+    ``ca.pem`` holds the new CA, or both, or an older one of the same cluster."""
+    from vmctl.daemon.main import _same_cluster
+
+    old, new, foreign = auth.ClusterCA.create(), auth.ClusterCA.create(f"{auth.CA_NAME} x"), auth.ClusterCA.create()
+    backup = [{"cert_pem": new.cert_pem}, {"cert_pem": old.cert_pem}, []]  # ca, ca_previous, ca_retired
+    assert _same_cluster(new.cert_pem + old.cert_pem, backup) and _same_cluster(old.cert_pem, backup)
+    after = [{"cert_pem": new.cert_pem}, None, [{"fingerprint": old.fingerprint(), "cert_pem": old.cert_pem}]]
+    assert _same_cluster(old.cert_pem, after) and _same_cluster(new.cert_pem, after)
+    assert not _same_cluster(foreign.cert_pem, after) and not _same_cluster("junk", after)
