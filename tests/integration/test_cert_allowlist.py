@@ -157,31 +157,34 @@ def test_a_certificate_the_ca_signed_but_vmctld_did_not_register_is_refused(
     assert refused and refused[0]["node"] == "n1" and "not in vmctld's registry" in refused[0]["message"]
 
 
-def test_entries_registered_before_fingerprints_are_pinned_at_their_first_use(daemon: InProcessDaemon,
-                                                                                tmp_path: Path) -> None:
-    """An upgrade: the registry has the serial, node and validity of a certificate, not its
-    fingerprint (nor its CA). Its first presentation pins it; another certificate under that serial is
-    refused from then on."""
-    (cert, key), serial = issue(daemon, "n2", tmp_path)
-    store = daemon.store
+def test_a_registry_from_an_older_vmctld_is_upgraded_at_start_and_pinned_at_first_use(tmp_path: Path) -> None:
+    """An upgrade: the registry has the serial, node and validity of each certificate, not its
+    fingerprint nor its CA. The start records the only CA there was (no agent is told to renew); the
+    first presentation pins the certificate, and another one under that serial is refused from then on."""
+    cfg = _config(tmp_path)
+    with InProcessDaemon(cfg) as d:
+        (cert, key), serial = issue(d, "n2", tmp_path)
 
-    def strip() -> None:
-        doc = {s: dict(e) for s, e in store.get_kv(CERTS_KEY).items()}
-        for e in doc.values():
-            e.pop("fingerprint", None)
-            e.pop("ca", None)
-            e.pop("retired", None)
-        store.write(daemon.daemon.epoch, WriteBatch(kv={CERTS_KEY: doc}))
-        daemon.server.certs.entries(fresh=True)
+        def strip() -> None:
+            doc = {s: dict(e) for s, e in d.store.get_kv(CERTS_KEY).items()}
+            for e in doc.values():
+                for k in ("fingerprint", "ca", "retired"):
+                    e.pop(k, None)
+            d.store.write(d.daemon.epoch, WriteBatch(kv={CERTS_KEY: doc}))
 
-    daemon.call(strip)
-    register(daemon, "n2", (cert, key))
-    pinned = daemon.call(lambda: store.get_kv(CERTS_KEY)[serial]["fingerprint"])
-    der = x509.load_pem_x509_certificate(Path(cert).read_bytes()).public_bytes(serialization.Encoding.DER)
-    assert pinned == hashlib.sha256(der).hexdigest()
-    twin = write_pair(tmp_path, "twin", *mint(daemon.server.ca, "n2", int(serial, 16)))
-    assert heartbeat(daemon, "n2", twin)[0] == 401
-    assert heartbeat(daemon, "n2", (cert, key))[0] == 200
+        d.call(strip)
+    with InProcessDaemon(cfg) as d:
+        entry = d.call(lambda: dict(d.store.get_kv(CERTS_KEY)[serial]))
+        assert entry["ca"] == d.server.ca.fingerprint() and "fingerprint" not in entry
+        register(d, "n2", (cert, key))
+        s, hb = heartbeat(d, "n2", (cert, key))
+        assert s == 200 and hb["renew_cert"] is False
+        pinned = d.call(lambda: d.store.get_kv(CERTS_KEY)[serial]["fingerprint"])
+        der = x509.load_pem_x509_certificate(Path(cert).read_bytes()).public_bytes(serialization.Encoding.DER)
+        assert pinned == hashlib.sha256(der).hexdigest()
+        twin = write_pair(tmp_path, "twin", *mint(d.server.ca, "n2", int(serial, 16)))
+        assert heartbeat(d, "n2", twin)[0] == 401
+        assert heartbeat(d, "n2", (cert, key))[0] == 200
 
 
 # --------------------------------------------------------------------------------------- rotation

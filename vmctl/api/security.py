@@ -337,6 +337,27 @@ class CertRegistry:
             log.warning("revoked agent certificate(s) %s", ", ".join(fresh))
         return fresh
 
+    def upgrade(self, ca: CaState) -> None:
+        """Start-up step for a registry written by an older vmctld: its entries do not say which CA
+        signed them. With no rotation ever made there was one CA, the current one: they are stamped
+        with it (else every agent would be told to renew). Entries without a fingerprint are pinned
+        when their agent first presents its certificate (``accept``); the count is logged."""
+        if not getattr(self.d, "leader", False):
+            return
+        doc = {s: dict(e) for s, e in self.entries(fresh=True).items() if isinstance(e, dict)}
+        stamp = [s for s, e in doc.items() if e.get("ca") is None]
+        if stamp and ca.previous is None and not ca.retired:
+            for s in stamp:
+                doc[s]["ca"] = ca.current.fingerprint()
+            self._save(doc)
+            log.info("agent certificate registry: %d entr%s from before CAs were recorded, recorded as issued by "
+                     "CA %s (the only one this cluster had)", len(stamp), "y" if len(stamp) == 1 else "ies",
+                     ca.current.fingerprint())
+        unpinned = sum(1 for e in doc.values() if e.get("fingerprint") is None and e.get("revoked") is None)
+        if unpinned:
+            log.info("agent certificate registry: %d certificate(s) registered before fingerprints were kept: each "
+                     "is pinned to the certificate its agent presents first", unpinned)
+
     def needs_renewal(self, entry: dict[str, object], ca: CaState) -> bool:
         """An agent presenting this certificate should get a new one: another CA than the current one
         signed it (a rotation), or it expires within ``RENEW_BEFORE_S``."""

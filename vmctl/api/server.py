@@ -125,6 +125,7 @@ class DaemonServer:
         state = read_ca_state(self.daemon)
         if state is not None and self.ssl is not None and state.doc() != self.ca_state.doc():
             self.apply_ca(state)
+        self.certs.upgrade(self.ca_state)
         self.kick()
 
     def apply_ca(self, state: CaState) -> None:
@@ -224,6 +225,7 @@ class DaemonServer:
         d.start()
         self.ca_state = load_ca(self.daemon)
         self.ca = self.ca_state.current
+        self.certs.upgrade(self.ca_state)  # a registry from an older vmctld (vmctl.api.security)
         bootstrap_token(self.daemon)
         others = (self.ca_state.current,) if self.ca_state.previous is not None else ()
         self.ssl = self.ca_state.signer.server_context(self.config.server_names, Path(self.config.state_dir),
