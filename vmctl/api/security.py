@@ -250,6 +250,15 @@ class CertRegistry:
                 f"someone else holding the CA's key. Give the node a new one: 'vmctl cert issue {node}'"))
         if entry.get("node") != node:
             raise self._refuse(node, serial, f"{what} is registered for node {entry.get('node')!r}, not {node!r}")
+        at = entry.get("revoked")
+        if isinstance(at, int | float):
+            raise self._refuse(node, serial, (
+                f"{what} was revoked at {iso(float(at), utc=True)}: issue a new one with 'vmctl cert issue {node}'"))
+        at = entry.get("retired")
+        if isinstance(at, int | float):
+            raise self._refuse(node, serial, (
+                f"{what} was issued by a CA that a rotation retired at {iso(float(at), utc=True)} ('vmctl ca "
+                f"finish'): issue a new one with 'vmctl cert issue {node}'"))
         fp = auth.fingerprint_der(der) if der else None
         pinned = entry.get("fingerprint")
         if pinned is None and fp is not None and getattr(self.d, "leader", False):
@@ -260,15 +269,6 @@ class CertRegistry:
                 f"minted with the CA's key?). Revoke the node's certificates and give it a new one: "
                 f"'vmctl cert revoke {node}', 'vmctl cert issue {node}'; rotate the CA if its key leaked "
                 f"('vmctl ca rotate')"))
-        at = entry.get("revoked")
-        if isinstance(at, int | float):
-            raise self._refuse(node, serial, f"{what} was revoked at {iso(float(at), utc=True)}: issue a new one with "
-                                       f"'vmctl cert issue {node}'")
-        at = entry.get("retired")
-        if isinstance(at, int | float):
-            raise self._refuse(node, serial, f"{what} was issued by a CA that a rotation retired at "
-                                       f"{iso(float(at), utc=True)} ('vmctl ca finish'): issue a new one with "
-                                       f"'vmctl cert issue {node}'")
         self.seen[serial] = time.monotonic()
         return entry
 
