@@ -285,3 +285,43 @@ def test_ca_pem_of_an_earlier_rotation_step_is_rewritten_and_a_foreign_one_refus
             d.start()
     finally:
         d.stop()
+
+
+def test_a_standby_that_takes_the_lease_serves_the_rotation_the_leader_started(tmp_path: Path) -> None:
+    """Two vmctld on one store: the leader starts a rotation; the standby (which loaded the CA before)
+    takes the lease when the leader stops and serves the rotation's step -- it tells the agent to renew,
+    accepts both CAs' registered certificates and finishes it."""
+    import time
+    from dataclasses import replace
+
+    cfg = replace(_config(tmp_path), lease_ttl_s=1.0)
+    a = InProcessDaemon(replace(cfg, holder="vmctld-a"))
+    a.start()
+    b = InProcessDaemon(replace(cfg, holder="vmctld-b"))
+    try:
+        n1, _ = issue(a, "n1", tmp_path / "pki")
+        register(a, "n1", n1)
+        b.start()
+        assert not b.daemon.leader and b.server.ca_state.previous is None
+        s, doc = admin(a, "POST", "/v1/ca/rotate", {})
+        assert s == 200
+        new_fp = doc["fingerprint"]
+        a.stop()
+        deadline = time.monotonic() + 30
+        while not b.call(lambda: b.daemon.leader) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert b.call(lambda: b.daemon.leader), "the standby did not take the lease"
+        assert b.server.ca_state.current.fingerprint() == new_fp and b.server.ca_state.previous is not None
+        s, hb = heartbeat(b, "n1", n1)
+        assert s == 200 and hb["renew_cert"] is True
+        csr, key_pem = auth.new_csr("n1")
+        s, doc = call(b, "POST", "/v1/agent/nodes/n1/cert", {"csr_pem": csr}, cert=n1)
+        assert s == 201
+        renewed = write_pair(tmp_path / "pki", "n1-renewed", doc["cert_pem"], key_pem)
+        assert heartbeat(b, "n1", renewed)[0] == 200  # the standby trusts the new CA it loaded
+        s, doc = admin(b, "POST", "/v1/ca/finish", {})
+        assert s == 200 and doc["server_ca"] == new_fp
+        assert heartbeat(b, "n1", n1)[0] == 401 and heartbeat(b, "n1", renewed)[0] == 200
+    finally:
+        b.stop()
+        a.stop()
