@@ -4,6 +4,7 @@ every command group end to end, roles, and exit codes of real error answers."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,7 +150,9 @@ def test_ca_show_rotate_and_finish(tmp_path: Path, capsys: pytest.CaptureFixture
         assert run(capsys, "cert", "issue", "n1", "--out-dir", str(tmp_path / "pki"))[0] == 0
         code, out, err = run(capsys, "ca", "show")
         assert code == 0 and out.startswith("CA ") and "previous CA" not in out, err
-        assert "n1" in out and "CURRENT CA CERT" in out
+        # one row per node: holds a current-CA certificate, never presented it (no agent runs), no old-CA one
+        assert re.search(r"^NODE\s+CURRENT CA CERT\s+PRESENTED\s+OLD CA CERT$", out, re.M), out
+        assert re.search(r"^n1\s+yes\s+-\s+no$", out, re.M), out
         code, out, err = run(capsys, "ca", "rotate", "-o", "json")
         assert code == 0, err
         doc = json.loads(out)

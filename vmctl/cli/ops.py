@@ -1420,7 +1420,7 @@ def ca_text(doc: Mapping[str, Any]) -> str:
                     [(str(n.get("node")), "yes" if n.get("current_ca") else "no",
                       "-" if n.get("seen_current_s") is None else f"{float(n['seen_current_s']):.0f} s ago",
                       "yes" if n.get("other_ca") else "no") for n in nodes])
-        lines += ["", str(grid)]
+        lines += ["", grid.to_text()]
     if doc.get("retired_certs"):
         lines.append(f"retired {len(doc['retired_certs'])} certificate(s) of the previous CA")
     return "\n".join(lines)
