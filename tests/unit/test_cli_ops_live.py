@@ -148,6 +148,10 @@ def test_ca_show_rotate_and_finish(tmp_path: Path, capsys: pytest.CaptureFixture
         monkeypatch.setenv("VMCTL_TOKEN", d.token())
         monkeypatch.setenv("VMCTL_CA", str(d.ca_path))
         assert run(capsys, "cert", "issue", "n1", "--out-dir", str(tmp_path / "pki"))[0] == 0
+        # a name that cannot fit a certificate subject: named, exit 2, no traceback, nothing written
+        code, _, err = run(capsys, "cert", "issue", "a" * 60, "--out-dir", str(tmp_path / "long"))
+        assert code == 2 and err.startswith("error: validation-failed: NODE: ") and "at most 59" in err, err
+        assert not (tmp_path / "long").exists()
         code, out, err = run(capsys, "ca", "show")
         assert code == 0 and out.startswith("CA ") and "previous CA" not in out, err
         # one row per node: holds a current-CA certificate, never presented it (no agent runs), no old-CA one

@@ -1341,6 +1341,7 @@ def cert_issue(
         raise errors.UserError(where="cert issue", problem="give --out-dir DIR (or --output json to print the PEMs)")
     from vmctl import auth
 
+    auth.check_node_name(node_name, "NODE")  # the rule vmctld applies: a name that fits CN=node:<name>
     key_pem: str | None = None
     if csr_file is not None:
         try:
