@@ -430,7 +430,8 @@ def finish_rotation(d: Daemon, ca: CaState, registry: CertRegistry, force: bool)
         raise Conflict(what="the CA rotation", problem=(
             f"node(s) {', '.join(behind)} hold only certificates of the previous CA: their agents did not renew "
             f"yet (an agent renews within a heartbeat when it can write its certificate files; else give it one "
-            f"with 'vmctl cert issue NODE'). Wait, or finish with --force: their agents are refused then"))
+            f"with 'vmctl cert issue NODE'; a node gone for good: 'vmctl cert revoke NODE'). Wait, or finish "
+            f"with --force: their agents are refused then"))
     now = time.time()
     doc = {s: dict(e) for s, e in registry.entries(fresh=True).items()}
     retired = [s for s, e in doc.items() if e.get("ca") in (prev, None) and e.get("retired") is None]
