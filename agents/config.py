@@ -17,7 +17,9 @@ from typing import Any
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
 from vmctl.agents.backends.mock import inbox_name
 from vmctl.agents.layout import DEFAULT_NAMING, INACTIVE_MODES, MAX_LEVELS, check_naming
+from vmctl.auth import check_node_name
 from vmctl.config import Section, load_yaml
+from vmctl.errors import ValidationError
 from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, MAX_NODE_SPEED, Discipline, group_name_problem
 
 BACKENDS = ("mock", "libvirt")
@@ -194,6 +196,11 @@ def _str_map(sec: Section, key: str) -> dict[str, str]:
 def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> AgentConfig:
     top = Section(data, path)
     node = top.get("node", str, None) or socket.gethostname().split(".")[0]
+    try:  # the one rule for node names: every valid name can get its agent a certificate
+        check_node_name(node, "node")
+    except ValidationError as exc:
+        raise top.error("node", str(exc.fields["problem"]) + ("" if top.has("node") else
+                                                             " (the host name; set node: in the config)")) from exc
     log_level = top.choice("log_level", ("debug", "info", "warning", "error"), "info")
 
     b = top.section("backend")

@@ -28,6 +28,7 @@ import http.client
 import json
 import logging
 import math
+import os
 import socket
 import ssl
 import threading
@@ -69,6 +70,18 @@ class AgentEndpoint:
                                           f"key ({_why(exc)})") from exc
         return ctx
 
+    def stamp(self) -> tuple[tuple[int, int, int], ...]:
+        """Identity and change time of the certificate, key and CA files: a renewal replaces them (an
+        atomic rename) and every connection of the agent then reconnects with the new ones."""
+        out = []
+        for path in (self.cert_file, self.key_file, self.ca_file):
+            try:
+                st = os.stat(path)
+                out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append((0, 0, 0))
+        return tuple(out)
+
 
 def _why(exc: BaseException) -> str:
     return str(getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc)
@@ -84,6 +97,7 @@ class _Conn:
             raise ValidationError(field="daemon.url", problem=f"must be https://HOST:PORT, got {ep.url!r}")
         self.host = u.hostname
         self.port = u.port or 443
+        self._stamp = ep.stamp()
         self._ctx = ep.ssl_context()
         self._conn: http.client.HTTPSConnection | None = None
         # ``shutdown`` comes from another thread while a long-poll waits: the connection is only read,
@@ -94,6 +108,7 @@ class _Conn:
     def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        self._reload_if_renewed()
         for attempt in (1, 2):
             with self._lock:
                 if self._shut:
@@ -128,6 +143,24 @@ class _Conn:
                                problem=err.get("message", ""))
             return resp.status, doc
         raise DaemonUnavailable(url=self.ep.url, problem="no answer")  # pragma: no cover
+
+    def _reload_if_renewed(self) -> None:
+        """The certificate, key or CA file changed (a renewal): the next request connects with them. A
+        set that cannot be used (a half-written renewal) keeps the current one, and is tried again."""
+        stamp = self.ep.stamp()
+        if stamp == self._stamp:
+            return
+        try:
+            ctx = self.ep.ssl_context()
+        except ValidationError as exc:
+            log.warning("the agent's certificate files changed but cannot be used yet: %s", exc)
+            return
+        with self._lock:
+            self._ctx, self._stamp = ctx, stamp
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        log.info("reconnecting to vmctld with the renewed certificate files")
 
     def _drop(self, conn: http.client.HTTPSConnection) -> None:
         with self._lock:
@@ -373,12 +406,13 @@ class Heartbeat:
     the heartbeat request or the reconciler are doing; ``on_contact`` after contact returns."""
 
     def __init__(self, endpoint: AgentEndpoint, liveness: Liveness, interval_s: float = 1.0,
-                 on_fence: Any = None, on_contact: Any = None) -> None:
+                 on_fence: Any = None, on_contact: Any = None, on_answer: Any = None) -> None:
         self.ep = endpoint
         self.liveness = liveness
         self.interval_s = interval_s
         self.on_fence = on_fence
         self.on_contact = on_contact
+        self.on_answer = on_answer  # called with every accepted answer (credentials.CertRenewer.handle)
         self._conn = _Conn(endpoint)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -401,6 +435,8 @@ class Heartbeat:
             return False
         self.beats += 1
         self.liveness.contact(sent, doc)
+        if self.on_answer is not None:
+            self.on_answer(doc)
         return True
 
     def start(self) -> None:

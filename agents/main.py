@@ -70,6 +70,13 @@ def _http_endpoint(cfg: AgentConfig) -> Any:
         if not os.path.isfile(path):
             raise ConfigError(path=cfg.path, where=f"daemon.{key}", problem=f"{path} does not exist or is not a file")
     ep = AgentEndpoint(d.url, cfg.node, d.cert_file, d.key_file, d.ca_file, timeout_s=d.timeout_seconds)
+    from vmctl.agents.credentials import finish_renewal
+
+    try:  # a renewal a crash interrupted between its renames (vmctl.agents.credentials)
+        finish_renewal(ep)
+    except OSError as exc:
+        raise ConfigError(path=cfg.path, where="daemon.cert_file",
+                          problem=f"cannot finish an interrupted certificate renewal: {exc}") from exc
     try:  # a CA, certificate or key that cannot be used fails here, named, before any thread starts
         ep.ssl_context()
     except ValidationError as exc:
@@ -303,6 +310,7 @@ def serve(agent: Agent, stop: threading.Event) -> None:
                     delay = min(cfg.reconcile.backoff_max_seconds, delay * 2)
             src.start(on_change=rec.wake)
             if agent.liveness is not None:
+                from vmctl.agents.credentials import CertRenewer
                 from vmctl.agents.http_source import Heartbeat
 
                 def fence() -> None:
@@ -311,7 +319,10 @@ def serve(agent: Agent, stop: threading.Event) -> None:
 
                 # its own thread and connection: the node stays alive in vmctld's eyes whatever the
                 # reconcile loop does; the interval and the fence period come from vmctld's answers
-                heartbeat = Heartbeat(src.ep, agent.liveness, on_fence=fence, on_contact=rec.wake)
+                # the heartbeat answer also says when to renew the certificate or the CA bundle (a CA
+                # rotation): done over the same mTLS channel (vmctl.agents.credentials)
+                heartbeat = Heartbeat(src.ep, agent.liveness, on_fence=fence, on_contact=rec.wake,
+                                      on_answer=CertRenewer(src.ep).handle)
                 heartbeat.beat()
                 heartbeat.start()
         limit = 3 * max(rec.resync_seconds, cfg.reconcile.backoff_max_seconds)

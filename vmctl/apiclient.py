@@ -402,6 +402,22 @@ class ApiClient:
     def revoke_cert(self, key: str) -> list[dict[str, Any]]:
         return list(self._field(self.call("DELETE", f"/v1/certs/{self._seg(key)}"), "revoked", "cert revoke"))
 
+    def ca_info(self) -> dict[str, Any]:
+        """``GET /v1/ca``: the cluster's CAs (fingerprints) and where each node stands in a rotation."""
+        doc = self.call("GET", "/v1/ca")
+        self._field(doc, "fingerprint", "ca show")
+        return dict(doc)
+
+    def rotate_ca(self) -> dict[str, Any]:
+        doc = self.call("POST", "/v1/ca/rotate", {})
+        self._field(doc, "fingerprint", "ca rotate")
+        return dict(doc)
+
+    def finish_ca(self, force: bool = False) -> dict[str, Any]:
+        doc = self.call("POST", "/v1/ca/finish", {"force": force})
+        self._field(doc, "fingerprint", "ca finish")
+        return dict(doc)
+
     def health(self) -> dict[str, Any]:
         doc = self.call("GET", "/v1/health")
         return doc if isinstance(doc, dict) else {}

@@ -36,6 +36,9 @@ from vmctl.store.base import CorruptRecord, Store
 ROLES = ("read", "admin")
 TOKEN_PREFIX = "vmctl_"
 NODE_CN_PREFIX = "node:"
+#: an X.509 common name holds at most 64 characters (RFC 5280, ub-common-name), and an agent's is
+#: ``node:<name>``: every node name that passes ``check_node_name`` can get a certificate
+NODE_NAME_MAX = 64 - len(NODE_CN_PREFIX)
 
 
 def hash_token(token: str) -> str:
@@ -80,13 +83,28 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+#: the subject of every cluster CA vmctld makes (a rotation's new CA adds when it was made: two CAs
+#: trusted at once must not share a name, or a TLS client may check a signature against the wrong one)
+CA_NAME = "vmctl cluster CA"
+
+
+def only_cluster_cas(text: str) -> bool:
+    """``text`` is a PEM bundle of vmctl cluster CAs only (what vmctld writes as ``ca.pem`` and an
+    agent's ``ca_file``), not a bundle someone else maintains."""
+    try:
+        certs = pem_certificates(text)
+    except ValueError:
+        return False
+    return all(c.subject.rfc4514_string().startswith(f"CN={CA_NAME}") for c in certs)
+
+
 class ClusterCA:
     def __init__(self, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
         self.cert = cert
         self.key = key
 
     @classmethod
-    def create(cls, name: str = "vmctl cluster CA") -> ClusterCA:
+    def create(cls, name: str = CA_NAME) -> ClusterCA:
         key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         now = _now()
@@ -95,6 +113,7 @@ class ClusterCA:
             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                          content_commitment=False, key_encipherment=False, data_encipherment=False,
                                          key_agreement=False, encipher_only=False, decipher_only=False),
@@ -111,9 +130,14 @@ class ClusterCA:
             raise ValueError("CA key is not an EC key")
         return cls(cert, key)
 
+    def _aki(self) -> x509.AuthorityKeyIdentifier:
+        """Names this CA's key in the certificates it signs: a client trusting two CAs during a rotation
+        finds the right one (their names differ too)."""
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key())
+
     def fingerprint(self) -> str:
         """SHA-256 of the CA certificate (DER), as ``openssl x509 -fingerprint -sha256`` shows it."""
-        return self.cert.fingerprint(hashes.SHA256()).hex(":").upper()
+        return ca_fingerprint(self.cert)
 
     @property
     def cert_pem(self) -> str:
@@ -136,6 +160,7 @@ class ClusterCA:
             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(self._aki(), critical=False)
         )
         if server_names:
             sans: list[x509.GeneralName] = []
@@ -178,16 +203,29 @@ class ClusterCA:
             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(self._aki(), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .sign(self.key, hashes.SHA256())
         )
         return cert.public_bytes(serialization.Encoding.PEM).decode()
 
-    def server_context(self, server_names: tuple[str, ...], workdir: Path) -> ssl.SSLContext:
-        """TLS context for the API: our server certificate; client certificates optional but, when
-        given, verified against the cluster CA."""
-        cert_pem, key_pem = self.issue("vmctld", server_names=server_names)
+    def server_context(self, server_names: tuple[str, ...], workdir: Path,
+                       also_trust: tuple[ClusterCA, ...] = ()) -> ssl.SSLContext:
+        """TLS context for the API: our server certificate (signed by this CA); client certificates
+        optional but, when given, verified against this CA and ``also_trust`` (the other CA of a
+        rotation). The handshake only proves a CA signed it: the API then accepts no certificate
+        that is not in its registry (``vmctl.api.security.CertRegistry``)."""
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.load_server_cert(ctx, server_names, workdir)
+        for ca in (self, *also_trust):
+            ctx.load_verify_locations(cadata=ca.cert_pem)
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
+
+    def load_server_cert(self, ctx: ssl.SSLContext, server_names: tuple[str, ...], workdir: Path) -> None:
+        """Give ``ctx`` a fresh server certificate signed by this CA: connections accepted from now on
+        present it (a CA rotation switches the server's certificate in the running context)."""
+        cert_pem, key_pem = self.issue("vmctld", server_names=server_names)
         workdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=workdir) as tmp:
             cp, kp = Path(tmp) / "server.pem", Path(tmp) / "server.key"
@@ -195,9 +233,6 @@ class ClusterCA:
             kp.touch(mode=0o600)
             kp.write_text(key_pem)
             ctx.load_cert_chain(str(cp), str(kp))
-        ctx.load_verify_locations(cadata=self.cert_pem)
-        ctx.verify_mode = ssl.CERT_OPTIONAL
-        return ctx
 
 
 def new_csr(node: str) -> tuple[str, str]:
@@ -213,10 +248,32 @@ def new_csr(node: str) -> tuple[str, str]:
 
 def cert_facts(cert_pem: str) -> dict[str, Any]:
     """Serial (upper-case hex, as ``SSLSocket.getpeercert()`` and ``openssl x509 -serial`` show it),
-    validity (epoch seconds) of a PEM certificate."""
+    validity (epoch seconds) and SHA-256 fingerprint (of the DER, ``fingerprint_der``) of a PEM certificate."""
     cert = x509.load_pem_x509_certificate(cert_pem.encode())
     return {"serial": format(cert.serial_number, "X"),
-            "not_before": cert.not_valid_before_utc.timestamp(), "not_after": cert.not_valid_after_utc.timestamp()}
+            "not_before": cert.not_valid_before_utc.timestamp(), "not_after": cert.not_valid_after_utc.timestamp(),
+            "fingerprint": fingerprint_der(cert.public_bytes(serialization.Encoding.DER))}
+
+
+def fingerprint_der(der: bytes) -> str:
+    """The SHA-256 of a certificate in DER form, lower-case hex: what the registry of agent
+    certificates keeps to recognise the very certificate it issued (a serial alone can be copied into
+    a certificate minted with a leaked CA key)."""
+    return hashlib.sha256(der).hexdigest()
+
+
+def ca_fingerprint(cert: x509.Certificate) -> str:
+    """SHA-256 of a CA certificate (DER), as ``openssl x509 -fingerprint -sha256`` shows it."""
+    return cert.fingerprint(hashes.SHA256()).hex(":").upper()
+
+
+def pem_certificates(text: str) -> list[x509.Certificate]:
+    """The certificates of a PEM bundle (``ca.pem`` during a CA rotation holds two); ``ValueError``
+    when there is none or one cannot be read."""
+    certs = x509.load_pem_x509_certificates(text.encode())
+    if not certs:
+        raise ValueError("no certificate in it")
+    return certs
 
 
 def serial_from_peercert(peercert: object) -> str | None:
@@ -242,8 +299,15 @@ def node_from_peercert(peercert: object) -> str | None:
 
 
 def check_node_name(name: object, field: str = "node") -> str:
+    """The one rule for a node name wherever it enters (agent config, registration, certificates,
+    request bodies): letters, digits, '-', '_' and '.', at most ``NODE_NAME_MAX`` characters, so that
+    its agent's certificate subject ``CN=node:<name>`` fits in the 64 characters X.509 allows."""
     if not isinstance(name, str) or not name:
         raise ValidationError(field=field, problem="must be a non-empty string")
-    if len(name) > 128 or not all(ch.isalnum() or ch in "-_." for ch in name):
-        raise ValidationError(field=field, problem=f"{name[:40]!r}: use letters, digits, '-', '_' and '.' (max 128)")
+    if not all(ch.isalnum() or ch in "-_." for ch in name):
+        raise ValidationError(field=field, problem=f"{name[:40]!r}: use letters, digits, '-', '_' and '.'")
+    if len(name) > NODE_NAME_MAX:
+        raise ValidationError(field=field, problem=(
+            f"{name[:40]!r}...: {len(name)} characters, at most {NODE_NAME_MAX} (its agent's certificate "
+            f"subject CN={NODE_CN_PREFIX}<name> holds at most 64)"))
     return name

@@ -143,8 +143,11 @@ class InProcessDaemon:
         return admin_request(self.server.port, self.ca_file, self.admin_token, method, path, body, timeout)
 
     def agent_cert(self, node: str, directory: Path) -> tuple[str, str]:
-        """Issue a client certificate for ``node``; returns (cert file, key file)."""
-        cert, key = self.server.ca.issue(f"node:{node}")
+        """Issue a client certificate for ``node`` and register it (vmctld accepts no other); returns
+        (cert file, key file)."""
+        ca = self.server.ca
+        cert, key = ca.issue(f"node:{node}")
+        self.call(self.server.certs.issued, node, cert, "vmctld", ca.fingerprint())
         directory.mkdir(parents=True, exist_ok=True)
         c, k = directory / f"{node}.crt", directory / f"{node}.key"
         c.write_text(cert)

@@ -4,6 +4,7 @@ every command group end to end, roles, and exit codes of real error answers."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +136,41 @@ def test_connection_errors_say_what_is_wrong(daemon: DaemonProcess, capsys: pyte
     other.write_text(ClusterCA.create().cert_pem)
     code, _, err = run(capsys, "node", "list", "--url", daemon.url, "--ca", str(other))
     assert code == 6 and f"not signed by the CA in {other}" in err, err
+
+
+def test_ca_show_rotate_and_finish(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vmctl ca`` on its own vmctld (a rotation changes the CA the other tests' clients trust)."""
+    gen = live_daemon(tmp_path / "state", policy="easy", tick_s=0.2)
+    d = next(gen)
+    try:
+        monkeypatch.setenv("VMCTL_URL", d.url)
+        monkeypatch.setenv("VMCTL_TOKEN", d.token())
+        monkeypatch.setenv("VMCTL_CA", str(d.ca_path))
+        assert run(capsys, "cert", "issue", "n1", "--out-dir", str(tmp_path / "pki"))[0] == 0
+        # a name that cannot fit a certificate subject: named, exit 2, no traceback, nothing written
+        code, _, err = run(capsys, "cert", "issue", "a" * 60, "--out-dir", str(tmp_path / "long"))
+        assert code == 2 and err.startswith("error: validation-failed: NODE: ") and "at most 59" in err, err
+        assert not (tmp_path / "long").exists()
+        code, out, err = run(capsys, "ca", "show")
+        assert code == 0 and out.startswith("CA ") and "previous CA" not in out, err
+        # one row per node: holds a current-CA certificate, never presented it (no agent runs), no old-CA one
+        assert re.search(r"^NODE\s+CURRENT CA CERT\s+PRESENTED\s+OLD CA CERT$", out, re.M), out
+        assert re.search(r"^n1\s+yes\s+-\s+no$", out, re.M), out
+        code, out, err = run(capsys, "ca", "rotate", "-o", "json")
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["previous"] and doc["server_ca"] == doc["previous"] and doc["fingerprint"] != doc["previous"]
+        code, _, err = run(capsys, "ca", "rotate")
+        assert code == 4 and "a rotation is in progress" in err
+        # n1's agent never renewed: finish is refused naming it (exit 4), --force drops the old CA anyway
+        code, _, err = run(capsys, "ca", "finish")
+        assert code == 4 and "n1" in err and "did not renew" in err, err
+        code, out, err = run(capsys, "ca", "finish", "--force")
+        assert code == 0 and "retired 1 certificate(s) of the previous CA" in out, err
+        code, out, _ = run(capsys, "cert", "list")
+        assert code == 0 and "retired" in out and "its CA rotated out" in out
+        code, _, err = run(capsys, "ca", "finish")
+        assert code == 4 and "no rotation is in progress" in err
+    finally:
+        next(gen, None)

@@ -4,6 +4,7 @@ checks, and the audit log line of every change an operator asks for (logger ``vm
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from typing import Any
@@ -14,10 +15,15 @@ from vmctl import auth
 from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, Handler, log_path
 from vmctl.daemon import events
 from vmctl.errors import Forbidden, RequestTooLarge, Unauthenticated, VmctlError
-from vmctl.timefmt import iso
 
 #: one INFO line per change an operator asks for (method, path, token name and role, answer status)
 audit = logging.getLogger("vmctld.audit")
+
+
+#: (serial, registry entry) of the client certificate the request being handled was authenticated
+#: with (agents only; set by the middleware for the duration of the request)
+AGENT_CERT: contextvars.ContextVar[tuple[str, dict[str, object]] | None] = contextvars.ContextVar(
+    "vmctl_agent_cert", default=None)
 
 
 def _authenticate(request: web.Request) -> auth.Principal:
@@ -26,13 +32,16 @@ def _authenticate(request: web.Request) -> auth.Principal:
     peercert = transport.get_extra_info("peercert") if transport is not None else None
     node = auth.node_from_peercert(peercert)
     if node is not None:
+        # the handshake proved a cluster CA signed it; only a certificate vmctld issued and still
+        # accepts is an agent (an allow-list: vmctl.api.security.CertRegistry)
         serial = auth.serial_from_peercert(peercert)
         certs = request.app.get(CERTS)
-        revoked = certs.revoked(serial) if certs is not None and serial is not None else None
-        if revoked is not None:
-            raise Unauthenticated(problem=f"the client certificate of node {node} (serial {serial}) was revoked "
-                                          f"at {iso(revoked, utc=True)}: issue a new one with 'vmctl cert issue "
-                                          f"{node}'")
+        if certs is None or serial is None:
+            raise Unauthenticated(problem=f"the client certificate of node {node} has no serial")
+        sslobj = transport.get_extra_info("ssl_object") if transport is not None else None
+        der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+        not_before = peercert.get("notBefore", "") if isinstance(peercert, dict) else ""
+        AGENT_CERT.set((serial, certs.accept(node, serial, der, str(not_before))))
         return auth.Principal("agent", node, "agent")
     header = request.headers.get("Authorization", "")
     if not header:
@@ -73,17 +82,21 @@ def make_auth_mw(max_body: int) -> Any:
     async def auth_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == HEALTHZ:  # liveness for load balancers and systemd: no credentials, no data
             return await handler(request)
-        who = _authenticate(request)
-        _authorize(request, who)
-        cl = request.content_length
-        if cl is not None and cl > max_body:
-            raise RequestTooLarge(size=cl, limit=max_body)
-        # the event log names who caused each event (vmctl.daemon.events.ACTOR, during this request)
-        actor = events.ACTOR.set(f"token {who.name}" if who.kind == "operator" else f"agent {who.name}")
+        cert = AGENT_CERT.set(None)
         try:
-            return await _audited(request, handler, who)
+            who = _authenticate(request)  # sets AGENT_CERT for an agent
+            _authorize(request, who)
+            cl = request.content_length
+            if cl is not None and cl > max_body:
+                raise RequestTooLarge(size=cl, limit=max_body)
+            # the event log names who caused each event (vmctl.daemon.events.ACTOR, during this request)
+            actor = events.ACTOR.set(f"token {who.name}" if who.kind == "operator" else f"agent {who.name}")
+            try:
+                return await _audited(request, handler, who)
+            finally:
+                events.ACTOR.reset(actor)
         finally:
-            events.ACTOR.reset(actor)
+            AGENT_CERT.reset(cert)
 
     return auth_mw
 

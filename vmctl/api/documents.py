@@ -128,7 +128,8 @@ TOKEN_ID_LEN = 12
 def cert_json(serial: str, e: Mapping[str, Any]) -> dict[str, Any]:
     """An agent certificate of the registry (``vmctl cert list``): no key, no PEM."""
     return {"serial": serial, "node": e.get("node"), "issued": e.get("issued"), "expires": e.get("expires"),
-            "revoked": e.get("revoked"), "key_from": e.get("key_from")}
+            "revoked": e.get("revoked"), "key_from": e.get("key_from"), "ca": e.get("ca"),
+            "retired": e.get("retired"), "fingerprint": e.get("fingerprint")}
 
 
 def token_json(t: TokenRecord) -> dict[str, Any]:

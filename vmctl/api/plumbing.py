@@ -82,7 +82,7 @@ async def errors_mw(request: web.Request, handler: Handler) -> web.StreamRespons
 
 
 _GROUPS = frozenset({"/v1/jobs", "/v1/events", "/v1/operations", "/v1/nodes", "/v1/vms", "/v1/policy", "/v1/tokens",
-                     "/v1/certs", "/v1/agent", "/v1/health", "/metrics", HEALTHZ})
+                     "/v1/certs", "/v1/ca", "/v1/agent", "/v1/health", "/metrics", HEALTHZ})
 
 
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:

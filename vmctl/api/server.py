@@ -39,7 +39,7 @@ from vmctl.api.routes.agents import AgentRoutes
 from vmctl.api.routes.cluster import ClusterRoutes
 from vmctl.api.routes.events import EventRoutes
 from vmctl.api.routes.jobs import JobRoutes
-from vmctl.api.security import CertRegistry, bootstrap_token, load_ca
+from vmctl.api.security import CaState, CertRegistry, bootstrap_token, load_ca, read_ca_state
 from vmctl.daemon import statedir
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.lease import LeaseHolder
@@ -62,7 +62,9 @@ class DaemonServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self.port: int = 0
-        self.ca: auth.ClusterCA
+        self.ca: auth.ClusterCA  # the current cluster CA (signs agent certificates)
+        self.ca_state: CaState
+        self._trusted: set[str] = set()  # fingerprints of the CAs self.ssl verifies client certificates with
         self.ssl: ssl.SSLContext | None = None
         self.site: BoundedSite | None = None
         self.stopping = False
@@ -117,9 +119,29 @@ class DaemonServer:
         self._events_written()
 
     def _became_leader(self) -> None:
-        """A standby took the lease: its bootstrap token (if none yet) and a decision pass now."""
+        """A standby took the lease: its bootstrap token (if none yet), the CAs as the store has them now
+        (a rotation may have started or finished while it waited), and a decision pass now."""
         bootstrap_token(self.daemon)
+        state = read_ca_state(self.daemon)
+        if state is not None and self.ssl is not None and state.doc() != self.ca_state.doc():
+            self.apply_ca(state)
+        self.certs.upgrade(self.ca_state)
         self.kick()
+
+    def apply_ca(self, state: CaState) -> None:
+        """Serve with the CAs of ``state`` from the next connection on: trust the client certificates
+        of its CAs (a CA dropped stays in the TLS context until a restart, but the registry refuses its
+        certificates), present a server certificate of its signer, and write ``ca.pem``."""
+        assert self.ssl is not None
+        for ca in (state.current, state.previous):
+            if ca is not None and ca.fingerprint() not in self._trusted:
+                self.ssl.load_verify_locations(cadata=ca.cert_pem)
+                self._trusted.add(ca.fingerprint())
+        if state.signer.fingerprint() != self.ca_state.signer.fingerprint():
+            state.signer.load_server_cert(self.ssl, self.config.server_names, Path(self.config.state_dir))
+            log.warning("the server certificate is now signed by CA %s", state.signer.fingerprint())
+        self.ca_state, self.ca = state, state.current
+        statedir.write_public(self.config.ca_pem_path, state.bundle_pem(), "state_dir", self.config.path)
 
     # security material
     def render_metrics(self) -> tuple[bytes, str]:
@@ -187,18 +209,28 @@ class DaemonServer:
         r.add_post("/v1/certs", a.create_cert)
         r.add_get("/v1/certs", a.list_certs)
         r.add_delete("/v1/certs/{key}", a.revoke_cert)
+        r.add_get("/v1/ca", a.get_ca)
+        r.add_post("/v1/ca/rotate", a.rotate_ca)
+        r.add_post("/v1/ca/finish", a.finish_ca)
         r.add_post("/v1/agent/nodes/{node}/register", g.register)
         r.add_get("/v1/agent/nodes/{node}/desired", g.desired)
         r.add_post("/v1/agent/nodes/{node}/observed", g.observed)
         r.add_post("/v1/agent/nodes/{node}/heartbeat", g.heartbeat)
+        r.add_post("/v1/agent/nodes/{node}/cert", g.renew_cert)
+        r.add_get("/v1/agent/nodes/{node}/ca", g.ca_bundle)
         return app
 
     async def start(self) -> None:
         d = self.daemon
         d.start()
-        self.ca = load_ca(self.daemon)
+        self.ca_state = load_ca(self.daemon)
+        self.ca = self.ca_state.current
+        self.certs.upgrade(self.ca_state)  # a registry from an older vmctld (vmctl.api.security)
         bootstrap_token(self.daemon)
-        self.ssl = self.ca.server_context(self.config.server_names, Path(self.config.state_dir))
+        others = (self.ca_state.current,) if self.ca_state.previous is not None else ()
+        self.ssl = self.ca_state.signer.server_context(self.config.server_names, Path(self.config.state_dir),
+                                                       also_trust=others)
+        self._trusted = {ca.fingerprint() for ca in (self.ca_state.current, self.ca_state.previous) if ca is not None}
         # idle and unauthenticated clients are bounded: connections open at once, TLS handshake time,
         # idle keep-alive time (vmctl.api.listener)
         self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False,

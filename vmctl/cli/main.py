@@ -38,6 +38,7 @@ SUBCOMMANDS: dict[str, str] = {
     "policy": "vmctl.cli.ops:policy",
     "token": "vmctl.cli.ops:token",
     "cert": "vmctl.cli.ops:cert",
+    "ca": "vmctl.cli.ops:ca_group",
     "plan": "vmctl.cli.plan:plan_cmd",
     "moldable": "vmctl.cli.moldable:moldable",
 }

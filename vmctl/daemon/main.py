@@ -166,6 +166,24 @@ def _sqlite_only(cfg: DaemonConfig, what: str, instead: str) -> str:
     return db
 
 
+def _same_cluster(ca_pem: str, cas: list[object]) -> bool:
+    """``ca_pem`` (a CA certificate or a rotation's bundle) holds a CA of the backup's cluster:
+    ``cas`` are the backup's ``ca``, ``ca_previous`` and ``ca_retired`` values."""
+    from vmctl import auth
+
+    pems: list[str] = []
+    for c in cas:
+        for item in c if isinstance(c, list) else [c]:
+            if isinstance(item, dict) and isinstance(item.get("cert_pem"), str):
+                pems.append(item["cert_pem"])
+    try:
+        on_disk = {auth.ca_fingerprint(c) for c in auth.pem_certificates(ca_pem)}
+        theirs = {auth.ca_fingerprint(c) for p in pems for c in auth.pem_certificates(p)}
+    except ValueError:
+        return False
+    return bool(on_disk & theirs)
+
+
 def _summary(store: Store) -> str:
     from vmctl import auth
 
@@ -237,6 +255,9 @@ def restore(config_path: str, file: str) -> int:
         conn = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
         try:
             row = conn.execute("SELECT value FROM kv WHERE key = 'ca'").fetchone()
+            # the CAs the backup's cluster had before (a CA rotation): ca.pem may hold one of them
+            others = [json.loads(r[0]) for r in conn.execute(
+                "SELECT value FROM kv WHERE key IN ('ca_previous', 'ca_retired')").fetchall()]
         finally:
             conn.close()
         ca = json.loads(row[0]) if row else None
@@ -246,7 +267,8 @@ def restore(config_path: str, file: str) -> int:
         raise Refused(statedir.StartupError(problem=f"{src} is not a vmctld backup (no cluster CA in it)"))
     try:
         on_disk = statedir.read_text(cfg.ca_pem_path, "state_dir", cfg.path)
-        if on_disk is not None and on_disk.strip() != str(ca["cert_pem"]).strip():
+        if on_disk is not None and on_disk.strip() != str(ca["cert_pem"]).strip() and not _same_cluster(
+                on_disk, [ca, *others]):
             raise statedir.StateConflict(problem=(
                 f"{src} is a backup of another cluster than the one whose CA is {cfg.ca_pem_path}: refusing to "
                 f"restore it here (remove {cfg.ca_pem_path} first if you mean to)"))

@@ -12,7 +12,7 @@ from vmctl.api import schemas
 from vmctl.api.documents import TOKEN_ID_LEN, cert_json, token_json
 from vmctl.api.plumbing import json_response, read_json
 from vmctl.api.routes.base import Routes
-from vmctl.api.security import add_token
+from vmctl.api.security import add_token, begin_rotation, finish_rotation
 from vmctl.errors import Conflict, NotFound, ValidationError
 from vmctl.store.base import WriteBatch
 
@@ -63,14 +63,15 @@ class AdminRoutes(Routes):
         body = schemas.obj(await read_json(request), ("node", "csr_pem"))
         node = auth.check_node_name(body.get("node"), "node")
         csr = schemas.string(body, "csr_pem", "", max_len=20_000)
+        ca, bundle = self.s.ca_state.current, self.s.ca_state.bundle_pem()
         if csr is not None:
-            cert = self.s.ca.sign_csr(csr, auth.NODE_CN_PREFIX + node)
-            serial = self.s.certs.issued(node, cert, "csr")
-            out = {"cert_pem": cert, "ca_pem": self.s.ca.cert_pem, "serial": serial}
+            cert = ca.sign_csr(csr, auth.NODE_CN_PREFIX + node)
+            serial = self.s.certs.issued(node, cert, "csr", ca.fingerprint())
+            out = {"cert_pem": cert, "ca_pem": bundle, "serial": serial}
         else:
-            cert, key = self.s.ca.issue(auth.NODE_CN_PREFIX + node)
-            serial = self.s.certs.issued(node, cert, "vmctld")
-            out = {"cert_pem": cert, "key_pem": key, "ca_pem": self.s.ca.cert_pem, "serial": serial}
+            cert, key = ca.issue(auth.NODE_CN_PREFIX + node)
+            serial = self.s.certs.issued(node, cert, "vmctld", ca.fingerprint())
+            out = {"cert_pem": cert, "key_pem": key, "ca_pem": bundle, "serial": serial}
         log.info("issued agent certificate %s for node %s (key made by %s)", serial, node,
                  "the requester" if csr is not None else "vmctld")
         return json_response(out, 201)
@@ -91,3 +92,29 @@ class AdminRoutes(Routes):
         revoked = self.s.certs.revoke(key)
         entries = self.s.certs.entries()
         return json_response({"revoked": [cert_json(s, entries[s]) for s in revoked]})
+
+    async def get_ca(self, request: web.Request) -> web.Response:
+        """The cluster's CAs (fingerprints only) and, per node, where its agent stands in a rotation."""
+        self._leader()
+        return json_response(self._ca_doc())
+
+    def _ca_doc(self) -> dict[str, object]:
+        return {**self.s.ca_state.doc(), "nodes": self.s.certs.rotation_status(self.s.ca_state)}
+
+    async def rotate_ca(self, request: web.Request) -> web.Response:
+        """Start a CA rotation (``vmctl ca rotate``)."""
+        self._leader()
+        schemas.obj(await read_json(request), ())
+        self.s.apply_ca(begin_rotation(self.d, self.s.ca_state, self.s.certs))
+        return json_response(self._ca_doc())
+
+    async def finish_ca(self, request: web.Request) -> web.Response:
+        """Drop the previous CA (``vmctl ca finish [--force]``)."""
+        self._leader()
+        body = schemas.obj(await read_json(request), ("force",))
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            raise ValidationError(field="force", problem=f"must be true or false, got {force!r}")
+        state, retired = finish_rotation(self.d, self.s.ca_state, self.s.certs, force)
+        self.s.apply_ca(state)
+        return json_response({**self._ca_doc(), "retired_certs": retired})

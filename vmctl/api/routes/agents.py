@@ -1,4 +1,5 @@
-"""The agents' routes: register, the desired state (long poll), reports and heartbeats."""
+"""The agents' routes: register, the desired state (long poll), reports and heartbeats, and the
+renewal of an agent's own certificate (a CA rotation, an expiry near) over its mTLS connection."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ import time
 
 from aiohttp import web
 
+from vmctl import auth
 from vmctl.api import schemas
+from vmctl.api.access import AGENT_CERT
 from vmctl.api.documents import node_json
 from vmctl.api.plumbing import json_response, node_names, query_float, query_int, read_json
 from vmctl.api.routes.base import Routes
 from vmctl.daemon.base import NotLeader
-from vmctl.errors import ValidationError
+from vmctl.errors import Conflict, ValidationError
+from vmctl.store.base import WriteBatch
 from vmctl.wire import desired_to_json, observed_from_json
 
 
 class AgentRoutes(Routes):
     async def register(self, request: web.Request) -> web.Response:
         self._leader()
+        auth.check_node_name(request.match_info["node"], "node")
         body = schemas.obj(await read_json(request), ("cores", "hostname", "backend", "peers", "checkpoint_peers",
                                                       "speed", "group", "memory_mib", "levels", "discipline"))
         cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
@@ -67,7 +72,41 @@ class AgentRoutes(Routes):
         out = self.d.heartbeat(request.match_info["node"])
         if self.d.dirty:
             self.s.kick()
+        # what the agent must do about its credentials: renew its certificate (a CA rotation, an expiry
+        # near) and hold the CA bundle with this digest as its ca_file
+        entry = AGENT_CERT.get()
+        out["renew_cert"] = entry is not None and self.s.certs.needs_renewal(entry[1], self.s.ca_state)
+        out["ca_sha256"] = self.s.ca_state.bundle_sha256()
         return json_response(out)
+
+    async def renew_cert(self, request: web.Request) -> web.Response:
+        """A new certificate for the agent's own key (a signing request made on the node), signed by the
+        current CA: allowed while the certificate it presents needs renewal (``renew_cert`` in its
+        heartbeat answer), so that a renewal cannot grow the registry without end."""
+        self._leader()
+        node = auth.check_node_name(request.match_info["node"], "node")
+        body = schemas.obj(await read_json(request), ("csr_pem",))
+        csr = schemas.string(body, "csr_pem", "", required=True, max_len=20_000)
+        assert csr is not None
+        entry = AGENT_CERT.get()
+        if entry is None or not self.s.certs.needs_renewal(entry[1], self.s.ca_state):
+            raise Conflict(what=f"the certificate of node {node}",
+                           problem="it is of the current CA and far from expiry: nothing to renew")
+        ca = self.s.ca_state.current
+        cert = ca.sign_csr(csr, auth.NODE_CN_PREFIX + node)
+        serial = self.s.certs.issued(node, cert, "renewal", ca.fingerprint())
+        self.d.events.add(self.d.clock.now(), "cert.renewed",
+                          f"node {node} renewed its certificate {entry[0]} -> {serial} (CA {ca.fingerprint()})",
+                          node=node)
+        self.d.store_write(WriteBatch(events=self.d.events.take()))
+        return json_response({"cert_pem": cert, "ca_pem": self.s.ca_state.bundle_pem(), "serial": serial}, 201)
+
+    async def ca_bundle(self, request: web.Request) -> web.Response:
+        """The CA bundle an agent must trust (its ``ca_file``): the current CA, and the previous one
+        during a rotation."""
+        self._leader()
+        state = self.s.ca_state
+        return json_response({"ca_pem": state.bundle_pem(), "ca_sha256": state.bundle_sha256()})
 
     async def observed(self, request: web.Request) -> web.Response:
         self._leader()
