@@ -153,6 +153,7 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("POST", "/v1/jobs:batch", {"jobs": [{"procs": 1, "estimate": 5}]}, "admin"),
     ("GET", "/v1/nodes", None, "read"),
     ("POST", "/v1/nodes/n1/undrain", None, "admin"),
+    ("POST", "/v1/nodes/n1/cores", {"cores": 4}, "admin"),
     ("GET", "/v1/vms", None, "read"),
     ("GET", "/v1/operations", None, "read"),
     ("GET", "/v1/tokens", None, "admin"),
@@ -683,6 +684,54 @@ def test_drain_with_a_reason(client: Client, tokens: dict[str, str]) -> None:
     assert s == 422 and doc["error"]["field"] == "reason"
     s, doc = client.call("POST", "/v1/nodes/n1/undrain", token=admin)
     assert s == 200 and doc["node"]["state"] == "ready" and doc["node"]["drain_reason"] is None
+
+
+def test_a_node_core_count_changes_only_when_an_operator_confirms_it(client: Client,
+                                                                     tokens: dict[str, str]) -> None:
+    """Issue 23 item 7: an agent re-registering its node with another core count (4,096) is refused
+    with the command that confirms it, and the count is pending (shown in node list, one event) until an
+    operator confirms it; confirmed ahead of the agent, it applies when the agent registers it; the
+    node's current count declines a pending one. An event either way."""
+    admin, read = tokens["admin"], tokens["read"]
+    reg = "/v1/agent/nodes/n7/register"
+    s, doc = client.call("POST", reg, {"cores": 4}, node="n7")
+    assert s == 200 and doc["node"]["cores"] == 4 and doc["node"]["cores_pending"] is None
+
+    def n7() -> dict[str, Any]:
+        return next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n7")
+
+    def events(kind: str) -> list[str]:
+        evs = client.call("GET", "/v1/events?limit=1000", token=read)[1]["events"]
+        return [e["message"] for e in evs if e.get("node") == "n7" and e["kind"] == kind]
+
+    for _ in range(2):  # the agent retries: refused each time, one event
+        s, doc = client.call("POST", reg, {"cores": 4096}, node="n7")
+        assert s == 409 and doc["error"]["reference"] == "conflict", doc
+        assert "vmctl node cores n7 4096" in doc["error"]["message"] and "has it with 4" in doc["error"]["message"]
+    assert n7()["cores"] == 4 and n7()["cores_pending"] == 4096
+    assert len(events("node.cores_held")) == 1, events("node.cores_held")
+    # an operator confirms (admins only): applied at once, the agent's next registration is accepted
+    assert client.call("POST", "/v1/nodes/n7/cores", {"cores": 4096}, token=read)[0] == 403
+    s, doc = client.call("POST", "/v1/nodes/n7/cores", {"cores": 4096}, token=admin)
+    assert s == 200 and doc["node"]["cores"] == 4096 and doc["node"]["cores_pending"] is None
+    assert any("has 4096 cores (was 4)" in m for m in events("node.cores_changed"))
+    assert client.call("POST", reg, {"cores": 4096}, node="n7")[0] == 200
+    # confirmed ahead of the agent: kept until the agent registers that count
+    s, doc = client.call("POST", "/v1/nodes/n7/cores", {"cores": 8}, token=admin)
+    assert s == 200 and doc["node"]["cores"] == 4096 and doc["node"]["cores_confirmed"] == 8
+    s, doc = client.call("POST", reg, {"cores": 8}, node="n7")
+    assert s == 200 and doc["node"]["cores"] == 8 and doc["node"]["cores_confirmed"] is None
+    # declined: the operator confirms the count the node has; the agent stays refused
+    assert client.call("POST", reg, {"cores": 16}, node="n7")[0] == 409
+    s, doc = client.call("POST", "/v1/nodes/n7/cores", {"cores": 8}, token=admin)
+    assert s == 200 and doc["node"]["cores"] == 8 and doc["node"]["cores_pending"] is None
+    assert any("the 16 its agent registered stay refused" in m for m in events("node.cores_confirmed"))
+    assert client.call("POST", reg, {"cores": 16}, node="n7")[0] == 409
+    # bad input names what is wrong
+    for body in ({"cores": 0}, {"cores": 4097}, {"cores": "8"}, {}):
+        s, doc = client.call("POST", "/v1/nodes/n7/cores", body, token=admin)
+        assert s == 422 and doc["error"]["field"] == "cores", (body, doc)
+    assert client.call("POST", "/v1/nodes/nowhere/cores", {"cores": 4}, token=admin)[0] == 404
 
 
 def test_node_remove_refuses_a_live_node(client: Client, tokens: dict[str, str]) -> None:

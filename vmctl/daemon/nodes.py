@@ -60,11 +60,9 @@ class NodeEvents(DaemonBase):
             self.state.nodes_changed()
         else:
             if rec.cores != cores:
-                busy = [j for j in self.state.jobs_on(name) if any(c >= cores for n, c in j.placement if n == name)]
-                if busy:
-                    raise Conflict(what=f"node {name}", problem=f"cannot shrink to {cores} cores: jobs run there")
-                rec.cores = cores
-                self.state.nodes_changed()
+                self._cores_change(rec, cores, now)
+            elif rec.cores_pending is not None:  # the agent is back to the count it has: nothing to confirm
+                rec.cores_pending = None
             rec.hostname, rec.backend, rec.last_seen = hostname, backend, now
             if rec.state == "lost":
                 rec.state = "ready"
@@ -89,6 +87,77 @@ class NodeEvents(DaemonBase):
                         + (f", was {was})" if was is not None else ")"), node=name)
         self.commit(ch)
         self.dirty = True
+        return rec
+
+    def _cores_change(self, rec: NodeRecord, cores: int, now: float) -> None:
+        """A registered node's agent registers a different core count: it changes only when an operator
+        confirmed that count (``confirm_cores``, ahead of the agent or after it asked). Otherwise the
+        registration is refused (``Conflict``) and the count is kept as pending, with an event the first
+        time, until an operator confirms it or the agent registers its old count again: a misconfigured
+        or impersonated agent cannot make the policy place work on cores that do not exist."""
+        name = rec.name
+        if rec.cores_confirmed == cores:
+            self._apply_cores(rec, cores, now, "its agent registered the count an operator confirmed")
+            return
+        if rec.cores_pending != cores:
+            rec.cores_pending = cores
+            ch = Changes()
+            ch.nodes[name] = rec
+            self.events.add(now, "node.cores_held", f"node {name} registers {cores} cores, but it has {rec.cores}: "
+                            f"refused until an operator confirms (vmctl node cores {name} {cores})", node=name)
+            self.commit(ch)
+            log.warning("node %s registers %d cores (it has %d): refused until an operator confirms "
+                        "(vmctl node cores %s %d)", name, cores, rec.cores, name, cores)
+        raise Conflict(what=f"node {name}", problem=(
+            f"registers {cores} cores, but vmctld has it with {rec.cores}: a node's core count changes only "
+            f"when an operator confirms it (vmctl node cores {name} {cores}); until then this registration is "
+            f"refused (or give the agent its {rec.cores} cores back)"))
+
+    def _apply_cores(self, rec: NodeRecord, cores: int, now: float, why: str) -> None:
+        """Node ``rec`` has ``cores`` cores from now on (confirmed); a node does not shrink under jobs."""
+        name = rec.name
+        busy = [j.id for j in self.state.jobs_on(name) if any(c >= cores for n, c in j.placement if n == name)]
+        if busy:
+            raise Conflict(what=f"node {name}", problem=(
+                f"cannot shrink to {cores} cores: job(s) {', '.join(busy[:5])} run on its cores {cores} and up "
+                f"(drain it first: vmctl node drain {name})"))
+        was, rec.cores = rec.cores, cores
+        rec.cores_pending = rec.cores_confirmed = None
+        self.state.nodes_changed()
+        ch = Changes()
+        ch.nodes[name] = rec
+        ch.desired_nodes.add(name)
+        self.events.add(now, "node.cores_changed", f"node {name} has {cores} cores (was {was}): {why}", node=name)
+        self.commit(ch)
+        self.dirty = True
+
+    def confirm_cores(self, name: str, cores: int) -> NodeRecord:
+        """An operator confirms that node ``name`` has ``cores`` cores (``POST /v1/nodes/<n>/cores``): the
+        count its agent asked for (pending) is applied now; another count is kept until the agent
+        registers it; its current count clears what was pending (the change is declined). An event
+        either way."""
+        self._require_leader()
+        rec = self.node(name)
+        now = self.clock.now()
+        if cores == rec.cores:
+            declined = rec.cores_pending
+            rec.cores_pending = rec.cores_confirmed = None
+            ch = Changes()
+            ch.nodes[name] = rec
+            self.events.add(now, "node.cores_confirmed", f"node {name} keeps its {cores} cores (confirmed by an "
+                            "operator" + (f"; the {declined} its agent registered stay refused)" if declined else ")"),
+                            node=name)
+            self.commit(ch)
+            return rec
+        if cores == rec.cores_pending:
+            self._apply_cores(rec, cores, now, "confirmed by an operator (its agent registered that count)")
+            return rec
+        rec.cores_confirmed = cores
+        ch = Changes()
+        ch.nodes[name] = rec
+        self.events.add(now, "node.cores_confirmed", f"node {name} may register {cores} cores (it has {rec.cores}): "
+                        "confirmed by an operator, applied when its agent registers that count", node=name)
+        self.commit(ch)
         return rec
 
     def report(self, obs: NodeObserved) -> None:

@@ -171,6 +171,11 @@ class NodeRecord:
     discipline: str = "priority"
     #: why an operator drained the node (``vmctl node drain --reason``); None when not given or undrained
     drain_reason: str | None = None
+    #: a core count its agent registered that differs from ``cores`` and that no operator confirmed yet
+    #: (the registration was refused); and the core count an operator confirmed ahead of the agent
+    #: (``vmctl node cores``; used by the agent's next registration with it). None: nothing pending
+    cores_pending: int | None = None
+    cores_confirmed: int | None = None
 
     def to_doc(self) -> dict[str, Any]:
         d = asdict(self)
