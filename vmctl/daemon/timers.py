@@ -96,7 +96,9 @@ class Timers(DaemonBase):
                 # killed only when every node it runs on reported it still running in a relist that arrived
                 # after that moment (a process that exited meanwhile ends the job as done, not killed)
                 if all(heard.get(node, -math.inf) > crossed for node, _c in job.placement):
-                    self.actuator.stop_job(ch, job, now, JobState.KILLED, "killed: ran past its estimate")
+                    self.actuator.stop_job(ch, job, now, JobState.KILLED, (
+                        f"killed: ran past its estimate ({prog:.0f} s counted: fg time and bg CPU time; limit "
+                        f"{st.run_limit(job):.0f} s + {cfg.estimate_grace_s:g} s grace)"))
 
     def _node_silent(self, n: NodeRecord, state: str, now: float, age: float, ch: Changes, then: str) -> None:
         """Node ``n`` has not been heard from for ``age`` (model seconds): it becomes ``state``."""
