@@ -376,6 +376,8 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
     promoted = [j for j in acked if any(h["event"] == "tier" and (h["detail"] or "").startswith("bg -> fg")
                                         for h in by_id[j]["history"])]
     assert len(promoted) >= 10, f"only {len(promoted)} jobs ran in bg and were promoted: the test lost its point"
+    (d.tmp / "campaign.json").write_text(json.dumps({  # what the campaign did (kept for post-mortems)
+        "kills": d.kills, "at_lease": at_lease, "jobs": len(acked), "promoted_bg_to_fg": len(promoted)}))
 
     diag = [a.diagnose() for a in agents]
     (d.tmp / "agents.json").write_text(json.dumps(diag, default=str, indent=1))  # kept for post-mortems
