@@ -583,6 +583,12 @@ def test_nodes_show_applied_generation_report_age_and_last_error(client: Client,
     time.sleep(0.05)
     s, _ = client.call("POST", "/v1/agent/nodes/n1/heartbeat", {}, node="n1")
     assert s == 200
+    # a fenced agent says for how long (issue 23); a bad value is 422 naming it
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/heartbeat", {"fenced_s": 0.5}, node="n1")
+    assert s == 200
+    for bad in (-1, "5", 1e11):
+        s, doc = client.call("POST", "/v1/agent/nodes/n1/heartbeat", {"fenced_s": bad}, node="n1")
+        assert s == 422 and doc["error"]["field"] == "fenced_s", (bad, doc)
     n1 = next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n1")
     assert n1["last_report"] == reported and n1["last_seen"] > reported and n1["report_age_s"] >= 0.05
     _heartbeat(client)
@@ -797,3 +803,39 @@ def test_user_and_account_are_kept_and_answered(client: Client, tokens: dict[str
     s, bad = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 5, "account": "a\nb"}, token=admin)
     assert s == 422 and bad["error"]["field"] == "account"
     client.call("DELETE", f"/v1/jobs/{doc['job']['id']}", token=admin)
+
+
+def test_a_fenced_agent_tells_vmctld_and_stops_telling_an_older_one(client: Client, tokens: dict[str, str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fenced agent's heartbeat carries ``fenced_s``; a vmctld older than that field answers 422, and
+    the agent beats on without it (it must not stay fenced for want of an accepted heartbeat)."""
+    from vmctl.agents.http_source import Heartbeat, Liveness
+
+    client.ctx("n1")
+    cert, key = client.certs["n1"]
+    ep = AgentEndpoint(f"https://127.0.0.1:{client.port}", "n1", cert, key, client.d.ca_file)
+    lv = Liveness()
+    lv.contact(lv.now() - 100, {"heartbeat_s": 1.0, "fence_s": 10.0, "generation": 0})
+    assert lv.fenced(0) and (lv.fenced_for() or 0) >= 0
+    hb = Heartbeat(ep, lv)
+    real = hb._conn.request
+    sent: list[Any] = []
+
+    def record(method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
+        sent.append(body)
+        return real(method, path, body, timeout)
+
+    monkeypatch.setattr(hb._conn, "request", record)
+    assert hb.beat() and list(sent[-1]) == ["fenced_s"]  # this vmctld takes it
+
+    def older(method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
+        sent.append(body)
+        if body:
+            raise ApiError(status=422, reference_text="invalid-input", problem="body: unknown field fenced_s")
+        return real(method, path, body, timeout)
+
+    monkeypatch.setattr(hb._conn, "request", older)
+    sent.clear()
+    assert hb.beat() and [list(b) for b in sent] == [["fenced_s"], []]
+    assert hb.beat() and sent[-1] == {} and hb.failures == 0
+    hb._conn.close()

@@ -159,6 +159,20 @@ def test_liveness_fences_after_fence_s_and_lifts_only_with_a_new_enough_generati
     assert not lv.fenced(5)
 
 
+def test_liveness_says_how_long_the_fence_has_held() -> None:
+    """``fenced_for``: what the next heartbeat tells vmctld (``fenced_s``) while the VMs are paused."""
+    mono = FakeMonotonic()
+    lv = Liveness(clock=mono)
+    lv.contact(100.0, {"heartbeat_s": 1.0, "fence_s": 10.0, "generation": 3})
+    assert lv.fenced_for() is None
+    mono.t = 111.0
+    assert lv.fenced(3) and lv.fenced_for() == 0.0
+    mono.t = 141.5
+    assert lv.fenced_for() == 30.5
+    lv.contact(141.5, {"generation": 3})
+    assert not lv.fenced(3) and lv.fenced_for() is None
+
+
 def _job_vm(name: str, core: int, power: PowerState = PowerState.RUNNING,
             migration: MigrationSpec | None = None) -> VmDesired:
     return VmDesired(name=name, core=core, role=VmRole.FG, weight=10000, power=power, migration=migration,
@@ -250,3 +264,34 @@ def test_a_fg_job_past_its_estimate_is_still_killed_after_a_bg_stint(tmp_path: P
     job = c.daemon.job(b)
     assert job.state == "killed" and "estimate" in (job.reason or ""), (job.state, job.reason)
     assert c.clock.now() - promoted >= 100 + 2 - 10, c.clock.now() - promoted  # B's bg CPU: < 10 s
+
+
+@pytest.mark.parametrize("told", [True, False], ids=["agent-tells-its-fence", "agent-says-nothing"])
+def test_a_fg_job_paused_by_the_fence_while_vmctld_was_down_is_not_killed_for_it(tmp_path: Path,
+                                                                                 told: bool) -> None:
+    """Issue 23 item 3: vmctld is down for 150 s; 20 s after its last contact the agent's fence paused the
+    fg job's VM (130 s of the 150 it was down). The job asks 100 s and needs 80: it had run 30 s. Its
+    agent's first heartbeat to the new vmctld says how long it has been fenced, and that time leaves
+    the estimate's account: the job runs its other 50 s and ends done. An agent that does not say
+    (older) gets the job killed, as before: the pause counted as fg time."""
+    c = Cluster(tmp_path, {"n1": 1}, estimate_grace_s=2.0)
+    jid = c.submit(1, 100, 80)
+    c.run_until(lambda: c.state(jid) == "running" and c.daemon.job(jid).tasks[0]["seen"])
+    for _ in range(30):
+        c.step()
+    vm = c.daemon.job(jid).vm_name(0)
+    be = c.agents["n1"][3]
+    c.daemon.store.close()
+    c.daemon = c._new_daemon()
+    c.clock.advance(20)
+    be.suspend(vm)  # the fence: no contact for fence_s
+    c.clock.advance(130)
+    assert c.daemon.start()
+    c.daemon.heartbeat("n1", 130.0 if told else None)
+    be.resume(vm)  # the fence lifts once the agent holds the new daemon's generation
+    c.run_until(lambda: c.state(jid) != "running", limit=200)
+    job = c.daemon.job(jid)
+    if told:
+        assert job.state == "done", (job.state, job.reason)
+    else:
+        assert job.state == "killed" and "past its estimate" in (job.reason or ""), (job.state, job.reason)

@@ -5,6 +5,7 @@ coming back, drain and undrain, and the desired state an agent fetches.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -174,22 +175,52 @@ class NodeEvents(DaemonBase):
             self.observed_at[rec.name] = now
         self.commit(ch)
 
-    def heartbeat(self, name: str) -> dict[str, Any]:
+    def heartbeat(self, name: str, fenced_s: float | None = None) -> dict[str, Any]:
         """An agent's cheap sign of life (``POST /v1/agent/nodes/<n>/heartbeat``): keeps its node from
         being lost, and tells the agent the liveness settings and its node's current generation (an agent
-        that fenced itself resumes its VMs only once it holds that generation). In memory only: a
-        heartbeat writes the store only when it brings a lost or down node back."""
+        that fenced itself resumes its VMs only once it holds that generation). ``fenced_s``: how long
+        (real seconds) the agent has held its job VMs paused by its fence, when it has (``_fence_pause``).
+        In memory only: a heartbeat writes the store only when it brings a lost or down node back or
+        ends a fence."""
         self._require_leader()
         rec = self.node(name)
-        rec.last_seen = self.clock.now()
+        now = self.clock.now()
+        rec.last_seen = now
         ch = Changes()
         self._node_back(rec, ch)
+        if fenced_s:
+            self._fence_pause(name, now, fenced_s, ch)
         if ch.any():
             self.commit(ch)
         cfg = self.config
         return {"node": name, "state": rec.state, "generation": self.state.generation.get(name, 0),
                 "heartbeat_s": cfg.heartbeat_s, "node_timeout_s": cfg.node_timeout_s, "fence_s": cfg.fence_s,
                 "node_down_s": cfg.node_down_s}
+
+    def _fence_pause(self, name: str, now: float, fenced_s: float, ch: Changes) -> None:
+        """Node ``name``'s agent held its job VMs paused for the last ``fenced_s`` real seconds (its fence:
+        no contact with vmctld for ``fence_s``, e.g. while no vmctld ran). Its fg jobs got no time on
+        their cores meanwhile: that time leaves their estimate's account (``estimate_progress``), so
+        an outage does not bring their kill forward. Each stretch is taken off once (``_fence_credited``,
+        memory only; a daemon that restarts within one fence may take it off again: a later kill, never
+        an earlier one)."""
+        start = now - fenced_s * self.speed
+        since = max(start, self._fence_credited.get(name, -math.inf))
+        self._fence_credited[name] = now
+        if since >= now:
+            return
+        for job in self.state.jobs_on(name):
+            if job.tier != "fg" or job.level is not None or job.tier_since is None:
+                continue
+            paused = now - max(since, job.tier_since)
+            if paused <= 0:
+                continue
+            if job.est_base is None:  # stored before the account was kept: start it from the model
+                job.est_base = job.progress_base
+            job.est_base -= paused  # an offset: the stint's time (now - tier_since) is at least `paused`
+            ch.jobs[job.id] = job
+            log.info("job %s: %.1f s paused by node %s's fence do not count against its estimate", job.id,
+                     paused / self.speed, name)
 
     def _node_back(self, rec: NodeRecord, ch: Changes) -> None:
         """The agent of a lost or down node was heard from: the node is schedulable again (a lost node
