@@ -373,6 +373,12 @@ class Liveness:
                 log.warning("no contact with vmctld for %.1f s (fence_s %.1f): pausing the job VMs",
                             self.fenced_since - (self.last_contact or self.fenced_since), self.fence_s or 0.0)
 
+    def fenced_for(self) -> float | None:
+        """How long (s) the job VMs have been held paused by the fence, while they are (None: not
+        fenced). A heartbeat tells vmctld, so that its fg jobs' estimates do not count the pause."""
+        with self._lock:
+            return None if self.fenced_since is None else max(0.0, self.now() - self.fenced_since)
+
     def fenced(self, held_generation: int | None) -> bool:
         """Must the job VMs be paused now? ``held_generation``: the desired generation the reconciler
         works on (None: no desired state yet)."""
@@ -418,6 +424,7 @@ class Heartbeat:
         self._threads: list[threading.Thread] = []
         self.beats = 0
         self.failures = 0
+        self._tell_fence = True  # False once a vmctld refused fenced_s (older than it)
 
     @property
     def interval(self) -> float:
@@ -426,10 +433,19 @@ class Heartbeat:
     def beat(self) -> bool:
         """One heartbeat; True when vmctld accepted it."""
         sent = self.liveness.now()
+        fenced = self.liveness.fenced_for()
+        body: dict[str, Any] = {} if fenced is None or not self._tell_fence else {"fenced_s": round(fenced, 3)}
         try:
-            _s, doc = self._conn.request("POST", f"/v1/agent/nodes/{self.ep.node}/heartbeat", {},
+            _s, doc = self._conn.request("POST", f"/v1/agent/nodes/{self.ep.node}/heartbeat", body,
                                          timeout=min(self.ep.timeout_s, max(1.0, 2 * self.interval)))
-        except (DaemonUnavailable, ApiError) as exc:
+        except ApiError as exc:
+            if body and exc.fields.get("status") == 422:  # a vmctld older than fenced_s: beat without it
+                self._tell_fence = False
+                return self.beat()
+            self.failures += 1
+            log.debug("heartbeat: %s", exc)
+            return False
+        except DaemonUnavailable as exc:
             self.failures += 1
             log.debug("heartbeat: %s", exc)
             return False

@@ -326,6 +326,11 @@ class ApiClient:
         body = None if reason is None else {"reason": reason}
         return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/drain", body), "node", "drain"))
 
+    def confirm_cores(self, name: str, cores: int) -> dict[str, Any]:
+        """``POST /v1/nodes/<name>/cores``: confirm that the node has ``cores`` cores."""
+        return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/cores", {"cores": cores}),
+                                "node", "cores"))
+
     def undrain_node(self, name: str) -> dict[str, Any]:
         return dict(self._field(self.call("POST", f"/v1/nodes/{self._seg(name)}/undrain"), "node", "undrain"))
 

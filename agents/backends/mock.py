@@ -184,11 +184,16 @@ class _Vm:
 
 
 class MockFabric:
-    """Connects MockBackends so that VMs can migrate between them (``uri`` -> backend)."""
+    """Connects MockBackends so that VMs can migrate between them (``uri`` -> backend).
+
+    The backends of one fabric share one lock (``lock``): every call settles the model on every
+    backend of the fabric (``_settle``), so a call on one backend takes the others' state too. With a
+    lock per backend, two threads calling two backends at once each held its own lock and waited for
+    the other's (an ABBA deadlock: agents' reconcilers in one process hung forever in ``list_vms``)."""
 
     def __init__(self) -> None:
         self._backends: dict[str, MockBackend] = {}
-        self._lock = threading.RLock()
+        self._lock = self.lock = threading.RLock()
 
     def attach(self, backend: MockBackend) -> None:
         with self._lock:
@@ -238,7 +243,8 @@ class MockBackend(HypervisorBackend):
         self._vms: dict[str, _Vm] = {}
         self._migrations: dict[str, _Migration] = {}
         self._callbacks: list[EventCallback] = []
-        self._lock = threading.RLock()
+        # one lock for the whole fabric (see MockFabric): a call here also advances the other backends
+        self._lock = fabric.lock if fabric is not None else threading.RLock()
         self._t = self.clock.now()
         self._dirty = True
         self._closed = False
@@ -486,13 +492,11 @@ class MockBackend(HypervisorBackend):
             self._hand_over(mig, now)
 
     def _hand_over(self, mig: _Migration, now: float) -> None:
-        """Move a migrated VM to an in-process target. Both backends' locks are taken in one global
-        order (by URI): two hosts finishing migrations towards each other at the same moment would
-        otherwise each hold its own lock and wait for the other's. Events go out after the locks."""
+        """Move a migrated VM to an in-process target, under the fabric's one lock (both backends
+        share it). Events go out after the lock."""
         target = mig.target
         assert target is not None
-        first, second = sorted((self, target), key=lambda b: b.uri)
-        with first._lock, second._lock:
+        with self._lock:
             vm = self._vms.get(mig.name)
             if mig.state is not MigrationState.RUNNING or vm is None:
                 return  # settled meanwhile (aborted, or handled by a concurrent pass)

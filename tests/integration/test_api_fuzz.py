@@ -151,6 +151,7 @@ BASE: dict[tuple[str, str], dict[str, bytes]] = {
     ("PUT", "/v1/policy"): {"name": b'"easy"'},
     ("POST", "/v1/tokens"): {"name": b'"fuzz"', "role": b'"read"'},
     ("POST", "/v1/certs"): {"node": b'"fz2"'},
+    ("POST", "/v1/nodes/{name}/cores"): {"cores": b"2"},
     ("POST", "/v1/agent/nodes/{node}/register"): {"cores": b"2"},
     ("POST", "/v1/agent/nodes/{node}/observed"): {"node": b'"fz"', "generation_applied": b"0", "cores": b"2"},
 }

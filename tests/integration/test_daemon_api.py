@@ -153,6 +153,7 @@ ROUTES: list[tuple[str, str, Any, str]] = [
     ("POST", "/v1/jobs:batch", {"jobs": [{"procs": 1, "estimate": 5}]}, "admin"),
     ("GET", "/v1/nodes", None, "read"),
     ("POST", "/v1/nodes/n1/undrain", None, "admin"),
+    ("POST", "/v1/nodes/n1/cores", {"cores": 4}, "admin"),
     ("GET", "/v1/vms", None, "read"),
     ("GET", "/v1/operations", None, "read"),
     ("GET", "/v1/tokens", None, "admin"),
@@ -582,6 +583,12 @@ def test_nodes_show_applied_generation_report_age_and_last_error(client: Client,
     time.sleep(0.05)
     s, _ = client.call("POST", "/v1/agent/nodes/n1/heartbeat", {}, node="n1")
     assert s == 200
+    # a fenced agent says for how long (issue 23); a bad value is 422 naming it
+    s, _ = client.call("POST", "/v1/agent/nodes/n1/heartbeat", {"fenced_s": 0.5}, node="n1")
+    assert s == 200
+    for bad in (-1, "5", 1e11):
+        s, doc = client.call("POST", "/v1/agent/nodes/n1/heartbeat", {"fenced_s": bad}, node="n1")
+        assert s == 422 and doc["error"]["field"] == "fenced_s", (bad, doc)
     n1 = next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n1")
     assert n1["last_report"] == reported and n1["last_seen"] > reported and n1["report_age_s"] >= 0.05
     _heartbeat(client)
@@ -685,6 +692,54 @@ def test_drain_with_a_reason(client: Client, tokens: dict[str, str]) -> None:
     assert s == 200 and doc["node"]["state"] == "ready" and doc["node"]["drain_reason"] is None
 
 
+def test_a_node_core_count_changes_only_when_an_operator_confirms_it(client: Client,
+                                                                     tokens: dict[str, str]) -> None:
+    """Issue 23 item 7: an agent re-registering its node with another core count (4,096) is refused
+    with the command that confirms it, and the count is pending (shown in node list, one event) until an
+    operator confirms it; confirmed ahead of the agent, it applies when the agent registers it; the
+    node's current count declines a pending one. An event either way."""
+    admin, read = tokens["admin"], tokens["read"]
+    reg = "/v1/agent/nodes/n7/register"
+    s, doc = client.call("POST", reg, {"cores": 4}, node="n7")
+    assert s == 200 and doc["node"]["cores"] == 4 and doc["node"]["cores_pending"] is None
+
+    def n7() -> dict[str, Any]:
+        return next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n7")
+
+    def events(kind: str) -> list[str]:
+        evs = client.call("GET", "/v1/events?limit=1000", token=read)[1]["events"]
+        return [e["message"] for e in evs if e.get("node") == "n7" and e["kind"] == kind]
+
+    for _ in range(2):  # the agent retries: refused each time, one event
+        s, doc = client.call("POST", reg, {"cores": 4096}, node="n7")
+        assert s == 409 and doc["error"]["reference"] == "conflict", doc
+        assert "vmctl node cores n7 4096" in doc["error"]["message"] and "has it with 4" in doc["error"]["message"]
+    assert n7()["cores"] == 4 and n7()["cores_pending"] == 4096
+    assert len(events("node.cores_held")) == 1, events("node.cores_held")
+    # an operator confirms (admins only): applied at once, the agent's next registration is accepted
+    assert client.call("POST", "/v1/nodes/n7/cores", {"cores": 4096}, token=read)[0] == 403
+    s, doc = client.call("POST", "/v1/nodes/n7/cores", {"cores": 4096}, token=admin)
+    assert s == 200 and doc["node"]["cores"] == 4096 and doc["node"]["cores_pending"] is None
+    assert any("has 4096 cores (was 4)" in m for m in events("node.cores_changed"))
+    assert client.call("POST", reg, {"cores": 4096}, node="n7")[0] == 200
+    # confirmed ahead of the agent: kept until the agent registers that count
+    s, doc = client.call("POST", "/v1/nodes/n7/cores", {"cores": 8}, token=admin)
+    assert s == 200 and doc["node"]["cores"] == 4096 and doc["node"]["cores_confirmed"] == 8
+    s, doc = client.call("POST", reg, {"cores": 8}, node="n7")
+    assert s == 200 and doc["node"]["cores"] == 8 and doc["node"]["cores_confirmed"] is None
+    # declined: the operator confirms the count the node has; the agent stays refused
+    assert client.call("POST", reg, {"cores": 16}, node="n7")[0] == 409
+    s, doc = client.call("POST", "/v1/nodes/n7/cores", {"cores": 8}, token=admin)
+    assert s == 200 and doc["node"]["cores"] == 8 and doc["node"]["cores_pending"] is None
+    assert any("the 16 its agent registered stay refused" in m for m in events("node.cores_confirmed"))
+    assert client.call("POST", reg, {"cores": 16}, node="n7")[0] == 409
+    # bad input names what is wrong
+    for body in ({"cores": 0}, {"cores": 4097}, {"cores": "8"}, {}):
+        s, doc = client.call("POST", "/v1/nodes/n7/cores", body, token=admin)
+        assert s == 422 and doc["error"]["field"] == "cores", (body, doc)
+    assert client.call("POST", "/v1/nodes/nowhere/cores", {"cores": 4}, token=admin)[0] == 404
+
+
 def test_node_remove_refuses_a_live_node(client: Client, tokens: dict[str, str]) -> None:
     admin = tokens["admin"]
     _heartbeat(client)
@@ -748,3 +803,39 @@ def test_user_and_account_are_kept_and_answered(client: Client, tokens: dict[str
     s, bad = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 5, "account": "a\nb"}, token=admin)
     assert s == 422 and bad["error"]["field"] == "account"
     client.call("DELETE", f"/v1/jobs/{doc['job']['id']}", token=admin)
+
+
+def test_a_fenced_agent_tells_vmctld_and_stops_telling_an_older_one(client: Client, tokens: dict[str, str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fenced agent's heartbeat carries ``fenced_s``; a vmctld older than that field answers 422, and
+    the agent beats on without it (it must not stay fenced for want of an accepted heartbeat)."""
+    from vmctl.agents.http_source import Heartbeat, Liveness
+
+    client.ctx("n1")
+    cert, key = client.certs["n1"]
+    ep = AgentEndpoint(f"https://127.0.0.1:{client.port}", "n1", cert, key, client.d.ca_file)
+    lv = Liveness()
+    lv.contact(lv.now() - 100, {"heartbeat_s": 1.0, "fence_s": 10.0, "generation": 0})
+    assert lv.fenced(0) and (lv.fenced_for() or 0) >= 0
+    hb = Heartbeat(ep, lv)
+    real = hb._conn.request
+    sent: list[Any] = []
+
+    def record(method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
+        sent.append(body)
+        return real(method, path, body, timeout)
+
+    monkeypatch.setattr(hb._conn, "request", record)
+    assert hb.beat() and list(sent[-1]) == ["fenced_s"]  # this vmctld takes it
+
+    def older(method: str, path: str, body: Any = None, timeout: float | None = None) -> tuple[int, Any]:
+        sent.append(body)
+        if body:
+            raise ApiError(status=422, reference_text="invalid-input", problem="body: unknown field fenced_s")
+        return real(method, path, body, timeout)
+
+    monkeypatch.setattr(hb._conn, "request", older)
+    sent.clear()
+    assert hb.beat() and [list(b) for b in sent] == [["fenced_s"], []]
+    assert hb.beat() and sent[-1] == {} and hb.failures == 0
+    hb._conn.close()

@@ -1,13 +1,21 @@
-"""Crash safety: real ``vmctld`` processes (loopback HTTPS, SQLite file) and three agents (the real
-reconciler on the mock backend, talking HTTP with client certificates, heartbeats and self-fencing as
-``vmctl-agent`` wires them) run a workload of 60+ jobs on an accelerated clock while the test kills the
-daemon with SIGKILL 20+ times (by pid) and restarts it -- some kills at the very moment a restarted
-daemon has taken the lease, before the agents' first report.
+"""Crash safety: real ``vmctld`` processes (loopback HTTPS, SQLite file, the two-tier MEASY policy) and
+three agents (the real reconciler on the mock backend, talking HTTP with client certificates, heartbeats
+and self-fencing as ``vmctl-agent`` wires them) run a workload of 100 jobs on an accelerated clock while
+the test kills the daemon with SIGKILL 30+ times (by pid) and restarts it -- some kills at the very
+moment a restarted daemon has taken the lease, before the agents' first report.
 
-Afterwards: every job whose submission was acknowledged (201) ended ``done`` (none killed "ran past its
-estimate" although its work was shorter than the estimate and it ended while no daemon was running);
-no process of any job was started twice and every job has run 1; no operation is left open; the
-migration that was open at one of the kills was finished or rolled back."""
+Afterwards: every job whose submission was acknowledged (201) ended ``done``: none killed "ran past its
+estimate" although its work was shorter than the estimate, whether it ended while no daemon was
+running or ran in bg across restarts and was promoted right after one (issue 23: the estimate counts
+what the hosts accounted, not modelled bg progress); no process of any job was started twice and every
+job has run 1; no operation is left open; the migration that was open at one of the kills was finished
+or rolled back.
+
+The test waits for progress, not for a wall-time window (issue 23 item 8: under a load average of ~10
+on 2 cores jobs did not finish in a fixed 90 s): it fails only when no job finished and no job VM
+received CPU time for ``STALL_S``. Its diagnostics cannot hang it: each agent's is taken in a thread
+with a time limit (they once blocked forever in ``MockBackend.list_vms``, on a lock that two
+backends of one fabric took in opposite orders -- a deadlock of the mock backend, fixed there)."""
 
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,7 +61,8 @@ def _free_port() -> int:
 class Vmctld:
     """One vmctld process at a time on a fixed port."""
 
-    def __init__(self, tmp: Path, loop: str = "{tick_s: 0.5, node_timeout_s: 60}", extra: str = "") -> None:
+    def __init__(self, tmp: Path, loop: str = "{tick_s: 0.5, node_timeout_s: 60}", extra: str = "",
+                 policy: str = "easy") -> None:
         self.tmp = tmp
         self.port = _free_port()
         self.config = tmp / "vmctld.yaml"
@@ -60,7 +70,7 @@ class Vmctld:
             f"state_dir: {tmp}/state\n"
             f"store: {{url: 'sqlite:///{tmp}/state/vmctld.db'}}\n"
             f"api: {{listen: 127.0.0.1, port: {self.port}, bootstrap_token_file: {tmp}/state/admin.token}}\n"
-            "policy: {name: easy}\n"
+            f"policy: {{name: {policy}}}\n"
             f"loop: {loop}\n"
             "lease: {ttl_s: 1.5}\n"
             "log_level: warning\n" + extra
@@ -191,13 +201,39 @@ class Agent:
         self.heartbeat.start()
         self.thread.start()
 
-    def diagnose(self) -> dict[str, Any]:
+    def _diagnose(self) -> dict[str, Any]:
         desired = self.source.fetch()
         return {"errors": self.reporter.errors[-5:], "applied_gen": self.rec._generation_applied,
                 "vms": [(v.name, v.power.value) for v in self.backend.list_vms() if v.name.startswith("j")],
                 "generation": desired.generation if desired else None,
                 "reported": [(v.name, v.power.value, v.migration_phase) for v in self.rec._last_vms
                              if v.name.startswith("j")]}
+
+    def diagnose(self, limit: float = 15) -> dict[str, Any]:
+        """What the agent knows, taken in a thread for at most ``limit`` s: a diagnosis that blocks (a
+        hung backend, an unanswered fetch) says so, with where each of the agent's threads stands,
+        instead of hanging the test."""
+        out: dict[str, Any] = {}
+
+        def take() -> None:
+            try:
+                out.update(self._diagnose())
+            except Exception as exc:  # a diagnosis says what failed rather than failing the report
+                out["error"] = repr(exc)
+
+        t = threading.Thread(target=take, daemon=True)
+        t.start()
+        t.join(limit)
+        if t.is_alive():
+            frames = sys._current_frames()
+            stacks = {th.name: "".join(traceback.format_stack(frames[th.ident]))[-1500:]
+                      for th in threading.enumerate() if th.ident in frames}
+            return {"node": self.backend.hostname, "diagnose": f"did not answer within {limit:g} s", "stacks": stacks}
+        return {"node": self.backend.hostname, **out}
+
+    def cpu_seconds(self) -> float:
+        """The CPU time of the job VMs in the agent's last report (no lock: a copy of a tuple)."""
+        return sum(v.cpu_time_s for v in self.rec._last_vms if v.name.startswith("j"))
 
     def stop(self) -> None:
         self.stop_ev.set()
@@ -238,6 +274,9 @@ def two_node_cluster(d: Vmctld, cores: int) -> Iterator[tuple[Vmctld, list[Agent
 #: jobs end while a killed daemon is down (its lease takes 1.5 s to expire), long past their estimate
 #: + grace (20 + 5 model s) in the model of a daemon that acts before it has heard the agents
 SPEED = 20.0
+#: the final wait fails when no acknowledged job finished and no job VM received CPU time for this long
+#: (real seconds): it measures progress, so a loaded machine only makes it slower
+STALL_S = 120.0
 CRASH_LOOP = ("{tick_s: 0.5, heartbeat_s: 0.5, node_timeout_s: 10, fence_s: 30, node_down_s: 60, "
               "estimate_grace_s: 5}")
 
@@ -245,7 +284,8 @@ CRASH_LOOP = ("{tick_s: 0.5, heartbeat_s: 0.5, node_timeout_s: 10, fence_s: 30, 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[Vmctld, list[Agent]]]:
     epoch = time.time()
-    d = Vmctld(tmp_path, loop=CRASH_LOOP, extra=f"clock: {{speed: {SPEED:g}, epoch: {epoch!r}}}\n")
+    # MEASY: jobs also run in bg across restarts and are promoted right after one (issue 23 item 3)
+    d = Vmctld(tmp_path, loop=CRASH_LOOP, extra=f"clock: {{speed: {SPEED:g}, epoch: {epoch!r}}}\n", policy="measy")
     with agent_cluster(d, ["n1", "n2", "n3"], cores=4, clock=lambda: accelerated_clock(SPEED, epoch)) as c:
         yield c
 
@@ -257,7 +297,7 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
     acked: list[str] = []
 
     def submit_some(n: int) -> None:
-        assert d.wait_leader(), "the restarted vmctld never took the lease"
+        assert d.wait_leader(120), "the restarted vmctld never took the lease"
         for _ in range(n):
             procs = rng.choice([1, 1, 2, 3, 4])
             # shorter than the estimate: none of these may end "killed: ran past its estimate"
@@ -273,7 +313,7 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
     submit_some(4)
     migrated: str | None = None
     at_lease = 0
-    for cycle in range(15):
+    for cycle in range(24):
         submit_some(4)
         time.sleep(rng.uniform(0.15, 0.5))  # some of them run now and end while no daemon runs
         if cycle == 1 and migrated is None:
@@ -303,27 +343,41 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
         if cycle % 3 == 0:
             # kill the restarted daemon the moment it has taken the lease: it loaded the state, the
             # agents have not reported to it yet
-            assert d.wait_leader(), "the restarted vmctld never took the lease"
+            assert d.wait_leader(120), "the restarted vmctld never took the lease"
             d.kill9()
             d.start()
             at_lease += 1
-    # everything acknowledged finishes (the time for that counts from the last restart)
-    t_end = time.monotonic() + 90
+    # everything acknowledged finishes: waited for as long as jobs finish or their VMs get CPU time
     pending = set(acked)
-    while pending and time.monotonic() < t_end:
+    seen = (len(pending), -1.0)
+    last_progress = time.monotonic()
+    while pending and time.monotonic() - last_progress < STALL_S:
         s, doc = d.try_call("GET", "/v1/jobs?limit=100000")
         if s == 200:
             states = {j["id"]: j["state"] for j in doc["jobs"]}
             missing = [j for j in pending if j not in states]
             assert not missing, f"acknowledged jobs lost after kill -9: {missing}"
             pending = {j for j in pending if states[j] not in ("done", "failed", "killed", "cancelled")}
+        now_seen = (len(pending), sum(a.cpu_seconds() for a in agents))
+        if now_seen[0] < seen[0] or now_seen[1] > seen[1]:
+            last_progress = time.monotonic()
+        seen = now_seen
         time.sleep(0.3)
-    assert not pending, f"jobs never finished: {sorted(pending)}; agents: {[a.diagnose() for a in agents]}"
+    assert not pending, (f"jobs made no progress for {STALL_S:g} s: {sorted(pending)}; "
+                         f"agents: {[a.diagnose() for a in agents]}")
     s, doc = d.call("GET", "/v1/jobs?limit=100000")
     by_id = {j["id"]: j for j in doc["jobs"]}
+    overran = {j: by_id[j]["reason"] for j in acked if "past its estimate" in (by_id[j]["reason"] or "")}
+    assert not overran, f"jobs killed for running past their estimate (their work was shorter): {overran}"
     bad = {j: (by_id[j]["state"], by_id[j]["reason"]) for j in acked if by_id[j]["state"] != "done"}
     assert not bad, f"jobs that did not end done: {bad}"
-    assert d.kills >= 20 and at_lease >= 5 and len(acked) >= 60, (d.kills, at_lease, len(acked))
+    assert d.kills >= 30 and at_lease >= 8 and len(acked) >= 90, (d.kills, at_lease, len(acked))
+    # the campaign covers issue 23's case: jobs that ran in bg (across kills) and were promoted to fg
+    promoted = [j for j in acked if any(h["event"] == "tier" and (h["detail"] or "").startswith("bg -> fg")
+                                        for h in by_id[j]["history"])]
+    assert len(promoted) >= 10, f"only {len(promoted)} jobs ran in bg and were promoted: the test lost its point"
+    (d.tmp / "campaign.json").write_text(json.dumps({  # what the campaign did (kept for post-mortems)
+        "kills": d.kills, "at_lease": at_lease, "jobs": len(acked), "promoted_bg_to_fg": len(promoted)}))
 
     diag = [a.diagnose() for a in agents]
     (d.tmp / "agents.json").write_text(json.dumps(diag, default=str, indent=1))  # kept for post-mortems

@@ -329,3 +329,28 @@ def test_cli_job_verbs(env: InProcessDaemon, client: Client, admin: str, capsys:
     code, out, _ = run_cli(capsys, "job", "requeue", blocker, "--reason", "test")
     assert code == 0 and "requeued" in out and "progress is lost" in out
     run_cli(capsys, "job", "cancel", blocker)
+
+
+def test_cli_node_cores_confirms_a_new_core_count(env: InProcessDaemon, client: Client, admin: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``vmctl node cores``: node show says what its agent asks for and how to confirm it; the verb
+    applies it; the events say both (issue 23 item 7)."""
+    s, _ = client.call("POST", "/v1/agent/nodes/n9/register", {"cores": 2, "backend": "mock"}, node="n9")
+    assert s == 200
+    s, doc = client.call("POST", "/v1/agent/nodes/n9/register", {"cores": 6, "backend": "mock"}, node="n9")
+    assert s == 409, doc
+    code, out, _ = run_cli(capsys, "node", "show", "n9")
+    assert code == 0 and "2 cores" in out and "its agent registers 6 cores: refused until an operator confirms " \
+        "(vmctl node cores n9 6)" in out, out
+    code, out, _ = run_cli(capsys, "node", "cores", "n9", "6")
+    assert code == 0 and out.strip() == "node n9 has 6 cores", out
+    code, out, _ = run_cli(capsys, "node", "cores", "n9", "8")
+    assert code == 0 and out.strip() == "node n9 has 6 cores; 8 applies when its agent registers that count", out
+    code, _, err = run_cli(capsys, "node", "cores", "n9", "0")
+    assert code == 2 and "CORES" in err
+    code, _, err = run_cli(capsys, "node", "cores", "nowhere", "4")
+    assert code != 0 and "nowhere" in err
+    kinds = [e["kind"] for e in events(client, admin, "?limit=1000")["events"] if e.get("node") == "n9"]
+    assert {"node.cores_held", "node.cores_changed", "node.cores_confirmed"} <= set(kinds), kinds
+    client.call("POST", "/v1/nodes/n9/drain", token=admin)
+    assert client.call("DELETE", "/v1/nodes/n9", token=admin)[0] == 200

@@ -283,8 +283,7 @@ def test_live_migration_through_a_fabric() -> None:
 
 def test_crossing_migrations_from_two_threads_do_not_deadlock() -> None:
     """Two hosts finishing migrations towards each other while both relist concurrently: both VMs
-    arrive, nothing hangs. (The lock-order bug this guards against showed up only under full-suite
-    timing; this race does not reproduce it reliably, the ordered locking in _hand_over is the fix.)"""
+    arrive, nothing hangs (the fabric's one lock; the plain relist race is the next test)."""
     import threading
 
     for round_ in range(30):
@@ -311,6 +310,40 @@ def test_crossing_migrations_from_two_threads_do_not_deadlock() -> None:
             t.join(10)
         assert not any(t.is_alive() for t in threads), f"deadlock in round {round_}"
         assert [v.name for v in a.list_vms()] == ["vb"] and [v.name for v in b.list_vms()] == ["va"]
+
+
+def test_two_threads_calling_two_backends_of_one_fabric_do_not_deadlock() -> None:
+    """Issue 23 item 8: each call settles every backend of the fabric. With a lock per backend, a
+    thread in ``a.list_vms`` (holding a's lock, waiting for b's) and one in ``b.list_vms`` (holding b's,
+    waiting for a's) hung forever -- the crash test's agents under heavy load. With a fast thread
+    switch this hung within a second before the fabric got one lock; now both threads finish."""
+    import sys
+    import threading
+    import time
+
+    from vmctl.clock import SystemClock
+
+    fabric = MockFabric()
+    backends = [MockBackend(n, clock=SystemClock(), fabric=fabric) for n in ("a", "b")]
+    for b in backends:
+        vm_up(b, f"v{b.hostname}", 0, 10000, usage=1.0, work=100)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        stop = time.monotonic() + 1.0
+
+        def relist(backend: MockBackend) -> None:
+            while time.monotonic() < stop:
+                backend.list_vms()
+
+        threads = [threading.Thread(target=relist, args=(b,), daemon=True) for b in backends]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads), "two backends of one fabric deadlocked"
 
 
 def test_abort_migration_keeps_the_vm_on_the_source() -> None:

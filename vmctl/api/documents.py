@@ -91,6 +91,9 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
     err_time, errs = d.state.agent_errors.get(n.name, (None, ()))
     last_report = d.observed_at.get(n.name)
     return {"name": n.name, "cores": n.cores, "state": n.state, "drain_reason": n.drain_reason,
+            # a different core count its agent registered (refused until confirmed), and one an operator
+            # confirmed ahead of the agent (vmctl node cores)
+            "cores_pending": n.cores_pending, "cores_confirmed": n.cores_confirmed,
             "last_seen": n.last_seen,
             "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
             "levels": n.levels, "discipline": n.discipline,

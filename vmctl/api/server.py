@@ -195,6 +195,7 @@ class DaemonServer:
         r.add_delete("/v1/nodes/{name}", c.remove_node)
         r.add_post("/v1/nodes/{name}/drain", c.drain)
         r.add_post("/v1/nodes/{name}/undrain", c.drain)
+        r.add_post("/v1/nodes/{name}/cores", c.confirm_cores)
         r.add_get("/v1/vms", c.list_vms)
         r.add_get("/v1/workers", c.list_workers)
         r.add_get("/v1/gang", c.gang)

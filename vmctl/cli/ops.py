@@ -340,6 +340,11 @@ def node_text(n: Mapping[str, Any]) -> str:
              f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}",
              "migrates to (live, peers): " + fmt_peers(n.get("peers"), "any node (its agent did not say)", 50),
              "sends checkpoints to: " + fmt_peers(n.get("checkpoint_peers"), "any node (shared storage)", 50)]
+    if n.get("cores_pending") is not None:
+        lines.append(f"its agent registers {n.get('cores_pending')} cores: refused until an operator confirms "
+                     f"(vmctl node cores {n.get('name')} {n.get('cores_pending')})")
+    if n.get("cores_confirmed") is not None:
+        lines.append(f"an operator confirmed {n.get('cores_confirmed')} cores: applied when its agent registers them")
     refusals = [r for r in n.get("refusals") or () if isinstance(r, Mapping)]
     for r in refusals:
         lines.append(f"refused migration {r.get('migration_id')} of {r.get('vm')} to {r.get('target_node')}: "
@@ -1039,6 +1044,23 @@ def node_remove(name: str, url: str | None, token: str | None, ca: str | None, o
     Its agent registering again brings it back."""
     n = _client(url, token, ca).remove_node(name)
     show({"node": n}, output, lambda: f"node {n.get('name')} removed (was {n.get('was')})")
+
+
+@node.command("cores")
+@click.argument("name", shell_complete=_complete("node"))
+@click.argument("cores", type=click.IntRange(1, 4096))
+@api_options
+def node_cores(name: str, cores: int, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Confirm that NAME has CORES cores. A registered node's core count changes only this way: its
+    agent's registration with another count is refused (node show: pending) until an operator confirms
+    it. The count the agent asked for applies at once, another one when the agent registers it; NAME's
+    current count declines what its agent asked for. Each is an event (vmctl events --node NAME)."""
+    n = _client(url, token, ca).confirm_cores(name, cores)
+    if n.get("cores") == cores:
+        note = f"node {name} has {cores} cores"
+    else:
+        note = f"node {name} has {n.get('cores')} cores; {cores} applies when its agent registers that count"
+    show({"node": n}, output, lambda: note)
 
 
 @node.command("undrain")

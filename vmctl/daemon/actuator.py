@@ -120,6 +120,7 @@ class Actuator:
         return [o for o in self.state.ops.values() if o.kind == "migrate" and o.state == "pending"]
 
     def freeze_progress(self, job: JobRecord, now: float) -> None:
+        self.state.close_stint(job, now)
         job.progress_base = self.state.progress(job, now)
         job.tier_since = now
 
@@ -135,6 +136,7 @@ class Actuator:
         job.tier_since = now
         job.progress_base = 0.0
         job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(placement))]
+        self.state.open_run(job)
         job.reason = None
         job.width_reason = reason or None
         job.suspended = job.checkpointed = job.restore_pending = False
@@ -385,6 +387,7 @@ class Actuator:
             job.tier_since = now
             job.progress_base = 0.0
             job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(new_place))]
+            self.state.open_run(job)
             job.reason = None
             if self.on_start is not None:
                 self.on_start(job, now)
@@ -458,6 +461,7 @@ class Actuator:
             job.tier = None
             job.progress_base = 0.0
             job.tier_since = None
+            job.est_base = job.cpu_mark = None
             if not (keep_results and job.bag is not None):
                 job.tasks = []
                 job.bag = None
@@ -499,6 +503,7 @@ class Actuator:
                 if job.state == JobState.RUNNING and not job.migrating:
                     job.progress_base = 0.0
                     job.tier_since = now
+                    st.open_run(job)
                 ch.jobs[job.id] = job
             if task["exit_status"] is None:
                 if v.process_exit is not None:

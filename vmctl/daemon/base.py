@@ -76,6 +76,9 @@ class DaemonBase:
         #: took the lease (memory only, emptied by ``load``). No timer that ends work acts on a node before
         #: its entry exists: what the agents observed while the daemon was down is learnt first.
         self.observed_at: dict[str, float] = {}
+        #: node -> until when a fence pause its agent reported was taken off its fg jobs' estimate account
+        #: (``NodeEvents._fence_pause``; memory only)
+        self._fence_credited: dict[str, float] = {}
         self.events = EventLog()  # the event log (vmctl events): collected here, written with each change
         self.history = JobHistory(sink=self._job_event)  # the jobs' history entries (vmctl job show)
         self._op_states: dict[str, str] = {}  # operation id -> its state in the last event about it

@@ -110,6 +110,7 @@ def freeze_rows(actuator: Actuator, now: float) -> None:
     st = actuator.state
     for rec in st.active():
         if rec.level is not None and rec.state == JobState.RUNNING:
+            st.close_stint(rec, now)
             rec.progress_base = st.progress(rec, now)
             rec.tier_since = now
 

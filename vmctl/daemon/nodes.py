@@ -5,6 +5,7 @@ coming back, drain and undrain, and the desired state an agent fetches.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -60,11 +61,9 @@ class NodeEvents(DaemonBase):
             self.state.nodes_changed()
         else:
             if rec.cores != cores:
-                busy = [j for j in self.state.jobs_on(name) if any(c >= cores for n, c in j.placement if n == name)]
-                if busy:
-                    raise Conflict(what=f"node {name}", problem=f"cannot shrink to {cores} cores: jobs run there")
-                rec.cores = cores
-                self.state.nodes_changed()
+                self._cores_change(rec, cores, now)
+            elif rec.cores_pending is not None:  # the agent is back to the count it has: nothing to confirm
+                rec.cores_pending = None
             rec.hostname, rec.backend, rec.last_seen = hostname, backend, now
             if rec.state == "lost":
                 rec.state = "ready"
@@ -91,6 +90,77 @@ class NodeEvents(DaemonBase):
         self.dirty = True
         return rec
 
+    def _cores_change(self, rec: NodeRecord, cores: int, now: float) -> None:
+        """A registered node's agent registers a different core count: it changes only when an operator
+        confirmed that count (``confirm_cores``, ahead of the agent or after it asked). Otherwise the
+        registration is refused (``Conflict``) and the count is kept as pending, with an event the first
+        time, until an operator confirms it or the agent registers its old count again: a misconfigured
+        or impersonated agent cannot make the policy place work on cores that do not exist."""
+        name = rec.name
+        if rec.cores_confirmed == cores:
+            self._apply_cores(rec, cores, now, "its agent registered the count an operator confirmed")
+            return
+        if rec.cores_pending != cores:
+            rec.cores_pending = cores
+            ch = Changes()
+            ch.nodes[name] = rec
+            self.events.add(now, "node.cores_held", f"node {name} registers {cores} cores, but it has {rec.cores}: "
+                            f"refused until an operator confirms (vmctl node cores {name} {cores})", node=name)
+            self.commit(ch)
+            log.warning("node %s registers %d cores (it has %d): refused until an operator confirms "
+                        "(vmctl node cores %s %d)", name, cores, rec.cores, name, cores)
+        raise Conflict(what=f"node {name}", problem=(
+            f"registers {cores} cores, but vmctld has it with {rec.cores}: a node's core count changes only "
+            f"when an operator confirms it (vmctl node cores {name} {cores}); until then this registration is "
+            f"refused (or give the agent its {rec.cores} cores back)"))
+
+    def _apply_cores(self, rec: NodeRecord, cores: int, now: float, why: str) -> None:
+        """Node ``rec`` has ``cores`` cores from now on (confirmed); a node does not shrink under jobs."""
+        name = rec.name
+        busy = [j.id for j in self.state.jobs_on(name) if any(c >= cores for n, c in j.placement if n == name)]
+        if busy:
+            raise Conflict(what=f"node {name}", problem=(
+                f"cannot shrink to {cores} cores: job(s) {', '.join(busy[:5])} run on its cores {cores} and up "
+                f"(drain it first: vmctl node drain {name})"))
+        was, rec.cores = rec.cores, cores
+        rec.cores_pending = rec.cores_confirmed = None
+        self.state.nodes_changed()
+        ch = Changes()
+        ch.nodes[name] = rec
+        ch.desired_nodes.add(name)
+        self.events.add(now, "node.cores_changed", f"node {name} has {cores} cores (was {was}): {why}", node=name)
+        self.commit(ch)
+        self.dirty = True
+
+    def confirm_cores(self, name: str, cores: int) -> NodeRecord:
+        """An operator confirms that node ``name`` has ``cores`` cores (``POST /v1/nodes/<n>/cores``): the
+        count its agent asked for (pending) is applied now; another count is kept until the agent
+        registers it; its current count clears what was pending (the change is declined). An event
+        either way."""
+        self._require_leader()
+        rec = self.node(name)
+        now = self.clock.now()
+        if cores == rec.cores:
+            declined = rec.cores_pending
+            rec.cores_pending = rec.cores_confirmed = None
+            ch = Changes()
+            ch.nodes[name] = rec
+            self.events.add(now, "node.cores_confirmed", f"node {name} keeps its {cores} cores (confirmed by an "
+                            "operator" + (f"; the {declined} its agent registered stay refused)" if declined else ")"),
+                            node=name)
+            self.commit(ch)
+            return rec
+        if cores == rec.cores_pending:
+            self._apply_cores(rec, cores, now, "confirmed by an operator (its agent registered that count)")
+            return rec
+        rec.cores_confirmed = cores
+        ch = Changes()
+        ch.nodes[name] = rec
+        self.events.add(now, "node.cores_confirmed", f"node {name} may register {cores} cores (it has {rec.cores}): "
+                        "confirmed by an operator, applied when its agent registers that count", node=name)
+        self.commit(ch)
+        return rec
+
     def report(self, obs: NodeObserved) -> None:
         self._require_leader()
         rec = self.node(obs.node)
@@ -105,22 +175,52 @@ class NodeEvents(DaemonBase):
             self.observed_at[rec.name] = now
         self.commit(ch)
 
-    def heartbeat(self, name: str) -> dict[str, Any]:
+    def heartbeat(self, name: str, fenced_s: float | None = None) -> dict[str, Any]:
         """An agent's cheap sign of life (``POST /v1/agent/nodes/<n>/heartbeat``): keeps its node from
         being lost, and tells the agent the liveness settings and its node's current generation (an agent
-        that fenced itself resumes its VMs only once it holds that generation). In memory only: a
-        heartbeat writes the store only when it brings a lost or down node back."""
+        that fenced itself resumes its VMs only once it holds that generation). ``fenced_s``: how long
+        (real seconds) the agent has held its job VMs paused by its fence, when it has (``_fence_pause``).
+        In memory only: a heartbeat writes the store only when it brings a lost or down node back or
+        ends a fence."""
         self._require_leader()
         rec = self.node(name)
-        rec.last_seen = self.clock.now()
+        now = self.clock.now()
+        rec.last_seen = now
         ch = Changes()
         self._node_back(rec, ch)
+        if fenced_s:
+            self._fence_pause(name, now, fenced_s, ch)
         if ch.any():
             self.commit(ch)
         cfg = self.config
         return {"node": name, "state": rec.state, "generation": self.state.generation.get(name, 0),
                 "heartbeat_s": cfg.heartbeat_s, "node_timeout_s": cfg.node_timeout_s, "fence_s": cfg.fence_s,
                 "node_down_s": cfg.node_down_s}
+
+    def _fence_pause(self, name: str, now: float, fenced_s: float, ch: Changes) -> None:
+        """Node ``name``'s agent held its job VMs paused for the last ``fenced_s`` real seconds (its fence:
+        no contact with vmctld for ``fence_s``, e.g. while no vmctld ran). Its fg jobs got no time on
+        their cores meanwhile: that time leaves their estimate's account (``estimate_progress``), so
+        an outage does not bring their kill forward. Each stretch is taken off once (``_fence_credited``,
+        memory only; a daemon that restarts within one fence may take it off again: a later kill, never
+        an earlier one)."""
+        start = now - fenced_s * self.speed
+        since = max(start, self._fence_credited.get(name, -math.inf))
+        self._fence_credited[name] = now
+        if since >= now:
+            return
+        for job in self.state.jobs_on(name):
+            if job.tier != "fg" or job.level is not None or job.tier_since is None:
+                continue
+            paused = now - max(since, job.tier_since)
+            if paused <= 0:
+                continue
+            if job.est_base is None:  # stored before the account was kept: start it from the model
+                job.est_base = job.progress_base
+            job.est_base -= paused  # an offset: the stint's time (now - tier_since) is at least `paused`
+            ch.jobs[job.id] = job
+            log.info("job %s: %.1f s paused by node %s's fence do not count against its estimate", job.id,
+                     paused / self.speed, name)
 
     def _node_back(self, rec: NodeRecord, ch: Changes) -> None:
         """The agent of a lost or down node was heard from: the node is schedulable again (a lost node

@@ -148,6 +148,9 @@ class ClusterState:
     _shaped: set[str] = field(default_factory=set)
     _shape_cache: dict[str, JobShape] = field(default_factory=dict)
     _util: dict[str, float] = field(default_factory=dict)  # VM name -> last reported utilization
+    # node -> VM name -> the CPU time (s) its agent last reported to this daemon (memory only: the host's
+    # own accounting, reported again in full after a restart; ``cpu_progress``)
+    _cpu: dict[str, dict[str, float]] = field(default_factory=dict)
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
     # and whether every process maps to a known core
@@ -430,6 +433,7 @@ class ClusterState:
             self.agent_errors[obs.node] = (obs.time, obs.errors)
         for v in obs.vms:
             self._util[v.name] = v.utilization
+        self._cpu[obs.node] = {v.name: v.cpu_time_s for v in obs.vms}
 
     def vm_util(self, name: str) -> float | None:
         return self._util.get(name)
@@ -539,6 +543,58 @@ class ClusterState:
         if job.tier_since is None:
             return job.progress_base
         return job.progress_base + max(0.0, now - job.tier_since) * self.pace(job)
+
+    # ------------------------------------------------------------------ the estimate's own account
+    def cpu_progress(self, job: JobRecord) -> float | None:
+        """The job's progress as its hosts account for it: over its processes, the smallest CPU time the
+        agent of the process's node last reported to this daemon for its VM, over the process's
+        estimated usage (a process that uses half a core progresses one second per half CPU second).
+        None while some process's VM has not been reported to this daemon (after a restart: until its
+        agent relisted)."""
+        if not job.placement:
+            return None
+        o = self.job_obj(job)
+        least = math.inf
+        for i, (node, _c) in enumerate(job.placement):
+            cpu = self._cpu.get(node, {}).get(job.vm_name(i))
+            if cpu is None:
+                return None
+            least = min(least, cpu / max(o.usage_of(i), 1e-3))
+        return least
+
+    def estimate_progress(self, job: JobRecord, now: float) -> float:
+        """The progress counted against the job's estimate (the timers' "ran past its estimate"). Only
+        what the agents observed counts: a fg stint (and a gang job's rows) by its time on the job's own
+        cores (pace 1 while it runs there; the timers kill only after every node reported the process
+        still running after the limit passed), a bg stint by the CPU time its hosts accounted for it
+        since the stint began (``cpu_progress``). Never the modelled bg progress: a daemon that was down
+        does not know the share the bg VMs got meanwhile (issue 23: the model credited a job with more
+        work than its host gave it, and the promoted job was killed 0.5 s later). A bg stint with no
+        report at hand counts 0 (a later kill, never an early one). A record stored before this account
+        was kept (``est_base`` None) counts as before, by the model."""
+        if job.est_base is None:
+            return self.progress(job, now)
+        if job.tier_since is None:
+            return job.est_base
+        if job.level is None and job.tier not in ("fg", "shared"):  # bg
+            cpu = self.cpu_progress(job)
+            if cpu is None or job.cpu_mark is None:
+                return job.est_base
+            # a counter below the mark started again (a VM restored or migrated to a fresh process)
+            return job.est_base + (cpu - job.cpu_mark if cpu >= job.cpu_mark else cpu)
+        return job.est_base + self.progress(job, now) - job.progress_base
+
+    def close_stint(self, job: JobRecord, now: float) -> None:
+        """Carry the estimate's account over a change of tier, pace or place (before ``progress_base``
+        and ``tier_since`` move to ``now``): what the stint counted, and the CPU progress it ended at."""
+        job.est_base = self.estimate_progress(job, now)
+        job.cpu_mark = self.cpu_progress(job)
+
+    def open_run(self, job: JobRecord) -> None:
+        """A new run's account starts at zero (its VMs are new: their CPU counters start near 0)."""
+        job.est_base = 0.0
+        cpu = self.cpu_progress(job)
+        job.cpu_mark = 0.0 if cpu is None else cpu
 
     def fg_owner(self, node: str, core: int) -> str | None:
         for jid in self._node_jobs.get(node, ()):

@@ -25,7 +25,8 @@ class Timers(DaemonBase):
         """The timers: nodes lost (no heartbeat for ``node_timeout_s``: unschedulable, jobs kept) and
         down (no heartbeat for ``node_down_s``: jobs requeued; their agent fenced them ``fence_s`` after
         its last contact, see docs/daemon.md), migrations past ``migration.timeout_s`` rolled back, fg jobs
-        past estimate + grace killed. Timers that end work act only on what the agents reported to this
+        past estimate + grace killed (counting only the progress the agents observed:
+        ``ClusterState.estimate_progress``). Timers that end work act only on what the agents reported to this
         daemon (``observed_at``), never on a state that may have changed while no daemon was listening."""
         st = self.state
         cfg = self.config
@@ -85,15 +86,19 @@ class Timers(DaemonBase):
                 if not all(t.get("seen", True) for t in job.tasks):
                     continue  # not every process reported started yet: it cannot have overrun
                 limit = st.run_limit(job) + cfg.estimate_grace_s
-                prog = st.progress(job, now)
+                # what the agents observed (fg time on its cores, bg stints by their CPU time), never the
+                # modelled bg progress over a time no daemon watched (issue 23, estimate_progress)
+                prog = st.estimate_progress(job, now)
                 pace = st.pace(job)
                 if prog <= limit or pace <= 0:
                     continue
-                crossed = now - (prog - limit) / pace  # when its modelled progress passed estimate + grace
+                crossed = now - (prog - limit) / pace  # when its counted progress passed estimate + grace
                 # killed only when every node it runs on reported it still running in a relist that arrived
                 # after that moment (a process that exited meanwhile ends the job as done, not killed)
                 if all(heard.get(node, -math.inf) > crossed for node, _c in job.placement):
-                    self.actuator.stop_job(ch, job, now, JobState.KILLED, "killed: ran past its estimate")
+                    self.actuator.stop_job(ch, job, now, JobState.KILLED, (
+                        f"killed: ran past its estimate ({prog:.0f} s counted: fg time and bg CPU time; limit "
+                        f"{st.run_limit(job):.0f} s + {cfg.estimate_grace_s:g} s grace)"))
 
     def _node_silent(self, n: NodeRecord, state: str, now: float, age: float, ch: Changes, then: str) -> None:
         """Node ``n`` has not been heard from for ``age`` (model seconds): it becomes ``state``."""

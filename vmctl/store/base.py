@@ -89,6 +89,12 @@ class JobRecord:
     #: why the policy started the current run at this width and place (``Start.reason``), None when it
     #: gave no reason (absent from jobs stored before it was kept)
     width_reason: str | None = None
+    #: the estimate's own account (``ClusterState.estimate_progress``): progress counted against the
+    #: estimate before ``tier_since`` (fg time on the job's cores, bg stints by the CPU time the agents
+    #: reported; never modelled bg progress), and the job's CPU progress when the current stint began
+    #: (None: no report at hand then). ``est_base`` None: stored before it was kept (the model counts)
+    est_base: float | None = None
+    cpu_mark: float | None = None
     #: a task bag: the tasks whose entry of ``tasks`` changed since the record was last stored (kept by the
     #: dispatcher; the store writes their rows, schema 006, and empties it). Not part of the document
     changed_tasks: set[int] = field(default_factory=set, compare=False, repr=False)
@@ -165,6 +171,11 @@ class NodeRecord:
     discipline: str = "priority"
     #: why an operator drained the node (``vmctl node drain --reason``); None when not given or undrained
     drain_reason: str | None = None
+    #: a core count its agent registered that differs from ``cores`` and that no operator confirmed yet
+    #: (the registration was refused); and the core count an operator confirmed ahead of the agent
+    #: (``vmctl node cores``; used by the agent's next registration with it). None: nothing pending
+    cores_pending: int | None = None
+    cores_confirmed: int | None = None
 
     def to_doc(self) -> dict[str, Any]:
         d = asdict(self)

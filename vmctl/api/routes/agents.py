@@ -68,8 +68,9 @@ class AgentRoutes(Routes):
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         self._leader()
-        schemas.obj(await read_json(request), ())
-        out = self.d.heartbeat(request.match_info["node"])
+        body = schemas.obj(await read_json(request), ("fenced_s",))
+        fenced_s = schemas.number(body, "fenced_s", "", lo=0.0, hi=1e10)
+        out = self.d.heartbeat(request.match_info["node"], fenced_s)
         if self.d.dirty:
             self.s.kick()
         # what the agent must do about its credentials: renew its certificate (a CA rotation, an expiry

@@ -49,6 +49,17 @@ class ClusterRoutes(Routes):
         self.s.kick()
         return json_response({"node": node_json(self.d, rec)})
 
+    async def confirm_cores(self, request: web.Request) -> web.Response:
+        """``POST /v1/nodes/<name>/cores`` ``{"cores": N}``: an operator confirms the node's core count
+        (an agent's registration with a different count is refused until then)."""
+        self._leader()
+        body = schemas.obj(await read_json(request), ("cores",))
+        cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
+        assert cores is not None
+        rec = self.d.confirm_cores(request.match_info["name"], cores)
+        self.s.kick()
+        return json_response({"node": node_json(self.d, rec)})
+
     async def remove_node(self, request: web.Request) -> web.Response:
         self._leader()
         name = request.match_info["name"]
