@@ -393,16 +393,25 @@ class ClusterState:
             shape = self._shape_cache[rec.id] = shape_from_json(raw, f"job {rec.id}.shape")
         return shape
 
-    def moldable_time(self, rec: JobRecord) -> float | None:
-        """A placed moldable job's run time: its shape's time at the width it was started with (standard
-        cores) over the slowest speed of its nodes (``host.speed``); None for other jobs."""
+    def moldable_work(self, rec: JobRecord) -> float | None:
+        """A placed moldable job's work per process: its shape's time at the width it was started with, on
+        standard cores (speed 1.0); None for other jobs."""
         shape = self.shape_of(rec)
         width = len(rec.placement)
         if shape is None or shape.kind != "moldable" or not shape.allows(width):
             return None
+        return shape.time_at(width)
+
+    def moldable_time(self, rec: JobRecord) -> float | None:
+        """A placed moldable job's run time: its work (``moldable_work``, standard cores) over the slowest
+        speed of its nodes (``host.speed``; its processes synchronize, the slowest sets the pace); None for
+        other jobs."""
+        work = self.moldable_work(rec)
+        if work is None:
+            return None
         speed, _group, _mem = self.node_attributes()
         slowest = min((speed.get(n, 1.0) for n, _c in rec.placement), default=1.0)
-        return shape.time_at(width) / slowest
+        return work / slowest
 
     def run_limit(self, rec: JobRecord) -> float:
         """How long a job may run before it counts as past its estimate: the estimate, or for a moldable
@@ -688,8 +697,10 @@ class ClusterState:
                 moves = {int(m["index"]): m for m in op.detail.get("moves", [])}
             tasks = rec.spec.get("tasks") or []
             work = rec.spec.get("work_seconds")
-            if work is None:  # a moldable job's mock work: its time at the width it was started with
-                work = self.moldable_time(rec) or 0.0
+            if work is None:  # a moldable job's mock work: its time at the width it was started with, on
+                # standard cores (the mock backend runs every process at its host's speed, as it does a
+                # task bag's tasks and a rigid job's work: one rule; ``moldable_time`` is the wall time)
+                work = self.moldable_work(rec) or 0.0
             bag_shape = self.shape_of(rec) if rec.bag is not None else None
             bag_levels = dispatcher.slot_levels(rec) if rec.bag is not None else None
             for i, (n, c) in enumerate(rec.placement):
