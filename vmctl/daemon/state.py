@@ -26,6 +26,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from vmctl.cpushare import shared_rate
 from vmctl.daemon import dispatcher
 from vmctl.daemon.config import DAEMON_SHAPES
 from vmctl.model import (
@@ -530,7 +531,7 @@ class ClusterState:
         if job.tier == Tier.FG.value:
             return 1.0
         if job.tier == "shared":
-            return 1.0 if job.cap is None else job.cap
+            return shared_rate(job.cap, self.job_obj(job).cpu_need)
         # bg: the shared progress model, with what the fg VMs of its cores use
         usages: list[float | None] = []
         for n, c in job.placement:
@@ -676,7 +677,7 @@ class ClusterState:
         elif rec.tier == "fg":
             pace = 1.0
         elif rec.tier == "shared":
-            pace = 1.0 if rec.cap is None else rec.cap
+            pace = shared_rate(rec.cap, self.job_obj(rec).cpu_need)
         else:
             pace = bg_pace(self.job_obj(rec), [None if fg[g] is None else util[g] for g in cores])
         return rec.progress_base + max(0.0, now - rec.tier_since) * pace
@@ -710,10 +711,14 @@ class ClusterState:
                     proc = dispatcher.process(rec, i, bag_shape, job.usage_of(0))
                 else:
                     t = tasks[i] if i < len(tasks) else {}
+                    # a shared (vcsched) VM's process uses its cpu_need of a core alone (the paper's alpha)
+                    # unless the spec says otherwise: capped at its need it runs at full pace (yield 1)
+                    usage = job.usage_of(i) if job.cpu_usage is not None or role is not VmRole.SHARED \
+                        else min(1.0, job.cpu_need)
                     proc = ProcessSpec(
                         job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
                         work_seconds=float(t.get("work_seconds", work)),
-                        cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
+                        cpu_usage=float(t.get("cpu_usage", usage)),
                     )
                 power = PowerState.RUNNING
                 ckpt: str | None = None
