@@ -30,7 +30,9 @@ sum caps <= C and cap <= cpu_need (<= 1 core), so every algorithm runs unchanged
 units and the caps it returns are multiplied back by ``C``. The yield (cap / need) is the same in both
 units. The paper's hosts are identical; when the nodes' core counts differ, every host counts as the
 smallest's ``C`` (its usable cores, :func:`host_cores`; the extra cores of larger nodes are left idle,
-never overcommitted). ``mem`` stays a fraction of one node. On one-core nodes (the simulator's, the paper's evaluation) nothing changes.
+never overcommitted). ``mem`` stays a fraction of one node. On one-core nodes (the simulator's by
+default, ``SimConfig.cores_per_node`` = 1; ``vmctl vcsched eval``'s instances, already in host units)
+nothing changes.
 
 Example: 2 one-core nodes, three queued 1-process jobs with cpu_need 0.6, mem 0: ``vcsched-mcb8`` places
 two jobs on one node and one on the other, caps 0.5, 0.5 and 0.6 (minimum yield 0.833). On 2 nodes of 4
