@@ -154,4 +154,3 @@ def _clipped_normal_mean(mean: float, sigma: float, lo: float, hi: float) -> flo
 def fg_rate(loss: float, two_tier: bool) -> float:
     """Rate of a fg process (and of its job): ``1 - loss`` on the two-tier architecture, 1 otherwise."""
     return 1.0 - loss if two_tier else 1.0
-
