@@ -89,7 +89,8 @@ def make_backend(cfg: AgentConfig) -> HypervisorBackend:
     if b.kind == "mock":
         return MockBackend(hostname=cfg.node, cores=b.cores, memory_mib=b.memory_mib, clock=agent_clock(cfg),
                            uri=b.uri or None, fabric_dir=b.fabric_dir or None, migration_seconds=b.migration_seconds,
-                           poll_seconds=b.poll_seconds or None, state_file=b.state_file or None)
+                           poll_seconds=b.poll_seconds or None, state_file=b.state_file or None,
+                           speed=cfg.host.speed)
     try:
         module = importlib.import_module("vmctl.agents.backends.libvirt.backend")
     except ImportError as exc:

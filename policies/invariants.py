@@ -17,9 +17,10 @@ carries a ``queue_index``, a scan of the queue up to the last job the decision n
 - caps are in (0, 1] or None; ``wake_at`` is not in the past; a time-slice schedule needs the
   timeslice discipline, a positive period and distinct rows;
 - PlaceShared (vcsched): the job is queued (then it counts as started) or running; one known node
-  per process; cap in (0, job.cpu_need]; at the end of the decision no node it touched carries more
-  than 1 of CPU caps or 1 of memory (fractions of one node), *counting the shared VMs already
-  placed* (and their caps as SetCap leaves them);
+  per process; cap in (0, min(1, job.cpu_need)] (a fraction of one core: a VM is one vCPU); at the end
+  of the decision no node it touched carries more CPU caps than its cores (``node_of_core``) or more
+  than 1 of memory (a fraction of the node), *counting the shared VMs already placed* (and their caps
+  as SetCap leaves them);
 - every queued job is accounted for: it is started by an action, or it waits for a reason
   (``decision.reasons`` or ``decision.default_reason``, which must not be empty); reasons name only
   queued jobs that were not started.

@@ -12,8 +12,10 @@ runs (level and cores, or shared VMs on nodes with a cap; a task bag on several 
 cluster also its per-slot levels, ``multi``), whether it is suspended or checkpointed.
 Per node (capped shared VMs, vcsched): the sum of CPU caps and of memory of every shared VM on it,
 *counting what is already placed* (``RunningJob.shared_nodes`` / ``cap`` of the view's running jobs,
-summed on first use), checked against 1 on the decision's end state (:meth:`check_capacity`): the
-actions of one decision are carried out together, so two jobs may swap nodes.
+summed on first use), checked on the decision's end state (:meth:`check_capacity`): CPU caps (each a
+fraction of one core, the VM's single vCPU) against the node's cores (its cores in
+``view.node_of_core``; 1 for a node the view gives no cores), memory against 1 (a fraction of the node).
+The actions of one decision are carried out together, so two jobs may swap nodes.
 
 Actions (``vmctl.model``), with ``Tier.FG``/``Tier.BG`` read as levels 0 and 1:
 
@@ -564,13 +566,17 @@ class Occupancy:
             mems[node] -= mem
 
     def check_capacity(self) -> None:
-        """No node the decision touched carries more than 1 of CPU caps or memory (end state)."""
+        """No node the decision touched carries more CPU caps than its cores, or more than 1 of memory
+        (end state)."""
         if not self._node_touched:
             return
         cpu, mem = self._totals(), self._node_mem
+        cores = node_cores(self.view)
         for node in sorted(self._node_touched):
-            if cpu.get(node, 0.0) > 1.0 + CAPACITY_TOL:
-                raise fail("node-cpu", f"CPU caps of the shared VMs on {node} sum to {cpu[node]:.6f} > 1")
+            have = cores.get(node, 1)
+            if cpu.get(node, 0.0) > have + CAPACITY_TOL:
+                raise fail("node-cpu", f"CPU caps of the shared VMs on {node} sum to {cpu[node]:.6f} > {have} "
+                                       f"(its cores)")
             if mem.get(node, 0.0) > 1.0 + CAPACITY_TOL:
                 raise fail("node-memory", f"memory of the shared VMs on {node} sums to {mem[node]:.6f} > 1")
 
@@ -600,6 +606,14 @@ _HANDLERS: dict[type, Callable[[Occupancy, Any], None]] = {
 def _cap_of(cap: float | None, job: Job) -> float:
     """The CPU a shared VM may take: its cap, or (uncapped) its need."""
     return min(1.0, job.cpu_need) if cap is None else cap
+
+
+def node_cores(view: ClusterView) -> dict[str, int]:
+    """Each node's cores in the view (``node_of_core``): the CPU capacity of its shared VMs' caps."""
+    out: dict[str, int] = {}
+    for node in view.node_of_core:
+        out[node] = out.get(node, 0) + 1
+    return out
 
 
 def _known_nodes(view: ClusterView) -> Set[str]:

@@ -49,3 +49,18 @@ def share_core(demands: Sequence[tuple[int, float]], capacity: float) -> list[fl
                 pending = []
         left = max(0.0, left)
     return alloc
+
+
+def shared_rate(cap: float | None, need: float) -> float:
+    """Pace of a job of capped shared VMs (vcsched): each VM would use ``need`` of one core alone and
+    gets ``cap`` of one core (``None``: uncapped), so it advances at ``min(1, cap / need)`` (VCSCHED's
+    yield, Casanova et al. sec. 2). One rule for the simulator (``vmctl.sim.execution``) and vmctld's
+    progress accounting (``vmctl.daemon.state``); on the mock backend a shared VM's process demands
+    ``need`` of its core and its cap limits it, which gives the same pace.
+
+    >>> shared_rate(0.3, 0.6), shared_rate(0.4, 0.4)
+    (0.5, 1.0)
+    """
+    if cap is None or cap >= need:
+        return 1.0
+    return cap / need

@@ -123,7 +123,7 @@ class Job:
     deadline: float | None = None
     user: str = ""
     mem: float = 0.0  # memory need as a fraction of one host (vcsched); 0 = not modelled
-    cpu_need: float = 1.0  # CPU need per task as a fraction of one host (vcsched); 1 = a full core
+    cpu_need: float = 1.0  # CPU need per task (one vCPU) as a fraction of one core (vcsched); 1 = a full core
 
     def __post_init__(self) -> None:
         if self.procs <= 0:
@@ -436,7 +436,7 @@ class ClusterView:
     usable: Sequence[bool]
     node_of_core: Sequence[str] = ()
     local_core: Sequence[int] = ()
-    # vcsched: capacity of each node (cores) and memory (fraction of one host) when modelled.
+    # vcsched: a node's CPU capacity is its cores here (``node_of_core``); memory is a fraction of the node.
     node_names: Sequence[str] = ()
     queue_index: Mapping[str, Job] | None = None
     # vmctld: node -> the nodes it can live-migrate to (its agent's ``peers``); a node not in the map,
@@ -645,8 +645,9 @@ class Resume:
 @dataclass(frozen=True, slots=True)
 class PlaceShared:
     """vcsched: run the job's processes as capped shared VMs (``VmRole.SHARED``), process i on node
-    ``nodes[i]`` (a node may hold several), each capped at ``cap`` of that node's CPU. Starts a queued
-    job, or re-places a running one (processes whose node changes are migrated)."""
+    ``nodes[i]`` (a node may hold several), each capped at ``cap`` of one core (a VM is one vCPU: cap
+    <= 1; a node's caps sum to at most its cores). Starts a queued job, or re-places a running one
+    (processes whose node changes are migrated)."""
 
     job_id: str
     nodes: tuple[str, ...]

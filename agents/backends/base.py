@@ -186,7 +186,8 @@ class HypervisorBackend(ABC):
 @dataclass(frozen=True, slots=True)
 class ProcessStatus:
     """The job process of one VM as the runner last saw it. ``exit_code`` is None while it runs;
-    137 means it was killed. ``work_done`` is dedicated-core seconds of progress where known."""
+    137 means it was killed. ``work_done`` is the work done so far, in standard-core seconds (a core
+    of speed 1.0; the mock backend counts it at its host's ``speed``), where known."""
 
     vm: str
     job_id: str

@@ -11,9 +11,15 @@ the demo and the daemon's tests:
   left max-min fairly (equal shares, water-filling). Unpinned VMs then share the capacity that the
   pinned ones left on all cores, by the same rule (:func:`vmctl.cpushare.share_core`, which the
   simulator's task-bag model shares, so a mock testbed and the simulator split a core alike).
-- A process progresses at ``allocation / cpu_usage`` dedicated-core seconds per second (on a core of
-  its own it progresses in real time) and exits with status 0 once it has received
-  ``work_seconds``. Killing it gives status 137.
+- A process progresses at ``allocation / cpu_usage x speed`` standard-core seconds per second and
+  exits with status 0 once it has done ``work_seconds`` (work on a standard core, speed 1.0, as every
+  shape's work is counted: a rigid job's ``work_seconds``, a moldable job's time at its width, a task
+  bag's task). ``speed`` is the host's (agent config ``host.speed``, the speed it registers with
+  vmctld): on a core of its own a process ends after ``work_seconds / speed``; a core's allocation and
+  the VMs' CPU time stay in physical-core seconds, so only the work done per second changes. One rule
+  for every shape, as in the simulator (``vmctl.sim.exec_moldable`` / ``exec_taskbag``: a process runs
+  at its share of the core times the core's speed). A process that migrates goes on at its new host's
+  speed. Killing it gives status 137.
 
 Time comes from a ``Clock``; the model integrates lazily, piece by piece between process exits, on
 every call. Per-VM ``cpu_time_s`` is what ``list_vms`` reports; ``utilization(name)`` is the current
@@ -227,9 +233,14 @@ class MockBackend(HypervisorBackend):
         fabric_dir: str | os.PathLike[str] | None = None,
         poll_seconds: float | None = None,
         state_file: str | os.PathLike[str] | None = None,
+        speed: float = 1.0,
     ) -> None:
         if cores <= 0:
             raise OutOfRange(what="cores", value=cores, allowed="> 0")
+        if not (math.isfinite(speed) and speed > 0):
+            raise OutOfRange(what="speed", value=speed, allowed="> 0 (relative to a standard core)")
+        #: standard-core seconds of work one core does per second (the agent's ``host.speed``)
+        self.speed = float(speed)
         self.hostname = hostname
         self.cores = cores
         self.memory_mib = memory_mib
@@ -682,13 +693,13 @@ class MockBackend(HypervisorBackend):
                     p = vm.process
                     if p is None or p.exit_code is not None or vm.alloc <= 0.0:
                         continue
-                    rate = vm.alloc / p.spec.cpu_usage
+                    rate = vm.alloc / p.spec.cpu_usage * self.speed
                     step = min(step, max(0.0, (p.spec.work_seconds - p.done) / rate))
                 for vm in self._vms.values():
                     vm.cpu_time += vm.alloc * step
                     p = vm.process
                     if p is not None and p.exit_code is None and vm.alloc > 0.0:
-                        p.done += vm.alloc / p.spec.cpu_usage * step
+                        p.done += vm.alloc / p.spec.cpu_usage * self.speed * step
                 self._t += step
                 for name, vm in self._vms.items():
                     p = vm.process

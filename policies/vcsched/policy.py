@@ -6,21 +6,38 @@
 On every call the policy builds one VCSCHED instance from the view: hosts are the usable nodes
 (``view.node_names``, else the nodes of ``view.node_of_core``, else one host per usable core), and
 every running job plus every submitted queued job is a (parallel) job of ``procs`` tasks, each
-needing ``Job.cpu_need`` CPU and ``Job.mem`` memory (fractions of one node). It solves the instance
-and emits, per job:
+needing ``Job.cpu_need`` CPU (a fraction of one core) and ``Job.mem`` memory (a fraction of one node).
+It solves the instance and emits, per job:
 
 * ``PlaceShared(job, nodes, cap)`` for a queued job it admits, or for a running job whose set of
   nodes changes (the agents migrate the processes that move);
 * ``SetCap(job, cap)`` for a running job that stays on the same nodes.
 
-``cap`` is the CPU fraction of one node each of the job's tasks gets (equal within a job). Admission
+``cap`` is the CPU each of the job's tasks gets, a fraction of one core (equal within a job). Admission
 (sec. 2.1: the resource allocator may reject or delay requests): running jobs are always kept; the
 longest prefix of the queue (in queue order) is admitted for which the algorithm finds an allocation
 with minimum yield >= ``min_yield`` (binary search on the prefix length); the others wait with a
 reason. If not even the running jobs can be allocated, the decision changes nothing.
 
-Example: 2 nodes, three queued 1-process jobs with cpu_need 0.6, mem 0: ``vcsched-mcb8`` places
-two jobs on one node and one on the other, caps 0.5, 0.5 and 0.6 (minimum yield 0.833).
+Multi-core nodes: how the paper's model reads on them. The paper (sec. 2.3) has ``H`` identical hosts
+of CPU capability 1 and per-job needs ``alpha_i`` in [0, 1], fractions of one host, with the constraints
+sum_i alpha_ij <= 1 per host and alpha_ij <= alpha_i per job. Our hosts are nodes of ``C`` cores and a
+task is a VM of one vCPU, which can use at most one core: its need ``cpu_need`` and its cap are
+fractions of *one core* (at most 1), and a node's CPU capacity is its ``C`` cores (caps on a node sum
+to at most ``C``; one vCPU per VM and caps summing to at most ``C`` are always schedulable on ``C``
+cores). That is the paper's problem with ``alpha_i = cpu_need / C``: its two constraints become
+sum caps <= C and cap <= cpu_need (<= 1 core), so every algorithm runs unchanged on the instance in host
+units and the caps it returns are multiplied back by ``C``. The yield (cap / need) is the same in both
+units. The paper's hosts are identical; when the nodes' core counts differ, every host counts as the
+smallest's ``C`` (its usable cores, :func:`host_cores`; the extra cores of larger nodes are left idle,
+never overcommitted). ``mem`` stays a fraction of one node. On one-core nodes (the simulator's by
+default, ``SimConfig.cores_per_node`` = 1; ``vmctl vcsched eval``'s instances, already in host units)
+nothing changes.
+
+Example: 2 one-core nodes, three queued 1-process jobs with cpu_need 0.6, mem 0: ``vcsched-mcb8`` places
+two jobs on one node and one on the other, caps 0.5, 0.5 and 0.6 (minimum yield 0.833). On 2 nodes of 4
+cores the three fit at their need (caps 0.6, yield 1); so do 4 VMs of need 0.4 on one 4-core node (caps
+0.4 each, 1.6 of 4 cores), where a one-core reading would cap them at 0.25.
 """
 
 from __future__ import annotations
@@ -51,6 +68,18 @@ def cluster_nodes(view: ClusterView) -> list[str]:
     if view.node_names:
         return list(view.node_names)
     return [f"core{c}" for c in range(view.total_cores) if view.usable[c]]
+
+
+def host_cores(view: ClusterView, nodes: Sequence[str]) -> int:
+    """The CPU capacity of every VCSCHED host, in cores: the fewest usable cores of ``nodes`` (the
+    paper's hosts are identical; see the module docstring). 1 when the view has no cores per node."""
+    if not view.node_of_core or not nodes:
+        return 1
+    count: dict[str, int] = {}
+    for c, node in enumerate(view.node_of_core):
+        if view.usable[c]:
+            count[node] = count.get(node, 0) + 1
+    return max(1, min(count.get(n, 1) for n in nodes))
 
 
 def _need(job: Job) -> tuple[float, float]:
@@ -95,6 +124,7 @@ class VcschedPolicy(SchedulingPolicy):
     def decide(self, view: ClusterView, now: float) -> Decision:
         nodes = cluster_nodes(view)
         index = {n: i for i, n in enumerate(nodes)}
+        per_host = host_cores(view, nodes)  # the instance is in host units: a need of x cores is x / per_host
         running = list(view.running.values())
         queued = [j for j in view.queue if j.submit_time <= now]
         if not nodes:
@@ -104,7 +134,7 @@ class VcschedPolicy(SchedulingPolicy):
             jobs = [rj.job for rj in running] + queued[:k]
             if not jobs:
                 return None
-            inst = Instance.parallel(len(nodes), [(j.procs, *_need(j)) for j in jobs])
+            inst = Instance.parallel(len(nodes), [(j.procs, _need(j)[0] / per_host, _need(j)[1]) for j in jobs])
             prev: list[int] = []
             for rj in running:
                 for c in rj.cores[: rj.job.procs]:
@@ -137,7 +167,7 @@ class VcschedPolicy(SchedulingPolicy):
             return Decision(default_reason=reason)
         sol, jobs, _prev = best
         return Decision(
-            actions=tuple(self._actions(view, nodes, sol, jobs)),
+            actions=tuple(self._actions(view, nodes, sol, jobs, per_host)),
             default_reason=(
                 f"vcsched: admitting it would leave no allocation with minimum yield >= {self.params['min_yield']}"
             )
@@ -145,12 +175,13 @@ class VcschedPolicy(SchedulingPolicy):
             else "vcsched: waiting",
         )
 
-    def _actions(self, view: ClusterView, nodes: Sequence[str], sol: Solution, jobs: list[Job]) -> list[Action]:
+    def _actions(self, view: ClusterView, nodes: Sequence[str], sol: Solution, jobs: list[Job],
+                 per_host: int) -> list[Action]:
         out: list[Action] = []
         t = 0
         for job in jobs:
             hosts = sol.hosts[t : t + job.procs]
-            cap = float(max(sol.alloc[t : t + job.procs]))
+            cap = float(max(sol.alloc[t : t + job.procs])) * per_host  # host units -> cores
             t += job.procs
             names = tuple(nodes[h] for h in hosts)
             cap = min(cap, _need(job)[0])

@@ -2,7 +2,8 @@
 ``vcsched-dynamic`` policy and one agent (the real reconciler, HTTP with a client certificate) on
 ``qemu:///system``. Virtual-cluster requests submitted over the API become shared VMs whose CFS
 quota in libvirt's scheduler parameters (``vcpu_quota`` / ``vcpu_period``) equals the allocated
-fraction; an arrival re-caps the running VMs live, a departure restores them.
+fraction; an arrival re-caps the running VMs live, a departure restores them. On a node of 2 cores
+(issue 22) the node holds 2 cores of caps, each VM (one vCPU) at most one core.
 
 The guests are idle TCG VMs (the ``idle.img`` image): the job process inside a VM is not run here (a
 test-local runner records the start the agent asks for); only the VMs and their caps are real.
@@ -73,8 +74,12 @@ def _wait(what: str, cond: Callable[[], Any], timeout: float = 60.0) -> Any:
 
 
 @pytest.fixture
-def setup(system_host: Any, images: Path, tmp_path: Path) -> Iterator[tuple[Vmctld, Any, Layout]]:
+def setup(system_host: Any, images: Path, tmp_path: Path,
+          request: pytest.FixtureRequest) -> Iterator[tuple[Vmctld, Any, Layout]]:
+    """vmctld + one agent whose node is the host's last core, or (``request.param`` 2) its first two."""
     from vmctl.agents.backends.libvirt.backend import LibvirtBackend
+
+    cores = int(getattr(request, "param", 1))
 
     d = Vmctld(tmp_path)
     d.config.write_text(
@@ -90,7 +95,12 @@ def setup(system_host: Any, images: Path, tmp_path: Path) -> Iterator[tuple[Vmct
     try:  # from here on vmctld runs: stopped whatever fails (a libvirtd that went away left one running)
         node = f"{PREFIX}vcd"
         backend = LibvirtBackend(URI, domain_type="qemu")
-        layout = Layout(node, (backend.host_info().cores - 1,), image=str(images / "idle.img"), memory_mib=32)
+        have = backend.host_info().cores
+        if have < cores:
+            backend.close()
+            pytest.skip(f"the host has {have} cores, the test's node needs {cores}")
+        used = (have - 1,) if cores == 1 else tuple(range(cores))
+        layout = Layout(node, used, image=str(images / "idle.img"), memory_mib=32)
         s, doc = d.call("POST", "/v1/certs", {"node": node})
         assert s == 201, doc
         for key in ("cert_pem", "key_pem", "ca_pem"):
@@ -183,3 +193,18 @@ def test_daemon_caps_reach_libvirt_and_follow_the_workload(setup: tuple[Vmctld, 
     assert _domain_ids(sorted(got)) == ids_before
     _wait("c's VM gone", lambda: f"j{c}-r1-p0" not in {v.name for v in backend.list_vms()
                                                       if v.power is PowerState.RUNNING})
+
+
+@pytest.mark.parametrize("setup", [2], indirect=True)
+def test_a_two_core_node_holds_two_cores_of_caps(setup: tuple[Vmctld, Any, Layout]) -> None:
+    """issue 22: a node of 2 cores; a 2-VM cluster needing 0.8 of a core per VM and a 1-VM cluster needing
+    0.3 (1.9 of 2 cores) all run at their need: libvirt's quota/period is 0.8, 0.8 and 0.3 (read as one
+    core it was 1 / 1.9 of that). No VM's quota exceeds its period (one vCPU, at most one core)."""
+    d, backend, layout = setup
+    _wait("the agent's node", lambda: any(n["state"] == "ready" and n["cores"] == 2
+                                          for n in d.call("GET", "/v1/nodes")[1]["nodes"]))
+    a = _submit(d, "a", 2, 0.8, 0.2)
+    b = _submit(d, "b", 1, 0.3, 0.2)
+    got = _wait("full-need caps in libvirt", lambda: _libvirt_caps(d, backend, layout, {a: 0.8, b: 0.3}))
+    assert sorted(got.values()) == pytest.approx([0.3, 0.8, 0.8], abs=1e-3)
+    assert sum(got.values()) <= 2.0 + 1e-3 and max(got.values()) <= 1.0 + 1e-3

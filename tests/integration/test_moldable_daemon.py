@@ -45,7 +45,7 @@ class Agents:
             cert, key = d.agent_cert(node, certs)
             ep = AgentEndpoint(d.url, node, cert, key, d.ca_file)
             source, reporter = HttpSource(ep, wait_s=0.2), HttpReporter(ep)
-            backend = MockBackend(hostname=node, cores=4, uri=f"mock://{node}", clock=SystemClock())
+            backend = MockBackend(hostname=node, cores=4, uri=f"mock://{node}", clock=SystemClock(), speed=speed)
             agent = Reconciler(backend, Layout(host=node, cores=tuple(range(4))), source, reporter,
                                runner=MockProcessRunner(backend))
             source.register(4, node, "mock", speed=speed, group=node)
@@ -127,9 +127,11 @@ def test_a_moldable_job_lands_in_the_group_and_width_the_method_chose(
     assert j["width"] == 2 and {p["node"] for p in j["placement"]} == {"fast"}, j
     assert j["width_reason"].startswith("width 2 of [2, 4] in group fast (speed 2): AFCFS"), j["width_reason"]
     assert "meets the deadline" in j["width_reason"], j["width_reason"]
-    # the mock processes do the job's time at width 2 over the group's speed: 8 s / 2
+    # the mock processes get the job's time at width 2 on a standard core (8 s) and the speed-2 host runs
+    # them at its speed (issue 22: one rule for every shape), so they end after 8 s / 2
     vms = d.call(lambda: d.daemon.state.desired_vms("fast"))
-    assert {v.process.work_seconds for v in vms if v.process is not None} == {4.0}
+    assert {v.process.work_seconds for v in vms if v.process is not None} == {8.0}
+    assert d.call(lambda: d.daemon.state.moldable_time(d.daemon.state.jobs[jid])) == 4.0
     code, out, err = run_cli(capsys, "job", "show", jid)
     assert code == 0, err
     assert "width_reason" in out and "group fast (speed 2)" in out, out
@@ -137,6 +139,11 @@ def test_a_moldable_job_lands_in_the_group_and_width_the_method_chose(
     j = job(d, jid)
     ran = j["end_time"] - j["start_time"]
     assert 4.0 <= ran < 6.0, j  # 4 s at speed 2 (8 s on a standard core), plus the report delay
+    # each process's span on the host, in its model time (no report delay): 8 s of work at speed 2
+    ops = _agents.backend("fast").operations("start_process", "process_exited")
+    began = {e.vm: e.time for e in ops if e.operation == "start_process"}
+    spans = {e.vm: e.time - began[e.vm] for e in ops if e.operation == "process_exited"}
+    assert len(spans) == 2 and spans == pytest.approx(dict.fromkeys(spans, 4.0), rel=1e-6), spans
     assert j["end_time"] <= j["deadline"] + 0.5, j
 
 

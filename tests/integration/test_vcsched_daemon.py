@@ -3,7 +3,9 @@
 client certificates). Virtual-cluster requests (``cpu_need``, ``mem``) are submitted over the API;
 the caps the agents applied (their backends' VM state) must equal the allocation; a workload change
 (an arrival, then a departure) must re-cap the VMs that stay and, within the migration budget,
-move a VM by a live migration that completes."""
+move a VM by a live migration that completes. The paper's examples run on one-core nodes (a host is
+one unit of CPU there); issue 22's multi-core nodes (a node's capacity is its cores, needs and caps are
+fractions of one core) on 4-core nodes at the end."""
 
 from __future__ import annotations
 
@@ -41,7 +43,15 @@ def _config(d: Vmctld, budget: float) -> None:
 def vcluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Vmctld, list[Agent]]]:
     d = Vmctld(tmp_path)
     _config(d, budget=float(getattr(request, "param", 0.5)))
-    with two_node_cluster(d, cores=2) as c:
+    with two_node_cluster(d, cores=1) as c:
+        yield c
+
+
+@pytest.fixture
+def four_core(tmp_path: Path) -> Iterator[tuple[Vmctld, list[Agent]]]:
+    d = Vmctld(tmp_path)
+    _config(d, budget=0.5)
+    with two_node_cluster(d, cores=4) as c:
         yield c
 
 
@@ -205,3 +215,56 @@ def test_zero_migration_budget_keeps_vms_in_place(vcluster: tuple[Vmctld, list[A
     assert _caps_match(d, agents, {jid: 0.5 for jid in sharing})
     assert {jid: _job(d, jid)["placement"][0]["node"] for jid in sharing} == where
     assert all(_job(d, jid)["migrations"] == 0 for jid in sharing)
+
+
+def _cli(d: Vmctld, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    try:
+        main([*args, "--url", f"https://127.0.0.1:{d.port}", "--token", d.token, "--ca",
+              str(d.tmp / "state" / "ca.pem"), "-o", "json"])
+    except SystemExit as exc:
+        assert not exc.code, exc
+    return json.loads(capsys.readouterr().out)
+
+
+def test_multicore_nodes_cap_each_vm_at_its_need(four_core: tuple[Vmctld, list[Agent]],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 22: on 4-core nodes, ``vmctl policy set vcsched-mcb8`` and a job of 4 VMs with ``--cpu-need
+    0.4`` get caps of 0.4 (yield 1; a one-core reading gave 0.25 each, caps summing to 1.0 per node).
+    The agents apply them (the mock backends' caps), the VMs' processes (each using 0.4 of a core) run at
+    full pace on the mock hosts. Then 6 VMs needing a whole core
+    arrive: 7.6 cores of need on 8, every VM still at its need, no cap above one core and no node's caps
+    above its 4 cores (on the agents' backends); the agents report no error."""
+    d, agents = four_core
+    _wait("two ready nodes", lambda: len([n for n in d.call("GET", "/v1/nodes")[1]["nodes"]
+                                          if n["state"] == "ready" and n["cores"] == 4]) == 2)
+    assert _cli(d, capsys, "policy", "set", "vcsched-mcb8")["name"] == "vcsched-mcb8"
+    out = _cli(d, capsys, "job", "submit", "--name", "vc", "-n", "4", "-t", "600", "--work-seconds", "600",
+               "--cpu-need", "0.4")
+    vc = str(out["jobs"][0]["id"])
+    _wait("caps 0.4 applied", lambda: _caps_match(d, agents, {vc: 0.4}))
+    assert _job(d, vc)["cap"] == pytest.approx(0.4)
+
+    # the mock hosts run each VM's process at full pace: it demands its need (0.4 of a core), the cap
+    # lets it have all of it, so its work grows as fast as the host's clock
+    vms = [(a.backend, v.name) for a in agents for v in a.backend.list_vms() if v.name.startswith(f"j{vc}-")]
+    assert len(vms) == 4
+    for backend, name in vms:
+        assert backend.utilization(name) == pytest.approx(0.4)
+    before = [(b.process_status(n), b.clock.now()) for b, n in vms]
+    _more_decisions(d, 2)
+    after = [(b.process_status(n), b.clock.now()) for b, n in vms]
+    for (p0, t0), (p1, t1) in zip(before, after, strict=True):
+        assert p0 is not None and p1 is not None and p1.running
+        assert (p1.work_done - p0.work_done) / (t1 - t0) == pytest.approx(1.0, abs=0.05)
+
+    # 6 VMs needing a whole core each: 6 + 1.6 = 7.6 cores of need on 8 cores, so everyone runs at its need
+    out = _cli(d, capsys, "job", "submit", "--name", "big", "-n", "6", "-t", "600", "--work-seconds", "600",
+               "--cpu-need", "1.0")
+    big = str(out["jobs"][0]["id"])
+    _wait("both clusters at their need", lambda: _caps_match(d, agents, {vc: 0.4, big: 1.0}), timeout=90)
+    for a in agents:
+        caps = [v.cap for v in a.backend.list_vms() if v.name.startswith("j") and v.power is PowerState.RUNNING]
+        assert all(c is not None and 0 < c <= 1.0 for c in caps), caps
+        assert sum(c for c in caps if c is not None) <= 4.0 + 1e-6, (a.backend.hostname, caps)
+    nodes = d.call("GET", "/v1/nodes")[1]["nodes"]
+    assert all(not n.get("errors") for n in nodes), nodes

@@ -29,13 +29,15 @@ class WorkerHosts:
             cert, key = daemon.agent_cert(name, directory / "certs")
             ep = AgentEndpoint(daemon.url, name, cert, key, daemon.ca_file)
             source, reporter = HttpSource(ep, wait_s=0.5), HttpReporter(ep)
+            speed = speeds[h] if h < len(speeds) else None
+            # the backend runs its processes at the speed the agent registers (as vmctl-agent does)
             backend = MockBackend(hostname=name, cores=cores, uri=f"mock://{name}", clock=SystemClock(),
-                                  poll_seconds=0.02)
+                                  poll_seconds=0.02, speed=1.0 if speed is None else speed)
             layout = Layout(host=name, cores=tuple(range(cores)), levels=levels, discipline=Discipline.SHARED)
             agent = Reconciler(backend, layout, source, reporter, runner=MockProcessRunner(backend),
                                resync_seconds=0.2)
             source.register(cores, name, "mock", levels=levels, discipline="shared",
-                            speed=speeds[h] if h < len(speeds) else None)
+                            speed=speed)
             self.parts.append((source, reporter, backend))
             self.agents.append(agent)
 

@@ -126,6 +126,47 @@ def test_process_finishes_after_its_work_and_frees_the_core() -> None:
     assert [e.vm for e in b.operations("process_exited")] == ["fg", "bg"]
 
 
+def test_host_speed_scales_the_work_done_not_the_cpu_time() -> None:
+    """issue 22: a mock host of speed 2 does 2 standard-core seconds of work per second of its core, for a
+    process alone (4 s of work in 2 s) and for processes sharing a core (half a core each: 4 s of work in
+    4 s, not 8); CPU time stays physical (the core is busy for as long as it runs)."""
+    for speed, alone_end, shared_end in ((1.0, 4.0, 8.0), (2.0, 2.0, 4.0), (0.5, 8.0, 16.0)):
+        b, clock = host(cores=2, speed=speed)
+        vm_up(b, "alone", 0, 100, usage=1.0, work=4.0)
+        vm_up(b, "s1", 1, 100, usage=1.0, work=4.0)
+        vm_up(b, "s2", 1, 100, usage=1.0, work=4.0)
+        clock.advance(alone_end / 2)
+        st = b.process_status("alone")
+        assert st is not None and st.running and st.work_done == pytest.approx(2.0)
+        clock.advance(1000.0)
+        b.list_vms()  # the model integrates on every call
+        ended = {e.vm: e.time for e in b.operations("process_exited")}
+        assert ended == pytest.approx({"alone": alone_end, "s1": shared_end, "s2": shared_end})
+        assert cpu(b) == pytest.approx({"alone": alone_end, "s1": shared_end / 2, "s2": shared_end / 2})
+    with pytest.raises(OutOfRange, match="speed"):
+        host(speed=0.0)
+
+
+def test_a_migrated_process_goes_on_at_the_target_speed() -> None:
+    """4 s of work: 1 s on a speed-1 host (1 s done, plus 1 s of live migration still running there),
+    then the remaining 2 s of work at speed 2 on the target: it ends at t = 2 + 1 = 3."""
+    clock = VirtualClock(0.0)
+    fabric = MockFabric()
+    a = MockBackend("a", clock=clock, fabric=fabric, migration_seconds=1.0, speed=1.0)
+    b = MockBackend("b", clock=clock, fabric=fabric, speed=2.0)
+    vm_up(a, "v", 0, 100, usage=1.0, work=4.0)
+    clock.advance(1.0)
+    a.start_migration("v", b.uri)
+    clock.advance(1.0)
+    assert b.list_vms()[0].power is PowerState.RUNNING
+    assert b.process_status("v").work_done == pytest.approx(2.0)  # type: ignore[union-attr]
+    clock.advance(0.99)
+    assert b.process_status("v").running  # type: ignore[union-attr]
+    clock.advance(1.0)
+    assert b.process_status("v").exit_code == 0  # type: ignore[union-attr]
+    assert [e.time for e in b.operations("process_exited")] == pytest.approx([3.0])
+
+
 def test_bg_progress_depends_on_fg_idle_cycles() -> None:
     """Within one lazy advance the model steps across process exits exactly."""
     b, clock = host()

@@ -372,6 +372,38 @@ def test_vcsched_mode_runs_shared_capped_vms(tmp_path: Path) -> None:
     c.run_until(lambda: all(c.state(j) == "done" for j in jobs), limit=100)
 
 
+def test_vcsched_on_a_4_core_node_caps_at_the_need_and_paces_at_the_yield(tmp_path: Path) -> None:
+    """issue 22, on the model clock: one 4-core node. 4 VMs needing 0.4 of a core get caps of 0.4 (yield
+    1): their mock processes (using 0.4 of a core each) do 10 s of work in 10 s, and vmctld's progress
+    goes at the same pace. Then 5 VMs needing a whole core: 5 cores of need on 4, caps 0.8 each (never
+    above one core; the node's caps sum to 4): 8 s of work take 10 s, and vmctld's progress says 0.8/s."""
+    c = Cluster(tmp_path, {"n1": 4}, policy=create_policy("vcsched-mcb8"))
+    small = c.submit(4, 500, 10, cpu_need=0.4)
+    c.step()
+    rec = c.daemon.job(small)
+    assert rec.state == "running" and rec.cap == pytest.approx(0.4)
+    vms = [v for v in c.daemon.desired("n1").vms if v.process is not None]
+    assert len(vms) == 4 and all(v.cap == pytest.approx(0.4) and v.process.cpu_usage == pytest.approx(0.4)
+                                 for v in vms if v.process is not None)
+    start = c.clock.now()
+    c.step(5.0)
+    assert c.daemon.state.progress(c.daemon.job(small), c.clock.now()) == pytest.approx(c.clock.now() - start)
+    c.run_until(lambda: c.state(small) == "done", limit=30)
+    assert c.clock.now() - start <= 10.0 + 2.0  # 10 s of work at full pace, plus a step or two of reporting
+    big = c.submit(5, 500, 8, cpu_need=1.0)
+    c.step()
+    rec = c.daemon.job(big)
+    assert rec.state == "running" and rec.cap == pytest.approx(0.8)
+    be = c.agents["n1"][3]
+    caps = [v.cap for v in be.list_vms() if v.cap is not None]
+    assert len(caps) == 5 and sum(caps) == pytest.approx(4.0) and max(caps) <= 1.0
+    start = c.clock.now()
+    c.step(5.0)
+    assert c.daemon.state.progress(c.daemon.job(big), c.clock.now()) == pytest.approx(0.8 * (c.clock.now() - start))
+    c.run_until(lambda: c.state(big) == "done", limit=30)
+    assert 10.0 - 1.0 <= c.clock.now() - start <= 10.0 + 2.0
+
+
 def test_checkpoint_and_restore_through_the_agents(tmp_path: Path) -> None:
     class CheckpointOnce(SchedulingPolicy):
         """Starts jobs on fg; checkpoints the first one after 2 s of work, restores it 3 s later."""

@@ -42,6 +42,20 @@ def test_host_defaults_and_values() -> None:
     assert (example.host.speed, example.host.group, example.host.memory_mib) == (1.0, "default", None)
 
 
+def test_the_mock_backend_runs_at_the_speed_the_agent_registers() -> None:
+    """issue 22: the speed vmctld is told is the speed the mock host's processes run at (one value)."""
+    from vmctl.agents.main import make_backend
+
+    for raw, want in (({}, 1.0), ({"host": {"speed": 2.0}}, 2.0)):
+        cfg = parse_agent_config({"node": "n1", "backend": {"kind": "mock", "cores": 1}, **raw})
+        backend = make_backend(cfg)
+        try:
+            assert isinstance(backend, MockBackend) and backend.speed == want
+            assert host_registration(cfg, backend)[0] == want
+        finally:
+            backend.close()
+
+
 def test_the_agent_registers_the_backends_memory_unless_configured() -> None:
     backend = MockBackend(hostname="n1", cores=2, memory_mib=12345, clock=VirtualClock(0.0))
     cfg = parse_agent_config({"node": "n1", "host": {"speed": 0.5, "group": "old"}})

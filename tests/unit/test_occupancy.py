@@ -145,15 +145,16 @@ def vjob(jid: str, cpu: float = 1.0, mem: float = 0.0) -> Job:
     return Job(id=jid, submit_time=0.0, procs=1, estimate=100.0, cpu_need=cpu, mem=mem)
 
 
-def shared_view(queue: list[Job], placed: list[tuple[Job, str, float | None]]) -> ClusterView:
-    """Two nodes a, b of 2 cores; ``placed`` holds shared VMs already running (job, node, cap)."""
-    v = view(4, queue=queue)
+def shared_view(queue: list[Job], placed: list[tuple[Job, str, float | None]], cores: int = 1) -> ClusterView:
+    """Two nodes a, b of ``cores`` cores (the CPU capacity of their shared VMs' caps, issue 22); ``placed``
+    holds shared VMs already running (job, node, cap)."""
+    v = view(2 * cores, queue=queue)
     running = {
-        j.id: RunningJob(j, Tier.FG, (0 if node == "a" else 2,), 0.0, 0.0, cap=cap, shared_nodes=(node,))
+        j.id: RunningJob(j, Tier.FG, (0 if node == "a" else cores,), 0.0, 0.0, cap=cap, shared_nodes=(node,))
         for j, node, cap in placed
     }
-    return dataclasses.replace(v, running=running, node_of_core=["a", "a", "b", "b"], local_core=[0, 1, 0, 1],
-                               node_names=["a", "b"])
+    return dataclasses.replace(v, running=running, node_of_core=["a"] * cores + ["b"] * cores,
+                               local_core=list(range(cores)) * 2, node_names=["a", "b"])
 
 
 def test_setcap_plus_place_shared_overrun_is_refused() -> None:
@@ -163,6 +164,11 @@ def test_setcap_plus_place_shared_overrun_is_refused() -> None:
     assert rule_of(v, SetCap("old", 1.0), PlaceShared("new", ("a",), 1.0)) == "node-cpu"
     check(v, SetCap("old", 0.4), PlaceShared("new", ("a",), 0.6))
     check(v, SetCap("old", 1.0), PlaceShared("new", ("b",), 1.0))
+    # on 2-core nodes the same node holds both at 1.0 (2 cores of caps), and no third
+    v = shared_view([vjob("new"), vjob("third")], [(vjob("old"), "a", 0.5)], cores=2)
+    check(v, SetCap("old", 1.0), PlaceShared("new", ("a",), 1.0))
+    assert rule_of(v, SetCap("old", 1.0), PlaceShared("new", ("a",), 1.0),
+                   PlaceShared("third", ("a",), 0.1)) == "node-cpu"
 
 
 def test_capacity_counts_what_is_already_placed() -> None:

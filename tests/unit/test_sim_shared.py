@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from test_sim_support import wj
 
 from vmctl.cli.main import cli
+from vmctl.errors import ValidationError
 from vmctl.model import Action, ClusterView, Decision, PlaceShared, SetCap
 from vmctl.policies.base import Needs, SchedulingPolicy
 from vmctl.policies.invariants import check_decision
@@ -61,6 +62,34 @@ def test_overcommitted_node_is_refused_by_the_checker() -> None:
     pol = SharedScript({0.0: [PlaceShared("1", ("core0",), 0.5)], 1.0: [PlaceShared("2", ("core0",), 0.6)]})
     with pytest.raises(InvariantViolation, match="node-cpu"):
         Simulator(jobs, 2, pol).run()
+
+
+def test_multicore_nodes_in_the_simulator_say_what_vmctld_does() -> None:
+    """issue 22: with ``cores_per_node`` the simulator's nodes are vmctld's multi-core nodes. The paper's
+    sec. 2.3 example, three 1-VM jobs needing 0.6 of a core on 2 cores: as two one-core nodes, two jobs
+    share a core (caps 0.5, 0.5, 0.6); as one 2-core node all three run at their need (1.8 of 2 cores,
+    caps 0.6, yield 1) and end on time."""
+    jobs = [wj(k, 0, 10, 1, usage=0.6) for k in (1, 2, 3)]
+    for per, caps in ((1, [0.5, 0.5, 0.6]), (2, [0.6, 0.6, 0.6])):
+        seen: list[float] = []
+        policy = create_policy("vcsched-mcb8")
+        decide = policy.decide
+
+        def spy(view: ClusterView, now: float, decide=decide, seen=seen) -> Decision:  # type: ignore[no-untyped-def]
+            d = decide(view, now)
+            check_decision(view, d, now)
+            if now == 0.0:
+                seen.extend(a.cap for a in d.actions if isinstance(a, PlaceShared))
+            return d
+
+        policy.decide = spy  # type: ignore[method-assign]
+        sim = Simulator(jobs, 2, policy, SimConfig(seed=1, cores_per_node=per))
+        sim.run()
+        assert sorted(seen) == pytest.approx(caps), per
+        if per == 2:
+            assert [sim.outcome(str(k)) for k in (1, 2, 3)] == [(0.0, pytest.approx(10.0))] * 3
+    with pytest.raises(ValidationError, match="cores_per_node"):
+        Simulator(jobs, 3, create_policy("vcsched-mcb8"), SimConfig(cores_per_node=2))
 
 
 @pytest.mark.parametrize("name", ["vcsched-mcb8", "vcsched-dynamic"])

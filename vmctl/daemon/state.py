@@ -26,6 +26,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from vmctl.cpushare import shared_rate
 from vmctl.daemon import dispatcher
 from vmctl.daemon.config import DAEMON_SHAPES
 from vmctl.model import (
@@ -396,16 +397,25 @@ class ClusterState:
             shape = self._shape_cache[rec.id] = shape_from_json(raw, f"job {rec.id}.shape")
         return shape
 
-    def moldable_time(self, rec: JobRecord) -> float | None:
-        """A placed moldable job's run time: its shape's time at the width it was started with (standard
-        cores) over the slowest speed of its nodes (``host.speed``); None for other jobs."""
+    def moldable_work(self, rec: JobRecord) -> float | None:
+        """A placed moldable job's work per process: its shape's time at the width it was started with, on
+        standard cores (speed 1.0); None for other jobs."""
         shape = self.shape_of(rec)
         width = len(rec.placement)
         if shape is None or shape.kind != "moldable" or not shape.allows(width):
             return None
+        return shape.time_at(width)
+
+    def moldable_time(self, rec: JobRecord) -> float | None:
+        """A placed moldable job's run time: its work (``moldable_work``, standard cores) over the slowest
+        speed of its nodes (``host.speed``; its processes synchronize, the slowest sets the pace); None for
+        other jobs."""
+        work = self.moldable_work(rec)
+        if work is None:
+            return None
         speed, _group, _mem = self.node_attributes()
         slowest = min((speed.get(n, 1.0) for n, _c in rec.placement), default=1.0)
-        return shape.time_at(width) / slowest
+        return work / slowest
 
     def run_limit(self, rec: JobRecord) -> float:
         """How long a job may run before it counts as past its estimate: the estimate, or for a moldable
@@ -525,7 +535,7 @@ class ClusterState:
         if job.tier == Tier.FG.value:
             return 1.0
         if job.tier == "shared":
-            return 1.0 if job.cap is None else job.cap
+            return shared_rate(job.cap, self.job_obj(job).cpu_need)
         # bg: the shared progress model, with what the fg VMs of its cores use
         usages: list[float | None] = []
         for n, c in job.placement:
@@ -723,7 +733,7 @@ class ClusterState:
         elif rec.tier == "fg":
             pace = 1.0
         elif rec.tier == "shared":
-            pace = 1.0 if rec.cap is None else rec.cap
+            pace = shared_rate(rec.cap, self.job_obj(rec).cpu_need)
         else:
             pace = bg_pace(self.job_obj(rec), [None if fg[g] is None else util[g] for g in cores])
         return rec.progress_base + max(0.0, now - rec.tier_since) * pace
@@ -744,8 +754,10 @@ class ClusterState:
                 moves = {int(m["index"]): m for m in op.detail.get("moves", [])}
             tasks = rec.spec.get("tasks") or []
             work = rec.spec.get("work_seconds")
-            if work is None:  # a moldable job's mock work: its time at the width it was started with
-                work = self.moldable_time(rec) or 0.0
+            if work is None:  # a moldable job's mock work: its time at the width it was started with, on
+                # standard cores (the mock backend runs every process at its host's speed, as it does a
+                # task bag's tasks and a rigid job's work: one rule; ``moldable_time`` is the wall time)
+                work = self.moldable_work(rec) or 0.0
             bag_shape = self.shape_of(rec) if rec.bag is not None else None
             bag_levels = dispatcher.slot_levels(rec) if rec.bag is not None else None
             for i, (n, c) in enumerate(rec.placement):
@@ -755,10 +767,14 @@ class ClusterState:
                     proc = dispatcher.process(rec, i, bag_shape, job.usage_of(0))
                 else:
                     t = tasks[i] if i < len(tasks) else {}
+                    # a shared (vcsched) VM's process uses its cpu_need of a core alone (the paper's alpha)
+                    # unless the spec says otherwise: capped at its need it runs at full pace (yield 1)
+                    usage = job.usage_of(i) if job.cpu_usage is not None or role is not VmRole.SHARED \
+                        else min(1.0, job.cpu_need)
                     proc = ProcessSpec(
                         job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
                         work_seconds=float(t.get("work_seconds", work)),
-                        cpu_usage=float(t.get("cpu_usage", job.usage_of(i))),
+                        cpu_usage=float(t.get("cpu_usage", usage)),
                     )
                 power = PowerState.RUNNING
                 ckpt: str | None = None

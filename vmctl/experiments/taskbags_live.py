@@ -8,7 +8,9 @@ The testbed (sec. IV's, as the paper describes it): ``--hosts`` single-core host
 process on the mock backend with a ``shared`` layout of 2 workers (equal weights: two busy workers get
 half the core each, one alone gets all of it), one ``vmctld`` process (SQLite) running the dispatch
 policy, and this process as the client (``vmctl.client``: one independent-task ``Job`` per bag, submitted
-at its arrival time). A task is a mock process that runs for its length at the speed of the clock.
+at its arrival time). A task is a mock process that runs for its length at the speed of the clock
+(and of its host: a mock agent runs its processes at ``host.speed``, as the simulator runs a worker
+at its core's speed; the testbed's hosts and the simulator's cores are all of speed 1).
 
 Sleeping tasks (``--task-usage U``, default 0.01). The paper's testbed tasks sleep for their length, so
 two on one single-core host both end on time, where two CPU-bound ones would take twice as long. Every

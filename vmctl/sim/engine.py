@@ -97,7 +97,8 @@ _DONE_TOL = 1e-6
 _INF = math.inf
 #: what the simulated cluster offers a policy under its default execution model (the two-tier model,
 #: :class:`~vmctl.sim.execution.TwoTierModel`): 2 levels per core under the priority discipline, rigid
-#: jobs, and capped shared VMs (vcsched; each core is then a one-core node). Another model offers what
+#: jobs, and capped shared VMs (vcsched; each core is then a one-core node, or ``SimConfig.cores_per_node``
+#: cores make one). Another model offers what
 #: its ``offer()`` says (``SimConfig.execution``).
 SIM_OFFER: Offer = TwoTierModel().offer()
 # Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
@@ -181,6 +182,10 @@ class SimConfig:
     - ``batches``: number of batches for the batch-means confidence intervals.
     - ``execution``: makes the run's execution model (:mod:`vmctl.sim.execution`; one model object
       per simulator); None = the two-tier model with ``two_tier`` and ``progress`` above.
+    - ``cores_per_node``: capped shared VMs (vcsched) only: how many consecutive cores make one node
+      (default 1: every core is a one-core node ``core<i>``, the paper's hosts; more: nodes ``n0``,
+      ``n1`` ... of that many cores, whose caps sum to at most their cores, as vmctld's nodes). A job's
+      need and cap are fractions of one core either way (issue 22). ``cores`` must be a multiple.
     """
 
     seed: int = 1
@@ -190,6 +195,7 @@ class SimConfig:
     progress: ProgressModel = field(default_factory=ProgressModel)
     batches: int = metrics_mod.DEFAULT_BATCHES
     execution: Callable[[], ExecutionModel] | None = None
+    cores_per_node: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,10 +531,20 @@ class Simulator:
         self._wake: float | None = None
         self._released = False  # a task bag gave up a slot at a task boundary: the policy gets a pass
         self._done = 0
-        # capped shared VMs (policies that need them): every core is a one-core node "core<i>"
+        # capped shared VMs (policies that need them): every core is a one-core node "core<i>", or
+        # ``cores_per_node`` consecutive cores make a node "n<k>" (a shared VM stands on its node's first core)
         self._shared = policy.needs.shared_vms
-        names = [f"core{c}" for c in range(cores)] if self._shared else []
-        self._node_core = {name: c for c, name in enumerate(names)}
+        per = cfg.cores_per_node
+        if per < 1 or cores % per:
+            raise ValidationError(field="cores_per_node", problem=f"must be >= 1 and divide the {cores} cores, "
+                                                                  f"got {per}")
+        if per == 1:
+            names = [f"core{c}" for c in range(cores)] if self._shared else []
+        else:
+            names = [f"n{c // per}" for c in range(cores)] if self._shared else []
+        self._node_core: dict[str, int] = {}
+        for c, name in enumerate(names):
+            self._node_core.setdefault(name, c)
         # every level's occupancy: levels 0 and 1 are the fg/bg lists, further levels (levelled path) follow
         levels = offer.levels
         upper = range(max(0, levels - 2))
@@ -539,8 +555,9 @@ class Simulator:
         self._idle: list[set[int]] = [self._idle_fg, self._idle_bg, *(set(range(cores)) for _ in upper)]
         del self._slot_job[levels:], self._slot_run[levels:], self._idle[levels:]
         if self._leveled:
-            node_maps = model.nodes(cores) or {"node_of_core": names, "local_core": [0] * len(names),
-                                               "node_names": names}
+            local = [c % per for c in range(len(names))]
+            node_maps = model.nodes(cores) or {"node_of_core": names, "local_core": local,
+                                               "node_names": list(dict.fromkeys(names))}
             self.view = ClusterView.leveled(
                 cores, self._queue, _RunningView(self._snaps), self._slot_job, self._idle, offer.discipline,
                 self._fg_util, self._usable, queue_index=self._qjobs, shapes=model.shapes, **node_maps,
@@ -558,8 +575,8 @@ class Simulator:
                 usable=self._usable,
                 queue_index=self._qjobs,
                 node_of_core=names,
-                local_core=[0] * len(names),
-                node_names=names,
+                local_core=[c % per for c in range(len(names))],
+                node_names=list(dict.fromkeys(names)),
             )
         # what the execution model reads (``vmctl.sim.execution.EngineState``): live, never copied
         self.records: Sequence[WorkloadRecord] = kept

@@ -78,6 +78,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
+from vmctl.cpushare import shared_rate as shared_rate
 from vmctl.errors import SimulationError
 from vmctl.model import Discipline, Job, JobShape, SliceSchedule, Tier, slots_of
 from vmctl.policies.base import Offer
@@ -369,7 +370,4 @@ class TwoTierModel(ExecutionModel):
 _FG = Tier.FG
 
 
-def shared_rate(cap: float, need: float) -> float:
-    """Pace of a job of capped shared VMs: each task gets ``cap`` of a node and would use ``need`` alone
-    (VCSCHED's yield, Casanova et al. sec. 2), so it advances at ``min(1, cap / need)``."""
-    return 1.0 if cap >= need else cap / need
+
