@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import logging
 import resource
 import socket
 import ssl
+import threading
+from asyncio import sslproto
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -74,6 +79,7 @@ class _Slot:
             self.released = True
             self._site._open -= 1
             self._site._pending.pop(self, None)
+            self._site._closed()
 
 
 class _Counted(asyncio.Protocol):
@@ -108,12 +114,80 @@ class _Counted(asyncio.Protocol):
         return getattr(self._inner, name)
 
 
+#: once this many connections closed since the last time, freed memory is given back to the system
+TRIM_AFTER_CLOSED = 256
+#: ... this long after the last of them closed (a burst of closes is trimmed once)
+TRIM_DELAY_S = 1.0
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None elsewhere: musl, macOS)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]  # type: ignore[attr-defined]
+    trim.restype = ctypes.c_int  # type: ignore[attr-defined]
+    return trim
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def release_free_memory() -> bool:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim(0)``).
+
+    A connection's objects are small allocations (TLS state, aiohttp's request handler and parser,
+    asyncio's transports) spread over the heap; after thousands of connections close, glibc keeps the
+    pages they used as free memory of the process (it only returns the top of the heap on its own), so
+    RSS stayed at its peak. ``malloc_trim`` hands back every free page. True when glibc returned some."""
+    if _malloc_trim is None:
+        return False
+    return bool(_malloc_trim(0))
+
+
+_READ_BUFFER_BYTES = 256 * 1024
+_read_buffers = threading.local()
+
+
+def _read_buffer() -> memoryview:
+    """This thread's TLS read buffer (an event loop runs on one thread; two loops never share one)."""
+    view: memoryview | None = getattr(_read_buffers, "view", None)
+    if view is None:
+        view = _read_buffers.view = memoryview(bytearray(_READ_BUFFER_BYTES))
+    return view
+
+
+class _TLSProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS protocol, reading into one buffer per thread instead of one per connection.
+
+    ``SSLProtocol`` allocates a 256 KiB ``bytearray`` for every connection and keeps it for the
+    connection's life (it was most of the ~280 KB an idle TLS client cost vmctld, issue 23). The socket
+    transport fills the buffer (``get_buffer`` -> ``recv_into``) and ``buffer_updated`` copies the bytes
+    into the connection's TLS input at once, in the same step of the loop, so connections served by
+    one loop can share it.
+    """
+
+    #: what SSLProtocol.__init__ allocates for the connection (the shared buffer is used instead)
+    max_size = 1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._ssl_buffer_view = _read_buffer()
+        # the most one read of decrypted bytes may return (SSLProtocol reads with it too)
+        self.max_size = _READ_BUFFER_BYTES  # type: ignore[misc]
+
+    def get_buffer(self, n: int) -> memoryview:
+        return self._ssl_buffer_view
+
+
 class BoundedSite(web.BaseSite):
     """Like ``web.TCPSite`` (same host resolution: every address ``host`` resolves to), with the
     bounds of the module docstring. ``sockets`` are the listening sockets once started."""
 
     __slots__ = ("_accepts", "_handshake_timeout", "_host", "_limit", "_listeners", "_open", "_pending", "_port",
-                 "closed_at_limit")
+                 "_since_trim", "_trim", "closed_at_limit", "trims")
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
                  max_connections: int, handshake_timeout_s: float, backlog: int = 1024) -> None:
@@ -128,6 +202,10 @@ class BoundedSite(web.BaseSite):
         #: connections still in their TLS handshake, oldest first (dicts keep insertion order)
         self._pending: dict[_Slot, None] = {}
         self.closed_at_limit = 0
+        #: connections closed since memory was last given back (release_free_memory), and its timer
+        self._since_trim = 0
+        self._trim: asyncio.TimerHandle | None = None
+        self.trims = 0
 
     @property
     def name(self) -> str:
@@ -186,7 +264,24 @@ class BoundedSite(web.BaseSite):
             s.close()
         for slot in list(self._pending):
             self._evict(slot)
+        if self._trim is not None:
+            self._trim.cancel()
+            self._trim = None
         await super().stop()
+
+    def _closed(self) -> None:
+        self._since_trim += 1
+        if self._since_trim >= TRIM_AFTER_CLOSED:
+            if self._trim is not None:
+                self._trim.cancel()
+            with contextlib.suppress(RuntimeError):  # no running loop: shutting down
+                self._trim = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._trim_now)
+
+    def _trim_now(self) -> None:
+        self._trim = None
+        self._since_trim = 0
+        self.trims += 1
+        release_free_memory()
 
     # ------------------------------------------------------------------ accepting
     async def _accept_loop(self, lsock: socket.socket) -> None:
@@ -240,8 +335,22 @@ class BoundedSite(web.BaseSite):
 
         try:
             if self._ssl_context is not None:
-                await loop.connect_accepted_socket(factory, slot.conn, ssl=self._ssl_context,
-                                                   ssl_handshake_timeout=self._handshake_timeout)
+                # asyncio's own TLS (connect_accepted_socket(ssl=...)) gives every connection a 256 KiB read
+                # buffer for its whole life; _TLSProtocol reads into one buffer per thread instead
+                waiter = loop.create_future()
+                tls = _TLSProtocol(loop, _Counted(server(), slot), self._ssl_context, waiter, server_side=True,
+                                   ssl_handshake_timeout=self._handshake_timeout)
+
+                def raw_factory() -> asyncio.BaseProtocol:
+                    slot.owned = True  # the transport is made right after, in the same step
+                    return tls
+
+                raw, _ = await loop.connect_accepted_socket(raw_factory, slot.conn)
+                try:
+                    await waiter  # the handshake (a failure or its timeout closes the transport)
+                except BaseException:
+                    raw.abort()
+                    raise
             else:
                 await loop.connect_accepted_socket(factory, slot.conn)
         except (asyncio.CancelledError, Exception) as exc:
