@@ -217,7 +217,8 @@ class FollowersProcess:
 
     def __init__(self, d: DaemonProcess, n: int, token: str, after: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.api_memory", "--follow-child", str(n), str(d.port), str(d.ca_path), str(after)],
+            [sys.executable, "-m", "bench.api_memory", "--follow-child", str(n), str(d.port), str(d.ca_path),
+             str(after)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "VMCTL_BENCH_TOKEN": token})
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -389,6 +390,24 @@ def plan_instance(workers: int) -> dict[str, Any]:
             "jobs": [{"id": f"j{i}", "tasks": 2000 + 100 * i, "work": 10.0 + i, "priority": i % 4} for i in range(20)]}
 
 
+def plan_loop(d: DaemonProcess, ctx: ssl.SSLContext, body: bytes, token: str, stop: threading.Event,
+              counts: dict[int, int], lock: threading.Lock) -> None:
+    """Asks for the plan again as soon as it is answered (after Retry-After when refused) until ``stop``."""
+    conn = http.client.HTTPSConnection("127.0.0.1", d.port, context=ctx, timeout=300)
+    hdrs = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        while not stop.is_set():
+            conn.request("POST", "/v1/plan", body=body, headers=hdrs)
+            resp = conn.getresponse()
+            resp.read()
+            with lock:
+                counts[resp.status] = counts.get(resp.status, 0) + 1
+            if resp.status == 429:
+                stop.wait(float(resp.getheader("Retry-After") or 1))
+    finally:
+        conn.close()
+
+
 def bench_plan(d: DaemonProcess, ctx: ssl.SSLContext, workers: int, clients: int, secs: float, rounds: int) -> None:
     admin = d.token()
     tokens = []
@@ -408,22 +427,8 @@ def bench_plan(d: DaemonProcess, ctx: ssl.SSLContext, workers: int, clients: int
         counts: dict[int, int] = {}
         lock = threading.Lock()
 
-        def loop(token: str) -> None:
-            conn = http.client.HTTPSConnection("127.0.0.1", d.port, context=ctx, timeout=300)
-            hdrs = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-            try:
-                while not stop.is_set():
-                    conn.request("POST", "/v1/plan", body=body, headers=hdrs)
-                    resp = conn.getresponse()
-                    resp.read()
-                    with lock:
-                        counts[resp.status] = counts.get(resp.status, 0) + 1
-                    if resp.status == 429:
-                        stop.wait(float(resp.getheader("Retry-After") or 1))
-            finally:
-                conn.close()
-
-        threads = [threading.Thread(target=loop, args=(t,), daemon=True) for t in tokens]
+        threads = [threading.Thread(target=plan_loop, args=(d, ctx, body, t, stop, counts, lock), daemon=True)
+                   for t in tokens]
         for t in threads:
             t.start()
         time.sleep(0.5)
@@ -448,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--secs", type=float, default=10.0, help="seconds each latency measurement lasts")
     ap.add_argument("--only", choices=("idle", "followers", "plan"), action="append")
     ap.add_argument("--daemon-code", metavar="DIR",
-                    help="run vmctld from the vmctl package in DIR (e.g. an older commit's tree: git archive) to compare")
+                    help="run vmctld from the vmctl package in DIR (an older commit's tree: git archive) to compare")
     ap.add_argument("--follow-child", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.follow_child:
@@ -463,13 +468,14 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"the open-file limit {hard} is below the {need} this benchmark needs")
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
     only = [k for k in ("idle", "followers", "plan") if k in (a.only or ("idle", "followers", "plan"))]
-    env = None
-    if a.daemon_code:
-        env = {**os.environ, "PYTHONPATH": str(Path(a.daemon_code).resolve())}
     for what in only:
         # a fresh daemon for each load: memory freed (or not) by one does not serve the next
         with tempfile.TemporaryDirectory(prefix="vmctl-bench-apimem-") as tmp:
-            d = DaemonProcess(Path(tmp) / "d", policy="easy", tick_s=0.5, env=env)
+            d = DaemonProcess(Path(tmp) / "d", policy="easy", tick_s=0.5)
+            if a.daemon_code:  # ahead of the working directory, which -m would put first
+                boot = (f"import runpy, sys; sys.path.insert(0, {str(Path(a.daemon_code).resolve())!r}); "
+                        "runpy.run_module('vmctl.daemon.main', run_name='__main__', alter_sys=True)")
+                d.argv = [sys.executable, "-c", boot, *d.argv[3:]]
             d.start_and_wait(timeout=60)
             try:
                 assert d.proc is not None

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from vmctl import auth
-from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, Handler, log_path
+from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, PRINCIPAL, Handler, log_path
 from vmctl.daemon import events
 from vmctl.errors import Forbidden, RequestTooLarge, Unauthenticated, VmctlError
 from vmctl.timefmt import iso
@@ -75,6 +75,7 @@ def make_auth_mw(max_body: int) -> Any:
             return await handler(request)
         who = _authenticate(request)
         _authorize(request, who)
+        request[PRINCIPAL] = who
         cl = request.content_length
         if cl is not None and cl > max_body:
             raise RequestTooLarge(size=cl, limit=max_body)

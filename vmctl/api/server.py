@@ -33,6 +33,7 @@ from vmctl import auth
 from vmctl.api.access import make_auth_mw
 from vmctl.api.documents import node_json, vms_json, workers_json
 from vmctl.api.listener import BoundedSite
+from vmctl.api.planning import Planner
 from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, METRICS, errors_mw
 from vmctl.api.routes.admin import AdminRoutes
 from vmctl.api.routes.agents import AgentRoutes
@@ -83,6 +84,7 @@ class DaemonServer:
 
         self.metrics = DaemonMetrics(self._snapshot)
         self.certs = CertRegistry(daemon)
+        self.planner = Planner(self.config.plan_workers, self.config.plan_per_token, self.config.plan_queue)
         daemon.attach_metrics(self.metrics)
 
     # events
@@ -270,6 +272,7 @@ class DaemonServer:
         self._wake_all_waiters()
         if self._runner is not None:
             await self._runner.cleanup()
+        await asyncio.to_thread(self.planner.close)
         self.daemon.close()
 
     async def _loop(self) -> None:
