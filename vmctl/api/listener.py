@@ -6,13 +6,18 @@ accept loop fails with EMFILE on every turn and the API is locked out. ``Bounded
 connections itself instead:
 
 - at most ``max_connections`` sockets are open at once (counting those still in their TLS
-  handshake), and never more than the open-file limit leaves room for (``fd_budget``);
+  handshake), and never more than the open-file limit leaves room for (``fd_budget``, from the limit
+  as it is at each accept: an operator may lower it under a running daemon with ``prlimit``);
 - a TLS handshake must finish within ``handshake_timeout_s``;
 - when the limit is reached, the oldest connection still in its handshake is closed to make room
   for the new one (an idle client cannot keep a real one out); with none in a handshake the new
   connection is closed at once;
-- an accept that fails (EMFILE, ENFILE, ...) is logged and retried after a short pause, never in a
-  tight loop.
+- an accept that fails for want of a file descriptor (the limit was lowered below what is open) still
+  refuses the client at once: a spare descriptor, kept open for this, is closed, the connection
+  accepted and closed, the spare reopened. Without it the client waited in the listen backlog while
+  accept() failed (one EMFILE, a 4.1 s request, issue 23). Other failures (ENOBUFS, ...) are logged
+  and retried after a short pause, never in a tight loop.
+- a refusal is logged at most once per ``REFUSAL_LOG_S`` (with the count since), not per connection.
 
 Connections past their handshake belong to aiohttp (its ``keepalive_timeout`` closes idle ones;
 ``AppRunner.cleanup`` closes them all at shutdown).
@@ -26,6 +31,7 @@ import ctypes
 import ctypes.util
 import errno
 import logging
+import os
 import resource
 import socket
 import ssl
@@ -42,6 +48,9 @@ log = logging.getLogger("vmctld.api")
 FD_RESERVE = 64
 #: pause after a failed accept() (EMFILE and the like) before the next try
 ACCEPT_RETRY_S = 0.1
+#: at most one log line per this many seconds about connections refused at the limit
+REFUSAL_LOG_S = 10.0
+_NO_FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _DEAD_LISTENER_ERRNOS = frozenset({errno.EBADF, errno.EINVAL, errno.ENOTSOCK})
 
@@ -54,6 +63,13 @@ def fd_budget(max_connections: int, soft_limit: int | None = None) -> int:
     if soft_limit == resource.RLIM_INFINITY or soft_limit < 0:
         return max_connections
     return max(16, min(max_connections, soft_limit - FD_RESERVE))
+
+
+def _open_spare() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
 
 
 class _Slot:
@@ -186,8 +202,9 @@ class BoundedSite(web.BaseSite):
     """Like ``web.TCPSite`` (same host resolution: every address ``host`` resolves to), with the
     bounds of the module docstring. ``sockets`` are the listening sockets once started."""
 
-    __slots__ = ("_accepts", "_handshake_timeout", "_host", "_limit", "_listeners", "_open", "_pending", "_port",
-                 "_since_trim", "_trim", "closed_at_limit", "trims")
+    __slots__ = ("_accepts", "_handshake_timeout", "_host", "_limit", "_listeners", "_logged_refusals", "_max",
+                 "_open", "_pending", "_port", "_refusal_logged_at", "_since_trim", "_spare", "_trim",
+                 "closed_at_limit", "trims")
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
                  max_connections: int, handshake_timeout_s: float, backlog: int = 1024) -> None:
@@ -195,7 +212,12 @@ class BoundedSite(web.BaseSite):
         self._host = host
         self._port = port
         self._handshake_timeout = handshake_timeout_s
+        self._max = max_connections
         self._limit = fd_budget(max_connections)
+        #: a descriptor held open to be closed when accept() finds none left (see the module docstring)
+        self._spare: int | None = None
+        self._refusal_logged_at = -REFUSAL_LOG_S
+        self._logged_refusals = 0
         self._listeners: list[socket.socket] = []
         self._accepts: list[asyncio.Task[None]] = []
         self._open = 0
@@ -222,7 +244,13 @@ class BoundedSite(web.BaseSite):
 
     @property
     def limit(self) -> int:
-        return self._limit
+        """How many client connections may be open at once, from the open-file limit as it is now."""
+        limit = fd_budget(self._max)
+        if limit != self._limit:
+            log.warning("the open-file limit is now %s: the API accepts at most %d connections at once (was %d)",
+                        resource.getrlimit(resource.RLIMIT_NOFILE)[0], limit, self._limit)
+            self._limit = limit
+        return limit
 
     @property
     def open_connections(self) -> int:
@@ -249,6 +277,7 @@ class BoundedSite(web.BaseSite):
             self._listeners.clear()
             self._runner._unreg_site(self)
             raise
+        self._spare = _open_spare()
         self._accepts = [asyncio.create_task(self._accept_loop(s), name="vmctld-accept") for s in self._listeners]
         log.info("API accepts at most %d connections at once (TLS handshake within %g s)", self._limit,
                  self._handshake_timeout)
@@ -262,6 +291,9 @@ class BoundedSite(web.BaseSite):
         self._accepts = []
         for s in self._listeners:
             s.close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
         for slot in list(self._pending):
             self._evict(slot)
         if self._trim is not None:
@@ -290,9 +322,12 @@ class BoundedSite(web.BaseSite):
             try:
                 conn, _addr = await loop.sock_accept(lsock)
             except OSError as exc:
+                if exc.errno in _NO_FD_ERRNOS and self._refuse_without_fd(lsock):
+                    await asyncio.sleep(0)
+                    continue
                 if exc.errno in _RESOURCE_ERRNOS:
                     log.error("accept() failed: %s; retrying in %g s (client connections are limited to %d)",
-                              exc.strerror or exc, ACCEPT_RETRY_S, self._limit)
+                              exc.strerror or exc, ACCEPT_RETRY_S, self.limit)
                     await asyncio.sleep(ACCEPT_RETRY_S)
                 elif exc.errno in _DEAD_LISTENER_ERRNOS:
                     log.error("accept() failed: %s: the API stops accepting connections", exc)
@@ -303,13 +338,42 @@ class BoundedSite(web.BaseSite):
             # handshakes cancelled by an eviction, which close their sockets) before the next accept
             await asyncio.sleep(0)
 
+    def _refuse_without_fd(self, lsock: socket.socket) -> bool:
+        """accept() found no descriptor: refuse the waiting client with the spare one. False when
+        there is none (or it cannot be had back), and the caller pauses instead."""
+        if self._spare is None:
+            self._spare = _open_spare()
+            return False
+        os.close(self._spare)
+        self._spare = None
+        try:
+            conn, _addr = lsock.accept()
+        except OSError:  # the client gave up meanwhile
+            pass
+        else:
+            conn.close()
+            self._refused(f"no file descriptor left (open-file limit "
+                          f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]})")
+        self._spare = _open_spare()
+        return self._spare is not None
+
+    def _refused(self, why: str) -> None:
+        self.closed_at_limit += 1
+        self._logged_refusals += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._refusal_logged_at >= REFUSAL_LOG_S:
+            log.warning("%s: closed %d new connection(s) at once (at most one such line per %g s)", why,
+                        self._logged_refusals, REFUSAL_LOG_S)
+            self._refusal_logged_at = now
+            self._logged_refusals = 0
+
     def _admit(self, conn: socket.socket) -> None:
-        if self._open >= self._limit:
+        limit = self.limit
+        if self._open >= limit:
             oldest = next(iter(self._pending), None)
             if oldest is None:
                 conn.close()
-                self.closed_at_limit += 1
-                log.warning("connection limit of %d reached: closing new connections", self._limit)
+                self._refused(f"connection limit of {limit} reached")
                 return
             self._evict(oldest)
         self._open += 1
