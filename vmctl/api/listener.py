@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import gc
 import logging
 import os
 import resource
@@ -152,12 +153,19 @@ _malloc_trim = _load_malloc_trim()
 
 
 def release_free_memory() -> bool:
-    """Give the heap's free pages back to the system (glibc ``malloc_trim(0)``).
+    """Free what closed connections left behind and give the pages back to the system.
 
-    A connection's objects are small allocations (TLS state, aiohttp's request handler and parser,
-    asyncio's transports) spread over the heap; after thousands of connections close, glibc keeps the
-    pages they used as free memory of the process (it only returns the top of the heap on its own), so
-    RSS stayed at its peak. ``malloc_trim`` hands back every free page. True when glibc returned some."""
+    Two things kept RSS at its peak after thousands of connections closed (issue 23):
+
+    - a connection's Python objects (asyncio's transport and TLS protocol, aiohttp's request handler)
+      hold each other in reference cycles, and those that lived long enough sit in the oldest
+      generation of the garbage collector, which runs a full collection only rarely: the interpreter's
+      memory arenas they pin stay mapped. ``gc.collect()`` frees them (and the arenas go back);
+    - their C allocations (OpenSSL's state, buffers) are small blocks spread over the heap; glibc
+      returns only the top of the heap on its own. ``malloc_trim(0)`` hands back every free page.
+
+    True when glibc returned some."""
+    gc.collect()
     if _malloc_trim is None:
         return False
     return bool(_malloc_trim(0))

@@ -242,9 +242,12 @@ class DaemonServer:
         bootstrap_token(self.daemon)
         self.ssl = self.ca.server_context(self.config.server_names, Path(self.config.state_dir))
         # idle and unauthenticated clients are bounded: connections open at once, TLS handshake time,
-        # idle keep-alive time (vmctl.api.listener)
+        # idle keep-alive time (vmctl.api.listener). A request whose client went away is cancelled: a
+        # long poll (an event follower, an agent's desired state) does not hold its request for up to a
+        # minute after its connection closed. Handlers change state only after their last await (the
+        # body read), so a cancellation never leaves a change half made.
         self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False,
-                                     keepalive_timeout=self.config.keepalive_timeout_s)
+                                     keepalive_timeout=self.config.keepalive_timeout_s, handler_cancellation=True)
         await self._runner.setup()
         site = BoundedSite(self._runner, self.config.listen, self.config.port, ssl_context=self.ssl,
                            max_connections=self.config.max_connections,
