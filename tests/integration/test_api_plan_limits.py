@@ -165,3 +165,31 @@ def test_a_plan_body_beyond_the_limit_is_413_naming_it(daemon: InProcessDaemon) 
     assert status == 413, doc
     assert doc["error"]["reference"] == "request-too-large" and "65536 bytes" in doc["error"]["message"]
     assert daemon.server.planner.in_progress == 0
+
+
+def test_large_bodies_sent_at_once_on_two_connections_arrive_intact(tmp_path: Path) -> None:
+    """Two 10,000-worker plans (~0.4 MB each, many TLS records) uploaded at the same time on two
+    connections: the listener's TLS reads share one buffer per thread (``vmctl.api.listener``), and
+    each plan must come back with its own jobs, planned by the worker processes."""
+    cfg = DaemonConfig(store_url=f"sqlite:///{tmp_path}/d.db", state_dir=str(tmp_path / "state"), policy_name="easy",
+                       policy_explicit=True, tick_s=0.5, holder="plan-big", max_body_bytes=2 << 20)
+    with InProcessDaemon(cfg) as d:
+        answers: dict[str, Any] = {}
+
+        def ask(tag: str) -> None:
+            doc = {"policy": "proportion",
+                   "workers": [{"id": f"{tag}-w{i}", "node": f"{tag}-n{i // 32}"} for i in range(10000)],
+                   "jobs": [{"id": f"{tag}-j{k}", "tasks": 4000, "work": 10.0 + k} for k in range(3)]}
+            answers[tag] = _post(d, _read_token(d, tag), json.dumps(doc).encode())
+
+        threads = [threading.Thread(target=ask, args=(tag,), daemon=True) for tag in ("left", "right")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        for tag in ("left", "right"):
+            status, _h, doc = answers[tag]
+            assert status == 200, doc
+            assert set(doc["assignment"]) == {f"{tag}-j0", f"{tag}-j1", f"{tag}-j2"}
+            placed = [w for ws in doc["assignment"].values() for w in ws]
+            assert len(placed) == 10000 and all(w.startswith(f"{tag}-w") for w in placed)
