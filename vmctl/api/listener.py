@@ -135,6 +135,8 @@ class _Counted(asyncio.Protocol):
 TRIM_AFTER_CLOSED = 256
 #: ... this long after the last of them closed (a burst of closes is trimmed once)
 TRIM_DELAY_S = 1.0
+#: ... and at the latest this long after it (closes that never pause)
+TRIM_MAX_WAIT_S = 10.0
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
@@ -210,9 +212,9 @@ class BoundedSite(web.BaseSite):
     """Like ``web.TCPSite`` (same host resolution: every address ``host`` resolves to), with the
     bounds of the module docstring. ``sockets`` are the listening sockets once started."""
 
-    __slots__ = ("_accepts", "_handshake_timeout", "_host", "_limit", "_listeners", "_logged_refusals", "_max",
-                 "_open", "_pending", "_port", "_refusal_logged_at", "_since_trim", "_spare", "_trim",
-                 "closed_at_limit", "trims")
+    __slots__ = ("_accepts", "_handshake_timeout", "_host", "_last_close", "_limit", "_listeners", "_logged_refusals",
+                 "_max", "_open", "_pending", "_port", "_refusal_logged_at", "_since_trim", "_spare", "_trim",
+                 "_trim_armed_at", "closed_at_limit", "trims")
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
                  max_connections: int, handshake_timeout_s: float, backlog: int = 1024) -> None:
@@ -235,6 +237,8 @@ class BoundedSite(web.BaseSite):
         #: connections closed since memory was last given back (release_free_memory), and its timer
         self._since_trim = 0
         self._trim: asyncio.TimerHandle | None = None
+        self._last_close = 0.0
+        self._trim_armed_at = 0.0
         self.trims = 0
 
     @property
@@ -311,13 +315,24 @@ class BoundedSite(web.BaseSite):
 
     def _closed(self) -> None:
         self._since_trim += 1
-        if self._since_trim >= TRIM_AFTER_CLOSED:
-            if self._trim is not None:
-                self._trim.cancel()
-            with contextlib.suppress(RuntimeError):  # no running loop: shutting down
-                self._trim = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._trim_now)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop: shutting down
+            return
+        self._last_close = loop.time()
+        if self._since_trim >= TRIM_AFTER_CLOSED and self._trim is None:
+            self._trim_armed_at = self._last_close
+            self._trim = loop.call_later(TRIM_DELAY_S, self._trim_due)
 
-    def _trim_now(self) -> None:
+    def _trim_due(self) -> None:
+        """Trim once the closes have paused for ``TRIM_DELAY_S`` (a wave of closes is trimmed once), or
+        ``TRIM_MAX_WAIT_S`` after the threshold was crossed under a steady stream of them."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        quiet_at = self._last_close + TRIM_DELAY_S
+        if now < quiet_at and now - self._trim_armed_at < TRIM_MAX_WAIT_S:
+            self._trim = loop.call_later(quiet_at - now, self._trim_due)
+            return
         self._trim = None
         self._since_trim = 0
         self.trims += 1
