@@ -77,6 +77,7 @@ class DaemonServer:
         self._log_waiters: dict[asyncio.Future[None], None] = {}
         self._to_wake: collections.deque[asyncio.Future[None]] = collections.deque()
         self._waking = False
+        self._log_loop: asyncio.AbstractEventLoop | None = None
         daemon.on_events = self._events_written
         # the lease is held on the daemon side; the server reacts to a change of leadership
         self.lease = LeaseHolder(daemon, on_gained=self._became_leader, on_lost=self._wake_all_waiters)
@@ -112,7 +113,8 @@ class DaemonServer:
     def log_event(self) -> asyncio.Future[None]:
         """Done once events are written after this call (``GET /v1/events?wait=``); pass it to
         ``log_unwatch`` when done waiting."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._log_loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = self._log_loop.create_future()
         self._log_waiters[fut] = None
         return fut
 
@@ -127,6 +129,15 @@ class DaemonServer:
         loop serves everything else for as long as the batch took before the next one is woken; a
         follower woken late gets every event written meanwhile in one answer."""
         if not self._log_waiters:
+            return
+        loop = self._log_loop
+        assert loop is not None
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is not loop:  # a store write outside the event loop's thread: wake them from there
+            loop.call_soon_threadsafe(self._events_written)
             return
         self._to_wake.extend(self._log_waiters)
         self._log_waiters = {}
