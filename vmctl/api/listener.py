@@ -363,22 +363,26 @@ class BoundedSite(web.BaseSite):
 
     def _refuse_without_fd(self, lsock: socket.socket) -> bool:
         """accept() found no descriptor: refuse the waiting client with the spare one. False when
-        there is none (or it cannot be had back), and the caller pauses instead."""
+        that did not work (no spare, even the spare's number is beyond the limit), and the caller
+        pauses instead."""
         if self._spare is None:
             self._spare = _open_spare()
             return False
         os.close(self._spare)
         self._spare = None
+        refused = True
         try:
             conn, _addr = lsock.accept()
-        except OSError:  # the client gave up meanwhile
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):  # the client gave up meanwhile
             pass
+        except OSError:
+            refused = False
         else:
             conn.close()
             self._refused(f"no file descriptor left (open-file limit "
                           f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]})")
         self._spare = _open_spare()
-        return self._spare is not None
+        return refused and self._spare is not None
 
     def _refused(self, why: str) -> None:
         self.closed_at_limit += 1
