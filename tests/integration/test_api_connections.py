@@ -1,4 +1,5 @@
-"""Idle unauthenticated connections must not lock the API out (issue 9 item 9).
+"""Idle unauthenticated connections must not lock the API out (issue 9 item 9), and the connection
+cap follows the open-file limit as it is now (issue 23 item 7).
 
 vmctld runs as a subprocess under a soft (and hard) open-file limit of 1,024; 1,100 TCP connections
 that never send a TLS hello are opened against it. The API must keep answering ``GET /v1/health``
@@ -159,4 +160,80 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_limit(tmp_path: Path) ->
         assert line.split()[3:5] == [str(target), str(target)], line
         assert f"open-file limit: {target}" in d.log_path.read_text(encoding="utf-8")
     finally:
+        assert d.stop() == 0
+
+
+def _tls(d: DaemonProcess, timeout: float = 30.0) -> ssl.SSLSocket:
+    ctx = ssl.create_default_context(cafile=str(d.ca_path))
+    return ctx.wrap_socket(socket.create_connection(("127.0.0.1", d.port), timeout=timeout),
+                           server_hostname="127.0.0.1")
+
+
+def _refused_at_once(d: DaemonProcess) -> str:
+    """A new TLS connection must be closed by vmctld, not left waiting (the generous timeout is not a
+    time window: a refusal that does not come at all fails the test)."""
+    try:
+        s = _tls(d, timeout=30.0)
+    except TimeoutError:
+        raise AssertionError("a new connection waited instead of being refused") from None
+    except (ssl.SSLError, ConnectionError) as exc:
+        return type(exc).__name__
+    s.close()
+    raise AssertionError("a new connection was accepted beyond the open-file limit")
+
+
+def test_a_lowered_open_file_limit_is_followed_and_new_connections_are_refused_cleanly(tmp_path: Path) -> None:
+    """``prlimit`` lowers vmctld's soft open-file limit while it holds 60 idle TLS connections: first
+    below what its connections need (the cap follows: new ones are closed after accept), then below
+    the descriptors it has open (accept() finds none: the spare descriptor refuses the client). The
+    connections it holds keep being served; once they close, new ones are admitted again."""
+    d = _start(tmp_path, LIMIT, LIMIT)
+    held: list[ssl.SSLSocket] = []
+    try:
+        pid = d.pid
+        assert pid is not None
+        keep = http.client.HTTPSConnection("127.0.0.1", d.port, timeout=30,
+                                           context=ssl.create_default_context(cafile=str(d.ca_path)))
+        auth = {"Authorization": f"Bearer {d.token()}"}
+
+        def health() -> int:
+            keep.request("GET", "/v1/health", headers=auth)
+            resp = keep.getresponse()
+            resp.read()
+            return resp.status
+
+        assert health() == 200
+        baseline = _open_fds(pid)
+        held = [_tls(d) for _ in range(60)]
+        _wait(lambda: _open_fds(pid) >= baseline + 60, 30, "vmctld holds the 60 connections")
+
+        # 1. the cap (soft limit - 64) falls below the connections held, with descriptors to spare
+        fds = _open_fds(pid)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (fds + 40, LIMIT))
+        assert fd_budget(4096, fds + 40) < 60
+        _refused_at_once(d)
+        assert health() == 200
+
+        # 2. the limit falls below the descriptors open: accept() itself fails (EMFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (fds - 10, LIMIT))
+        for _ in range(3):
+            _refused_at_once(d)
+        assert health() == 200
+        assert d.alive()
+
+        # 3. the held connections close: new ones are admitted under the lowered limit
+        for s in held:
+            s.close()
+        held = []
+        _wait(lambda: _open_fds(pid) <= baseline + 2, 60, "vmctld closed the connections")
+        assert _health(d, timeout=30.0) >= 0
+        keep.close()
+        log = d.log_path.read_text(encoding="utf-8", errors="replace")
+        assert "the open-file limit is now" in log
+        assert "closed 1 new connection(s) at once" in log
+        assert "Traceback" not in log
+        assert len([ln for ln in log.splitlines() if "new connection(s) at once" in ln]) <= 4, d.tail(20)
+    finally:
+        for s in held:
+            s.close()
         assert d.stop() == 0

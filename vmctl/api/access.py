@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from vmctl import auth
-from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, Handler, log_path
+from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, PRINCIPAL, Handler, log_path
 from vmctl.daemon import events
 from vmctl.errors import Forbidden, RequestTooLarge, Unauthenticated, VmctlError
 
@@ -86,6 +86,7 @@ def make_auth_mw(max_body: int) -> Any:
         try:
             who = _authenticate(request)  # sets AGENT_CERT for an agent
             _authorize(request, who)
+            request[PRINCIPAL] = who
             cl = request.content_length
             if cl is not None and cl > max_body:
                 raise RequestTooLarge(size=cl, limit=max_body)

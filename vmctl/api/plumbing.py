@@ -25,6 +25,8 @@ HEALTHZ = "/healthz"
 METRICS: web.AppKey[Any] = web.AppKey("metrics", object)
 #: the agent certificate registry (``vmctl.api.security.CertRegistry``): revoked serials are refused
 CERTS: web.AppKey[Any] = web.AppKey("certs", object)
+#: who sent the request (set by the auth middleware; absent on /healthz)
+PRINCIPAL: web.RequestKey[auth.Principal] = web.RequestKey("principal", auth.Principal)
 
 
 
@@ -119,13 +121,19 @@ async def read_json(request: web.Request) -> Any:
     """The request body as JSON: the one reader of every handler. ``Content-Type`` must be
     ``application/json`` (UTF-8) or the answer is 415; the document is bounded and checked by
     ``schemas.parse_body`` (422 naming the field)."""
+    return schemas.parse_body(await read_body(request))
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The JSON request body as bytes, not parsed yet (``read_json``; ``POST /v1/plan`` parses it in a
+    worker): 415 unless ``Content-Type`` is ``application/json`` (UTF-8), 413 beyond ``api.max_body_bytes``."""
     ctype = request.content_type
     charset = (request.charset or "utf-8").lower()
     if ctype != "application/json" or charset not in ("utf-8", "utf8"):
         got = request.headers.get("Content-Type", "")
         raise HttpError(415, "unsupported-media-type",
                          f"send the body as Content-Type: application/json (UTF-8), got {got[:100]!r}")
-    return schemas.parse_body(await request.read())
+    return await request.read()
 
 
 def job_id_like(v: str) -> bool:

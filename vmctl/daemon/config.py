@@ -72,6 +72,10 @@ class DaemonConfig:
     max_connections: int = 4096  # client connections open at once (and never more than the open-file limit allows)
     handshake_timeout_s: float = 10.0  # a client's TLS handshake must finish within this (real seconds)
     keepalive_timeout_s: float = 75.0  # an idle client connection is closed after this (real seconds)
+    # POST /v1/plan (vmctl.api.planning): worker processes, plans in progress per token and in all (429 beyond)
+    plan_workers: int = 1
+    plan_per_token: int = 1
+    plan_queue: int = 4
     # the admin token written on the first start (mode 0600, never overwritten); default <state_dir>/admin.token
     bootstrap_token_file: str | None = "/var/lib/vmctl/admin.token"
     # notes on deprecated keys the config file used (logged at start, printed by `vmctl config check`)
@@ -137,6 +141,9 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
     max_conns = api.integer("max_connections", d.max_connections, lo=16, hi=1 << 20)
     handshake_s = api.number("handshake_timeout_s", d.handshake_timeout_s, lo=0.1, hi=600)
     keepalive_s = api.number("keepalive_timeout_s", d.keepalive_timeout_s, lo=1, hi=86400)
+    plan_workers = api.integer("plan_workers", d.plan_workers, lo=1, hi=64)
+    plan_per_token = api.integer("plan_per_token", d.plan_per_token, lo=1, hi=64)
+    plan_queue = api.integer("plan_queue", d.plan_queue, lo=1, hi=1024)
     token_file = api.get("bootstrap_token_file", str, f"{state_dir}/admin.token")
     if not token_file:
         raise api.error("bootstrap_token_file", "must be a file path (default: <state_dir>/admin.token)")
@@ -206,6 +213,7 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
         path=path, store_url=store_url, state_dir=state_dir, listen=listen, port=port,
         server_names=tuple(names_raw), max_body_bytes=max_body, bootstrap_token_file=token_file,
         max_connections=max_conns, handshake_timeout_s=handshake_s, keepalive_timeout_s=keepalive_s,
+        plan_workers=plan_workers, plan_per_token=plan_per_token, plan_queue=plan_queue,
         deprecations=tuple(deprecations), policy_name=name, policy_params=dict(params), policy_explicit=pol_explicit,
         tick_s=tick, min_interval_s=min_interval, node_timeout_s=node_timeout, heartbeat_s=heartbeat,
         fence_s=fence_s, node_down_s=node_down,

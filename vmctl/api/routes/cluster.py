@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from typing import Any
 
 from aiohttp import web
 
 from vmctl.api import schemas
 from vmctl.api.documents import node_json, vms_json, workers_json
-from vmctl.api.plumbing import json_response, read_json
+from vmctl.api.planning import PlanBusy
+from vmctl.api.plumbing import PRINCIPAL, error_response, json_response, read_body, read_json
 from vmctl.api.routes.base import Routes
 from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.removal import remove_node
@@ -156,20 +155,14 @@ class ClusterRoutes(Routes):
     # paper 001's decision maker, asked without applying anything (sec. II-B-3)
     async def plan(self, request: web.Request) -> web.Response:
         """``POST /v1/plan``: the instance document of ``vmctl plan`` (workers, jobs) plus ``policy``
-        and optional ``params``; answers the plan and applies nothing. Every bad field is a 422 naming it."""
-        from vmctl.policies.dispatch import load_instance, plan, policy_params
-
-        body = await read_json(request)
-        if not isinstance(body, dict):
-            raise ValidationError(field="body", problem=f"must be an object, got {schemas.type_name(body)}")
-        policy = schemas.string(body, "policy", "", required=True, max_len=100, name=True)
-        assert policy is not None
-        params = body.get("params", {})
-        if not isinstance(params, dict):
-            raise ValidationError(field="params", problem=f"must be an object, got {schemas.type_name(params)}")
-        resolved = policy_params(policy, params)
-        workers, jobs = load_instance({k: v for k, v in body.items() if k not in ("policy", "params")}, "body")
-        t0 = time.perf_counter()
-        result = await asyncio.to_thread(plan, policy, workers, jobs, 0.0, resolved)
-        return json_response({**result.to_dict(), "policy": policy, "params": resolved,
-                              "run_time_s": time.perf_counter() - t0})
+        and optional ``params``; answers the plan and applies nothing. Every bad field is a 422 naming it.
+        Parsed and planned in a worker process, a bounded number per token (``vmctl.api.planning``)."""
+        raw = await read_body(request)
+        who = request[PRINCIPAL]
+        try:
+            who_s = f"token {who.name}" if who.kind == "operator" else f"agent {who.name}"
+            return json_response(await self.s.planner.run(who_s, raw))
+        except PlanBusy as exc:
+            resp = error_response(exc)
+            resp.headers["Retry-After"] = str(exc.fields["retry_after"])
+            return resp

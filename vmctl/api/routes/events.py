@@ -45,12 +45,15 @@ class EventRoutes(Routes):
         deadline = time.monotonic() + wait
         while True:
             ev = self.s.log_event()  # before the read: an event written after it sets this
-            found = self.d.store.list_events(after=after, since=since, limit=limit, newest=not follow)
-            left = deadline - time.monotonic()
-            if found or left <= 0 or self.s.stopping:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), timeout=left)
+            try:
+                found = self.d.store.list_events(after=after, since=since, limit=limit, newest=not follow)
+                left = deadline - time.monotonic()
+                if found or left <= 0 or self.s.stopping:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ev, timeout=left)
+            finally:
+                self.s.log_unwatch(ev)
             self._leader()
         last = found[-1].seq if found else (after if follow else self.d.events.next_seq - 1)
         return json_response({"events": [event_json(e) for e in found], "last_seq": last})
