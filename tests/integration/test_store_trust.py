@@ -162,6 +162,7 @@ def test_lost_wal_after_kill9_is_refused_with_what_is_missing(daemon: Vmctld) ->
     daemon.start_ready()
     assert daemon.job_ids() == sorted(kept)
     status, body = daemon.request("GET", "/v1/events?limit=1000")
+    assert status == 200, body
     accepted = [e for e in body["events"] if e["kind"] == "store.rollback_accepted"]
     assert len(accepted) == 1 and "lost" in accepted[0]["message"], accepted
     assert accepted[0]["actor"] == "operator (vmctld accept-rollback)"
