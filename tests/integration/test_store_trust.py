@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_daemon_api import check_openapi
 from tests.integration.test_daemon_trust_state import Vmctld, digest, submit, vmctld_cmd, write_config
 from tests.support.daemon import PostgresServer
 
@@ -108,9 +109,11 @@ def test_damage_found_at_run_time_gives_up_the_lease_and_answers_503(tmp_path: P
     assert status == 503 and body["error"]["reference"] == "store-damaged", body
     assert str(db) in body["error"]["message"] and "malformed" in body["error"]["message"], body
     assert daemon.request("GET", "/healthz") == (503, {"status": "store-damaged", "leader": False})
+    check_openapi("GET", "/healthz", 503, {"status": "store-damaged", "leader": False})
     for method, path in (("GET", "/v1/events"), ("GET", "/v1/jobs"), ("POST", "/v1/jobs")):
         status, body = daemon.request(method, path, {"procs": 1, "estimate": 60} if method == "POST" else None)
         assert status == 503 and body["error"]["reference"] == "store-damaged", (method, path, body)
+        check_openapi(method, path, status, body)
     assert lease_holder(db) is None  # given up at once, not left to expire
     log = daemon.log_path.read_text()
     assert "released the leader lease" in log and "Traceback" not in log, log

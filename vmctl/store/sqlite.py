@@ -121,11 +121,11 @@ class SqliteStore(SqlStore):
     def check(self, budget_s: float) -> IntegrityReport:
         """SQLite's ``PRAGMA quick_check`` (every page of every table and index: the b-tree structure,
         the cells, the records; not whether an index matches its table, which ``integrity_check`` adds at
-        ~4x the time) table by table in ``CHECK_ORDER``, stopped when ``budget_s`` real seconds have
-        passed (``budget_s`` <= 0: no limit). A file that cannot be read at all is one problem."""
+        ~4x the time) table by table in ``CHECK_ORDER``, interrupted when ``budget_s`` real seconds have
+        passed (``budget_s`` <= 0: no limit; SQLite looks at the interrupt between pages). A file that
+        cannot be read at all is one problem."""
         report = IntegrityReport()
         start = time.monotonic()
-        deadline = start + budget_s if budget_s > 0 else None
         with self._lock:
             try:
                 tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -133,14 +133,16 @@ class SqliteStore(SqlStore):
                 report.problems.append(str(exc))
                 return report
             order = [t for t in CHECK_ORDER if t in tables] + sorted(tables - set(CHECK_ORDER))
-            if deadline is not None:
-                self._conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 20_000)
+            timer = threading.Timer(budget_s, self._conn.interrupt) if budget_s > 0 else None
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
             try:
                 for i, table in enumerate(order):
                     try:
                         rows = self._conn.execute(f'PRAGMA quick_check("{table}")').fetchall()
                     except sqlite3.OperationalError as exc:
-                        if deadline is not None and time.monotonic() > deadline and "interrupt" in str(exc):
+                        if timer is not None and time.monotonic() - start >= budget_s and "interrupt" in str(exc):
                             report.unchecked = order[i:]
                             break
                         report.problems.append(f"table {table}: {exc}")
@@ -152,7 +154,9 @@ class SqliteStore(SqlStore):
                     report.problems += [f"table {table}: {' '.join(f.split())}" for f in found]
                     report.checked.append(table)
             finally:
-                self._conn.set_progress_handler(None, 0)
+                if timer is not None:
+                    timer.cancel()
+                    timer.join()
         report.seconds = time.monotonic() - start
         return report
 
