@@ -17,6 +17,7 @@ from vmctl.daemon.config import DaemonConfig
 from vmctl.errors import StoreError
 from vmctl.store import JobRecord, TokenRecord, WriteBatch, open_store
 from vmctl.store.base import EventRecord, LeaseHeld, Store, StoreDamaged, StorePosition
+from vmctl.store.sql import SqlStore
 from vmctl.store.sqlite import SqliteStore
 
 
@@ -222,5 +223,34 @@ def test_store_errors_that_are_not_damage_stay_store_errors(tmp_path: Path) -> N
         with pytest.raises(StoreError) as exc, store._read() as cur:
             cur.execute("SELECT nothing FROM nowhere")
         assert not isinstance(exc.value, StoreDamaged) and store.damaged is None
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_damage_errors_are_store_damaged(postgres: object) -> None:
+    """PostgreSQL reports a damaged page or index with SQLSTATE XX001/XX002: ``StoreDamaged``, reported
+    once to ``on_damaged``; other errors stay ``StoreError``."""
+    import uuid
+
+    import psycopg
+
+    from tests.support.daemon import PostgresServer
+
+    assert isinstance(postgres, PostgresServer)
+    store = open_store(postgres.create_db("x" + uuid.uuid4().hex[:12]))
+    found: list[StoreDamaged] = []
+    store.on_damaged = found.append
+    try:
+        store.migrate()
+        assert isinstance(store, SqlStore)
+        err = store._translate(psycopg.errors.UniqueViolation("duplicate key"))
+        assert type(err) is StoreError
+        for exc in (psycopg.errors.IndexCorrupted('index "events_time" contains unexpected zero page at block 3'),
+                    psycopg.errors.DataCorrupted('invalid page in block 7 of relation base/16384/16410')):
+            with pytest.raises(StoreDamaged) as raised, store._read():
+                raise store._translate(exc)
+            assert "the database is damaged" in str(raised.value) and raised.value.http_status == 503
+        assert len(found) == 1  # the first damage is reported, once
     finally:
         store.close()
