@@ -246,3 +246,23 @@ def test_postgres_older_dump_is_refused_and_the_documented_restore_is_not(tmp_pa
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_damaged_high_water_mark_is_refused_until_accepted(daemon: Vmctld) -> None:
+    mark = daemon.state_dir / "store.highwater"
+    daemon.start_ready()
+    ids = submit(daemon, 2)
+    assert daemon.stop() == 0
+    text = mark.read_text()
+    mark.write_text(text.replace("commits=0", "commits=9", 1))  # edited: its CRC no longer matches
+    r = vmctld_cmd("--config", str(daemon.config))
+    assert r.returncode == 2 and "error: state-conflict" in r.stderr and str(mark) in r.stderr, r.stderr
+    assert "not a store high-water mark vmctld wrote" in r.stderr, r.stderr
+    r = vmctld_cmd("accept-rollback", "--config", str(daemon.config))
+    assert r.returncode == 0 and "the high-water mark was unreadable" in r.stdout, r.stdout
+    daemon.start_ready()
+    assert daemon.job_ids() == sorted(ids)
+    assert daemon.stop() == 0
+    mark.unlink()  # a state directory that saw nothing: nothing to accept, nothing changed
+    r = vmctld_cmd("accept-rollback", "--config", str(daemon.config))
+    assert r.returncode == 0 and "nothing to accept" in r.stdout and not mark.exists(), r.stdout

@@ -284,8 +284,7 @@ def restore(config_path: str, file: str) -> int:
             f"store restored from {src} by an operator (vmctld restore): the backup holds "
             f"{statedir.describe(before) if before else 'no position'}"
             + (f"; this state directory had seen {statedir.describe(seen)}" if seen else "")
-            + f"; now timeline {max(before.timeline if before else 1, seen.timeline if seen else 0) + 1}",
-            "operator (vmctld restore)", time.time())
+            + "; a new timeline starts", "operator (vmctld restore)", time.time())
         statedir.write_highwater(cfg, pos)
         summary = _summary(store)
     except VmctlError as exc:
@@ -310,18 +309,23 @@ def accept_rollback(config_path: str) -> int:
         try:
             seen = statedir.read_highwater(cfg)
         except statedir.StateConflict:
-            seen = None  # unreadable: rewritten from the store below
-            log_seen = "an unreadable high-water mark"
+            seen, unreadable = None, True  # rewritten from the store below
         else:
-            log_seen = statedir.describe(seen) if seen else "nothing"
-        store.migrate()
-        pos = store.position()
-        assert pos is not None
-        if seen is not None and not pos.older_than(seen):
+            unreadable = False
+        if seen is None and not unreadable:
+            print(f"{location}: {statedir.highwater_file(cfg)} does not exist (this state directory has seen no "
+                  f"store position): nothing to accept", flush=True)
+            return 0
+        log_seen = statedir.describe(seen) if seen else "an unreadable high-water mark"
+        pos = store.position()  # None: a store older than schema 7, older than any mark
+        if pos is not None and seen is not None and not pos.older_than(seen):
             print(f"{location}: the store ({statedir.describe(pos)}) is not older than what "
                   f"{statedir.highwater_file(cfg)} records ({log_seen}): nothing to accept", flush=True)
             return 0
-        lost = statedir.missing(seen, pos) if seen is not None else "not known"
+        lost = statedir.missing(seen, pos) if seen is not None else "not known (the high-water mark was unreadable)"
+        store.migrate()
+        pos = store.position()
+        assert pos is not None
         new = store.fork_timeline(
             seen.timeline if seen else 0, "store.rollback_accepted",
             f"an operator accepted the store as it is (vmctld accept-rollback): the state directory "
