@@ -344,8 +344,9 @@ class HighWater:
     """STATE_DIR/store.highwater: the store position after this daemon's last commit (``Store.on_commit``).
     One line of fixed width with a CRC, rewritten in place after every commit (no fsync there: a kill -9
     leaves the page cache, so the mark is exact; it is fsynced at most once a second and when vmctld
-    stops, the same durability as SQLite's ``synchronous=NORMAL`` WAL). Only ever raised: it is a lower
-    bound of what the store held, so a store found below it lost commits."""
+    stops, so a power loss leaves it at most about a second behind). Only ever raised: it is a lower
+    bound of what the store held, so a store found below it lost commits (with SQLite's
+    ``synchronous=NORMAL`` WAL, a power loss can take commits the mark saw: a real loss, reported)."""
 
     SYNC_S = 1.0
 
