@@ -110,7 +110,7 @@ def test_damage_found_at_run_time_gives_up_the_lease_and_answers_503(tmp_path: P
     assert str(db) in body["error"]["message"] and "malformed" in body["error"]["message"], body
     assert daemon.request("GET", "/healthz") == (503, {"status": "store-damaged", "leader": False})
     check_openapi("GET", "/healthz", 503, {"status": "store-damaged", "leader": False})
-    for method, path in (("GET", "/v1/events"), ("GET", "/v1/jobs"), ("POST", "/v1/jobs")):
+    for method, path in (("GET", "/v1/health"), ("GET", "/v1/events"), ("GET", "/v1/jobs"), ("POST", "/v1/jobs")):
         status, body = daemon.request(method, path, {"procs": 1, "estimate": 60} if method == "POST" else None)
         assert status == 503 and body["error"]["reference"] == "store-damaged", (method, path, body)
         check_openapi(method, path, status, body)

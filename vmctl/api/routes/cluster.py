@@ -22,6 +22,9 @@ log = logging.getLogger("vmctld.api")
 
 class ClusterRoutes(Routes):
     async def health(self, request: web.Request) -> web.Response:
+        damaged = self.d.damaged_error()
+        if damaged is not None:  # an operator's view: what is damaged and how to restore (503)
+            raise damaged
         return json_response({"status": "ok", "leader": self.d.leader, "epoch": self.d.epoch})
 
     async def healthz(self, request: web.Request) -> web.Response:
