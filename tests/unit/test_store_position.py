@@ -254,3 +254,43 @@ def test_postgres_damage_errors_are_store_damaged(postgres: object) -> None:
         assert len(found) == 1  # the first damage is reported, once
     finally:
         store.close()
+
+
+def test_agents_ahead_of_a_rolled_back_store_get_a_newer_generation(tmp_path: Path) -> None:
+    """After a deliberate rollback the store's desired generations are behind what the agents applied
+    (an agent long-polls for generations above its own, so it would ignore the store's): the first report
+    of such an agent makes vmctld write its node's desired state again above it, with an event, and the
+    VM of the job the store lost is removed."""
+    from tests.unit.test_daemon_core import Cluster
+
+    c = Cluster(tmp_path, {"n1": 2})
+    try:
+        a = c.submit(1, 1000, 500)
+        c.run_until(lambda: c.state(a) == "running")
+        store = c.daemon.store
+        assert isinstance(store, SqliteStore)
+        store.write(c.daemon.epoch, WriteBatch(kv={"ca": {"cert_pem": "-"}}))  # restore wants a cluster CA
+        backup = tmp_path / "backup.db"
+        store.backup(backup)
+        b = c.submit(1, 1000, 500)
+        c.run_until(lambda: c.state(b) == "running")
+        rep, be = c.agents["n1"][2], c.agents["n1"][3]
+        assert rep.last is not None
+        applied = rep.last.generation_applied
+        assert any(v.startswith(f"j{b}-") for v in (x.name for x in be.list_vms()))
+        c.daemon.close()
+        store.restore(backup, now=c.clock.now())
+        store.fork_timeline(0, "store.restored", "restored", "test", c.clock.now())
+        c.restart()
+        assert c.daemon.state.generation["n1"] < applied and b not in c.daemon.state.jobs
+        c.daemon.report(rep.last)  # the agent's next report (it still holds the generation it applied)
+        assert c.daemon.state.generation["n1"] > applied
+        kinds = [e.kind for e in c.daemon.store.list_events(after=0, limit=10000)]
+        assert kinds.count("node.resynced") == 1
+        c.step()
+        names = [x.name for x in be.list_vms()]
+        assert not any(n.startswith(f"j{b}-") for n in names), names  # the lost job's VM is gone
+        assert any(n.startswith(f"j{a}-") for n in names)
+        assert c.state(a) == "running"
+    finally:
+        c.close()

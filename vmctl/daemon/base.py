@@ -76,6 +76,9 @@ class DaemonBase:
         #: took the lease (memory only, emptied by ``load``). No timer that ends work acts on a node before
         #: its entry exists: what the agents observed while the daemon was down is learnt first.
         self.observed_at: dict[str, float] = {}
+        #: nodes whose desired state the next commit writes as a new generation even if its VM list is the
+        #: same (an agent that applied a generation the store lost in a rollback: ``NodeEvents.report``)
+        self.force_desired: set[str] = set()
         self.events = EventLog()  # the event log (vmctl events): collected here, written with each change
         self.history = JobHistory(sink=self._job_event)  # the jobs' history entries (vmctl job show)
         self._op_states: dict[str, str] = {}  # operation id -> its state in the last event about it
@@ -268,7 +271,7 @@ class DaemonBase:
             if node not in st.nodes:
                 continue
             vms = st.desired_vms(node)
-            if vms != st.desired.get(node, ()) or clock_changed(st, node, vms):
+            if node in self.force_desired or vms != st.desired.get(node, ()) or clock_changed(st, node, vms):
                 new_desired[node] = vms
         gens: dict[str, int] = {}
         if new_desired:
@@ -306,6 +309,7 @@ class DaemonBase:
             self.load()
             raise
         for node, vms in new_desired.items():
+            self.force_desired.discard(node)
             st.desired[node] = vms
             st.desired_slices[node] = node_slices(st, node)
             st.generation[node] = gens[node]
