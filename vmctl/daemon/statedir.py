@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import stat
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -343,10 +344,11 @@ def read_highwater(cfg: DaemonConfig) -> StorePosition | None:
 class HighWater:
     """STATE_DIR/store.highwater: the store position after this daemon's last commit (``Store.on_commit``).
     One line of fixed width with a CRC, rewritten in place after every commit (no fsync there: a kill -9
-    leaves the page cache, so the mark is exact; it is fsynced at most once a second and when vmctld
-    stops, so a power loss leaves it at most about a second behind). Only ever raised: it is a lower
-    bound of what the store held, so a store found below it lost commits (with SQLite's
-    ``synchronous=NORMAL`` WAL, a power loss can take commits the mark saw: a real loss, reported)."""
+    leaves the page cache, so the mark is exact; it is fsynced at most once a second, in a thread of its
+    own so that a slow disk does not hold up the event loop, and when vmctld stops, so a power loss leaves
+    it at most about a second behind). Only ever raised: it is a lower bound of what the store held, so a
+    store found below it lost commits (with SQLite's ``synchronous=NORMAL`` WAL, a power loss can take
+    commits the mark saw: a real loss, reported)."""
 
     SYNC_S = 1.0
 
@@ -356,7 +358,7 @@ class HighWater:
         self.last: StorePosition | None = None
         self._fd: int | None = None
         self._synced = 0.0
-        self._dirty = False
+        self._syncer: threading.Thread | None = None
 
     def attach(self, store: Store) -> None:
         """Record the store's position now and after every commit."""
@@ -368,33 +370,38 @@ class HighWater:
     def record(self, pos: StorePosition) -> None:
         if self.last is not None and not self.last.older_than(pos):
             return  # never lowered (a timeline is only changed offline, with the file rewritten there)
-        text = _mark_text(pos)
+        data = _mark_text(pos).encode()
         try:
             if self._fd is None:
                 if not self.path.exists():
-                    replace_file(self.path, text, SECRET_MODE)  # whole or absent, never empty
+                    replace_file(self.path, data.decode(), SECRET_MODE)  # whole or absent, never empty
                 self._fd = os.open(self.path, os.O_RDWR)
-            os.pwrite(self._fd, text.encode(), 0)
+                os.ftruncate(self._fd, len(data))
+            os.pwrite(self._fd, data, 0)
             self.last = pos
-            self._dirty = True
-            now = time.monotonic()
-            if now - self._synced >= self.SYNC_S:
-                self.sync()
         except OSError as exc:
             log.error("cannot record the store position in %s: %s", self.path, exc.strerror or exc)
+            return
+        now = time.monotonic()
+        if now - self._synced >= self.SYNC_S and (self._syncer is None or not self._syncer.is_alive()):
+            self._synced = now
+            self._syncer = threading.Thread(target=self._sync, args=(self._fd,), name="vmctld-highwater-sync",
+                                            daemon=True)
+            self._syncer.start()
 
-    def sync(self) -> None:
-        if self._fd is not None and self._dirty:
-            try:
-                os.fsync(self._fd)
-            except OSError as exc:
-                log.error("cannot sync %s: %s", self.path, exc.strerror or exc)
-            self._dirty = False
-            self._synced = time.monotonic()
+    def _sync(self, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            log.error("cannot sync %s: %s", self.path, exc.strerror or exc)
 
     def close(self) -> None:
-        self.sync()
+        """The last position synced, the file closed."""
+        if self._syncer is not None:
+            self._syncer.join()
+            self._syncer = None
         if self._fd is not None:
+            self._sync(self._fd)
             os.close(self._fd)
             self._fd = None
 
