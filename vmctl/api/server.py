@@ -276,6 +276,13 @@ class DaemonServer:
 
     async def start(self) -> None:
         d = self.daemon
+        loop = asyncio.get_running_loop()
+        # a leader that stops on its own (a damaged store) answers its parked long polls at once
+
+        def stepped_down() -> None:
+            loop.call_soon_threadsafe(self._wake_all_waiters)
+
+        d.on_step_down = stepped_down
         d.start()
         self.ca_state = load_ca(self.daemon)
         self.ca = self.ca_state.current

@@ -22,7 +22,7 @@ from vmctl.daemon.state import ClusterState, DesiredSettings
 from vmctl.errors import LeaseLost, NotFound, StoreError, VmctlError
 from vmctl.model import Decision
 from vmctl.policies.base import SchedulingPolicy
-from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Store, WriteBatch
+from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Store, StoreDamaged, WriteBatch
 from vmctl.wire import slices_to_json, vm_desired_from_json, vm_desired_to_json
 
 log = logging.getLogger("vmctld")
@@ -79,6 +79,9 @@ class DaemonBase:
         #: node -> until when a fence pause its agent reported was taken off its fg jobs' estimate account
         #: (``NodeEvents._fence_pause``; memory only)
         self._fence_credited: dict[str, float] = {}
+        #: nodes whose desired state the next commit writes as a new generation even if its VM list is the
+        #: same (an agent that applied a generation the store lost in a rollback: ``NodeEvents.report``)
+        self.force_desired: set[str] = set()
         self.events = EventLog()  # the event log (vmctl events): collected here, written with each change
         self.history = JobHistory(sink=self._job_event)  # the jobs' history entries (vmctl job show)
         self._op_states: dict[str, str] = {}  # operation id -> its state in the last event about it
@@ -87,6 +90,12 @@ class DaemonBase:
         #: called with the names of nodes whose desired state changed (after the commit)
         self.on_desired: Callable[[set[str]], None] = lambda nodes: None
         self.metrics: Any = None  # a vmctl.metrics.DaemonMetrics when served (set by the API server)
+        #: the store's database found damaged (``StoreDamaged``): the daemon gave up the lease, answers 503
+        #: and never campaigns again; the operator restores a backup and restarts it
+        self.damaged: StoreDamaged | None = None
+        #: called when the daemon stopped leading on its own (a damaged store): the server wakes its waiters
+        self.on_step_down: Callable[[], None] = lambda: None
+        store.on_damaged = self._store_damaged
 
     def attach_metrics(self, metrics: Any) -> None:
         """Feed a ``vmctl.metrics.DaemonMetrics`` (direct instruments) from the loop and the actuator."""
@@ -115,6 +124,8 @@ class DaemonBase:
         return self.try_lead()
 
     def try_lead(self) -> bool:
+        if self.damaged is not None:
+            return False
         epoch = self.store.acquire_lease(self.config.holder, self.config.lease_ttl_s, self.lease_clock.now())
         if epoch is None:
             self.leader = False
@@ -138,6 +149,30 @@ class DaemonBase:
     def step_down(self) -> None:
         log.error("lost the leader lease (epoch %d): standing by", self.epoch)
         self.leader = False
+
+    def _store_damaged(self, exc: StoreDamaged) -> None:
+        """The store found its database damaged (``Store.on_damaged``, outside any transaction): nothing
+        more is served from it. The leader steps down and releases the lease (a standby on a healthy
+        replica may take it; if the lease row itself cannot be written, it expires), ``/healthz`` answers
+        503 and every request that needs the leader 503 ``store-damaged`` instead of 500s."""
+        if self.damaged is not None:
+            return
+        self.damaged = exc
+        was_leader, self.leader = self.leader, False
+        what = "giving up the leader lease" if was_leader else "not campaigning for the lease"
+        log.critical("%s: out of service, %s; %s", exc, what, exc.hint)
+        if was_leader:
+            try:
+                self.store.release_lease(self.config.holder, self.epoch)
+                log.critical("released the leader lease (epoch %d)", self.epoch)
+            except StoreError as err:
+                log.critical("could not release the leader lease (%s): it expires in at most %.0f s", err,
+                             self.config.lease_ttl_s)
+        self.on_step_down()
+
+    def damaged_error(self) -> StoreDamaged | None:
+        """A fresh ``StoreDamaged`` like the one found (for an answer), or None while the store is sound."""
+        return None if self.damaged is None else StoreDamaged(**self.damaged.fields)
 
     def close(self) -> None:
         if self.leader:
@@ -218,6 +253,9 @@ class DaemonBase:
 
     # ------------------------------------------------------------------ commit
     def _require_leader(self) -> None:
+        damaged = self.damaged_error()
+        if damaged is not None:
+            raise damaged
         if not self.leader:
             raise NotLeader(holder=self.store.lease().holder or "none")
 
@@ -236,7 +274,7 @@ class DaemonBase:
             if node not in st.nodes:
                 continue
             vms = st.desired_vms(node)
-            if vms != st.desired.get(node, ()) or clock_changed(st, node, vms):
+            if node in self.force_desired or vms != st.desired.get(node, ()) or clock_changed(st, node, vms):
                 new_desired[node] = vms
         gens: dict[str, int] = {}
         if new_desired:
@@ -267,11 +305,14 @@ class DaemonBase:
             self.store_write(batch)
         except LeaseLost:
             raise
-        except StoreError:
+        except StoreError as exc:
+            if isinstance(exc, StoreDamaged) or self.damaged is not None:
+                raise  # out of service (``_store_damaged``): nothing to reload from
             log.exception("store write failed; reloading state from the store")
             self.load()
             raise
         for node, vms in new_desired.items():
+            self.force_desired.discard(node)
             st.desired[node] = vms
             st.desired_slices[node] = node_slices(st, node)
             st.generation[node] = gens[node]

@@ -64,6 +64,8 @@ class RetentionConfig:
 class DaemonConfig:
     path: str = "<defaults>"
     store_url: str = "sqlite:///var/lib/vmctl/vmctld.db"
+    #: the SQLite integrity check at start stops after this many real seconds (0: no limit)
+    store_check_timeout_s: float = 30.0
     state_dir: str = "/var/lib/vmctl"
     listen: str = "127.0.0.1"
     port: int = 8443
@@ -126,6 +128,7 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
     st = top.section("store")
     state_dir = top.get("state_dir", str, d.state_dir)
     store_url = st.get("url", str, f"sqlite:///{state_dir}/vmctld.db")
+    check_timeout_s = st.number("check_timeout_s", d.store_check_timeout_s, lo=0, hi=86400)
     st.finish()
     if not store_url.startswith(("sqlite:", "postgresql://", "postgres://", "/")) and "://" in store_url:
         raise st.error("url", f"unsupported store {store_url!r}: use sqlite:///PATH or postgresql://...")
@@ -210,7 +213,8 @@ def config_from_dict(data: dict[str, Any], path: str) -> DaemonConfig:
         except VmctlError as exc:
             raise ConfigError(path=path, where="policy", problem=str(exc)) from exc
     return DaemonConfig(
-        path=path, store_url=store_url, state_dir=state_dir, listen=listen, port=port,
+        path=path, store_url=store_url, store_check_timeout_s=check_timeout_s, state_dir=state_dir, listen=listen,
+        port=port,
         server_names=tuple(names_raw), max_body_bytes=max_body, bootstrap_token_file=token_file,
         max_connections=max_conns, handshake_timeout_s=handshake_s, keepalive_timeout_s=keepalive_s,
         plan_workers=plan_workers, plan_per_token=plan_per_token, plan_queue=plan_queue,

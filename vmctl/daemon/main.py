@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vmctld", description="vmctl central daemon (decision loop + HTTP API). Without a command: run it.",
-        epilog="offline commands: vmctld backup FILE, vmctld restore FILE, vmctld token create (each takes --config)")
+        epilog="offline commands: vmctld backup FILE, vmctld restore FILE, vmctld accept-rollback, vmctld token create "
+               "(each takes --config)")
     p.add_argument("--config", "-c", help="daemon YAML (see etc/vmctld.yaml)")
     p.add_argument("--check", action="store_true", help="validate the config and exit")
     p.add_argument("--port", type=int, default=None, help="override api.port (0 = any free port)")
@@ -46,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replace the whole SQLite store by the backup FILE. Refused while a vmctld holds "
                                    "the leader lease: stop it first.")
     r.add_argument("file", metavar="FILE", help="a file made by `vmctld backup`")
+    sub.add_parser("accept-rollback", parents=[cfg], help="accept a store older than the state directory saw",
+                   description="vmctld refuses to start on a store older than what its state directory last saw "
+                               "(error: state-conflict: a WAL lost after a crash, an older copy or dump put in "
+                               "place). With vmctld stopped, this accepts that store as it is: the changes it lacks "
+                               "are lost for good (the agents remove the VMs of jobs it does not have). It starts a "
+                               "new timeline in the store, logs the event store.rollback_accepted and records the "
+                               "new position in the state directory; any other state directory (a standby's) "
+                               "accepts it too.")
     t = sub.add_parser("token", help="offline token management (writes to the store directly)")
     tsub = t.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     tc = tsub.add_parser("create", parents=[cfg], help="mint an operator token without the API",
@@ -86,18 +95,22 @@ async def serve(config_path: str, port: int | None) -> int:
     except VmctlError as exc:
         raise Refused(exc) from exc
     created = statedir.Created(cfg)
+    highwater = statedir.HighWater(cfg)
     store: Store | None = None
     daemon: Daemon | None = None
     server: DaemonServer | None = None
     try:
         statedir.make_private(cfg)
         store = open_store(cfg.store_url, config_path=cfg.path)
+        statedir.refuse_damaged(cfg, store)  # a damaged file is not served
         statedir.refuse_new_cluster(cfg, store)  # before the schema is created in an emptied database
+        statedir.refuse_rollback(cfg, store)  # a store older than this state directory saw is not served
         daemon = Daemon(cfg, store, clock=accelerated_clock(cfg.clock_speed, cfg.clock_epoch))
         if daemon.speed != 1.0:
             log.info("accelerated clock: %g model seconds per real second", daemon.speed)
         server = DaemonServer(daemon)
         await server.start()
+        highwater.attach(store)  # the store's position now (schema 007 in force) and after every commit
     except (VmctlError, OSError) as exc:
         # a start that fails leaves nothing it created behind (and frees the lease it took)
         with contextlib.suppress(Exception):
@@ -108,6 +121,7 @@ async def serve(config_path: str, port: int | None) -> int:
         if store is not None:
             with contextlib.suppress(Exception):
                 store.close()
+        highwater.close()
         removed = created.remove()
         if removed:
             log.info("removed what this failed start created: %s", ", ".join(map(str, removed)))
@@ -133,6 +147,7 @@ async def serve(config_path: str, port: int | None) -> int:
         notifier.close()
     await server.stop()
     store.close()
+    highwater.close()
     return 0
 
 
@@ -277,14 +292,75 @@ def restore(config_path: str, file: str) -> int:
     except VmctlError as exc:
         raise Refused(exc) from exc
     try:
+        seen = statedir.read_highwater(cfg)
+    except VmctlError:
+        seen = None  # an unreadable mark is replaced below
+    try:
         assert isinstance(store, SqliteStore)
         store.restore(src)
+        # a deliberate rollback: a new timeline, which this state directory (and any other) accepts
+        store.migrate()
+        before = store.position()
+        pos = store.fork_timeline(
+            seen.timeline if seen else 0, "store.restored",
+            f"store restored from {src} by an operator (vmctld restore): the backup holds "
+            f"{statedir.describe(before) if before else 'no position'}"
+            + (f"; this state directory had seen {statedir.describe(seen)}" if seen else "")
+            + "; a new timeline starts", "operator (vmctld restore)", time.time())
+        statedir.write_highwater(cfg, pos)
         summary = _summary(store)
     except VmctlError as exc:
         raise Refused(exc) from exc
     finally:
         store.close()
     print(f"{db}: restored from {src} ({summary}); start vmctld now", flush=True)
+    return 0
+
+
+def accept_rollback(config_path: str) -> int:
+    """``vmctld accept-rollback``: the store as it is becomes what this state directory expects (a new
+    timeline, the event ``store.rollback_accepted``), while no daemon holds the lease."""
+    from vmctl.daemon import statedir
+    from vmctl.daemon.config import load_config
+
+    cfg = load_config(config_path)
+    store = _open_cluster_store(cfg, "nothing to accept (start vmctld: it creates the cluster)")
+    location = store.location()
+    try:
+        statedir.refuse_damaged(cfg, store)
+        try:
+            seen = statedir.read_highwater(cfg)
+        except statedir.StateConflict:
+            seen, unreadable = None, True  # rewritten from the store below
+        else:
+            unreadable = False
+        if seen is None and not unreadable:
+            print(f"{location}: {statedir.highwater_file(cfg)} does not exist (this state directory has seen no "
+                  f"store position): nothing to accept", flush=True)
+            return 0
+        log_seen = statedir.describe(seen) if seen else "an unreadable high-water mark"
+        pos = store.position()  # None: a store older than schema 7, older than any mark
+        if pos is not None and seen is not None and not pos.older_than(seen):
+            print(f"{location}: the store ({statedir.describe(pos)}) is not older than what "
+                  f"{statedir.highwater_file(cfg)} records ({log_seen}): nothing to accept", flush=True)
+            return 0
+        lost = statedir.missing(seen, pos) if seen is not None else "not known (the high-water mark was unreadable)"
+        store.migrate()
+        pos = store.position()
+        assert pos is not None
+        new = store.fork_timeline(
+            seen.timeline if seen else 0, "store.rollback_accepted",
+            f"an operator accepted the store as it is (vmctld accept-rollback): the state directory "
+            f"{cfg.state_dir} had seen {log_seen}, the store holds {statedir.describe(pos)}; lost: {lost}",
+            "operator (vmctld accept-rollback)", time.time())
+        statedir.write_highwater(cfg, new)
+        summary = _summary(store)
+    except VmctlError as exc:
+        raise Refused(exc) from exc
+    finally:
+        store.close()
+    print(f"{location}: rollback accepted, lost: {lost}; now timeline {new.timeline} ({summary}); "
+          f"start vmctld now", flush=True)
     return 0
 
 
@@ -371,6 +447,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(backup(args.config, args.file))
         if args.command == "restore":
             sys.exit(restore(args.config, args.file))
+        if args.command == "accept-rollback":
+            sys.exit(accept_rollback(args.config))
         if args.command == "token":
             sys.exit(token_create(args.config, args.name, args.role, args.ttl, args.out))
         if args.check:

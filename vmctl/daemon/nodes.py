@@ -168,6 +168,8 @@ class NodeEvents(DaemonBase):
         rec.last_seen = now
         ch = Changes()
         self._node_back(rec, ch)
+        if obs.generation_applied > self.state.generation.get(rec.name, 0):
+            self._resync_generation(rec, obs.generation_applied, ch)
         self._report_events(obs, now)
         self.actuator.observe(obs, now, ch)
         if not any(e.startswith("observe:") for e in obs.errors):
@@ -221,6 +223,21 @@ class NodeEvents(DaemonBase):
             ch.jobs[job.id] = job
             log.info("job %s: %.1f s paused by node %s's fence do not count against its estimate", job.id,
                      paused / self.speed, name)
+    def _resync_generation(self, rec: NodeRecord, applied: int, ch: Changes) -> None:
+        """The agent applied a desired generation the store never had: the store was rolled back (``vmctld
+        restore``, ``vmctld accept-rollback``) after that generation was committed. The agent would ignore
+        every generation up to it (it long-polls for newer ones) and go on running the VMs of changes the
+        store lost, so the node's desired state, as the store derives it, is written again above it."""
+        had = self.state.generation.get(rec.name, 0)
+        log.warning("node %s applied desired generation %d but the store's is %d (the store was rolled back): "
+                    "its desired state is written again as generation %d", rec.name, applied, had, applied + 1)
+        self.state.generation[rec.name] = applied
+        self.force_desired.add(rec.name)
+        ch.desired_nodes.add(rec.name)
+        ch.events.append(f"node {rec.name} resynced")
+        self.events.add(self.clock.now(), "node.resynced",
+                        f"node {rec.name} had applied desired generation {applied}, the store only {had} (a rollback "
+                        f"of the store): its desired state is now generation {applied + 1}", node=rec.name)
 
     def _node_back(self, rec: NodeRecord, ch: Changes) -> None:
         """The agent of a lost or down node was heard from: the node is schedulable again (a lost node

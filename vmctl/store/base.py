@@ -14,7 +14,7 @@ PostgreSQL (psycopg 3).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +29,39 @@ class CorruptRecord(StoreError):
     retryable = False
     http_status = 400  # vmctld exits 2: the operator must repair or restore the store
     template = "{backend}: {where}: table {table}, row {row}: {problem}"
+
+
+class StoreDamaged(StoreError):
+    """The database itself is damaged (SQLite: ``database disk image is malformed``, a page that is not a
+    database page; PostgreSQL: ``data_corrupted``/``index_corrupted``). Not retryable: vmctld refuses to
+    start on it, and a running leader gives up its lease and answers 503 instead of serving 500s."""
+
+    reference = "store-damaged"
+    retryable = False
+    http_status = 503
+    template = "{backend}: {where}: the database is damaged: {problem}"
+    hint = ("restore a backup: stop vmctld, `vmctld restore FILE --config CONFIG` (docs/operations.md, \"State, "
+            "backup and restore\"); without one, `sqlite3 DB .recover` salvages what is readable into a new file "
+            "to restore from")
+
+
+@dataclass(frozen=True, slots=True)
+class StorePosition:
+    """How far a store's history goes: ``timeline`` (1, then one more at every deliberate rollback: a
+    ``vmctld restore``, an accepted rollback) and ``commits`` (the leader's committed transactions on
+    it), with the newest job and event numbers written so far (for messages about what is missing).
+    Schema 007 keeps the first two in the lease row; the state directory keeps the highest position it
+    saw (``vmctl.daemon.statedir.HighWater``)."""
+
+    timeline: int
+    commits: int
+    job: int = 0
+    event: int = 0
+
+    def older_than(self, seen: StorePosition) -> bool:
+        """This store lacks commits a state directory saw at ``seen``: the same timeline with fewer
+        commits, or an earlier timeline (a later one is a deliberate rollback made since)."""
+        return self.timeline < seen.timeline or (self.timeline == seen.timeline and self.commits < seen.commits)
 
 
 class LeaseHeld(StoreError):
@@ -284,6 +317,11 @@ class WriteBatch:
 
 class Store(Protocol):
     backend: str
+    #: called (outside any transaction) when the store finds its database damaged (``StoreDamaged``)
+    on_damaged: Callable[[StoreDamaged], None] | None
+    #: called after every committed write of the leader (``write``, ``prune_jobs``, ``prune_events``)
+    #: with the store's position after it
+    on_commit: Callable[[StorePosition], None] | None
 
     def migrate(self) -> int:
         """Create or upgrade the schema; return the schema version now in force."""
@@ -292,6 +330,16 @@ class Store(Protocol):
     def schema_version(self) -> int: ...
 
     def close(self) -> None: ...
+
+    def position(self) -> StorePosition | None:
+        """The store's position (schema 007), None while its schema is older or absent."""
+        ...
+
+    def fork_timeline(self, at_least: int, kind: str, message: str, actor: str, now: float) -> StorePosition:
+        """A deliberate rollback (a restore, an accepted rollback): in one transaction, refused with
+        ``LeaseHeld`` while a daemon holds the lease, the timeline becomes ``max(current, at_least) + 1``,
+        the lease is left free and the event ``kind``/``message`` is logged. Returns the new position."""
+        ...
 
     # leader lease
     def acquire_lease(self, holder: str, ttl: float, now: float) -> int | None:

@@ -12,7 +12,11 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from vmctl.errors import StoreError, VmctlError
+from vmctl.store.base import StoreDamaged
 from vmctl.store.sql import SqlStore
+
+#: SQLSTATEs of a damaged database: data_corrupted, index_corrupted (class XX, internal error)
+DAMAGED_SQLSTATES = ("XX001", "XX002")
 
 
 class PostgresStore(SqlStore):
@@ -37,40 +41,58 @@ class PostgresStore(SqlStore):
     def _for_update(self) -> str:
         return " FOR UPDATE"
 
+    def _damage_problem(self, exc: BaseException) -> str | None:
+        if getattr(exc, "sqlstate", None) in DAMAGED_SQLSTATES:
+            return str(exc).strip()
+        return None
+
+    def _translate(self, exc: Exception, what: str = "") -> StoreError:
+        if self._damage_problem(exc) is None:
+            return StoreError(backend=self.backend, problem=f"{what}{str(exc).strip()}")
+        return super()._translate(exc, what)
+
     @contextmanager
     def _transaction(self, lock: bool = True) -> Iterator[Any]:
         pg = self._psycopg
-        with self._lock:
-            try:
-                tx = self._conn.transaction()
-                tx.__enter__()
-            except pg.Error as exc:
-                raise StoreError(backend=self.backend, problem=f"cannot begin: {exc}") from exc
-            cur = self._conn.cursor()
-            try:
-                yield _Translating(cur)
-            except BaseException as exc:
-                with suppress(pg.Error):
-                    tx.__exit__(type(exc), exc, exc.__traceback__)
-                if isinstance(exc, pg.Error):
-                    raise StoreError(backend=self.backend, problem=str(exc).strip()) from exc
-                raise
-            else:
+        try:
+            with self._lock:
                 try:
-                    tx.__exit__(None, None, None)
+                    tx = self._conn.transaction()
+                    tx.__enter__()
                 except pg.Error as exc:
-                    raise StoreError(backend=self.backend, problem=f"commit failed: {exc}") from exc
-            finally:
-                cur.close()
+                    raise self._translate(exc, "cannot begin: ") from exc
+                cur = self._conn.cursor()
+                try:
+                    yield _Translating(cur, self)
+                except BaseException as exc:
+                    with suppress(pg.Error):
+                        tx.__exit__(type(exc), exc, exc.__traceback__)
+                    if isinstance(exc, pg.Error):
+                        raise self._translate(exc) from exc
+                    raise
+                else:
+                    try:
+                        tx.__exit__(None, None, None)
+                    except pg.Error as exc:
+                        raise self._translate(exc, "commit failed: ") from exc
+                finally:
+                    cur.close()
+        except StoreDamaged as exc:
+            self._report_damage(exc)
+            raise
 
     @contextmanager
     def _read(self) -> Iterator[Any]:
-        with self._lock:
-            cur = self._conn.cursor()
-            try:
-                yield _Translating(cur)
-            finally:
-                cur.close()
+        try:
+            with self._lock:
+                cur = self._conn.cursor()
+                try:
+                    yield _Translating(cur, self)
+                finally:
+                    cur.close()
+        except StoreDamaged as exc:
+            self._report_damage(exc)
+            raise
 
     def location(self) -> str:
         info = self._conn.info
@@ -82,8 +104,9 @@ class PostgresStore(SqlStore):
 
 
 class _Translating:
-    def __init__(self, cur: Any) -> None:
+    def __init__(self, cur: Any, store: PostgresStore) -> None:
         self._cur = cur
+        self._store = store
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         import psycopg
@@ -93,10 +116,20 @@ class _Translating:
         except psycopg.Error as exc:
             if isinstance(exc, VmctlError):  # pragma: no cover
                 raise
-            raise StoreError(backend="postgres", problem=str(exc).strip()) from exc
+            raise self._store._translate(exc) from exc
 
     def fetchone(self) -> Any:
-        return self._cur.fetchone()
+        import psycopg
+
+        try:
+            return self._cur.fetchone()
+        except psycopg.Error as exc:
+            raise self._store._translate(exc) from exc
 
     def fetchall(self) -> list[Any]:
-        return list(self._cur.fetchall())
+        import psycopg
+
+        try:
+            return list(self._cur.fetchall())
+        except psycopg.Error as exc:
+            raise self._store._translate(exc) from exc

@@ -25,8 +25,11 @@ from vmctl.store.base import (
     EventRecord,
     JobRecord,
     Lease,
+    LeaseHeld,
     NodeRecord,
     OperationRecord,
+    StoreDamaged,
+    StorePosition,
     TokenRecord,
     WriteBatch,
     dumps,
@@ -61,6 +64,9 @@ def _task_results_out(store: SqlStore, cur: Any) -> None:
 #: data moved by a migration after its statements, in its transaction: version -> step(store, cursor)
 DATA_STEPS: dict[int, Callable[[SqlStore, Any], None]] = {6: _task_results_out}
 
+#: the schema that keeps the store's position (``StorePosition``) in the lease row
+POSITION_SCHEMA = 7
+
 
 def node_columns_problem(speed: Any, group: Any, memory: Any) -> str | None:
     """Why the stored speed, group and memory of a node (schema 003) cannot be read back, or None."""
@@ -87,6 +93,33 @@ class SqlStore:
     """Backend-neutral implementation; subclasses provide ``_transaction`` and ``_read``."""
 
     backend = "sql"
+    #: ``Store.on_damaged`` / ``Store.on_commit`` (set by the daemon)
+    on_damaged: Callable[[StoreDamaged], None] | None = None
+    on_commit: Callable[[StorePosition], None] | None = None
+    #: the first damage found (``StoreDamaged``), None while none was
+    damaged: StoreDamaged | None = None
+    #: the position after this process's last commit (None: none yet; read from the store at the first)
+    _position: StorePosition | None = None
+
+    # ---------------------------------------------------------------- damage
+    def _damage_problem(self, exc: BaseException) -> str | None:
+        """What is damaged when ``exc`` (a driver error) says the database itself is, else None."""
+        return None
+
+    def _translate(self, exc: Exception, what: str = "") -> StoreError:
+        """A driver error as a ``StoreError``: ``StoreDamaged`` when the database itself is damaged."""
+        problem = self._damage_problem(exc)
+        if problem is not None:
+            return StoreDamaged(backend=self.backend, where=self.location(), problem=f"{what}{problem}")
+        return StoreError(backend=self.backend, problem=f"{what}{exc}".strip())
+
+    def _report_damage(self, exc: StoreDamaged) -> None:
+        """Called outside any transaction and lock: the first damage is kept and passed to ``on_damaged``."""
+        if self.damaged is not None:
+            return
+        self.damaged = exc
+        if self.on_damaged is not None:
+            self.on_damaged(exc)
 
     # ---------------------------------------------------------------- backend hooks
     def _transaction(self, lock: bool = True) -> AbstractContextManager[Any]:  # pragma: no cover
@@ -134,6 +167,71 @@ class SqlStore:
                            (version, f"migration {version:03d}"))
                 current = version
         return current
+
+    # ---------------------------------------------------------------- position (schema 007)
+    def position(self) -> StorePosition | None:
+        if self.schema_version() < POSITION_SCHEMA:
+            return None
+        with self._read() as cur:
+            self._exec(cur, "SELECT timeline, commits FROM lease WHERE id = 1")
+            row = cur.fetchone()
+            if row is None:
+                return None
+            self._exec(cur, "SELECT MAX(seq) FROM jobs")
+            jobs = cur.fetchone()
+            self._exec(cur, "SELECT MAX(seq) FROM job_archive")
+            archived = cur.fetchone()
+            self._exec(cur, "SELECT MAX(seq) FROM events")
+            events = cur.fetchone()
+        job = max(int(jobs[0] or 0) if jobs else 0, int(archived[0] or 0) if archived else 0)
+        return StorePosition(int(row[0]), int(row[1]), job=job, event=int(events[0] or 0) if events else 0)
+
+    def _leader_tx(self, cur: Any, epoch: int) -> tuple[int, int]:
+        """In a leader's write transaction: the epoch check (``LeaseLost``) and one more commit; returns
+        (timeline, commits) as they will be once it commits."""
+        self._exec(cur, "SELECT holder, epoch, expires, timeline, commits FROM lease WHERE id = 1" + self._for_update())
+        row = cur.fetchone()
+        if row is None:
+            raise StoreError(backend=self.backend, problem="lease row missing: schema not migrated")
+        if int(row[1]) != epoch:
+            raise LeaseLost(epoch=epoch, current=int(row[1]))
+        commits = int(row[4]) + 1
+        self._exec(cur, "UPDATE lease SET commits = ? WHERE id = 1", (commits,))
+        return int(row[3]), commits
+
+    def _committed(self, timeline: int, commits: int, jobs: Sequence[JobRecord] = (),
+                   events: Sequence[EventRecord] = ()) -> None:
+        """After a leader's commit: the position it reached, passed to ``on_commit``."""
+        last = self._position
+        if last is None or last.timeline != timeline:
+            last = self.position() or StorePosition(timeline, commits)
+        pos = StorePosition(timeline, commits, job=max([last.job, *(j.seq for j in jobs)]),
+                            event=max([last.event, *(e.seq for e in events)]))
+        self._position = pos
+        if self.on_commit is not None:
+            self.on_commit(pos)
+
+    def fork_timeline(self, at_least: int, kind: str, message: str, actor: str, now: float) -> StorePosition:
+        with self._transaction(lock=False) as cur:
+            self._exec(cur, "SELECT holder, expires, timeline, commits FROM lease WHERE id = 1" + self._for_update())
+            row = cur.fetchone()
+            if row is None:
+                raise StoreError(backend=self.backend, problem="lease row missing: schema not migrated")
+            if row[0] is not None and float(row[1]) >= now:
+                raise LeaseHeld(holder=row[0], path=self.location(), seconds=float(row[1]) - now)
+            timeline, commits = max(int(row[2]), at_least) + 1, int(row[3]) + 1
+            self._exec(cur, "UPDATE lease SET holder = NULL, expires = 0, timeline = ?, commits = ? WHERE id = 1",
+                       (timeline, commits))
+            self._exec(cur, "SELECT MAX(seq) FROM events")
+            last = cur.fetchone()
+            seq = int(last[0] or 0) + 1 if last else 1
+            ev = EventRecord(seq=seq, time=now, kind=kind, message=message, actor=actor)
+            self._exec(cur, "INSERT INTO events (seq, time, kind, doc) VALUES (?, ?, ?, ?)",
+                       (ev.seq, ev.time, ev.kind, dumps(ev.to_doc())))
+        self._position = None
+        pos = self.position()
+        assert pos is not None
+        return pos
 
     # ---------------------------------------------------------------- lease
     def lease(self) -> Lease:
@@ -303,9 +401,7 @@ class SqlStore:
         if batch.empty():
             return
         with self._transaction(lock=True) as cur:
-            row = self._lease_row(cur)
-            if int(row[1]) != epoch:
-                raise LeaseLost(epoch=epoch, current=int(row[1]))
+            timeline, commits = self._leader_tx(cur, epoch)
             for j in batch.jobs.values():
                 doc, bag = task_rows.split_doc(j.to_doc())
                 self._exec(
@@ -353,6 +449,7 @@ class SqlStore:
                            (e.seq, e.time, e.kind, dumps(e.to_doc())))
         for j in (*batch.jobs.values(), *batch.bags.values()):
             j.changed_tasks.clear()
+        self._committed(timeline, commits, list(batch.jobs.values()), batch.events)
 
     def _write_task_rows(self, cur: Any, j: JobRecord) -> None:
         for row in task_rows.rows_of(j.id, j.run, j.tasks, j.changed_tasks):
@@ -364,9 +461,7 @@ class SqlStore:
         if not jobs:
             return
         with self._transaction(lock=True) as cur:
-            row = self._lease_row(cur)
-            if int(row[1]) != epoch:
-                raise LeaseLost(epoch=epoch, current=int(row[1]))
+            timeline, commits = self._leader_tx(cur, epoch)
             for j in jobs:
                 if archive:  # a bag's task rows stay, under its id (schema 006)
                     doc, bag = task_rows.split_doc(j.to_doc())
@@ -384,6 +479,7 @@ class SqlStore:
                 self._exec(cur, "DELETE FROM jobs WHERE id = ?", (j.id,))
         for j in jobs:
             j.changed_tasks.clear()
+        self._committed(timeline, commits)
 
     def _archived(self, rows: list[Any], cur: Any = None) -> list[JobRecord]:
         """Archived jobs from their rows (id, doc, bag); a bag's tasks are read with ``cur``, and left
@@ -444,8 +540,8 @@ class SqlStore:
 
     def prune_events(self, epoch: int, before: float) -> int:
         with self._transaction(lock=True) as cur:
-            row = self._lease_row(cur)
-            if int(row[1]) != epoch:
-                raise LeaseLost(epoch=epoch, current=int(row[1]))
+            timeline, commits = self._leader_tx(cur, epoch)
             res = self._exec(cur, "DELETE FROM events WHERE time < ?", (before,))
-            return max(0, int(getattr(res, "rowcount", 0) or 0))
+            deleted = max(0, int(getattr(res, "rowcount", 0) or 0))
+        self._committed(timeline, commits)
+        return deleted

@@ -22,5 +22,8 @@ class Routes:
         return self.s.daemon
 
     def _leader(self) -> None:
+        damaged = self.d.damaged_error()
+        if damaged is not None:
+            raise damaged
         if not self.d.leader:
             raise NotLeader(holder=self.d.store.lease().holder or "none")

@@ -21,10 +21,16 @@ log = logging.getLogger("vmctld.api")
 
 class ClusterRoutes(Routes):
     async def health(self, request: web.Request) -> web.Response:
+        damaged = self.d.damaged_error()
+        if damaged is not None:  # an operator's view: what is damaged and how to restore (503)
+            raise damaged
         return json_response({"status": "ok", "leader": self.d.leader, "epoch": self.d.epoch})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too)."""
+        """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too);
+        503 ``store-damaged`` once its store was found damaged (it serves nothing and leads nothing)."""
+        if self.d.damaged is not None:
+            return json_response({"status": "store-damaged", "leader": False}, status=503)
         return json_response({"status": "ok", "leader": self.d.leader})
 
     async def metrics(self, request: web.Request) -> web.Response:
