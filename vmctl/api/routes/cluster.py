@@ -16,6 +16,7 @@ from vmctl.api.routes.base import Routes
 from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.removal import remove_node
 from vmctl.errors import Conflict, NotFound, ValidationError
+from vmctl.wire import layout_from_json
 
 log = logging.getLogger("vmctld.api")
 
@@ -25,8 +26,13 @@ class ClusterRoutes(Routes):
         return json_response({"status": "ok", "leader": self.d.leader, "epoch": self.d.epoch})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too)."""
-        return json_response({"status": "ok", "leader": self.d.leader})
+        """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too);
+        ``waiting`` when the leader's policy waits (for nodes in its layout, or a policy switch)."""
+        doc: dict[str, Any] = {"status": "ok", "leader": self.d.leader}
+        waiting = self.d.policy_waiting() if self.d.leader else None
+        if waiting is not None:
+            doc["waiting"] = waiting
+        return json_response(doc)
 
     async def metrics(self, request: web.Request) -> web.Response:
         body, ctype = self.s.render_metrics()
@@ -120,9 +126,15 @@ class ClusterRoutes(Routes):
     def _policy_json(self) -> dict[str, Any]:
         from vmctl.policies.registry import available_policies
 
-        p = self.d.policy
+        d = self.d
+        p = d.policy
+        levels, discipline = d.state.cluster_levels()
         return {"name": p.name if p else None, "params": p.reported_params() if p else {},
-                "available": sorted(available_policies())}
+                "available": sorted(available_policies()),
+                "needs": p.needs.to_json() if p else None,
+                "layout": {"discipline": discipline.value, "levels": levels,
+                           "set_by": "vmctld" if d.state.cluster_layout is not None else "agents"},
+                "waiting": d.policy_waiting(), "switch": d.switch_status()}
 
     async def get_policy(self, request: web.Request) -> web.Response:
         self._leader()
@@ -130,15 +142,29 @@ class ClusterRoutes(Routes):
 
     async def put_policy(self, request: web.Request) -> web.Response:
         self._leader()
-        body = schemas.obj(await read_json(request), ("name", "params"))
+        body = schemas.obj(await read_json(request), ("name", "params", "relayout", "layout"))
         name = schemas.string(body, "name", "", required=True, max_len=100, name=True)
         params = body.get("params")
         if params is None:
             params = {}
         elif not isinstance(params, dict):  # an empty array is no object either
             raise ValidationError(field="params", problem=f"must be an object, got {schemas.type_name(params)}")
+        relayout = body.get("relayout", False)
+        if not isinstance(relayout, bool):
+            raise ValidationError(field="relayout", problem=f"must be a boolean, got {schemas.type_name(relayout)}")
+        layout = None if body.get("layout") is None else layout_from_json(body["layout"], "layout.")
         assert name is not None
-        self.d.set_policy(name, params)
+        if relayout or layout is not None:
+            self.d.start_switch(name, params, layout)
+        else:
+            self.d.set_policy(name, params)
+        self.s.kick()
+        return json_response(self._policy_json())
+
+    async def cancel_switch(self, request: web.Request) -> web.Response:
+        """``DELETE /v1/policy/switch``: end the switch in progress (the old policy goes on)."""
+        self._leader()
+        self.d.cancel_switch()
         self.s.kick()
         return json_response(self._policy_json())
 
