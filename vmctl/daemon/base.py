@@ -204,8 +204,8 @@ class DaemonBase:
         (``cluster_layout``: the nodes' desired state tells their agents, which re-lay out once they hold no
         job VM) and the policy waits for nodes that carry that layout (``policy_waiting``)."""
         pol, st = self.policy, self.state
-        if pol is None or st.cluster_layout is not None or self.switch is not None:
-            return
+        if pol is None or st.cluster_layout is not None or self.switch is not None or not st.nodes:
+            return  # (with no node yet, the first registration decides: ``NodeEvents._node_layout``)
         try:
             check_offer(st.offer(), pol)
             return
@@ -265,12 +265,13 @@ class DaemonBase:
             try:
                 check_offer(self.state.offer(), pol)
             except (PolicyNeedsUnmet, PolicyParameterError) as exc:
-                want = policy_layout(pol)
-                problem = exc.fields["problem"] if isinstance(exc, PolicyNeedsUnmet) else \
-                    f"parameter {exc.fields['param']}: {exc.fields['problem']}"
-                raise PolicyNeedsUnmet(policy=pol.name, where=self.state.offer().where,
-                                       problem=f"{problem}; to lay the cluster out in {want.text()} (running jobs "
-                                               f"end first): vmctl policy set {pol.name} ... --relayout") from exc
+                way = (f"; to lay the cluster out in {policy_layout(pol).text()} (running jobs end first): vmctl "
+                       f"policy set {pol.name} ... --relayout")
+                if isinstance(exc, PolicyParameterError):
+                    raise PolicyParameterError(policy=pol.name, param=exc.fields["param"],
+                                               problem=exc.fields["problem"] + way) from exc
+                raise PolicyNeedsUnmet(policy=pol.name, where=exc.fields["where"],
+                                       problem=exc.fields["problem"] + way) from exc
         self._policy_changed(pol, ch)
         return pol
 

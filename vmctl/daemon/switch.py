@@ -226,7 +226,7 @@ class PolicySwitch(DaemonBase):
         if pol is None:
             return None
         levels, discipline = st.cluster_levels()
-        lay = st.cluster_layout or NodeLayout(discipline, levels)
+        lay = st.cluster_layout or (NodeLayout(discipline, levels) if st.nodes else policy_layout(pol))
         if any(r.state == "ready" and st.layout_ready(n) for n, r in st.nodes.items()):
             return None
         others = ", ".join(f"{n} ({st.node_layout(n).text()}, {r.state})" for n, r in sorted(st.nodes.items())[:5])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -19,6 +20,12 @@ from vmctl.errors import Conflict, NotFound, ValidationError
 from vmctl.wire import layout_from_json
 
 log = logging.getLogger("vmctld.api")
+
+
+def json_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Policy parameters as strict JSON: a non-finite number (the gang policies' ``quota`` = inf, unlimited)
+    as its text."""
+    return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in params.items()}
 
 
 class ClusterRoutes(Routes):
@@ -129,12 +136,15 @@ class ClusterRoutes(Routes):
         d = self.d
         p = d.policy
         levels, discipline = d.state.cluster_levels()
-        return {"name": p.name if p else None, "params": p.reported_params() if p else {},
+        sw = d.switch_status()
+        if sw is not None:
+            sw = {**sw, "params": json_params(sw["params"]), "from_params": json_params(sw["from_params"])}
+        return {"name": p.name if p else None, "params": json_params(p.reported_params()) if p else {},
                 "available": sorted(available_policies()),
                 "needs": p.needs.to_json() if p else None,
                 "layout": {"discipline": discipline.value, "levels": levels,
                            "set_by": "vmctld" if d.state.cluster_layout is not None else "agents"},
-                "waiting": d.policy_waiting(), "switch": d.switch_status()}
+                "waiting": d.policy_waiting(), "switch": sw}
 
     async def get_policy(self, request: web.Request) -> web.Response:
         self._leader()
