@@ -183,8 +183,8 @@ def test_a_configured_gang_policy_starts_without_nodes_and_waits_for_them(tmp_pa
         cli_env(d)
         status, health = d.request("GET", "/healthz")
         check_openapi("GET", "/healthz", status, health)
-        assert "policy gs-m waits for nodes: no ready node carries 3 timeslice levels per core (no node " \
-               "registered yet)" == health["waiting"], health
+        assert health["waiting"] == ("policy gs-m waits for nodes: no ready node carries 3 timeslice levels per "
+                                     "core (no node registered yet)"), health
         code, out, err = run_cli(capsys, "policy", "show")
         assert code == 0 and "waiting  policy gs-m waits for nodes" in out, (out, err)
         job = _submit(d, procs=3, work_seconds=1.0)

@@ -17,7 +17,7 @@ from vmctl.agents.backends.mock import MockFabric
 from vmctl.clock import VirtualClock
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.gang import matrix_doc
-from vmctl.errors import Conflict, PolicyNeedsUnmet, PolicyParameterError
+from vmctl.errors import Conflict, PolicyParameterError
 from vmctl.model import Decision, Discipline, JobState, Move, NodeDesired, NodeLayout, PowerState, SliceSchedule
 from vmctl.wire import desired_from_json, desired_to_json
 

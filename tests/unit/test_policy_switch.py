@@ -224,7 +224,7 @@ def test_bad_input_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(NotFound):
         d.cancel_switch()
     d.start_switch("gs-m", {"mpl": 2})  # 2 x 2 x 64 = 256 MiB fits
-    with pytest.raises(Conflict, match="a switch to gs-m .* is in progress"):
+    with pytest.raises(Conflict, match=r"a switch to gs-m .* is in progress"):
         d.start_switch("vcsched-mcb8", {})
     with pytest.raises(Conflict, match="a switch to gs-m"):
         d.set_policy("easy", {})

@@ -39,7 +39,7 @@ from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.gang import check_offer
 from vmctl.daemon.state import levels_offer
 from vmctl.daemon.switch_state import LAYOUT_KV, SWITCH_KV, SwitchRecord, layout_to_json, policy_layout
-from vmctl.errors import Conflict, NotFound, PolicyNeedsUnmet
+from vmctl.errors import Conflict, NotFound, PolicyNeedsUnmet, VmctlError
 from vmctl.model import Discipline, NodeLayout
 from vmctl.policies.base import SchedulingPolicy
 
@@ -115,7 +115,8 @@ class PolicySwitch(DaemonBase):
         if bad:
             more = f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""
             raise PolicyNeedsUnmet(policy=pol.name, where=f"the registered nodes in {target.text()}",
-                                   problem=f"the nodes' memory cannot hold the layout's VMs: {'; '.join(bad[:5])}{more}")
+                                   problem=f"the nodes' memory cannot hold the layout's VMs: "
+                                           f"{'; '.join(bad[:5])}{more}")
 
     def cancel_switch(self) -> SwitchRecord:
         """End the switch in progress: the old policy goes on, the nodes are laid out as before."""
@@ -176,12 +177,12 @@ class PolicySwitch(DaemonBase):
             return None
         st = self.state
         now = self.clock.now()
-        jobs = [{"id": j.id, "name": j.name, "state": str(j.state), "nodes": sorted(st.nodes_of(j))}
-                for j in st.active()]
+        jobs: list[dict[str, Any]] = [{"id": j.id, "name": j.name, "state": str(j.state),
+                                       "nodes": sorted(st.nodes_of(j))} for j in st.active()]
         nodes: list[dict[str, Any]] = []
         for name, r in sorted(st.nodes.items()):
             has = st.node_layout(name)
-            held = sorted(j["id"] for j in jobs if name in j["nodes"])
+            held = sorted(str(j["id"]) for j in jobs if name in j["nodes"])
             if has == rec.layout:
                 waits = None
             elif held:
@@ -225,6 +226,12 @@ class PolicySwitch(DaemonBase):
         pol, st = self.policy, self.state
         if pol is None:
             return None
+        if st.cluster_layout is None:
+            try:  # the agents' configs decide the layout (as before vmctld laid clusters out): waiting only
+                check_offer(st.offer(), pol)  # for a policy their layout (or, with none, the default) cannot serve
+                return None
+            except VmctlError:
+                pass
         levels, discipline = st.cluster_levels()
         lay = st.cluster_layout or (NodeLayout(discipline, levels) if st.nodes else policy_layout(pol))
         if any(r.state == "ready" and st.layout_ready(n) for n, r in st.nodes.items()):
