@@ -212,3 +212,60 @@ def test_policy_list_shows_each_policys_needs(capsys: pytest.CaptureFixture[str]
     assert needs["vcsched-mcb8"]["shared_vms"] and needs["vcsched-mcb8"]["layout"] == {"discipline": "shared",
                                                                                        "levels": 1}
     assert needs["dispatch-priority"]["layout"] == {"discipline": "shared", "levels": 2}
+
+
+def test_vmctld_killed_mid_switch_resumes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real vmctld process (SQLite file) killed with SIGKILL while a switch drains, twice: each restarted
+    vmctld loads the switch from the store and goes on; the CLI explains the state in between; the running
+    job ends ``done`` with run 1, the queued one runs as a gang job once the cluster is re-laid out."""
+    from tests.integration.test_daemon_crash import Agent, Vmctld
+    from vmctl.agents.backends.mock import MockFabric
+
+    d = Vmctld(tmp_path)
+    d.start()
+    agents: list[Agent] = []
+    try:
+        fabric = MockFabric()
+        agents = [Agent(n, 2, d, fabric, {}) for n in NODES]
+        for a in agents:
+            a.start()
+        status, body = d.call("POST", "/v1/jobs", {"procs": 2, "estimate": 600, "work_seconds": 6.0})
+        assert status == 201, body
+        job = str(body["job"]["id"])
+
+        def state(j: str) -> str:
+            return str(d.call("GET", f"/v1/jobs/{j}")[1]["job"]["state"])
+
+        wait_for(lambda: state(job) == "running", "the job to run")
+        status, body = d.call("PUT", "/v1/policy", {"name": "gs-m", "params": {"mpl": 3, "slice": 1.0},
+                                                     "relayout": True})
+        assert status == 200 and body["switch"]["phase"] == "draining", body
+        status, body = d.call("POST", "/v1/jobs", {"procs": 3, "estimate": 600, "work_seconds": 1.0})
+        gang = str(body["job"]["id"])
+        resumed = 0
+        for _ in range(2):
+            d.kill9()
+            d.start()
+            assert d.wait_leader()
+            monkeypatch.setenv("VMCTL_URL", f"https://127.0.0.1:{d.port}")
+            monkeypatch.setenv("VMCTL_TOKEN", d.token)
+            monkeypatch.setenv("VMCTL_CA", str(tmp_path / "state" / "ca.pem"))
+            code, out, err = run_cli(capsys, "policy", "show")
+            if "switch   " not in out:  # the job ended and the switch completed while no vmctld ran
+                break
+            assert code == 0 and "switch   easy -> gs-m" in out and "draining" in out, (out, err)
+            resumed += 1
+        assert resumed >= 1, "the first restarted vmctld must find the switch still draining (a 6 s job)"
+        wait_for(lambda: d.call("GET", "/v1/policy")[1]["switch"] is None, "the resumed switch", limit=60)
+        wait_for(lambda: state(gang) == "done", "the gang job", limit=60)
+        assert state(job) == "done" and d.call("GET", f"/v1/jobs/{job}")[1]["job"]["runs"] == 1
+        assert d.call("GET", "/v1/policy")[1]["name"] == "gs-m"
+        assert {(a.rec.layout.discipline.value, a.rec.layout.levels) for a in agents} == {("timeslice", 3)}
+        starts = [e.detail for a in agents for e in a.backend.operations("start_process")]
+        assert len(starts) == len(set(starts)) == 5, starts
+    finally:
+        for a in agents:
+            a.stop()
+            a.backend.close()
+        d.stop()
