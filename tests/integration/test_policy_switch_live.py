@@ -187,6 +187,21 @@ def test_a_configured_gang_policy_starts_without_nodes_and_waits_for_them(tmp_pa
                                      "core (no node registered yet)"), health
         code, out, err = run_cli(capsys, "policy", "show")
         assert code == 0 and "waiting  policy gs-m waits for nodes" in out, (out, err)
+        # bad input: a clear error, exit 2 (3: nothing to cancel), no traceback, nothing changed
+        for argv, exit_code, text in (
+                (("policy", "set", "no-such", "--relayout"), 2, "unknown policy 'no-such'"),
+                (("policy", "set", "gs-m", "-p", "mpl=9", "--relayout"), 2,
+                 "parameter mpl: needs 9 VM levels per core, but an agent carries at most 8"),
+                (("policy", "set", "gs-m", "-p", "mpl=three", "--relayout"), 2, "parameter mpl: must be int"),
+                (("policy", "set", "gs-m", "--layout", "gang:3"), 2, "--layout: 'gang:3' is not DISCIPLINE:LEVELS"),
+                (("policy", "set", "measy", "--layout", "shared:2"), 2,
+                 "policy measy cannot run on vmctld on 2 shared levels per core: needs the priority discipline"),
+                (("policy", "cancel"), 3, "policy switch"),
+        ):
+            code, out, err = run_cli(capsys, *argv)
+            assert code == exit_code and text in err and "Traceback" not in err, (argv, code, err)
+        status, body = d.request("GET", "/v1/policy")
+        assert body["name"] == "gs-m" and body["switch"] is None, body
         job = _submit(d, procs=3, work_seconds=1.0)
         agents = Agents(d, tmp_path)
         try:

@@ -221,6 +221,8 @@ def test_bad_input_changes_nothing(tmp_path: Path) -> None:
         d.start_switch("easy", {}, NodeLayout(Discipline.PRIORITY, 3))
     with pytest.raises(PolicyNeedsUnmet, match="needs the priority discipline"):
         d.start_switch("measy", {}, NodeLayout(Discipline.SHARED, 2))
+    with pytest.raises(PolicyParameterError, match=r"mpl: needs more levels than the layout asked for \(2 timeslice"):
+        d.start_switch("gs-m", {"mpl": 3}, NodeLayout(Discipline.TIMESLICE, 2))
     with pytest.raises(NotFound):
         d.cancel_switch()
     d.start_switch("gs-m", {"mpl": 2})  # 2 x 2 x 64 = 256 MiB fits

@@ -32,6 +32,7 @@ per VM, else ``vm.memory_mib``).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from vmctl.daemon.actuator import Changes
@@ -39,7 +40,7 @@ from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.gang import check_offer
 from vmctl.daemon.state import levels_offer
 from vmctl.daemon.switch_state import LAYOUT_KV, SWITCH_KV, SwitchRecord, layout_to_json, policy_layout
-from vmctl.errors import Conflict, NotFound, PolicyNeedsUnmet, VmctlError
+from vmctl.errors import Conflict, NotFound, PolicyNeedsUnmet, PolicyParameterError, VmctlError
 from vmctl.model import Discipline, NodeLayout
 from vmctl.policies.base import SchedulingPolicy
 
@@ -62,7 +63,12 @@ class PolicySwitch(DaemonBase):
                                                   "(vmctl policy cancel)")
         pol = self._make_policy(name, params)
         target = layout if layout is not None else policy_layout(pol)
-        check_offer(levels_offer(target.levels, target.discipline), pol)
+        offer = replace(levels_offer(target.levels, target.discipline), where=f"vmctld on {target.text()}")
+        try:
+            check_offer(offer, pol)
+        except PolicyParameterError as exc:  # (an mpl above the layout asked for, not above the registered one)
+            raise PolicyParameterError(policy=pol.name, param=exc.fields["param"], problem=f"needs more levels than "
+                                       f"the layout asked for ({target.text()})") from exc
         if target.discipline is Discipline.PRIORITY and target.levels != 2:
             raise PolicyNeedsUnmet(policy=pol.name, where=f"vmctld ({target.text()})",
                                    problem="vmctld's priority discipline has 2 levels (fg, bg)")
@@ -150,7 +156,11 @@ class PolicySwitch(DaemonBase):
         st = self.state
         if st.active() or self._not_relaid():
             return False
-        pol = self._make_policy(rec.policy, rec.params)
+        try:
+            pol = self._make_policy(rec.policy, rec.params)
+        except VmctlError as exc:  # (a vmctld of another version loaded the switch): say so, keep waiting
+            log.error("policy switch to %s cannot complete: %s (cancel it: vmctl policy cancel)", rec.policy, exc)
+            return False
         now = self.clock.now()
         self.switch, st.switch_layout = None, None
         st.cluster_layout = rec.layout
