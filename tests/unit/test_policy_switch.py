@@ -244,8 +244,15 @@ def test_cancel_lays_the_cluster_back_out_and_the_old_policy_goes_on(tmp_path: P
     busy = next(iter({n for n, _c in job.placement}))
     free = next(n for n in NODES if n != busy)
     d.start_switch("gs-m", {"mpl": 3})
+    # until its agent reports the new layout, the free node shows both (`vmctl node list`: 2 priority -> 3 timeslice)
+    from vmctl.api.documents import node_json
+    from vmctl.cli.ops import fmt_levels
+
+    assert fmt_levels(node_json(d, d.state.nodes[free])) == "2 priority -> 3 timeslice"
+    assert fmt_levels(node_json(d, d.state.nodes[busy])) == "2 priority"
     f.step(1)
     assert f.layouts() == {busy: PRIORITY2, free: TIMESLICE3}
+    assert fmt_levels(node_json(d, d.state.nodes[free])) == "3 timeslice"
     (waiting,) = d.submit([_job(20, 1)])
     f.step(1)
     assert waiting.state == JobState.QUEUED  # nothing is decided during the switch

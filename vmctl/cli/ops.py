@@ -313,7 +313,10 @@ def fmt_levels(n: Mapping[str, Any]) -> str:
     """A node's VM level layout: ``2 priority`` (fg/bg), ``3 timeslice`` ...; ``-`` from a vmctld that
     does not report it."""
     levels, discipline = n.get("levels"), n.get("discipline")
-    return "-" if levels is None else f"{levels} {discipline or '?'}"
+    if levels is None:
+        return "-"
+    want = n.get("layout_wanted")  # a re-layout vmctld asked for and the agent has not reported yet
+    return f"{levels} {discipline or '?'}" + (f" -> {want.get('levels')} {want.get('discipline')}" if want else "")
 
 
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
