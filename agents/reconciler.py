@@ -328,10 +328,16 @@ class Reconciler:
                 return self._desired, self._desired is not None, False
             fresh = self._raw  # a new layout waits for the host's job VMs to leave: look again
         self._raw = fresh
+        before = self.layout
         self._follow_layout(fresh, errors)
         try:
             full, refused = accept(self.layout.complete(fresh), self.layout, self.peers, self.checkpoint_peers)
         except VmctlError as exc:
+            if self.layout is not before:  # a document its own layout does not validate: keep the host as it was
+                log.warning("back to %s %s: generation %d does not fit the layout it names", before.levels,
+                            before.discipline.value, fresh.generation)
+                self.layout, self.active_row = before, 0
+                self.relayouts -= 1
             errors.append(f"desired: {exc.reference}: {exc}")
             log.warning("rejected desired state generation %d: %s", fresh.generation, exc)
             return self._desired, self._desired is not None, False

@@ -335,3 +335,14 @@ def test_an_agent_refuses_a_layout_its_host_memory_cannot_hold(tmp_path: Path) -
     assert res.observed is not None and res.observed.layout in (PRIORITY2, SHARED1)
     rec.run_once()
     assert NodeLayout(rec.layout.discipline, rec.layout.levels) == SHARED1 and not backend.list_vms()
+
+
+def test_a_document_its_own_layout_does_not_validate_leaves_the_host_as_it_was() -> None:
+    backend = MockBackend(hostname="n1", cores=2, uri="mock://n1")
+    rec = Reconciler(backend, Layout(host="n1", cores=(0, 1)), MemorySource(), MemoryReporter())
+    bad = VmDesired(name="j1-r1-p0", core=0, role=VmRole.FG, weight=10000, level=5)  # row 5 of 3
+    rec.source.set(NodeDesired(node="n1", generation=1, vms=(bad,), layout=TIMESLICE3))  # type: ignore[attr-defined]
+    res = rec.run_once()
+    assert any("level 5" in e or "out of range" in e for e in res.errors), res.errors
+    assert NodeLayout(rec.layout.discipline, rec.layout.levels) == PRIORITY2 and rec.relayouts == 0
+    assert sorted(v.name for v in backend.list_vms()) == ["n1-c0-bg", "n1-c0-fg", "n1-c1-bg", "n1-c1-fg"]
