@@ -56,7 +56,16 @@ from dataclasses import dataclass, replace
 
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN, VmSpec
 from vmctl.errors import OutOfRange, ValidationError
-from vmctl.model import Discipline, NodeDesired, PowerState, Tier, VmDesired, VmRole, tier_of_level
+from vmctl.model import (
+    MAX_LAYOUT_LEVELS,
+    Discipline,
+    NodeDesired,
+    PowerState,
+    Tier,
+    VmDesired,
+    VmRole,
+    tier_of_level,
+)
 
 META_NODE = "vmctl.node"
 META_ROLE = "vmctl.role"
@@ -69,7 +78,7 @@ DEFAULT_NAMING = "{host}-c{core}-{tier}"
 
 #: most VM levels per core an agent carries: gang scheduling's multiprogramming levels are small (the
 #: gang-scheduling paper's matrices have a handful of rows), and every level is a VM on every core
-MAX_LEVELS = 8
+MAX_LEVELS = MAX_LAYOUT_LEVELS
 
 #: what the VMs of a timeslice layout's inactive rows do: stay paused, or run at the lowest weight
 INACTIVE_MODES = ("pause", "soak")

@@ -215,7 +215,8 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
                             max_passes=rc.max_passes, transfer=make_transfer(cfg),
-                            checkpoint_peers=cfg.checkpoint_hosts if cfg.checkpoint_transfer == "sftp" else None)
+                            checkpoint_peers=cfg.checkpoint_hosts if cfg.checkpoint_transfer == "sftp" else None,
+                            host_memory_mib=host_memory)
     wake.append(reconciler.wake)
     if liveness is not None:
         reconciler.fence = liveness.fenced

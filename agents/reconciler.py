@@ -36,7 +36,7 @@ from vmctl.agents.backends.base import (
     ProcessStatus,
     VmInfo,
 )
-from vmctl.agents.layout import Layout
+from vmctl.agents.layout import META_MANAGED, Layout, memory_problem
 from vmctl.agents.plan import (
     AbortMigration,
     Action,
@@ -69,7 +69,16 @@ from vmctl.errors import (
     VmNotFound,
     VmStateError,
 )
-from vmctl.model import Discipline, MigrationRefusal, NodeDesired, NodeObserved, PowerState, VmDesired, VmObserved
+from vmctl.model import (
+    Discipline,
+    MigrationRefusal,
+    NodeDesired,
+    NodeLayout,
+    NodeObserved,
+    PowerState,
+    VmDesired,
+    VmObserved,
+)
 
 log = logging.getLogger("vmctl.agent")
 #: row switches whose durations a reconciler keeps (``switch_seconds``)
@@ -132,9 +141,17 @@ class Reconciler:
         transfer: Callable[[str, str, str], int] | None = None,
         checkpoint_peers: Collection[str] | None = None,
         fence: Callable[[int | None], bool] | None = None,
+        host_memory_mib: int | None = None,
     ) -> None:
         self.backend = backend
         self.layout = layout
+        #: the config's layout: the default until a desired state names one (``NodeDesired.layout``)
+        self.base_layout = layout
+        #: the host's memory for the admission of a new layout (None: what the backend reports)
+        self.host_memory_mib = host_memory_mib
+        self.relayouts = 0  # times the host was laid out anew on vmctld's word
+        self._raw: NodeDesired | None = None  # the last desired document as fetched (not completed)
+        self._relayout_waits = False  # a new layout waits for job VMs to leave the host
         self.source = source
         self.reporter = reporter
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -230,6 +247,10 @@ class Reconciler:
         converged = False
         observation: Observed | None = None
         for _ in range(self.max_passes):
+            if self._relayout_waits and self._retake_layout(errors):  # the last job VMs left in the last pass
+                desired = self._desired
+                target = self.layout.shape(desired if desired is not None else self.layout.base_desired(0),
+                                           self.active_row)
             try:
                 observation = self._observe(target)
             except _AbortPass as exc:
@@ -303,10 +324,20 @@ class Reconciler:
             log.warning("cannot fetch desired state: %s", exc)
             return self._desired, self._desired is not None, exc.retryable
         if fresh is None:
-            return self._desired, self._desired is not None, False
+            if not self._relayout_waits or self._raw is None:
+                return self._desired, self._desired is not None, False
+            fresh = self._raw  # a new layout waits for the host's job VMs to leave: look again
+        self._raw = fresh
+        before = self.layout
+        self._follow_layout(fresh, errors)
         try:
             full, refused = accept(self.layout.complete(fresh), self.layout, self.peers, self.checkpoint_peers)
         except VmctlError as exc:
+            if self.layout is not before:  # a document its own layout does not validate: keep the host as it was
+                log.warning("back to %s %s: generation %d does not fit the layout it names", before.levels,
+                            before.discipline.value, fresh.generation)
+                self.layout, self.active_row = before, 0
+                self.relayouts -= 1
             errors.append(f"desired: {exc.reference}: {exc}")
             log.warning("rejected desired state generation %d: %s", fresh.generation, exc)
             return self._desired, self._desired is not None, False
@@ -315,6 +346,85 @@ class Reconciler:
                         r.migration_id, r.vm, r.target_node, fresh.generation, r.reason)
         self._desired, self._refused = full, refused
         return full, True, False
+
+    # ------------------------------------------------------------------ the layout vmctld asks for
+
+    def _follow_layout(self, desired: NodeDesired, errors: list[str]) -> None:
+        """Take the layout ``desired`` names (``NodeDesired.layout``; none: keep the one there is) once the
+        host holds no job VM that ``desired`` does not list: VMs it lists were placed in that layout (vmctld
+        changes a node's layout only while no job holds it), others are pruned first. The old layout's
+        placeholders then go and the new one's are created by the plan, as for any change of desired state.
+        A layout the host's memory cannot hold (or the config cannot carry) is refused and reported in
+        ``errors`` every cycle; the host keeps its layout."""
+        want = self._layout_for(desired, errors)
+        if want is None:
+            self._relayout_waits = False
+            return
+        held = self._unlisted_job_vms(desired)
+        if held:
+            if not self._relayout_waits:
+                log.info("layout %s waits for the job VMs %s to leave %s", NodeLayout(want.discipline, want.levels)
+                         .text(), ", ".join(held[:5]), self.layout.host)
+            self._relayout_waits = True
+            return
+        old = NodeLayout(self.layout.discipline, self.layout.levels)
+        self.layout = want
+        self.active_row = 0
+        self.relayouts += 1
+        self._relayout_waits = False
+        log.warning("host %s re-laid out on vmctld's word: %s -> %s", want.host, old.text(),
+                    NodeLayout(want.discipline, want.levels).text())
+
+    def _retake_layout(self, errors: list[str]) -> bool:
+        """Within a cycle: take the layout that waited for job VMs to leave, if they have (the plan's
+        previous pass pruned them); True when the host was re-laid out."""
+        raw = self._raw
+        if raw is None:
+            return False
+        before = self.layout
+        self._follow_layout(raw, errors)
+        if self.layout is before:
+            return False
+        try:
+            self._desired, self._refused = accept(self.layout.complete(raw), self.layout, self.peers,
+                                                  self.checkpoint_peers)
+        except VmctlError as exc:
+            errors.append(f"desired: {exc.reference}: {exc}")
+            log.warning("rejected desired state generation %d: %s", raw.generation, exc)
+        return True
+
+    def _layout_for(self, desired: NodeDesired, errors: list[str]) -> Layout | None:
+        """The ``Layout`` to take for ``desired.layout``, or None to keep the current one."""
+        nl = desired.layout
+        if nl is None or (nl.discipline, nl.levels) == (self.layout.discipline, self.layout.levels):
+            return None
+        memory = self.host_memory_mib
+        if memory is None:
+            try:
+                memory = self.backend.host_info().memory_mib
+            except VmctlError as exc:
+                errors.append(f"layout: cannot take {nl.text()} yet: {exc}")
+                return None
+        problem = memory_problem(nl.levels, self.layout.size, self.layout.memory_mib, memory)
+        if problem is None:
+            try:
+                return replace(self.base_layout, discipline=nl.discipline, levels=nl.levels, placeholders=None)
+            except VmctlError as exc:
+                problem = str(exc)
+        errors.append(f"layout: refused {nl.text()} (keeping {self.layout.levels} {self.layout.discipline.value}): "
+                      f"{problem}")
+        return None
+
+    def _unlisted_job_vms(self, desired: NodeDesired) -> list[str]:
+        """vmctl VMs on the host other than this layout's placeholders that ``desired`` does not list
+        (VMs of jobs that ended, to be pruned); a relist that fails counts as holding some."""
+        listed = {v.name for v in desired.vms} | {v.name for v in self.layout.pair_vms()}
+        try:
+            vms = self.backend.list_vms()
+        except VmctlError as exc:
+            return [f"(unknown: {exc})"]
+        return sorted(v.name for v in vms if v.name not in listed
+                      and (v.metadata.get(META_MANAGED) == "1" or self.layout.is_ours(v.name, v.metadata)))
 
     # ------------------------------------------------------------------ observe and apply
 
@@ -490,7 +600,9 @@ class Reconciler:
                       for r in self._refused)
         observed = NodeObserved(node=self.layout.host, generation_applied=self._generation_applied,
                                 cores=self.layout.size, vms=self._last_vms, host_utilization=host_util,
-                                errors=tuple(errors), time=now, refusals=self._refused)
+                                errors=tuple(errors), time=now, refusals=self._refused,
+                                layout=NodeLayout(self.layout.discipline, self.layout.levels),
+                                layout_memory_mib=self.layout.memory_mib)
         if self.reporter is None:
             return observed
         try:

@@ -44,9 +44,12 @@ from typing import Any, Protocol
 from vmctl.config import Section, parse_yaml
 from vmctl.errors import ConfigError, ValidationError
 from vmctl.model import (
+    MAX_LAYOUT_LEVELS,
+    Discipline,
     MigrationRefusal,
     MigrationSpec,
     NodeDesired,
+    NodeLayout,
     NodeObserved,
     PowerState,
     ProcessSpec,
@@ -77,12 +80,23 @@ def desired_from_dict(data: Mapping[str, Any], path: str = "<desired>") -> NodeD
     node = top.get("node", str, required=True)
     generation = top.integer("generation", lo=0, required=True)
     raw = top.get("vms", list, [])
+    layout = None
+    if top.has("layout") and data["layout"] is not None:  # the layout to take (docs/agent.md, "Re-laying out")
+        ls = top.section("layout")
+        try:
+            layout = NodeLayout(Discipline(ls.choice("discipline", tuple(d.value for d in Discipline))),
+                                ls.integer("levels", required=True, lo=1, hi=MAX_LAYOUT_LEVELS))
+        except ValidationError as exc:
+            raise ls.error("levels", exc.fields["problem"]) from exc
+        ls.finish()
+    else:
+        top.get("layout", dict, None)
     top.finish()
     vms = []
     for i, item in enumerate(raw):
         vms.append(_vm_from_dict(item, path, f"vms[{i}]"))
     try:
-        return NodeDesired(node=node, generation=generation, vms=tuple(vms))
+        return NodeDesired(node=node, generation=generation, vms=tuple(vms), layout=layout)
     except ValidationError as exc:  # pragma: no cover - model has no checks on these today
         raise ConfigError(path=path, where="top level", problem=str(exc)) from exc
 
@@ -148,7 +162,10 @@ def desired_to_dict(d: NodeDesired) -> dict[str, Any]:
                                 "target_node": m.target_node, "target_core": m.target_core, "phase": m.phase,
                                 "mode": m.mode}
         vms.append(out)
-    return {"node": d.node, "generation": d.generation, "vms": vms}
+    doc: dict[str, Any] = {"node": d.node, "generation": d.generation, "vms": vms}
+    if d.layout is not None:
+        doc["layout"] = {"discipline": d.layout.discipline.value, "levels": d.layout.levels}
+    return doc
 
 
 _OBS_VM_FIELDS = ("name", "power", "core", "weight", "cap", "cpu_time_s", "utilization", "process_job",

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError
-from vmctl.model import ClusterView, Decision, Discipline, Job, JobShape
+from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError, ValidationError
+from vmctl.model import ClusterView, Decision, Discipline, Job, JobShape, NodeLayout
 
 #: job shapes (``rigid``: ``procs`` fixed; ``moldable``: width chosen at start; ``task-bag``: workers
 #: set by the policy)
@@ -46,6 +46,48 @@ class Needs:
     def two_tier(self) -> bool:
         """The MEASY two-tier architecture: 2 levels under the priority discipline (fg loss applies)."""
         return self.levels >= 2 and Discipline.PRIORITY in self.disciplines
+
+    def layout(self) -> NodeLayout:
+        """The host layout vmctld lays a cluster out in for this policy (``vmctl policy set --relayout``,
+        a configured policy no registered node can serve): the one discipline it names, else the family's
+        natural one -- capped shared VMs (vcsched) on ``shared`` hosts of 1 level (no placeholder VMs,
+        only the shared VMs), task bags on ``shared`` hosts of 2 workers per core (paper 001's testbed),
+        anything else on the MEASY pair (``priority``, 2 levels). Levels: at least ``levels``; priority
+        always 2 (vmctld's priority discipline is the fg/bg pair). Example: ``gs-m`` with ``mpl=3``:
+        3 timeslice levels."""
+        if len(self.disciplines) == 1:
+            discipline = next(iter(self.disciplines))
+        elif self.disciplines:
+            discipline = Discipline.PRIORITY if Discipline.PRIORITY in self.disciplines else min(self.disciplines)
+        elif self.shared_vms:
+            discipline = Discipline.SHARED
+        elif "task-bag" in self.shapes:
+            return NodeLayout(Discipline.SHARED, max(2, self.levels))
+        else:
+            discipline = Discipline.PRIORITY
+        if discipline is Discipline.PRIORITY:
+            return NodeLayout(discipline, 2)
+        return NodeLayout(discipline, max(1, self.levels))
+
+    def to_json(self) -> dict[str, Any]:
+        """The needs and the layout they are laid out in (None: more levels than an agent carries), as
+        ``GET /v1/policy`` and ``vmctl policy list -o json`` show them."""
+        try:
+            lay = self.layout()
+            layout: dict[str, Any] | None = {"discipline": lay.discipline.value, "levels": lay.levels}
+        except ValidationError:
+            layout = None
+        return {"levels": self.levels, "disciplines": sorted(d.value for d in self.disciplines),
+                "shapes": sorted(self.shapes), "shared_vms": self.shared_vms, "layout": layout}
+
+    def text(self) -> str:
+        """What ``vmctl policy list`` shows: ``3 levels, timeslice; rigid``."""
+        parts = [f"{self.levels} level{'s' if self.levels != 1 else ''}"]
+        parts.append("/".join(sorted(d.value for d in self.disciplines)) if self.disciplines else "any discipline")
+        parts.append("/".join(sorted(self.shapes)))
+        if self.shared_vms:
+            parts.append("shared VMs")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

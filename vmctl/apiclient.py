@@ -366,11 +366,23 @@ class ApiClient:
             raise errors.ApiError(status=200, reference_text="bad-response", problem="policy: not an object")
         return doc
 
-    def set_policy(self, name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def set_policy(self, name: str, params: Mapping[str, Any] | None = None, relayout: bool = False,
+                   layout: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``PUT /v1/policy``; ``relayout``: drain, re-lay the hosts out in the policy's layout (or
+        ``layout``: ``{"discipline": ..., "levels": N}``) and switch."""
         body: dict[str, Any] = {"name": name}
         if params:
             body["params"] = dict(params)
+        if relayout:
+            body["relayout"] = True
+        if layout is not None:
+            body["layout"] = dict(layout)
         doc = self.call("PUT", "/v1/policy", body)
+        return doc if isinstance(doc, dict) else {}
+
+    def cancel_policy_switch(self) -> dict[str, Any]:
+        """``DELETE /v1/policy/switch``: end the switch in progress (the old policy goes on)."""
+        doc = self.call("DELETE", "/v1/policy/switch")
         return doc if isinstance(doc, dict) else {}
 
     def plan(self, instance: Mapping[str, Any], policy: str, params: Mapping[str, Any] | None = None

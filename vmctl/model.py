@@ -898,6 +898,30 @@ class VmDesired:
         return None if self.role is VmRole.SHARED else 0 if self.role is VmRole.FG else 1
 
 
+#: most VM levels per core an agent carries (``vmctl.agents.layout.MAX_LEVELS``): gang scheduling's
+#: multiprogramming levels are small, and every level is a VM on every core
+MAX_LAYOUT_LEVELS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """A host's VM level layout: ``levels`` VMs per core under one ``discipline`` (docs/agent.md). vmctld
+    puts the layout the policy in force needs into every node's desired state (``NodeDesired.layout``); an
+    agent reports the one it has (``NodeObserved.layout``)."""
+
+    discipline: Discipline
+    levels: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.levels, bool) or not 1 <= self.levels <= MAX_LAYOUT_LEVELS:
+            raise ValidationError(field="layout.levels",
+                                  problem=f"must be 1..{MAX_LAYOUT_LEVELS} VM levels per core, got {self.levels!r}")
+
+    def text(self) -> str:
+        """``3 timeslice levels per core``."""
+        return f"{self.levels} {self.discipline.value} level{'s' if self.levels != 1 else ''} per core"
+
+
 @dataclass(frozen=True, slots=True)
 class NodeDesired:
     node: str
@@ -906,6 +930,9 @@ class NodeDesired:
     #: timeslice nodes: the slice clock the agent switches rows on, ``epoch`` in Unix seconds (None: no
     #: slicing; a timeslice layout keeps its row 0 active, or the row ``Reconciler.switch_row`` chose)
     slices: SliceSchedule | None = None
+    #: the VM level layout vmctld wants on the node (None: the agent's own ``layout:`` config); the agent
+    #: re-lays out its host once it holds no job VM that this document does not list (docs/agent.md)
+    layout: NodeLayout | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -945,3 +972,7 @@ class NodeObserved:
     errors: tuple[str, ...] = ()
     time: float = 0.0
     refusals: tuple[MigrationRefusal, ...] = ()
+    #: the VM level layout the host has now, and the memory of each of its VMs (``layout.memory_mib``);
+    #: None / 0 from an older agent
+    layout: NodeLayout | None = None
+    layout_memory_mib: int = 0

@@ -13,9 +13,11 @@ from typing import Any
 
 from vmctl.errors import ValidationError
 from vmctl.model import (
+    Discipline,
     MigrationRefusal,
     MigrationSpec,
     NodeDesired,
+    NodeLayout,
     NodeObserved,
     PowerState,
     ProcessSpec,
@@ -94,10 +96,30 @@ def slices_to_json(s: SliceSchedule) -> dict[str, Any]:
     return {"epoch": s.epoch, "period_s": s.period, "rows": list(s.order)}
 
 
+def layout_to_json(layout: NodeLayout) -> dict[str, Any]:
+    return {"discipline": layout.discipline.value, "levels": layout.levels}
+
+
+def layout_from_json(raw: Any, where: str) -> NodeLayout:
+    """A ``{"discipline": ..., "levels": N}`` object; ``where`` is its dotted path with a trailing dot."""
+    d = _mapping(raw, where.rstrip("."))
+    unknown = sorted(set(d) - {"discipline", "levels"})
+    if unknown:
+        raise ValidationError(field=f"{where}{unknown[0]}", problem="unknown field (known: discipline, levels)")
+    discipline = _enum(d, "discipline", Discipline, where)
+    levels = _get(d, "levels", int, where)
+    try:
+        return NodeLayout(discipline, levels)
+    except ValidationError as exc:
+        raise ValidationError(field=f"{where}levels", problem=exc.fields["problem"]) from exc
+
+
 def desired_to_json(d: NodeDesired) -> dict[str, Any]:
     out = {"node": d.node, "generation": d.generation, "vms": [vm_desired_to_json(v) for v in d.vms]}
     if d.slices is not None:
         out["slices"] = slices_to_json(d.slices)
+    if d.layout is not None:
+        out["layout"] = layout_to_json(d.layout)
     return out
 
 
@@ -182,6 +204,7 @@ def desired_from_json(raw: Any) -> NodeDesired:
         node=_get(d, "node", str, ""), generation=_get(d, "generation", int, ""),
         vms=tuple(vm_desired_from_json(v, f"vms[{i}].") for i, v in enumerate(vms)),
         slices=None if slices is None else slices_from_json(slices, "slices."),
+        layout=None if d.get("layout") is None else layout_from_json(d["layout"], "layout."),
     )
 
 
@@ -203,6 +226,8 @@ def observed_to_json(o: NodeObserved) -> dict[str, Any]:
         "errors": list(o.errors), "time": o.time,
         "refusals": [{"vm": r.vm, "migration_id": r.migration_id, "target_node": r.target_node, "reason": r.reason}
                      for r in o.refusals],
+        **({"layout": layout_to_json(o.layout), "layout_memory_mib": o.layout_memory_mib}
+           if o.layout is not None else {}),
     }
 
 
@@ -247,4 +272,13 @@ def observed_from_json(raw: Any) -> NodeObserved:
         host_utilization=_get(d, "host_utilization", float, "", default=0.0),
         errors=tuple(errs), time=_get(d, "time", float, "", default=0.0),
         refusals=tuple(refusal_from_json(r, f"refusals[{i}].") for i, r in enumerate(refusals)),
+        layout=None if d.get("layout") is None else layout_from_json(d["layout"], "layout."),
+        layout_memory_mib=_layout_memory(d),
     )
+
+
+def _layout_memory(d: dict[str, Any]) -> int:
+    mem: int = _get(d, "layout_memory_mib", int, "", default=0)
+    if not 0 <= mem <= 1 << 40:
+        raise ValidationError(field="layout_memory_mib", problem=f"must be 0..{1 << 40} MiB, got {mem}")
+    return mem

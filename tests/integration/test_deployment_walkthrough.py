@@ -220,17 +220,47 @@ def _node_list(h: Host, cmd: str) -> None:
 
 
 def _first_job(h: Host, cmd: str) -> None:
+    """``vmctl job submit ... --name NAME``: submitted, and it ends ``done``."""
     args = cmd.split()[1:]
     assert args[:2] == ["job", "submit"], cmd
+    name = args[args.index("--name") + 1]
     h.vmctl(*args)
     deadline = time.monotonic() + 120
     while True:
         jobs = json.loads(h.vmctl("job", "list", "-o", "json").stdout)["jobs"]
-        first = [j for j in jobs if j["name"] == "first"]
+        first = [j for j in jobs if j["name"] == name]
         if first and first[0]["state"] == "done":
             break
-        assert time.monotonic() < deadline, f"the first job did not finish: {first}"
+        assert time.monotonic() < deadline, f"the job {name} did not finish: {first}"
         time.sleep(1)
+
+
+def _policy_list(h: Host, cmd: str) -> None:
+    assert "NEEDS" in h.vmctl("policy", "list").stdout
+    needs = {p["name"]: p["needs"] for p in json.loads(h.vmctl("policy", "list", "-o", "json").stdout)["policies"]}
+    assert needs["measy"]["layout"] == {"discipline": "priority", "levels": 2}
+    assert needs["vcsched-mcb8"]["layout"] == {"discipline": "shared", "levels": 1}
+
+
+#: the host layout each switch of the walkthrough lays node1 out in
+SWITCHED = {"gs-m": ("timeslice", 3), "vcsched-mcb8": ("shared", 1), "dispatch-priority": ("shared", 2),
+            "measy": ("priority", 2)}
+
+
+def _switch(h: Host, cmd: str) -> None:
+    """``vmctl policy set NAME ... --relayout``: it follows the switch to its end; node1 then carries the
+    policy's layout (its agent re-laid the host out on vmctld's word, its config unchanged)."""
+    args = cmd.split()[1:]
+    res = h.vmctl(*args)
+    name = args[2]
+    assert f"switched to {name}" in res.stderr, res.stderr
+    node = next(n for n in json.loads(h.vmctl("node", "list", "-o", "json").stdout)["nodes"] if n["name"] == "node1")
+    assert (node["discipline"], node["levels"]) == SWITCHED[name], node
+
+
+def _policy_show(h: Host, cmd: str) -> None:
+    out = h.vmctl("policy", "show").stdout
+    assert "policy   measy" in out and "2 priority levels per core (set by vmctld)" in out, out
 
 
 #: (pattern the walkthrough's command must match, the step that follows it), in the walkthrough's order
@@ -264,6 +294,14 @@ STEPS: list[tuple[str, Callable[[Host, str], None]]] = [
      _check_and_enable("/etc/vmctl/agent.yaml", "vmctl-agent")),
     (r"vmctl node list$", _node_list),
     (r"vmctl job submit -n 2 -t 120 --work-seconds 5 --name first$", _first_job),
+    (r"vmctl policy list$", _policy_list),
+    (r"vmctl policy set gs-m -p mpl=3 -p slice=10 --relayout$", _switch),
+    (r"vmctl job submit -n 2 -t 120 --work-seconds 5 --name gang$", _first_job),
+    (r"vmctl policy set vcsched-mcb8 --relayout$", _switch),
+    (r"vmctl job submit -n 2 -t 120 --work-seconds 5 --cpu-need 0\.5 --name shared$", _first_job),
+    (r"vmctl policy set dispatch-priority --relayout$", _switch),
+    (r"vmctl policy set measy --relayout$", _switch),
+    (r"vmctl policy show$", _policy_show),
 ]
 
 

@@ -17,8 +17,8 @@ from vmctl.agents.backends.mock import MockFabric
 from vmctl.clock import VirtualClock
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.gang import matrix_doc
-from vmctl.errors import Conflict, PolicyNeedsUnmet, PolicyParameterError
-from vmctl.model import Decision, Discipline, JobState, Move, NodeDesired, PowerState, SliceSchedule
+from vmctl.errors import Conflict, PolicyParameterError
+from vmctl.model import Decision, Discipline, JobState, Move, NodeDesired, NodeLayout, PowerState, SliceSchedule
 from vmctl.wire import desired_from_json, desired_to_json
 
 
@@ -275,13 +275,16 @@ def test_bad_gang_parameters_are_refused_naming_them(tmp_path: Path, params: dic
     assert before == (c.d.policy, {n: c.d.state.generation.get(n, 0) for n in NODES}, c.d.state.slices)
 
 
-def test_a_gang_policy_on_a_priority_cluster_is_refused(tmp_path: Path) -> None:
+def test_a_gang_policy_lays_a_priority_cluster_out(tmp_path: Path) -> None:
     clock = VirtualClock(1000.0)
     d = gang_daemon(tmp_path, clock)  # no node yet: the first registration decides
-    with pytest.raises(PolicyNeedsUnmet, match="the timeslice discipline"):
-        d.register_node("p", 2, "p", "mock", levels=2, discipline=Discipline.PRIORITY)
-    assert "p" not in d.state.nodes
+    # issue 22: not refused any more -- the node is told the layout gs-m needs (3 timeslice rows) in its
+    # desired state and is not usable until its agent reports it re-laid out (tests/unit/test_policy_switch.py)
+    d.register_node("p", 2, "p", "mock", levels=2, discipline=Discipline.PRIORITY)
+    assert d.desired("p").layout == NodeLayout(Discipline.TIMESLICE, 3) and not any(d.view().usable)
+    assert "no ready node carries 3 timeslice levels per core" in str(d.policy_waiting())
     d.register_node("t", 2, "t", "mock", levels=3, discipline=Discipline.TIMESLICE)
+    assert d.policy_waiting() is None
     with pytest.raises(PolicyParameterError, match="mpl"):
         d.set_policy("bgs", {"mpl": 4})
     assert d.policy is not None and d.policy.name == "gs-m"

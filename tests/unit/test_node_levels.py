@@ -20,7 +20,7 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
 from vmctl.errors import Conflict, PolicyNeedsUnmet, ValidationError
-from vmctl.model import Discipline
+from vmctl.model import Discipline, NodeLayout
 from vmctl.policies.registry import create_policy
 from vmctl.store import NodeRecord, WriteBatch, open_store
 from vmctl.store.sql import SUPPORTED_VERSION
@@ -116,12 +116,13 @@ def test_a_policy_needing_two_priority_levels_is_refused_on_a_one_level_cluster(
     assert "needs 2 VM levels per core (it has 1); the priority discipline (it has shared)" in msg
     assert d.policy is not None and d.policy.name == "easy"
     d.close()
-    # a vmctld running measy refuses the first node whose layout measy cannot use, and takes a fitting one
+    # a vmctld running measy takes a first node whose layout measy cannot use, and tells it the fg/bg pair
+    # (issue 22: before, it was refused and its agent retried in a loop); it is usable once re-laid out
     d = _daemon(tmp_path / "m", VirtualClock(1000.0), policy="measy")
-    with pytest.raises(PolicyNeedsUnmet, match="needs 2 VM levels per core"):
-        d.register_node("a", 2, "a", "mock", levels=1, discipline=Discipline.SHARED)
-    assert d.state.nodes == {}
+    d.register_node("a", 2, "a", "mock", levels=1, discipline=Discipline.SHARED)
+    assert d.desired("a").layout == NodeLayout(Discipline.PRIORITY, 2) and not any(d.view().usable)
     d.register_node("a", 2, "a", "mock", levels=2, discipline=Discipline.PRIORITY)
+    assert all(d.view().usable)
     d.close()
 
 

@@ -97,6 +97,8 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
             "last_seen": n.last_seen,
             "speed": n.speed, "group": n.group, "memory_mib": n.memory_mib,
             "levels": n.levels, "discipline": n.discipline,
+            # the layout its desired state asks for, where it differs from the one it has (a re-layout pending)
+            "layout_wanted": _wanted(d, n.name),
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
             # what its agent applied, and when it last sent a full report (heartbeats only move last_seen)
             "generation_applied": obs.generation_applied if obs else None,
@@ -253,3 +255,11 @@ def event_json(e: EventRecord) -> dict[str, Any]:
     """One event of the log (``vmctl events``); times in its message in ISO 8601 (UTC)."""
     return {"seq": e.seq, "time": e.time, "kind": e.kind, "message": reason_json(e.message), "job_id": e.job_id,
             "node": e.node, "actor": e.actor}
+
+
+def _wanted(d: Any, name: str) -> dict[str, Any] | None:
+    """The layout node ``name``'s desired state asks for when it differs from the one it has, else None."""
+    want = d.state.desired_layout.get(name)
+    if want is None or want == d.state.node_layout(name):
+        return None
+    return {"discipline": want.discipline.value, "levels": want.levels}

@@ -256,6 +256,7 @@ class DaemonServer:
         r.add_put("/v1/vms/{name}/priority", c.vm_priority)
         r.add_get("/v1/policy", c.get_policy)
         r.add_put("/v1/policy", c.put_policy)
+        r.add_delete("/v1/policy/switch", c.cancel_switch)
         r.add_post("/v1/plan", c.plan)
         r.add_post("/v1/tokens", a.create_token)
         r.add_get("/v1/tokens", a.list_tokens)

@@ -19,7 +19,24 @@ from vmctl.daemon.events import EventLog
 from vmctl.daemon.gang import SCHEDULE_KV, check_offer, clock_changed, node_slices, schedule_from_kv
 from vmctl.daemon.history import JobHistory, slot_text
 from vmctl.daemon.state import ClusterState, DesiredSettings
-from vmctl.errors import LeaseLost, NotFound, StoreError, VmctlError
+from vmctl.daemon.switch_state import (
+    LAYOUT_KV,
+    SWITCH_KV,
+    SwitchRecord,
+    layout_from_kv,
+    layout_to_json,
+    policy_layout,
+    switch_from_kv,
+)
+from vmctl.errors import (
+    Conflict,
+    LeaseLost,
+    NotFound,
+    PolicyNeedsUnmet,
+    PolicyParameterError,
+    StoreError,
+    VmctlError,
+)
 from vmctl.model import Decision
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Store, StoreDamaged, WriteBatch
@@ -96,6 +113,10 @@ class DaemonBase:
         #: called when the daemon stopped leading on its own (a damaged store): the server wakes its waiters
         self.on_step_down: Callable[[], None] = lambda: None
         store.on_damaged = self._store_damaged
+        #: a policy switch in progress (kv ``policy.switch``; ``vmctl.daemon.switch``)
+        self.switch: SwitchRecord | None = None
+        #: the cluster layout was chosen for the policy in force at load and is not stored yet
+        self._layout_unsaved = False
 
     def attach_metrics(self, metrics: Any) -> None:
         """Feed a ``vmctl.metrics.DaemonMetrics`` (direct instruments) from the loop and the actuator."""
@@ -189,6 +210,11 @@ class DaemonBase:
         node_slices = {n: schedule_from_kv(doc.get("slices")) for n, (_g, doc) in desired_raw.items()}
         self.state.load(self.store.load_jobs(), self.store.load_nodes(), self.store.load_operations(), desired,
                         (schedule_from_kv(self.store.get_kv(SCHEDULE_KV)), node_slices))
+        # the layout vmctld lays the cluster out in, a policy switch in progress, and each node's stored layout
+        self.state.cluster_layout = layout_from_kv(self.store.get_kv(LAYOUT_KV))
+        self.switch = switch_from_kv(self.store.get_kv(SWITCH_KV))
+        self.state.switch_layout = self.switch.layout if self.switch is not None else None
+        self.state.desired_layout = {n: layout_from_kv(doc.get("layout")) for n, (_g, doc) in desired_raw.items()}
         self.loads += 1
         self.history.forget()
         self.events.load(self.store)
@@ -207,14 +233,33 @@ class DaemonBase:
                     self.policy = None
             if self.policy is None:
                 self.policy = self._configured_policy()
+        self._layout_for_policy()
         self.dirty = True
+
+    def _layout_for_policy(self) -> None:
+        """A policy in force that the registered cluster cannot serve (a configured gang policy on agents
+        laid out for MEASY, or with no agent yet) does not stop vmctld: the cluster is laid out for it
+        (``cluster_layout``: the nodes' desired state tells their agents, which re-lay out once they hold no
+        job VM) and the policy waits for nodes that carry that layout (``policy_waiting``)."""
+        pol, st = self.policy, self.state
+        if pol is None or st.cluster_layout is not None or self.switch is not None or not st.nodes:
+            return  # (with no node yet, the first registration decides: ``NodeEvents._node_layout``)
+        try:
+            check_offer(st.offer(), pol)
+            return
+        except VmctlError:
+            pass
+        st.cluster_layout = policy_layout(pol)
+        st.nodes_changed()
+        self._layout_unsaved = True
+        log.warning("policy %s cannot run on the registered cluster: laying it out in %s (the agents re-lay out "
+                    "once they hold no job VM; the policy waits for nodes)", pol.name, st.cluster_layout.text())
 
     def _make_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
         from vmctl.policies.registry import create_policy
 
         policy = create_policy(name, **params)
-        if self.state.nodes:  # PolicyNeedsUnmet when the registered cluster cannot serve it; with no node
-            check_offer(self.state.offer(), policy)  # yet, the first agent's registration is checked against it
+        policy_layout(policy)  # a layout no agent can carry (mpl above MAX_LAYOUT_LEVELS) is refused here
         return policy
 
     def _configured_policy(self) -> SchedulingPolicy:
@@ -238,9 +283,39 @@ class DaemonBase:
             raise
 
     def set_policy(self, name: str, params: dict[str, Any]) -> SchedulingPolicy:
+        """Switch to a policy the cluster's layout serves, at once (else ``PolicyNeedsUnmet`` naming the
+        way out: ``vmctl policy set NAME --relayout``, ``PolicySwitch.start_switch``). With no node
+        registered and no layout set yet, the cluster is laid out for the policy."""
         self._require_leader()
+        if self.switch is not None:
+            raise Conflict(what="policy", problem=f"a switch to {self.switch.policy} ({self.switch.layout.text()}) "
+                                                  "is in progress: wait for it (vmctl policy show) or cancel it "
+                                                  "(vmctl policy cancel)")
         pol = self._make_policy(name, params)
-        ch = Changes(kv={"policy": {"name": pol.name, "params": dict(pol.params)}})
+        ch = Changes()
+        if not self.state.nodes and self.state.cluster_layout is None:
+            try:
+                check_offer(self.state.offer(), pol)
+            except VmctlError:
+                self.state.cluster_layout = policy_layout(pol)
+                ch.kv[LAYOUT_KV] = layout_to_json(self.state.cluster_layout)
+        else:
+            try:
+                check_offer(self.state.offer(), pol)
+            except (PolicyNeedsUnmet, PolicyParameterError) as exc:
+                way = (f"; to lay the cluster out in {policy_layout(pol).text()} (running jobs end first): vmctl "
+                       f"policy set {pol.name} ... --relayout")
+                if isinstance(exc, PolicyParameterError):
+                    raise PolicyParameterError(policy=pol.name, param=exc.fields["param"],
+                                               problem=exc.fields["problem"] + way) from exc
+                raise PolicyNeedsUnmet(policy=pol.name, where=exc.fields["where"],
+                                       problem=exc.fields["problem"] + way) from exc
+        self._policy_changed(pol, ch)
+        return pol
+
+    def _policy_changed(self, pol: SchedulingPolicy, ch: Changes) -> None:
+        """Put ``pol`` in force (stored in kv ``policy`` with the rest of ``ch``, an event logged)."""
+        ch.kv["policy"] = {"name": pol.name, "params": dict(pol.params)}
         ch.events.append("policy changed")
         old = self.policy.name if self.policy is not None else "none"
         shown = ", ".join(f"{k}={v}" for k, v in sorted(pol.reported_params().items()))
@@ -249,7 +324,6 @@ class DaemonBase:
         self.commit(ch)
         self.policy = pol
         self.dirty = True
-        return pol
 
     # ------------------------------------------------------------------ commit
     def _require_leader(self) -> None:
@@ -269,12 +343,16 @@ class DaemonBase:
             self.history.note(ch.jobs.values(), self.clock.now(), by)
         batch = WriteBatch(jobs=dict(ch.jobs), nodes=dict(ch.nodes), operations=dict(ch.ops), kv=dict(ch.kv),
                            bags={k: j for k, j in ch.bags.items() if k not in ch.jobs})
+        if self._layout_unsaved and st.cluster_layout is not None:
+            ch.kv.setdefault(LAYOUT_KV, layout_to_json(st.cluster_layout))
+            ch.desired_nodes |= set(st.nodes)
         new_desired: dict[str, tuple[Any, ...]] = {}
         for node in sorted(ch.desired_nodes):
             if node not in st.nodes:
                 continue
             vms = st.desired_vms(node)
-            if node in self.force_desired or vms != st.desired.get(node, ()) or clock_changed(st, node, vms):
+            if node in self.force_desired or vms != st.desired.get(node, ()) or clock_changed(st, node, vms) \
+                    or st.wanted_layout(node) != st.desired_layout.get(node):
                 new_desired[node] = vms
         gens: dict[str, int] = {}
         if new_desired:
@@ -288,6 +366,9 @@ class DaemonBase:
                 sl = node_slices(st, node)
                 if sl is not None:
                     doc["slices"] = slices_to_json(sl)
+                lay = st.wanted_layout(node)
+                if lay is not None:
+                    doc["layout"] = layout_to_json(lay)
                 batch.desired[node] = (gen, doc)
         for op in batch.operations.values():
             # a migration in its prepare stage waits for the target to apply this generation
@@ -311,10 +392,13 @@ class DaemonBase:
             log.exception("store write failed; reloading state from the store")
             self.load()
             raise
+        if LAYOUT_KV in batch.kv:
+            self._layout_unsaved = False
         for node, vms in new_desired.items():
             self.force_desired.discard(node)
             st.desired[node] = vms
             st.desired_slices[node] = node_slices(st, node)
+            st.desired_layout[node] = st.wanted_layout(node)
             st.generation[node] = gens[node]
         if ch.events:
             self.dirty = True

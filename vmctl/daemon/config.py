@@ -26,18 +26,16 @@ DAEMON_OFFER = Offer(where="vmctld", levels=2, discipline=Discipline.PRIORITY, s
 
 
 def check_policy_config(policy: Any) -> None:
-    """The config-time check of a policy's needs, before the cluster is known: what vmctld could serve
-    under some discipline (2 levels, rigid jobs and task bags, shared VMs); the discipline itself is checked against
-    the registered cluster when the daemon runs."""
-    first: VmctlError | None = None
-    for discipline in Discipline:
-        try:
-            Offer(where="vmctld", levels=2, discipline=discipline, shapes=DAEMON_SHAPES, shared_vms=True).check(policy)
-            return
-        except VmctlError as exc:
-            first = first or exc
-    assert first is not None
-    raise first
+    """The config-time check of a policy's needs, before the cluster is known: vmctld can serve it on the
+    layout it lays the cluster out in for it (``Needs.layout``: 3 timeslice levels for ``gs-m`` with
+    ``mpl: 3``), and an agent can carry that layout (at most 8 levels). Which layout the registered agents
+    have does not matter here: vmctld starts and waits for nodes in that layout (docs/daemon.md, "Switching
+    the policy family")."""
+    from vmctl.daemon.switch_state import policy_layout
+
+    layout = policy_layout(policy)
+    Offer(where=f"vmctld ({layout.text()})", levels=layout.levels, discipline=layout.discipline,
+          shapes=DAEMON_SHAPES, shared_vms=True).check(policy)
 
 
 @dataclass(frozen=True, slots=True)

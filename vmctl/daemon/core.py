@@ -30,7 +30,8 @@ The ``Daemon`` is composed of one class per job, each in its own module:
 - ``vmctl.daemon.nodes`` (``NodeEvents``): registration, reports, heartbeats, drain, desired state;
 - ``vmctl.daemon.timers`` (``Timers``): node liveness, migration timeouts, estimates, retention;
 - ``vmctl.daemon.decisions`` (``DecisionLoop``): the decision pass (view, policy, check, actuation);
-- ``vmctl.daemon.operator_actions`` (``OperatorActions``): operator migrations and VM priority changes.
+- ``vmctl.daemon.operator_actions`` (``OperatorActions``): operator migrations and VM priority changes;
+- ``vmctl.daemon.switch`` (``PolicySwitch``): a policy switch that drains and re-lays the cluster out.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from vmctl.daemon.actuator import ApplyResult, Changes
 from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.state import Layout
+from vmctl.daemon.switch import PolicySwitch
 from vmctl.daemon.timers import Timers
 from vmctl.errors import PolicyNeedsUnmet
 from vmctl.model import ClusterView, Decision, Discipline
@@ -35,7 +36,7 @@ class PendingDecision:
 
 
 
-class DecisionLoop(Timers):
+class DecisionLoop(Timers, PolicySwitch):
     """One pass of the decision loop, in one call or in three steps."""
 
     def run_once(self) -> float | None:
@@ -54,19 +55,32 @@ class DecisionLoop(Timers):
         now = self.clock.now()
         ch = Changes()
         self.housekeeping(now, ch)
-        if ch.any():
+        if ch.any() or self._layout_unsaved:  # (a layout chosen for the policy at load is stored here)
             self.commit(ch)
             self.dirty = True
+        if self._switch_pending():
+            return None
         due = self.wake_at is not None and now >= self.wake_at
         tick = now >= self.last_decide_at + self.config.tick_s * self.speed
         if (self.dirty or due or tick) and not self._waits_for_nodes():
             return self.begin_decision(now)
         return None
 
+    def _switch_pending(self) -> bool:
+        """A policy switch is in progress (``vmctl.daemon.switch``): complete it when it is done, else no
+        policy decides (the running jobs run to their end on their hosts; the queue waits)."""
+        if self.switch is None:
+            return False
+        return not self.advance_switch()
+
     def _waits_for_nodes(self) -> bool:
         """No node registered yet and the policy needs more than the default layout (a gang policy needs
-        timeslice rows): nothing to decide until the first agent registers its layout."""
-        if self.state.nodes or self.policy is None:
+        timeslice rows), or no node carries the layout vmctld lays the cluster out in yet: nothing to decide
+        until an agent registers or re-lays its host out (``policy_waiting`` says so)."""
+        st = self.state
+        if st.cluster_layout is not None and not any(st.layout_ready(n) for n in st.nodes):
+            return True  # vmctld lays the cluster out for the policy: no node carries that layout yet
+        if st.nodes or self.policy is None:
             return False
         try:
             self.state.offer().check(self.policy)

@@ -11,9 +11,11 @@ from typing import Any
 
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.base import DaemonBase
+from vmctl.daemon.gang import check_offer
 from vmctl.daemon.state import levels_offer
-from vmctl.errors import Conflict
-from vmctl.model import Discipline, NodeDesired, NodeObserved
+from vmctl.daemon.switch_state import policy_layout
+from vmctl.errors import Conflict, VmctlError
+from vmctl.model import Discipline, NodeDesired, NodeLayout, NodeObserved
 from vmctl.store.base import NodeRecord
 
 log = logging.getLogger("vmctld")
@@ -26,14 +28,30 @@ class NodeEvents(DaemonBase):
                      discipline: Discipline | None) -> tuple[int, str]:
         """The level layout node ``name`` registers (None: what it had), checked against the cluster and
         the policy in force before anything changes."""
+        st = self.state
         lv = levels if levels is not None else rec.levels if rec is not None else 2
         dis = discipline if discipline is not None else Discipline(rec.discipline if rec is not None else "priority")
-        problem = self.state.layout_problem(name, lv, dis)
+        if st.cluster_layout is not None or st.switch_layout is not None:
+            # vmctld lays the cluster out: the node's desired state tells its agent the layout to take (an
+            # agent restarted with its config's layout takes it at once). While jobs hold the node, it keeps
+            # the layout their VMs were placed in.
+            if rec is not None and st.node_busy(name):
+                return rec.levels, rec.discipline
+            return lv, dis.value
+        problem = st.layout_problem(name, lv, dis)
         if problem is not None:
             raise Conflict(what=f"node {name}", problem=problem)
-        if self.policy is not None and (len(self.state.nodes) - (rec is not None)) == 0:
-            # the first node sets the cluster's layout (the others must match it): the policy must fit
-            levels_offer(lv, dis).check(self.policy)
+        if self.policy is not None and (len(st.nodes) - (rec is not None)) == 0:
+            # the first node sets the cluster's layout (the others must match it); a policy it cannot serve
+            # (a configured gang policy on agents laid out for MEASY) lays the cluster out for the policy:
+            # the node is told in its desired state and is usable once its agent reports it re-laid out
+            try:
+                check_offer(levels_offer(lv, dis), self.policy)
+            except VmctlError:
+                st.cluster_layout = policy_layout(self.policy)
+                self._layout_unsaved = True
+                log.warning("node %s registers %s, which policy %s cannot run on: the cluster is laid out in %s",
+                            name, NodeLayout(dis, lv).text(), self.policy.name, st.cluster_layout.text())
         return lv, dis.value
 
     def register_node(self, name: str, cores: int, hostname: str, backend: str, peers: Iterable[str] | None = None,
@@ -171,11 +189,31 @@ class NodeEvents(DaemonBase):
         if obs.generation_applied > self.state.generation.get(rec.name, 0):
             self._resync_generation(rec, obs.generation_applied, ch)
         self._report_events(obs, now)
+        self._report_layout(rec, obs, now, ch)
         self.actuator.observe(obs, now, ch)
         if not any(e.startswith("observe:") for e in obs.errors):
             # a fresh relist (a report whose relist failed repeats the agent's previous VM list)
             self.observed_at[rec.name] = now
         self.commit(ch)
+
+    def _report_layout(self, rec: NodeRecord, obs: NodeObserved, now: float, ch: Changes) -> None:
+        """The layout an agent reports is the node's (it re-lays its host out when its desired state asks
+        for another one): recorded, so the node is usable again once it carries the cluster's layout. Only
+        while vmctld lays the cluster out; otherwise the registration says it."""
+        st = self.state
+        if obs.layout is None or (st.cluster_layout is None and st.switch_layout is None):
+            return
+        old = st.node_layout(rec.name)
+        if obs.layout == old:
+            return
+        rec.levels, rec.discipline = obs.layout.levels, obs.layout.discipline.value
+        ch.nodes[rec.name] = rec
+        ch.desired_nodes.add(rec.name)  # a timeslice node now gets the slice clock (and the other way round)
+        ch.events.append(f"node {rec.name} re-laid out")
+        st.nodes_changed()
+        self.events.add(now, "node.relaid", f"node {rec.name} re-laid out: {old.text()} -> {obs.layout.text()}",
+                        node=rec.name)
+        log.info("node %s re-laid out: %s -> %s", rec.name, old.text(), obs.layout.text())
 
     def heartbeat(self, name: str, fenced_s: float | None = None) -> dict[str, Any]:
         """An agent's cheap sign of life (``POST /v1/agent/nodes/<n>/heartbeat``): keeps its node from
@@ -287,4 +325,5 @@ class NodeEvents(DaemonBase):
     def desired(self, node: str) -> NodeDesired:
         self.node(node)
         return NodeDesired(node=node, generation=self.state.generation.get(node, 0),
-                           vms=self.state.desired.get(node, ()), slices=self.state.desired_slices.get(node))
+                           vms=self.state.desired.get(node, ()), slices=self.state.desired_slices.get(node),
+                           layout=self.state.desired_layout.get(node))

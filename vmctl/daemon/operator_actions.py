@@ -48,6 +48,9 @@ class OperatorActions(DaemonBase):
         node = self.node(to_node)
         if rec.state != JobState.RUNNING or rec.migrating:
             raise Conflict(what=f"job {job_id}", problem=f"is {rec.state}{' and migrating' if rec.migrating else ''}")
+        if self.switch is not None:  # the nodes are being laid out anew: nothing moves meanwhile
+            raise Conflict(what=f"job {job_id}", problem=f"cannot move while the policy switch to {self.switch.policy} "
+                                                         "re-lays the cluster out (vmctl policy show)")
         if node.state != "ready":
             raise Conflict(what=f"node {to_node}", problem=f"is {node.state}")
         for src in sorted({n for n, _c in rec.placement}):

@@ -36,6 +36,7 @@ from vmctl.model import (
     JobShape,
     JobState,
     MigrationSpec,
+    NodeLayout,
     NodeObserved,
     PowerState,
     ProcessSpec,
@@ -128,6 +129,12 @@ class ClusterState:
     #: persisted in kv ``gang.schedule``), and the slice clock each node's current desired generation carries
     slices: SliceSchedule | None = None
     desired_slices: dict[str, SliceSchedule | None] = field(default_factory=dict)
+    #: the VM level layout vmctld wants on every node (kv ``cluster.layout``; None: the agents' own
+    #: ``layout:`` configs decide, as before any relayout), the one a policy switch in progress lays the
+    #: nodes out in (``switch_layout``), and the layout each node's current desired generation carries
+    cluster_layout: NodeLayout | None = None
+    switch_layout: NodeLayout | None = None
+    desired_layout: dict[str, NodeLayout | None] = field(default_factory=dict)
     generation: dict[str, int] = field(default_factory=dict)
     next_seq: int = 1
     next_op: int = 1
@@ -488,10 +495,42 @@ class ClusterState:
         assert cached[1] is not None
         return cached[1]
 
+    def node_layout(self, name: str) -> NodeLayout:
+        """The layout node ``name`` has: what its agent registered or last reported."""
+        rec = self.nodes[name]
+        return NodeLayout(Discipline(rec.discipline), rec.levels)
+
+    def node_busy(self, name: str) -> bool:
+        """Whether a job (running, suspended, migrating to or from it) or an open operation holds node
+        ``name``: its layout must not change under it."""
+        if self._node_jobs.get(name):
+            return True
+        return any(o.state == "pending" and name in {str(h) for h in o.detail.get("hosts", ())}
+                   for o in self.ops.values())
+
+    def wanted_layout(self, name: str) -> NodeLayout | None:
+        """The layout node ``name``'s desired state asks for (``NodeDesired.layout``): during a policy
+        switch the new layout once the node holds no job, else the cluster's; the node's own layout while
+        jobs hold it (their VMs were placed in it); None while vmctld never laid the cluster out (the
+        agents' configs decide)."""
+        target = self.switch_layout or self.cluster_layout
+        if target is None or name not in self.nodes:
+            return None
+        if self.node_busy(name):
+            return self.node_layout(name)
+        return target
+
+    def layout_ready(self, name: str) -> bool:
+        """Whether node ``name`` carries the cluster's layout (always, while vmctld sets none): a node
+        that does not is not usable until its agent reports it re-laid out."""
+        return self.cluster_layout is None or self.node_layout(name) == self.cluster_layout
+
     def cluster_levels(self) -> tuple[int, Discipline]:
-        """The VM level layout of the cluster: the levels per core and discipline its agents registered
-        (``register_node`` keeps every node's equal: a mixed cluster is refused); with no node, the
-        MEASY fg/bg pair vmctld places jobs on."""
+        """The VM level layout of the cluster: the one vmctld lays it out in (``cluster_layout``), else
+        the levels per core and discipline its agents registered (``register_node`` keeps every node's
+        equal: a mixed cluster is refused); with no node, the MEASY fg/bg pair vmctld places jobs on."""
+        if self.cluster_layout is not None:
+            return self.cluster_layout.levels, self.cluster_layout.discipline
         if not self.nodes:
             return DAEMON_LEVELS, Discipline.PRIORITY
         first = self.nodes[min(self.nodes)]
@@ -502,7 +541,10 @@ class ClusterState:
         layout, the one its nodes share (``ClusterView`` has one ``levels``/``discipline``): a node whose
         layout differs from the other nodes' is refused (not treated per group: the policy sees one view);
         the priority discipline has exactly 2 levels in the model (fg, bg); and a node keeps its layout
-        while jobs run on it."""
+        while jobs run on it. None whenever vmctld lays the cluster out (``cluster_layout`` or a switch):
+        the node's desired state tells its agent the layout to take."""
+        if self.cluster_layout is not None or self.switch_layout is not None:
+            return None
         if discipline is Discipline.PRIORITY and levels != 2:
             return (f"registers {levels} priority level{'s' if levels != 1 else ''} per core, but vmctld's priority "
                     f"discipline has 2 (fg, bg): set layout.levels: 2, or use the shared or timeslice discipline")
@@ -514,11 +556,13 @@ class ClusterState:
             shown = ", ".join(differ[:5]) + (" ..." if len(differ) > 5 else "")
             return (f"registers {levels} {discipline.value} levels per core, but node(s) {shown} carry {o.levels} "
                     f"{o.discipline} levels: a vmctld cluster has one level layout (give every agent the same "
-                    f"layout.levels and layout.discipline, or remove the other nodes first: vmctl node remove)")
+                    f"layout.levels and layout.discipline, or let vmctld lay the cluster out: vmctl policy set "
+                    f"POLICY --relayout)")
         rec = self.nodes.get(name)
         if rec is not None and (rec.levels, rec.discipline) != mine and self.jobs_on(name):
             return (f"cannot change its level layout from {rec.levels} {rec.discipline} to {levels} "
-                    f"{discipline.value} while jobs run there (drain it first)")
+                    f"{discipline.value} while jobs run there (drain it first, or let vmctld lay the cluster out: "
+                    f"vmctl policy set POLICY --relayout)")
         return None
 
     def offer(self) -> Offer:
@@ -624,7 +668,7 @@ class ClusterState:
         util = [0.0] * total
         usable = [False] * total
         for name in lay.names:
-            if self.nodes[name].state == "ready":
+            if self.nodes[name].state == "ready" and self.layout_ready(name):
                 off = lay.offset[name]
                 usable[off:off + lay.cores[name]] = [True] * lay.cores[name]
         running: dict[str, RunningJob] = {}

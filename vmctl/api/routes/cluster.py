@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from aiohttp import web
@@ -15,8 +16,15 @@ from vmctl.api.routes.base import Routes
 from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.removal import remove_node
 from vmctl.errors import Conflict, NotFound, ValidationError
+from vmctl.wire import layout_from_json
 
 log = logging.getLogger("vmctld.api")
+
+
+def json_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Policy parameters as strict JSON: a non-finite number (the gang policies' ``quota`` = inf, unlimited)
+    as its text."""
+    return {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in params.items()}
 
 
 class ClusterRoutes(Routes):
@@ -28,10 +36,15 @@ class ClusterRoutes(Routes):
 
     async def healthz(self, request: web.Request) -> web.Response:
         """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too);
-        503 ``store-damaged`` once its store was found damaged (it serves nothing and leads nothing)."""
+        503 ``store-damaged`` once its store was found damaged (it serves nothing and leads nothing);
+        ``waiting`` when the leader's policy waits (for nodes in its layout, or a policy switch)."""
         if self.d.damaged is not None:
             return json_response({"status": "store-damaged", "leader": False}, status=503)
-        return json_response({"status": "ok", "leader": self.d.leader})
+        doc: dict[str, Any] = {"status": "ok", "leader": self.d.leader}
+        waiting = self.d.policy_waiting() if self.d.leader else None
+        if waiting is not None:
+            doc["waiting"] = waiting
+        return json_response(doc)
 
     async def metrics(self, request: web.Request) -> web.Response:
         body, ctype = self.s.render_metrics()
@@ -136,9 +149,18 @@ class ClusterRoutes(Routes):
     def _policy_json(self) -> dict[str, Any]:
         from vmctl.policies.registry import available_policies
 
-        p = self.d.policy
-        return {"name": p.name if p else None, "params": p.reported_params() if p else {},
-                "available": sorted(available_policies())}
+        d = self.d
+        p = d.policy
+        levels, discipline = d.state.cluster_levels()
+        sw = d.switch_status()
+        if sw is not None:
+            sw = {**sw, "params": json_params(sw["params"]), "from_params": json_params(sw["from_params"])}
+        return {"name": p.name if p else None, "params": json_params(p.reported_params()) if p else {},
+                "available": sorted(available_policies()),
+                "needs": p.needs.to_json() if p else None,
+                "layout": {"discipline": discipline.value, "levels": levels,
+                           "set_by": "vmctld" if d.state.cluster_layout is not None else "agents"},
+                "waiting": d.policy_waiting(), "switch": sw}
 
     async def get_policy(self, request: web.Request) -> web.Response:
         self._leader()
@@ -146,15 +168,29 @@ class ClusterRoutes(Routes):
 
     async def put_policy(self, request: web.Request) -> web.Response:
         self._leader()
-        body = schemas.obj(await read_json(request), ("name", "params"))
+        body = schemas.obj(await read_json(request), ("name", "params", "relayout", "layout"))
         name = schemas.string(body, "name", "", required=True, max_len=100, name=True)
         params = body.get("params")
         if params is None:
             params = {}
         elif not isinstance(params, dict):  # an empty array is no object either
             raise ValidationError(field="params", problem=f"must be an object, got {schemas.type_name(params)}")
+        relayout = body.get("relayout", False)
+        if not isinstance(relayout, bool):
+            raise ValidationError(field="relayout", problem=f"must be a boolean, got {schemas.type_name(relayout)}")
+        layout = None if body.get("layout") is None else layout_from_json(body["layout"], "layout.")
         assert name is not None
-        self.d.set_policy(name, params)
+        if relayout or layout is not None:
+            self.d.start_switch(name, params, layout)
+        else:
+            self.d.set_policy(name, params)
+        self.s.kick()
+        return json_response(self._policy_json())
+
+    async def cancel_switch(self, request: web.Request) -> web.Response:
+        """``DELETE /v1/policy/switch``: end the switch in progress (the old policy goes on)."""
+        self._leader()
+        self.d.cancel_switch()
         self.s.kick()
         return json_response(self._policy_json())
 
