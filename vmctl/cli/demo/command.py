@@ -49,10 +49,17 @@ class DemoOptions:
     guest_dir: str = str(guests.GUEST_DIR)
 
 
-#: the shape of each backend's demo when --nodes / --cores / --jobs are not given: the mock's 3 hosts x
-#: 4 cores; on real libvirt 2 single-core nodes (each agent pinned to one of this machine's cores, both
-#: on the one local libvirtd) and few enough jobs that their guests boot and run in a few minutes
-DEFAULTS: dict[str, tuple[int, int, int]] = {"mock": (3, 4, 40), "libvirt": (2, 1, 8)}
+#: the shape of each backend's demo when --nodes / --cores / --jobs / --duration / --speed are not given:
+#: the mock's 3 hosts x 4 cores at 1000x; on real libvirt 2 single-core nodes (each agent pinned to one of
+#: this machine's cores, both on the one local libvirtd) and few enough jobs that their guests boot and
+#: run in a few minutes (every job process boots a guest first: ~10 s under TCG on an idle 2-core machine,
+#: 30-60 s on a loaded one), the workload's times divided by 100 (a model hour runs 36 s in its guest)
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "mock": {"nodes": 3, "cores": 4, "jobs": 40, "duration": 120.0, "speed": 1000.0},
+    "libvirt": {"nodes": 2, "cores": 1, "jobs": 6, "duration": 60.0, "speed": 100.0},
+}
+#: how long past --duration the libvirt demo waits for its jobs to end (real guests boot first)
+LIBVIRT_EXTRA_S = 600.0
 
 
 class Demo:
@@ -76,7 +83,7 @@ class Demo:
         self.domains_removed: list[str] = []
         self.domains_left: list[str] = []
         # real guests boot first and run in real time: the demo waits for them past --duration
-        self.time_limit = opts.duration * 1.25 + (90.0 if self.libvirt else 0.0)
+        self.time_limit = opts.duration * 1.25 + (LIBVIRT_EXTRA_S if self.libvirt else 0.0)
 
     def clock_config(self) -> dict[str, float] | None:
         return {"speed": self.o.speed, "epoch": self.epoch} if self.accelerated else None
@@ -360,11 +367,13 @@ class Demo:
 @click.option("--cores", type=click.IntRange(1, 64), default=None,
               help="Cores per host. [default: 4; --backend libvirt: 1, a real core of this machine]")
 @click.option("--jobs", type=click.IntRange(1, 5000), default=None, help="Jobs to submit. [default: 40; "
-              "--backend libvirt: 8]")
-@click.option("--duration", type=click.FloatRange(5, 3600), default=120.0, show_default=True,
-              help="Target run time of the demo in real seconds.")
-@click.option("--speed", type=click.FloatRange(1, 100000), default=DemoOptions.speed, show_default=True,
-              help="Accelerated clock of vmctld and the mock agents (model seconds per real second).")
+              "--backend libvirt: 6]")
+@click.option("--duration", type=click.FloatRange(5, 3600), default=None,
+              help="Target run time of the demo in real seconds (the workload is fitted to it; real guests "
+                   "may take longer to boot and run). [default: 120; --backend libvirt: 60]")
+@click.option("--speed", type=click.FloatRange(1, 100000), default=None,
+              help="Accelerated clock of vmctld and the mock agents (model seconds per real second); "
+                   "--backend libvirt: the workload's times are divided by it. [default: 1000; libvirt: 100]")
 @click.option("--policy", default="measy", show_default=True, help="Scheduling policy of vmctld.")
 @click.option("--backend", type=click.Choice(["mock", "libvirt"]), default="mock", show_default=True)
 @click.option("--libvirt-uri", default="qemu:///system", show_default=True, help="With --backend libvirt.")
@@ -377,15 +386,17 @@ class Demo:
 @click.option("--live/--no-live", default=None, help="Live view (default: on a terminal).")
 @click.option("--migrate/--no-migrate", default=False, show_default=True,
               help="At 30% of the duration, also migrate a running job as an operator would (vmctl migrate).")
-def demo(nodes: int | None, cores: int | None, jobs: int | None, duration: float, speed: float, policy: str,
-         backend: str, libvirt_uri: str, guest_dir: str, seed: int, state_dir: str | None, keep: bool,
+def demo(nodes: int | None, cores: int | None, jobs: int | None, duration: float | None, speed: float | None,
+         policy: str, backend: str, libvirt_uri: str, guest_dir: str, seed: int, state_dir: str | None, keep: bool,
          live: bool | None, migrate: bool) -> None:
     """Run vmctld and agents on this machine and show a Feitelson workload running: on mock hosts, or
     (--backend libvirt) in real guests of the local libvirtd, each job process over SSH in its own VM."""
-    d_nodes, d_cores, d_jobs = DEFAULTS[backend]
-    opts = DemoOptions(nodes=d_nodes if nodes is None else nodes, cores=d_cores if cores is None else cores,
-                       jobs=d_jobs if jobs is None else jobs, duration=duration, speed=speed, policy=policy,
-                       backend=backend, libvirt_uri=libvirt_uri, seed=seed, state_dir=state_dir, keep=keep,
+    d = DEFAULTS[backend]
+    opts = DemoOptions(nodes=d["nodes"] if nodes is None else nodes, cores=d["cores"] if cores is None else cores,
+                       jobs=d["jobs"] if jobs is None else jobs,
+                       duration=d["duration"] if duration is None else duration,
+                       speed=d["speed"] if speed is None else speed, policy=policy, backend=backend,
+                       libvirt_uri=libvirt_uri, seed=seed, state_dir=state_dir, keep=keep,
                        live=sys.stdout.isatty() if live is None else live, migrate=migrate, guest_dir=guest_dir)
     summary = Demo(opts).run()
     if summary.by_state.get(JobState.DONE, 0) == 0:

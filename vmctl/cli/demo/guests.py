@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -150,18 +151,38 @@ def check_no_leftovers(uri: str, nodes: set[str]) -> None:
                                 "NAME; virsh undefine NAME) or use another libvirtd (--libvirt-uri)")
 
 
-def remove_demo_vms(uri: str, nodes: set[str]) -> tuple[list[str], list[str]]:
+def remove_demo_vms(uri: str, nodes: set[str], settle_s: float = 3.0,
+                    timeout_s: float = 90.0) -> tuple[list[str], list[str]]:
     """Destroy and undefine every domain of the demo's ``nodes`` (after its agents stopped); returns the
-    names removed and the names still there afterwards (should be none)."""
+    names removed and the names still there at the end (should be none).
+
+    An agent stopped in the middle of a libvirt call leaves that call to libvirtd, which may finish it
+    after the agent is gone (a ``define`` that waits for libvirtd to probe QEMU can take tens of seconds
+    on a loaded machine): so the demo removes, then looks again until no domain of its nodes has been
+    seen for ``settle_s`` seconds (at most ``timeout_s``)."""
     b = _backend(uri)
+    removed: set[str] = set()
+    left: list[str] = []
     try:
-        names = [v.name for v in b.list_vms() if _demo_vm(v.name, v.metadata, nodes)]
-        for name in names:
-            with contextlib.suppress(Exception):
-                b.stop(name, force=True)
-            with contextlib.suppress(Exception):
-                b.undefine(name)
-        left = sorted(v.name for v in b.list_vms() if _demo_vm(v.name, v.metadata, nodes))
+        deadline = time.monotonic() + timeout_s
+        quiet_since: float | None = None
+        while True:
+            names = [v.name for v in b.list_vms() if _demo_vm(v.name, v.metadata, nodes)]
+            for name in names:
+                with contextlib.suppress(Exception):
+                    b.stop(name, force=True)
+                with contextlib.suppress(Exception):
+                    b.undefine(name)
+                removed.add(name)
+            left = sorted(v.name for v in b.list_vms() if _demo_vm(v.name, v.metadata, nodes))
+            now = time.monotonic()
+            if left or names:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            if (quiet_since is not None and now - quiet_since >= settle_s) or now > deadline:
+                break
+            time.sleep(0.5)
     finally:
         b.close()
-    return sorted(names), left
+    return sorted(removed), left
