@@ -15,16 +15,37 @@ stop_started() {
     for ((i = ${#started[@]} - 1; i >= 0; i--)); do
         pid=${started[i]}
         kill -TERM "$pid" 2>/dev/null || continue
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        # gone, or a zombie nobody reaps (a container's PID 1 may not)
+        for _ in $(seq 100); do
+            [[ -r /proc/$pid/stat && $(cut -d' ' -f3 "/proc/$pid/stat") != Z ]] || break
+            sleep 0.1
+        done
     done
 }
 alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+kvm_restore=""
+cleanup() {
+    stop_started
+    if [[ -n $kvm_restore ]]; then chgrp "${kvm_restore% *}" /dev/kvm; chmod "${kvm_restore#* }" /dev/kvm; fi
+}
+# QEMU runs as libvirt-qemu (group kvm); without udev /dev/kvm is root-only. Give the kvm group access as
+# Debian's udev rule would, as the test suite does (restored at the end): libvirtd caches what QEMU can
+# do per access mode, and a flip between the two makes it probe QEMU again (a minute or more on a busy
+# machine, during which no VM can be defined)
+if [[ $(id -u) == 0 && -c /dev/kvm ]] && getent group kvm >/dev/null; then
+    mode=$(stat -c %a /dev/kvm)
+    if [[ $(stat -c %G /dev/kvm) != kvm || $(( 8#$mode & 8#060 )) != $(( 8#060 )) ]]; then
+        kvm_restore="$(stat -c %g /dev/kvm) $mode"
+        trap cleanup EXIT
+        chgrp kvm /dev/kvm && chmod g+rw /dev/kvm
+    fi
+fi
 if [[ ! -S /run/libvirt/libvirt-sock ]]; then
     if [[ $(id -u) != 0 ]]; then
         echo "demo.sh: libvirtd is not running and starting it needs root" >&2
         exit 1
     fi
-    trap stop_started EXIT
+    trap cleanup EXIT
     for daemon in virtlogd libvirtd; do
         if ! alive "/run/$daemon.pid"; then
             "$daemon" -d
