@@ -92,7 +92,7 @@ class Demo:
     def start_cluster(self) -> ApiClient:
         o = self.o
         extra: dict[str, Any] = {"migration": {"timeout_s": 30.0}}
-        grace = 10.0 if self.libvirt else 1.0  # real guests: SSH hand-off and report delays on a busy machine
+        grace = guests.ESTIMATE_GRACE_S if self.libvirt else 1.0  # real guests boot first (guests.py)
         if self.accelerated:
             extra["clock"] = self.clock_config()
             grace = 2.0 * o.speed  # model seconds: two real seconds of reporting delay

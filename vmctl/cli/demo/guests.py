@@ -48,6 +48,11 @@ GUEST_DIR = Path("/var/cache/vmctl/guest")
 SYSTEM_SOCKET = Path("/run/libvirt/libvirt-sock")
 DOMAIN_TYPE = "qemu"  # TCG, as the task-bag testbed and the integration tests
 LEVELS = 2  # the agents' default layout (fg/bg per core): the VMs per core that need an SSH port
+#: how long an agent's SSH runner waits for a guest it booted (the runner's default is 120 s)
+BOOT_TIMEOUT_S = 600.0
+#: vmctld's ``loop.estimate_grace_s`` for the libvirt demo (real seconds): the SSH runner reports a job's
+#: process from the moment it asks the guest, so its guest's boot counts against the job's estimate
+ESTIMATE_GRACE_S = BOOT_TIMEOUT_S
 JOB_VM = re.compile(r"^j\d+-r\d+-p\d+$")  # vmctld's names of job VMs (JobRecord.vm_name)
 
 
@@ -105,7 +110,8 @@ def libvirt_agent_config(cfg: dict[str, Any], guest_dir: Path, known_hosts: Path
     out = {k: v for k, v in cfg.items() if k != "peers"}  # one libvirtd: no migration between its agents
     out["backend"] = {**cfg["backend"], **extra["backend"]}
     out["layout"] = {**cfg.get("layout", {}), "cores": list(cores), "levels": LEVELS, **extra["layout"]}
-    out["ssh"] = extra["ssh"]
+    # a bg guest boots on the cycles its core's fg VM leaves: on a busy machine that can take minutes
+    out["ssh"] = {**extra["ssh"], "boot_timeout_seconds": BOOT_TIMEOUT_S}
     # a booting guest aborts the agent's passes until its SSH answers: retry soon
     out["reconcile"] = {"resync_seconds": 1.0, "backoff_initial_seconds": 0.2, "backoff_max_seconds": 1.0}
     return out
