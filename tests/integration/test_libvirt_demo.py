@@ -5,8 +5,8 @@ agents as processes, both on the one local libvirtd, each job process run over S
 - A short run (3 jobs) ends with every job ``done``, which takes a process that exited 0 in a guest of
   its own job (the demo's command exits 7 anywhere else), and leaves no domain of the demo's nodes, no
   job VM and no process behind.
-- Interrupted (SIGINT, as Ctrl-C) while a job runs in a guest, the demo still removes every domain it
-  made and stops every process it started.
+- Interrupted (SIGINT, as Ctrl-C) while a job runs in a guest, or failing (an agent killed), the demo
+  still removes every domain it made and stops every process it started.
 
 Skipped with the reason when libvirtd/QEMU cannot run here or the guest cannot be built."""
 
@@ -97,35 +97,59 @@ def test_a_short_libvirt_demo_runs_its_jobs_in_guests_and_leaves_nothing(guest: 
     print(f"\nlibvirt demo, 3 jobs on 2 nodes: {took:.0f} s wall, done 3, domains left 0")
 
 
-def test_ctrl_c_mid_run_leaves_no_domain_and_no_process(guest: Path, clean_libvirt: set[str],
-                                                       tmp_path: Path) -> None:
-    """SIGINT while a job's guest runs: the demo stops its agents and vmctld and removes every domain."""
+def _interrupt_mid_run(state: Path, nodes: set[str], interrupt: Any) -> tuple[str, int | None, list[str]]:
+    """Start a demo of long jobs (20 s each in the guest), call ``interrupt(demo_pid, agent_pids)`` once a
+    job VM of it runs, and return its output, exit code and the job VMs that were running."""
+    import threading
+
     from vmctl.agents.backends.libvirt.backend import LibvirtBackend
 
-    state = tmp_path / "state"
-    # long jobs (20 s each in the guest): the interrupt lands while they run
     proc = subprocess.Popen(_demo_argv(state, "--jobs", "2", "--duration", "60", "--speed", "1", "--seed", "3"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
     b = LibvirtBackend(URI, domain_type="qemu")
+    running: list[str] = []
     try:
         deadline = time.monotonic() + 300
-        running: list[str] = []
         while not running:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert proc.poll() is None, "".join(lines)
             assert time.monotonic() < deadline, "no job VM of the demo ran within 300 s"
             running = [v.name for v in b.list_vms() if guests.JOB_VM.match(v.name)
-                       and v.metadata.get("vmctl.node") in clean_libvirt and v.power.value == "running"]
+                       and v.metadata.get("vmctl.node") in nodes and v.power.value == "running"]
             time.sleep(0.5)
-        os.kill(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=180)
+        interrupt(proc.pid, _pids("".join(lines))[1:])
+        proc.wait(timeout=240)
+        reader.join(10)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
         b.close()
-    assert proc.returncode != 0, out  # interrupted
+    return "".join(lines), proc.returncode, running
+
+
+def test_ctrl_c_mid_run_leaves_no_domain_and_no_process(guest: Path, clean_libvirt: set[str],
+                                                       tmp_path: Path) -> None:
+    """SIGINT while a job's guest runs: the demo stops its agents and vmctld and removes every domain."""
+    out, rc, running = _interrupt_mid_run(tmp_path / "state", clean_libvirt,
+                                          lambda pid, agents: os.kill(pid, signal.SIGINT))
+    assert rc != 0, out  # interrupted
     assert "domains left: 0" in out, out
     assert guests.leftovers(URI, clean_libvirt) == [], out
     for pid in _pids(out):
         assert _dead(pid), pid
     print(f"\ninterrupted with {running} running: domains left 0")
+
+
+def test_a_failed_demo_leaves_no_domain(guest: Path, clean_libvirt: set[str], tmp_path: Path) -> None:
+    """An agent dies (kill -9) while a job's guest runs: the demo fails, naming it, and still removes
+    every domain of its nodes, the dead agent's included."""
+    out, rc, _ = _interrupt_mid_run(tmp_path / "state", clean_libvirt,
+                                    lambda pid, agents: os.kill(agents[0], signal.SIGKILL))
+    assert rc != 0 and "vmctl-agent node1: died" in out, out
+    assert "domains left: 0" in out, out
+    assert guests.leftovers(URI, clean_libvirt) == [], out
+    for pid in _pids(out):
+        assert _dead(pid), pid
