@@ -126,6 +126,9 @@ def _interrupt_mid_run(state: Path, nodes: set[str], interrupt: Any) -> tuple[st
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        reader.join(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
         b.close()
     return "".join(lines), proc.returncode, running
 
