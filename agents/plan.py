@@ -423,9 +423,9 @@ def _free_ssh_ports(actions: list[Action], observed: Observed, layout: Layout) -
     gone = {a.vm for a in actions if isinstance(a, Undefine)}
     taken: set[int] = set()
     for name, o in observed.vms.items():
-        port = o.metadata.get(META_SSH_PORT)
-        if name not in gone and port is not None and port.isdigit():
-            taken.add(int(port))
+        held = o.metadata.get(META_SSH_PORT)
+        if name not in gone and held is not None and held.isdigit():
+            taken.add(int(held))
     defines = [a for a in actions if isinstance(a, Define) and a.spec.ssh_port is not None]
     clash = [a for a in defines if a.spec.ssh_port in taken]
     taken |= {a.spec.ssh_port for a in defines if a not in clash and a.spec.ssh_port is not None}
