@@ -40,7 +40,9 @@ Guests that run job processes (libvirt; ``backends/libvirt/guestimage.py``): ``k
 ``cmdline`` boot every VM of the layout directly, such a VM gets at least ``memory_mib`` whatever its job
 asked for, and ``ssh_ports`` forwards loopback port ``ssh_ports + k * levels + level`` to the SSH port of
 the VM on (local core k, level), whatever vmctld named it; the port also goes into the VM's metadata
-(``vmctl.ssh_port``), where the agent's SSH runner looks it up.
+(``vmctl.ssh_port``), where the agent's SSH runner looks it up. A VM keeps its port when its role
+changes (a promoted bg VM), so the plan gives a VM defined on a slot whose port another VM still holds
+the lowest free port of the range instead (``plan._free_ssh_ports``).
 
 Example: host ``n1``, cores (2, 3) -> VMs n1-c0-fg (core 2, weight 10000), n1-c0-bg (core 2,
 weight 1), n1-c1-fg (core 3, weight 10000), n1-c1-bg (core 3, weight 1). The same host as a timeslice

@@ -64,7 +64,7 @@ from vmctl.agents.backends.base import (
     VmInfo,
     VmSpec,
 )
-from vmctl.agents.layout import Layout
+from vmctl.agents.layout import META_SSH_PORT, Layout
 from vmctl.errors import ValidationError
 from vmctl.model import (
     Discipline,
@@ -406,7 +406,37 @@ def plan(desired: NodeDesired, observed: Observed, layout: Layout, peers: Mappin
                 add(_P_STOP, Stop(name))
             add(_P_UNDEFINE, Undefine(name))
     steps.sort(key=lambda s: (s[0], s[1], s[2]))
-    return [s[3] for s in steps]
+    return _free_ssh_ports([s[3] for s in steps], observed, layout)
+
+
+def _free_ssh_ports(actions: list[Action], observed: Observed, layout: Layout) -> list[Action]:
+    """Give every VM defined by ``actions`` a forwarded SSH port no other VM of this host holds.
+
+    ``Layout.spec_for`` gives a VM the port of its (core, level) slot, but a VM keeps the port it was
+    defined with while its role changes (a bg VM promoted to fg under ``priority`` still forwards the bg
+    slot's port), so the next VM defined on that bg slot would ask QEMU for a port that is taken and
+    never start. Such a VM gets the lowest free port of the layout's range instead (the range has one
+    port per slot, and a host holds at most one VM per slot); the runner reads each VM's port from its
+    metadata. Ports of VMs this plan undefines are free (undefine comes before define)."""
+    if layout.ssh_ports is None or not any(isinstance(a, Define) and a.spec.ssh_port is not None for a in actions):
+        return actions
+    gone = {a.vm for a in actions if isinstance(a, Undefine)}
+    taken: set[int] = set()
+    for name, o in observed.vms.items():
+        held = o.metadata.get(META_SSH_PORT)
+        if name not in gone and held is not None and held.isdigit():
+            taken.add(int(held))
+    defines = [a for a in actions if isinstance(a, Define) and a.spec.ssh_port is not None]
+    clash = [a for a in defines if a.spec.ssh_port in taken]
+    taken |= {a.spec.ssh_port for a in defines if a not in clash and a.spec.ssh_port is not None}
+    pool = [p for p in range(layout.ssh_ports, layout.ssh_ports + layout.levels * layout.size) if p not in taken]
+    moved: dict[str, Define] = {}
+    for a in clash:
+        if not pool:
+            break  # more VMs than slots for a moment: this one's start fails and is retried next pass
+        port = pool.pop(0)
+        moved[a.vm] = Define(replace(a.spec, ssh_port=port, metadata={**a.spec.metadata, META_SSH_PORT: str(port)}))
+    return [moved.get(a.vm, a) if isinstance(a, Define) else a for a in actions]
 
 
 def _pinning(v: VmDesired, layout: Layout, core: int | None = None) -> tuple[int, ...] | None:

@@ -256,3 +256,30 @@ def test_libvirt_agents_beyond_the_hosts_are_refused(n: str, capsys: pytest.Capt
 
     assert main(["--hosts", "2", "--jobs", "2", "--libvirt-agents", n]) == 2
     assert f"--libvirt-agents = {n} is out of range (0..2 (--hosts))" in capsys.readouterr().err
+
+
+def test_a_vm_defined_on_a_slot_whose_port_a_promoted_vm_holds_gets_a_free_port() -> None:
+    """A promoted bg VM keeps the bg slot's forwarded port: the next bg VM of that core must not ask QEMU
+    for it (the libvirt demo's guests failed to start with "Could not set up host forwarding rule")."""
+    from vmctl.agents.backends.base import VmInfo
+    from vmctl.agents.layout import META_NODE
+    from vmctl.agents.plan import Define, Observed, plan
+    from vmctl.model import NodeDesired, PowerState
+
+    lay = Layout(host="h", cores=(0, 1), levels=2, memory_mib=128, kernel="/g/vmlinuz", initrd="/g/i.gz",
+                 ssh_ports=30000)
+    promoted = VmInfo(name="j2-r1-p1", power=PowerState.RUNNING, pinned_cores=(0,), weight=10000, cap=None,
+                      cpu_time_s=1.0, metadata={META_NODE: "h", "vmctl.managed": "1", "vmctl.role": "fg",
+                                                "vmctl.core": "0", META_SSH_PORT: "30001"})
+    desired = NodeDesired(node="h", generation=3, vms=(
+        VmDesired(name="j2-r1-p1", core=0, role=VmRole.FG, weight=10000),
+        VmDesired(name="j3-r1-p1", core=0, role=VmRole.BG, weight=1),
+        VmDesired(name="j4-r1-p0", core=1, role=VmRole.FG, weight=10000)))
+    defines = {a.spec.name: a.spec for a in plan(desired, Observed.of([promoted]), lay) if isinstance(a, Define)}
+    assert lay.spec_for(desired.vms[1]).ssh_port == 30001  # the bg slot's port: taken by the promoted VM
+    assert defines["j3-r1-p1"].ssh_port == 30000 and defines["j3-r1-p1"].metadata[META_SSH_PORT] == "30000"
+    assert defines["j4-r1-p0"].ssh_port == 30002  # a free slot port stays the slot's
+    # once the promoted VM is being removed, its port is free again for the slot's next VM
+    gone = NodeDesired(node="h", generation=4, vms=desired.vms[1:])
+    again = {a.spec.name: a.spec for a in plan(gone, Observed.of([promoted]), lay) if isinstance(a, Define)}
+    assert again["j3-r1-p1"].ssh_port == 30001

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +21,7 @@ import yaml
 
 from vmctl import errors
 from vmctl.apiclient import ApiClient
+from vmctl.cli.demo import guests
 from vmctl.cli.demo.processes import DaemonProcess, DemoError, ManagedProcess, agent_config, free_port
 from vmctl.cli.demo.summary import BSLD_TAU, Summary, migration_outcomes, summarize
 from vmctl.cli.demo.view import fmt_nodes, render
@@ -42,6 +46,20 @@ class DemoOptions:
     keep: bool = False
     live: bool = True
     migrate: bool = False
+    guest_dir: str = str(guests.GUEST_DIR)
+
+
+#: the shape of each backend's demo when --nodes / --cores / --jobs / --duration / --speed are not given:
+#: the mock's 3 hosts x 4 cores at 1000x; on real libvirt 2 single-core nodes (each agent pinned to one of
+#: this machine's cores, both on the one local libvirtd) and few enough jobs that their guests boot and
+#: run in a few minutes (every job process boots a guest first: ~10 s under TCG on an idle 2-core machine,
+#: 30-60 s on a loaded one), the workload's times divided by 100 (a model hour runs 36 s in its guest)
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "mock": {"nodes": 3, "cores": 4, "jobs": 40, "duration": 120.0, "speed": 1000.0},
+    "libvirt": {"nodes": 2, "cores": 1, "jobs": 6, "duration": 60.0, "speed": 100.0},
+}
+#: how long past --duration the libvirt demo waits for its jobs to end (real guests boot first)
+LIBVIRT_EXTRA_S = 600.0
 
 
 class Demo:
@@ -59,6 +77,13 @@ class Demo:
         self.accelerated = opts.backend == "mock"
         self.migration_outcomes: dict[str, float] = {}  # the daemon's vmctl_migrations_total by outcome
         self.epoch = time.time()
+        self.libvirt = opts.backend == "libvirt"
+        self.node_names = [f"node{i + 1}" for i in range(opts.nodes)]
+        self.libvirt_touched = False  # agents were started on libvirt: their domains are removed at the end
+        self.domains_removed: list[str] = []
+        self.domains_left: list[str] = []
+        # real guests boot first and run in real time: the demo waits for them past --duration
+        self.time_limit = opts.duration * 1.25 + (LIBVIRT_EXTRA_S if self.libvirt else 0.0)
 
     def clock_config(self) -> dict[str, float] | None:
         return {"speed": self.o.speed, "epoch": self.epoch} if self.accelerated else None
@@ -67,7 +92,7 @@ class Demo:
     def start_cluster(self) -> ApiClient:
         o = self.o
         extra: dict[str, Any] = {"migration": {"timeout_s": 30.0}}
-        grace = 1.0
+        grace = guests.ESTIMATE_GRACE_S if self.libvirt else 1.0  # real guests boot first (guests.py)
         if self.accelerated:
             extra["clock"] = self.clock_config()
             grace = 2.0 * o.speed  # model seconds: two real seconds of reporting delay
@@ -76,8 +101,8 @@ class Demo:
         client = self.daemon.client()
         from vmctl.agents.config import parse_agent_config  # offline check of what we are about to run
 
-        for i in range(o.nodes):
-            node = f"node{i + 1}"
+        ssh_bases = guests.ssh_port_blocks(o.nodes, o.cores) if self.libvirt else []
+        for i, node in enumerate(self.node_names):
             pki = self.state_dir / "pki"
             from vmctl.cli.ops import write_cert_files
 
@@ -89,6 +114,9 @@ class Demo:
                                fabric_dir=str(self.state_dir / "fabric") if o.backend == "mock" else "",
                                clock=self.clock_config(), migration_seconds=max(1.0, 0.1 * o.speed),
                                state_file=str(self.state_dir / f"mock-{node}.state") if o.backend == "mock" else "")
+            if self.libvirt:
+                cfg = guests.libvirt_agent_config(cfg, Path(o.guest_dir), self.state_dir / f"known_hosts-{node}",
+                                                  ssh_bases[i], guests.host_cores(i, o.cores, os.cpu_count() or 1))
             path = self.state_dir / f"agent-{node}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
             try:
@@ -97,6 +125,7 @@ class Demo:
                 raise DemoError(what="vmctl-agent", problem=f"cannot be configured for the demo: {exc}") from exc
             argv = [sys.executable, "-m", "vmctl.agents.main", "--config", str(path)]
             agent = ManagedProcess(f"vmctl-agent {node}", argv, self.state_dir / f"agent-{node}.log")
+            self.libvirt_touched = self.libvirt_touched or self.libvirt
             agent.start()
             self.agents.append(agent)
             self.agent_metrics.append(f"http://127.0.0.1:{port}/metrics")
@@ -123,14 +152,19 @@ class Demo:
         workload: list[DemoJob] = []
         info: dict[str, Any] = {}
         compress = not self.accelerated
+        command = guests.guest_command if self.libvirt else None
         if o.backend == "mock":  # fail on a bad workload before starting anything
             workload, info = build_demo_workload(o.jobs, planned, o.speed, o.duration, o.seed, compress=compress)
+        restore = self._stop_on_sigterm()
         try:
+            if self.libvirt:
+                self.prepare_libvirt()
             self.epoch = time.time()
             client = self.start_cluster()
             total = sum(int(n["cores"]) for n in client.list_nodes())
             if total != planned or not workload:
-                workload, info = build_demo_workload(o.jobs, total, o.speed, o.duration, o.seed, compress=compress)
+                workload, info = build_demo_workload(o.jobs, total, o.speed, o.duration, o.seed, compress=compress,
+                                                     command=command)
             self.echo(f"state dir {self.state_dir}; vmctld {self.daemon.url if self.daemon else ''} (pid "
                       f"{self.daemon.pid if self.daemon else ''}); {len(self.agents)} agents "
                       f"(pids {', '.join(str(a.pid) for a in self.agents)}); {len(workload)} {info['model']} jobs on "
@@ -143,6 +177,32 @@ class Demo:
             return summary
         finally:
             self.stop()
+            restore()
+
+    def prepare_libvirt(self) -> None:
+        """Before anything starts: libvirtd answers, the SSH guest is built (or the cached build is
+        reused), and libvirtd holds no VM with the demo's names."""
+        o = self.o
+        if o.migrate:
+            raise DemoError(what="--migrate", problem="needs the mock backend: the libvirt demo's nodes share one "
+                                                      "libvirtd, which cannot migrate a VM to itself")
+        guests.check_libvirtd(o.libvirt_uri)
+        guests.host_cores(0, o.cores, os.cpu_count() or 1)  # a clear error before building anything
+        guests.build_guest(Path(o.guest_dir), self.echo)
+        guests.check_no_leftovers(o.libvirt_uri, set(self.node_names))
+
+    @staticmethod
+    def _stop_on_sigterm() -> Any:
+        """SIGTERM ends the demo as Ctrl-C does (through ``stop``: nothing is left behind); returns the
+        function that puts the previous handler back."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        previous = signal.signal(signal.SIGTERM, interrupt)
+        return lambda: signal.signal(signal.SIGTERM, previous)
 
     def drive(self, client: ApiClient, workload: list[DemoJob]) -> list[dict[str, Any]]:
         o = self.o
@@ -209,7 +269,7 @@ class Demo:
                               + " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
                               + f" migrations {sum(seen_mig.values())}")
                 finished = submitted == len(workload) and all(j["state"] in TERMINAL for j in state["jobs"])
-                if finished or now > o.duration * 1.25:
+                if finished or now > self.time_limit:
                     break
                 for a in self.agents:
                     if not a.alive():
@@ -265,12 +325,36 @@ class Demo:
             self.echo(f"  note: {unfinished} jobs had not finished when the demo's time was up")
 
     def stop(self) -> None:
+        """Stop the agents and vmctld (by pid), remove the libvirt domains of the demo's nodes, remove the
+        temporary state directory. A second Ctrl-C or a SIGTERM while this runs does not cut it short."""
+        masked: list[tuple[signal.Signals, Any]] = []
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                masked.append((sig, signal.signal(sig, signal.SIG_IGN)))
+        try:
+            self._stop()
+        finally:
+            for sig, handler in masked:
+                signal.signal(sig, handler)
+
+    def _stop(self) -> None:
         for a in self.agents:
             a.terminate()
         for a in self.agents:
             a.stop()
         if self.daemon is not None:
             self.daemon.stop()
+        if self.libvirt_touched:
+            # the agents leave their VMs defined when they stop (an agent that restarts adopts them): the
+            # demo's run is over, so nothing of it stays in libvirtd
+            try:
+                self.domains_removed, self.domains_left = guests.remove_demo_vms(self.o.libvirt_uri,
+                                                                                 set(self.node_names))
+            except DemoError as exc:
+                self.domains_left = [f"? ({exc})"]
+            self.echo(f"libvirt: removed {len(self.domains_removed)} domains of the demo's nodes; "
+                      f"domains left: {len(self.domains_left)}"
+                      + (f" ({', '.join(self.domains_left)})" if self.domains_left else ""))
         if self.tmp_created and not self.o.keep:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         elif self.o.keep:
@@ -278,16 +362,23 @@ class Demo:
 
 
 @click.command()
-@click.option("--nodes", type=click.IntRange(1, 16), default=3, show_default=True, help="Agents (mock hosts).")
-@click.option("--cores", type=click.IntRange(1, 64), default=4, show_default=True, help="Cores per mock host.")
-@click.option("--jobs", type=click.IntRange(1, 5000), default=40, show_default=True, help="Jobs to submit.")
-@click.option("--duration", type=click.FloatRange(5, 3600), default=120.0, show_default=True,
-              help="Target run time of the demo in real seconds.")
-@click.option("--speed", type=click.FloatRange(1, 100000), default=DemoOptions.speed, show_default=True,
-              help="Accelerated clock of vmctld and the mock agents (model seconds per real second).")
+@click.option("--nodes", type=click.IntRange(1, 16), default=None,
+              help="Agents (hosts). [default: 3; --backend libvirt: 2, sharing the local libvirtd]")
+@click.option("--cores", type=click.IntRange(1, 64), default=None,
+              help="Cores per host. [default: 4; --backend libvirt: 1, a real core of this machine]")
+@click.option("--jobs", type=click.IntRange(1, 5000), default=None, help="Jobs to submit. [default: 40; "
+              "--backend libvirt: 6]")
+@click.option("--duration", type=click.FloatRange(5, 3600), default=None,
+              help="Target run time of the demo in real seconds (the workload is fitted to it; real guests "
+                   "may take longer to boot and run). [default: 120; --backend libvirt: 60]")
+@click.option("--speed", type=click.FloatRange(1, 100000), default=None,
+              help="Accelerated clock of vmctld and the mock agents (model seconds per real second); "
+                   "--backend libvirt: the workload's times are divided by it. [default: 1000; libvirt: 100]")
 @click.option("--policy", default="measy", show_default=True, help="Scheduling policy of vmctld.")
 @click.option("--backend", type=click.Choice(["mock", "libvirt"]), default="mock", show_default=True)
 @click.option("--libvirt-uri", default="qemu:///system", show_default=True, help="With --backend libvirt.")
+@click.option("--guest-dir", type=click.Path(file_okay=False), default=str(guests.GUEST_DIR), show_default=True,
+              help="With --backend libvirt: where the SSH guest is built (reused when its inputs are unchanged).")
 @click.option("--seed", type=int, default=DemoOptions.seed, show_default=True)
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Keep state here (default: a temporary directory, removed at the end).")
@@ -295,12 +386,18 @@ class Demo:
 @click.option("--live/--no-live", default=None, help="Live view (default: on a terminal).")
 @click.option("--migrate/--no-migrate", default=False, show_default=True,
               help="At 30% of the duration, also migrate a running job as an operator would (vmctl migrate).")
-def demo(nodes: int, cores: int, jobs: int, duration: float, speed: float, policy: str, backend: str,
-         libvirt_uri: str, seed: int, state_dir: str | None, keep: bool, live: bool | None, migrate: bool) -> None:
-    """Run vmctld and mock agents on this machine and show a Feitelson workload running."""
-    opts = DemoOptions(nodes=nodes, cores=cores, jobs=jobs, duration=duration, speed=speed, policy=policy,
-                       backend=backend, libvirt_uri=libvirt_uri, seed=seed, state_dir=state_dir, keep=keep,
-                       live=sys.stdout.isatty() if live is None else live, migrate=migrate)
+def demo(nodes: int | None, cores: int | None, jobs: int | None, duration: float | None, speed: float | None,
+         policy: str, backend: str, libvirt_uri: str, guest_dir: str, seed: int, state_dir: str | None, keep: bool,
+         live: bool | None, migrate: bool) -> None:
+    """Run vmctld and agents on this machine and show a Feitelson workload running: on mock hosts, or
+    (--backend libvirt) in real guests of the local libvirtd, each job process over SSH in its own VM."""
+    d = DEFAULTS[backend]
+    opts = DemoOptions(nodes=d["nodes"] if nodes is None else nodes, cores=d["cores"] if cores is None else cores,
+                       jobs=d["jobs"] if jobs is None else jobs,
+                       duration=d["duration"] if duration is None else duration,
+                       speed=d["speed"] if speed is None else speed, policy=policy, backend=backend,
+                       libvirt_uri=libvirt_uri, seed=seed, state_dir=state_dir, keep=keep,
+                       live=sys.stdout.isatty() if live is None else live, migrate=migrate, guest_dir=guest_dir)
     summary = Demo(opts).run()
     if summary.by_state.get(JobState.DONE, 0) == 0:
         raise DemoError(what="demo", problem="no job finished; see the logs (--keep)")

@@ -3,6 +3,7 @@ scaled to the demo's clock and duration, as job specs for the API with their arr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,8 @@ class DemoJob:
 
 
 def build_demo_workload(n_jobs: int, total_cores: int, speed: float, duration: float, seed: int,
-                        model: str = "feitelson96", compress: bool = False) -> tuple[list[DemoJob], dict[str, Any]]:
+                        model: str = "feitelson96", compress: bool = False,
+                        command: Callable[[float], str] | None = None) -> tuple[list[DemoJob], dict[str, Any]]:
     """The first ``n_jobs`` of a generated model workload for a machine of ``total_cores`` cores, for
     a clock running ``speed`` model seconds per real second: job times stay in model seconds, the
     arrival offsets ``at`` are real seconds (model / speed, squeezed further when the arrivals would
@@ -27,7 +29,10 @@ def build_demo_workload(n_jobs: int, total_cores: int, speed: float, duration: f
     (real seconds, i.e. ``duration / 3 * speed`` model seconds) so the demo ends in time.
 
     ``compress``: for a daemon on a real-time clock (``--backend libvirt``), job times are divided by
-    ``speed`` too (the spec's times are then real seconds)."""
+    ``speed`` too (the spec's times are then real seconds).
+
+    ``command``: each task's command from its run time (in the spec's unit), for agents that run the
+    processes in real guests (``vmctl.cli.demo.guests.guest_command``); mock agents need none."""
     from vmctl.sim.workloads.registry import MODELS, generate_model
 
     if model not in MODELS:
@@ -58,7 +63,8 @@ def build_demo_workload(n_jobs: int, total_cores: int, speed: float, duration: f
         if usage is not None and len(usage) < procs:
             usage = usage + [usage[-1]] * (procs - len(usage))
         tasks = [{"work_seconds": round(run, 3),
-                  **({"cpu_usage": usage[i]} if usage else {})} for i in range(procs)]
+                  **({"cpu_usage": usage[i]} if usage else {}),
+                  **({"command": command(round(run, 3))} if command is not None else {})} for i in range(procs)]
         spec: dict[str, Any] = {"name": f"{model}-{j.id}", "procs": procs, "estimate": round(estimate, 3),
                                 "tasks": tasks}
         if usage is not None:
