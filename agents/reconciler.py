@@ -36,11 +36,12 @@ from vmctl.agents.backends.base import (
     ProcessStatus,
     VmInfo,
 )
-from vmctl.agents.layout import Layout
+from vmctl.agents.layout import META_NODE, Layout
 from vmctl.agents.plan import (
     AbortMigration,
     Action,
     CheckpointVm,
+    Claim,
     Define,
     KillProcess,
     Observed,
@@ -273,7 +274,11 @@ class Reconciler:
                 retry = True
         if converged and not failed and desired is not None and not self.fenced:
             self._generation_applied = desired.generation
-        observed = self._report(target, observation, errors)
+        wanted = {v.name for v in target.vms}
+        removed = sorted({a.vm for a in applied if isinstance(a, Undefine) and a.vm not in wanted})
+        if removed:
+            log.warning("removed VM(s) no desired state wants: %s", ", ".join(removed))
+        observed = self._report(target, observation, errors, prune, removed)
         if observed is None and self.reporter is not None:
             retry = True
         if switched:
@@ -404,6 +409,15 @@ class Reconciler:
                     raise _AbortPass(exc) from exc
             if d.checkpoint_path and os.path.exists(d.checkpoint_path):
                 files.add(d.checkpoint_path)
+        wanted = {d.name for d in desired.vms}
+        for o in vms:  # one of ours leaving for a host no desired state puts it on (the plan calls it back)
+            if o.power is PowerState.MIGRATING and o.name not in wanted and self.layout.is_ours(o.name, o.metadata):
+                try:
+                    migrations[o.name] = self.backend.migration_status(o.name)
+                except (VmStateError, VmNotFound, OperationNotSupported):
+                    pass
+                except VmctlError as exc:
+                    raise _AbortPass(exc) from exc
         self._sample(vms)
         return Observed(by_name, processes, migrations, frozenset(files), frozenset(self._transferred))
 
@@ -456,8 +470,13 @@ class Reconciler:
             if got != act.vm:
                 raise HypervisorError(backend=b.name, operation="restore",
                                       problem=f"{act.path} holds VM {got!r}, expected {act.vm!r}")
+            if act.metadata:  # a checkpoint made on another node names that node: this one owns it now
+                b.set_metadata(got, dict(act.metadata))
+        elif isinstance(act, Claim):
+            b.set_metadata(act.vm, dict(act.metadata))
         elif isinstance(act, StartMigration):
-            b.start_migration(act.vm, act.dest_uri, act.migrate_uri)
+            b.start_migration(act.vm, act.dest_uri, act.migrate_uri,
+                              metadata={META_NODE: act.node} if act.node else None)
         elif isinstance(act, AbortMigration):
             b.abort_migration(act.vm)
         elif isinstance(act, TransferCheckpoint):
@@ -478,10 +497,11 @@ class Reconciler:
 
     # ------------------------------------------------------------------ report
 
-    def _report(self, desired: NodeDesired, obs: Observed | None, errors: list[str]) -> NodeObserved | None:
+    def _report(self, desired: NodeDesired, obs: Observed | None, errors: list[str], prune: bool = False,
+                removed: Collection[str] = ()) -> NodeObserved | None:
         now = self.clock.now()
         if obs is not None:
-            self._last_vms = self._observed_vms(desired, obs)
+            self._last_vms = self._observed_vms(desired, obs, prune, removed)
         host_util = 0.0
         running = [v.utilization for v in self._last_vms if v.power is PowerState.RUNNING]
         if running:
@@ -501,9 +521,15 @@ class Reconciler:
             return None
         return observed
 
-    def _observed_vms(self, desired: NodeDesired, obs: Observed) -> tuple[VmObserved, ...]:
+    def _observed_vms(self, desired: NodeDesired, obs: Observed, prune: bool = False,
+                      removed: Collection[str] = ()) -> tuple[VmObserved, ...]:
+        """Every VM of desired state and every other VM of ours on the host. One of ours that desired state
+        does not list is an ``orphan`` (once a desired state was received: before that nothing is known to
+        be unwanted); one removed in this cycle is reported once more, absent, so that vmctld hears of it."""
         wanted = {d.name: d for d in desired.vms}
         out: list[VmObserved] = []
+        for name in sorted(set(removed) - set(obs.vms) - set(wanted)):
+            out.append(VmObserved(name=name, power=PowerState.ABSENT, orphan=True))
         for name, v in sorted(obs.vms.items()):
             d = wanted.get(name)
             if d is None and not self.layout.is_ours(name, v.metadata):
@@ -526,7 +552,8 @@ class Reconciler:
                 utilization=self._util.get(name, 0.0) if v.power is PowerState.RUNNING else 0.0,
                 process_job=proc.job_id if proc is not None else None,
                 process_index=proc.index if proc is not None else None,
-                process_exit=proc.exit_code if proc is not None else None, migration_phase=phase))
+                process_exit=proc.exit_code if proc is not None else None, migration_phase=phase,
+                orphan=d is None and prune))
         for name, d in sorted(wanted.items()):
             if name in obs.vms:
                 continue

@@ -148,6 +148,9 @@ class ClusterState:
     _shaped: set[str] = field(default_factory=set)
     _shape_cache: dict[str, JobShape] = field(default_factory=dict)
     _util: dict[str, float] = field(default_factory=dict)  # VM name -> last reported utilization
+    #: node -> the jobs with a VM on it, as its agent last reported (present, not absent): a queued job
+    #: with one on a node that is not down waits (``lingering``) so that no two runs of a job ever run at once
+    _present: dict[str, frozenset[str]] = field(default_factory=dict)
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
     # and whether every process maps to a known core
@@ -426,10 +429,36 @@ class ClusterState:
 
     def set_observed(self, obs: NodeObserved) -> None:
         self.observed[obs.node] = obs
+        jobs = set()
+        for v in obs.vms:
+            if v.power is not PowerState.ABSENT and v.name.startswith("j"):
+                parsed = parse_vm_name(v.name)
+                if parsed is not None:
+                    jobs.add(parsed[0])
+        self._present[obs.node] = frozenset(jobs)
         if obs.errors:
             self.agent_errors[obs.node] = (obs.time, obs.errors)
         for v in obs.vms:
             self._util[v.name] = v.utilization
+
+    def lingering(self) -> set[str]:
+        """Queued jobs that a host still reports a VM of (an earlier run, not removed yet: its agent has
+        not applied the change, or a migration brought it to a host after the job ended), on nodes that
+        are not down (a down node's jobs were requeued because it stopped answering: its agent fenced
+        itself, and it removes them when it comes back). Such a job is kept from the policy until the
+        VM is gone, so two runs of one job never run at the same time."""
+        out: set[str] = set()
+        for node, jobs in self._present.items():
+            if not jobs:
+                continue
+            rec = self.nodes.get(node)
+            if rec is None or rec.state == "down":
+                continue
+            for jid in jobs:
+                job = self.jobs.get(jid)
+                if job is not None and job.state == JobState.QUEUED:
+                    out.add(jid)
+        return out
 
     def vm_util(self, name: str) -> float | None:
         return self._util.get(name)
@@ -645,6 +674,10 @@ class ClusterState:
                 migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
             )
         queue, queue_index = self.queue_jobs()
+        waiting = self.lingering() if queue else set()
+        if waiting:  # a VM of an earlier run is still on some host: this run starts once it is gone
+            queue = [j for j in queue if j.id not in waiting]
+            queue_index = MappingProxyType({j.id: j for j in queue})
         idle = [{c for c in range(total) if usable[c] and row[c] is None} for row in slots]
         speed, group, mem = self.node_attributes()
         view = ClusterView.leveled(
