@@ -169,6 +169,10 @@ class Reconciler:
         self._samples: dict[str, tuple[float, float]] = {}
         self._util: dict[str, float] = {}
         self._last_vms: tuple[VmObserved, ...] = ()
+        #: VMs a desired state this agent held put on this node (not as a migration's target): removing one
+        #: of them once vmctld drops it is the normal end of a run; any other VM of ours that no desired
+        #: state wants is an *orphan* (left behind: arrived after its job ended, or from before a restart)
+        self._owned: set[str] = set()
         self._wake = threading.Event()
         self._subscribed = False
 
@@ -223,6 +227,9 @@ class Reconciler:
         self._subscribe()
         errors: list[str] = []
         desired, prune, retry = self._fetch(errors)
+        if desired is not None:
+            host = self.layout.host
+            self._owned.update(v.name for v in desired.vms if v.migration is None or v.migration.source_node == host)
         t_switch = time.perf_counter()
         switched, to_switch = self._slice_clock(desired, errors)
         target = self.layout.shape(desired if desired is not None else self.layout.base_desired(0), self.active_row)
@@ -275,10 +282,12 @@ class Reconciler:
         if converged and not failed and desired is not None and not self.fenced:
             self._generation_applied = desired.generation
         wanted = {v.name for v in target.vms}
-        removed = sorted({a.vm for a in applied if isinstance(a, Undefine) and a.vm not in wanted})
+        removed = sorted({a.vm for a in applied if isinstance(a, Undefine) and self._orphan(a.vm, wanted)})
         if removed:
-            log.warning("removed VM(s) no desired state wants: %s", ", ".join(removed))
+            log.warning("removed orphan VM(s) (no desired state wants them): %s", ", ".join(removed))
         observed = self._report(target, observation, errors, prune, removed)
+        if observation is not None:
+            self._owned &= wanted | set(observation.vms)
         if observed is None and self.reporter is not None:
             retry = True
         if switched:
@@ -525,7 +534,11 @@ class Reconciler:
                       removed: Collection[str] = ()) -> tuple[VmObserved, ...]:
         """Every VM of desired state and every other VM of ours on the host. One of ours that desired state
         does not list is an ``orphan`` (once a desired state was received: before that nothing is known to
-        be unwanted); one removed in this cycle is reported once more, absent, so that vmctld hears of it."""
+        be unwanted; placeholders aside) while it is still here: a run's VMs normally go in the cycle that
+        learns the run ended, so a reported orphan is one whose removal failed or waits (migrating). An
+        orphan that no desired state this agent held put here (``_orphan``: it arrived after its job
+        ended, or is from before a restart) and that this cycle removed is reported once more, absent, so
+        that vmctld hears of it."""
         wanted = {d.name: d for d in desired.vms}
         out: list[VmObserved] = []
         for name in sorted(set(removed) - set(obs.vms) - set(wanted)):
@@ -553,7 +566,7 @@ class Reconciler:
                 process_job=proc.job_id if proc is not None else None,
                 process_index=proc.index if proc is not None else None,
                 process_exit=proc.exit_code if proc is not None else None, migration_phase=phase,
-                orphan=d is None and prune))
+                orphan=prune and d is None and not self.layout.is_level_name(name)))
         for name, d in sorted(wanted.items()):
             if name in obs.vms:
                 continue
@@ -562,6 +575,11 @@ class Reconciler:
                 phase = "completed" if d.migration.source_node == self.layout.host else "waiting"
             out.append(VmObserved(name=name, power=PowerState.ABSENT, migration_phase=phase))
         return tuple(out)
+
+    def _orphan(self, name: str, wanted: Collection[str]) -> bool:
+        """A VM of ours that no desired state wants and that no desired state this agent held put here (a
+        placeholder that gives way to a job VM is none)."""
+        return name not in wanted and name not in self._owned and not self.layout.is_level_name(name)
 
     # ------------------------------------------------------------------ the loop
 
