@@ -591,7 +591,7 @@ def _plan_migration_source(v: VmDesired, o: VmInfo | None, obs: Observed, peers:
 
 
 __all__ = [
-    "AbortMigration", "Action", "CheckpointVm", "Claim", "Define", "KillProcess", "Observed", "Pin", "RestoreVm", "Resume",
-    "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "TransferCheckpoint", "Tune", "Undefine", "accept",
-    "plan", "refusal_reason", "validate",
+    "AbortMigration", "Action", "CheckpointVm", "Claim", "Define", "KillProcess", "Observed", "Pin", "RestoreVm",
+    "Resume", "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "TransferCheckpoint", "Tune", "Undefine",
+    "accept", "plan", "refusal_reason", "validate",
 ]

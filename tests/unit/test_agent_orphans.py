@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from vmctl.agents.backends.base import MigrationState, MigrationStatus, VmInfo, VmSpec
-from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
+from vmctl.agents.backends.mock import Fault, MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.layout import META_NODE, Layout
 from vmctl.agents.plan import AbortMigration, Claim, Observed, RestoreVm, StartMigration, Stop, Undefine, plan
 from vmctl.agents.reconciler import Reconciler
@@ -142,8 +142,6 @@ def test_reconciler_reports_an_orphan_it_removed_and_the_metric_counts_what_is_l
     assert observed_from_json(observed_to_json(wired)) == res.observed
     # one that cannot be removed stays reported (present) as an orphan, and the agent metric counts it
     _up(be, "j9-r3-p0", {"vmctl.managed": "1", "vmctl.node": "b"})
-    from vmctl.agents.backends.mock import Fault
-
     be.faults.append(Fault("stop", "j9-r3-p0", None))
     res = rec.run_once()
     assert res.observed is not None
@@ -238,7 +236,7 @@ def _no_vm_left(c: Cluster, jid: str) -> None:
 
 def test_a_migrated_job_that_ends_leaves_no_vm_on_its_new_host(tmp_path: Path) -> None:
     c = Cluster(tmp_path)
-    jid, src, dst = c.running_job()
+    jid, _src, dst = c.running_job()
     c.daemon.migrate_job(jid, dst)
     c.run_until(lambda: not c.daemon.job(jid).migrating, "the migration to complete")
     assert c.daemon.job(jid).placement[0][0] == dst
@@ -287,9 +285,9 @@ def test_a_job_stopped_during_its_migration_leaves_no_vm_on_either_host(tmp_path
 
 def test_vmctld_shows_and_counts_an_orphan_until_it_is_gone_and_holds_back_its_job(tmp_path: Path) -> None:
     c = Cluster(tmp_path)
-    jid, src, dst = c.running_job()
+    jid, src, _dst = c.running_job()
     be = c.agents[src][3]
-    be.faults.append(__import__("vmctl.agents.backends.mock", fromlist=["Fault"]).Fault("stop", f"j{jid}-*", None))
+    be.faults.append(Fault("stop", f"j{jid}-*", None))
     c.daemon.requeue(jid, "test")  # not held: it would start again at once if vmctld did not wait
     c.step()
     c.step()

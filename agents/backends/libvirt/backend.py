@@ -21,9 +21,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 

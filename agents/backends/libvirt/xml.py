@@ -257,7 +257,8 @@ def with_metadata(xml: str, metadata: dict[str, str]) -> str:
     try:
         dom = ET.fromstring(xml)
     except ET.ParseError as exc:
-        raise HypervisorError(backend="libvirt", operation="rewrite metadata", problem=f"unparsable domain XML: {exc}") from exc
+        raise HypervisorError(backend="libvirt", operation="rewrite metadata",
+                              problem=f"unparsable domain XML: {exc}") from exc
     meta = dom.find("metadata")
     if meta is None:
         meta = _sub(dom, "metadata")
