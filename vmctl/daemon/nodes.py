@@ -100,8 +100,9 @@ class NodeEvents(DaemonBase):
         self._node_back(rec, ch)
         self._report_events(obs, now)
         before = self.state._present.get(obs.node, frozenset())
+        moving = set(self.state.in_flight)
         self.actuator.observe(obs, now, ch)
-        for jid in before - self.state._present.get(obs.node, frozenset()):
+        for jid in (before - self.state._present.get(obs.node, frozenset())) | (moving - set(self.state.in_flight)):
             job = self.state.jobs.get(jid)
             if job is not None and job.state == JobState.QUEUED:  # it may start now (``ClusterState.lingering``)
                 ch.events.append(f"the VMs of job {jid} on {obs.node} are gone")
