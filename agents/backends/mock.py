@@ -186,11 +186,15 @@ class _Vm:
 
 
 class MockFabric:
-    """Connects MockBackends so that VMs can migrate between them (``uri`` -> backend)."""
+    """Connects MockBackends so that VMs can migrate between them (``uri`` -> backend). The backends of
+    one fabric share one lock (``hosts_lock``): every call settles the whole fabric (integrates every
+    host and hands migrated VMs over), so a lock per host, taken while another host's is wanted, would
+    deadlock two agent threads that call their own hosts at the same moment."""
 
     def __init__(self) -> None:
         self._backends: dict[str, MockBackend] = {}
         self._lock = threading.RLock()
+        self.hosts_lock = threading.RLock()
 
     def attach(self, backend: MockBackend) -> None:
         with self._lock:
@@ -240,7 +244,7 @@ class MockBackend(HypervisorBackend):
         self._vms: dict[str, _Vm] = {}
         self._migrations: dict[str, _Migration] = {}
         self._callbacks: list[EventCallback] = []
-        self._lock = threading.RLock()
+        self._lock = fabric.hosts_lock if fabric is not None else threading.RLock()
         self._t = self.clock.now()
         self._dirty = True
         self._closed = False
