@@ -29,7 +29,10 @@ atomically to ``<target inbox>/<vm>.json`` and freezes the VM (still MIGRATING).
 up on its next call (or poll, ``poll_seconds``): it claims the file by renaming it and adopts the VM,
 running; or, if it already has a live VM of that name or cannot read the file, it answers with
 ``<vm>.rejected`` (the reason) and deletes the offer. The source then sees the offer gone: COMPLETED
-(VM removed here) or, with a ``.rejected`` answer, FAILED (the VM runs on here). ``abort_migration``
+(VM removed here) or, with a ``.rejected`` answer, FAILED (the VM runs on here). ``start_migration(...,
+metadata=...)`` entries are merged into the metadata of the copy the target adopts (in-process and in
+the offer file), so the VM names its new host from its arrival; ``set_metadata`` merges entries into a
+VM's metadata (kept in the state file). ``abort_migration``
 deletes an unclaimed offer; a claimed one completes. With ``poll_seconds`` a thread settles the
 model that often and emits events for arrivals, hand-offs and process exits, so agents wake at once.
 

@@ -144,6 +144,16 @@ def test_no_vm_of_a_job_migrated_between_real_libvirt_hosts_is_left(
             c.until(lambda: not c.daemon.job(jid).migrating, "the migration to complete")
             (arrived,) = [v for v in peer_qemu.list_vms() if v.name == name]
             assert arrived.metadata[META_NODE] == N2, arrived.metadata  # the destination XML named its new node
+            import libvirt
+
+            from vmctl.agents.backends.libvirt.xml import parse_domain_xml
+
+            conn = libvirt.open(peer.uri)
+            try:  # ... and so does its persistent definition there
+                inactive = conn.lookupByName(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+            finally:
+                conn.close()
+            assert parse_domain_xml(inactive).metadata[META_NODE] == N2
             assert c.daemon.job(jid).placement[0][0] == N2
             c.runner.finish(name)
             c.until(lambda: c.daemon.job(jid).state == "done", "the job to end")
