@@ -111,7 +111,8 @@ class Cluster:
                 return
             self.step()
             time.sleep(0.1)
-        raise AssertionError(f"{what}: not within {limit:.0f} s")
+        reports = {n: (rep.last.errors if rep.last is not None else None) for n, (_r, _s, rep) in self.agents.items()}
+        raise AssertionError(f"{what}: not within {limit:.0f} s; the agents' errors: {reports}")
 
     def job_vms(self, jid: str) -> dict[str, list[str]]:
         return {n: sorted(v.name for v in be.list_vms() if v.name.startswith(f"j{jid}-r"))

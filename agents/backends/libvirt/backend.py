@@ -82,6 +82,10 @@ TEST_CAPABILITIES = frozenset({
 
 _AFFECT_LIVE = libvirt.VIR_DOMAIN_AFFECT_LIVE
 _AFFECT_CONFIG = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+#: errors of a migration whose destination XML the hypervisor refused (not of one that ran, or was aborted)
+_XML_REFUSED = frozenset({libvirt.VIR_ERR_CONFIG_UNSUPPORTED, libvirt.VIR_ERR_XML_ERROR, libvirt.VIR_ERR_XML_DETAIL,
+                          libvirt.VIR_ERR_INVALID_ARG, libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED,
+                          libvirt.VIR_ERR_NO_SUPPORT})
 
 
 def _driver_of(uri: str) -> str:
@@ -679,16 +683,29 @@ class LibvirtBackend(HypervisorBackend):
             params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = persist_xml
         record = _Migration(dest_uri=dest_uri)
 
+        def attempt(p: dict[str, Any]) -> None:
+            if peer_to_peer:
+                dom.migrateToURI3(dest_uri, p, flags | libvirt.VIR_MIGRATE_PEER2PEER)
+            else:
+                dconn = libvirt.open(dest_uri)
+                try:
+                    dom.migrate3(dconn, p, flags)
+                finally:
+                    dconn.close()
+
         def run() -> None:
             try:
-                if peer_to_peer:
-                    dom.migrateToURI3(dest_uri, params, flags | libvirt.VIR_MIGRATE_PEER2PEER)
-                else:
-                    dconn = libvirt.open(dest_uri)
-                    try:
-                        dom.migrate3(dconn, params, flags)
-                    finally:
-                        dconn.close()
+                try:
+                    attempt(params)
+                except libvirt.libvirtError as exc:
+                    if libvirt.VIR_MIGRATE_PARAM_DEST_XML not in params or exc.get_error_code() not in _XML_REFUSED:
+                        raise
+                    # a hypervisor that refuses the rewritten XML still migrates the VM; the target's agent
+                    # then claims it once vmctld confirmed the move (docs/agent.md)
+                    log.warning("%s: the destination refused the rewritten metadata (%s); migrating without it",
+                                name, exc.get_error_message())
+                    attempt({k: v for k, v in params.items() if k not in (libvirt.VIR_MIGRATE_PARAM_DEST_XML,
+                                                                          libvirt.VIR_MIGRATE_PARAM_PERSIST_XML)})
             except libvirt.libvirtError as exc:
                 record.error = exc.get_error_message() or str(exc)
             except Exception as exc:  # a bug in here must still end the migration record
