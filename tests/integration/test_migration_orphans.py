@@ -4,7 +4,7 @@ journals are the hosts' process logs): migrate a job, then (a) it ends, (b) it i
 migration, (c) it is requeued during the migration, (d) vmctld is killed -9 mid-migration; no VM of the
 job is left on either host. Then a race: hold / release / requeue / cancel while migrations run (about
 60 s): from the hosts' journals, two runs of one job never ran at the same time, and no VM of a job is
-left at the end. The same cases on real libvirt: test_libvirt_migration_orphans.py."""
+left at the end."""
 
 from __future__ import annotations
 

@@ -82,10 +82,6 @@ TEST_CAPABILITIES = frozenset({
 
 _AFFECT_LIVE = libvirt.VIR_DOMAIN_AFFECT_LIVE
 _AFFECT_CONFIG = libvirt.VIR_DOMAIN_AFFECT_CONFIG
-#: errors of a migration whose destination XML the hypervisor refused (not of one that ran, or was aborted)
-_XML_REFUSED = frozenset({libvirt.VIR_ERR_CONFIG_UNSUPPORTED, libvirt.VIR_ERR_XML_ERROR, libvirt.VIR_ERR_XML_DETAIL,
-                          libvirt.VIR_ERR_INVALID_ARG, libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED,
-                          libvirt.VIR_ERR_NO_SUPPORT})
 
 
 def _driver_of(uri: str) -> str:
@@ -698,11 +694,12 @@ class LibvirtBackend(HypervisorBackend):
                 try:
                     attempt(params)
                 except libvirt.libvirtError as exc:
-                    if libvirt.VIR_MIGRATE_PARAM_DEST_XML not in params or exc.get_error_code() not in _XML_REFUSED:
-                        raise
-                    # a hypervisor that refuses the rewritten XML still migrates the VM; the target's agent
-                    # then claims it once vmctld confirmed the move (docs/agent.md)
-                    log.warning("%s: the destination refused the rewritten metadata (%s); migrating without it",
+                    if libvirt.VIR_MIGRATE_PARAM_DEST_XML not in params or \
+                            exc.get_error_code() == libvirt.VIR_ERR_OPERATION_ABORTED:
+                        raise  # aborted (abort_migration): not tried again
+                    # a migration with the rewritten XML that failed is tried once more without it (the target's
+                    # agent then claims the VM once vmctld confirmed the move; docs/agent.md)
+                    log.warning("%s: the migration with the rewritten metadata failed (%s); trying without it",
                                 name, exc.get_error_message())
                     attempt({k: v for k, v in params.items() if k not in (libvirt.VIR_MIGRATE_PARAM_DEST_XML,
                                                                           libvirt.VIR_MIGRATE_PARAM_PERSIST_XML)})
