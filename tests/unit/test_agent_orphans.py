@@ -305,3 +305,15 @@ def test_vmctld_shows_and_counts_an_orphan_until_it_is_gone_and_holds_back_its_j
     c.run_until(lambda: c.daemon.job(jid).state == "running", "the job to start again once its VM is gone")
     assert c.daemon.job(jid).run == 2
     c.close()
+
+
+def test_libvirt_destination_xml_carries_the_new_node_and_nothing_else_changes() -> None:
+    from vmctl.agents.backends.libvirt.xml import domain_xml, metadata_element, parse_domain_xml, with_metadata
+
+    src = domain_xml(VmSpec(name="j1-r1-p0", memory_mib=64, metadata=dict(META_A)), "qemu")
+    dest = with_metadata(src, {**META_A, META_NODE: "b"})
+    before, after = parse_domain_xml(src), parse_domain_xml(dest)
+    assert after.metadata == {**META_A, META_NODE: "b"}
+    assert (after.name, after.domain_type, after.vcpus, after.memory_mib, after.cputune) == \
+        (before.name, before.domain_type, before.vcpus, before.memory_mib, before.cputune)
+    assert metadata_element({"vmctl.node": "b"}) == '<vm><entry key="vmctl.node">b</entry></vm>'
