@@ -312,9 +312,16 @@ class Layout:
         return self.ssh_ports + core * self.levels + level
 
     def is_ours(self, name: str, metadata: dict[str, str]) -> bool:
-        """True for VMs this agent manages: our metadata, or a (core, level) name of this layout."""
+        """True for VMs this agent manages: our metadata, or a (core, level) name of this layout. A VM
+        whose metadata names another node is that node's: on a hypervisor several agents share (the
+        libvirt demo, the task-bag testbed) it belongs to a live agent, and one that came here by
+        migration names this node from its arrival (the source rewrites it: ``StartMigration.node``)."""
         if metadata.get(META_NODE) == self.host and metadata.get(META_MANAGED) == "1":
             return True
+        return self.is_level_name(name)
+
+    def is_level_name(self, name: str) -> bool:
+        """True for the name of one of this layout's (core, level) VMs (a placeholder's, when idle)."""
         return any(name == self.vm_name(k, lvl) for k in range(self.size) for lvl in range(self.levels))
 
 

@@ -64,7 +64,7 @@ from vmctl.agents.backends.base import (
     VmInfo,
     VmSpec,
 )
-from vmctl.agents.layout import META_SSH_PORT, Layout
+from vmctl.agents.layout import META_NODE, META_SSH_PORT, Layout
 from vmctl.errors import ValidationError
 from vmctl.model import (
     Discipline,
@@ -149,6 +149,8 @@ class CheckpointVm:
 class RestoreVm:
     vm: str
     path: str
+    #: the metadata the restored VM carries here (a checkpoint taken on another node names that node)
+    metadata: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     kind: Literal["restore"] = "restore"
 
 
@@ -157,7 +159,19 @@ class StartMigration:
     vm: str
     dest_uri: str
     migrate_uri: str | None = None
+    #: the target node: the VM's ``vmctl.node`` metadata names it on arrival (not part of the step's identity)
+    node: str = field(default="", compare=False)
     kind: Literal["start_migration"] = "start_migration"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Rewrite a VM's vmctl metadata to this node's (it names another node: it came here by a migration
+    or a restore that did not rewrite it), so that this agent owns it whatever happens to it later."""
+
+    vm: str
+    metadata: tuple[tuple[str, str], ...]
+    kind: Literal["claim"] = "claim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +205,7 @@ class KillProcess:
 
 Action: TypeAlias = (
     Define | Undefine | Start | Stop | Suspend | Resume | Pin | Tune | CheckpointVm | RestoreVm
-    | StartMigration | AbortMigration | StartProcess | KillProcess | TransferCheckpoint
+    | StartMigration | AbortMigration | StartProcess | KillProcess | TransferCheckpoint | Claim
 )
 
 _Adder: TypeAlias = Callable[[int, Action], None]
@@ -401,6 +415,11 @@ def plan(desired: NodeDesired, observed: Observed, layout: Layout, peers: Mappin
             if name in wanted or not layout.is_ours(name, o.metadata):
                 continue
             if o.power is PowerState.MIGRATING:
+                # leaving for a host that no desired state puts it on: call it back (too late once it is
+                # there; it then names its new host, whose agent removes it)
+                st = observed.migrations.get(name)
+                if st is not None and st.state is MigrationState.RUNNING:
+                    add(_P_KILL, AbortMigration(name))
                 continue
             if o.power in (PowerState.RUNNING, PowerState.PAUSED, PowerState.CRASHED):
                 add(_P_STOP, Stop(name))
@@ -459,7 +478,7 @@ def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peer
         if o is None or o.power is PowerState.ABSENT:
             if (m.mode == "checkpoint" and m.phase == "running" and v.checkpoint_path
                     and v.checkpoint_path in obs.files):
-                add(_P_START, RestoreVm(name, v.checkpoint_path))
+                add(_P_START, RestoreVm(name, v.checkpoint_path, _meta(v, layout, core)))
             return
     elif m is not None and m.phase == "completed" and m.source_node == layout.host:
         # the VM left: never re-create it here; clean up what is left of it
@@ -471,6 +490,10 @@ def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peer
 
     if o is not None and o.power is PowerState.MIGRATING:
         return  # in flight: only the migration logic may touch it
+    if m is None and o is not None and o.power is not PowerState.ABSENT and o.metadata.get(META_NODE) != layout.host:
+        # desired state puts it here and no move is under way: it is ours (it arrived with another node's
+        # name, or was made by hand); a VM a migration is still bringing is claimed once vmctld confirmed it
+        add(_P_PIN, Claim(name, _meta(v, layout, core)))
 
     power = o.power if o is not None else PowerState.ABSENT
     want = v.power
@@ -493,7 +516,7 @@ def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peer
     # running, paused or shutoff wanted: the VM must exist with the right pinning and tuning
     if power is PowerState.ABSENT:
         if want is not PowerState.SHUTOFF and have_file and v.checkpoint_path:
-            add(_P_START, RestoreVm(name, v.checkpoint_path))
+            add(_P_START, RestoreVm(name, v.checkpoint_path, _meta(v, layout, core)))
             return  # pinned and tuned in the next pass, once it exists
         add(_P_DEFINE, Define(layout.spec_for(v)))
         _tune(v, None, pin, add, new=True)
@@ -515,7 +538,7 @@ def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peer
         add(_P_START, Start(name))
     elif power is PowerState.SAVED or power is PowerState.SHUTOFF:
         if have_file and v.checkpoint_path:
-            add(_P_START, RestoreVm(name, v.checkpoint_path))
+            add(_P_START, RestoreVm(name, v.checkpoint_path, _meta(v, layout, core)))
         else:
             add(_P_START, Start(name))
     elif power is PowerState.PAUSED and want is PowerState.RUNNING:
@@ -525,6 +548,12 @@ def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peer
         add(_P_PAUSE, Suspend(name))
     if power is PowerState.RUNNING:
         _plan_process(v, obs.processes.get(name), add)
+
+
+def _meta(v: VmDesired, layout: Layout, core: int) -> tuple[tuple[str, str], ...]:
+    """The vmctl metadata of ``v`` on this node, on local core ``core``."""
+    spec = layout.spec_for(v if core == v.core else replace(v, core=core))
+    return tuple(sorted(spec.metadata.items()))
 
 
 def _tune(v: VmDesired, o: VmInfo | None, pin: tuple[int, ...] | None, add: _Adder, new: bool) -> None:
@@ -588,11 +617,11 @@ def _plan_migration_source(v: VmDesired, o: VmInfo | None, obs: Observed, peers:
     if status is not None and status.state is MigrationState.FAILED:
         return  # reported; the daemon decides (retry with a new migration id, or give up)
     if o.power is PowerState.RUNNING and m.target_node in peers:
-        add(_P_MIGRATE, StartMigration(name, peers[m.target_node], migrate_uris.get(m.target_node)))
+        add(_P_MIGRATE, StartMigration(name, peers[m.target_node], migrate_uris.get(m.target_node), node=m.target_node))
 
 
 __all__ = [
-    "AbortMigration", "Action", "CheckpointVm", "Define", "KillProcess", "Observed", "Pin", "RestoreVm", "Resume",
-    "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "TransferCheckpoint", "Tune", "Undefine", "accept",
-    "plan", "refusal_reason", "validate",
+    "AbortMigration", "Action", "CheckpointVm", "Claim", "Define", "KillProcess", "Observed", "Pin", "RestoreVm",
+    "Resume", "Start", "StartMigration", "StartProcess", "Stop", "Suspend", "TransferCheckpoint", "Tune", "Undefine",
+    "accept", "plan", "refusal_reason", "validate",
 ]

@@ -36,11 +36,12 @@ from vmctl.agents.backends.base import (
     ProcessStatus,
     VmInfo,
 )
-from vmctl.agents.layout import META_MANAGED, Layout, memory_problem
+from vmctl.agents.layout import META_MANAGED, META_NODE, Layout, memory_problem
 from vmctl.agents.plan import (
     AbortMigration,
     Action,
     CheckpointVm,
+    Claim,
     Define,
     KillProcess,
     Observed,
@@ -185,6 +186,10 @@ class Reconciler:
         self._samples: dict[str, tuple[float, float]] = {}
         self._util: dict[str, float] = {}
         self._last_vms: tuple[VmObserved, ...] = ()
+        #: VMs a desired state this agent held put on this node (not as a migration's target): removing one
+        #: of them once vmctld drops it is the normal end of a run; any other VM of ours that no desired
+        #: state wants is an *orphan* (left behind: arrived after its job ended, or from before a restart)
+        self._owned: set[str] = set()
         self._wake = threading.Event()
         self._subscribed = False
 
@@ -239,6 +244,9 @@ class Reconciler:
         self._subscribe()
         errors: list[str] = []
         desired, prune, retry = self._fetch(errors)
+        if desired is not None:
+            host = self.layout.host
+            self._owned.update(v.name for v in desired.vms if v.migration is None or v.migration.source_node == host)
         t_switch = time.perf_counter()
         switched, to_switch = self._slice_clock(desired, errors)
         target = self.layout.shape(desired if desired is not None else self.layout.base_desired(0), self.active_row)
@@ -294,7 +302,13 @@ class Reconciler:
                 retry = True
         if converged and not failed and desired is not None and not self.fenced:
             self._generation_applied = desired.generation
-        observed = self._report(target, observation, errors)
+        wanted = {v.name for v in target.vms}
+        removed = sorted({a.vm for a in applied if isinstance(a, Undefine) and self._orphan(a.vm, wanted)})
+        if removed:
+            log.warning("removed orphan VM(s) (no desired state wants them): %s", ", ".join(removed))
+        observed = self._report(target, observation, errors, prune, removed)
+        if observation is not None:
+            self._owned &= wanted | set(observation.vms)
         if observed is None and self.reporter is not None:
             retry = True
         if switched:
@@ -514,6 +528,15 @@ class Reconciler:
                     raise _AbortPass(exc) from exc
             if d.checkpoint_path and os.path.exists(d.checkpoint_path):
                 files.add(d.checkpoint_path)
+        wanted = {d.name for d in desired.vms}
+        for o in vms:  # one of ours leaving for a host no desired state puts it on (the plan calls it back)
+            if o.power is PowerState.MIGRATING and o.name not in wanted and self.layout.is_ours(o.name, o.metadata):
+                try:
+                    migrations[o.name] = self.backend.migration_status(o.name)
+                except (VmStateError, VmNotFound, OperationNotSupported):
+                    pass
+                except VmctlError as exc:
+                    raise _AbortPass(exc) from exc
         self._sample(vms)
         return Observed(by_name, processes, migrations, frozenset(files), frozenset(self._transferred))
 
@@ -566,8 +589,13 @@ class Reconciler:
             if got != act.vm:
                 raise HypervisorError(backend=b.name, operation="restore",
                                       problem=f"{act.path} holds VM {got!r}, expected {act.vm!r}")
+            if act.metadata:  # a checkpoint made on another node names that node: this one owns it now
+                b.set_metadata(got, dict(act.metadata))
+        elif isinstance(act, Claim):
+            b.set_metadata(act.vm, dict(act.metadata))
         elif isinstance(act, StartMigration):
-            b.start_migration(act.vm, act.dest_uri, act.migrate_uri)
+            b.start_migration(act.vm, act.dest_uri, act.migrate_uri,
+                              metadata={META_NODE: act.node} if act.node else None)
         elif isinstance(act, AbortMigration):
             b.abort_migration(act.vm)
         elif isinstance(act, TransferCheckpoint):
@@ -588,10 +616,11 @@ class Reconciler:
 
     # ------------------------------------------------------------------ report
 
-    def _report(self, desired: NodeDesired, obs: Observed | None, errors: list[str]) -> NodeObserved | None:
+    def _report(self, desired: NodeDesired, obs: Observed | None, errors: list[str], prune: bool = False,
+                removed: Collection[str] = ()) -> NodeObserved | None:
         now = self.clock.now()
         if obs is not None:
-            self._last_vms = self._observed_vms(desired, obs)
+            self._last_vms = self._observed_vms(desired, obs, prune, removed)
         host_util = 0.0
         running = [v.utilization for v in self._last_vms if v.power is PowerState.RUNNING]
         if running:
@@ -613,9 +642,19 @@ class Reconciler:
             return None
         return observed
 
-    def _observed_vms(self, desired: NodeDesired, obs: Observed) -> tuple[VmObserved, ...]:
+    def _observed_vms(self, desired: NodeDesired, obs: Observed, prune: bool = False,
+                      removed: Collection[str] = ()) -> tuple[VmObserved, ...]:
+        """Every VM of desired state and every other VM of ours on the host. One of ours that desired state
+        does not list is an ``orphan`` (once a desired state was received: before that nothing is known to
+        be unwanted; placeholders aside) while it is still here: a run's VMs normally go in the cycle that
+        learns the run ended, so a reported orphan is one whose removal failed or waits (migrating). An
+        orphan that no desired state this agent held put here (``_orphan``: it arrived after its job
+        ended, or is from before a restart) and that this cycle removed is reported once more, absent, so
+        that vmctld hears of it."""
         wanted = {d.name: d for d in desired.vms}
         out: list[VmObserved] = []
+        for name in sorted(set(removed) - set(obs.vms) - set(wanted)):
+            out.append(VmObserved(name=name, power=PowerState.ABSENT, orphan=True))
         for name, v in sorted(obs.vms.items()):
             d = wanted.get(name)
             if d is None and not self.layout.is_ours(name, v.metadata):
@@ -638,7 +677,8 @@ class Reconciler:
                 utilization=self._util.get(name, 0.0) if v.power is PowerState.RUNNING else 0.0,
                 process_job=proc.job_id if proc is not None else None,
                 process_index=proc.index if proc is not None else None,
-                process_exit=proc.exit_code if proc is not None else None, migration_phase=phase))
+                process_exit=proc.exit_code if proc is not None else None, migration_phase=phase,
+                orphan=prune and d is None and not self.layout.is_level_name(name)))
         for name, d in sorted(wanted.items()):
             if name in obs.vms:
                 continue
@@ -647,6 +687,11 @@ class Reconciler:
                 phase = "completed" if d.migration.source_node == self.layout.host else "waiting"
             out.append(VmObserved(name=name, power=PowerState.ABSENT, migration_phase=phase))
         return tuple(out)
+
+    def _orphan(self, name: str, wanted: Collection[str]) -> bool:
+        """A VM of ours that no desired state wants and that no desired state this agent held put here (a
+        placeholder that gives way to a job VM is none)."""
+        return name not in wanted and name not in self._owned and not self.layout.is_level_name(name)
 
     # ------------------------------------------------------------------ the loop
 

@@ -169,7 +169,7 @@ def desired_to_dict(d: NodeDesired) -> dict[str, Any]:
 
 
 _OBS_VM_FIELDS = ("name", "power", "core", "weight", "cap", "cpu_time_s", "utilization", "process_job",
-                  "process_index", "process_exit", "migration_phase")
+                  "process_index", "process_exit", "migration_phase", "orphan")
 
 
 def observed_to_dict(o: NodeObserved) -> dict[str, Any]:
@@ -212,7 +212,8 @@ def observed_from_dict(data: Mapping[str, Any], path: str = "<observed>") -> Nod
             core=s.get("core", int, None), weight=s.get("weight", int, None), cap=s.get("cap", float, None),
             cpu_time_s=s.number("cpu_time_s", 0.0), utilization=s.number("utilization", 0.0),
             process_job=s.get("process_job", str, None), process_index=s.get("process_index", int, None),
-            process_exit=s.get("process_exit", int, None), migration_phase=s.get("migration_phase", str, None)))
+            process_exit=s.get("process_exit", int, None), migration_phase=s.get("migration_phase", str, None),
+            orphan=s.get("orphan", bool, False)))
         s.finish()
     return NodeObserved(node=node, generation_applied=gen, cores=cores, vms=tuple(vms), host_utilization=host_util,
                         errors=tuple(str(e) for e in errs), time=t, refusals=tuple(refusals))

@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from vmctl.model import WORKER_STATES, NodeObserved
+from vmctl.model import WORKER_STATES, NodeObserved, PowerState
 
 log = logging.getLogger(__name__)
 
@@ -362,8 +362,13 @@ class AgentCollector(_TimedCollector):
             if v.cap is not None:
                 cap.add_metric(lv, v.cap)
             power.add_metric([v.name, nd, str(v.power)], 1.0)
+        present = [v for v in obs.vms if v.power is not PowerState.ABSENT]
         vms = GaugeMetricFamily("vmctl_agent_vms", "VMs the hypervisor reports on this node", labels=["node"])
-        vms.add_metric([nd], float(len(obs.vms)))
+        vms.add_metric([nd], float(len(present)))
+        orphans = GaugeMetricFamily("vmctl_agent_orphan_vms",
+                                    "VMs of this agent that no desired state wants (being stopped and removed)",
+                                    labels=["node"])
+        orphans.add_metric([nd], float(sum(1 for v in present if v.orphan)))
         cores = GaugeMetricFamily("vmctl_agent_cores", "Physical cores of this node", labels=["node"])
         cores.add_metric([nd], float(obs.cores))
         host = GaugeMetricFamily("vmctl_agent_host_utilization_ratio", "Host CPU utilization", labels=["node"])
@@ -376,7 +381,7 @@ class AgentCollector(_TimedCollector):
         seen = GaugeMetricFamily("vmctl_agent_observed_timestamp_seconds", "When the observation was taken",
                                  labels=["node"])
         seen.add_metric([nd], obs.time)
-        return [cpu, util, weight, cap, power, vms, cores, host, gen, errs, seen]
+        return [cpu, util, weight, cap, power, vms, orphans, cores, host, gen, errs, seen]
 
 
 class AgentMetrics:

@@ -948,6 +948,9 @@ class VmObserved:
     process_index: int | None = None
     process_exit: int | None = None  # exit status once the process ended
     migration_phase: str | None = None
+    #: a VM of the agent's that no desired state wants: being stopped and removed (absent: removed in the
+    #: cycle that reported it)
+    orphan: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from vmctl.errors import OperationNotSupported
 from vmctl.model import PowerState, ProcessSpec
 
 WEIGHT_MIN = 1
@@ -160,8 +161,15 @@ class HypervisorBackend(ABC):
 
     @abstractmethod
     def start_migration(self, name: str, dest_uri: str, migrate_uri: str | None = None,
-                        peer_to_peer: bool = True) -> None:
-        """Begin a live migration to the hypervisor at ``dest_uri`` (returns at once)."""
+                        peer_to_peer: bool = True, metadata: Mapping[str, str] | None = None) -> None:
+        """Begin a live migration to the hypervisor at ``dest_uri`` (returns at once). ``metadata``:
+        entries that the VM's metadata carries *on the destination* (merged into what it had), so the
+        VM names its new host the moment it arrives (``vmctl.node``), whoever then owns it."""
+
+    def set_metadata(self, name: str, metadata: Mapping[str, str]) -> None:
+        """Merge ``metadata`` into the VM's metadata, live and persistent (an agent claims a VM that
+        arrived with another node's name). Backends that cannot raise ``OperationNotSupported``."""
+        raise OperationNotSupported(backend=self.name, operation="set_metadata")
 
     @abstractmethod
     def migration_status(self, name: str) -> MigrationStatus: ...

@@ -35,7 +35,10 @@ atomically to ``<target inbox>/<vm>.json`` and freezes the VM (still MIGRATING).
 up on its next call (or poll, ``poll_seconds``): it claims the file by renaming it and adopts the VM,
 running; or, if it already has a live VM of that name or cannot read the file, it answers with
 ``<vm>.rejected`` (the reason) and deletes the offer. The source then sees the offer gone: COMPLETED
-(VM removed here) or, with a ``.rejected`` answer, FAILED (the VM runs on here). ``abort_migration``
+(VM removed here) or, with a ``.rejected`` answer, FAILED (the VM runs on here). ``start_migration(...,
+metadata=...)`` entries are merged into the metadata of the copy the target adopts (in-process and in
+the offer file), so the VM names its new host from its arrival; ``set_metadata`` merges entries into a
+VM's metadata (kept in the state file). ``abort_migration``
 deletes an unclaimed offer; a claimed one completes. With ``poll_seconds`` a thread settles the
 model that often and emits events for arrivals, hand-offs and process exits, so agents wake at once.
 
@@ -67,8 +70,8 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +165,8 @@ class _Migration:
     finished: float | None = None
     target_uri: str = ""
     offer: Path | None = None  # remote: the state file handed to the target (written at the hand-off)
+    #: entries the VM's metadata carries on the target (``start_migration(metadata=...)``: its new node)
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -316,7 +321,8 @@ class MockBackend(HypervisorBackend):
         for m in self._migrations.values():
             migrations.append({"name": m.name, "target_uri": m.target_uri, "started": m.started,
                                "duration": m.duration, "state": m.state.value, "error": m.error,
-                               "finished": m.finished, "offer": None if m.offer is None else str(m.offer)})
+                               "finished": m.finished, "offer": None if m.offer is None else str(m.offer),
+                               "metadata": dict(m.metadata)})
         return {"format": HOST_STATE_FORMAT, "hostname": self.hostname, "uri": self.uri, "cores": self.cores,
                 "time": self._t,
                 "vms": [{**_vm_state(vm, self.hostname, self._t), "power": vm.power.value,
@@ -424,7 +430,8 @@ class MockBackend(HypervisorBackend):
             mig = _Migration(name=str(raw["name"]), target=target, started=float(raw["started"]),
                              duration=float(raw["duration"]), state=MigrationState(raw["state"]),
                              error=str(raw["error"]), finished=None if finished is None else float(finished),
-                             target_uri=target_uri, offer=None if offer is None else Path(str(offer)))
+                             target_uri=target_uri, offer=None if offer is None else Path(str(offer)),
+                             metadata={str(k): str(v) for k, v in (raw.get("metadata") or {}).items()})
             if mig.state is MigrationState.RUNNING and target is None and self.fabric_dir is None:
                 # an in-process target that is not here any more: the VM stays (as a failed migration)
                 mig.state, mig.error, mig.finished = MigrationState.FAILED, "the target left with the old agent", t
@@ -519,6 +526,8 @@ class MockBackend(HypervisorBackend):
             del self._vms[mig.name]
             vm.power = PowerState.RUNNING
             vm.alloc = 0.0
+            if mig.metadata:  # it names its new host from the moment it is there
+                vm.spec = replace(vm.spec, metadata={**vm.spec.metadata, **mig.metadata})
             if vm.pinned is not None and max(vm.pinned) >= target.cores:
                 vm.pinned = None
             target._vms[mig.name] = vm
@@ -540,8 +549,10 @@ class MockBackend(HypervisorBackend):
         if mig.offer is None:
             offer = target_dir / f"{mig.name}.json"
             try:
-                _write_json(offer, {**_vm_state(vm, self.hostname, now),
-                                    "migration": {"from": self.uri, "to": mig.target_uri, "time": now}})
+                handed = _vm_state(vm, self.hostname, now)
+                if mig.metadata:  # the copy on the target names its new host; this one stays as it was
+                    handed["spec"] = {**handed["spec"], "metadata": {**handed["spec"]["metadata"], **mig.metadata}}
+                _write_json(offer, {**handed, "migration": {"from": self.uri, "to": mig.target_uri, "time": now}})
             except OSError as exc:
                 mig.state, mig.error, mig.finished = MigrationState.FAILED, f"cannot hand off to {offer}: {exc}", now
                 vm.power = PowerState.RUNNING
@@ -912,7 +923,7 @@ class MockBackend(HypervisorBackend):
         return spec.name
 
     def start_migration(self, name: str, dest_uri: str, migrate_uri: str | None = None,
-                        peer_to_peer: bool = True) -> None:
+                        peer_to_peer: bool = True, metadata: Mapping[str, str] | None = None) -> None:
         with self._lock:
             self._check("start_migration", name, Capability.MIGRATION)
             vm = self._vm(name)
@@ -946,7 +957,8 @@ class MockBackend(HypervisorBackend):
                                      problem="destination already has a VM of that name")
             vm.power = PowerState.MIGRATING
             self._migrations[name] = _Migration(name=name, target=target, started=self._t,
-                                                duration=self.migration_seconds, target_uri=dest_uri)
+                                                duration=self.migration_seconds, target_uri=dest_uri,
+                                                metadata=dict(metadata or {}))
             self._log("start_migration", name, dest_uri)
 
     def migration_status(self, name: str) -> MigrationStatus:
@@ -992,6 +1004,16 @@ class MockBackend(HypervisorBackend):
                 vm.frozen = False
                 self._invalidate()
             self._log("abort_migration", name)
+
+    def set_metadata(self, name: str, metadata: Mapping[str, str]) -> None:
+        with self._lock:
+            self._check("set_metadata", name)
+            vm = self._vm(name)
+            merged = {**vm.spec.metadata, **{str(k): str(v) for k, v in metadata.items()}}
+            if merged == vm.spec.metadata:
+                return
+            vm.spec = replace(vm.spec, metadata=merged)
+            self._log("set_metadata", name, " ".join(f"{k}={v}" for k, v in sorted(metadata.items())))
 
     def subscribe(self, callback: EventCallback) -> None:
         self._check("subscribe", "", Capability.EVENTS)

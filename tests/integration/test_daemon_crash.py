@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import admin_request
+from tests.support.hosts import wait_job_vms_gone
 from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, Heartbeat, HttpReporter, HttpSource, Liveness
 from vmctl.agents.layout import Layout
@@ -390,6 +391,7 @@ def test_kill9_during_a_workload_loses_nothing_and_runs_nothing_twice(
     assert not twice, f"processes started more than once: {twice}"
     expected = {f"{j}[{i}]" for j in acked for i in range(by_id[j]["procs"])}
     assert expected <= set(starts)
+    assert not (left := wait_job_vms_gone([a.backend for a in agents])), f"job VMs left on the hosts: {left}"
     # the agents never had to fence themselves (the daemon was never away for fence_s): nothing paused
     assert not [e for a in agents for e in a.backend.operations("suspend")]
 

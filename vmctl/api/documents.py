@@ -8,8 +8,8 @@ from typing import Any
 from vmctl.daemon import dispatcher
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.history import requeues, slot_text
-from vmctl.daemon.state import ACTIVE
-from vmctl.model import JobState, VmDesired, VmObserved
+from vmctl.daemon.state import ACTIVE, parse_vm_name
+from vmctl.model import JobState, PowerState, VmDesired, VmObserved
 from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord, TokenRecord
 from vmctl.timefmt import iso, rewrite_times
 
@@ -100,6 +100,8 @@ def node_json(d: Daemon, n: NodeRecord) -> dict[str, Any]:
             # the layout its desired state asks for, where it differs from the one it has (a re-layout pending)
             "layout_wanted": _wanted(d, n.name),
             "generation": d.state.generation.get(n.name, 0), "fg_busy": fg_busy, "bg_busy": bg_busy,
+            # VMs its agent reports that no desired state wants, not removed yet (``vmctl vm list``: orphan)
+            "orphans": orphan_count(d, n.name),
             # what its agent applied, and when it last sent a full report (heartbeats only move last_seen)
             "generation_applied": obs.generation_applied if obs else None,
             "last_report": last_report,
@@ -211,11 +213,22 @@ def vms_json(d: Daemon, node: str | None) -> list[dict[str, Any]]:
             out.append(doc)
         for name in sorted(set(seen) - wanted - desired_anywhere):
             o = seen[name]
-            out.append({"name": name, "node": n, "core": -1 if o.core is None else o.core, "role": _idle_role(name),
-                        "weight": o.weight, "cap": o.cap, "power": o.power.value, "job_id": o.process_job,
-                        "utilization": o.utilization, "managed": False, "observed": _vm_observed(o, n),
-                        "differs": []})
+            if o.orphan and o.power is PowerState.ABSENT:
+                continue  # its agent removed it in the cycle of that report
+            parsed = parse_vm_name(name) if o.orphan else None
+            out.append({"name": name, "node": n, "core": -1 if o.core is None else o.core,
+                        "role": "orphan" if o.orphan else _idle_role(name),
+                        "weight": o.weight, "cap": o.cap, "power": o.power.value,
+                        "job_id": o.process_job or (parsed[0] if parsed is not None else None),
+                        "utilization": o.utilization, "managed": False, "orphan": o.orphan,
+                        "observed": _vm_observed(o, n), "differs": []})
     return out
+
+
+def orphan_count(d: Daemon, node: str) -> int:
+    """VMs the node's agent last reported as orphans (no desired state wants them) and still has."""
+    obs = d.state.observed.get(node)
+    return sum(1 for v in obs.vms if v.orphan and v.power is not PowerState.ABSENT) if obs is not None else 0
 
 
 def workers_json(d: Daemon, node: str | None = None) -> list[dict[str, Any]]:

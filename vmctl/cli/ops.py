@@ -321,12 +321,12 @@ def fmt_levels(n: Mapping[str, Any]) -> str:
 
 def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
     return Grid(
-        ("NAME", "STATE", "GROUP", "CORES", "LEVELS", "SPEED", "MEM", "FG BUSY", "BG BUSY", "UTIL", "GEN", "REPORT",
-         "LAST SEEN", "PEERS", "ERRORS"),
+        ("NAME", "STATE", "GROUP", "CORES", "LEVELS", "SPEED", "MEM", "FG BUSY", "BG BUSY", "ORPHANS", "UTIL", "GEN",
+         "REPORT", "LAST SEEN", "PEERS", "ERRORS"),
         [(str(n.get("name", "")), fmt_node_state(n), str(n.get("group") or "-"), str(n.get("cores", "")),
           fmt_levels(n), fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
-          str(n.get("bg_busy", "")), fmt_pct(n.get("utilization")), fmt_applied(n), fmt_report_age(n),
-          fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
+          str(n.get("bg_busy", "")), str(n.get("orphans", 0)), fmt_pct(n.get("utilization")), fmt_applied(n),
+          fmt_report_age(n), fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
          for n in nodes],
     )
 
@@ -340,7 +340,8 @@ def node_text(n: Mapping[str, Any]) -> str:
              f"group {n.get('group') or '-'}; core speed {fmt_speed(n.get('speed'))} a standard core; "
              f"memory {fmt_mem(n.get('memory_mib')) if n.get('memory_mib') else 'not known'}",
              f"VM levels per core: {fmt_levels(n)}",
-             f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}",
+             f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}"
+             + (f"; {n.get('orphans')} orphan VM(s) being removed" if n.get("orphans") else ""),
              "migrates to (live, peers): " + fmt_peers(n.get("peers"), "any node (its agent did not say)", 50),
              "sends checkpoints to: " + fmt_peers(n.get("checkpoint_peers"), "any node (shared storage)", 50)]
     if n.get("cores_pending") is not None:
@@ -408,7 +409,10 @@ def vm_text(v: Mapping[str, Any]) -> str:
     """``vmctl vm show``: what its agent reports and what vmctld wants."""
     o = v.get("observed")
     head = f"vm {v.get('name')} on {v.get('node')}"
-    if v.get("managed") is False:
+    if v.get("orphan"):
+        lines = [f"{head}: orphan of job {v.get('job_id') or '-'}: no desired state wants it (its job ended or "
+                 f"moved on); its agent is stopping and removing it"]
+    elif v.get("managed") is False:
         lines = [f"{head}: not in vmctld's desired state (an idle core VM of the agent's layout, or one being "
                  f"removed); its priority is the layout's"]
     else:

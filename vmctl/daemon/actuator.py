@@ -445,6 +445,8 @@ class Actuator:
             op = self.state.ops.get(job.migrating)
             if op is not None and op.state == "pending":
                 self.close_op(ch, op, "aborted", now, f"job {state}")
+                if state == JobState.QUEUED:
+                    self.state.stopped_moving(job, op)
             job.migrating = None
         for op in self.state.ops.values():
             if op.job_id == job.id and op.state == "pending":

@@ -12,10 +12,10 @@ from typing import Any
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.gang import check_offer
-from vmctl.daemon.state import levels_offer
+from vmctl.daemon.state import levels_offer, parse_vm_name
 from vmctl.daemon.switch_state import policy_layout
 from vmctl.errors import Conflict, VmctlError
-from vmctl.model import Discipline, NodeDesired, NodeLayout, NodeObserved
+from vmctl.model import Discipline, JobState, NodeDesired, NodeLayout, NodeObserved, PowerState
 from vmctl.store.base import NodeRecord
 
 log = logging.getLogger("vmctld")
@@ -190,7 +190,13 @@ class NodeEvents(DaemonBase):
             self._resync_generation(rec, obs.generation_applied, ch)
         self._report_events(obs, now)
         self._report_layout(rec, obs, now, ch)
+        before = self.state._present.get(obs.node, frozenset())
+        moving = set(self.state.in_flight)
         self.actuator.observe(obs, now, ch)
+        for jid in (before - self.state._present.get(obs.node, frozenset())) | (moving - set(self.state.in_flight)):
+            job = self.state.jobs.get(jid)
+            if job is not None and job.state == JobState.QUEUED:  # it may start now (``ClusterState.lingering``)
+                ch.events.append(f"the VMs of job {jid} on {obs.node} are gone")
         if not any(e.startswith("observe:") for e in obs.errors):
             # a fresh relist (a report whose relist failed repeats the agent's previous VM list)
             self.observed_at[rec.name] = now
@@ -315,12 +321,40 @@ class NodeEvents(DaemonBase):
                 mig = f" (migration {r.migration_id} to {r.target_node})" if r.migration_id else ""
                 self.events.add(now, "node.refused", f"agent of {obs.node} refused {r.vm}{mig}: {r.reason}",
                                 node=obs.node)
+        self._orphan_events(obs, prev, now)
         old_errors = set(prev.errors) if prev is not None else set()
         new_errors = [e for e in obs.errors if e not in old_errors]
         if new_errors:
             more = f" (+{len(new_errors) - 3} more)" if len(new_errors) > 3 else ""
             self.events.add(now, "node.error", f"agent of {obs.node} reports: {'; '.join(new_errors[:3])}{more}",
                             node=obs.node)
+
+    def _orphan_events(self, obs: NodeObserved, prev: NodeObserved | None, now: float) -> None:
+        """Events for the VMs an agent reports as orphans (``VmObserved.orphan``: no desired state wants
+        them; its reconcile stops and removes them): one when one is first seen, one when it is gone,
+        each naming the job and the run (from vmctld's VM name)."""
+        before = {v.name: v for v in prev.vms if v.orphan} if prev is not None else {}
+        for v in obs.vms:
+            if not v.orphan:
+                continue
+            gone = v.power is PowerState.ABSENT
+            was = before.get(v.name)
+            if was is not None and (was.power is PowerState.ABSENT or not gone):
+                continue  # already told
+            parsed = parse_vm_name(v.name)
+            job_id = parsed[0] if parsed is not None else None
+            whose = f" of job {parsed[0]} run {parsed[1]}" if parsed is not None else ""
+            if parsed is not None:
+                rec = self.state.jobs.get(parsed[0])
+                if rec is not None:
+                    whose += f" (the job is {rec.state}" + (f", now in run {rec.run})" if rec.run != parsed[1] else ")")
+            what = "removed" if gone else f"found {v.power.value}, being removed"
+            if gone and was is None:
+                what = "removed (no desired state wanted it)"
+            elif not gone:
+                what += " (no desired state wants it)"
+            self.events.add(now, "vm.orphan-removed" if gone else "vm.orphan",
+                            f"VM {v.name}{whose} on node {obs.node} {what}", job_id=job_id, node=obs.node)
 
     def desired(self, node: str) -> NodeDesired:
         self.node(node)

@@ -25,6 +25,7 @@ import re
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from vmctl.cpushare import shared_rate
 from vmctl.daemon import dispatcher
@@ -159,6 +160,14 @@ class ClusterState:
     # node -> VM name -> the CPU time (s) its agent last reported to this daemon (memory only: the host's
     # own accounting, reported again in full after a restart; ``cpu_progress``)
     _cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: node -> the jobs with a VM on it, as its agent last reported (present, not absent): a queued job
+    #: with one on a node that is not down waits (``lingering``) so that no two runs of a job ever run at once
+    _present: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: job -> its VMs that were moving when the job was stopped, and the nodes still to hear from: the
+    #: sources (until they report the VMs gone) and then the targets (a report after that, without them:
+    #: a VM that arrived after the job ended was removed by then). Memory only, like ``observed``.
+    in_flight: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _reports: int = 0
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
     # and whether every process maps to a known core
@@ -446,11 +455,74 @@ class ClusterState:
 
     def set_observed(self, obs: NodeObserved) -> None:
         self.observed[obs.node] = obs
+        jobs = set()
+        for v in obs.vms:
+            if v.power is not PowerState.ABSENT and v.name.startswith("j"):
+                parsed = parse_vm_name(v.name)
+                if parsed is not None:
+                    jobs.add(parsed[0])
+        self._present[obs.node] = frozenset(jobs)
         if obs.errors:
             self.agent_errors[obs.node] = (obs.time, obs.errors)
         for v in obs.vms:
             self._util[v.name] = v.utilization
         self._cpu[obs.node] = {v.name: v.cpu_time_s for v in obs.vms}
+        self._reports += 1
+        if self.in_flight:
+            self._follow_in_flight(obs)
+
+    def _follow_in_flight(self, obs: NodeObserved) -> None:
+        present = {v.name for v in obs.vms if v.power is not PowerState.ABSENT}
+        for jid, f in list(self.in_flight.items()):
+            if f["vms"] & present:
+                continue  # still there (moving, or arrived and not removed yet)
+            if obs.node in f["sources"]:
+                f["sources"].discard(obs.node)
+                if not f["sources"]:
+                    f["gone"] = self._reports  # left every source: arrived somewhere, or removed
+            elif obs.node in f["targets"] and f["gone"] is not None:
+                f["targets"].discard(obs.node)
+            if not f["sources"] and not f["targets"]:
+                del self.in_flight[jid]
+
+    def stopped_moving(self, job: JobRecord, op: OperationRecord) -> None:
+        """``job`` was stopped while ``op`` moved it: follow its VMs until the agents show them gone."""
+        vms, sources, targets = set(), set(), set()
+        for m in op.detail.get("moves", []):
+            if m["from"][0] == m["to"][0]:
+                continue
+            vms.add(job.vm_name(int(m["index"])))
+            sources.add(str(m["from"][0]))
+            targets.add(str(m["to"][0]))
+        if vms:
+            self.in_flight[job.id] = {"vms": vms, "sources": sources, "targets": targets, "gone": None}
+
+    def lingering(self) -> set[str]:
+        """Queued jobs that a host still reports a VM of (an earlier run, not removed yet: its agent has
+        not applied the change, or a migration brought it to a host after the job ended), on nodes that
+        are not down (a down node's jobs were requeued because it stopped answering: its agent fenced
+        itself, and it removes them when it comes back), and jobs stopped while they moved until the
+        agents showed their VMs gone (``in_flight``: a VM may reach its target after the job was
+        requeued, and only the target's next report tells). Such a job is kept from the policy until
+        the VM is gone, so two runs of one job never run at the same time."""
+        out: set[str] = set()
+        for jid, f in self.in_flight.items():
+            job = self.jobs.get(jid)
+            waiting_on = f["sources"] | f["targets"]
+            if job is not None and job.state == JobState.QUEUED and any(
+                    (rec := self.nodes.get(n)) is not None and rec.state != "down" for n in waiting_on):
+                out.add(jid)
+        for node, jobs in self._present.items():
+            if not jobs:
+                continue
+            rec = self.nodes.get(node)
+            if rec is None or rec.state == "down":
+                continue
+            for jid in jobs:
+                job = self.jobs.get(jid)
+                if job is not None and job.state == JobState.QUEUED:
+                    out.add(jid)
+        return out
 
     def vm_util(self, name: str) -> float | None:
         return self._util.get(name)
@@ -755,6 +827,10 @@ class ClusterState:
                 migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
             )
         queue, queue_index = self.queue_jobs()
+        waiting = self.lingering() if queue else set()
+        if waiting:  # a VM of an earlier run is still on some host: this run starts once it is gone
+            queue = [j for j in queue if j.id not in waiting]
+            queue_index = MappingProxyType({j.id: j for j in queue})
         idle = [{c for c in range(total) if usable[c] and row[c] is None} for row in slots]
         speed, group, mem = self.node_attributes()
         view = ClusterView.leveled(

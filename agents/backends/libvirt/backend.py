@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,7 +46,17 @@ from vmctl.agents.backends.base import (
 from vmctl.agents.backends.libvirt import tuning
 from vmctl.agents.backends.libvirt.errors import BACKEND, is_connection_error, translate
 from vmctl.agents.backends.libvirt.events import ensure_event_loop, lifecycle_kind
-from vmctl.agents.backends.libvirt.xml import CpuTune, ParsedDomain, domain_xml, parse_domain_xml, validate_spec
+from vmctl.agents.backends.libvirt.xml import (
+    VMCTL_NS,
+    VMCTL_PREFIX,
+    CpuTune,
+    ParsedDomain,
+    domain_xml,
+    metadata_element,
+    parse_domain_xml,
+    validate_spec,
+    with_metadata,
+)
 from vmctl.errors import (
     HypervisorError,
     HypervisorUnavailable,
@@ -614,8 +625,23 @@ class LibvirtBackend(HypervisorBackend):
 
     # ------------------------------------------------------------------ migration
 
+    def set_metadata(self, name: str, metadata: Mapping[str, str]) -> None:
+        """Merge ``metadata`` into the domain's vmctl metadata, live (when running) and in its persistent
+        definition (``virDomainSetMetadata``; one call each, as for the scheduler parameters)."""
+
+        def go(conn: libvirt.virConnect) -> None:
+            dom = self._dom(conn, name)
+            merged = {**parse_domain_xml(dom.XMLDesc(0)).metadata, **metadata}
+            element = metadata_element(merged)
+            if dom.isActive() == 1:
+                dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, element, VMCTL_PREFIX, VMCTL_NS, _AFFECT_LIVE)
+            if dom.isPersistent() == 1:
+                dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, element, VMCTL_PREFIX, VMCTL_NS, _AFFECT_CONFIG)
+
+        self._call("set_metadata", go, name=name)
+
     def start_migration(self, name: str, dest_uri: str, migrate_uri: str | None = None,
-                        peer_to_peer: bool = True) -> None:
+                        peer_to_peer: bool = True, metadata: Mapping[str, str] | None = None) -> None:
         self._require(Capability.MIGRATION, "start_migration")
         with self._lock:
             mig = self._migrations.get(name)
@@ -639,18 +665,44 @@ class LibvirtBackend(HypervisorBackend):
         params: dict[str, Any] = {}
         if migrate_uri:
             params[libvirt.VIR_MIGRATE_PARAM_URI] = migrate_uri
+        if metadata:
+            # the domain names its new host on arrival: the destination's live XML and its persistent
+            # definition carry the rewritten metadata (only the metadata differs from the source's)
+            def xmls(conn: libvirt.virConnect) -> tuple[str, str]:
+                live = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE)
+                persistent = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_MIGRATABLE | libvirt.VIR_DOMAIN_XML_INACTIVE)
+                merged = {**parse_domain_xml(live).metadata, **metadata}
+                return with_metadata(live, merged), with_metadata(persistent, merged)
+
+            dest_xml, persist_xml = self._call("start_migration", xmls, name=name)
+            params[libvirt.VIR_MIGRATE_PARAM_DEST_XML] = dest_xml
+            params[libvirt.VIR_MIGRATE_PARAM_PERSIST_XML] = persist_xml
         record = _Migration(dest_uri=dest_uri)
+
+        def attempt(p: dict[str, Any]) -> None:
+            if peer_to_peer:
+                dom.migrateToURI3(dest_uri, p, flags | libvirt.VIR_MIGRATE_PEER2PEER)
+            else:
+                dconn = libvirt.open(dest_uri)
+                try:
+                    dom.migrate3(dconn, p, flags)
+                finally:
+                    dconn.close()
 
         def run() -> None:
             try:
-                if peer_to_peer:
-                    dom.migrateToURI3(dest_uri, params, flags | libvirt.VIR_MIGRATE_PEER2PEER)
-                else:
-                    dconn = libvirt.open(dest_uri)
-                    try:
-                        dom.migrate3(dconn, params, flags)
-                    finally:
-                        dconn.close()
+                try:
+                    attempt(params)
+                except libvirt.libvirtError as exc:
+                    if libvirt.VIR_MIGRATE_PARAM_DEST_XML not in params or \
+                            exc.get_error_code() == libvirt.VIR_ERR_OPERATION_ABORTED:
+                        raise  # aborted (abort_migration): not tried again
+                    # a migration with the rewritten XML that failed is tried once more without it (the target's
+                    # agent then claims the VM once vmctld confirmed the move; docs/agent.md)
+                    log.warning("%s: the migration with the rewritten metadata failed (%s); trying without it",
+                                name, exc.get_error_message())
+                    attempt({k: v for k, v in params.items() if k not in (libvirt.VIR_MIGRATE_PARAM_DEST_XML,
+                                                                          libvirt.VIR_MIGRATE_PARAM_PERSIST_XML)})
             except libvirt.libvirtError as exc:
                 record.error = exc.get_error_message() or str(exc)
             except Exception as exc:  # a bug in here must still end the migration record

@@ -229,3 +229,43 @@ def parse_domain_xml(text: str) -> ParsedDomain:
         cputune=CpuTune(pins=pins, shares=shares, period=period, quota=quota),
         metadata=metadata,
     )
+
+
+def _check_metadata(metadata: dict[str, str], where: str) -> None:
+    for key, value in metadata.items():
+        if not _KEY_RE.match(key):
+            raise ValidationError(field=f"{where}.metadata", problem=f"key {key!r}: use a name-like key")
+        if not isinstance(value, str):
+            raise ValidationError(field=f"{where}.metadata.{key}", problem="values must be strings")
+
+
+def metadata_element(metadata: dict[str, str]) -> str:
+    """The ``<vm>`` element of vmctl's metadata namespace holding ``metadata``, as
+    ``virDomainSetMetadata(VIR_DOMAIN_METADATA_ELEMENT, xml, "vmctl", VMCTL_NS)`` takes it (libvirt
+    puts it into the namespace given there)."""
+    _check_metadata(metadata, "vm")
+    vm = ET.Element("vm")
+    for key in sorted(metadata):
+        _sub(vm, "entry", metadata[key], key=key)
+    return ET.tostring(vm, encoding="unicode")
+
+
+def with_metadata(xml: str, metadata: dict[str, str]) -> str:
+    """A domain XML (as ``XMLDesc`` gives it) whose vmctl metadata is replaced by ``metadata``; the rest
+    is left as it is (a migration's destination XML may change the metadata only)."""
+    _check_metadata(metadata, "vm")
+    try:
+        dom = ET.fromstring(xml)
+    except ET.ParseError as exc:
+        raise HypervisorError(backend="libvirt", operation="rewrite metadata",
+                              problem=f"unparsable domain XML: {exc}") from exc
+    meta = dom.find("metadata")
+    if meta is None:
+        meta = _sub(dom, "metadata")
+    for old in meta.findall(f"{{{VMCTL_NS}}}vm"):
+        meta.remove(old)
+    vm = _sub(meta, f"{{{VMCTL_NS}}}vm")
+    for key in sorted(metadata):
+        _sub(vm, f"{{{VMCTL_NS}}}entry", metadata[key], key=key)
+    return ET.tostring(dom, encoding="unicode")
+
