@@ -27,6 +27,10 @@ from vmctl.model import (
     VmRole,
 )
 
+#: above any generation vmctld can have issued (one per change of a node's desired state), and below the
+#: store's 64-bit integers even after a rollback's resync writes the next one (``NodeEvents._resync_generation``)
+MAX_GENERATION = 2**62
+
 
 def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, *, default: Any = ...,
          nullable: bool = False) -> Any:
@@ -268,8 +272,11 @@ def observed_from_json(raw: Any) -> NodeObserved:
     cores = _get(d, "cores", int, "")
     if cores < 0:
         raise ValidationError(field="cores", problem="must be >= 0")
+    applied = _get(d, "generation_applied", int, "")
+    if not 0 <= applied < MAX_GENERATION:  # vmctld counts generations up from 0, one per change
+        raise ValidationError(field="generation_applied", problem=f"must be >= 0 and < {MAX_GENERATION}")
     return NodeObserved(
-        node=_get(d, "node", str, ""), generation_applied=_get(d, "generation_applied", int, ""), cores=cores,
+        node=_get(d, "node", str, ""), generation_applied=applied, cores=cores,
         vms=tuple(vm_observed_from_json(v, f"vms[{i}].") for i, v in enumerate(vms)),
         host_utilization=_get(d, "host_utilization", float, "", default=0.0),
         errors=tuple(errs), time=_get(d, "time", float, "", default=0.0),
