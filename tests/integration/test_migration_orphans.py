@@ -157,9 +157,15 @@ def test_operator_actions_racing_migrations_never_run_a_job_twice(tmp_path: Path
         backends = [a.backend for a in agents]
         jobs: list[str] = []
         counts = {"migrate": 0, "hold": 0, "release": 0, "requeue": 0, "cancel": 0}
-        end = time.monotonic() + RACE_S
-        while time.monotonic() < end:
-            if len(jobs) < 40 and rng.random() < 0.4:
+        # at least RACE_S, and on until enough migrations and requeues raced (progress, not a wall-time
+        # window: a loaded machine gets fewer of them into RACE_S), within a generous bound
+        end, hard_end = time.monotonic() + RACE_S, time.monotonic() + 10 * RACE_S
+
+        def raced_enough() -> bool:
+            return counts["migrate"] >= 12 and counts["requeue"] >= 6
+
+        while time.monotonic() < end or (not raced_enough() and time.monotonic() < hard_end):
+            if (len(jobs) < 40 or (not raced_enough() and len(jobs) < 160)) and rng.random() < 0.4:
                 s, doc = d.try_call("POST", "/v1/jobs", {"procs": rng.choice([1, 1, 2]), "estimate": 900,
                                                          "work_seconds": rng.uniform(2, 8)})
                 if s == 201:
