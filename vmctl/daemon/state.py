@@ -676,8 +676,8 @@ class ClusterState:
         agent of the process's node last reported to this daemon for its VM, over the process's
         estimated usage (a process that uses half a core progresses one second per half CPU second).
         None while some process's VM has not been reported to this daemon (after a restart: until its
-        agent relisted)."""
-        if not job.placement:
+        agent relisted), and for a task bag (its workers come and go; no estimate kill applies to it)."""
+        if not job.placement or job.bag is not None:
             return None
         o = self.job_obj(job)
         least = math.inf

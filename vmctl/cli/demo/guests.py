@@ -118,9 +118,9 @@ def libvirt_agent_config(cfg: dict[str, Any], guest_dir: Path, known_hosts: Path
 
 
 def _demo_vm(name: str, metadata: dict[str, str], nodes: set[str]) -> bool:
-    from vmctl.agents.layout import META_NODE
-
-    return metadata.get(META_NODE) in nodes or JOB_VM.match(name) is not None \
+    # the agents' metadata key naming a VM's node (vmctl.agents.layout.META_NODE; the CLI does not import
+    # the agent's modules)
+    return metadata.get("vmctl.node") in nodes or JOB_VM.match(name) is not None \
         or any(name.startswith(f"{n}-c") for n in nodes)
 
 
