@@ -57,34 +57,19 @@ import numpy as np
 
 from vmctl.errors import SimulationError, ValidationError
 from vmctl.model import (
-    Action,
-    Checkpoint,
     ClusterView,
     Decision,
-    Demote,
     Job,
-    Kill,
-    Migrate,
-    Move,
-    PlaceShared,
-    Promote,
-    Replicate,
-    Resize,
-    Restore,
-    Resume,
     RunningJob,
-    SetCap,
-    Start,
     StartBg,
     StartFg,
-    Suspend,
     Tier,
-    Unreplicate,
     tier_of_level,
 )
 from vmctl.policies.base import Offer, SchedulingPolicy
+from vmctl.policies.effects import Effect, EffectKind
 from vmctl.policies.invariants import accepts_fast, check_decision
-from vmctl.policies.occupancy import Occupancy, level_name, priority_form, queued_subset
+from vmctl.policies.occupancy import Occupancy, level_name
 from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel, WorkloadRecord
@@ -104,6 +89,8 @@ SIM_OFFER: Offer = TwoTierModel().offer()
 # Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
 _FG = Tier.FG
 _BG = Tier.BG
+(_STARTED, _MOVED, _SUSPENDED, _RESUMED, _CHECKPOINTED, _RESTORED, _STOPPED, _RESIZED, _REPLICATED, _UNREPLICATED,
+ _CAPPED, _PLACED_SHARED) = EffectKind
 
 
 def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, int, str], Job]:
@@ -853,6 +840,8 @@ class Simulator:
             heapq.heappush(self._heap, (now + (work / rate if work > 0 else 0.0), version, run))
 
     def _apply(self, decision: Decision) -> None:
+        """Apply a decision ``accepts_fast`` accepted: starts on free slots only (StartFg, StartBg), in
+        order, each what its effect would say (STARTED on its cores at level 0 or 1)."""
         actions = decision.actions
         dirty = self._dirty
         if not actions:
@@ -867,51 +856,55 @@ class Simulator:
                     self._start(sact.job_id, _FG, sact.cores)
                 else:
                     self._start_fg_now(sact.job_id, sact.cores)
-            elif t is StartBg:
-                bact = cast("StartBg", act)
-                self._start(bact.job_id, _BG, bact.cores)
             else:
-                self._apply_other(act)
+                bact = cast("StartBg", act)  # accepts_fast took only starts
+                self._start(bact.job_id, _BG, bact.cores)
         if dirty:
             self._flush_dirty()
 
-    def _apply_other(self, act: object) -> None:
+    def _commit_effects(self, decision: Decision, occ: Occupancy) -> None:
+        """Commit a checked decision the fast path did not take: what each action did, as the one
+        occupancy model says (``occ.effects``, in order), becomes progress kept or lost, costs and
+        counters. A move that keeps its cores changes the level in place (paying its cost, if any, as
+        time without progress); one onto other cores is a migration. Suspend, resume, checkpoint and
+        restore (and resize, rows) are not modelled here: :class:`SimulationError`."""
         now = self.now
-        if isinstance(act, Start | Move):
-            act = priority_form(act)
-        if isinstance(act, StartFg):
-            self._start(act.job_id, Tier.FG, act.cores)
-        elif isinstance(act, StartBg):
-            self._start(act.job_id, Tier.BG, act.cores)
-        elif isinstance(act, Promote | Demote):
-            run = self._runs[act.job_id]
-            run.settle(now)
-            self._vacate(run)
-            run.tier_since = now
-            self._tier_changes[run.idx] += 1
-            self._place(run, Tier.FG if isinstance(act, Promote) else Tier.BG, run.cores)
-        elif isinstance(act, Migrate):
-            run = self._runs[act.job_id]
-            run.settle(now)
-            self._vacate(run)
-            run.tier_since = now
-            run.blocked_until = max(now, run.blocked_until) + act.cost
-            self._migrations += 1
-            self._job_migrations[run.idx] += 1
-            if act.tier is not run.tier:
-                self._tier_changes[run.idx] += 1
-            self._place(run, act.tier, act.cores)
-        elif isinstance(act, Kill):
-            run = self._runs.pop(act.job_id)
-            del self._snaps[act.job_id]
-            self._vacate(run)
-            self._killed(run, act.requeue)
-        elif isinstance(act, PlaceShared | SetCap):
-            self._apply_shared(act)
-        else:
-            kind = getattr(act, "kind", type(act).__name__)
-            raise SimulationError(time=now, problem=f"the simulator does not model {kind} "
-                                                    f"({getattr(act, 'job_id', '?')})")
+        for e in occ.effects:
+            kind = e.kind
+            jid = e.job_id
+            after = e.after
+            if kind is _STARTED:
+                assert after is not None  # a start places the job
+                if after.level == 0 and not self._dirty and not self._bg_count:
+                    self._start_fg_now(jid, after.cores)
+                else:
+                    self._start(jid, _FG if after.level == 0 else _BG, after.cores)
+            elif kind is _MOVED:
+                assert after is not None  # a move places the job
+                run = self._runs[jid]
+                run.settle(now)
+                self._vacate(run)
+                run.tier_since = now
+                tier = _FG if after.level == 0 else _BG
+                if tier is not run.tier:
+                    self._tier_changes[run.idx] += 1
+                if e.cost > 0.0 or not e.same_cores:
+                    run.blocked_until = max(now, run.blocked_until) + e.cost
+                if not e.same_cores:
+                    self._migrations += 1
+                    self._job_migrations[run.idx] += 1
+                self._place(run, tier, after.cores)
+            elif kind is _STOPPED:
+                run = self._runs.pop(jid)
+                del self._snaps[jid]
+                self._vacate(run)
+                self._killed(run, e.requeue)
+            elif kind is _PLACED_SHARED or kind is _CAPPED:
+                self._apply_shared(e)
+            else:
+                raise SimulationError(time=now, problem=f"the simulator does not model {e.action.kind} ({jid})")
+        if self._dirty:
+            self._flush_dirty()
 
     def _killed(self, run: _Run, requeue: bool) -> None:
         """A run the policy killed (out of ``_runs``, slots already freed): its progress is lost (counted in
@@ -929,54 +922,53 @@ class Simulator:
             self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
             self._done += 1
 
-    def _apply_shared(self, act: PlaceShared | SetCap) -> None:
-        """Capped shared VMs (vcsched): PlaceShared starts a queued job or re-places a running one (a
-        change of nodes counts as one migration, at no cost); SetCap changes the cap. The job advances
+    def _apply_shared(self, e: Effect) -> None:
+        """Capped shared VMs (vcsched): PLACED_SHARED starts a queued job or re-places a running one (a
+        change of nodes counts as one migration, at no cost); CAPPED changes the cap. The job advances
         at ``shared_rate(cap, cpu_need)``."""
         now = self.now
-        run = self._runs.get(act.job_id)
+        jid = e.job_id
+        run = self._runs.get(jid)
         if run is not None and not run.shared:
-            raise SimulationError(time=now, problem=f"the simulator does not model {act.kind} of {act.job_id}, "
+            raise SimulationError(time=now, problem=f"the simulator does not model {e.action.kind} of {jid}, "
                                                     "which runs on a level of its cores")
-        if isinstance(act, SetCap):
+        after = e.after
+        assert after is not None and after.cap is not None  # shared VMs, with their cap (the occupancy model)
+        if e.kind is _CAPPED:
             assert run is not None  # the checker: SetCap names a running job
             run.settle(now)
-            run.cap = act.cap if act.cap is not None else min(1.0, run.job.cpu_need)
+            run.cap = after.cap
         else:
-            stand_in = tuple(self._node_core[n] for n in act.nodes)
+            stand_in = tuple(self._node_core[n] for n in after.nodes)
             if run is None:
-                run = self._new_run(act.job_id, _BG, stand_in)
+                run = self._new_run(jid, _BG, stand_in)
                 run.shared = True
                 self._first_bg[run.idx] = 2
             else:
                 run.settle(now)
-                if sorted(run.nodes) != sorted(act.nodes):
+                if sorted(run.nodes) != sorted(after.nodes):
                     run.tier_since = now
                     self._migrations += 1
                     self._job_migrations[run.idx] += 1
                 run.cores = stand_in
-            run.nodes = act.nodes
-            run.cap = act.cap
+            run.nodes = after.nodes
+            run.cap = after.cap
         run.placed = True
         self._dirty[run.idx] = run
 
     # ------------------------------------------------------------------ the levelled path (any model but two-tier)
 
-    def _apply_leveled(self, decision: Decision) -> None:
-        """Apply a checked decision on the levelled path: each action goes through the one occupancy
-        model (:class:`~vmctl.policies.occupancy.Occupancy`, which decides what it does to the slots);
-        the engine adds what it means for the runs (progress kept or lost, costs, counters) and then
-        commits the slots the overlay changed."""
+    def _apply_leveled(self, decision: Decision, occ: Occupancy) -> None:
+        """Commit a checked decision on the levelled path: ``occ`` is the checker's overlay, whose effects
+        say what each action did to the slots (the one occupancy model); the engine adds what they mean
+        for the runs (progress kept or lost, costs, counters) and then commits the slots the overlay
+        changed."""
         dirty = self._dirty
-        actions = decision.actions
-        if actions:
-            view = self.view
-            occ = Occupancy(view, queued_subset(view, {a.job_id for a in actions}), self.now)
+        if occ.effects:
             gone: list[str] = []
             resized: list[tuple[_Run, tuple[tuple[int, int], ...]]] = []
-            for act in actions:
-                occ.apply(act)  # the rules, written once; the checker has already accepted the decision
-                self._effect(act, occ, gone, resized)
+            for e in occ.effects:
+                self._effect(e, gone, resized)
             self._commit(occ, gone)
             for run, old in resized:
                 for r in self.model.on_resize(run, old, self.now):
@@ -987,19 +979,20 @@ class Simulator:
         if dirty:
             self._flush_dirty()
 
-    def _effect(self, act: Action, occ: Occupancy, gone: list[str],
-                resized: list[tuple[_Run, tuple[tuple[int, int], ...]]]) -> None:
-        """What one action (already applied to ``occ``) does to the runs; slots are committed later."""
+    def _effect(self, e: Effect, gone: list[str], resized: list[tuple[_Run, tuple[tuple[int, int], ...]]]) -> None:
+        """What one effect means for the runs; slots are committed afterwards, from the overlay."""
         now = self.now
-        jid = act.job_id
-        if isinstance(act, PlaceShared | SetCap):
+        jid = e.job_id
+        kind = e.kind
+        if kind is _PLACED_SHARED or kind is _CAPPED:
             raise SimulationError(time=now, problem=f"the {self.model.name} model has no capped shared VMs "
-                                                    f"({act.kind} {jid})")
-        if isinstance(act, Start | StartFg | StartBg):
-            level, cores = self._placement(occ, jid)
+                                                    f"({e.action.kind} {jid})")
+        after = e.after
+        if kind is _STARTED:
+            level, cores = self._placement(e)
             run = self._new_run(jid, tier_of_level(level), cores)
             run.on_level(level)
-            run.slot_levels = occ.multi.get(jid)
+            run.slot_levels = after.slot_levels if after is not None else None
             self._width[run.idx] = len(cores)
             self._work[run.idx] = self.model.work(run)
             if self._span is not None:
@@ -1008,9 +1001,9 @@ class Simulator:
                 self._held[run.idx], self._held_at[run.idx], self._resized[run.idx] = 0.0, now, 0
             self._dirty[run.idx] = run
             return
-        if isinstance(act, Kill):
+        if kind is _STOPPED:
             gone.append(jid)
-            self._killed(self._runs.pop(jid), act.requeue)
+            self._killed(self._runs.pop(jid), e.requeue)
             return
         run = self._runs[jid]
         run.settle(now)
@@ -1018,32 +1011,32 @@ class Simulator:
             self._held_count(run)
         run.placed = True
         self._dirty[run.idx] = run
-        if isinstance(act, Suspend):
+        if kind is _SUSPENDED:
             run.suspended = True
-        elif isinstance(act, Resume):
+        elif kind is _RESUMED:
             if run.checkpointed:
                 raise SimulationError(time=now, problem=f"resume {jid}: the job is checkpointed and holds no "
                                                         "slots; restore it (Restore, or Move onto cores)")
             run.suspended = False
-        elif isinstance(act, Checkpoint):
+        elif kind is _CHECKPOINTED:
             run.checkpointed = True
             run.replicas = ()
             run.slot_levels = None  # its slots are freed; a restore places it on one level
-        elif isinstance(act, Replicate | Unreplicate):
-            run.level, run.cores = self._placement(occ, jid)
+        elif kind is _REPLICATED or kind is _UNREPLICATED:
+            run.level, run.cores = self._placement(e)
             run.tier = tier_of_level(run.level)
-            run.replicas = occ.extra.get(jid, ())
-        elif isinstance(act, Resize):
+            run.replicas = after.replicas if after is not None else ()
+        elif kind is _RESIZED:
             old = run.slots
-            run.level, run.cores = self._placement(occ, jid)
-            run.slot_levels = occ.multi.get(jid)
+            run.level, run.cores = self._placement(e)
+            run.slot_levels = after.slot_levels if after is not None else None
             run.tier = tier_of_level(run.level)
             self._width[run.idx] = len(run.cores)
             self._resized[run.idx] = 1
             resized.append((run, old))
-        else:  # Move and its priority names: Promote, Demote, Migrate, Restore
-            level, cores = self._placement(occ, jid)
-            cost = act.cost if isinstance(act, Move | Migrate) else 0.0
+        else:  # MOVED or RESTORED (Move and its priority names: Promote, Demote, Migrate, Restore)
+            level, cores = self._placement(e)
+            cost = e.cost
             if level != run.level:
                 self._tier_changes[run.idx] += 1
             if not run.checkpointed and sorted(cores) != sorted(run.cores):
@@ -1052,17 +1045,17 @@ class Simulator:
                 run.migrated_at = now
                 self._migration_loss += cost * len(cores)
             run.level, run.cores, run.tier = level, cores, tier_of_level(level)
-            run.slot_levels = occ.multi.get(jid)
+            run.slot_levels = after.slot_levels if after is not None else None
             run.tier_since = now
             run.debt += cost
-            if run.checkpointed or isinstance(act, Restore):  # a restore: back on slots, running
+            if kind is _RESTORED:  # back on slots, running
                 run.checkpointed = run.suspended = False
 
-    def _placement(self, occ: Occupancy, job_id: str) -> tuple[int, tuple[int, ...]]:
-        where = occ.placed.get(job_id)
-        if where is None or where[0] < 0:  # pragma: no cover - the occupancy model has just placed it
-            raise SimulationError(time=self.now, problem=f"{job_id} has no placement after its action")
-        return where
+    def _placement(self, e: Effect) -> tuple[int, tuple[int, ...]]:
+        after = e.after
+        if after is None or after.shared:  # pragma: no cover - the occupancy model has just placed it
+            raise SimulationError(time=self.now, problem=f"{e.job_id} has no placement after its action")
+        return after.level, after.cores
 
     def _commit(self, occ: Occupancy, gone: list[str]) -> None:
         """Write the slots the decision changed (the occupancy overlay) into the engine's arrays, and
@@ -1235,10 +1228,13 @@ class Simulator:
         heappop = heapq.heappop
         ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
         priority, user_name = self._priority, self._user_name
-        complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
+        complete, enqueue, decide = self._complete, self._enqueue, policy.decide
+        # the two-tier engine applies decisions of starts on free slots directly (``accepts_fast``, whose
+        # effects are known: ``tests/unit/test_effects.py``); every other decision is committed from the
+        # checker's overlay, whose effects say what each action did
+        fast: Callable[[ClusterView, Decision, float], bool] | None = None if self._leveled else accepts_fast
+        apply_starts, commit = self._apply, self._apply_leveled if self._leveled else self._commit_effects
         queue, qkey, qjobs = self._queue, self._qkey, self._qjobs
-        if self._leveled:
-            apply = self._apply_leveled
         # model-internal events (time-slice boundaries ...): asked on every turn only when the model has any
         events = self.model.has_events
         next_event, on_event = self.model.next_event, self.model.on_event
@@ -1323,9 +1319,10 @@ class Simulator:
                 self._wake = None
             else:
                 decision = decide(view, now)
-                if not accepts_fast(view, decision, now):
-                    check_decision(view, decision, now)
-                apply(decision)
+                if fast is not None and fast(view, decision, now):
+                    apply_starts(decision)
+                else:
+                    commit(decision, check_decision(view, decision, now))
                 w = decision.wake_at
                 self._wake = w if w is not None and w > due else None
             if on_progress is not None and self._done >= next_report:
