@@ -22,8 +22,8 @@ Run: ``python -m bench.sim [--quick] [--skip-measy] [--parts] [--jobs N]`` from 
 5. **Protocol floor**: what the shared policy protocol alone costs for as many jobs as HPC2N has, with
    no scheduling in it: one ``Job`` built the engine's way, one ``StartFg``, one ``Decision``, one
    check of that decision as the engine checks it (``accepts_fast``) against a one-core view (queue
-   index on), one heap push and pop per job. It is a lower bound for any engine that runs the daemon's policies and checks every
-   decision; the EASY run is printed as a multiple of it.
+   index on), one heap push and pop per job. It is a lower bound for any engine that runs the
+   daemon's policies and checks every decision; the EASY run is printed as a multiple of it.
 
 Wall times are noisy on a shared 2-core machine, so CPU time (``time.process_time``) is printed too.
 Nothing is asserted: the numbers are for people (and for ``docs/simulator.md``).
