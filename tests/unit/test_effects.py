@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from test_sim_support import WJ, wj
+from test_sim_support import WJ, Scripted, wj
 
 from tests.viewbuilder import job, view
 from vmctl.errors import InvariantViolation
@@ -207,3 +207,25 @@ def test_the_two_tier_fast_path_agrees_with_the_effects(policy: str, monkeypatch
     assert expected <= {kind for kind, _same in kinds}, kinds
     if policy.startswith("measy"):
         assert {(K.MOVED, True), (K.MOVED, False)} <= kinds, kinds
+
+
+def test_the_two_tier_engine_moves_in_place_or_onto_other_cores_as_the_effect_says() -> None:
+    """A move that keeps its cores is a change of tier in place (its cost, if any, paid as time without
+    progress; no migration); one onto other cores is a migration, whatever the action's name."""
+    cfg = SimConfig(two_tier=False)  # no fg loss: a job advances at 1 in fg
+    jobs = [wj(1, 0, 100, 1), wj(2, 0, 20, 1)]
+
+    def run(moves: list[Action]) -> Simulator:
+        sim = Simulator(jobs, 2, Scripted({0.0: [StartFg("2", (0,)), StartBg("1", (0,))], 20.0: moves}), cfg)
+        sim.run()
+        return sim
+
+    free = run([Promote("1")])
+    paid = run([Move("1", None, level=0, cost=5.0)])
+    moved = run([Move("1", (1,), level=0, cost=5.0)])
+    for sim in (free, paid, moved):
+        assert next(r for r in sim.job_rows() if r["id"] == "1")["tier_changes"] == 1
+    start_free, end_free = free.outcome("1")
+    assert paid.outcome("1") == (start_free, end_free + 5.0)
+    assert moved.outcome("1") == (start_free, end_free + 5.0)
+    assert [next(r for r in s.job_rows() if r["id"] == "1")["migrations"] for s in (free, paid, moved)] == [0, 0, 1]
