@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.integration.libvirt_hosts import Unavailable, shared_images, shared_system, shutdown_shared
     from vmctl.agents.backends.libvirt.guestimage import build
     from vmctl.agents.remote import ParamikoRunner, SshSettings
-    from vmctl.cli.demo.processes import free_port_range
+    from vmctl.localcluster import free_port_range
 
     try:
         shared_system()

@@ -281,6 +281,19 @@ class WaitTimeout(VmctlError):
     template = "{what} not finished after {timeout} s"
 
 
+class LocalClusterError(VmctlError):
+    """A process of a local cluster (``vmctl.localcluster``: vmctld or an agent) died or never got ready."""
+
+    reference = "local-cluster-failed"
+    template = "{what}: {problem}"
+
+
+class DemoError(LocalClusterError):
+    """``vmctl demo`` cannot go on (its options, its guests, its workload, its processes)."""
+
+    reference = "demo-failed"
+
+
 # ----------------------------------------------------------------------------- solvers
 
 

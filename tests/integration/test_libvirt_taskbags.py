@@ -24,8 +24,8 @@ import yaml
 
 from tests.integration.conftest import PREFIX
 from tests.support.daemon import InProcessDaemon, cli_daemon, wait_for
-from vmctl.cli.demo.processes import free_port_range, ssh_guest_config
 from vmctl.client import Client, Job, Task
+from vmctl.localcluster import free_port_range, ssh_guest_config
 
 pytestmark = pytest.mark.libvirt
 

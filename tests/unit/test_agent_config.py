@@ -380,7 +380,7 @@ def test_cert_files_are_replaced_atomically(tmp_path: Path) -> None:
     import os
     import stat
 
-    from vmctl.cli.ops import write_cert_files
+    from vmctl.files import write_cert_files
 
     doc = {"cert_pem": "CERT1\n", "key_pem": "KEY1\n", "ca_pem": "CA1\n"}
     write_cert_files(tmp_path, "n1", doc)

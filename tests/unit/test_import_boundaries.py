@@ -212,3 +212,20 @@ def test_api_route_groups_are_wired_by_the_server_only(path: Path) -> None:
 def _is_module(mods: set[str], module: str) -> bool:
     """``module`` or a name from it is imported."""
     return any(_is(m, module) for m in mods)
+
+
+# benchmarks that measure a command itself (its rendering) import it, as its tests do
+CLI_MEASURED_BY = {"bench/metrics_scrape.py": "vmctl.cli.ops"}
+
+
+def test_nothing_outside_the_cli_imports_the_cli() -> None:
+    # vmctl/cli is the top layer (commands and their rendering): the product below it, the agents and
+    # the test helpers use the libraries the commands use (vmctl.localcluster, vmctl.files,
+    # vmctl.errors.exit_code_for, ...), never a command module. Tests of the commands may import them.
+    outside = [p for p in [*_files("vmctl"), *_files("agents"), *_files("policies"), *_files("bench"),
+                           *_files("tests/support")]
+               if not p.relative_to(ROOT).as_posix().startswith("vmctl/cli/")]
+    assert len(outside) > 100
+    found = [f"{rel} imports {m}" for p in outside for m in _imports(p)
+             if _is(m, "vmctl.cli") and not _is(m, CLI_MEASURED_BY.get(rel := p.relative_to(ROOT).as_posix(), "-"))]
+    assert not found, found

@@ -11,7 +11,7 @@
   kernel and their dependencies, and busybox ``init`` with the script below;
 * ``id_ed25519`` (+ ``.pub``): the key the agent logs in with, authorised for ``root`` in the guest;
 * ``host_key.pub``: the guest's SSH host key (generated at build time with ``dropbearkey``; every guest
-  booted from this image has it), for the agent's ``known_hosts`` (``vmctl.cli.demo.processes.ssh_guest_config``
+  booted from this image has it), for the agent's ``known_hosts`` (``vmctl.localcluster.ssh_guest_config``
   writes one for a range of forwarded ports);
 * ``manifest.json``: the build's inputs (package versions), its cache key, sizes and build time.
 
