@@ -59,7 +59,7 @@ def free_port_range(count: int, first: int = 20000, last: int = 60000) -> int:
 def ssh_guest_config(guest_dir: Path, known_hosts: Path, base_port: int, vms: int,
                      domain_type: str = "qemu") -> dict[str, Any]:
     """The agent config sections that make a libvirt agent boot the SSH guest built in ``guest_dir``
-    (``python -m vmctl.agents.backends.libvirt.guestimage build DIR``) and run its job processes there: the
+    (``python -m vmctl.guestimage build DIR``) and run its job processes there: the
     ``layout`` keys (direct kernel boot, ``ssh_ports`` from ``base_port``), ``backend.domain_type`` and
     the ``ssh`` section (its ``known_hosts``, written here, gives the image's host key to the ``vms``
     forwarded ports)."""

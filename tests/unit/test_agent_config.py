@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.agents import swap_tiers
 from vmctl.agents.config import load_agent_config, parse_agent_config
-from vmctl.agents.layout import Layout, check_naming, swap_tiers
+from vmctl.agents.layout import Layout, check_naming
 from vmctl.agents.main import build_agent, main
 from vmctl.agents.sources import FileReporter, FileSource
 from vmctl.errors import ConfigError, OutOfRange, ValidationError

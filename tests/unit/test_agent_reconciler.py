@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.agents import swap_tiers
 from vmctl.agents.backends.base import VmSpec
 from vmctl.agents.backends.mock import Fault, MockBackend, MockFabric, MockProcessRunner
-from vmctl.agents.layout import Layout, swap_tiers
+from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import FileSource, MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock

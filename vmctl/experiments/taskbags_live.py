@@ -26,7 +26,7 @@ model time (vmctld's records: submit, first start, end, and each task's worker a
 
 Real libvirt (``--libvirt-agents N``): the first N hosts are ``vmctl-agent`` processes on this machine's
 libvirtd (it must be running) whose worker VMs boot the SSH guest of
-``vmctl.agents.backends.libvirt.guestimage`` (built and cached in ``--guest-dir``; TCG; a loopback port
+``vmctl.guestimage`` (built and cached in ``--guest-dir``; TCG; a loopback port
 forwarded to each VM's SSH) and run each task there over SSH. Real guests run in real time (an agent
 config refuses ``clock:`` for libvirt), so a task of w model seconds is the command ``sleep w/speed``
 (:func:`task_command`; mock agents ignore it and run ``work_seconds`` on their clock); vmctld's times stay
@@ -176,7 +176,7 @@ def task_command(work: float, speed: float) -> str:
 
 
 def build_guest(guest_dir: Path, log: Any = print) -> None:
-    """The SSH guest of the libvirt agents (``python -m vmctl.agents.backends.libvirt.guestimage build``;
+    """The SSH guest of the libvirt agents (``python -m vmctl.guestimage build``;
     cached in ``guest_dir``), after checking that libvirtd answers."""
     import subprocess
 
@@ -185,7 +185,7 @@ def build_guest(guest_dir: Path, log: Any = print) -> None:
                               problem=f"libvirtd is not running ({LIBVIRT_SOCKET} is missing): start it "
                                       "(virtlogd -d; libvirtd -d) or run without real-libvirt agents")
     t = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "vmctl.agents.backends.libvirt.guestimage", "build", str(guest_dir)],
+    res = subprocess.run([sys.executable, "-m", "vmctl.guestimage", "build", str(guest_dir)],
                          capture_output=True, text=True, check=False, timeout=900)
     if res.returncode != 0:
         raise ValidationError(field="--guest-dir", problem=f"the SSH guest cannot be built: {res.stderr.strip()}")

@@ -1,7 +1,7 @@
 """The demo on real libvirt (``vmctl demo --backend libvirt``): its agents boot real guests and run the
 jobs' processes in them over SSH.
 
-The guest is the one the task-bag testbed boots (``vmctl.agents.backends.libvirt.guestimage``: a Debian
+The guest is the one the task-bag testbed boots (``vmctl.guestimage``: a Debian
 kernel and a busybox + dropbear initramfs, direct kernel boot, no disk), built once and cached in
 ``--guest-dir`` (default ``/var/cache/vmctl/guest``, the tests' and the testbed's cache); every VM boots
 that kernel and initramfs read-only, so a run copies no image and defines no disk. Each agent gets the
@@ -75,8 +75,8 @@ def check_libvirtd(uri: str) -> None:
 
 def build_guest(guest_dir: Path, echo: Any) -> None:
     """Build the SSH guest into ``guest_dir``, or reuse the cached build there (same inputs)."""
-    from vmctl.agents.backends.libvirt.guestimage import build
     from vmctl.errors import VmctlError
+    from vmctl.guestimage import build
 
     try:
         build(guest_dir, log=echo)
