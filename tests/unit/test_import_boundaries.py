@@ -229,3 +229,11 @@ def test_nothing_outside_the_cli_imports_the_cli() -> None:
     found = [f"{rel} imports {m}" for p in outside for m in _imports(p)
              if _is(m, "vmctl.cli") and not _is(m, CLI_MEASURED_BY.get(rel := p.relative_to(ROOT).as_posix(), "-"))]
     assert not found, found
+
+
+def test_the_guest_image_builder_is_no_part_of_the_backend() -> None:
+    # vmctl/guestimage.py builds files (an operator's and the testbeds' tool): it imports no backend, and
+    # the agents never need it (they boot what it built, from the paths in their config)
+    assert not any(_is(m, "vmctl.agents") for m in _imports(ROOT / "vmctl" / "guestimage.py"))
+    users = [p.relative_to(ROOT).as_posix() for p in _files("agents") if "vmctl.guestimage" in _imports(p)]
+    assert not users, users
