@@ -212,9 +212,6 @@ class Layout:
         except ValueError:
             return None
 
-    def weight_of(self, role: VmRole) -> int:
-        return self.fg_weight if role is VmRole.FG else self.bg_weight
-
     @property
     def weights(self) -> tuple[int, ...]:
         """The weight of each level in the bare layout (timeslice: with row 0 active)."""
@@ -229,9 +226,6 @@ class Layout:
         return VmDesired(name=self.vm_name(core, level), core=core, role=_role(level),
                          weight=self.weights[level], memory_mib=self.memory_mib,
                          level=level if level > 1 or self.discipline is not Discipline.PRIORITY else -1)
-
-    def pair_vm(self, core: int, tier: Tier) -> VmDesired:
-        return self.level_vm(core, 0 if tier is Tier.FG else 1)
 
     @property
     def tiers(self) -> tuple[Tier, ...]:
