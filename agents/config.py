@@ -53,7 +53,7 @@ class LayoutConfig:
     discipline: str = "priority"  # priority | timeslice (gang rows) | shared (equal workers, no placeholders)
     levels: int = 2  # VM levels per core, 1 .. MAX_LEVELS (2 = the MEASY fg/bg pair)
     inactive: str = "pause"  # timeslice: the inactive rows' VMs are paused, or "soak" at the lowest weight
-    kernel: str | None = None  # libvirt: direct kernel boot of the guests (guestimage.py builds one)
+    kernel: str | None = None  # libvirt: direct kernel boot of the guests (vmctl/guestimage.py builds one)
     initrd: str | None = None
     cmdline: str = ""
     ssh_ports: int | None = None  # libvirt: first loopback port forwarded to the guests' SSH (one per VM)

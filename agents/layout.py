@@ -36,7 +36,7 @@ level: after a promote the VM named ``...-bg`` runs at the fg weight (its role i
 which tier it is in now). VMs also carry metadata (``vmctl.node``, ``vmctl.role``, ``vmctl.core``,
 ``vmctl.level``) so an agent adopts them by name or by metadata after a restart.
 
-Guests that run job processes (libvirt; ``backends/libvirt/guestimage.py``): ``kernel``/``initrd``/
+Guests that run job processes (libvirt; ``vmctl/guestimage.py``): ``kernel``/``initrd``/
 ``cmdline`` boot every VM of the layout directly, such a VM gets at least ``memory_mib`` whatever its job
 asked for, and ``ssh_ports`` forwards loopback port ``ssh_ports + k * levels + level`` to the SSH port of
 the VM on (local core k, level), whatever vmctld named it; the port also goes into the VM's metadata
@@ -142,7 +142,7 @@ class Layout:
     placeholders: bool | None = None
     discipline: Discipline = Discipline.PRIORITY
     inactive: str = "pause"  # timeslice: the inactive rows' VMs are paused, or "soak" at the lowest weight
-    #: guests that run job processes over SSH (guestimage.py): direct kernel boot ...
+    #: guests that run job processes over SSH (vmctl/guestimage.py): direct kernel boot ...
     kernel: str | None = None
     initrd: str | None = None
     cmdline: str = ""
@@ -212,9 +212,6 @@ class Layout:
         except ValueError:
             return None
 
-    def weight_of(self, role: VmRole) -> int:
-        return self.fg_weight if role is VmRole.FG else self.bg_weight
-
     @property
     def weights(self) -> tuple[int, ...]:
         """The weight of each level in the bare layout (timeslice: with row 0 active)."""
@@ -229,9 +226,6 @@ class Layout:
         return VmDesired(name=self.vm_name(core, level), core=core, role=_role(level),
                          weight=self.weights[level], memory_mib=self.memory_mib,
                          level=level if level > 1 or self.discipline is not Discipline.PRIORITY else -1)
-
-    def pair_vm(self, core: int, tier: Tier) -> VmDesired:
-        return self.level_vm(core, 0 if tier is Tier.FG else 1)
 
     @property
     def tiers(self) -> tuple[Tier, ...]:
@@ -299,7 +293,7 @@ class Layout:
         if port is not None:  # the runner finds the guest's address here (job VMs have vmctld's names)
             meta[META_SSH_PORT] = str(port)
         # a guest that boots a kernel needs its memory whatever the job asked for (vmctld's default is 64 MiB,
-        # in which the Debian kernel and initramfs of guestimage.py do not even start): the layout's is the floor
+        # in which the Debian kernel and initramfs of vmctl/guestimage.py do not even start): the layout's is the floor
         memory = max(vm.memory_mib, self.memory_mib) if self.kernel is not None else vm.memory_mib
         return VmSpec(name=vm.name, vcpus=1, memory_mib=memory, image=self.image, metadata=meta,
                       kernel=self.kernel, initrd=self.initrd, cmdline=self.cmdline, ssh_port=port)
@@ -330,24 +324,5 @@ def _role(level: int) -> VmRole:
     return VmRole.FG if tier_of_level(level) is Tier.FG else VmRole.BG
 
 
-def swap_tiers(desired: NodeDesired, core: int, fg_weight: int = WEIGHT_MAX, bg_weight: int = WEIGHT_MIN,
-               generation: int | None = None) -> NodeDesired:
-    """Promote the bg VM of ``core`` and demote its fg VM: swap roles and weights (a live change).
-    Used by the demo and tests to express a Promote/Demote in desired state."""
-    fg = [v for v in desired.vms if v.core == core and v.role is VmRole.FG]
-    bg = [v for v in desired.vms if v.core == core and v.role is VmRole.BG]
-    if len(fg) != 1 or len(bg) != 1:
-        raise ValidationError(field=f"core {core}", problem="needs exactly one fg and one bg VM to swap")
-    vms = []
-    for v in desired.vms:
-        if v is fg[0]:
-            v = replace(v, role=VmRole.BG, weight=bg_weight)
-        elif v is bg[0]:
-            v = replace(v, role=VmRole.FG, weight=fg_weight)
-        vms.append(v)
-    gen = desired.generation + 1 if generation is None else generation
-    return NodeDesired(node=desired.node, generation=gen, vms=tuple(vms))
-
-
 __all__ = ["DEFAULT_NAMING", "INACTIVE_MODES", "MAX_LEVELS", "META_CORE", "META_LEVEL", "META_MANAGED", "META_NODE",
-           "META_ROLE", "Layout", "check_naming", "level_weights", "memory_problem", "swap_tiers"]
+           "META_ROLE", "Layout", "check_naming", "level_weights", "memory_problem"]

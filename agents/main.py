@@ -4,7 +4,7 @@
     vmctl-agent --config agent.yaml --once                # one cycle, print the observation (JSON)
     vmctl-agent --config agent.yaml --desired d.yaml      # desired state from a file (the seam)
 
-Exit codes as for ``vmctl`` (``vmctl.cli.main.exit_code_for``): 2 bad config or desired state,
+Exit codes as for ``vmctl`` (``vmctl.errors.exit_code_for``): 2 bad config or desired state,
 6 hypervisor unavailable, 7 an operation failed (``--once`` only: a cycle with errors exits 7).
 """
 
@@ -30,10 +30,11 @@ from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.config import AgentConfig, load_agent_config
 from vmctl.agents.layout import META_SSH_PORT, Layout, memory_problem
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
-from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter, observed_to_dict
+from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter
 from vmctl.clock import Clock, SystemClock, accelerated_clock
-from vmctl.errors import ConfigError, HypervisorUnavailable, ValidationError, VmctlError, VmNotFound
+from vmctl.errors import ConfigError, HypervisorUnavailable, ValidationError, VmctlError, VmNotFound, exit_code_for
 from vmctl.model import Discipline, NodeObserved
+from vmctl.wire import observed_to_json
 
 log = logging.getLogger("vmctl.agent")
 
@@ -242,7 +243,7 @@ def cli(config_path: str, once: bool, desired: str | None, report: str | None, l
         if once:
             res = agent.reconciler.run_once()
             if res.observed is not None:
-                click.echo(json.dumps(observed_to_dict(res.observed), indent=1))
+                click.echo(json.dumps(observed_to_json(res.observed), indent=1))
             for e in res.errors:
                 click.echo(f"error: {e}", err=True)
             if res.errors:
@@ -362,8 +363,6 @@ def serve(agent: Agent, stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from vmctl.cli.main import exit_code_for
-
     try:
         cli.main(args=argv, prog_name="vmctl-agent", standalone_mode=False)
     except click.exceptions.Abort:

@@ -14,7 +14,7 @@ Exit statuses: the command's own; 124 when ``run`` hit its timeout (the remote p
 killed); 137 after ``kill``. The remote command runs as ``exec sh -c CMD`` behind a line that tells
 the runner its PID: sshd starts each session command in a new session, so that PID leads the
 process group and ``kill -KILL -PGID`` ends the whole job (dropbear, in the guests of
-``backends/libvirt/guestimage.py``, puts the shell in the group of its session process: the kill reads
+``vmctl/guestimage.py``, puts the shell in the group of its session process: the kill reads
 the group from ``/proc/PID/stat`` and ends that, the session with it).
 
 Addresses: ``address_of(vm)`` gives ``HOST``, ``HOST:PORT`` or ``[HOST]:PORT`` (a guest behind a

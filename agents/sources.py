@@ -11,13 +11,15 @@ agent knowing about HTTP:
 
 ``FileSource`` reads a YAML or JSON document (the ``--desired FILE`` seam, and tests);
 ``FileReporter`` writes the observation as JSON (atomically). ``MemorySource``/``MemoryReporter``
-serve in-process use (tests, the demo). The dict forms (``desired_from_dict``, ``desired_to_dict``,
-``observed_to_dict``, ``observed_from_dict``) are the wire format the daemon uses too.
+serve in-process use (tests, the demo). The documents are the ones vmctld serves, in one codec:
+``vmctl.wire`` (``desired_from_json``/``desired_to_json``, ``observed_to_json``/``observed_from_json``).
 
-Document format (YAML or JSON)::
+Document format (YAML or JSON; a key the codec does not know is an error)::
 
     node: n1
     generation: 7
+    layout: {discipline: priority, levels: 2}     # optional: the layout to take
+    slices: {epoch: 0.0, period_s: 30.0, rows: [0, 1]}   # optional: a gang node's time-slice schedule
     vms:
       - {name: n1-c0-fg, core: 0, role: fg, weight: 10000}
       - name: n1-c0-bg
@@ -30,6 +32,7 @@ Document format (YAML or JSON)::
         checkpoint_path: /var/lib/vmctl/ckpt/n1-c0-bg.img
         migration: {migration_id: m1, source_node: n1, target_node: n2, target_core: 0,
                     phase: requested, mode: live}
+      - {name: j4-r1-p0, core: 1, role: bg, weight: 1, level: 2, replicas: [0]}   # a gang row's VM
 """
 
 from __future__ import annotations
@@ -37,30 +40,13 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from vmctl.config import Section, parse_yaml
+from vmctl.config import parse_yaml
 from vmctl.errors import ConfigError, ValidationError
-from vmctl.model import (
-    MAX_LAYOUT_LEVELS,
-    Discipline,
-    MigrationRefusal,
-    MigrationSpec,
-    NodeDesired,
-    NodeLayout,
-    NodeObserved,
-    PowerState,
-    ProcessSpec,
-    VmDesired,
-    VmObserved,
-    VmRole,
-)
-
-_PHASES = ("requested", "running", "completed", "failed", "aborted")
-_MODES = ("live", "checkpoint")
-_DESIRED_POWER = ("running", "paused", "shutoff", "saved", "absent")
+from vmctl.model import NodeDesired, NodeObserved
+from vmctl.wire import desired_from_json, observed_to_json
 
 
 class DesiredStateSource(Protocol):
@@ -71,152 +57,18 @@ class Reporter(Protocol):
     def report(self, observed: NodeObserved) -> None: ...
 
 
-# ------------------------------------------------------------------------------------ dict forms
+# ------------------------------------------------------------------------------------ documents
 
 
-def desired_from_dict(data: Mapping[str, Any], path: str = "<desired>") -> NodeDesired:
-    """Build a NodeDesired; every problem is a ``ConfigError`` naming ``path`` and the key."""
-    top = Section(data, path)
-    node = top.get("node", str, required=True)
-    generation = top.integer("generation", lo=0, required=True)
-    raw = top.get("vms", list, [])
-    layout = None
-    if top.has("layout") and data["layout"] is not None:  # the layout to take (docs/agent.md, "Re-laying out")
-        ls = top.section("layout")
-        try:
-            layout = NodeLayout(Discipline(ls.choice("discipline", tuple(d.value for d in Discipline))),
-                                ls.integer("levels", required=True, lo=1, hi=MAX_LAYOUT_LEVELS))
-        except ValidationError as exc:
-            raise ls.error("levels", exc.fields["problem"]) from exc
-        ls.finish()
-    else:
-        top.get("layout", dict, None)
-    top.finish()
-    vms = []
-    for i, item in enumerate(raw):
-        vms.append(_vm_from_dict(item, path, f"vms[{i}]"))
+def desired_from_document(data: Any, path: str) -> NodeDesired:
+    """A desired-state document read from ``path`` (YAML or JSON), decoded by ``vmctl.wire`` (the codec
+    vmctld serves it with); every problem is a ``ConfigError`` naming ``path`` and the dotted key."""
     try:
-        return NodeDesired(node=node, generation=generation, vms=tuple(vms), layout=layout)
-    except ValidationError as exc:  # pragma: no cover - model has no checks on these today
-        raise ConfigError(path=path, where="top level", problem=str(exc)) from exc
-
-
-def _vm_from_dict(item: Any, path: str, where: str) -> VmDesired:
-    s = Section(item, path, where)
-    name = s.get("name", str, required=True)
-    core = s.integer("core", required=True, lo=-1)
-    role = VmRole(s.choice("role", tuple(r.value for r in VmRole)))
-    weight = s.integer("weight", required=True)
-    cap = s.get("cap", float, None)
-    power = PowerState(s.choice("power", _DESIRED_POWER, "running"))
-    memory = s.integer("memory_mib", 64, lo=1)
-    level = s.integer("level", -1, lo=0) if s.has("level") else -1  # absent: follows role (fg 0, bg 1)
-    ckpt = s.get("checkpoint_path", str, None)
-    process = None
-    if s.has("process") and item["process"] is not None:
-        ps = s.section("process")
-        process = ProcessSpec(job_id=ps.get("job_id", str, required=True), index=ps.integer("index", 0, lo=0),
-                              command=ps.get("command", str, ""),
-                              work_seconds=ps.number("work_seconds", 0.0, lo=0.0),
-                              cpu_usage=ps.number("cpu_usage", 1.0, lo=0.0, hi=1.0))
-        if process.cpu_usage <= 0:
-            raise ps.error("cpu_usage", "must be > 0")
-        ps.finish()
-    else:
-        s.get("process", dict, None)
-    migration = None
-    if s.has("migration") and item["migration"] is not None:
-        ms = s.section("migration")
-        migration = MigrationSpec(
-            migration_id=ms.get("migration_id", str, required=True),
-            source_node=ms.get("source_node", str, required=True),
-            target_node=ms.get("target_node", str, required=True),
-            target_core=ms.integer("target_core", required=True, lo=-1),  # -1: unpinned (shared VMs)
-            phase=ms.choice("phase", _PHASES, "requested"),  # type: ignore[arg-type]
-            mode=ms.choice("mode", _MODES, "live"),  # type: ignore[arg-type]
-        )
-        ms.finish()
-    else:
-        s.get("migration", dict, None)
-    s.finish()
-    return VmDesired(name=name, core=core, role=role, weight=weight, cap=cap, power=power, process=process,
-                     checkpoint_path=ckpt, migration=migration, memory_mib=memory, level=level)
-
-
-def desired_to_dict(d: NodeDesired) -> dict[str, Any]:
-    vms: list[dict[str, Any]] = []
-    for v in d.vms:
-        out: dict[str, Any] = {"name": v.name, "core": v.core, "role": v.role.value, "weight": v.weight,
-                               "cap": v.cap, "power": v.power.value, "memory_mib": v.memory_mib}
-        if v.level >= 0:
-            out["level"] = v.level
-        if v.checkpoint_path is not None:
-            out["checkpoint_path"] = v.checkpoint_path
-        if v.process is not None:
-            p = v.process
-            out["process"] = {"job_id": p.job_id, "index": p.index, "command": p.command,
-                              "work_seconds": p.work_seconds, "cpu_usage": p.cpu_usage}
-        if v.migration is not None:
-            m = v.migration
-            out["migration"] = {"migration_id": m.migration_id, "source_node": m.source_node,
-                                "target_node": m.target_node, "target_core": m.target_core, "phase": m.phase,
-                                "mode": m.mode}
-        vms.append(out)
-    doc: dict[str, Any] = {"node": d.node, "generation": d.generation, "vms": vms}
-    if d.layout is not None:
-        doc["layout"] = {"discipline": d.layout.discipline.value, "levels": d.layout.levels}
-    return doc
-
-
-_OBS_VM_FIELDS = ("name", "power", "core", "weight", "cap", "cpu_time_s", "utilization", "process_job",
-                  "process_index", "process_exit", "migration_phase", "orphan")
-
-
-def observed_to_dict(o: NodeObserved) -> dict[str, Any]:
-    vms = []
-    for v in o.vms:
-        d = {k: getattr(v, k) for k in _OBS_VM_FIELDS}
-        d["power"] = v.power.value
-        vms.append(d)
-    return {"node": o.node, "generation_applied": o.generation_applied, "cores": o.cores, "vms": vms,
-            "host_utilization": o.host_utilization, "errors": list(o.errors), "time": o.time,
-            "refusals": [{"vm": r.vm, "migration_id": r.migration_id, "target_node": r.target_node,
-                          "reason": r.reason} for r in o.refusals]}
-
-
-def observed_from_dict(data: Mapping[str, Any], path: str = "<observed>") -> NodeObserved:
-    top = Section(data, path)
-    node = top.get("node", str, required=True)
-    gen = top.integer("generation_applied", required=True)
-    cores = top.integer("cores", required=True, lo=0)
-    raw = top.get("vms", list, [])
-    host_util = top.number("host_utilization", 0.0)
-    errs = top.get("errors", list, [])
-    t = top.number("time", 0.0)
-    raw_refusals = top.get("refusals", list, [])
-    top.finish()
-    refusals = []
-    for i, item in enumerate(raw_refusals):
-        s = Section(item, path, f"refusals[{i}]")
-        refusals.append(MigrationRefusal(vm=s.get("vm", str, required=True),
-                                         migration_id=s.get("migration_id", str, required=True),
-                                         target_node=s.get("target_node", str, required=True),
-                                         reason=s.get("reason", str, required=True)))
-        s.finish()
-    vms = []
-    for i, item in enumerate(raw):
-        s = Section(item, path, f"vms[{i}]")
-        vms.append(VmObserved(
-            name=s.get("name", str, required=True),
-            power=PowerState(s.choice("power", tuple(p.value for p in PowerState))),
-            core=s.get("core", int, None), weight=s.get("weight", int, None), cap=s.get("cap", float, None),
-            cpu_time_s=s.number("cpu_time_s", 0.0), utilization=s.number("utilization", 0.0),
-            process_job=s.get("process_job", str, None), process_index=s.get("process_index", int, None),
-            process_exit=s.get("process_exit", int, None), migration_phase=s.get("migration_phase", str, None),
-            orphan=s.get("orphan", bool, False)))
-        s.finish()
-    return NodeObserved(node=node, generation_applied=gen, cores=cores, vms=tuple(vms), host_utilization=host_util,
-                        errors=tuple(str(e) for e in errs), time=t, refusals=tuple(refusals))
+        return desired_from_json(data)
+    except ValidationError as exc:
+        where = exc.fields.get("field", "top level")
+        raise ConfigError(path=path, where="top level" if where == "body" else where,
+                          problem=exc.fields.get("problem", str(exc))) from exc
 
 
 # ------------------------------------------------------------------------------------ files
@@ -247,7 +99,7 @@ class FileSource:
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(path=str(self.path), where="file", problem=f"cannot be read: {exc}") from exc
         data = parse_yaml(text, str(self.path))  # JSON is YAML
-        desired = desired_from_dict(data, str(self.path))
+        desired = desired_from_document(data, str(self.path))
         self._stamp, self._cached = stamp, desired
         return desired
 
@@ -262,7 +114,7 @@ class FileReporter:
         tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(observed_to_dict(observed), indent=1) + "\n", encoding="utf-8")
+            tmp.write_text(json.dumps(observed_to_json(observed), indent=1) + "\n", encoding="utf-8")
             os.replace(tmp, self.path)
         except OSError as exc:
             raise ConfigError(path=str(self.path), where="report file", problem=f"cannot be written: {exc}") from exc

@@ -21,8 +21,9 @@ import statistics
 import time
 from dataclasses import replace
 
+from tests.support.agents import swap_tiers
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
-from vmctl.agents.layout import Layout, swap_tiers
+from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock

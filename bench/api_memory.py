@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from vmctl.cli.demo.processes import DaemonProcess
+from vmctl.localcluster import DaemonProcess
 
 
 def pct(xs: list[float], p: float) -> float:

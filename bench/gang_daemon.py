@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from bench.daemon import decide_seconds, pct, print_against_decide
-from vmctl.agents.backends.base import HypervisorBackend, remove_vms
+from tests.support.hosts import remove_vms
+from vmctl.agents.backends.base import HypervisorBackend
 from vmctl.agents.backends.mock import MockBackend
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler

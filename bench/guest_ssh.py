@@ -3,7 +3,7 @@
     python -m bench.guest_ssh [--boots 5] [--tasks 20] [--type qemu]
 
 Starts libvirtd if it is not running (and stops it again), builds the guest of
-``vmctl.agents.backends.libvirt.guestimage`` (cached in /var/cache/vmctl/guest), then measures, with one
+``vmctl.guestimage`` (cached in /var/cache/vmctl/guest), then measures, with one
 VM at a time pinned to core 0:
 
 1. Boot: define + start of the SSH guest until a command answers over SSH through its forwarded port
@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from vmctl.agents.backends.base import VmSpec, remove_vms
+from tests.support.hosts import remove_vms
+from vmctl.agents.backends.base import VmSpec
 from vmctl.model import ProcessSpec
 
 PREFIX = f"bench{os.getpid()}-"
@@ -49,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print("libvirt-python is not installed: nothing to measure")
         return 0
     from tests.integration.libvirt_hosts import Unavailable, shared_images, shared_system, shutdown_shared
-    from vmctl.agents.backends.libvirt.guestimage import build
     from vmctl.agents.remote import ParamikoRunner, SshSettings
-    from vmctl.cli.demo.processes import free_port_range
+    from vmctl.guestimage import build
+    from vmctl.localcluster import free_port_range
 
     try:
         shared_system()

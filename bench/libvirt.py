@@ -31,9 +31,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN, HypervisorBackend, VmSpec, remove_vms
+from tests.support.agents import swap_tiers
+from tests.support.hosts import remove_vms
+from tests.support.libvirt import cpu_time_s, memory_peek
+from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN, HypervisorBackend, VmSpec
 from vmctl.agents.backends.mock import MockBackend
-from vmctl.agents.layout import Layout, swap_tiers
+from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
@@ -117,39 +120,39 @@ def bench_reconcile(rounds: int, images: str) -> None:
 
 
 def _cpu(b: Any, names: list[str], seconds: float) -> dict[str, float]:
-    c0 = {n: b.cpu_time_s(n) for n in names}
+    c0 = {n: cpu_time_s(b, n) for n in names}
     t0 = time.monotonic()
     time.sleep(seconds)
-    c1 = {n: b.cpu_time_s(n) for n in names}
+    c1 = {n: cpu_time_s(b, n) for n in names}
     wall = time.monotonic() - t0
     return {n: (c1[n] - c0[n]) / wall for n in names}
 
 
 def _counter(b: Any, name: str) -> int:
-    from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
+    from tests.support.guests import COUNTER_ADDR, decode_counter
 
-    return decode_counter(b.memory_peek(name, COUNTER_ADDR, 8))
+    return decode_counter(memory_peek(b, name, COUNTER_ADDR, 8))
 
 
 def _window(b: Any, cpu: list[str], progress: list[str], seconds: float) -> tuple[dict[str, float], dict[str, float]]:
     """CPU cores used (libvirt counters) and guest progress (counter increments per second)."""
     k0 = {n: _counter(b, n) for n in progress}
-    c0 = {n: b.cpu_time_s(n) for n in cpu}
+    c0 = {n: cpu_time_s(b, n) for n in cpu}
     t0 = time.monotonic()
     time.sleep(seconds)
-    c1 = {n: b.cpu_time_s(n) for n in cpu}
+    c1 = {n: cpu_time_s(b, n) for n in cpu}
     k1 = {n: _counter(b, n) for n in progress}
     wall = time.monotonic() - t0
     return {n: (c1[n] - c0[n]) / wall for n in cpu}, {n: (k1[n] - k0[n]) / wall for n in progress}
 
 
 def _wait_counting(b: Any, names: list[str], timeout: float = 30.0) -> None:
-    from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
+    from tests.support.guests import COUNTER_ADDR, decode_counter
 
     deadline = time.monotonic() + timeout
     pending = set(names)
     while pending and time.monotonic() < deadline:
-        pending = {n for n in pending if decode_counter(b.memory_peek(n, COUNTER_ADDR, 8)) == 0}
+        pending = {n for n in pending if decode_counter(memory_peek(b, n, COUNTER_ADDR, 8)) == 0}
         time.sleep(0.2)
     if pending:
         raise RuntimeError(f"guests never ran: {sorted(pending)}")

@@ -10,8 +10,8 @@ import pytest
 
 from tests.support.daemon import InProcessDaemon
 from vmctl import errors
-from vmctl.cli.demo.processes import DaemonProcess
 from vmctl.cli.main import main
+from vmctl.localcluster import DaemonProcess
 
 
 def live_daemon(state_dir: Path, **kwargs: Any) -> Iterator[DaemonProcess]:

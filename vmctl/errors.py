@@ -11,7 +11,8 @@ sqlite, HTTP, YAML, ...) are translated once, at the boundary, with the cause ch
     >>> e.reference
     'trace-format'
 
-The CLI maps classes to exit codes in one place (``vmctl.cli.main.EXIT_CODES``).
+Classes map to process exit codes in one place (``EXIT_CODES`` / ``exit_code_for`` at the end of this
+module), used by ``vmctl`` and ``vmctl-agent`` alike.
 """
 
 from __future__ import annotations
@@ -280,6 +281,19 @@ class WaitTimeout(VmctlError):
     template = "{what} not finished after {timeout} s"
 
 
+class LocalClusterError(VmctlError):
+    """A process of a local cluster (``vmctl.localcluster``: vmctld or an agent) died or never got ready."""
+
+    reference = "local-cluster-failed"
+    template = "{what}: {problem}"
+
+
+class DemoError(LocalClusterError):
+    """``vmctl demo`` cannot go on (its options, its guests, its workload, its processes)."""
+
+    reference = "demo-failed"
+
+
 # ----------------------------------------------------------------------------- solvers
 
 
@@ -315,3 +329,32 @@ class CellsFailed(VmctlError):
     reference = "cells-failed"
     template = "{failed} of {total} cells failed (first: {first}); inputs and errors are in {table}"
     hint = "fix the cause and rerun the same command: finished cells are skipped (--retry-failed reruns these)"
+
+
+# ----------------------------------------------------------------------------- exit codes
+
+#: first match wins, so subclasses come before their bases. 0 ok; 1 internal error (a bug); 2 usage /
+#: bad input; 3 not found; 4 conflict; 5 authentication or permission; 6 daemon, cluster or hypervisor
+#: unavailable; 7 solver or operation failed. ``vmctl`` and ``vmctl-agent`` exit with these.
+EXIT_CODES: list[tuple[type[VmctlError], int]] = [
+    (NotFound, 3),
+    (VmNotFound, 3),
+    (Conflict, 4),
+    (Unauthenticated, 5),
+    (Forbidden, 5),
+    (DaemonUnavailable, 6),
+    (ClusterUnavailable, 6),
+    (HypervisorUnavailable, 6),
+    (UserError, 2),
+    (SolverError, 7),
+    (HypervisorError, 7),
+    (VmctlError, 7),
+]
+
+
+def exit_code_for(exc: VmctlError) -> int:
+    """The process exit code for an error vmctl raised on purpose (``EXIT_CODES``); 1 for anything else."""
+    for cls, code in EXIT_CODES:
+        if isinstance(exc, cls):
+            return code
+    return 1

@@ -17,8 +17,8 @@ Accepted forms (``shape`` of a job spec)::
 Times and work are seconds on standard resources (speed 1.0). :func:`shape_to_json` writes the
 canonical form (``widths`` and ``times``, plus ``speedup`` and ``time_at_min`` when a model gave them;
 ``tasks`` and ``max_workers``, and ``task_usage`` when it is not 1.0), which :func:`shape_from_json`
-reads back to an equal shape. Every problem is a ``ValidationError`` naming the field by its path
-(``jobs[0].shape.times[1]``).
+reads back to an equal shape; :func:`job_shape` reads the shape of a job spec (request or stored).
+Every problem is a ``ValidationError`` naming the field by its path (``jobs[0].shape.times[1]``).
 """
 
 from __future__ import annotations
@@ -186,6 +186,16 @@ def shape_from_json(raw: Any, where: str = "shape") -> JobShape:
         raise ValidationError(field=_path(where, extra[0]),
                               problem=f"unknown key for a {kind} shape (known: {', '.join(sorted(_KIND_KEYS[kind]))})")
     return _moldable(raw, where) if kind == "moldable" else _task_bag(raw, where)
+
+
+def job_shape(spec: Mapping[str, Any], where: str = "") -> JobShape | None:
+    """The shape of a job spec (its ``shape``, one of the forms above), or None for a rigid job. The one
+    reader of a spec's shape between the request and the view: the API's request check
+    (``vmctl.api.schemas.job_spec``), the daemon's submission checks (``vmctl.daemon.jobs``) and the
+    daemon's view of its jobs (``JobShape`` per queued or active job) all call it. ``where`` is the
+    job's path (``jobs[0]``, ``job 7``; empty for a lone job): errors name ``<where>.shape.<field>``."""
+    raw = spec.get("shape")
+    return None if raw is None else shape_from_json(raw, _path(where, "shape"))
 
 
 def shape_to_json(shape: JobShape) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """JSON forms of the daemon <-> agent documents (``NodeDesired``, ``NodeObserved``).
 
 One codec beside the model, shared by the daemon (desired state kept in the store), its HTTP API and
-the agents' HTTP source; neither the daemon nor the agents import ``vmctl.api``. This module imports
-only the model and the error tree. Decoding validates every field and raises
-``ValidationError`` with a dotted path (``vms[3].power``).
+the agents' sources (the HTTP source, and the ``--desired FILE`` / ``vmctl-agent --once`` file source
+and report file of ``vmctl.agents.sources``, whose YAML or JSON documents are these); neither the
+daemon nor the agents import ``vmctl.api``. This module imports only the model and the error tree.
+Decoding validates every field (a desired document also its keys: a misspelt key is an error, not
+ignored) and raises ``ValidationError`` with a dotted path (``vms[3].power``).
 """
 
 from __future__ import annotations
@@ -66,9 +68,26 @@ def _enum(d: dict[str, Any], key: str, enum: type[Any], where: str, default: Any
         raise ValidationError(field=f"{where}{key}", problem=f"must be one of {allowed}, got {v!r}") from exc
 
 
-def _mapping(v: Any, where: str) -> dict[str, Any]:
+def _mapping(v: Any, where: str, known: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``v`` as an object; with ``known``, a key outside it is an error naming the key and the known ones."""
     if not isinstance(v, dict):
         raise ValidationError(field=where or "body", problem=f"must be an object, got {type(v).__name__}")
+    if known:
+        for key in v:
+            if key not in known:
+                dot = f"{where}." if where else ""
+                raise ValidationError(field=f"{dot}{key}", problem=f"unknown key (known: {', '.join(known)})")
+    return v
+
+
+def _ranged(d: dict[str, Any], key: str, kind: type, where: str, *, lo: float | None = None, hi: float | None = None,
+            default: Any = ...) -> Any:
+    """``_get`` of a number within ``lo`` .. ``hi`` (either may be absent)."""
+    v = _get(d, key, kind, where, default=default)
+    if v is not None and lo is not None and v < lo:
+        raise ValidationError(field=f"{where}{key}", problem=f"must be >= {lo}, got {v}")
+    if v is not None and hi is not None and v > hi:
+        raise ValidationError(field=f"{where}{key}", problem=f"must be <= {hi}, got {v}")
     return v
 
 
@@ -106,10 +125,7 @@ def layout_to_json(layout: NodeLayout) -> dict[str, Any]:
 
 def layout_from_json(raw: Any, where: str) -> NodeLayout:
     """A ``{"discipline": ..., "levels": N}`` object; ``where`` is its dotted path with a trailing dot."""
-    d = _mapping(raw, where.rstrip("."))
-    unknown = sorted(set(d) - {"discipline", "levels"})
-    if unknown:
-        raise ValidationError(field=f"{where}{unknown[0]}", problem="unknown field (known: discipline, levels)")
+    d = _mapping(raw, where.rstrip("."), ("discipline", "levels"))
     discipline = _enum(d, "discipline", Discipline, where)
     levels = _get(d, "levels", int, where)
     try:
@@ -128,7 +144,7 @@ def desired_to_json(d: NodeDesired) -> dict[str, Any]:
 
 
 def slices_from_json(raw: Any, where: str) -> SliceSchedule:
-    d = _mapping(raw, where.rstrip("."))
+    d = _mapping(raw, where.rstrip("."), ("epoch", "period_s", "rows"))
     rows = _get(d, "rows", list, where)
     for i, r in enumerate(rows):
         if isinstance(r, bool) or not isinstance(r, int):
@@ -142,12 +158,14 @@ def slices_from_json(raw: Any, where: str) -> SliceSchedule:
 
 
 def process_from_json(raw: Any, where: str) -> ProcessSpec:
-    d = _mapping(raw, where.rstrip("."))
+    d = _mapping(raw, where.rstrip("."), ("job_id", "index", "command", "work_seconds", "cpu_usage"))
+    usage = _ranged(d, "cpu_usage", float, where, hi=1.0, default=1.0)
+    if usage <= 0:
+        raise ValidationError(field=f"{where}cpu_usage", problem=f"must be > 0 (a share of one core), got {usage}")
     return ProcessSpec(
-        job_id=_get(d, "job_id", str, where), index=_get(d, "index", int, where),
+        job_id=_get(d, "job_id", str, where), index=_ranged(d, "index", int, where, lo=0),
         command=_get(d, "command", str, where, default=""),
-        work_seconds=_get(d, "work_seconds", float, where, default=0.0),
-        cpu_usage=_get(d, "cpu_usage", float, where, default=1.0),
+        work_seconds=_ranged(d, "work_seconds", float, where, lo=0.0, default=0.0), cpu_usage=usage,
     )
 
 
@@ -155,7 +173,7 @@ _PHASES = ("requested", "running", "completed", "failed", "aborted")
 
 
 def migration_from_json(raw: Any, where: str) -> MigrationSpec:
-    d = _mapping(raw, where.rstrip("."))
+    d = _mapping(raw, where.rstrip("."), ("migration_id", "source_node", "target_node", "target_core", "phase", "mode"))
     phase = _get(d, "phase", str, where, default="requested")
     if phase not in _PHASES:
         raise ValidationError(field=f"{where}phase", problem=f"must be one of {', '.join(_PHASES)}")
@@ -164,26 +182,43 @@ def migration_from_json(raw: Any, where: str) -> MigrationSpec:
         raise ValidationError(field=f"{where}mode", problem="must be live or checkpoint")
     return MigrationSpec(
         migration_id=_get(d, "migration_id", str, where), source_node=_get(d, "source_node", str, where),
-        target_node=_get(d, "target_node", str, where), target_core=_get(d, "target_core", int, where),
+        target_node=_get(d, "target_node", str, where),
+        target_core=_ranged(d, "target_core", int, where, lo=-1),  # -1: unpinned (shared VMs)
         phase=phase, mode=mode,
     )
 
 
+_VM_DESIRED_KEYS = ("name", "core", "role", "weight", "cap", "power", "process", "checkpoint_path", "migration",
+                    "memory_mib", "level", "replicas")
+
+
 def vm_desired_from_json(raw: Any, where: str) -> VmDesired:
-    d = _mapping(raw, where.rstrip("."))
+    d = _mapping(raw, where.rstrip("."), _VM_DESIRED_KEYS)
     proc = d.get("process")
     mig = d.get("migration")
     return VmDesired(
-        name=_get(d, "name", str, where), core=_get(d, "core", int, where),
+        name=_get(d, "name", str, where), core=_ranged(d, "core", int, where, lo=-1),  # -1: unpinned (shared)
         role=_enum(d, "role", VmRole, where), weight=_get(d, "weight", int, where),
         cap=_get(d, "cap", float, where, default=None, nullable=True),
-        power=_enum(d, "power", PowerState, where, default=PowerState.RUNNING),
+        power=_desired_power(d, where),
         process=None if proc is None else process_from_json(proc, f"{where}process."),
         checkpoint_path=_get(d, "checkpoint_path", str, where, default=None, nullable=True),
         migration=None if mig is None else migration_from_json(mig, f"{where}migration."),
-        memory_mib=_get(d, "memory_mib", int, where, default=64),
+        memory_mib=_ranged(d, "memory_mib", int, where, lo=1, default=64),
         level=_level(d, where), replicas=_replicas(d, where),
     )
+
+
+#: what a desired state may ask of a VM (crashed and migrating are only ever observed)
+_DESIRED_POWER = (PowerState.RUNNING, PowerState.PAUSED, PowerState.SHUTOFF, PowerState.SAVED, PowerState.ABSENT)
+
+
+def _desired_power(d: dict[str, Any], where: str) -> PowerState:
+    power: PowerState = _enum(d, "power", PowerState, where, default=PowerState.RUNNING)
+    if power not in _DESIRED_POWER:
+        allowed = ", ".join(p.value for p in _DESIRED_POWER)
+        raise ValidationError(field=f"{where}power", problem=f"must be one of {allowed}, got {power.value!r}")
+    return power
 
 
 def _replicas(d: dict[str, Any], where: str) -> tuple[int, ...]:
@@ -201,11 +236,15 @@ def _level(d: dict[str, Any], where: str) -> int:
 
 
 def desired_from_json(raw: Any) -> NodeDesired:
-    d = _mapping(raw, "")
+    """A node's desired state as vmctld serves it and ``desired_to_json`` writes it (every kind: fg/bg
+    pairs, shared VMs with caps, gang rows with replicas and a slice schedule, task-bag workers on
+    levels, a layout to take)."""
+    d = _mapping(raw, "", ("node", "generation", "vms", "slices", "layout"))
     vms = _get(d, "vms", list, "", default=[])
     slices = d.get("slices")
     return NodeDesired(
-        node=_get(d, "node", str, ""), generation=_get(d, "generation", int, ""),
+        node=_get(d, "node", str, ""),
+        generation=_ranged(d, "generation", int, "", lo=0, hi=MAX_GENERATION - 1),
         vms=tuple(vm_desired_from_json(v, f"vms[{i}].") for i, v in enumerate(vms)),
         slices=None if slices is None else slices_from_json(slices, "slices."),
         layout=None if d.get("layout") is None else layout_from_json(d["layout"], "layout."),

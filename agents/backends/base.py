@@ -12,7 +12,6 @@ core in (0, 1], or None for uncapped.
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -223,16 +222,3 @@ class BootAware(Protocol):
     does not know of runs there (nothing to adopt), and the guest may need a while until it answers."""
 
     def booted(self, vm: str) -> None: ...
-
-
-def remove_vms(backend: HypervisorBackend, prefix: str) -> list[str]:
-    """Stop and undefine every VM whose name starts with ``prefix``, best effort (a VM that is already
-    gone or refuses is left to the next call); returns the names it tried. For tests and benchmarks
-    that name their VMs with a per-process prefix and must leave the host as they found it."""
-    names = [v.name for v in backend.list_vms() if v.name.startswith(prefix)]
-    for name in names:
-        with contextlib.suppress(Exception):
-            backend.stop(name)
-        with contextlib.suppress(Exception):
-            backend.undefine(name)
-    return names

@@ -23,8 +23,9 @@ from tests.integration.libvirt_hosts import (
     shared_peer,
     shared_system,
 )
-from vmctl.agents.backends.base import remove_vms
-from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
+from tests.support.guests import COUNTER_ADDR, decode_counter
+from tests.support.hosts import remove_vms
+from tests.support.libvirt import cpu_time_s, memory_peek
 
 PREFIX = f"it{os.getpid()}-"
 
@@ -63,7 +64,7 @@ def cleanup(backend: Any) -> None:
 
 def counter(b: Any, name: str) -> int:
     """The boot-sector guest's in-memory counter (it counts while the guest runs)."""
-    return decode_counter(b.memory_peek(name, COUNTER_ADDR, 8))
+    return decode_counter(memory_peek(b, name, COUNTER_ADDR, 8))
 
 
 def wait_counting(b: Any, name: str, timeout: float = 60.0) -> int:
@@ -143,11 +144,11 @@ class Sample:
 
 
 def measure(backend: Any, names: list[str], seconds: float) -> Sample:
-    c0 = {n: backend.cpu_time_s(n) for n in names}
+    c0 = {n: cpu_time_s(backend, n) for n in names}
     p0 = psutil.cpu_times(percpu=True)
     t0 = time.monotonic()
     time.sleep(seconds)
-    c1 = {n: backend.cpu_time_s(n) for n in names}
+    c1 = {n: cpu_time_s(backend, n) for n in names}
     p1 = psutil.cpu_times(percpu=True)
     wall = time.monotonic() - t0
     idle = {i: max(0.0, (b.idle + getattr(b, "iowait", 0.0)) - (a.idle + getattr(a, "iowait", 0.0))) / wall

@@ -368,7 +368,7 @@ def shared_peer() -> PeerHost:
 def shared_images() -> Path:
     """A folder of guest images both hosts' QEMUs can read (outside the peer's private mounts)."""
     if _Shared.images is None:
-        from vmctl.agents.backends.libvirt.guests import write_guest_image
+        from tests.support.guests import write_guest_image
 
         d = Path(f"/var/lib/vmctl-it-{os.getpid()}")
         d.mkdir(mode=0o755, parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.livedaemon import live_daemon
-from vmctl.cli.demo.processes import DaemonProcess
+from vmctl.localcluster import DaemonProcess
 
 
 def _request(d: DaemonProcess, method: str, path: str, body: bytes | None = None,

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from vmctl.api.listener import fd_budget
-from vmctl.cli.demo.processes import DaemonProcess
+from vmctl.localcluster import DaemonProcess
 
 IDLE = 1100
 LIMIT = 1024

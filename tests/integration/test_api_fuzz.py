@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tests.livedaemon import live_daemon
-from vmctl.cli.demo.processes import DaemonProcess
+from vmctl.localcluster import DaemonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENAPI = ROOT / "vmctl" / "api" / "openapi.yaml"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.cli.demo.processes import DaemonProcess
+from vmctl.localcluster import DaemonProcess
 
 N = 600
 #: KB of RSS a connection may add (the target is 50; it was ~280)

@@ -25,8 +25,8 @@ from cryptography import x509
 
 from vmctl import auth
 from vmctl.apiclient import ApiClient
-from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
-from vmctl.cli.ops import write_cert_files
+from vmctl.files import write_cert_files
+from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
 
 SPEED = 20.0  # model seconds per real second
 WORK = 1200.0  # model seconds of work: 60 real seconds, longer than the whole rotation

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.support.daemon import admin_request
-from vmctl.cli.demo.processes import ManagedProcess
+from vmctl.localcluster import ManagedProcess
 
 PY = sys.executable
 

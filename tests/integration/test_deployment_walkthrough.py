@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vmctl.cli.demo.processes import ManagedProcess, free_port
+from vmctl.localcluster import ManagedProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "operations.md"

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import PREFIX, cleanup
-from vmctl.agents.layout import META_MANAGED, META_NODE, Layout, swap_tiers
+from tests.support.agents import swap_tiers
+from tests.support.libvirt import domain_id
+from vmctl.agents.layout import META_MANAGED, META_NODE, Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.model import PowerState
@@ -56,7 +58,7 @@ def test_restart_mid_reconcile_changes_nothing_already_right(agent_backend: Any,
         assert fg.weight == layout.fg_weight and bg.weight == layout.bg_weight
         for v in (fg, bg):  # adoptable after a restart: the domain XML carries the layout's metadata
             assert v.metadata[META_NODE] == layout.host and v.metadata[META_MANAGED] == "1"
-    ids = {n: agent_backend.domain_id(n) for n in vms}
+    ids = {n: domain_id(agent_backend, n) for n in vms}
 
     # promote on core 0 (weight swap); the agent dies after the first of the two tunes
     source.set(swap_tiers(source.fetch() or layout.base_desired(1), core=0))
@@ -84,7 +86,7 @@ def test_restart_mid_reconcile_changes_nothing_already_right(agent_backend: Any,
         assert kinds == ["tune"], f"the restarted agent did more than the missing tune: {res.applied}"
         assert res.applied[0].vm != calls[0]
         after = {v.name: v for v in backend2.list_vms() if v.name.startswith(layout.host)}
-        assert {n: backend2.domain_id(n) for n in after} == ids, "a guest was restarted"
+        assert {n: domain_id(backend2, n) for n in after} == ids, "a guest was restarted"
         assert after[layout.vm_name(0, "fg")].weight == layout.bg_weight  # swapped
         assert after[layout.vm_name(0, "bg")].weight == layout.fg_weight
         # and a third agent finds nothing to do at all

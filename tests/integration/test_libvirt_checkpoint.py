@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import counter, spawn, wait_counter_above, wait_counting
+from tests.support.libvirt import domain_id, scheduler_parameters
 from vmctl.errors import HypervisorError, ValidationError, VmStateError
 from vmctl.model import PowerState
 
@@ -59,12 +60,12 @@ def test_bad_checkpoint_paths(qemu: Any, tmp_path: Path) -> None:
 
 def test_pinning_and_tuning_are_live_and_persistent(qemu: Any, images: Path) -> None:
     name = spawn(qemu, "persist", images / "idle.img", 0, weight=100)
-    dom_id = qemu.domain_id(name)
+    dom_id = domain_id(qemu, name)
     qemu.pin_vcpus(name, (1,))
     qemu.set_cpu_tune(name, weight=9000, cap=0.25)
     live = {x.name: x for x in qemu.list_vms()}[name]
     assert (live.pinned_cores, live.weight, live.cap) == ((1,), 9000, 0.25)
-    assert qemu.domain_id(name) == dom_id  # applied live, no restart
+    assert domain_id(qemu, name) == dom_id  # applied live, no restart
     qemu.stop(name)  # the persistent definition must carry the same
     cold = {x.name: x for x in qemu.list_vms()}[name]
     assert cold.power is PowerState.SHUTOFF
@@ -73,6 +74,6 @@ def test_pinning_and_tuning_are_live_and_persistent(qemu: Any, images: Path) -> 
     qemu.start(name)
     again = {x.name: x for x in qemu.list_vms()}[name]
     assert (again.pinned_cores, again.weight, again.cap) == ((1,), 9000, None)
-    assert qemu.scheduler_parameters(name)["vcpu_quota"] < 0
+    assert scheduler_parameters(qemu, name)["vcpu_quota"] < 0
     qemu.stop(name)
     qemu.undefine(name)

@@ -1,6 +1,6 @@
 """``vmctl demo --backend libvirt`` end to end on the real system libvirtd (issue 22): vmctld and two
 agents as processes, both on the one local libvirtd, each job process run over SSH in its own TCG guest
-(the SSH guest of ``guestimage.py``, built or reused from ``/var/cache/vmctl/guest``).
+(the SSH guest of ``vmctl/guestimage.py``, built or reused from ``/var/cache/vmctl/guest``).
 
 - A short run (3 jobs) ends with every job ``done``, which takes a process that exited 0 in a guest of
   its own job (the demo's command exits 7 anywhere else), and leaves no domain of the demo's nodes, no
@@ -32,8 +32,8 @@ URI = "qemu:///system"
 
 @pytest.fixture(scope="module")
 def guest(system_host: Any) -> Path:
-    from vmctl.agents.backends.libvirt.guestimage import build
     from vmctl.errors import VmctlError
+    from vmctl.guestimage import build
 
     try:
         build(guests.GUEST_DIR, log=None)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import PREFIX, cleanup
+from tests.support.libvirt import domain_id
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
@@ -99,7 +100,7 @@ def test_mpl2_rows_take_turns_on_a_core_by_the_slice_clock(backend: Any, images:
         rec.wake()
         loop.join(timeout=30)
     # an agent restarted mid-slice keeps the schedule: the row active now stays active, nothing restarts
-    ids = {n: backend.domain_id(n) for n in rows}
+    ids = {n: domain_id(backend, n) for n in rows}
     mid = sched.epoch + (sched.slot(time.time()) + 1) * SLICE + 0.5 * SLICE
     time.sleep(max(0.0, mid - time.time()))
     again = Reconciler(backend, layout, MemorySource(NodeDesired(layout.host, 1, slices=sched)), MemoryReporter(),
@@ -110,4 +111,4 @@ def test_mpl2_rows_take_turns_on_a_core_by_the_slice_clock(backend: Any, images:
     assert again.active_row == active
     power = {v.name: v.power for v in backend.list_vms() if v.name in rows}
     assert power == {rows[active]: PowerState.RUNNING, rows[1 - active]: PowerState.PAUSED}
-    assert {n: backend.domain_id(n) for n in rows} == ids, "the agent restart restarted a guest"
+    assert {n: domain_id(backend, n) for n in rows} == ids, "the agent restart restarted a guest"

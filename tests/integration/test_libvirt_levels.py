@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import PREFIX, cleanup, counter, wait_counter_above
+from tests.support.libvirt import domain_id
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
@@ -79,7 +80,7 @@ def test_timeslice_three_rows_only_the_active_row_runs(backend: Any, images: Pat
                 assert v.metadata["vmctl.level"] == str(r)
 
     check(0)
-    ids = {n: backend.domain_id(n) for n in _mine(backend, layout)}
+    ids = {n: domain_id(backend, n) for n in _mine(backend, layout)}
     row0, row2 = layout.vm_name(0, 0), layout.vm_name(0, 2)
     c0 = wait_counter_above(backend, row0, 0)  # the active row runs
     before2 = counter(backend, row2)
@@ -95,7 +96,7 @@ def test_timeslice_three_rows_only_the_active_row_runs(backend: Any, images: Pat
     assert held >= c0
     time.sleep(0.5)
     assert counter(backend, row0) == held, "row 0 ran after it was switched out"  # ... and the old one is held
-    assert {n: backend.domain_id(n) for n in _mine(backend, layout)} == ids, "a row switch restarted a guest"
+    assert {n: domain_id(backend, n) for n in _mine(backend, layout)} == ids, "a row switch restarted a guest"
 
 
 def test_priority_three_levels_get_falling_shares(backend: Any, images: Path) -> None:

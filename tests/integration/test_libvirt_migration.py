@@ -16,6 +16,7 @@ import pytest
 
 from tests.integration.conftest import counter, spawn, wait_counter_above, wait_counting
 from tests.integration.libvirt_hosts import PeerHost
+from tests.support.libvirt import domain_id, scheduler_parameters, wait_migration
 from vmctl.agents.backends.base import MigrationState, VmInfo
 from vmctl.errors import ValidationError, VmStateError
 from vmctl.model import PowerState
@@ -44,19 +45,19 @@ def _check_tuned(b: Any, name: str, shares: int) -> None:
     assert v is not None and v.power is PowerState.RUNNING
     assert v.pinned_cores == (1,) and v.weight == 10000 and v.cap == pytest.approx(0.5)
     assert v.metadata == {"job": "7", "tier": "fg"}
-    raw = b.scheduler_parameters(name)
+    raw = scheduler_parameters(b, name)
     assert raw["cpu_shares"] == shares and raw["vcpu_quota"] == 50000 and raw["vcpu_period"] == 100000
 
 
 def test_migrate_there_and_back(qemu: Any, peer_qemu: Any, peer: PeerHost, images: Path) -> None:
     name = spawn(qemu, "mig", images / "spin.img", 1, weight=10000, cap=0.5, metadata={"job": "7", "tier": "fg"})
     before = wait_counting(qemu, name)
-    shares = qemu.scheduler_parameters(name)["cpu_shares"]
+    shares = scheduler_parameters(qemu, name)["cpu_shares"]
 
     # there: peer-to-peer (the source libvirtd talks to the peer), data over TCP on loopback
     qemu.start_migration(name, peer.uri, "tcp://127.0.0.1", peer_to_peer=True)
     qemu.start_migration(name, peer.uri, "tcp://127.0.0.1")  # idempotent while it runs
-    st = qemu.wait_migration(name, timeout=90)
+    st = wait_migration(qemu, name, timeout=90)
     assert st.state is MigrationState.COMPLETED, st.error
     assert st.elapsed_s > 0
     assert _info(qemu, name) is None  # undefined on the source
@@ -67,7 +68,7 @@ def test_migrate_there_and_back(qemu: Any, peer_qemu: Any, peer: PeerHost, image
     # back: client-managed (this process drives both sides), data over a UNIX socket
     sock = _unix_dir(images) / f"{name}.sock"
     peer_qemu.start_migration(name, "qemu:///system", f"unix://{sock}", peer_to_peer=False)
-    st = peer_qemu.wait_migration(name, timeout=90)
+    st = wait_migration(peer_qemu, name, timeout=90)
     assert st.state is MigrationState.COMPLETED, st.error
     assert _info(peer_qemu, name) is None
     _check_tuned(qemu, name, shares)
@@ -104,7 +105,7 @@ def test_migration_errors(qemu: Any, peer: PeerHost, images: Path) -> None:
         qemu.start_migration(name, peer.uri, "ftp://x")
     qemu.start(name)
     qemu.start_migration(name, "qemu+unix:///system?socket=/nonexistent/sock", "tcp://127.0.0.1")
-    st = qemu.wait_migration(name, timeout=30)
+    st = wait_migration(qemu, name, timeout=30)
     assert st.state is MigrationState.FAILED and st.error
     assert _info(qemu, name).power is PowerState.RUNNING  # type: ignore[union-attr]
     qemu.stop(name)
@@ -113,16 +114,16 @@ def test_migration_errors(qemu: Any, peer: PeerHost, images: Path) -> None:
 
 def test_reconnects_after_the_peer_daemon_restarts(peer_qemu: Any, peer: PeerHost, images: Path) -> None:
     name = spawn(peer_qemu, "reconn", images / "idle.img", 0)
-    dom_id = peer_qemu.domain_id(name)
+    dom_id = domain_id(peer_qemu, name)
     reconnects = peer_qemu.reconnects
     peer.restart()
     v = _info(peer_qemu, name)  # the first call after the restart finds the connection dead
     assert v is not None and v.power is PowerState.RUNNING
-    assert peer_qemu.domain_id(name) == dom_id  # libvirtd restarts never restart guests
+    assert domain_id(peer_qemu, name) == dom_id  # libvirtd restarts never restart guests
     assert peer_qemu.reconnects > reconnects
     time.sleep(1.0)  # the restarted libvirtd re-attaches its QEMUs in the background
     v = _info(peer_qemu, name)
-    assert v is not None and v.power is PowerState.RUNNING and peer_qemu.domain_id(name) == dom_id
+    assert v is not None and v.power is PowerState.RUNNING and domain_id(peer_qemu, name) == dom_id
     peer_qemu.stop(name)
     peer_qemu.undefine(name)
 
@@ -148,7 +149,7 @@ def test_a_restarted_agent_sees_and_aborts_a_running_migration(
             pytest.fail(f"never saw the migration running: {qemu.migration_status(name)}")
         assert seen.state is MigrationState.RUNNING
         fresh.abort_migration(name)
-        st = qemu.wait_migration(name, timeout=60)
+        st = wait_migration(qemu, name, timeout=60)
         assert st.state is MigrationState.FAILED and st.error  # aborted by someone else
         assert _info(qemu, name).power is PowerState.RUNNING  # type: ignore[union-attr]
         assert _info(peer_qemu, name) is None

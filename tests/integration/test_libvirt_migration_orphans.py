@@ -20,7 +20,8 @@ import pytest
 
 from tests.integration.conftest import PREFIX
 from tests.integration.libvirt_hosts import PeerHost
-from vmctl.agents.backends.base import ProcessStatus, remove_vms
+from tests.support.hosts import remove_vms
+from vmctl.agents.backends.base import ProcessStatus
 from vmctl.agents.layout import META_NODE, Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource

@@ -1,5 +1,5 @@
 """Task bags on real libvirt (paper 001's testbed, issue 12): a vmctl-agent on the system libvirtd with a
-``shared`` layout of 2 workers on 1 core boots the SSH guest of ``guestimage.py`` (Debian kernel, busybox,
+``shared`` layout of 2 workers on 1 core boots the SSH guest of ``vmctl/guestimage.py`` (Debian kernel, busybox,
 dropbear; TCG) for each worker vmctld gives a bag, and runs the bag's tasks in it over SSH
 (``ParamikoRunner`` through a forwarded loopback port). The proof that they ran in the guests: each task
 prints its guest's hostname (the worker VM's name, from the kernel command line) and uptime, and that
@@ -24,8 +24,8 @@ import yaml
 
 from tests.integration.conftest import PREFIX
 from tests.support.daemon import InProcessDaemon, cli_daemon, wait_for
-from vmctl.cli.demo.processes import free_port_range, ssh_guest_config
 from vmctl.client import Client, Job, Task
+from vmctl.localcluster import free_port_range, ssh_guest_config
 
 pytestmark = pytest.mark.libvirt
 
@@ -36,8 +36,8 @@ UPTIME_STEP_S = 0.0101  # the resolution of the guest's /proc/uptime, and a litt
 
 @pytest.fixture(scope="module")
 def guest(system_host: Any) -> Path:
-    from vmctl.agents.backends.libvirt.guestimage import build
     from vmctl.errors import VmctlError
+    from vmctl.guestimage import build
 
     try:
         build(GUEST_DIR, log=None)

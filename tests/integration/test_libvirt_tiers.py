@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import PREFIX, Sample, cleanup, kvm_usable, measure, spawn
+from tests.support.libvirt import cpu_time_s, domain_id, memory_peek
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
 from vmctl.model import PowerState
 
@@ -68,13 +69,13 @@ def pair(request: pytest.FixtureRequest, system_host: Any, images: Path) -> Iter
 def _wait_booted(b: Any, names: list[str], timeout: float = 60.0) -> None:
     """Boot-sector guests count from the first instruction: wait until every counter moves."""
 
-    from vmctl.agents.backends.libvirt.guests import COUNTER_ADDR, decode_counter
+    from tests.support.guests import COUNTER_ADDR, decode_counter
 
     deadline = time.monotonic() + timeout
     pending = set(names)
     while pending and time.monotonic() < deadline:
         for n in list(pending):
-            if decode_counter(b.memory_peek(n, COUNTER_ADDR, 8)) > 0:
+            if decode_counter(memory_peek(b, n, COUNTER_ADDR, 8)) > 0:
                 pending.discard(n)
         time.sleep(0.2)
     assert not pending, f"guests did not start counting within {timeout:.0f} s: {sorted(pending)}"
@@ -118,8 +119,8 @@ def test_bg_uses_the_cycles_an_idle_fg_leaves(pair: Pair) -> None:
 
 def test_promote_swaps_weights_without_restarting(pair: Pair) -> None:
     b = pair.backend
-    ids = {n: b.domain_id(n) for n in (pair.fg, pair.bg)}
-    before = {n: b.cpu_time_s(n) for n in (pair.fg, pair.bg)}
+    ids = {n: domain_id(b, n) for n in (pair.fg, pair.bg)}
+    before = {n: cpu_time_s(b, n) for n in (pair.fg, pair.bg)}
     b.set_cpu_tune(pair.fg, weight=WEIGHT_MIN)  # promote: the bg becomes fg
     b.set_cpu_tune(pair.bg, weight=WEIGHT_MAX)
     try:
@@ -127,8 +128,8 @@ def test_promote_swaps_weights_without_restarting(pair: Pair) -> None:
         new_fg, new_bg = _split(s, pair.bg, pair.fg)
         assert new_fg >= 0.95 and new_bg <= 0.05, f"after the swap: {s.frac}"
         for n in (pair.fg, pair.bg):
-            assert b.domain_id(n) == ids[n], f"{n} was restarted"
-            assert b.cpu_time_s(n) >= before[n], f"{n}'s CPU counter went back: restarted"
+            assert domain_id(b, n) == ids[n], f"{n} was restarted"
+            assert cpu_time_s(b, n) >= before[n], f"{n}'s CPU counter went back: restarted"
         info = {v.name: v for v in b.list_vms()}
         assert info[pair.bg].weight == WEIGHT_MAX and info[pair.fg].weight == WEIGHT_MIN
         assert info[pair.bg].power is PowerState.RUNNING and info[pair.fg].power is PowerState.RUNNING

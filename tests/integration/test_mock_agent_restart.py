@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vmctl.cli.demo.processes import ManagedProcess
+from vmctl.localcluster import ManagedProcess
 
 SPEED = 10.0  # model seconds per real second
 WORK = 100.0  # model seconds of work per process: 10 real seconds

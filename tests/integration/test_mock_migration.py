@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
-from vmctl.cli.ops import write_cert_files
+from vmctl.files import write_cert_files
+from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
 
 SPEED = 20.0  # model seconds per real second
 WORK = 400.0  # model seconds of work: 20 real seconds

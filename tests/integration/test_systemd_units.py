@@ -199,8 +199,8 @@ def test_services_notify_ready_and_watchdog(tmp_path: Path) -> None:
 
     import yaml
 
-    from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
-    from vmctl.cli.ops import write_cert_files
+    from vmctl.files import write_cert_files
+    from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
 
     def notify_env(name: str) -> tuple[socket.socket, dict[str, str]]:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

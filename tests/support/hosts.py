@@ -1,9 +1,11 @@
 """What is left on the hosts: the job VMs (vmctld's names, ``j<job>-r<run>-p<index>``) that each host
 still has, read from backends in this process or from the state files of mock agent processes. A test
-that ends its jobs asserts that none is left ("nothing of a run outlives the run, on any host")."""
+that ends its jobs asserts that none is left ("nothing of a run outlives the run, on any host").
+``remove_vms`` clears a host of the VMs a test or benchmark made under its own name prefix."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -42,3 +44,16 @@ def wait_job_vms_gone(hosts: Sequence[HypervisorBackend], timeout: float = 30.0)
         time.sleep(0.1)
         left = job_vms_left(hosts)
     return left
+
+
+def remove_vms(backend: HypervisorBackend, prefix: str) -> list[str]:
+    """Stop and undefine every VM whose name starts with ``prefix``, best effort (a VM that is already
+    gone or refuses is left to the next call); returns the names it tried. For tests and benchmarks
+    that name their VMs with a per-process prefix and must leave the host as they found it."""
+    names = [v.name for v in backend.list_vms() if v.name.startswith(prefix)]
+    for name in names:
+        with contextlib.suppress(Exception):
+            backend.stop(name)
+        with contextlib.suppress(Exception):
+            backend.undefine(name)
+    return names

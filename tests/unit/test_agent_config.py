@@ -11,19 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.agents import swap_tiers
 from vmctl.agents.config import load_agent_config, parse_agent_config
-from vmctl.agents.layout import Layout, check_naming, swap_tiers
+from vmctl.agents.layout import Layout, check_naming
 from vmctl.agents.main import build_agent, main
-from vmctl.agents.sources import (
-    FileReporter,
-    FileSource,
-    desired_from_dict,
-    desired_to_dict,
-    observed_from_dict,
-    observed_to_dict,
-)
+from vmctl.agents.sources import FileReporter, FileSource
 from vmctl.errors import ConfigError, OutOfRange, ValidationError
 from vmctl.model import MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.wire import desired_from_json, desired_to_json, observed_from_json, observed_to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "etc" / "vmctl-agent.yaml"
@@ -161,10 +156,10 @@ FULL = NodeDesired("n1", 9, (
 
 
 def test_desired_round_trip_through_yaml_and_json(tmp_path: Path) -> None:
-    assert desired_from_dict(desired_to_dict(FULL)) == FULL
+    assert desired_from_json(desired_to_json(FULL)) == FULL
     for suffix, dump in ((".yaml", yaml.safe_dump), (".json", json.dumps)):
         p = tmp_path / f"d{suffix}"
-        p.write_text(dump(desired_to_dict(FULL)))
+        p.write_text(dump(desired_to_json(FULL)))
         assert FileSource(p).fetch() == FULL
 
 
@@ -172,7 +167,7 @@ BAD_DOCS: list[tuple[str, Any, str]] = [
     ("no node", {"generation": 1}, "node: is required"),
     ("bad generation", {"node": "n", "generation": -1}, "generation: must be >= 0"),
     ("vms not a list", {"node": "n", "generation": 1, "vms": {}}, "vms: must be list"),
-    ("vm not a mapping", {"node": "n", "generation": 1, "vms": [3]}, "vms[0]: must be a mapping"),
+    ("vm not a mapping", {"node": "n", "generation": 1, "vms": [3]}, "vms[0]: must be an object"),
     ("bad role", {"node": "n", "generation": 1, "vms": [{"name": "a", "core": 0, "role": "boss", "weight": 1}]},
      "vms[0].role: must be one of"),
     ("bad power", {"node": "n", "generation": 1,
@@ -206,7 +201,7 @@ def test_file_source_missing_file_and_caching(tmp_path: Path) -> None:
     p = tmp_path / "d.yaml"
     src = FileSource(p)
     assert src.fetch() is None
-    p.write_text(yaml.safe_dump(desired_to_dict(FULL)))
+    p.write_text(yaml.safe_dump(desired_to_json(FULL)))
     first = src.fetch()
     assert first == FULL and src.fetch() is first  # unchanged file: not re-parsed
 
@@ -216,10 +211,10 @@ def test_observed_round_trip_and_file_reporter(tmp_path: Path) -> None:
 
     vm = VmObserved("a", PowerState.RUNNING, 0, 10000, 0.5, 3.5, 0.7, "j", 1, None, "running")
     o = NodeObserved("n1", 4, 2, (vm,), 0.35, ("boom",), 12.5)
-    assert observed_from_dict(observed_to_dict(o)) == o
+    assert observed_from_json(observed_to_json(o)) == o
     p = tmp_path / "out" / "observed.json"
     FileReporter(p).report(o)
-    assert observed_from_dict(json.loads(p.read_text())) == o
+    assert observed_from_json(json.loads(p.read_text())) == o
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -235,7 +230,7 @@ def _write_cfg(tmp_path: Path, **extra: Any) -> Path:
 def test_cli_once_with_a_desired_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     desired = Layout("n1", (0, 1)).base_desired(7)
     dp = tmp_path / "desired.yaml"
-    dp.write_text(yaml.safe_dump(desired_to_dict(swap_tiers(desired, 1, generation=7))))
+    dp.write_text(yaml.safe_dump(desired_to_json(swap_tiers(desired, 1, generation=7))))
     report = tmp_path / "obs.json"
     main(["--config", str(_write_cfg(tmp_path)), "--once", "--desired", str(dp), "--report", str(report),
           "--log-level", "error"])
@@ -380,7 +375,7 @@ def test_cert_files_are_replaced_atomically(tmp_path: Path) -> None:
     import os
     import stat
 
-    from vmctl.cli.ops import write_cert_files
+    from vmctl.files import write_cert_files
 
     doc = {"cert_pem": "CERT1\n", "key_pem": "KEY1\n", "ca_pem": "CA1\n"}
     write_cert_files(tmp_path, "n1", doc)

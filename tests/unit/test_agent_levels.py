@@ -194,19 +194,20 @@ def test_an_agent_refuses_a_layout_its_host_cannot_hold() -> None:
 
 
 def test_a_vms_level_travels_in_both_desired_formats() -> None:
-    from vmctl.agents.sources import desired_from_dict, desired_to_dict
     from vmctl.wire import desired_from_json, desired_to_json
 
     row = VmDesired(name="j1-r1-p0", core=1, role=VmRole.BG, weight=1, level=2)
     pair = VmDesired(name="j2-r1-p0", core=0, role=VmRole.FG, weight=10000)  # no level: follows its role
     doc = NodeDesired("n", 3, (row, pair))
-    for to, back in ((desired_to_json, desired_from_json), (desired_to_dict, desired_from_dict)):
-        raw = to(doc)
-        assert raw["vms"][0]["level"] == 2 and "level" not in raw["vms"][1]  # fg/bg documents as before
-        assert back(raw) == doc and back(raw).vms[0].slot_level == 2 and back(raw).vms[1].slot_level == 0
+    raw = desired_to_json(doc)
+    assert raw["vms"][0]["level"] == 2 and "level" not in raw["vms"][1]  # fg/bg documents as before
+    back = desired_from_json(raw)
+    assert back == doc and back.vms[0].slot_level == 2 and back.vms[1].slot_level == 0
     with pytest.raises(ValidationError, match="level"):
         desired_from_json({"node": "n", "generation": 1, "vms": [{"name": "x", "core": 0, "role": "bg", "weight": 1,
                                                                   "level": -2}]})
-    with pytest.raises(ConfigError, match="level"):
-        desired_from_dict({"node": "n", "generation": 1, "vms": [{"name": "x", "core": 0, "role": "bg", "weight": 1,
-                                                                  "level": -1}]})
+    from vmctl.agents.sources import desired_from_document  # the --desired FILE seam: the same codec
+
+    with pytest.raises(ConfigError, match=r"d\.yaml: vms\[0\]\.level: must be >= 0"):
+        desired_from_document({"node": "n", "generation": 1, "vms": [{"name": "x", "core": 0, "role": "bg",
+                                                                      "weight": 1, "level": -2}]}, "d.yaml")

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.agents import swap_tiers
 from vmctl.agents.backends.base import MigrationState, MigrationStatus, ProcessStatus, VmInfo
-from vmctl.agents.layout import Layout, swap_tiers
+from vmctl.agents.layout import Layout
 from vmctl.agents.plan import (
     AbortMigration,
     Action,

@@ -13,8 +13,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.agents import swap_tiers
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
-from vmctl.agents.layout import Layout, swap_tiers
+from vmctl.agents.layout import Layout
 from vmctl.agents.plan import Observed, plan
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource

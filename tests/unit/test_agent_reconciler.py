@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.agents import swap_tiers
 from vmctl.agents.backends.base import VmSpec
 from vmctl.agents.backends.mock import Fault, MockBackend, MockFabric, MockProcessRunner
-from vmctl.agents.layout import Layout, swap_tiers
+from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
-from vmctl.agents.sources import FileSource, MemoryReporter, MemorySource, desired_to_dict
+from vmctl.agents.sources import FileSource, MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
 from vmctl.errors import HypervisorError, StoreError
 from vmctl.model import MigrationSpec, NodeDesired, NodeObserved, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.wire import desired_to_json
 
 LAYOUT = Layout("n1", (0, 1))
 
@@ -211,7 +213,7 @@ def test_file_source_errors_keep_the_last_good_state(tmp_path: Path) -> None:
     path = tmp_path / "desired.json"
     r = Rig()
     r.rec.source = FileSource(path)
-    path.write_text(json.dumps(desired_to_dict(LAYOUT.base_desired(4))))
+    path.write_text(json.dumps(desired_to_json(LAYOUT.base_desired(4))))
     assert r.rec.run_once().converged
     path.write_text('{"node": "n1", "generation": 5, "vms": '
                     '[{"name": "x", "core": 0, "role": "fg", "weight": 3, "wieght": 3}]}')

@@ -21,7 +21,7 @@ from tests.livedaemon import run_cli
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient, error_from_response
 from vmctl.cli import ops
-from vmctl.cli.main import exit_code_for
+from vmctl.errors import exit_code_for
 
 JOB = {
     "id": "17", "name": "sim-a", "state": "running", "procs": 2, "estimate": 600.0, "priority": 0,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.livedaemon import live_daemon, run_cli
-from vmctl.cli.demo.processes import DaemonProcess
+from vmctl.localcluster import DaemonProcess
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 
 from tests.livedaemon import live_daemon
 from vmctl import errors
-from vmctl.cli.demo.processes import DaemonProcess
 from vmctl.client import Client, Job, Profile, Task
+from vmctl.localcluster import DaemonProcess
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from vmctl.agents.config import parse_agent_config
 from vmctl.cli.demo import guests
 from vmctl.cli.demo.command import DEFAULTS, Demo, DemoOptions, demo
-from vmctl.cli.demo.processes import DemoError, agent_config
 from vmctl.cli.demo.workload import build_demo_workload
+from vmctl.errors import DemoError
+from vmctl.localcluster import agent_config
 
 
 def _run(cmd: str, hostname: str, job: str) -> subprocess.CompletedProcess[str]:

@@ -100,7 +100,7 @@ def test_a_policy_lookup_imports_only_the_modules_up_to_its_own() -> None:
 
 
 def test_cli_error_mapping() -> None:
-    from vmctl.cli.main import exit_code_for
+    from vmctl.errors import exit_code_for
 
     assert exit_code_for(errors.TraceFormatError(path="a", line=1, problem="p")) == 2
     assert exit_code_for(errors.NotFound(kind="job", name="x")) == 3

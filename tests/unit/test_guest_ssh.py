@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
+from vmctl import guestimage
 from vmctl.agents.backends.base import VmSpec
-from vmctl.agents.backends.libvirt import guestimage
-from vmctl.agents.backends.libvirt.guestimage import Cpio, cache_key, module_depends, resolve_modules
 from vmctl.agents.backends.libvirt.xml import QEMU_NS, domain_xml
 from vmctl.agents.config import parse_agent_config, split_address
 from vmctl.agents.layout import META_SSH_PORT, Layout
-from vmctl.cli.demo.processes import free_port_range, ssh_guest_config
 from vmctl.errors import ConfigError, GuestImageError, OutOfRange, ValidationError
 from vmctl.experiments.taskbags_live import libvirt_overheads, task_command
+from vmctl.guestimage import Cpio, cache_key, module_depends, resolve_modules
+from vmctl.localcluster import free_port_range, ssh_guest_config
 from vmctl.model import Discipline, VmDesired, VmRole
 
 

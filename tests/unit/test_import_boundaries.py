@@ -102,7 +102,7 @@ def test_core_sharing_is_shared_not_owned() -> None:
         assert mod.startswith(("__future__", "collections")), f"vmctl/cpushare.py imports {mod}"
     users = {p.relative_to(ROOT).as_posix() for p in [*_files("vmctl"), *_files("agents")]
              if "vmctl.cpushare" in _imports(p)}
-    assert users >= {"vmctl/sim/exec_moldable.py", "agents/backends/mock.py"}, users
+    assert users >= {"vmctl/sim/exec_moldable.py", "agents/backends/mock/backend.py"}, users
 
 
 # Offline commands may load what they check or start (ARCHITECTURE.md: "except offline commands"):
@@ -110,9 +110,9 @@ def test_core_sharing_is_shared_not_owned() -> None:
 CLI_OFFLINE_ALLOWED = {
     "config_cmd.py": ("vmctl.daemon.config", "vmctl.agents.config"),
     "demo/command.py": ("vmctl.agents.config",),
-    # the libvirt demo builds (or reuses) the agents' SSH guest image and removes its domains from the
-    # local libvirtd at the end, whatever its agents managed to do: local work, no daemon involved
-    "demo/guests.py": ("vmctl.agents.backends.libvirt.guestimage", "vmctl.agents.backends.libvirt.backend"),
+    # the libvirt demo removes its domains from the local libvirtd at the end, whatever its agents
+    # managed to do: local work, no daemon involved (the guest image it builds is vmctl.guestimage's)
+    "demo/guests.py": ("vmctl.agents.backends.libvirt.backend",),
 }
 
 
@@ -212,3 +212,28 @@ def test_api_route_groups_are_wired_by_the_server_only(path: Path) -> None:
 def _is_module(mods: set[str], module: str) -> bool:
     """``module`` or a name from it is imported."""
     return any(_is(m, module) for m in mods)
+
+
+# benchmarks that measure a command itself (its rendering) import it, as its tests do
+CLI_MEASURED_BY = {"bench/metrics_scrape.py": "vmctl.cli.ops"}
+
+
+def test_nothing_outside_the_cli_imports_the_cli() -> None:
+    # vmctl/cli is the top layer (commands and their rendering): the product below it, the agents and
+    # the test helpers use the libraries the commands use (vmctl.localcluster, vmctl.files,
+    # vmctl.errors.exit_code_for, ...), never a command module. Tests of the commands may import them.
+    outside = [p for p in [*_files("vmctl"), *_files("agents"), *_files("policies"), *_files("bench"),
+                           *_files("tests/support")]
+               if not p.relative_to(ROOT).as_posix().startswith("vmctl/cli/")]
+    assert len(outside) > 100
+    found = [f"{rel} imports {m}" for p in outside for m in _imports(p)
+             if _is(m, "vmctl.cli") and not _is(m, CLI_MEASURED_BY.get(rel := p.relative_to(ROOT).as_posix(), "-"))]
+    assert not found, found
+
+
+def test_the_guest_image_builder_is_no_part_of_the_backend() -> None:
+    # vmctl/guestimage.py builds files (an operator's and the testbeds' tool): it imports no backend, and
+    # the agents never need it (they boot what it built, from the paths in their config)
+    assert not any(_is(m, "vmctl.agents") for m in _imports(ROOT / "vmctl" / "guestimage.py"))
+    users = [p.relative_to(ROOT).as_posix() for p in _files("agents") if "vmctl.guestimage" in _imports(p)]
+    assert not users, users

@@ -14,6 +14,7 @@ import pytest
 
 from tests.livedaemon import run_cli
 from tests.support.daemon import queued_daemon
+from tests.support.workloads import to_model_job
 from tests.unit.test_cli_ops import JOB, Recorder, server  # noqa: F401 - the recording HTTP server fixture
 from vmctl.api.documents import job_json
 from vmctl.client import Job as ClientJob
@@ -25,7 +26,7 @@ from vmctl.experiments.sweep import WorkloadSpec, build_workload
 from vmctl.model import ClusterView, Decision, Job
 from vmctl.policies.easy_family import FcfsPolicy
 from vmctl.sim.engine import Simulator
-from vmctl.sim.workloads import Workload, WorkloadJob, read_swf, to_model_job, write_swf
+from vmctl.sim.workloads import Workload, WorkloadJob, read_swf, write_swf
 
 HEADER = "; Version: 2.2\n; MaxProcs: 8\n; Queue: 1 low\n; Queue: 5 high\n"
 

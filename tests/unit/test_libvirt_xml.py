@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import guests
 from vmctl.agents.backends.base import VmSpec
-from vmctl.agents.backends.libvirt import guests
 from vmctl.agents.backends.libvirt.xml import VMCTL_NS, CpuTune, domain_xml, parse_domain_xml
 from vmctl.errors import OutOfRange, ValidationError
 

@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.livedaemon import live_daemon
 from vmctl import errors
 from vmctl.apiclient import ApiClient
-from vmctl.cli.demo.processes import DaemonProcess
-from vmctl.cli.ops import write_cert_files
+from vmctl.files import write_cert_files
+from vmctl.localcluster import DaemonProcess
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_daemon_core import Cluster
-from vmctl.cli.main import exit_code_for
 from vmctl.daemon.removal import remove_node
-from vmctl.errors import Conflict
+from vmctl.errors import Conflict, exit_code_for
 
 
 def test_remove_a_lost_node_only_when_it_holds_nothing(tmp_path: Path) -> None:

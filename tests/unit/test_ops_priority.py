@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from tests.unit.test_daemon_core import Cluster
-from vmctl.cli.main import exit_code_for
-from vmctl.errors import Conflict
+from vmctl.errors import Conflict, exit_code_for
 from vmctl.model import ClusterView, Decision, StartBg, StartFg
 from vmctl.policies.base import SchedulingPolicy
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.workloads import to_model_job
 from vmctl.errors import OutOfRange
 from vmctl.model import Job
 from vmctl.sim.workloads import (
@@ -25,7 +26,6 @@ from vmctl.sim.workloads import (
     offered_load,
     read_swf,
     scale_to_load,
-    to_model_job,
     write_swf,
 )
 from vmctl.sim.workloads import tsafrir05 as tm

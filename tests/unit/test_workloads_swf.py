@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.workloads import to_model_job
 from vmctl.errors import OutOfRange, TraceFormatError
 from vmctl.model import Job
-from vmctl.sim.workloads import Workload, WorkloadJob, read_swf, to_model_job, write_swf
+from vmctl.sim.workloads import Workload, WorkloadJob, read_swf, write_swf
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT.parent / "shared" / "data" / "traces"
@@ -244,6 +245,15 @@ def test_to_model_job() -> None:
     hidden = to_model_job(w, usage_known=False)
     assert hidden.cpu_usage is None and hidden.estimate == 300.0
     assert to_model_job(WorkloadJob(1, 0.0, 1.0, 1, 1.0, None), usage_known=True).user == ""
+    # the oracle is what the simulator builds on the fly for its policy's view
+    from vmctl.sim.engine import _make_job
+
+    for job in (w, WorkloadJob(1, 0.0, 1.0, 1, 1.0, None), WorkloadJob(3, 5.0, 9.0, 4, 20.0, None, -1, 2)):
+        for known in (True, False):
+            usage = job.cpu_usage if known else None
+            user = str(job.user) if job.user >= 0 else ""
+            assert _make_job(str(job.id), job.submit, job.procs, job.estimate, usage, job.priority, user) \
+                == to_model_job(job, usage_known=known)
 
 
 def test_workload_job_is_slotted_and_frozen() -> None:

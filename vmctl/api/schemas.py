@@ -10,7 +10,7 @@ from typing import Any
 
 from vmctl.errors import ValidationError
 from vmctl.model import MAX_NODE_SPEED, Discipline, group_name_problem
-from vmctl.shapes import default_procs, shape_from_json, shape_summary, shape_to_json
+from vmctl.shapes import default_procs, job_shape, shape_summary, shape_to_json
 
 MAX_PROCS = 1_000_000
 MAX_BATCH = 10_000
@@ -265,7 +265,7 @@ def job_spec(raw: Any, where: str = "") -> dict[str, Any]:
     unknown_keys(d, JOB_KEYS, where)
     # a moldable or task-bag job (vmctl.shapes): ``procs`` defaults to the width a policy that knows
     # only rigid jobs gives it, and must be one of its widths
-    shape = shape_from_json(d["shape"], _path(where, "shape")) if d.get("shape") is not None else None
+    shape = job_shape(d, where)
     procs = integer(d, "procs", where, required=shape is None, lo=1, hi=MAX_PROCS,
                     default=None if shape is None else default_procs(shape))
     assert procs is not None

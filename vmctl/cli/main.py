@@ -2,8 +2,8 @@
 
 Sub-command groups live in their own modules and are imported only when used (``LazyGroup``), so
 ``vmctl sim`` does not pay for the daemon client and vice versa. Errors are mapped to exit codes in
-one place (``EXIT_CODES``) and printed as ``error: <reference>: message`` plus a hint; a user error
-never prints a traceback.
+one place (``vmctl.errors.EXIT_CODES``, shared with ``vmctl-agent``) and printed as
+``error: <reference>: message`` plus a hint; a user error never prints a traceback.
 
 Exit codes: 0 ok; 1 internal error (a bug: traceback printed); 2 usage / bad input; 3 not found;
 4 conflict; 5 authentication or permission; 6 daemon or hypervisor unavailable; 7 solver or
@@ -43,29 +43,6 @@ SUBCOMMANDS: dict[str, str] = {
     "moldable": "vmctl.cli.moldable:moldable",
 }
 
-EXIT_CODES: list[tuple[type[errors.VmctlError], int]] = [
-    (errors.NotFound, 3),
-    (errors.VmNotFound, 3),
-    (errors.Conflict, 4),
-    (errors.Unauthenticated, 5),
-    (errors.Forbidden, 5),
-    (errors.DaemonUnavailable, 6),
-    (errors.ClusterUnavailable, 6),
-    (errors.HypervisorUnavailable, 6),
-    (errors.UserError, 2),
-    (errors.SolverError, 7),
-    (errors.HypervisorError, 7),
-    (errors.VmctlError, 7),
-]
-
-
-def exit_code_for(exc: errors.VmctlError) -> int:
-    for cls, code in EXIT_CODES:
-        if isinstance(exc, cls):
-            return code
-    return 1
-
-
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(SUBCOMMANDS) | set(self.commands))
@@ -98,7 +75,7 @@ def report_error(exc: errors.VmctlError) -> int:
     click.echo(f"error: {exc.reference}: {exc.message}", err=True)
     if exc.hint:
         click.echo(f"hint: {exc.hint}", err=True)
-    return exit_code_for(exc)
+    return errors.exit_code_for(exc)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -9,8 +9,8 @@ from vmctl.daemon.actuator import Changes
 from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.state import ACTIVE, TERMINAL
 from vmctl.errors import Conflict, ValidationError
-from vmctl.model import JobState
-from vmctl.shapes import shape_from_json
+from vmctl.model import JobShape, JobState
+from vmctl.shapes import job_shape
 from vmctl.store.base import JobRecord, NodeRecord, WriteBatch
 
 
@@ -23,14 +23,14 @@ class JobEvents(DaemonBase):
         self._require_leader()
         now = self.clock.now()
         specs = list(specs)
-        self._check_for_policy(specs, now, batch)
+        shapes = [job_shape(spec, f"jobs[{i}]" if batch else "") for i, spec in enumerate(specs)]
+        self._check_for_policy(specs, shapes, now, batch)
         ch = Changes()
         out: list[JobRecord] = []
         seq = self.state.next_seq
-        specs = list(specs)
-        for i, spec in enumerate(specs):  # nothing is submitted when one is refused
+        for i, (spec, shape) in enumerate(zip(specs, shapes, strict=True)):  # nothing is submitted when one is refused
             deadline = spec.get("deadline")
-            if deadline is not None and spec.get("shape", {}).get("kind") == "task-bag" and deadline <= now:
+            if deadline is not None and shape is not None and shape.kind == "task-bag" and deadline <= now:
                 where = f"jobs[{i}].deadline" if len(specs) > 1 else "deadline"
                 raise ValidationError(field=where, problem=f"{deadline} is in the past (now {now:.3f}): a task bag's "
                                                            f"deadline must be later than its submission")
@@ -50,7 +50,8 @@ class JobEvents(DaemonBase):
         self.dirty = True
         return out
 
-    def _check_for_policy(self, specs: Sequence[dict[str, Any]], now: float, batch: bool) -> None:
+    def _check_for_policy(self, specs: Sequence[dict[str, Any]], shapes: Sequence[JobShape | None], now: float,
+                          batch: bool) -> None:
         """What the active policy needs of a job beyond the spec's own checks, before anything is
         applied: a deadline after the submission when it schedules by deadlines, and its own rules
         (``SchedulingPolicy.check_job``: the moldable policy refuses a table whose time grows with the
@@ -58,15 +59,13 @@ class JobEvents(DaemonBase):
         pol = self.policy
         if pol is None:
             return
-        for i, spec in enumerate(specs):
+        for i, (spec, shape) in enumerate(zip(specs, shapes, strict=True)):
             where = f"jobs[{i}]" if batch else ""
             field = f"{where}." if where else ""
             dl = spec.get("deadline")
             if dl is not None and "deadline" in pol.job_fields and float(dl) <= now:
                 raise ValidationError(field=f"{field}deadline", problem=f"t={float(dl):.0f} is not after the "
                                       f"submission (now, t={now:.0f}): policy {pol.name} schedules by deadlines")
-            raw = spec.get("shape")
-            shape = shape_from_json(raw, f"{field}shape") if raw is not None else None
             rec = JobRecord(id=where or "job", seq=0, name="", spec=spec, state=JobState.QUEUED, submit_time=now)
             pol.check_job(rec.to_job(), shape, where)
 

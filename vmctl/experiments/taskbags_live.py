@@ -26,7 +26,7 @@ model time (vmctld's records: submit, first start, end, and each task's worker a
 
 Real libvirt (``--libvirt-agents N``): the first N hosts are ``vmctl-agent`` processes on this machine's
 libvirtd (it must be running) whose worker VMs boot the SSH guest of
-``vmctl.agents.backends.libvirt.guestimage`` (built and cached in ``--guest-dir``; TCG; a loopback port
+``vmctl.guestimage`` (built and cached in ``--guest-dir``; TCG; a loopback port
 forwarded to each VM's SSH) and run each task there over SSH. Real guests run in real time (an agent
 config refuses ``clock:`` for libvirt), so a task of w model seconds is the command ``sleep w/speed``
 (:func:`task_command`; mock agents ignore it and run ``work_seconds`` on their clock); vmctld's times stay
@@ -52,7 +52,7 @@ ending by their deadline, and the per-bag differences (testbed - simulator). The
 the simulator leaves out: the agents' reporting and reconcile delays (each task hand-off waits for a
 report, ~0.05-0.2 s real, i.e. ``speed`` times that in model time) and the order of reports.
 
-This module drives processes over HTTP only (``vmctl.cli.demo.processes`` starts them, ``vmctl.client``
+This module drives processes over HTTP only (``vmctl.localcluster`` starts them, ``vmctl.client``
 talks to vmctld; the guest builder and ``virsh`` run as processes): it imports no daemon, agent or store
 code.
 """
@@ -176,7 +176,7 @@ def task_command(work: float, speed: float) -> str:
 
 
 def build_guest(guest_dir: Path, log: Any = print) -> None:
-    """The SSH guest of the libvirt agents (``python -m vmctl.agents.backends.libvirt.guestimage build``;
+    """The SSH guest of the libvirt agents (``python -m vmctl.guestimage build``;
     cached in ``guest_dir``), after checking that libvirtd answers."""
     import subprocess
 
@@ -185,7 +185,7 @@ def build_guest(guest_dir: Path, log: Any = print) -> None:
                               problem=f"libvirtd is not running ({LIBVIRT_SOCKET} is missing): start it "
                                       "(virtlogd -d; libvirtd -d) or run without real-libvirt agents")
     t = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "vmctl.agents.backends.libvirt.guestimage", "build", str(guest_dir)],
+    res = subprocess.run([sys.executable, "-m", "vmctl.guestimage", "build", str(guest_dir)],
                          capture_output=True, text=True, check=False, timeout=900)
     if res.returncode != 0:
         raise ValidationError(field="--guest-dir", problem=f"the SSH guest cannot be built: {res.stderr.strip()}")
@@ -195,7 +195,7 @@ def build_guest(guest_dir: Path, log: Any = print) -> None:
 def _libvirt_agent(cfg: dict[str, Any], guest_dir: Path, state_dir: Path, node: str, core: int) -> dict[str, Any]:
     """A mock agent's config turned into a real-libvirt one: its worker VMs boot the SSH guest on ``core``
     of this machine and run their tasks in it."""
-    from vmctl.cli.demo.processes import free_port_range, ssh_guest_config
+    from vmctl.localcluster import free_port_range, ssh_guest_config
 
     base = free_port_range(2)
     extra = ssh_guest_config(guest_dir, state_dir / f"known_hosts-{node}", base, 2)
@@ -216,8 +216,8 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
     The first ``libvirt_agents`` hosts are real-libvirt agents (worker guests on this machine's cores).
     Every task has the CPU usage ``task_usage`` (the mock agents' processes demand that much of a core).
     ``tasks`` (when given) receives every task: bag, index, worker, work, start, end (model seconds)."""
-    from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
-    from vmctl.cli.ops import write_cert_files
+    from vmctl.files import write_cert_files
+    from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
 
     if libvirt_agents:
         build_guest(guest_dir, log)

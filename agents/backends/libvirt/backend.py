@@ -60,7 +60,6 @@ from vmctl.agents.backends.libvirt.xml import (
 from vmctl.errors import (
     HypervisorError,
     HypervisorUnavailable,
-    MigrationError,
     OperationNotSupported,
     OutOfRange,
     ValidationError,
@@ -804,19 +803,6 @@ class LibvirtBackend(HypervisorBackend):
         if mig is not None and mig.thread is not None:
             mig.thread.join(timeout=30.0)
 
-    def wait_migration(self, name: str, timeout: float = 60.0) -> MigrationStatus:
-        """Block until the migration of ``name`` that this backend started ends (tests, CLI)."""
-        with self._lock:
-            mig = self._migrations.get(name)
-        if mig is None:
-            raise VmStateError(backend=BACKEND, name=name, state="not migrating", operation="wait for migration")
-        if mig.thread is not None:
-            mig.thread.join(timeout=timeout)
-        status = self.migration_status(name)
-        if status.state is MigrationState.RUNNING:
-            raise MigrationError(name=name, target=mig.dest_uri, problem=f"still running after {timeout:.0f} s")
-        return status
-
     # ------------------------------------------------------------------ events and lifetime
 
     def subscribe(self, callback: EventCallback) -> None:
@@ -829,37 +815,3 @@ class LibvirtBackend(HypervisorBackend):
             self._closed = True
             self._callbacks.clear()
             self._drop()
-
-    # ------------------------------------------------------------------ extras (tests, bench, adoption)
-
-    def domain_id(self, name: str) -> int:
-        """libvirt's domain ID (-1 when not running): unchanged while a VM keeps running."""
-        result: int = self._call("domain_id", lambda conn: int(self._dom(conn, name).ID()), name=name)
-        return result
-
-    def cpu_time_s(self, name: str) -> float:
-        """Cumulative CPU time of a running VM in seconds (``getCPUStats(True)``)."""
-        result: float = self._call("cpu_time", lambda conn: self._cpu_time(self._dom(conn, name)), name=name)
-        return result
-
-    def memory_peek(self, name: str, address: int, size: int) -> bytes:
-        """``size`` bytes of guest-physical memory at ``address`` (``virDomainMemoryPeek``)."""
-        if not 0 < size <= 65536 or address < 0:
-            raise OutOfRange(what="memory peek", value=f"{size} bytes at {address:#x}", allowed="1..65536 bytes")
-
-        def go(conn: libvirt.virConnect) -> bytes:
-            data: bytes = self._dom(conn, name).memoryPeek(address, size, libvirt.VIR_MEMORY_PHYSICAL)
-            return data
-
-        result: bytes = self._call("memory_peek", go, name=name)
-        return result
-
-    def scheduler_parameters(self, name: str) -> dict[str, int]:
-        """The raw scheduler parameters libvirt reports for a VM (live when running)."""
-        def go(conn: libvirt.virConnect) -> dict[str, int]:
-            dom = self._dom(conn, name)
-            flags = _AFFECT_LIVE if dom.isActive() == 1 else _AFFECT_CONFIG
-            return {k: int(v) for k, v in dom.schedulerParametersFlags(flags).items()}
-
-        result: dict[str, int] = self._call("scheduler_parameters", go, name=name)
-        return result

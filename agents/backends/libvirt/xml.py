@@ -10,7 +10,7 @@ One generator for the three drivers vmctl uses:
 * ``test``: libvirt's in-process test driver; same shape, no emulator.
 
 Guests that run job processes (``VmSpec.kernel``, ``initrd``, ``cmdline``, ``ssh_port``; the guest of
-``guestimage.py``): direct kernel boot (``<kernel>``, ``<initrd>``, ``<cmdline>``, to which
+``vmctl/guestimage.py``): direct kernel boot (``<kernel>``, ``<initrd>``, ``<cmdline>``, to which
 ``vmctl.hostname=NAME`` is added so each guest knows its VM name), and one NIC on QEMU's user network
 (slirp, ``restrict=on``: the guest reaches nothing outside QEMU) with a host forward from
 ``127.0.0.1:ssh_port`` to the guest's port 22, given to QEMU through ``<qemu:commandline>`` (libvirt 9.0

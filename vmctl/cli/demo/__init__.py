@@ -26,9 +26,9 @@ The processes run as ``python -m vmctl.daemon.main`` / ``python -m vmctl.agents.
 interpreter, so the demo works from a checkout's virtualenv without the console scripts on PATH.
 The demo talks to the daemon only through its HTTP API (``vmctl.apiclient``).
 
-Modules: ``processes`` (child processes: vmctld, agents, their configs), ``workload`` (the generated
-jobs), ``guests`` (real guests for ``--backend libvirt``), ``view`` (the live view), ``summary`` (the
-closing numbers, with the simulator's bounded slowdown), ``command`` (the ``Demo`` run and the click
-command). Importing this package imports
-none of them.
+The child processes (vmctld, agents, their configs) come from the local cluster library
+``vmctl.localcluster``. Modules: ``workload`` (the generated jobs), ``guests`` (real guests for
+``--backend libvirt``), ``view`` (the live view), ``summary`` (the closing numbers, with the
+simulator's bounded slowdown), ``command`` (the ``Demo`` run and the click command). Importing this
+package imports none of them.
 """

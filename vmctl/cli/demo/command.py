@@ -22,10 +22,11 @@ import yaml
 from vmctl import errors
 from vmctl.apiclient import ApiClient
 from vmctl.cli.demo import guests
-from vmctl.cli.demo.processes import DaemonProcess, DemoError, ManagedProcess, agent_config, free_port
 from vmctl.cli.demo.summary import BSLD_TAU, Summary, migration_outcomes, summarize
 from vmctl.cli.demo.view import fmt_nodes, render
 from vmctl.cli.demo.workload import DemoJob, build_demo_workload
+from vmctl.errors import DemoError
+from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
 from vmctl.model import JobState
 
 TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
@@ -104,7 +105,7 @@ class Demo:
         ssh_bases = guests.ssh_port_blocks(o.nodes, o.cores) if self.libvirt else []
         for i, node in enumerate(self.node_names):
             pki = self.state_dir / "pki"
-            from vmctl.cli.ops import write_cert_files
+            from vmctl.files import write_cert_files
 
             crt, key, ca = write_cert_files(pki, node, client.issue_cert(node))
             port = free_port()

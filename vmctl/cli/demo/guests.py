@@ -1,11 +1,11 @@
 """The demo on real libvirt (``vmctl demo --backend libvirt``): its agents boot real guests and run the
 jobs' processes in them over SSH.
 
-The guest is the one the task-bag testbed boots (``vmctl.agents.backends.libvirt.guestimage``: a Debian
+The guest is the one the task-bag testbed boots (``vmctl.guestimage``: a Debian
 kernel and a busybox + dropbear initramfs, direct kernel boot, no disk), built once and cached in
 ``--guest-dir`` (default ``/var/cache/vmctl/guest``, the tests' and the testbed's cache); every VM boots
 that kernel and initramfs read-only, so a run copies no image and defines no disk. Each agent gets the
-``ssh`` section of :func:`vmctl.cli.demo.processes.ssh_guest_config` (the agent's ``ParamikoRunner`` logs
+``ssh`` section of :func:`vmctl.localcluster.ssh_guest_config` (the agent's ``ParamikoRunner`` logs
 in with the image's key through a loopback port QEMU forwards to the guest's SSH) and TCG guests
 (``domain_type: qemu``, as the testbed: on these machines ``/dev/kvm`` is an emulated kind on which a
 guest boots slower than under TCG).
@@ -42,7 +42,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vmctl.cli.demo.processes import DemoError, free_port_range
+from vmctl.errors import DemoError
+from vmctl.localcluster import free_port_range
 
 GUEST_DIR = Path("/var/cache/vmctl/guest")
 SYSTEM_SOCKET = Path("/run/libvirt/libvirt-sock")
@@ -74,8 +75,8 @@ def check_libvirtd(uri: str) -> None:
 
 def build_guest(guest_dir: Path, echo: Any) -> None:
     """Build the SSH guest into ``guest_dir``, or reuse the cached build there (same inputs)."""
-    from vmctl.agents.backends.libvirt.guestimage import build
     from vmctl.errors import VmctlError
+    from vmctl.guestimage import build
 
     try:
         build(guest_dir, log=echo)
@@ -104,7 +105,7 @@ def libvirt_agent_config(cfg: dict[str, Any], guest_dir: Path, known_hosts: Path
                          cores: Sequence[int]) -> dict[str, Any]:
     """An agent config of ``processes.agent_config`` (libvirt) made into one whose VMs boot the SSH guest
     on ``cores`` and run their processes there."""
-    from vmctl.cli.demo.processes import ssh_guest_config
+    from vmctl.localcluster import ssh_guest_config
 
     extra = ssh_guest_config(guest_dir, known_hosts, ssh_base, LEVELS * len(cores), domain_type=DOMAIN_TYPE)
     out = {k: v for k, v in cfg.items() if k != "peers"}  # one libvirtd: no migration between its agents

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmctl import errors
-from vmctl.cli.demo.processes import DemoError
+from vmctl.errors import DemoError
 
 
 @dataclass(frozen=True)

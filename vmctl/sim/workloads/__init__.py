@@ -8,7 +8,7 @@ Jann et al. 1997, Lublin & Feitelson 2003), Tsafrir's user-estimate model, CPU u
     (1000, 320)
 """
 
-from vmctl.sim.workloads.core import JobArrays, Workload, WorkloadJob, make_job, to_model_job
+from vmctl.sim.workloads.core import JobArrays, Workload, WorkloadJob, make_job
 from vmctl.sim.workloads.load import offered_load, scale_to_load
 from vmctl.sim.workloads.lublin99 import lublin_sizes
 from vmctl.sim.workloads.registry import MODELS, generate_model
@@ -29,7 +29,6 @@ __all__ = [
     "offered_load",
     "read_swf",
     "scale_to_load",
-    "to_model_job",
     "with_cpu_usage",
     "write_swf",
 ]

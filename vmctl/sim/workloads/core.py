@@ -2,8 +2,8 @@
 
 A :class:`WorkloadJob` is what the simulator knows about a job *including* its future: the actual run
 time on dedicated cores and the actual CPU usage of each process (MEASY sec. 3.1). The scheduler sees
-only the :class:`vmctl.model.Job` made by :func:`to_model_job` (estimate instead of run time, CPU usage
-only when the experiment says the policy may know it, MEASY sec. 3.5.1).
+only the :class:`vmctl.model.Job` the simulator makes of it (estimate instead of run time, CPU usage
+only when the experiment says the policy may know it, MEASY sec. 3.5.1; ``vmctl.sim.engine``).
 
 Memory: a 200,000-job workload is 200,000 slotted objects (no per-job ``__dict__``) and the CPU usage
 tuples share their float objects (see :mod:`vmctl.sim.workloads.usage`), so a Feitelson workload with
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vmctl.model import Job, JobShape
+from vmctl.model import JobShape
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -112,22 +112,6 @@ def make_job(
     _set_priority(job, priority)
     _set_deadline(job, deadline)
     return job
-
-
-def to_model_job(w: WorkloadJob, usage_known: bool) -> Job:
-    """The scheduler's view of a workload job: id as a string, the estimate (not the run time), the CPU
-    usage only when ``usage_known`` (MEASY sec. 3.5.1 runs the policies without it), the user id as a
-    string ("" when unknown), the priority and the deadline (None unless the source gave one)."""
-    return Job(
-        id=str(w.id),
-        submit_time=w.submit,
-        procs=w.procs,
-        estimate=w.estimate,
-        cpu_usage=w.cpu_usage if usage_known else None,
-        user=str(w.user) if w.user >= 0 else "",
-        priority=w.priority,
-        deadline=w.deadline,
-    )
 
 
 @contextmanager

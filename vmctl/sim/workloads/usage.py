@@ -7,7 +7,7 @@ The models and traces carry no CPU usage, so the MEASY paper assigns it:
 - ``full`` (sec. 3.5.2, "all jobs use 100 % CPU"): every process uses 1.0.
 
 Whether the *policy* may see these numbers (sec. 3.5.1 runs without CPU information) is decided by
-the simulator through :func:`vmctl.sim.workloads.to_model_job`; this module produces the actual usage.
+the simulator (``SimConfig.cpu_info``, ``vmctl.sim.engine``); this module produces the actual usage.
 
 Memory: a Feitelson workload of 200,000 jobs has about 4.7 million processes. A float object per
 process would cost ~110 MB, so the U(0.40, 1.00) draw is made on a grid of 1e-4 (6,001 values) and

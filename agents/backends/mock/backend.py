@@ -23,38 +23,8 @@ the demo and the daemon's tests:
 
 Time comes from a ``Clock``; the model integrates lazily, piece by piece between process exits, on
 every call. Per-VM ``cpu_time_s`` is what ``list_vms`` reports; ``utilization(name)`` is the current
-allocation. Two ``MockBackend`` objects that share a ``MockFabric`` can migrate VMs between them
-(live: the VM keeps running on the source for ``migration_seconds`` and then moves with its process;
-or by checkpoint file and restore). Checkpoints are small JSON files holding the VM's state.
-
-Between processes (one agent per mock host, as in ``vmctl demo``) the fabric is a shared directory,
-``fabric_dir``: every backend owns an inbox ``<fabric_dir>/<uri as a file name>/``. A live migration
-to a host that is not in this process runs on the source for ``migration_seconds`` and then hands
-off: the source writes the VM's state (spec, pinning, weight, cap, CPU time, job process progress)
-atomically to ``<target inbox>/<vm>.json`` and freezes the VM (still MIGRATING). The target picks it
-up on its next call (or poll, ``poll_seconds``): it claims the file by renaming it and adopts the VM,
-running; or, if it already has a live VM of that name or cannot read the file, it answers with
-``<vm>.rejected`` (the reason) and deletes the offer. The source then sees the offer gone: COMPLETED
-(VM removed here) or, with a ``.rejected`` answer, FAILED (the VM runs on here). ``start_migration(...,
-metadata=...)`` entries are merged into the metadata of the copy the target adopts (in-process and in
-the offer file), so the VM names its new host from its arrival; ``set_metadata`` merges entries into a
-VM's metadata (kept in the state file). ``abort_migration``
-deletes an unclaimed offer; a claimed one completes. With ``poll_seconds`` a thread settles the
-model that often and emits events for arrivals, hand-offs and process exits, so agents wake at once.
-
-Guests outlive the agent process, as real ones do, when the backend has a ``state_file`` (agent
-config ``backend.state_file``; by default ``<fabric_dir>/<inbox>.state`` when there is a fabric
-directory): the host's state -- VMs (power, pinning, weight, cap, CPU time, checkpoint file), job
-processes (spec, model start time, work done, exit status) and migrations -- is written there
-atomically (temporary file, fsync, rename; mode 0600) after every change, stamped with the model
-time. A new ``MockBackend`` with the same file takes the host over: the model integrates from the
-stamped time to now, so a process kept running while no agent was there and the agent re-adopts it
-(``start_process`` of the same job and index is a no-op). The file is created at once when missing (a
-new, empty host); an unreadable, empty or corrupt file is ``MockStateError`` (nothing is started, so
-nothing runs twice; delete the file to replace the host by an empty one -- its guests are then gone).
-If the clock is behind the stamped time (an accelerated clock without ``epoch``), the host resumes
-from now and the dead interval counts as zero. Without a state file the host lives in this process
-only: a new agent process finds an empty host (like a host that rebooted).
+allocation. Migrations (in one process and between processes) are ``fabric.py``'s; the state file
+that lets guests outlive the agent process, and checkpoint files, are ``store.py``'s.
 
 Faults: ``Fault(operation, vm_glob, times, error)`` makes the next ``times`` matching calls raise
 (``times=None``: every call). ``operation`` is a method name (``"list_vms"``, ``"start"``, ...) or
@@ -66,14 +36,12 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
-import logging
 import math
 import os
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from vmctl.agents.backends.base import (
     WEIGHT_MAX,
@@ -82,19 +50,19 @@ from vmctl.agents.backends.base import (
     Capability,
     EventCallback,
     HostInfo,
-    HypervisorBackend,
     MigrationState,
     MigrationStatus,
     ProcessStatus,
     VmInfo,
     VmSpec,
 )
+from vmctl.agents.backends.mock.fabric import FabricMigrations, inbox_name
+from vmctl.agents.backends.mock.host import EPS, KILLED_EXIT, MockFabric, MockMigration, MockProcess, MockVm
+from vmctl.agents.backends.mock.store import HostStateFile, vm_from_state, vm_state, write_json
 from vmctl.clock import Clock, VirtualClock
 from vmctl.cpushare import share_core
 from vmctl.errors import (
-    Conflict,
     HypervisorError,
-    HypervisorUnavailable,
     MigrationError,
     OperationNotSupported,
     OutOfRange,
@@ -103,22 +71,6 @@ from vmctl.errors import (
     VmStateError,
 )
 from vmctl.model import PowerState, ProcessSpec
-
-KILLED_EXIT = 137
-CHECKPOINT_FORMAT = "vmctl-mock-checkpoint/1"
-HOST_STATE_FORMAT = "vmctl-mock-host/1"
-_EPS = 1e-9
-
-log = logging.getLogger("vmctl.agent.mock")
-
-
-class MockStateError(HypervisorUnavailable):
-    """The mock host's state file cannot be read or written: the host cannot be taken over."""
-
-    reference = "mock-state-unreadable"
-    template = "{backend}: host {uri}: {problem}"
-    hint = ("the mock host keeps its guests in backend.state_file; fix or restore the file, or delete it to "
-            "start this host empty (its guests are then gone)")
 
 
 @dataclass
@@ -146,82 +98,7 @@ class JournalEntry:
     ok: bool = True
 
 
-@dataclass
-class _Process:
-    spec: ProcessSpec
-    done: float = 0.0
-    exit_code: int | None = None
-    started: float = 0.0  # model time of the start (carried through migrations and restarts)
-
-
-@dataclass
-class _Migration:
-    name: str
-    target: MockBackend | None  # None: a host in another process, reached through the fabric directory
-    started: float
-    duration: float
-    state: MigrationState = MigrationState.RUNNING
-    error: str = ""
-    finished: float | None = None
-    target_uri: str = ""
-    offer: Path | None = None  # remote: the state file handed to the target (written at the hand-off)
-    #: entries the VM's metadata carries on the target (``start_migration(metadata=...)``: its new node)
-    metadata: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Vm:
-    spec: VmSpec
-    power: PowerState = PowerState.SHUTOFF
-    pinned: tuple[int, ...] | None = None
-    weight: int = 100
-    cap: float | None = None
-    cpu_time: float = 0.0
-    alloc: float = 0.0
-    process: _Process | None = None
-    saved_to: str | None = None
-    frozen: bool = False  # handed off to a remote target: no longer runs here
-
-    def demand(self) -> float:
-        if self.power not in (PowerState.RUNNING, PowerState.MIGRATING) or self.frozen:
-            return 0.0
-        p = self.process
-        if p is None or p.exit_code is not None:
-            return 0.0
-        limit = min(1.0, p.spec.cpu_usage)
-        if self.cap is not None:
-            limit = min(limit, self.cap)
-        return limit
-
-
-class MockFabric:
-    """Connects MockBackends so that VMs can migrate between them (``uri`` -> backend).
-
-    The backends of one fabric share one lock (``lock``): every call settles the model on every
-    backend of the fabric (``_settle``), so a call on one backend takes the others' state too. With a
-    lock per backend, two threads calling two backends at once each held its own lock and waited for
-    the other's (an ABBA deadlock: agents' reconcilers in one process hung forever in ``list_vms``)."""
-
-    def __init__(self) -> None:
-        self._backends: dict[str, MockBackend] = {}
-        self._lock = self.lock = threading.RLock()
-
-    def attach(self, backend: MockBackend) -> None:
-        with self._lock:
-            if backend.uri in self._backends and self._backends[backend.uri] is not backend:
-                raise Conflict(what=f"mock fabric uri {backend.uri}", problem="already attached")
-            self._backends[backend.uri] = backend
-
-    def lookup(self, uri: str) -> MockBackend | None:
-        with self._lock:
-            return self._backends.get(uri)
-
-    def backends(self) -> list[MockBackend]:
-        with self._lock:
-            return list(self._backends.values())
-
-
-class MockBackend(HypervisorBackend):
+class MockBackend(FabricMigrations, HostStateFile):
     name = "mock"
 
     def __init__(
@@ -256,8 +133,8 @@ class MockBackend(HypervisorBackend):
         self.fabric = fabric
         self.journal: list[JournalEntry] = []
         self._caps = frozenset(Capability) if capabilities is None else frozenset(capabilities)
-        self._vms: dict[str, _Vm] = {}
-        self._migrations: dict[str, _Migration] = {}
+        self._vms: dict[str, MockVm] = {}
+        self._migrations: dict[str, MockMigration] = {}
         self._callbacks: list[EventCallback] = []
         # one lock for the whole fabric (see MockFabric): a call here also advances the other backends
         self._lock = fabric.lock if fabric is not None else threading.RLock()
@@ -313,169 +190,12 @@ class MockBackend(HypervisorBackend):
         if self.state_file is not None:
             self._save()
 
-    # ------------------------------------------------------------------ the state file
-
-    def _host_state(self) -> dict[str, Any]:
-        """Everything that outlives the agent process (the model at ``self._t``)."""
-        migrations = []
-        for m in self._migrations.values():
-            migrations.append({"name": m.name, "target_uri": m.target_uri, "started": m.started,
-                               "duration": m.duration, "state": m.state.value, "error": m.error,
-                               "finished": m.finished, "offer": None if m.offer is None else str(m.offer),
-                               "metadata": dict(m.metadata)})
-        return {"format": HOST_STATE_FORMAT, "hostname": self.hostname, "uri": self.uri, "cores": self.cores,
-                "time": self._t,
-                "vms": [{**_vm_state(vm, self.hostname, self._t), "power": vm.power.value,
-                         "saved_to": vm.saved_to, "frozen": vm.frozen} for vm in self._vms.values()],
-                "migrations": migrations}
-
-    def _save(self) -> bool:
-        """Write the state file atomically; on failure remember why (the next call retries and fails
-        while it cannot be written) and log it once. Never raises: the poll thread calls it too."""
-        assert self.state_file is not None
-        with self._lock:
-            try:
-                _write_text(self.state_file, json.dumps(self._host_state(), indent=1), private=True)
-            except (OSError, ValueError) as exc:
-                if self._unsaved is None:
-                    log.error("mock host %s: cannot write its state file %s: %s", self.uri, self.state_file, exc)
-                self._unsaved = f"{self.state_file}: {exc}"
-                return False
-            if self._unsaved is not None:
-                log.info("mock host %s: state file %s written again", self.uri, self.state_file)
-            self._unsaved = None
-            return True
-
-    def _state_error(self, path: Path, problem: str) -> MockStateError:
-        return MockStateError(backend=self.name, uri=self.uri, problem=f"state file {path}: {problem}")
-
-    def _take_over(self, path: Path) -> None:
-        """Adopt the host recorded in ``path`` (or create the file for a new, empty host)."""
-        text: str | None
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            text = None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise self._state_error(path, f"cannot be read: {exc}") from exc
-        if text is None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise self._state_error(path, f"cannot create its directory: {exc}") from exc
-            if not self._save():
-                raise self._state_error(path, f"cannot be written: {self._unsaved}")
-            log.info("mock host %s: new, empty host (state file %s)", self.uri, path)
-            return
-        if not text.strip():
-            raise self._state_error(path, "is empty (no host state in it)")
-        try:
-            state = json.loads(text)
-        except ValueError as exc:
-            raise self._state_error(path, f"is not valid JSON (corrupt?): {exc}") from exc
-        try:
-            t, vms, migrations = self._parse_host_state(state, str(path))
-        except (KeyError, TypeError, ValueError, AttributeError, HypervisorError) as exc:
-            raise self._state_error(path, f"is not a mock host state: {exc}") from exc
-        now = self.clock.now()
-        shift = 0.0
-        if now < t:
-            shift = now - t  # the clock is behind the file (no clock.epoch): resume from now
-            log.warning("mock host %s: the clock (%.3f) is behind the state file's time (%.3f): the host resumes "
-                        "from now (give the clock an epoch so that model time survives a restart)", self.uri, now, t)
-        for m in migrations.values():
-            m.started += shift
-            if m.finished is not None:
-                m.finished += shift
-        for vm in vms.values():
-            if vm.process is not None:
-                vm.process.started += shift
-        self._vms, self._migrations, self._t = vms, migrations, t + shift
-        self._dirty = True
-        self._advance(max(self._t, now))  # the guests ran on while no agent was there
-        self._adopt_claimed()  # frozen since their hand-off, as if claimed now
-        running = sum(1 for v in vms.values() if v.process is not None and v.process.exit_code is None)
-        log.info("mock host %s: took over %d VM(s), %d job process(es) running, from %s (model time %.3f, "
-                 "%.3f s ago)", self.uri, len(vms), running, path, self._t, max(0.0, now - self._t))
-        self._save()
-
-    def _parse_host_state(self, state: Any, where: str) -> tuple[float, dict[str, _Vm], dict[str, _Migration]]:
-        if not isinstance(state, dict):
-            raise ValueError(f"expected an object, got {type(state).__name__}")
-        if state.get("format") != HOST_STATE_FORMAT:
-            raise ValueError(f"format {state.get('format')!r} is not {HOST_STATE_FORMAT}")
-        if state["uri"] != self.uri:
-            raise ValueError(f"it belongs to the mock host {state['uri']!r}, not {self.uri!r}")
-        t = float(state["time"])
-        if not math.isfinite(t):
-            raise ValueError(f"time {t} is not a finite number")
-        vms: dict[str, _Vm] = {}
-        for i, raw in enumerate(state["vms"]):
-            vm = _vm_from_state(raw, f"{where}: vms[{i}]")
-            if vm.spec.name in vms:
-                raise ValueError(f"VM {vm.spec.name!r} is listed twice")
-            vm.power = PowerState(raw["power"])
-            saved_to, frozen = raw["saved_to"], raw["frozen"]
-            if not (saved_to is None or isinstance(saved_to, str)) or not isinstance(frozen, bool):
-                raise ValueError(f"vms[{i}]: saved_to must be a path or null and frozen a boolean")
-            vm.saved_to, vm.frozen = saved_to, frozen
-            if vm.pinned is not None and max(vm.pinned, default=0) >= self.cores:
-                vm.pinned = None  # the host has fewer cores now
-            vms[vm.spec.name] = vm
-        migrations: dict[str, _Migration] = {}
-        for i, raw in enumerate(state["migrations"]):
-            target_uri = str(raw["target_uri"])
-            target = self.fabric.lookup(target_uri) if self.fabric is not None else None
-            finished, offer = raw["finished"], raw["offer"]
-            mig = _Migration(name=str(raw["name"]), target=target, started=float(raw["started"]),
-                             duration=float(raw["duration"]), state=MigrationState(raw["state"]),
-                             error=str(raw["error"]), finished=None if finished is None else float(finished),
-                             target_uri=target_uri, offer=None if offer is None else Path(str(offer)),
-                             metadata={str(k): str(v) for k, v in (raw.get("metadata") or {}).items()})
-            if mig.state is MigrationState.RUNNING and target is None and self.fabric_dir is None:
-                # an in-process target that is not here any more: the VM stays (as a failed migration)
-                mig.state, mig.error, mig.finished = MigrationState.FAILED, "the target left with the old agent", t
-                moving = vms.get(mig.name)
-                if moving is not None and moving.power is PowerState.MIGRATING:
-                    moving.power, moving.frozen = PowerState.RUNNING, False
-            migrations[mig.name] = mig
-            if not all(math.isfinite(x) for x in (mig.started, mig.duration)):
-                raise ValueError(f"migrations[{i}]: times must be finite")
-        return t, vms, migrations
-
-    def _adopt_claimed(self) -> None:
-        """An earlier life of this host claimed a migration offer (renamed it) and died before it had
-        saved the VM: adopt the VM now (the source already considers it gone; it made no progress
-        since the hand-off, as while an offer waits)."""
-        if self.inbox is None:
-            return
-        try:
-            leftovers = sorted(self.inbox.glob("*.json.claimed-*"))
-        except OSError:
-            return
-        for claimed in leftovers:
-            name = claimed.name.split(".json.claimed-", 1)[0]
-            if name not in self._vms:
-                try:
-                    vm = _vm_from_state(json.loads(claimed.read_text(encoding="utf-8")), str(claimed))
-                except (OSError, ValueError, HypervisorError) as exc:
-                    log.error("mock host %s: cannot adopt the claimed migration %s: %s", self.uri, claimed, exc)
-                    continue
-                if vm.pinned is not None and max(vm.pinned) >= self.cores:
-                    vm.pinned = None
-                vm.power = PowerState.RUNNING
-                self._vms[vm.spec.name] = vm
-                self._dirty = True
-                self._log("migration_arrived", vm.spec.name, f"claimed by an earlier agent ({claimed.name})")
-            with contextlib.suppress(OSError):
-                claimed.unlink()
-
     def _emit(self, vm: str, kind: str, detail: str = "") -> None:
         ev = BackendEvent(vm=vm, kind=kind, detail=detail)
         for cb in list(self._callbacks):
             cb(ev)
 
-    def _vm(self, name: str) -> _Vm:
+    def _vm(self, name: str) -> MockVm:
         vm = self._vms.get(name)
         if vm is None:
             raise VmNotFound(backend=self.name, name=name)
@@ -492,159 +212,6 @@ class MockBackend(HypervisorBackend):
             b._finish_migrations(now)
         if self.inbox is not None:
             self._receive(now)
-
-    def _finish_migrations(self, now: float) -> None:
-        in_process: list[_Migration] = []
-        with self._lock:
-            for mig in self._migrations.values():
-                if mig.state is not MigrationState.RUNNING or now < mig.started + mig.duration:
-                    continue
-                vm = self._vms.get(mig.name)
-                if vm is None:
-                    mig.state, mig.error = MigrationState.FAILED, "VM vanished"
-                elif mig.target is None:
-                    self._remote_step(mig, vm, now)
-                else:
-                    in_process.append(mig)
-        for mig in in_process:
-            self._hand_over(mig, now)
-
-    def _hand_over(self, mig: _Migration, now: float) -> None:
-        """Move a migrated VM to an in-process target, under the fabric's one lock (both backends
-        share it). Events go out after the lock."""
-        target = mig.target
-        assert target is not None
-        with self._lock:
-            vm = self._vms.get(mig.name)
-            if mig.state is not MigrationState.RUNNING or vm is None:
-                return  # settled meanwhile (aborted, or handled by a concurrent pass)
-            target._advance(now)
-            if mig.name in target._vms:
-                mig.state, mig.error = MigrationState.FAILED, "target already has a VM of that name"
-                vm.power = PowerState.RUNNING
-                return
-            del self._vms[mig.name]
-            vm.power = PowerState.RUNNING
-            vm.alloc = 0.0
-            if mig.metadata:  # it names its new host from the moment it is there
-                vm.spec = replace(vm.spec, metadata={**vm.spec.metadata, **mig.metadata})
-            if vm.pinned is not None and max(vm.pinned) >= target.cores:
-                vm.pinned = None
-            target._vms[mig.name] = vm
-            mig.state, mig.finished = MigrationState.COMPLETED, now
-            self._invalidate()
-            self._log("migration_completed", mig.name, target.uri)
-            target._log("migration_arrived", mig.name, self.uri)
-            target._invalidate()
-        self._emit(mig.name, "migrated", f"to {target.uri}")
-        target._emit(mig.name, "started", f"migrated from {self.uri}")
-
-    # ------------------------------------------------------------------ the fabric directory
-
-    def _remote_step(self, mig: _Migration, vm: _Vm, now: float) -> None:
-        """A migration to another process: hand the VM off once its time is up, then wait for the
-        target's answer (offer claimed: completed; ``.rejected``: failed)."""
-        assert self.fabric_dir is not None
-        target_dir = self.fabric_dir / inbox_name(mig.target_uri)
-        if mig.offer is None:
-            offer = target_dir / f"{mig.name}.json"
-            try:
-                handed = _vm_state(vm, self.hostname, now)
-                if mig.metadata:  # the copy on the target names its new host; this one stays as it was
-                    handed["spec"] = {**handed["spec"], "metadata": {**handed["spec"]["metadata"], **mig.metadata}}
-                _write_json(offer, {**handed, "migration": {"from": self.uri, "to": mig.target_uri, "time": now}})
-            except OSError as exc:
-                mig.state, mig.error, mig.finished = MigrationState.FAILED, f"cannot hand off to {offer}: {exc}", now
-                vm.power = PowerState.RUNNING
-                self._invalidate()
-                self._log("migration_failed", mig.name, mig.error, ok=False)
-                self._emit(mig.name, "migration_failed", mig.error)
-                return
-            mig.offer = offer
-            vm.frozen = True
-            self._invalidate()
-            self._log("migration_handoff", mig.name, str(offer))
-            return
-        if mig.offer.exists():
-            return  # not picked up yet
-        rejected = mig.offer.with_suffix(".rejected")
-        if rejected.exists():
-            try:
-                why = rejected.read_text(encoding="utf-8").strip() or "rejected"
-                rejected.unlink()
-            except OSError as exc:
-                why = f"rejected (unreadable answer: {exc})"
-            mig.state, mig.error, mig.finished = MigrationState.FAILED, f"{mig.target_uri}: {why}", now
-            vm.frozen = False
-            vm.power = PowerState.RUNNING
-            self._invalidate()
-            self._log("migration_failed", mig.name, mig.error, ok=False)
-            self._emit(mig.name, "migration_failed", mig.error)
-            return
-        del self._vms[mig.name]
-        mig.state, mig.finished = MigrationState.COMPLETED, now
-        self._invalidate()
-        self._log("migration_completed", mig.name, mig.target_uri)
-        self._emit(mig.name, "migrated", f"to {mig.target_uri}")
-
-    def _receive(self, now: float) -> None:
-        """Adopt the VMs other processes handed to this host (see the module docstring)."""
-        assert self.inbox is not None
-        try:
-            offers = sorted(self.inbox.glob("*.json"))
-        except OSError:
-            return
-        for offer in offers:
-            name = offer.stem
-            with self._lock:
-                try:
-                    state = json.loads(offer.read_text(encoding="utf-8"))
-                    vm = _vm_from_state(state, str(offer))
-                except FileNotFoundError:
-                    continue  # withdrawn (aborted) meanwhile
-                except (OSError, ValueError, HypervisorError) as exc:
-                    self._reject(offer, f"cannot read the migration state: {exc}")
-                    continue
-                existing = self._vms.get(name)
-                if vm.spec.name != name:
-                    self._reject(offer, f"the offer holds VM {vm.spec.name!r}, not {name!r}")
-                    continue
-                if existing is not None and existing.power in (PowerState.RUNNING, PowerState.PAUSED,
-                                                               PowerState.MIGRATING):
-                    self._reject(offer, f"{self.hostname} already has a {existing.power.value} VM {name}")
-                    continue
-                claimed = offer.with_name(f"{offer.name}.claimed-{os.getpid()}")
-                try:
-                    os.rename(offer, claimed)
-                except FileNotFoundError:
-                    continue  # the source aborted first
-                except OSError as exc:
-                    self._log("migration_arrived", name, f"cannot claim {offer}: {exc}", ok=False)
-                    continue
-                self._advance(now)
-                if vm.pinned is not None and max(vm.pinned) >= self.cores:
-                    vm.pinned = None
-                vm.power = PowerState.RUNNING
-                self._vms[name] = vm
-                self._invalidate()
-                source = str(state.get("migration", {}).get("from", "?"))
-                self._log("migration_arrived", name, source)  # saved before the claimed offer goes
-                if self._unsaved is None:  # else a restarted agent adopts it from the claimed file
-                    with contextlib.suppress(OSError):
-                        claimed.unlink()
-            self._emit(name, "started", f"migrated from {source}")
-
-    def _reject(self, offer: Path, why: str) -> None:
-        try:
-            _write_text(offer.with_suffix(".rejected"), why)
-            offer.unlink()
-        except FileNotFoundError:  # the source withdrew the offer meanwhile: no answer needed
-            with contextlib.suppress(OSError):
-                offer.with_suffix(".rejected").unlink()
-            return
-        except OSError:
-            return
-        self._log("migration_rejected", offer.stem, why, ok=False)
 
     def _poll(self, seconds: float) -> None:
         seen = (0, 0)
@@ -667,8 +234,8 @@ class MockBackend(HypervisorBackend):
         if not self._dirty:
             return
         self._dirty = False
-        by_core: dict[int, list[_Vm]] = {}
-        unpinned: list[_Vm] = []
+        by_core: dict[int, list[MockVm]] = {}
+        unpinned: list[MockVm] = []
         for vm in self._vms.values():
             vm.alloc = 0.0
             if vm.demand() <= 0.0:
@@ -696,7 +263,7 @@ class MockBackend(HypervisorBackend):
 
     def _advance(self, now: float) -> None:
         with self._lock:
-            while self._t < now - _EPS:
+            while self._t < now - EPS:
                 self._rates()
                 # time until the next process exit at current rates
                 step = now - self._t
@@ -767,7 +334,7 @@ class MockBackend(HypervisorBackend):
                 vm.spec = spec
                 self._log("define", spec.name, "redefined")
                 return
-            self._vms[spec.name] = _Vm(spec=spec)
+            self._vms[spec.name] = MockVm(spec=spec)
             self._log("define", spec.name)
         self._emit(spec.name, "defined")
 
@@ -881,10 +448,10 @@ class MockBackend(HypervisorBackend):
             vm = self._vm(name)
             if vm.power not in (PowerState.RUNNING, PowerState.PAUSED):
                 raise VmStateError(backend=self.name, name=name, state=vm.power.value, operation="checkpoint")
-            state = _vm_state(vm, self.hostname, self._t)
+            state = vm_state(vm, self.hostname, self._t)
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-                _write_json(Path(path), state)
+                write_json(Path(path), state)
             except OSError as exc:
                 raise HypervisorError(backend=self.name, operation="checkpoint",
                                       problem=f"cannot write {path}: {exc}") from exc
@@ -906,7 +473,7 @@ class MockBackend(HypervisorBackend):
             except (OSError, ValueError) as exc:
                 raise HypervisorError(backend=self.name, operation="restore",
                                       problem=f"cannot read checkpoint {path}: {exc}") from exc
-            restored = _vm_from_state(state, path)
+            restored = vm_from_state(state, path)
             spec, pinned = restored.spec, restored.pinned
             existing = self._vms.get(spec.name)
             if existing is not None and existing.power in (PowerState.RUNNING, PowerState.PAUSED,
@@ -956,7 +523,7 @@ class MockBackend(HypervisorBackend):
                 raise MigrationError(backend=self.name, name=name, target=dest_uri,
                                      problem="destination already has a VM of that name")
             vm.power = PowerState.MIGRATING
-            self._migrations[name] = _Migration(name=name, target=target, started=self._t,
+            self._migrations[name] = MockMigration(name=name, target=target, started=self._t,
                                                 duration=self.migration_seconds, target_uri=dest_uri,
                                                 metadata=dict(metadata or {}))
             self._log("start_migration", name, dest_uri)
@@ -972,7 +539,7 @@ class MockBackend(HypervisorBackend):
             total = max(1, self._vms[name].spec.memory_mib if name in self._vms else 1) * 1024 * 1024
             end = mig.finished if mig.finished is not None else self._t
             elapsed = max(0.0, end - mig.started)
-            frac = 1.0 if mig.state is MigrationState.COMPLETED else min(1.0, elapsed / max(mig.duration, _EPS))
+            frac = 1.0 if mig.state is MigrationState.COMPLETED else min(1.0, elapsed / max(mig.duration, EPS))
             return MigrationStatus(state=mig.state, data_total_bytes=total,
                                    data_remaining_bytes=int(total * (1.0 - frac)), elapsed_s=elapsed,
                                    error=mig.error)
@@ -1051,7 +618,7 @@ class MockBackend(HypervisorBackend):
             if p is not None and p.exit_code is None:
                 raise VmStateError(backend=self.name, name=name, state=f"running {p.spec.job_id}[{p.spec.index}]",
                                    operation=f"start {spec.job_id}[{spec.index}]")
-            vm.process = _Process(spec=spec, started=self._t)
+            vm.process = MockProcess(spec=spec, started=self._t)
             self._dirty = True
             self._log("start_process", name, f"{spec.job_id}[{spec.index}]")
             self._advance(self._t)  # a zero-work process ends at once
@@ -1093,99 +660,6 @@ class MockBackend(HypervisorBackend):
         return [e for e in self.journal if (not ops or e.operation in ops) and (e.ok or not ok_only)]
 
 
-def inbox_name(uri: str) -> str:
-    """The fabric-directory inbox of a host URI (``mock://node2`` -> ``mock_node2``)."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uri.replace("://", "_")) or "_"
-
-
-def _write_text(path: Path, text: str, private: bool = False) -> None:
-    """Atomically: a temporary file in the same directory, then rename. ``private``: mode 0600 (whatever
-    the umask), and durable (the file is fsynced before the rename, the directory after it)."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        if private:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with open(fd, "w", encoding="utf-8") as fh:
-                os.fchmod(fd, 0o600)  # a leftover temporary file keeps its mode otherwise
-                fh.write(text)
-                fh.flush()
-                os.fsync(fd)
-        else:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    if private:
-        with contextlib.suppress(OSError):
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-
-
-def _write_json(path: Path, state: dict[str, Any]) -> None:
-    _write_text(path, json.dumps(state, indent=1))
-
-
-def _vm_state(vm: _Vm, host: str, t: float) -> dict[str, Any]:
-    """The VM as a checkpoint (also the migration hand-off's payload)."""
-    return {
-        "format": CHECKPOINT_FORMAT,
-        "host": host,
-        "time": t,
-        "spec": {"name": vm.spec.name, "vcpus": vm.spec.vcpus, "memory_mib": vm.spec.memory_mib,
-                 "image": vm.spec.image, "metadata": dict(vm.spec.metadata)},
-        "paused": vm.power is PowerState.PAUSED,
-        "pinned": list(vm.pinned) if vm.pinned is not None else None,
-        "weight": vm.weight,
-        "cap": vm.cap,
-        "cpu_time": vm.cpu_time,
-        "process": None if vm.process is None else {
-            "job_id": vm.process.spec.job_id, "index": vm.process.spec.index,
-            "command": vm.process.spec.command, "work_seconds": vm.process.spec.work_seconds,
-            "cpu_usage": vm.process.spec.cpu_usage, "done": vm.process.done,
-            "exit_code": vm.process.exit_code, "started": vm.process.started,
-        },
-    }
-
-
-def _vm_from_state(state: Any, where: str) -> _Vm:
-    """Parse :func:`_vm_state`'s output; HypervisorError naming ``where`` when it is not one."""
-    try:
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"format {state.get('format')!r} is not {CHECKPOINT_FORMAT}")
-        s = state["spec"]
-        spec = VmSpec(name=str(s["name"]), vcpus=int(s["vcpus"]), memory_mib=int(s["memory_mib"]),
-                      image=s["image"], metadata={str(k): str(v) for k, v in s["metadata"].items()})
-        pinned = tuple(int(c) for c in state["pinned"]) if state["pinned"] is not None else None
-        proc = state["process"]
-        process = None if proc is None else _Process(
-            spec=ProcessSpec(job_id=str(proc["job_id"]), index=int(proc["index"]),
-                             command=str(proc["command"]), work_seconds=float(proc["work_seconds"]),
-                             cpu_usage=float(proc["cpu_usage"])),
-            done=float(proc["done"]), exit_code=_exit_code(proc["exit_code"]),
-            started=float(proc.get("started", 0.0)))
-        weight, cap, cpu_time = int(state["weight"]), state["cap"], float(state["cpu_time"])
-        paused = bool(state["paused"])
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise HypervisorError(backend="mock", operation="restore",
-                              problem=f"{where} is not a mock checkpoint: {exc}") from exc
-    return _Vm(spec=spec, power=PowerState.PAUSED if paused else PowerState.RUNNING, pinned=pinned,
-               weight=weight, cap=None if cap is None else float(cap), cpu_time=cpu_time, process=process)
-
-
-def _exit_code(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"exit_code must be an integer or null, got {value!r}")
-    return value
-
-
 class MockProcessRunner:
     """The ``ProcessRunner`` of a MockBackend: job processes live in the backend's CPU model."""
 
@@ -1200,7 +674,3 @@ class MockProcessRunner:
 
     def kill(self, vm: str) -> None:
         self.backend.kill_process(vm)
-
-
-__all__ = ["Fault", "JournalEntry", "MockBackend", "MockFabric", "MockProcessRunner", "MockStateError", "inbox_name",
-           "share_core"]

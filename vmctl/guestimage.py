@@ -1,6 +1,6 @@
 """A small Linux guest that runs job processes over SSH: kernel + initramfs built from Debian packages.
 
-``python -m vmctl.agents.backends.libvirt.guestimage build DIR`` writes, into ``DIR``:
+``python -m vmctl.guestimage build DIR`` writes, into ``DIR``:
 
 * ``vmlinuz``: the kernel of Debian's ``linux-image-cloud-amd64`` (the package it depends on, fetched
   with ``apt-get download`` and unpacked with ``dpkg -x``; nothing is installed on the host);
@@ -11,7 +11,7 @@
   kernel and their dependencies, and busybox ``init`` with the script below;
 * ``id_ed25519`` (+ ``.pub``): the key the agent logs in with, authorised for ``root`` in the guest;
 * ``host_key.pub``: the guest's SSH host key (generated at build time with ``dropbearkey``; every guest
-  booted from this image has it), for the agent's ``known_hosts`` (``vmctl.cli.demo.processes.ssh_guest_config``
+  booted from this image has it), for the agent's ``known_hosts`` (``vmctl.localcluster.ssh_guest_config``
   writes one for a range of forwarded ports);
 * ``manifest.json``: the build's inputs (package versions), its cache key, sizes and build time.
 
@@ -25,7 +25,10 @@ there), the init script mounts ``/proc``, ``/sys``, ``/dev``, ``/dev/pts`` and a
 loads the modules, sets the hostname, configures ``eth0`` for QEMU user networking (10.0.2.15/24,
 gateway 10.0.2.2) and busybox init keeps ``dropbear`` running on port 22 (key logins only). Busybox
 init is PID 1, so orphaned job processes are reaped. The backend reaches the guest through a host
-forward of QEMU's user network on a loopback port (``xml.py``: ``SshForward``).
+forward of QEMU's user network on a loopback port (the libvirt backend's ``xml.py``: ``SshForward``).
+
+An operator's tool and the testbeds' (``vmctl demo --backend libvirt``, the live task-bag testbed,
+``bench/guest_ssh.py``): it builds files, it does not touch libvirt, so it is no part of the backend.
 """
 
 from __future__ import annotations
@@ -388,7 +391,7 @@ def _build(out: Path, force: bool, log: object) -> GuestImage:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vmctl.agents.backends.libvirt.guestimage",
+    ap = argparse.ArgumentParser(prog="python -m vmctl.guestimage",
                                  description="Build the SSH guest (kernel + initramfs) from Debian packages.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build into DIR (reused when its inputs did not change)")

@@ -1,6 +1,9 @@
-"""The demo's child processes: ``ManagedProcess`` (a child with its output in a log file, stopped by
-pid), ``DaemonProcess`` (``vmctld`` with SQLite on a free loopback port) and the agent config the
-demo writes for each ``vmctl-agent``. Tests that need a real vmctld or agent process use these too.
+"""A vmctl cluster of local processes (the library under ``vmctl demo``, the live task-bag testbed of
+``vmctl.experiments.taskbags_live``, ``bench/`` and the tests that need a real vmctld or agent process):
+``ManagedProcess`` (a child with its output in a log file, stopped by pid), ``DaemonProcess``
+(``vmctld`` with SQLite on a free loopback port), ``agent_config`` (the config of one ``vmctl-agent``),
+free loopback ports and ``ssh_guest_config`` (the agent sections that boot the SSH guest of
+``vmctl.guestimage``). A process that dies or never gets ready raises ``LocalClusterError``.
 
 The processes run as ``python -m vmctl.daemon.main`` / ``python -m vmctl.agents.main`` with this
 interpreter, so they work from a checkout's virtualenv without the console scripts on PATH.
@@ -22,13 +25,8 @@ from typing import IO, Any
 
 import yaml
 
-from vmctl import errors
 from vmctl.apiclient import ApiClient
-
-
-class DemoError(errors.VmctlError):
-    reference = "demo-failed"
-    template = "{what}: {problem}"
+from vmctl.errors import LocalClusterError
 
 
 def free_port() -> int:
@@ -61,7 +59,7 @@ def free_port_range(count: int, first: int = 20000, last: int = 60000) -> int:
 def ssh_guest_config(guest_dir: Path, known_hosts: Path, base_port: int, vms: int,
                      domain_type: str = "qemu") -> dict[str, Any]:
     """The agent config sections that make a libvirt agent boot the SSH guest built in ``guest_dir``
-    (``python -m vmctl.agents.backends.libvirt.guestimage build DIR``) and run its job processes there: the
+    (``python -m vmctl.guestimage build DIR``) and run its job processes there: the
     ``layout`` keys (direct kernel boot, ``ssh_ports`` from ``base_port``), ``backend.domain_type`` and
     the ``ssh`` section (its ``known_hosts``, written here, gives the image's host key to the ``vms``
     forwarded ports)."""
@@ -114,18 +112,18 @@ class ManagedProcess:
                     self._log.flush()
 
     def wait_line(self, prefix: str, timeout: float) -> str:
-        """The first stdout line starting with ``prefix``; DemoError if the process dies or time runs out."""
+        """The first stdout line starting with ``prefix``; LocalClusterError if the process dies or time runs out."""
         deadline = time.monotonic() + timeout
         while True:
             for line in self.lines:
                 if line.startswith(prefix):
                     return line
             if self.proc is not None and self.proc.poll() is not None:
-                raise DemoError(what=self.name, problem=f"exited with {self.proc.returncode}; see {self.log_path}"
-                                + self.tail())
+                problem = f"exited with {self.proc.returncode}; see {self.log_path}"
+                raise LocalClusterError(what=self.name, problem=problem + self.tail())
             left = deadline - time.monotonic()
             if left <= 0:
-                raise DemoError(what=self.name, problem=f"not ready after {timeout:.0f} s; see {self.log_path}"
+                raise LocalClusterError(what=self.name, problem=f"not ready after {timeout:.0f} s; see {self.log_path}"
                                 + self.tail())
             self._line_event.clear()
             self._line_event.wait(min(0.2, left))
@@ -203,12 +201,12 @@ class DaemonProcess(ManagedProcess):
             if part.startswith("port="):
                 self.port = int(part.split("=", 1)[1])
         if not self.port:
-            raise DemoError(what="vmctld", problem=f"no port in its ready line {line!r}")
+            raise LocalClusterError(what="vmctld", problem=f"no port in its ready line {line!r}")
         deadline = time.monotonic() + 10
         while not self.token_path.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         if not self.token_path.exists():
-            raise DemoError(what="vmctld", problem=f"wrote no bootstrap token to {self.token_path}")
+            raise LocalClusterError(what="vmctld", problem=f"wrote no bootstrap token to {self.token_path}")
 
     @property
     def url(self) -> str:
