@@ -21,6 +21,7 @@ import ipaddress
 import secrets
 import ssl
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from vmctl.errors import ValidationError
+from vmctl.errors import UserError, ValidationError
+from vmctl.files import replace_file
 from vmctl.store.base import CorruptRecord, Store
 
 ROLES = ("read", "admin")
@@ -244,6 +246,25 @@ def new_csr(node: str) -> tuple[str, str]:
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption()).decode()
     return csr.public_bytes(serialization.Encoding.PEM).decode(), key_pem
+
+
+def write_cert_files(out: Path, node_name: str, doc: Mapping[str, Any]) -> list[Path]:
+    """The files of a node certificate the API issued (``vmctl cert issue``, the testbeds): NODE.crt,
+    NODE.key (mode 0600; only when the answer carries a key) and ca.crt, in that order."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        crt, key, ca_path = out / f"{node_name}.crt", out / f"{node_name}.key", out / "ca.crt"
+        written = [crt]
+        # each file replaced atomically: an agent already started from this folder may be reading the
+        # shared ca.crt while the next node's files are written (it read an empty file once)
+        if "key_pem" in doc:
+            replace_file(key, str(doc["key_pem"]), 0o600)
+            written.append(key)
+        replace_file(crt, str(doc["cert_pem"]), 0o644)
+        replace_file(ca_path, str(doc["ca_pem"]), 0o644)
+    except OSError as exc:
+        raise UserError(where=f"--out-dir {out}", problem=str(exc)) from exc
+    return [*written, ca_path]
 
 
 def cert_facts(cert_pem: str) -> dict[str, Any]:

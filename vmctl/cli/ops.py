@@ -31,7 +31,7 @@ from rich.text import Text
 
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
-from vmctl.files import replace_file
+from vmctl.auth import write_cert_files
 from vmctl.model import JobState
 from vmctl.timefmt import fmt_duration
 
@@ -1602,21 +1602,3 @@ def ca_finish(force: bool, url: str | None, token: str | None, ca: str | None, o
     certificate of the old one; agents replace their CA bundle by the new CA alone."""
     doc = _client(url, token, ca).finish_ca(force)
     show(doc, output, lambda: ca_text(doc))
-
-
-def write_cert_files(out: Path, node_name: str, doc: Mapping[str, Any]) -> list[Path]:
-    """NODE.crt, NODE.key (mode 0600; only when the answer carries a key) and ca.crt, in that order."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        crt, key, ca_path = out / f"{node_name}.crt", out / f"{node_name}.key", out / "ca.crt"
-        written = [crt]
-        # each file replaced atomically: an agent already started from this folder may be reading the
-        # shared ca.crt while the next node's files are written (it read an empty file once)
-        if "key_pem" in doc:
-            replace_file(key, str(doc["key_pem"]), 0o600)
-            written.append(key)
-        replace_file(crt, str(doc["cert_pem"]), 0o644)
-        replace_file(ca_path, str(doc["ca_pem"]), 0o644)
-    except OSError as exc:
-        raise errors.UserError(where=f"--out-dir {out}", problem=str(exc)) from exc
-    return [*written, ca_path]

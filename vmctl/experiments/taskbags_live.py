@@ -216,8 +216,8 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
     The first ``libvirt_agents`` hosts are real-libvirt agents (worker guests on this machine's cores).
     Every task has the CPU usage ``task_usage`` (the mock agents' processes demand that much of a core).
     ``tasks`` (when given) receives every task: bag, index, worker, work, start, end (model seconds)."""
+    from vmctl.auth import write_cert_files
     from vmctl.cli.demo.processes import DaemonProcess, ManagedProcess, agent_config, free_port
-    from vmctl.cli.ops import write_cert_files
 
     if libvirt_agents:
         build_guest(guest_dir, log)

@@ -104,7 +104,7 @@ class Demo:
         ssh_bases = guests.ssh_port_blocks(o.nodes, o.cores) if self.libvirt else []
         for i, node in enumerate(self.node_names):
             pki = self.state_dir / "pki"
-            from vmctl.cli.ops import write_cert_files
+            from vmctl.auth import write_cert_files
 
             crt, key, ca = write_cert_files(pki, node, client.issue_cert(node))
             port = free_port()
