@@ -43,13 +43,11 @@ from typing import Any, Protocol
 
 from vmctl.config import Section, parse_yaml
 from vmctl.errors import ConfigError, ValidationError
-from vmctl.model import (
-    MAX_LAYOUT_LEVELS,
-    Discipline,
+from vmctl.model import MAX_LAYOUT_LEVELS, Discipline, NodeLayout
+from vmctl.nodedoc import (
     MigrationRefusal,
     MigrationSpec,
     NodeDesired,
-    NodeLayout,
     NodeObserved,
     PowerState,
     ProcessSpec,

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from vmctl.agents.backends.base import VmSpec, remove_vms
-from vmctl.model import ProcessSpec
+from vmctl.nodedoc import ProcessSpec
 
 PREFIX = f"bench{os.getpid()}-"
 GUEST_DIR = Path("/var/cache/vmctl/guest")

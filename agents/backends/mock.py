@@ -102,7 +102,7 @@ from vmctl.errors import (
     VmNotFound,
     VmStateError,
 )
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 
 KILLED_EXIT = 137
 CHECKPOINT_FORMAT = "vmctl-mock-checkpoint/1"

@@ -15,7 +15,7 @@ from tests.integration.conftest import PREFIX, cleanup
 from vmctl.agents.layout import META_MANAGED, META_NODE, Layout, swap_tiers
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.conftest import counter, spawn, wait_counter_above, wait_counting
 from vmctl.errors import HypervisorError, ValidationError, VmStateError
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

@@ -18,7 +18,7 @@ from tests.integration.conftest import counter, spawn, wait_counter_above, wait_
 from tests.integration.libvirt_hosts import PeerHost
 from vmctl.agents.backends.base import MigrationState, VmInfo
 from vmctl.errors import ValidationError, VmStateError
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

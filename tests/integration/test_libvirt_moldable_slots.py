@@ -25,7 +25,7 @@ from tests.integration.test_moldable_daemon import run_in_even_slots
 from tests.support.daemon import InProcessDaemon, cli_daemon
 from vmctl.agents.http_source import AgentEndpoint
 from vmctl.agents.layout import Layout
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.conftest import PREFIX, Sample, cleanup, kvm_usable, measure, spawn
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 
