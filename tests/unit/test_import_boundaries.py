@@ -30,14 +30,18 @@ def _imports(path: Path, as_path: Path | None = None) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg[: len(pkg) - (node.level - 1)]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
+            module = _from_module(node, pkg)
             out.add(module)
             out.update(f"{module}.{a.name}" for a in node.names)
     return out
+
+
+def _from_module(node: ast.ImportFrom, pkg: list[str]) -> str:
+    """The module ``from ... import`` names, a relative one resolved against the package ``pkg``."""
+    if node.level:
+        base = pkg[: len(pkg) - (node.level - 1)]
+        return ".".join([*base, node.module] if node.module else base)
+    return node.module or ""
 
 
 def _is(mod: str, package: str) -> bool:
@@ -255,11 +259,7 @@ def _targets(path: Path, as_path: Path | None = None) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(_resolve(a.name) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg[: len(pkg) - (node.level - 1)]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
+            module = _from_module(node, pkg)
             for a in node.names:
                 sub = f"{module}.{a.name}"
                 out.add(sub if sub in MODULES else _resolve(module))
