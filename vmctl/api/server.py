@@ -45,6 +45,7 @@ from vmctl.daemon.runtime import DaemonRuntime
 
 log = logging.getLogger("vmctld.api")
 
+
 class DaemonServer:
     """The daemon's HTTP API on its runtime (decision loop, lease, waiters). ``await start()``,
     ``await stop()``."""
@@ -100,7 +101,7 @@ class DaemonServer:
         self.ca_state, self.ca = state, state.current
         statedir.write_public(self.config.ca_pem_path, state.bundle_pem(), "state_dir", self.config.path)
 
-    # security material
+    # metrics
     def render_metrics(self) -> tuple[bytes, str]:
         d = self.daemon
         self.metrics.set_leader(d.leader, d.epoch)
