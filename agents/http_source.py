@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vmctl.errors import ApiError, DaemonUnavailable, ValidationError
-from vmctl.model import NodeDesired, NodeObserved
+from vmctl.nodedoc import NodeDesired, NodeObserved
 from vmctl.wire import desired_from_json, observed_to_json
 
 log = logging.getLogger("vmctl.agent.http")

@@ -58,16 +58,8 @@ from dataclasses import dataclass, replace
 
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN, VmSpec
 from vmctl.errors import OutOfRange, ValidationError
-from vmctl.model import (
-    MAX_LAYOUT_LEVELS,
-    Discipline,
-    NodeDesired,
-    PowerState,
-    Tier,
-    VmDesired,
-    VmRole,
-    tier_of_level,
-)
+from vmctl.model import MAX_LAYOUT_LEVELS, Discipline, Tier, tier_of_level
+from vmctl.nodedoc import NodeDesired, PowerState, VmDesired, VmRole
 
 META_NODE = "vmctl.node"
 META_ROLE = "vmctl.role"

@@ -33,7 +33,8 @@ from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter
 from vmctl.clock import Clock, SystemClock, accelerated_clock
 from vmctl.errors import ConfigError, HypervisorUnavailable, ValidationError, VmctlError, VmNotFound, exit_code_for
-from vmctl.model import Discipline, NodeObserved
+from vmctl.model import Discipline
+from vmctl.nodedoc import NodeObserved
 from vmctl.wire import observed_to_json
 
 log = logging.getLogger("vmctl.agent")

@@ -66,16 +66,8 @@ from vmctl.agents.backends.base import (
 )
 from vmctl.agents.layout import META_NODE, META_SSH_PORT, Layout
 from vmctl.errors import ValidationError
-from vmctl.model import (
-    Discipline,
-    MigrationRefusal,
-    MigrationSpec,
-    NodeDesired,
-    PowerState,
-    ProcessSpec,
-    VmDesired,
-    VmRole,
-)
+from vmctl.model import Discipline
+from vmctl.nodedoc import MigrationRefusal, MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
 
 CAP_TOLERANCE = 1e-4
 

@@ -70,16 +70,8 @@ from vmctl.errors import (
     VmNotFound,
     VmStateError,
 )
-from vmctl.model import (
-    Discipline,
-    MigrationRefusal,
-    NodeDesired,
-    NodeLayout,
-    NodeObserved,
-    PowerState,
-    VmDesired,
-    VmObserved,
-)
+from vmctl.model import Discipline, NodeLayout
+from vmctl.nodedoc import MigrationRefusal, NodeDesired, NodeObserved, PowerState, VmDesired, VmObserved
 
 log = logging.getLogger("vmctl.agent")
 #: row switches whose durations a reconciler keeps (``switch_seconds``)

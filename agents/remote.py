@@ -38,7 +38,7 @@ import paramiko
 from vmctl.agents.backends.base import ProcessRunner, ProcessStatus
 from vmctl.agents.config import split_address
 from vmctl.errors import ConfigError, RemoteExecError, RemoteHostKeyError, VmctlError
-from vmctl.model import ProcessSpec
+from vmctl.nodedoc import ProcessSpec
 
 log = logging.getLogger("vmctl.agent.remote")
 

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from vmctl.config import parse_yaml
 from vmctl.errors import ConfigError, ValidationError
-from vmctl.model import NodeDesired, NodeObserved
+from vmctl.nodedoc import NodeDesired, NodeObserved
 from vmctl.wire import desired_from_json, observed_to_json
 
 

@@ -27,7 +27,7 @@ from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
-from vmctl.model import NodeDesired, ProcessSpec
+from vmctl.nodedoc import NodeDesired, ProcessSpec
 
 
 def pct(xs: list[float], q: float) -> float:

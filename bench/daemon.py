@@ -34,7 +34,7 @@ from tests.support.daemon import InProcessDaemon
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
-from vmctl.model import NodeObserved, PowerState, VmObserved
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store

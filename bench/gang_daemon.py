@@ -37,17 +37,8 @@ from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import SystemClock, VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
-from vmctl.model import (
-    Discipline,
-    JobState,
-    NodeDesired,
-    NodeObserved,
-    PowerState,
-    SliceSchedule,
-    VmDesired,
-    VmObserved,
-    VmRole,
-)
+from vmctl.model import Discipline, JobState, SliceSchedule
+from vmctl.nodedoc import NodeDesired, NodeObserved, PowerState, VmDesired, VmObserved, VmRole
 from vmctl.store import open_store
 
 ROWS = 5

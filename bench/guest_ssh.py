@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tests.support.hosts import remove_vms
 from vmctl.agents.backends.base import VmSpec
-from vmctl.model import ProcessSpec
+from vmctl.nodedoc import ProcessSpec
 
 PREFIX = f"bench{os.getpid()}-"
 GUEST_DIR = Path("/var/cache/vmctl/guest")

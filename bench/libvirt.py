@@ -40,7 +40,7 @@ from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
-from vmctl.model import NodeDesired
+from vmctl.nodedoc import NodeDesired
 
 PREFIX = f"bench{os.getpid()}-"
 BOOST: list[Callable[[], str | None]] = []

@@ -28,7 +28,7 @@ from rich.console import Console
 
 from vmctl.cli.ops import RICH_MAX_ROWS, vm_table
 from vmctl.metrics import AgentMetrics, ClusterSnapshot, DaemonMetrics
-from vmctl.model import NodeObserved, PowerState, VmObserved
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 
 
 def cluster(nodes: int, cores: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

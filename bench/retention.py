@@ -26,7 +26,7 @@ from pathlib import Path
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, RetentionConfig
 from vmctl.daemon.core import Daemon
-from vmctl.model import NodeObserved, PowerState, VmObserved
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
 

@@ -30,7 +30,7 @@ from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.clock import SystemClock
 from vmctl.daemon.config import DaemonConfig
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 
 class _Agent:

@@ -1,6 +1,6 @@
 """A thin, synchronous HTTP client for the vmctld API v1 (stdlib only: ``http.client`` + ``ssl``).
 
-Used by the operator CLI (``vmctl.cli.ops``), the job-submission library (``vmctl.client``) and the
+Used by the operator CLI (``vmctl.cli.connect``), the job-submission library (``vmctl.client``) and the
 demo. It knows the URL layout of the API and nothing about the daemon's internals (it must not import
 ``vmctl.daemon``, ``vmctl.store`` or ``vmctl.agents``).
 

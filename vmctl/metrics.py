@@ -36,7 +36,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from vmctl.model import WORKER_STATES, NodeObserved, PowerState
+from vmctl.model import WORKER_STATES
+from vmctl.nodedoc import NodeObserved, PowerState
 
 log = logging.getLogger(__name__)
 

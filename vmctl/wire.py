@@ -14,16 +14,14 @@ import math
 from typing import Any
 
 from vmctl.errors import ValidationError
-from vmctl.model import (
-    Discipline,
+from vmctl.model import Discipline, NodeLayout, SliceSchedule
+from vmctl.nodedoc import (
     MigrationRefusal,
     MigrationSpec,
     NodeDesired,
-    NodeLayout,
     NodeObserved,
     PowerState,
     ProcessSpec,
-    SliceSchedule,
     VmDesired,
     VmObserved,
     VmRole,

@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from vmctl.errors import OperationNotSupported
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 
 WEIGHT_MIN = 1
 WEIGHT_MAX = 10000

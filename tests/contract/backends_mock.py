@@ -11,7 +11,7 @@ from pathlib import Path
 from vmctl.agents.backends.base import Capability, HypervisorBackend, VmSpec
 from vmctl.agents.backends.mock import MockBackend, MockFabric, MockProcessRunner
 from vmctl.clock import VirtualClock
-from vmctl.model import ProcessSpec
+from vmctl.nodedoc import ProcessSpec
 
 
 @dataclass

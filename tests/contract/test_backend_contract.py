@@ -18,7 +18,7 @@ from vmctl.agents.backends.base import (
     MigrationState,
 )
 from vmctl.errors import HypervisorError, OperationNotSupported, OutOfRange, UserError, VmctlError, VmNotFound
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 
 def need(h: Any, *caps: Capability) -> None:

@@ -29,7 +29,7 @@ import yaml
 
 from tests.integration.test_daemon_crash import Agent, Vmctld
 from vmctl.agents.backends.mock import MockFabric
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.slow
 

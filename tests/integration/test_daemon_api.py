@@ -23,7 +23,7 @@ from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.auth import hash_token as auth_hash
 from vmctl.daemon.config import DaemonConfig
 from vmctl.errors import ApiError
-from vmctl.model import NodeObserved
+from vmctl.nodedoc import NodeObserved
 
 OPENAPI = yaml.safe_load((Path(__file__).resolve().parents[2] / "vmctl/api/openapi.yaml").read_text())
 

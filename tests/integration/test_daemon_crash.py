@@ -47,7 +47,7 @@ from vmctl.agents.http_source import AgentEndpoint, Heartbeat, HttpReporter, Htt
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.clock import Clock, SystemClock, accelerated_clock
-from vmctl.model import NodeObserved
+from vmctl.nodedoc import NodeObserved
 from vmctl.store import open_store
 
 pytestmark = pytest.mark.slow

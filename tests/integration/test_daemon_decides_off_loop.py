@@ -1,5 +1,5 @@
 """vmctld keeps serving its API while the policy decides: the policy runs in a worker thread, not on
-the event loop (``DaemonServer._loop``, ``Daemon.choose``). The policy here blocks until the test lets
+the event loop (``DaemonRuntime._loop``, ``Daemon.choose``). The policy here blocks until the test lets
 it go, so the test needs no timing: if the decision held the event loop, the requests below could not
 be answered before it is released (they would time out)."""
 

@@ -1,4 +1,4 @@
-"""Event-log followers are woken in paced batches (``DaemonServer._events_written``, issue 23 item 4):
+"""Event-log followers are woken in paced batches (``DaemonRuntime._events_written``, issue 23 item 4):
 every one of them still gets the event, and one that disconnects frees its request at once."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import InProcessDaemon
-from vmctl.api.server import FOLLOWER_WAKE_BATCH
 from vmctl.daemon.config import DaemonConfig
+from vmctl.daemon.runtime import FOLLOWER_WAKE_BATCH
 
 FOLLOWERS = 6 * FOLLOWER_WAKE_BATCH + 3
 
@@ -64,7 +64,7 @@ def test_every_follower_gets_the_event(daemon: InProcessDaemon) -> None:
     threads = [threading.Thread(target=follow, daemon=True) for _ in range(FOLLOWERS)]
     for t in threads:
         t.start()
-    _wait(lambda: len(daemon.server._log_waiters) == FOLLOWERS, f"{FOLLOWERS} followers are parked")
+    _wait(lambda: len(daemon.server.runtime._log_waiters) == FOLLOWERS, f"{FOLLOWERS} followers are parked")
     status, doc = daemon.request("POST", "/v1/jobs", {"procs": 1, "estimate": 60, "work_seconds": 60})
     assert status in (200, 201), doc
     for t in threads:
@@ -81,7 +81,7 @@ def test_a_follower_that_disconnects_frees_its_request(daemon: InProcessDaemon) 
                         server_hostname="127.0.0.1")
     s.sendall((f"GET /v1/events?after={_last_seq(daemon)}&wait=60 HTTP/1.1\r\nHost: x\r\n"
                f"Authorization: Bearer {daemon.admin_token}\r\n\r\n").encode())
-    _wait(lambda: len(daemon.server._log_waiters) == 1, "the follower is parked")
+    _wait(lambda: len(daemon.server.runtime._log_waiters) == 1, "the follower is parked")
     s.close()
     # cancelled with its connection, not 60 s later at the end of its wait
-    _wait(lambda: not daemon.server._log_waiters, "the follower's request is gone", timeout=30)
+    _wait(lambda: not daemon.server.runtime._log_waiters, "the follower's request is gone", timeout=30)

@@ -25,7 +25,8 @@ from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.daemon.config import DaemonConfig
 from vmctl.metrics import AgentMetrics
-from vmctl.model import Discipline, PowerState
+from vmctl.model import Discipline
+from vmctl.nodedoc import PowerState
 
 SLICE = 1.0
 

@@ -17,7 +17,7 @@ from tests.support.libvirt import domain_id
 from vmctl.agents.layout import META_MANAGED, META_NODE, Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

@@ -12,7 +12,7 @@ import pytest
 from tests.integration.conftest import counter, spawn, wait_counter_above, wait_counting
 from tests.support.libvirt import domain_id, scheduler_parameters
 from vmctl.errors import HypervisorError, ValidationError, VmStateError
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

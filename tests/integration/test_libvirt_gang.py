@@ -20,7 +20,8 @@ from tests.support.libvirt import domain_id
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
-from vmctl.model import Discipline, NodeDesired, PowerState, SliceSchedule
+from vmctl.model import Discipline, SliceSchedule
+from vmctl.nodedoc import NodeDesired, PowerState
 
 pytestmark = pytest.mark.libvirt
 

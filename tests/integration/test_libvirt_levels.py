@@ -21,7 +21,8 @@ from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
-from vmctl.model import Discipline, PowerState
+from vmctl.model import Discipline
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

@@ -19,7 +19,7 @@ from tests.integration.libvirt_hosts import PeerHost
 from tests.support.libvirt import domain_id, scheduler_parameters, wait_migration
 from vmctl.agents.backends.base import MigrationState, VmInfo
 from vmctl.errors import ValidationError, VmStateError
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

@@ -28,7 +28,7 @@ from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits
 from vmctl.daemon.core import Daemon
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
 from vmctl.wire import observed_from_json, observed_to_json

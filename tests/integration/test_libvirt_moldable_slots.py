@@ -26,7 +26,7 @@ from tests.support.daemon import InProcessDaemon, cli_daemon
 from tests.support.libvirt import cpu_time_s
 from vmctl.agents.http_source import AgentEndpoint
 from vmctl.agents.layout import Layout
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

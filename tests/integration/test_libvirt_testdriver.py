@@ -14,7 +14,7 @@ import pytest
 
 from vmctl.agents.backends.base import BackendEvent, Capability, VmSpec
 from vmctl.errors import HypervisorUnavailable, OperationNotSupported, ValidationError, VmNotFound, VmStateError
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 NAME = "td-vm"
 

@@ -20,7 +20,7 @@ import pytest
 from tests.integration.conftest import PREFIX, Sample, cleanup, kvm_usable, measure, spawn
 from tests.support.libvirt import cpu_time_s, domain_id, memory_peek
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.libvirt
 

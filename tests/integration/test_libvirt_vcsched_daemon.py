@@ -26,7 +26,7 @@ from vmctl.agents.backends.base import ProcessStatus
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 
 pytestmark = pytest.mark.libvirt
 

@@ -28,7 +28,8 @@ from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.client import Client, Job
 from vmctl.clock import SystemClock
-from vmctl.model import JobShape, PowerState
+from vmctl.model import JobShape
+from vmctl.nodedoc import PowerState
 from vmctl.policies.moldable.model import Decision as SlotDecision
 from vmctl.policies.moldable.model import SlotView
 

@@ -20,7 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from vmctl.metrics import AgentMetrics, ClusterSnapshot, DaemonMetrics
-from vmctl.model import NodeObserved, PowerState, VmObserved
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "etc" / "prometheus" / "alerts.yaml"

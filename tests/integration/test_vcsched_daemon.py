@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.test_daemon_crash import Agent, Vmctld, two_node_cluster
 from vmctl.cli.main import main
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 pytestmark = pytest.mark.slow
 

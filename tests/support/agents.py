@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
 from vmctl.errors import ValidationError
-from vmctl.model import NodeDesired, VmRole
+from vmctl.nodedoc import NodeDesired, VmRole
 
 
 def swap_tiers(desired: NodeDesired, core: int, fg_weight: int = WEIGHT_MAX, bg_weight: int = WEIGHT_MIN,

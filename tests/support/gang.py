@@ -14,7 +14,8 @@ from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
-from vmctl.model import Discipline, PowerState
+from vmctl.model import Discipline
+from vmctl.nodedoc import PowerState
 from vmctl.store import open_store
 
 SLICE = 10.0

@@ -17,7 +17,7 @@ from vmctl.agents.layout import Layout, check_naming
 from vmctl.agents.main import build_agent, main
 from vmctl.agents.sources import FileReporter, FileSource
 from vmctl.errors import ConfigError, OutOfRange, ValidationError
-from vmctl.model import MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.nodedoc import MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
 from vmctl.wire import desired_from_json, desired_to_json, observed_from_json, observed_to_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,7 +207,7 @@ def test_file_source_missing_file_and_caching(tmp_path: Path) -> None:
 
 
 def test_observed_round_trip_and_file_reporter(tmp_path: Path) -> None:
-    from vmctl.model import NodeObserved, VmObserved
+    from vmctl.nodedoc import NodeObserved, VmObserved
 
     vm = VmObserved("a", PowerState.RUNNING, 0, 10000, 0.5, 3.5, 0.7, "j", 1, None, "running")
     o = NodeObserved("n1", 4, 2, (vm,), 0.35, ("boom",), 12.5)

@@ -14,7 +14,7 @@ from vmctl.agents.layout import MAX_LEVELS, Layout
 from vmctl.agents.main import Agent
 from vmctl.agents.plan import validate
 from vmctl.errors import ConfigError, OutOfRange, ValidationError
-from vmctl.model import NodeDesired, PowerState, VmDesired, VmRole
+from vmctl.nodedoc import NodeDesired, PowerState, VmDesired, VmRole
 
 
 def test_priority_layout_keeps_a_placeholder_per_core_and_level() -> None:

@@ -11,7 +11,7 @@ from vmctl.agents.backends.base import BackendEvent, MigrationState, VmSpec
 from vmctl.agents.backends.mock import Fault, MockBackend, MockFabric, MockProcessRunner, share_core
 from vmctl.clock import VirtualClock
 from vmctl.errors import HypervisorError, MigrationError, OutOfRange, VmNotFound, VmStateError
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 
 
 def host(cores: int = 2, **kw: object) -> tuple[MockBackend, VirtualClock]:

@@ -20,7 +20,7 @@ from vmctl.agents.config import parse_agent_config
 from vmctl.agents.main import main as agent_main
 from vmctl.clock import VirtualClock
 from vmctl.errors import ConfigError, HypervisorError
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 
 
 def host(path: Path, clock: VirtualClock, **kw: Any) -> MockBackend:

@@ -25,7 +25,7 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits
 from vmctl.daemon.core import Daemon
 from vmctl.metrics import AgentMetrics
-from vmctl.model import MigrationSpec, NodeDesired, NodeObserved, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.nodedoc import MigrationSpec, NodeDesired, NodeObserved, PowerState, ProcessSpec, VmDesired, VmRole
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
 from vmctl.wire import observed_from_json, observed_to_json

@@ -33,7 +33,7 @@ from vmctl.agents.plan import (
     validate,
 )
 from vmctl.errors import ValidationError
-from vmctl.model import MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.nodedoc import MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
 
 L = Layout("n1", (0, 1))
 META = {"vmctl.managed": "1", "vmctl.node": "n1"}

@@ -20,7 +20,7 @@ from vmctl.agents.plan import Observed, plan
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
-from vmctl.model import NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.nodedoc import NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
 
 LAYOUT = Layout("p", (0, 1, 2))
 FG_W = LAYOUT.fg_weight

@@ -18,7 +18,7 @@ from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import FileSource, MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
 from vmctl.errors import HypervisorError, StoreError
-from vmctl.model import MigrationSpec, NodeDesired, NodeObserved, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.nodedoc import MigrationSpec, NodeDesired, NodeObserved, PowerState, ProcessSpec, VmDesired, VmRole
 from vmctl.wire import desired_to_json
 
 LAYOUT = Layout("n1", (0, 1))

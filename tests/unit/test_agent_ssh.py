@@ -23,7 +23,7 @@ import pytest
 from tests.support.processes import stop_process
 from vmctl.agents.remote import TIMEOUT_EXIT, ParamikoRunner, SshSettings
 from vmctl.errors import ConfigError, RemoteExecError, RemoteHostKeyError
-from vmctl.model import ProcessSpec
+from vmctl.nodedoc import ProcessSpec
 
 pytestmark = pytest.mark.ssh
 

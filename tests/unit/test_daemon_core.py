@@ -17,19 +17,8 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits, parse_config
 from vmctl.daemon.core import Daemon
 from vmctl.errors import ConfigError, Conflict, InvariantViolation, LeaseLost, NotFound
-from vmctl.model import (
-    Checkpoint,
-    ClusterView,
-    Decision,
-    Discipline,
-    Migrate,
-    NodeObserved,
-    PowerState,
-    Restore,
-    StartFg,
-    Tier,
-    VmObserved,
-)
+from vmctl.model import Checkpoint, ClusterView, Decision, Discipline, Migrate, Restore, StartFg, Tier
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
@@ -452,7 +441,7 @@ def test_leaving_vm_keeps_its_source_tier_until_gone(cluster: Cluster) -> None:
     """A bg job promoted by moving to fg cores on another node: its source slot stays reserved in the
     bg tier, so the leaving VM must stay a bg VM there (as fg it could collide with a fg job placed on
     that core meanwhile, and the agent would reject the node's whole desired state)."""
-    from vmctl.model import VmRole
+    from vmctl.nodedoc import VmRole
 
     jid = cluster.submit(1, 200, 60)
     cluster.step()

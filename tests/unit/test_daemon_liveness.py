@@ -16,7 +16,7 @@ from vmctl.agents.sources import MemorySource
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import MigrationLimits, load_config, parse_config
 from vmctl.errors import ConfigError
-from vmctl.model import MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.nodedoc import MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
 
 
 def test_a_job_that_finished_while_the_daemon_was_down_is_done_not_killed(tmp_path: Path) -> None:

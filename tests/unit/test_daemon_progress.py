@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vmctl.daemon.state import PROGRESS, ClusterState
-from vmctl.model import NodeObserved, PowerState, VmObserved
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.progress import ProgressModel
 from vmctl.store.base import JobRecord, NodeRecord
 

@@ -14,17 +14,8 @@ import yaml
 from vmctl.agents.layout import Layout
 from vmctl.agents.sources import FileSource, desired_from_document
 from vmctl.errors import ConfigError, ValidationError
-from vmctl.model import (
-    Discipline,
-    MigrationSpec,
-    NodeDesired,
-    NodeLayout,
-    PowerState,
-    ProcessSpec,
-    SliceSchedule,
-    VmDesired,
-    VmRole,
-)
+from vmctl.model import Discipline, NodeLayout, SliceSchedule
+from vmctl.nodedoc import MigrationSpec, NodeDesired, PowerState, ProcessSpec, VmDesired, VmRole
 from vmctl.wire import desired_from_json, desired_to_json
 
 

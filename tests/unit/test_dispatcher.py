@@ -4,7 +4,8 @@ header's worked example, the stale and crashed reports, a lost node."""
 from __future__ import annotations
 
 from vmctl.daemon import dispatcher
-from vmctl.model import JobState, PowerState, VmObserved
+from vmctl.model import JobState
+from vmctl.nodedoc import PowerState, VmObserved
 from vmctl.store.base import JobRecord
 
 

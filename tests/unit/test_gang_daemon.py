@@ -18,7 +18,8 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.actuator import Changes
 from vmctl.daemon.gang import matrix_doc
 from vmctl.errors import Conflict, PolicyParameterError
-from vmctl.model import Decision, Discipline, JobState, Move, NodeDesired, NodeLayout, PowerState, SliceSchedule
+from vmctl.model import Decision, Discipline, JobState, Move, NodeLayout, SliceSchedule
+from vmctl.nodedoc import NodeDesired, PowerState
 from vmctl.wire import desired_from_json, desired_to_json
 
 

@@ -22,7 +22,8 @@ from vmctl.errors import ConfigError, GuestImageError, OutOfRange, ValidationErr
 from vmctl.experiments.taskbags_live import libvirt_overheads, task_command
 from vmctl.guestimage import Cpio, cache_key, module_depends, resolve_modules
 from vmctl.localcluster import free_port_range, ssh_guest_config
-from vmctl.model import Discipline, VmDesired, VmRole
+from vmctl.model import Discipline
+from vmctl.nodedoc import VmDesired, VmRole
 
 
 def _read_cpio(data: bytes) -> dict[str, tuple[int, bytes, tuple[int, int]]]:
@@ -264,7 +265,7 @@ def test_a_vm_defined_on_a_slot_whose_port_a_promoted_vm_holds_gets_a_free_port(
     from vmctl.agents.backends.base import VmInfo
     from vmctl.agents.layout import META_NODE
     from vmctl.agents.plan import Define, Observed, plan
-    from vmctl.model import NodeDesired, PowerState
+    from vmctl.nodedoc import NodeDesired, PowerState
 
     lay = Layout(host="h", cores=(0, 1), levels=2, memory_mib=128, kernel="/g/vmlinuz", initrd="/g/i.gz",
                  ssh_ports=30000)

@@ -30,14 +30,18 @@ def _imports(path: Path, as_path: Path | None = None) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg[: len(pkg) - (node.level - 1)]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
+            module = _from_module(node, pkg)
             out.add(module)
             out.update(f"{module}.{a.name}" for a in node.names)
     return out
+
+
+def _from_module(node: ast.ImportFrom, pkg: list[str]) -> str:
+    """The module ``from ... import`` names, a relative one resolved against the package ``pkg``."""
+    if node.level:
+        base = pkg[: len(pkg) - (node.level - 1)]
+        return ".".join([*base, node.module] if node.module else base)
+    return node.module or ""
 
 
 def _is(mod: str, package: str) -> bool:
@@ -193,8 +197,9 @@ def test_daemon_parts_build_only_on_the_base(part: str) -> None:
 
 
 # The API's route groups (vmctl/api/routes/) are wired by vmctl/api/server.py alone; a group imports no
-# other group and not the server (routes/base.py names DaemonServer for type checking only), and the
-# shared layers (documents, plumbing, access, security) import no route group and not the server.
+# other group and not the server (routes/base.py states what the handlers use of it as the ApiHost
+# protocol), and the shared layers (documents, plumbing, access, security) import no route group and not
+# the server.
 
 @pytest.mark.parametrize("path", _files("vmctl/api"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_api_route_groups_are_wired_by_the_server_only(path: Path) -> None:
@@ -205,8 +210,7 @@ def test_api_route_groups_are_wired_by_the_server_only(path: Path) -> None:
     groups = {m for m in mods if _is(m, "vmctl.api.routes") and m not in ("vmctl.api.routes", "vmctl.api.routes.base",
                                                                           "vmctl.api.routes.base.Routes")}
     assert not groups, f"{rel} imports route groups {sorted(groups)}"
-    if rel != "routes/base.py":
-        assert not _is_module(mods, "vmctl.api.server"), f"{rel} imports vmctl.api.server"
+    assert not _is_module(mods, "vmctl.api.server"), f"{rel} imports vmctl.api.server"
 
 
 def _is_module(mods: set[str], module: str) -> bool:
@@ -237,3 +241,209 @@ def test_the_guest_image_builder_is_no_part_of_the_backend() -> None:
     assert not any(_is(m, "vmctl.agents") for m in _imports(ROOT / "vmctl" / "guestimage.py"))
     users = [p.relative_to(ROOT).as_posix() for p in _files("agents") if "vmctl.guestimage" in _imports(p)]
     assert not users, users
+
+
+# ----------------------------------------------------------------------------- the module graph
+# Every module of vmctl (agents/ and policies/ as vmctl.agents and vmctl.policies), with the modules it
+# imports: anywhere in the file, `if TYPE_CHECKING:` blocks included (a type-only import still ties the
+# two modules together for a reader and for mypy). An imported name resolves to the most specific module
+# that exists (`from vmctl.api.server import DaemonServer` is vmctl.api.server; `from vmctl import api`
+# is the package vmctl.api).
+
+
+def _module_files() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for folder in ("vmctl", "agents", "policies"):
+        for path in _files(folder):
+            rel = path.relative_to(ROOT)
+            if rel.parts[0] == "vmctl" and rel.parts[1] in ("agents", "policies"):
+                continue  # the links to the top-level folders: the same files once more
+            parts = [*_package(path), path.stem]
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _module_files()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _targets(path: Path, as_path: Path | None = None) -> set[str]:
+    """The modules of vmctl a file imports: ``from A import b`` is the module ``A.b`` if there is one
+    (``from vmctl.store import tasks``), else ``A`` (a name defined in ``A``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    pkg = _package(as_path or path)
+    out: set[str | None] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(_resolve(a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = _from_module(node, pkg)
+            for a in node.names:
+                sub = f"{module}.{a.name}"
+                out.add(sub if sub in MODULES else _resolve(module))
+    return {m for m in out if m is not None}
+
+
+def _graph() -> dict[str, set[str]]:
+    return {mod: _targets(path) - {mod} for mod, path in MODULES.items()}
+
+
+GRAPH = _graph()
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
+
+
+# Issue 24: the actuator <-> gang cycle goes with the write path's rework (helper `write-path`); the
+# lead removes this exception when that lands (the test below fails once the cycle is gone).
+KNOWN_CYCLES = [{"vmctl.daemon.actuator", "vmctl.daemon.gang"}]
+
+
+def test_no_import_cycle() -> None:
+    cycles = _cycles(GRAPH)
+    unknown = [sorted(c) for c in cycles if c not in KNOWN_CYCLES]
+    assert not unknown, "import cycles: " + "; ".join(
+        " <-> ".join(c) + " (" + ", ".join(f"{a} -> {b}" for a in c for b in sorted(GRAPH[a] & set(c))) + ")"
+        for c in unknown)
+    stale = [sorted(c) for c in KNOWN_CYCLES if c not in cycles]
+    assert not stale, f"no longer a cycle, remove it from KNOWN_CYCLES: {stale}"
+
+
+def test_cycle_finder_sees_a_type_checking_cycle(tmp_path: Path) -> None:
+    # a cycle closed only by an `if TYPE_CHECKING:` import is a cycle; a chain is not
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [{"a", "b", "c"}]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    # the edges of a file: a type-only import counts; a submodule named by `from PKG import sub` is that
+    # submodule, a name from a package's __init__ is the package
+    src = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vmctl.api.server import DaemonServer\n"
+           "from vmctl.store import tasks\nfrom vmctl.store import open_store\nfrom ..planning import Planner\n")
+    path = tmp_path / "probe.py"
+    path.write_text(src, encoding="utf-8")
+    probe = ROOT / "vmctl" / "api" / "routes" / "_probe_not_a_module.py"
+    assert _targets(path, as_path=probe) == {"vmctl.api.server", "vmctl.store.tasks", "vmctl.store",
+                                             "vmctl.api.planning"}
+
+
+# ----------------------------------------------------------------------------- layers
+# The layers of vmctl, lowest first: a module imports only modules of its own layer or of lower ones.
+# A module's layer is that of the longest prefix that names it. docs/architecture.md ("Layers") shows
+# this table as `layer_table()` prints it; a new module outside every prefix fails the test below until
+# it is given a layer here and there.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("vmctl", "vmctl.errors", "vmctl.clock", "vmctl.timefmt", "vmctl.files", "vmctl.sdnotify",
+              "vmctl.config", "vmctl.speedup", "vmctl.progress", "vmctl.cpushare", "vmctl.apiclient")),
+    ("vocabulary", ("vmctl.model", "vmctl.nodedoc", "vmctl.shapes", "vmctl.wire", "vmctl.metrics")),
+    ("policies", ("vmctl.policies",)),
+    ("services", ("vmctl.store", "vmctl.auth", "vmctl.sim", "vmctl.agents", "vmctl.client", "vmctl.localcluster",
+                  "vmctl.guestimage")),
+    ("daemon", ("vmctl.daemon",)),
+    ("api", ("vmctl.api",)),
+    ("experiments", ("vmctl.experiments",)),
+    ("processes", ("vmctl.cli", "vmctl.daemon.main")),
+]
+
+# Issue 24: backward imports another helper removes in the same step; the lead drops each entry when
+# its fix lands (the test fails once an entry is no longer imported). `cheap-moves` moves the local
+# testbed library (vmctl/cli/demo/processes.py) out of vmctl/cli and the exit codes to the error tree.
+KNOWN_BACKWARD: set[tuple[str, str]] = set()
+
+
+def _layer_of(mod: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for rank, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            # "vmctl" names the package itself, every other prefix a module and what is inside it
+            names = mod == prefix if prefix == "vmctl" else _is(mod, prefix)
+            if names and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), rank)
+    return None if best is None else best[1]
+
+
+def layer_table() -> str:
+    """The layers as docs/architecture.md shows them, highest first."""
+    import textwrap
+
+    rows = [textwrap.fill(", ".join(prefixes), 100, initial_indent=f"{rank} {name:<12}", subsequent_indent=" " * 14)
+            for rank, (name, prefixes) in enumerate(LAYERS)]
+    return "\n".join(reversed(rows))
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = sorted(m for m in MODULES if _layer_of(m) is None)
+    assert not missing, f"modules without a layer (add them to LAYERS here and in docs/architecture.md): {missing}"
+    unused = [p for _n, prefixes in LAYERS for p in prefixes if not any(_layer_of(m) is not None and
+                                                                       (m == p or _is(m, p)) for m in MODULES)]
+    assert not unused, f"LAYERS names modules that do not exist: {unused}"
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one() -> None:
+    backward = []
+    for mod, targets in sorted(GRAPH.items()):
+        here = _layer_of(mod)
+        assert here is not None
+        for t in sorted(targets):
+            there = _layer_of(t)
+            assert there is not None
+            if there > here and (mod, t) not in KNOWN_BACKWARD:
+                backward.append(f"{mod} ({LAYERS[here][0]}) -> {t} ({LAYERS[there][0]})")
+    assert not backward, "imports from a lower layer to a higher one:\n" + "\n".join(backward)
+    stale = sorted(e for e in KNOWN_BACKWARD if e[1] not in GRAPH.get(e[0], set()))
+    assert not stale, f"no longer imported, remove from KNOWN_BACKWARD: {stale}"
+
+
+def test_composition_root_is_on_top() -> None:
+    # the vmctld process (and the vmctl command) sit on top: nothing imports them
+    for mod, targets in GRAPH.items():
+        assert "vmctl.daemon.main" not in targets, f"{mod} imports vmctl.daemon.main"
+
+
+def test_architecture_doc_shows_the_layers() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert layer_table() in doc, "docs/architecture.md (Layers) must show:\n" + layer_table()

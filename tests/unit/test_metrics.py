@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from vmctl.metrics import AgentMetrics, ClusterSnapshot, DaemonMetrics
-from vmctl.model import NodeObserved, PowerState, VmObserved
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 
 NODES = [
     {"name": "n1", "cores": 2, "state": "ready", "fg_busy": 2, "bg_busy": 1, "utilization": 0.9,

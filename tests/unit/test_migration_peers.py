@@ -29,7 +29,8 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits
 from vmctl.daemon.core import Daemon
 from vmctl.errors import Conflict
-from vmctl.model import ClusterView, Decision, Migrate, MigrationRefusal, NodeObserved, StartFg, Tier
+from vmctl.model import ClusterView, Decision, Migrate, StartFg, Tier
+from vmctl.nodedoc import MigrationRefusal, NodeObserved
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store

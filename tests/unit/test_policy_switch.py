@@ -19,7 +19,8 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, load_config
 from vmctl.daemon.core import Daemon
 from vmctl.errors import Conflict, NotFound, PolicyNeedsUnmet, PolicyParameterError, UnknownPolicyError
-from vmctl.model import Discipline, JobState, NodeDesired, NodeLayout, NodeObserved, VmDesired, VmRole
+from vmctl.model import Discipline, JobState, NodeLayout
+from vmctl.nodedoc import NodeDesired, NodeObserved, VmDesired, VmRole
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
 from vmctl.wire import desired_from_json, desired_to_json, observed_from_json, observed_to_json

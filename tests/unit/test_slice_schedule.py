@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from vmctl.errors import ValidationError
-from vmctl.model import NodeDesired, SliceSchedule
+from vmctl.model import SliceSchedule
+from vmctl.nodedoc import NodeDesired
 from vmctl.wire import desired_from_json, desired_to_json
 
 

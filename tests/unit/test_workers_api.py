@@ -10,7 +10,8 @@ from vmctl.cli.ops import worker_table
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
-from vmctl.model import WORKER_STATES, NodeObserved, PowerState, VmObserved
+from vmctl.model import WORKER_STATES
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.policies.easy_family import FcfsPolicy
 from vmctl.store import open_store
 

@@ -9,7 +9,8 @@ from vmctl.daemon import dispatcher
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.history import requeues, slot_text
 from vmctl.daemon.state import ACTIVE, parse_vm_name
-from vmctl.model import JobState, PowerState, VmDesired, VmObserved
+from vmctl.model import JobState
+from vmctl.nodedoc import PowerState, VmDesired, VmObserved
 from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord, TokenRecord
 from vmctl.timefmt import iso, rewrite_times
 

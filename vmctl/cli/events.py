@@ -12,7 +12,8 @@ import click
 
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
-from vmctl.cli.ops import Grid, api_options, fmt_reason, fmt_time, json_safe, safe_text, show
+from vmctl.cli.connect import api_options
+from vmctl.cli.render import Grid, fmt_reason, fmt_time, json_safe, safe_text, show
 
 #: how long one follow request waits on the daemon for an event (it answers at once when one happens)
 FOLLOW_WAIT_S = 25.0

@@ -18,7 +18,8 @@ from typing import Any
 
 import click
 
-from vmctl.cli.ops import Grid, _client, api_options, show
+from vmctl.cli.connect import _client, api_options
+from vmctl.cli.render import Grid, show
 from vmctl.timefmt import fmt_duration
 
 

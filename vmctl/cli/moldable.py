@@ -100,7 +100,7 @@ def run_cmd(policy: str, slot: float, rate: float, slots: int, clusters: int, no
 
 
 def _profiles(shapes: tuple[str, ...]) -> tuple[Any, ...]:
-    from vmctl.cli.ops import parse_shape_option
+    from vmctl.cli.job import parse_shape_option
     from vmctl.policies.moldable.model import Profile
     from vmctl.shapes import shape_from_json
 

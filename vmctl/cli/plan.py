@@ -25,7 +25,7 @@ from vmctl.policies.dispatch import DISPATCH_POLICIES, load_instance, plan
 @click.option("--output", "-o", type=click.Choice(["json", "table"]), default="table", show_default=True)
 def plan_cmd(instance: str, policy: str, params: tuple[str, ...], output: str) -> None:
     """Print the plan of POLICY for the workers and jobs in INSTANCE (JSON); nothing is applied."""
-    from vmctl.cli.ops import parse_params
+    from vmctl.cli.policy import parse_params
 
     doc = read_json(instance)
     try:

@@ -40,9 +40,7 @@ from vmctl.model import (
     Kill,
     Migrate,
     Move,
-    NodeObserved,
     PlaceShared,
-    PowerState,
     Promote,
     Resize,
     Restore,
@@ -54,6 +52,7 @@ from vmctl.model import (
     Suspend,
     Tier,
 )
+from vmctl.nodedoc import NodeObserved, PowerState
 from vmctl.policies.occupancy import Occupancy, level_of, priority_form, queued_subset
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 

@@ -47,7 +47,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from vmctl.model import JobShape, PowerState, ProcessSpec, VmObserved
+from vmctl.model import JobShape
+from vmctl.nodedoc import PowerState, ProcessSpec, VmObserved
 from vmctl.store.base import JobRecord
 from vmctl.store.tasks import has_content, new_task, task_count
 

@@ -53,18 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 from vmctl.daemon.state import ClusterState
 from vmctl.errors import InvariantViolation, PolicyParameterError, ValidationError
-from vmctl.model import (
-    Action,
-    Discipline,
-    JobState,
-    Migrate,
-    Move,
-    Replicate,
-    SliceSchedule,
-    Start,
-    Unreplicate,
-    VmDesired,
-)
+from vmctl.model import Action, Discipline, JobState, Migrate, Move, Replicate, SliceSchedule, Start, Unreplicate
+from vmctl.nodedoc import VmDesired
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.occupancy import Occupancy
 from vmctl.store.base import JobRecord

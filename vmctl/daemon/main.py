@@ -1,10 +1,12 @@
 """``vmctld --config FILE``: the central daemon's console script and composition root.
 
-``serve`` wires the pieces of one vmctld process together: the store, the ``Daemon`` and the HTTP
-server of ``vmctl.api.server`` around it. This module is the one place under ``vmctl/daemon/`` that
-imports ``vmctl.api`` (only ``vmctl.api.server``; tests/unit/test_import_boundaries.py checks it): the
-daemon itself does not know the HTTP layer. The offline commands (backup, restore, token create) use
-the neutral ``vmctl.auth``."""
+``serve`` wires the pieces of one vmctld process together: the store, the ``Daemon``, and the HTTP
+server of ``vmctl.api.server`` built on the daemon's runtime (``vmctl.daemon.runtime``: decision loop,
+lease, waiters). This module is the vmctld process, the top layer with the ``vmctl`` command
+(docs/architecture.md, "Layers"): it is the one module under ``vmctl/daemon/`` that imports
+``vmctl.api`` (only ``vmctl.api.server``; tests/unit/test_import_boundaries.py checks it), and nothing
+imports it. The daemon itself does not know the HTTP layer. The offline commands (backup, restore,
+token create) use the neutral ``vmctl.auth``."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from vmctl.daemon.gang import check_offer
 from vmctl.daemon.state import levels_offer, parse_vm_name
 from vmctl.daemon.switch_state import policy_layout
 from vmctl.errors import Conflict, VmctlError
-from vmctl.model import Discipline, JobState, NodeDesired, NodeLayout, NodeObserved, PowerState
+from vmctl.model import Discipline, JobState, NodeLayout
+from vmctl.nodedoc import NodeDesired, NodeObserved, PowerState
 from vmctl.store.base import NodeRecord
 
 log = logging.getLogger("vmctld")

@@ -30,23 +30,8 @@ from typing import Any
 from vmctl.cpushare import shared_rate
 from vmctl.daemon import dispatcher
 from vmctl.daemon.config import DAEMON_SHAPES
-from vmctl.model import (
-    ClusterView,
-    Discipline,
-    Job,
-    JobShape,
-    JobState,
-    MigrationSpec,
-    NodeLayout,
-    NodeObserved,
-    PowerState,
-    ProcessSpec,
-    RunningJob,
-    SliceSchedule,
-    Tier,
-    VmDesired,
-    VmRole,
-)
+from vmctl.model import ClusterView, Discipline, Job, JobShape, JobState, NodeLayout, RunningJob, SliceSchedule, Tier
+from vmctl.nodedoc import MigrationSpec, NodeObserved, PowerState, ProcessSpec, VmDesired, VmRole
 from vmctl.policies.base import Offer
 from vmctl.progress import ProgressModel
 from vmctl.shapes import shape_from_json

@@ -66,7 +66,7 @@ from vmctl.errors import (
     VmNotFound,
     VmStateError,
 )
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 log = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ from vmctl.errors import (
     VmNotFound,
     VmStateError,
 )
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 
 
 @dataclass

@@ -34,7 +34,7 @@ from vmctl.agents.backends.base import MigrationState
 from vmctl.agents.backends.mock.host import MockHost, MockMigration, MockVm
 from vmctl.agents.backends.mock.store import vm_from_state, vm_state, write_json, write_text
 from vmctl.errors import HypervisorError
-from vmctl.model import PowerState
+from vmctl.nodedoc import PowerState
 
 log = logging.getLogger("vmctl.agent.mock")
 

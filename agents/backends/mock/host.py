@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from vmctl.agents.backends.base import HypervisorBackend, MigrationState, VmSpec
 from vmctl.clock import Clock
 from vmctl.errors import Conflict
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 
 KILLED_EXIT = 137
 EPS = 1e-9

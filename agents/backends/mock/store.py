@@ -31,7 +31,7 @@ from typing import Any
 from vmctl.agents.backends.base import MigrationState, VmSpec
 from vmctl.agents.backends.mock.host import MockHost, MockMigration, MockProcess, MockVm
 from vmctl.errors import HypervisorError, HypervisorUnavailable
-from vmctl.model import PowerState, ProcessSpec
+from vmctl.nodedoc import PowerState, ProcessSpec
 
 CHECKPOINT_FORMAT = "vmctl-mock-checkpoint/1"
 HOST_STATE_FORMAT = "vmctl-mock-host/1"

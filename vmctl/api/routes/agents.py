@@ -37,7 +37,7 @@ class AgentRoutes(Routes):
         rec = self.d.register_node(request.match_info["node"], cores, hostname, backend, peers, ck_peers,
                                    speed=speed, group=group, memory_mib=memory_mib, levels=levels,
                                    discipline=discipline)
-        self.s.kick()
+        self.rt.kick()
         return json_response({"node": node_json(self.d, rec)})
 
     async def desired(self, request: web.Request) -> web.StreamResponse:
@@ -54,14 +54,14 @@ class AgentRoutes(Routes):
             left = deadline - time.monotonic()
             if left <= 0:
                 return web.Response(status=304)
-            ev = self.s.desired_event(node)
+            ev = self.rt.desired_event(node)
             self.s.poll_parked(node, +1)
             try:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(ev.wait(), timeout=left)
             finally:
                 self.s.poll_parked(node, -1)
-            if self.s.stopping:  # shutting down: answer now instead of holding the shutdown up to `wait`
+            if self.rt.stopping:  # shutting down: answer now instead of holding the shutdown up to `wait`
                 return web.Response(status=304)
             if not self.d.leader:
                 raise NotLeader(holder=self.d.store.lease().holder or "none")
@@ -72,7 +72,7 @@ class AgentRoutes(Routes):
         fenced_s = schemas.number(body, "fenced_s", "", lo=0.0, hi=1e10)
         out = self.d.heartbeat(request.match_info["node"], fenced_s)
         if self.d.dirty:
-            self.s.kick()
+            self.rt.kick()
         # what the agent must do about its credentials: renew its certificate (a CA rotation, an expiry
         # near) and hold the CA bundle with this digest as its ca_file
         entry = AGENT_CERT.get()
@@ -117,5 +117,5 @@ class AgentRoutes(Routes):
             raise ValidationError(field="node", problem=f"report names node {obs.node!r} on the route of {node!r}")
         self.d.report(obs)
         if self.d.dirty:
-            self.s.kick()
+            self.rt.kick()
         return web.Response(status=204)

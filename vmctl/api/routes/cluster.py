@@ -64,7 +64,7 @@ class ClusterRoutes(Routes):
             body = schemas.obj(await read_json(request), ("reason",))
             reason = schemas.string(body, "reason", "", max_len=500, name=True)
         rec = self.d.set_node_state(request.match_info["name"], drain, reason)
-        self.s.kick()
+        self.rt.kick()
         return json_response({"node": node_json(self.d, rec)})
 
     async def confirm_cores(self, request: web.Request) -> web.Response:
@@ -75,7 +75,7 @@ class ClusterRoutes(Routes):
         cores = schemas.integer(body, "cores", "", required=True, lo=1, hi=4096)
         assert cores is not None
         rec = self.d.confirm_cores(request.match_info["name"], cores)
-        self.s.kick()
+        self.rt.kick()
         return json_response({"node": node_json(self.d, rec)})
 
     async def remove_node(self, request: web.Request) -> web.Response:
@@ -83,7 +83,7 @@ class ClusterRoutes(Routes):
         name = request.match_info["name"]
         rec = remove_node(self.d, name)
         log.warning("node %s removed by an operator (was %s)", name, rec.state)
-        self.s.kick()
+        self.rt.kick()
         return json_response({"node": {"name": rec.name, "state": "removed", "was": rec.state}})
 
     async def list_vms(self, request: web.Request) -> web.Response:
@@ -134,7 +134,7 @@ class ClusterRoutes(Routes):
                 "vmctld sets the priority of job VMs only; an idle VM keeps the weight and cap of the "
                 "agent's layout (vmctl-agent.yaml)"))
         self.d.set_vm_priority(name, tier, weight, cap, cap_given, pin)
-        self.s.kick()
+        self.rt.kick()
         vms = vms_json(self.d, None)
         for v in vms:
             if v["name"] == name:
@@ -184,14 +184,14 @@ class ClusterRoutes(Routes):
             self.d.start_switch(name, params, layout)
         else:
             self.d.set_policy(name, params)
-        self.s.kick()
+        self.rt.kick()
         return json_response(self._policy_json())
 
     async def cancel_switch(self, request: web.Request) -> web.Response:
         """``DELETE /v1/policy/switch``: end the switch in progress (the old policy goes on)."""
         self._leader()
         self.d.cancel_switch()
-        self.s.kick()
+        self.rt.kick()
         return json_response(self._policy_json())
 
     # paper 001's decision maker, asked without applying anything (sec. II-B-3)

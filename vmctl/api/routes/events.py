@@ -44,16 +44,16 @@ class EventRoutes(Routes):
             raise ValidationError(field="wait", problem="needs after=SEQ (the last_seq of an earlier answer)")
         deadline = time.monotonic() + wait
         while True:
-            ev = self.s.log_event()  # before the read: an event written after it sets this
+            ev = self.rt.log_event()  # before the read: an event written after it sets this
             try:
                 found = self.d.store.list_events(after=after, since=since, limit=limit, newest=not follow)
                 left = deadline - time.monotonic()
-                if found or left <= 0 or self.s.stopping:
+                if found or left <= 0 or self.rt.stopping:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(ev, timeout=left)
             finally:
-                self.s.log_unwatch(ev)
+                self.rt.log_unwatch(ev)
             self._leader()
         last = found[-1].seq if found else (after if follow else self.d.events.next_seq - 1)
         return json_response({"events": [event_json(e) for e in found], "last_seq": last})

@@ -42,7 +42,7 @@ class JobRoutes(Routes):
         spec = schemas.job_spec(await read_json(request))
         self._fits_the_cluster([spec], batch=False)
         rec = self.d.submit([spec], batch=False)[0]
-        self.s.kick()
+        self.rt.kick()
         return json_response({"job": self._job(rec), "warnings": self.d.ignored_fields([spec])}, 201)
 
     async def submit_batch(self, request: web.Request) -> web.Response:
@@ -50,7 +50,7 @@ class JobRoutes(Routes):
         specs = schemas.job_batch(await read_json(request))
         self._fits_the_cluster(specs, batch=True)
         recs = self.d.submit(specs)
-        self.s.kick()
+        self.rt.kick()
         blocking = self.d.node_blocker()
         return json_response({"jobs": [job_json(r, None, blocking(r)) for r in recs],
                               "warnings": self.d.ignored_fields(specs)}, 201)
@@ -100,7 +100,7 @@ class JobRoutes(Routes):
             if old is not None:
                 return json_response({"job": {**job_json(old), "archived": True}})
         rec = self.d.cancel(jid)
-        self.s.kick()
+        self.rt.kick()
         return json_response({"job": job_json(rec)})
 
     async def explain(self, request: web.Request) -> web.Response:
@@ -114,7 +114,7 @@ class JobRoutes(Routes):
         body = schemas.obj(await read_json(request), ("to_node",))
         to = auth.check_node_name(body.get("to_node"), "to_node")
         op = self.d.migrate_job(request.match_info["id"], to)
-        self.s.kick()
+        self.rt.kick()
         return json_response({"operation": {"id": op.id, "kind": op.kind, "state": op.state}}, 202)
 
     # hold, release, requeue, update
@@ -127,14 +127,14 @@ class JobRoutes(Routes):
         body = await self._reason_body(request, ("reason",))
         reason = schemas.string(body, "reason", "", max_len=500, name=True)
         rec = self.d.hold(request.match_info["id"], reason)
-        self.s.kick()
+        self.rt.kick()
         return json_response({"job": self._job(rec)})
 
     async def release(self, request: web.Request) -> web.Response:
         self._leader()
         await self._reason_body(request, ())
         rec = self.d.release(request.match_info["id"])
-        self.s.kick()
+        self.rt.kick()
         return json_response({"job": self._job(rec)})
 
     async def requeue(self, request: web.Request) -> web.Response:
@@ -142,14 +142,14 @@ class JobRoutes(Routes):
         body = await self._reason_body(request, ("reason", "hold"))
         reason = schemas.string(body, "reason", "", max_len=500, name=True)
         rec = self.d.requeue(request.match_info["id"], reason, hold=schemas.flag(body, "hold"))
-        self.s.kick()
+        self.rt.kick()
         return json_response({"job": self._job(rec)})
 
     async def update(self, request: web.Request) -> web.Response:
         self._leader()
         changes = schemas.job_update(await read_json(request))
         rec = self.d.update(request.match_info["id"], changes)
-        self.s.kick()
+        self.rt.kick()
         return json_response({"job": self._job(rec)})
 
     def _job(self, rec: JobRecord) -> dict[str, Any]:

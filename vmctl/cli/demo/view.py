@@ -13,7 +13,7 @@ def render(client_state: dict[str, Any], info: dict[str, Any]) -> Any:
     from rich.panel import Panel
     from rich.table import Table
 
-    from vmctl.cli.ops import fmt_pct, fmt_placement
+    from vmctl.cli.render import fmt_pct, fmt_placement
 
     nodes = client_state.get("nodes", [])
     jobs = client_state.get("jobs", [])
