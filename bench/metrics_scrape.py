@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from vmctl.cli.ops import RICH_MAX_ROWS, vm_table
+from vmctl.cli.render import RICH_MAX_ROWS, vm_table
 from vmctl.metrics import AgentMetrics, ClusterSnapshot, DaemonMetrics
 from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 

@@ -682,7 +682,7 @@ def test_drain_with_a_reason(client: Client, tokens: dict[str, str]) -> None:
     assert s == 200 and doc["node"]["drain_reason"] == "DIMM swap, ticket 42"
     n1 = next(n for n in client.call("GET", "/v1/nodes", token=read)[1]["nodes"] if n["name"] == "n1")
     assert n1["state"] in ("draining", "drained") and n1["drain_reason"] == "DIMM swap, ticket 42"
-    from vmctl.cli.ops import node_table
+    from vmctl.cli.render import node_table
 
     grid = node_table([n1])
     assert dict(zip(grid.headers, grid.rows[0], strict=True))["STATE"].endswith("(DIMM swap, ticket 42)")
@@ -796,7 +796,7 @@ def test_user_and_account_are_kept_and_answered(client: Client, tokens: dict[str
     s, doc = client.call("POST", "/v1/jobs", {"procs": 1, "estimate": 5, "user": "alice", "account": "proj7"},
                          token=admin)
     assert s == 201 and doc["job"]["user"] == "alice" and doc["job"]["account"] == "proj7"
-    from vmctl.cli.ops import job_table
+    from vmctl.cli.render import job_table
 
     grid = job_table([doc["job"]])
     assert dict(zip(grid.headers, grid.rows[0], strict=True))["USER"] == "alice (proj7)"

@@ -195,7 +195,7 @@ def test_hold_release_requeue_update_over_http(client: Client, admin: str) -> No
     s, doc = client.call("GET", f"/v1/jobs/{wide}/explain", token=admin)
     assert doc["held"] is True and doc["queue_position"] is None
     s, listed = client.call("GET", "/v1/jobs?state=queued", token=admin)
-    from vmctl.cli.ops import job_table
+    from vmctl.cli.render import job_table
 
     grid = job_table([j for j in listed["jobs"] if j["id"] == wide])
     assert dict(zip(grid.headers, grid.rows[0], strict=True))["STATE"] == "queued (held)"
@@ -293,7 +293,7 @@ def test_a_job_blocked_only_by_drained_nodes_says_which(client: Client, admin: s
         code, out, _ = run_cli(capsys, "job", "list", "--state", "queued", "-o", "json")
         listed = next(j for j in json.loads(out)["jobs"] if j["id"] == jid)
         assert listed["blocked_by"] == [{"node": "n2", "state": "drained"}]
-        from vmctl.cli.ops import job_table
+        from vmctl.cli.render import job_table
 
         row = dict(zip(job_table([listed]).headers, job_table([listed]).rows[0], strict=True))
         assert row["REASON"].endswith("waits for nodes n2 (drained)")

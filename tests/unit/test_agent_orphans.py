@@ -20,7 +20,7 @@ from vmctl.agents.plan import AbortMigration, Claim, Observed, RestoreVm, StartM
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.api.documents import node_json, vms_json
-from vmctl.cli.ops import node_table, vm_table
+from vmctl.cli.render import node_table, vm_table
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits
 from vmctl.daemon.core import Daemon

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.test_daemon_core import Cluster
 from vmctl.api.documents import workers_json
-from vmctl.cli.ops import fmt_workers, worker_table
+from vmctl.cli.render import fmt_workers
+from vmctl.cli.worker import worker_table
 from vmctl.daemon import dispatcher
 from vmctl.metrics import ClusterSnapshot, DaemonMetrics
 from vmctl.policies.registry import create_policy

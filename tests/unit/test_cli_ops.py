@@ -20,8 +20,11 @@ from cryptography.hazmat.primitives import serialization
 from tests.livedaemon import run_cli
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient, error_from_response
-from vmctl.cli import ops
+from vmctl.cli.job import explain_text
+from vmctl.cli.render import RICH_MAX_ROWS, fmt_placement, fmt_reason, fmt_time, node_table, node_text, vm_table
+from vmctl.cli.vm import parse_cap
 from vmctl.errors import exit_code_for
+from vmctl.timefmt import fmt_duration
 
 JOB = {
     "id": "17", "name": "sim-a", "state": "running", "procs": 2, "estimate": 600.0, "priority": 0,
@@ -296,15 +299,15 @@ def test_cert_issue_signs_a_request_made_on_the_node(server: tuple[str, Recorder
 
 
 def test_formatters(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ops.fmt_duration(59) == "59s" and ops.fmt_duration(600) == "10.0m" and ops.fmt_duration(None) == "-"
-    assert ops.fmt_duration(86400 * 3) == "3.0d"
+    assert fmt_duration(59) == "59s" and fmt_duration(600) == "10.0m" and fmt_duration(None) == "-"
+    assert fmt_duration(86400 * 3) == "3.0d"
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    assert ops.fmt_time(0) == "1970-01-01T00:00:00+00:00"  # ISO 8601 with the zone
-    assert ops.fmt_placement([{"node": "a", "core": i} for i in range(6)], limit=2) == "a:0, a:1 (+4)"
-    assert ops.parse_cap("50%") == (True, 0.5) and ops.parse_cap(None) == (False, None)
+    assert fmt_time(0) == "1970-01-01T00:00:00+00:00"  # ISO 8601 with the zone
+    assert fmt_placement([{"node": "a", "core": i} for i in range(6)], limit=2) == "a:0, a:1 (+4)"
+    assert parse_cap("50%") == (True, 0.5) and parse_cap(None) == (False, None)
     with pytest.raises(errors.UserError):
-        ops.parse_cap("fast")
+        parse_cap("fast")
 
 
 def test_client_url_and_path_quoting(server: tuple[str, Recorder]) -> None:
@@ -346,7 +349,9 @@ def test_operator_code_talks_only_to_the_api() -> None:
     import ast
 
     root = Path(__file__).resolve().parents[2]
-    for rel in ("vmctl/cli/ops.py", "vmctl/apiclient.py", "vmctl/client.py"):
+    groups = ("vm", "worker", "job", "node", "top", "migrate", "op", "policy", "token", "cert", "ca", "connect",
+              "render")
+    for rel in (*(f"vmctl/cli/{g}.py" for g in groups), "vmctl/apiclient.py", "vmctl/client.py"):
         tree = ast.parse((root / rel).read_text())
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
@@ -358,7 +363,7 @@ def test_operator_code_talks_only_to_the_api() -> None:
 
 def test_large_tables_print_as_plain_text(server: tuple[str, Recorder], capsys: Any) -> None:
     url, rec = server
-    vms = [{**VM, "name": f"n1-c{i}-fg", "core": i} for i in range(ops.RICH_MAX_ROWS + 1)]
+    vms = [{**VM, "name": f"n1-c{i}-fg", "core": i} for i in range(RICH_MAX_ROWS + 1)]
     rec.answer("GET", "/v1/vms", 200, {"vms": vms})
     code, out, _ = run(capsys, "vm", "list", "--url", url)
     lines = out.splitlines()
@@ -395,7 +400,7 @@ def test_vm_list_shows_observed_with_desired_beside(server: tuple[str, Recorder]
     rec.answer("GET", "/v1/vms", 200, {"vms": [never, paused, idle]})
     code, out, _ = run(capsys, "vm", "list", "--url", url)
     assert code == 0 and "j17-r0-p0" in out and "n1-c5-bg" in out
-    rows = {line.split()[0]: line for line in ops.vm_table([never, paused, idle]).to_text().splitlines()}
+    rows = {line.split()[0]: line for line in vm_table([never, paused, idle]).to_text().splitlines()}
     assert "not reported (want running)" in rows["j17-r0-p0"]
     assert "paused (want running)" in rows["j17-r0-p1"] and "5 (want 10000)" in rows["j17-r0-p1"]
     assert "(idle)" in rows["n1-c5-bg"] and "want" not in rows["n1-c5-bg"]
@@ -408,14 +413,14 @@ def test_node_list_and_show_give_applied_generation_report_age_and_last_error() 
     n = {**NODE, "generation": 9, "generation_applied": 4, "report_age_s": 95.0,
          "errors": ["plan: generation refused: core 9 out of range"], "errors_time": 1.0,
          "refusals": [{"vm": "j1-r0-p0", "migration_id": "op1", "target_node": "n2", "reason": "no peer"}]}
-    row = dict(zip(ops.node_table([n]).headers, ops.node_table([n]).rows[0], strict=True))
+    row = dict(zip(node_table([n]).headers, node_table([n]).rows[0], strict=True))
     assert row["GEN"] == "4 (want 9)" and row["REPORT"] == "95s ago"
     assert row["ERRORS"] == "plan: generation refused: core 9 out of range (1 migration(s) refused)"
-    text = ops.node_text(n)
+    text = node_text(n)
     assert "generation: desired 9, applied by its agent 4 (behind); last full report 95s ago" in text
     assert "refused migration op1 of j1-r0-p0 to n2: no peer" in text
     fresh = {**n, "generation_applied": None, "report_age_s": None, "errors": [], "refusals": []}
-    row = dict(zip(ops.node_table([fresh]).headers, ops.node_table([fresh]).rows[0], strict=True))
+    row = dict(zip(node_table([fresh]).headers, node_table([fresh]).rows[0], strict=True))
     assert (row["GEN"], row["REPORT"], row["ERRORS"]) == ("- (want 9)", "never", "-")
 
 
@@ -435,14 +440,14 @@ def test_times_are_iso_8601_with_zone_and_relative(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("TZ", "EST5")
     time.tzset()
     try:
-        assert ops.fmt_time(0) == "1969-12-31T19:00:00-05:00"
+        assert fmt_time(0) == "1969-12-31T19:00:00-05:00"
         assert timefmt.iso(1795460000, utc=True) == "2026-11-23T18:53:20Z"
         assert timefmt.relative(1000.0, now=1300.0) == "5.0m ago" and timefmt.relative(1300.0, now=1000.0) == "in 5.0m"
         now = time.time()
-        text = ops.fmt_reason(f"head of queue: reservation at t={now + 600:.1f} needs 4 cores")
+        text = fmt_reason(f"head of queue: reservation at t={now + 600:.1f} needs 4 cores")
         assert "t=" not in text and "-05:00 (in 10.0m)" in text, text
-        assert ops.fmt_reason("head of queue: reservation at t=10 needs 4 cores").endswith("at t=10 needs 4 cores")
-        explain = ops.explain_text({"job_id": "3", "state": "queued", "queue_position": 0, "reason": None,
+        assert fmt_reason("head of queue: reservation at t=10 needs 4 cores").endswith("at t=10 needs 4 cores")
+        explain = explain_text({"job_id": "3", "state": "queued", "queue_position": 0, "reason": None,
                                     "reservation": None})
         assert "position 1 in the queue (the head of the queue)" in explain
     finally:
@@ -508,7 +513,7 @@ def test_job_submit_sends_the_account(server: tuple[str, Recorder], capsys: Any)
 def test_job_show_prints_a_task_bag_in_one_line_each() -> None:
     """``vmctl job show`` of a task bag: its workers (task, corrected throughput, leaving) and a count of
     its tasks instead of every task's record (``-o json`` keeps those)."""
-    from vmctl.cli.ops import fmt_bag_tasks, fmt_workers
+    from vmctl.cli.render import fmt_bag_tasks, fmt_workers
 
     workers = [{"id": "n1/0.0", "task": 3, "throughput": 0.912, "leaving": False},
                {"id": "n2/0.1", "task": 4, "throughput": None, "leaving": True}]

@@ -17,7 +17,7 @@ from tests.livedaemon import run_cli
 from vmctl.api import schemas
 from vmctl.api.listener import FD_RESERVE, fd_budget
 from vmctl.api.plumbing import json_dumps
-from vmctl.cli.ops import Grid, json_safe, kv_table, safe_text
+from vmctl.cli.render import Grid, json_safe, kv_table, safe_text
 from vmctl.config import Section
 from vmctl.daemon import limits
 from vmctl.errors import ConfigError, ValidationError

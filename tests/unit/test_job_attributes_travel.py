@@ -155,7 +155,7 @@ def test_job_submit_user_and_list_show_columns(server: tuple[str, Recorder],  # 
     rec.answer("GET", "/v1/jobs", 200, {"jobs": [job]})
     code, out, _ = run_cli(capsys, "job", "list", "--url", url, "-o", "json")
     assert code == 0 and json.loads(out)["jobs"][0]["user"] == "carol"
-    from vmctl.cli.ops import job_table
+    from vmctl.cli.render import job_table
 
     grid = job_table([job])
     row = dict(zip(grid.headers, grid.rows[0], strict=True))

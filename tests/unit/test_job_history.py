@@ -9,7 +9,9 @@ import pytest
 
 from tests.unit.test_daemon_core import Cluster
 from vmctl.api.documents import expected_starts, job_json, op_json
-from vmctl.cli.ops import fmt_start, history_text, op_text
+from vmctl.cli.job import history_text
+from vmctl.cli.op import op_text
+from vmctl.cli.render import fmt_start
 from vmctl.model import JobState
 from vmctl.store.base import JobRecord
 

@@ -24,7 +24,8 @@ from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.api.documents import node_json
-from vmctl.cli.ops import explain_text, node_table, node_text
+from vmctl.cli.job import explain_text
+from vmctl.cli.render import node_table, node_text
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits
 from vmctl.daemon.core import Daemon

@@ -17,7 +17,7 @@ from vmctl.agents.config import load_agent_config, parse_agent_config
 from vmctl.agents.main import host_registration
 from vmctl.api import schemas
 from vmctl.api.documents import node_json
-from vmctl.cli.ops import node_table, node_text
+from vmctl.cli.render import node_table, node_text
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon

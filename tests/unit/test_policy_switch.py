@@ -247,7 +247,7 @@ def test_cancel_lays_the_cluster_back_out_and_the_old_policy_goes_on(tmp_path: P
     d.start_switch("gs-m", {"mpl": 3})
     # until its agent reports the new layout, the free node shows both (`vmctl node list`: 2 priority -> 3 timeslice)
     from vmctl.api.documents import node_json
-    from vmctl.cli.ops import fmt_levels
+    from vmctl.cli.render import fmt_levels
 
     assert fmt_levels(node_json(d, d.state.nodes[free])) == "2 priority -> 3 timeslice"
     assert fmt_levels(node_json(d, d.state.nodes[busy])) == "2 priority"

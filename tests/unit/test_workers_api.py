@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vmctl.api.documents import workers_json
-from vmctl.cli.ops import worker_table
+from vmctl.cli.worker import worker_table
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
