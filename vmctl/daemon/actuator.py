@@ -27,7 +27,7 @@ from vmctl.daemon import dispatcher
 from vmctl.daemon.config import MigrationLimits
 from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action, row_form
 from vmctl.daemon.gang import occupy as _occupy
-from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
+from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name, source_level
 from vmctl.errors import InvariantViolation
 from vmctl.model import (
     Action,
@@ -55,7 +55,7 @@ from vmctl.model import (
     Tier,
 )
 from vmctl.policies.occupancy import Occupancy, level_of, priority_form, queued_subset
-from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
+from vmctl.store.base import JobRecord, NodeRecord, OperationRecord, Slot, slots_at
 
 log = logging.getLogger("vmctld.actuator")
 
@@ -124,18 +124,16 @@ class Actuator:
         job.progress_base = self.state.progress(job, now)
         job.tier_since = now
 
-    def start_record(self, job: JobRecord, tier: str, placement: list[tuple[str, int]], now: float,
-                     reason: str = "") -> None:
-        """A queued job's record as it starts a new run on ``placement`` (its VMs in ``tier``);
+    def start_record(self, job: JobRecord, slots: list[Slot], now: float, reason: str = "") -> None:
+        """A queued job's record as it starts a new run on ``slots``;
         ``reason``: the start's ``Start.reason`` (why this width and place), kept as ``width_reason``."""
         job.run += 1
         job.state = JobState.RUNNING
-        job.tier = tier
-        job.placement = placement
+        job.slots = slots
         job.start_time = now
         job.tier_since = now
         job.progress_base = 0.0
-        job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(placement))]
+        job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(slots))]
         self.state.open_run(job)
         job.reason = None
         job.width_reason = reason or None
@@ -193,19 +191,20 @@ class Actuator:
                     why = f"job is {job.state}, not queued"
                 elif (why := _occupy(occ, act)) is None:
                     kept = job.tasks if job.bag is not None else []  # a bag requeued with its results
-                    self.start_record(job, dispatcher.bag_tier(levels), place(act.cores), now, start_reason)
+                    self.start_record(job, [Slot(n, c, lv) for (n, c), lv in zip(place(act.cores), levels,
+                                                                                   strict=True)], now, start_reason)
                     job.bag = None
                     shape = self.state.shape_of(job)
                     if shape is not None and shape.kind == "task-bag":  # workers take tasks at once
-                        dispatcher.start(job, levels, now, kept)
+                        dispatcher.start(job, now, kept)
             elif isinstance(act, Promote | Demote):
                 want = Tier.FG if isinstance(act, Promote) else Tier.BG
                 rj = view.running.get(job.id)
-                if job.state not in ACTIVE or rj is None or job.tier == want.value:
+                if job.state not in ACTIVE or rj is None or job.lowest_level == level_of(want):
                     why = f"job is not running in {want.other().value}"
                 elif (why := _occupy(occ, act)) is None:
                     self.freeze_progress(job, now)
-                    job.tier = want.value
+                    job.set_level(level_of(want))
             elif isinstance(act, Migrate):
                 why = self._migrate(act, job, view, lay, now, ch, occ, place, moving_now, cluster_moving)
                 if why is None and job.migrating:
@@ -228,8 +227,7 @@ class Actuator:
                 if not (job.checkpointed or job.suspended):
                     why = "job is not checkpointed"
                 elif (why := _occupy(occ, act)) is None:
-                    job.placement = place(act.cores)
-                    job.tier = act.tier.value
+                    job.slots = slots_at(place(act.cores), level_of(act.tier))
                     job.restore_pending = job.checkpointed
                     job.checkpointed = job.suspended = False
                     job.state = JobState.RUNNING
@@ -312,8 +310,7 @@ class Actuator:
         leaving = tuple(rj.cores[i] for i in range(min(len(new_place), len(rj.cores)))
                         if job.placement[i][0] != new_place[i][0])
         from_tier = job.tier
-        job.tier = act.tier.value
-        job.placement = new_place
+        job.slots = slots_at(new_place, level_of(act.tier))
         if hosts and from_tier in ("fg", "bg"):
             occ.hold(job.id, 0 if from_tier == "fg" else 1, leaving)
         if hosts:
@@ -342,7 +339,6 @@ class Actuator:
         held = [(g, lv) for g, lv in ((lay.global_core(n, c), lv) for n, c, lv in draining) if g is not None]
         if held:
             occ.hold(job.id, 0, tuple(g for g, _lv in held), tuple(lv for _g, lv in held))
-        job.tier = dispatcher.bag_tier(dispatcher.slot_levels(job))
         return None
 
     def unreachable(self, moves: list[dict[str, Any]]) -> str | None:
@@ -380,8 +376,7 @@ class Actuator:
                 return why
             job.run += 1
             job.state = JobState.RUNNING
-            job.tier = "shared"
-            job.placement = new_place
+            job.slots = slots_at(new_place, 0, shared=True)
             job.cap = act.cap
             job.start_time = now
             job.tier_since = now
@@ -392,7 +387,7 @@ class Actuator:
             if self.on_start is not None:
                 self.on_start(job, now)
             return None
-        if job.state != JobState.RUNNING or job.tier != "shared" or job.migrating:
+        if job.state != JobState.RUNNING or not job.shared or job.migrating:
             return "job is not a running shared job (or is migrating)"
         if len(new_place) != len(job.placement):
             return f"{len(new_place)} nodes for {len(job.placement)} processes"
@@ -416,7 +411,7 @@ class Actuator:
             return why
         self.freeze_progress(job, now)
         job.cap = act.cap
-        job.placement = new_place
+        job.slots = slots_at(new_place, 0, shared=True)
         op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": "shared",
                                                       "stage": "prepare", "target_gens": {}, "from_tier": "shared",
                                                       "origin": "policy"})
@@ -451,16 +446,15 @@ class Actuator:
         for op in self.state.ops.values():
             if op.job_id == job.id and op.state == "pending":
                 self.close_op(ch, op, "aborted", now, f"job {state}")
-        job.placement = []
+        job.slots = []
         if job.bag is not None:  # a task bag's workers are gone (its task results stay, unless requeued)
             dispatcher.stop(job, f"stopped: job {state}")
         job.suspended = job.checkpointed = job.restore_pending = False
-        job.level, job.replicas = None, []
+        job.gang, job.replicas = False, []
         job.cap = None
         job.weight = None
         if state == JobState.QUEUED:
             job.state = JobState.QUEUED
-            job.tier = None
             job.progress_base = 0.0
             job.tier_since = None
             job.est_base = job.cpu_mark = None
@@ -623,13 +617,14 @@ class Actuator:
 
     def rollback_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes, why: str) -> None:
         """Put the job back where it was (its source slots stayed reserved)."""
+        left = source_level(op, job)  # a gang job goes back to its row too
+        slots = [Slot(s.node, s.core, left) for s in job.slots]
         for m in op.detail.get("moves", []):
             i = int(m["index"])
-            if i < len(job.placement):
-                job.placement[i] = (str(m["from"][0]), int(m["from"][1]))
-        job.tier = str(op.detail.get("from_tier") or job.tier)
-        if op.detail.get("from_level") is not None:  # a gang job goes back to its row too
-            job.level = int(op.detail["from_level"])
+            if i < len(slots):
+                core = int(m["from"][1])
+                slots[i] = Slot(str(m["from"][0]), None if slots[i].shared else core, left)
+        job.slots = slots
         job.migrating = None
         job.tier_since = now
         self.close_op(ch, op, "rolled_back", now, why)

@@ -2,7 +2,7 @@
 ``timeslice`` cluster, the slice schedule, and the matrix an operator reads (``vmctl gang show``).
 
 Rows on the hosts. A timeslice cluster's agents carry L levels per core; level r of every core is row r
-of the Ousterhout matrix. A gang job's record keeps its row (``JobRecord.level``), the rows it is
+of the Ousterhout matrix. A gang job's record keeps its row (its slots' level, ``JobRecord.level``), the rows it is
 replicated into (``replicas``, same cores) and when it last changed nodes (``migrated_at``: the
 policies count the tasks migrated in the current slice from it, their quota Q). Its VMs carry the row
 as ``VmDesired.level`` and ``replicas``; the agent runs a VM while any of its rows is active.
@@ -67,7 +67,7 @@ from vmctl.model import (
 )
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.occupancy import Occupancy
-from vmctl.store.base import JobRecord
+from vmctl.store.base import JobRecord, slots_at
 from vmctl.wire import slices_from_json, slices_to_json
 
 if TYPE_CHECKING:
@@ -88,11 +88,6 @@ def row_form(act: Action, job: JobRecord) -> Action:
     if isinstance(act, Migrate) and job.level is not None:
         return Move(act.job_id, act.cores, job.level, act.cost)
     return act
-
-
-def tier_name(level: int) -> str:
-    """The priority name kept in ``JobRecord.tier`` for a row (``RunningJob.tier`` reads level 0 as fg)."""
-    return "fg" if level == 0 else "bg"
 
 
 def schedule_from_kv(raw: Any) -> SliceSchedule | None:
@@ -207,8 +202,8 @@ def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, now: float
             return f"job is {job.state}, not queued"
         if (why := occupy(occ, act)) is not None:
             return why
-        actuator.start_record(job, tier_name(act.level), place(act.cores), now)
-        job.level, job.replicas, job.migrated_at = act.level, [], None
+        actuator.start_record(job, slots_at(place(act.cores), act.level), now)
+        job.gang, job.replicas, job.migrated_at = True, [], None
         return None
     if job.state != JobState.RUNNING or job.level is None or job.migrating:
         return "job is not running in a row (or is migrating)"
@@ -219,8 +214,7 @@ def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, now: float
         rows = sorted({job.level, *job.replicas} | {act.level} if isinstance(act, Replicate)
                       else {job.level, *job.replicas} - {act.level})
         if isinstance(act, Unreplicate) and act.level == job.level:
-            job.level = rows[0]
-            job.tier = tier_name(rows[0])
+            job.set_level(rows[0])
         job.replicas = [r for r in rows if r != job.level]
         return None
     assert isinstance(act, Move)
@@ -244,10 +238,10 @@ def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, now: float
         return why
     actuator.freeze_progress(job, now)
     from_level, from_tier = job.level, job.tier
-    job.level, job.tier = act.level, tier_name(act.level)
+    job.set_level(act.level)
     if not moves:
         return None  # a row change on the same cores: the VMs change level
-    job.placement = list(new_place)
+    job.slots = slots_at(new_place, act.level)
     job.migrated_at = now
     if not hosts:
         job.migrations += 1  # a re-pin on the same host: done when the agent applies it
