@@ -25,15 +25,19 @@ carries a ``queue_index``, a scan of the queue up to the last job the decision n
   (``decision.reasons`` or ``decision.default_reason``, which must not be empty); reasons name only
   queued jobs that were not started.
 
+``check_decision`` returns the overlay: its ``effects`` (:mod:`vmctl.policies.effects`) say what each
+action did, in order, for the caller to commit (the simulator's engines, vmctld's actuator).
+
 Decisions made only of starts on free slots (StartFg, and StartBg on a view of two levels or more),
-by far the most frequent in a simulation, are checked by a fast path first: it only *accepts*. It
+by far the most frequent in a simulation, can be checked by a fast path instead (:func:`accepts_fast`,
+which the simulator's two-tier engine calls first): it only *accepts*, and builds no overlay. It
 tests, per start and in C-level set operations where it can, the very conditions under which the
 general replay accepts that start (job queued and not started yet in this decision, submitted,
 ``procs`` distinct cores, each in range, usable, with its slot free in the view and not taken by an
 earlier start of the decision), plus the reasons and ``wake_at`` rules. When any of them fails it
-does not raise: it hands the whole decision to the general replay, which names the first broken rule
-(``tests/unit/test_invariants_fast_path.py`` checks, over generated views and decisions, that the
-checker refuses exactly what the general replay refuses, with the same rule).
+says "not shown here" and the caller hands the whole decision to :func:`check_decision`, which names
+the first broken rule (``tests/unit/test_invariants_fast_path.py`` checks, over generated views and
+decisions, that the fast path accepts only what the general replay accepts).
 """
 
 from __future__ import annotations
@@ -47,16 +51,22 @@ from vmctl.policies.occupancy import EPS, Occupancy, check_schedule, fail, queue
 _EPS = EPS
 
 
-def check_decision(view: ClusterView, decision: Decision, now: float) -> None:
-    """Raise ``InvariantViolation`` on the first broken rule (see the module docstring)."""
-    if decision.schedule is None and not view.shapes and _accepts_fast(view, decision, now):
-        return
-    _check_general(view, decision, now)
+def check_decision(view: ClusterView, decision: Decision, now: float) -> Occupancy:
+    """Raise ``InvariantViolation`` on the first broken rule (see the module docstring); else return
+    the overlay the replay left, whose ``effects`` say what each action did, in order (callers commit
+    them: :mod:`vmctl.policies.effects`)."""
+    return _check_general(view, decision, now)
 
 
-def _accepts_fast(view: ClusterView, decision: Decision, now: float) -> bool:
-    """True when the general replay would accept ``decision``, tested without replaying it: a decision
-    of starts on free slots only. False means "not shown here", never "refused"."""
+def accepts_fast(view: ClusterView, decision: Decision, now: float) -> bool:
+    """True when :func:`check_decision` would accept ``decision``, tested without replaying it: a
+    decision of starts on free slots only (StartFg, StartBg with two levels or more; no schedule, no
+    shapes). False means "not shown here", never "refused". Its effects are then known without the
+    overlay: each start is STARTED on its cores at level 0 (StartFg) or 1 (StartBg), in order (the
+    simulator's two-tier engine applies such decisions directly;
+    ``tests/unit/test_effects.py`` checks that this agrees with the effects of the replay)."""
+    if decision.schedule is not None or view.shapes:
+        return False
     actions = decision.actions
     reasons = decision.reasons
     if decision.wake_at is not None and not (decision.wake_at >= now - _EPS):
@@ -125,7 +135,7 @@ def _check_tail(decision: Decision, now: float, queued: dict[str, Job], started:
             raise fail("no-reason", f"empty reason for {jid}")
 
 
-def _check_general(view: ClusterView, decision: Decision, now: float) -> None:
+def _check_general(view: ClusterView, decision: Decision, now: float) -> Occupancy:
     """Replay the actions on an :class:`~vmctl.policies.occupancy.Occupancy` overlay of the view."""
     queued = queued_subset(view, {a.job_id for a in decision.actions} | decision.reasons.keys())
     occ = Occupancy(view, queued, now)
@@ -135,3 +145,4 @@ def _check_general(view: ClusterView, decision: Decision, now: float) -> None:
     if decision.schedule is not None:
         check_schedule(view, decision.schedule)
     _check_tail(decision, now, occ.queued, occ.started)
+    return occ

@@ -5,7 +5,9 @@ the overlay (per level, only the cores it touches; per job, only the jobs it nam
 decision costs O(actions), never O(cluster). Every ``apply`` either changes the overlay or raises
 ``InvariantViolation`` naming the broken rule and changes nothing (the checker then refuses the whole
 decision; vmctld's actuator skips that action and goes on, so later actions that depended on it fail
-in turn).
+in turn). ``apply`` returns what the action did as an :class:`~vmctl.policies.effects.Effect` (its kind,
+the job, its placement after and before in view coordinates, its cost) and appends it to ``effects``:
+executors commit those instead of interpreting the action types (:mod:`vmctl.policies.effects`).
 
 State, per core and level: the job on that slot (``slot(level, core)``). Per job touched: where it
 runs (level and cores, or shared VMs on nodes with a cap; a task bag on several levels of a ``shared``
@@ -85,6 +87,7 @@ from vmctl.model import (
     Unreplicate,
     slots_of,
 )
+from vmctl.policies.effects import Effect, EffectKind, Placement
 
 EPS = 1e-9
 CAPACITY_TOL = 1e-6
@@ -108,8 +111,8 @@ class Occupancy:
     """Copy-on-write occupancy of a view (see the module docstring). ``queued`` holds the queued jobs
     the caller will name (``queued_subset``); jobs not in it are treated as not waiting."""
 
-    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "base", "checkpointed", "extra", "multi", "nodes",
-                 "now", "over", "placed", "queued", "started", "suspended", "view")
+    __slots__ = ("_node_cpu", "_node_mem", "_node_touched", "base", "checkpointed", "effects", "extra", "multi",
+                 "nodes", "now", "over", "placed", "queued", "started", "suspended", "view")
 
     def __init__(self, view: ClusterView, queued: dict[str, Job], now: float) -> None:
         self.view = view
@@ -131,6 +134,7 @@ class Occupancy:
         self._node_cpu: dict[str, float] | None = None
         self._node_mem: dict[str, float] = {}
         self._node_touched: set[str] = set()
+        self.effects: list[Effect] = []  # what each applied action did, in order (``apply``)
 
     # ------------------------------------------------------------------ reading
     def slot(self, level: int, core: int) -> str | None:
@@ -521,12 +525,26 @@ class Occupancy:
         else:
             del self.extra[job_id]
 
-    def apply(self, act: Action) -> None:
-        """Apply one action (any kind) or raise ``InvariantViolation``."""
+    def apply(self, act: Action) -> Effect:
+        """Apply one action (any kind) and return what it did (also appended to ``effects``), or raise
+        ``InvariantViolation`` and change nothing."""
         handler = _HANDLERS.get(type(act))
         if handler is None:  # pragma: no cover - exhaustive over Action
             raise fail("unknown-action", repr(act))
-        handler(self, act)
+        effect = handler(self, act)
+        self.effects.append(effect)
+        return effect
+
+    def placement(self, job_id: str) -> Placement | None:
+        """Where the job runs now, in view coordinates (None: it does not run, or is checkpointed)."""
+        where = self.running(job_id)
+        if where is None:
+            return None
+        level, cores = where
+        if level < 0:
+            nodes, cap, _mem = self.nodes[job_id]
+            return Placement(-1, (), nodes=nodes, cap=cap)
+        return Placement(level, cores, self.multi.get(job_id), self.extra.get(job_id, ()))
 
     def _migrate(self, act: Migrate) -> None:
         self._need_running(act.job_id, "migrate")
@@ -581,25 +599,60 @@ class Occupancy:
                 raise fail("node-memory", f"memory of the shared VMs on {node} sums to {mem[node]:.6f} > 1")
 
 
-# what each action does, by its type (the priority names read fg/bg as levels 0/1)
-_HANDLERS: dict[type, Callable[[Occupancy, Any], None]] = {
-    StartFg: lambda o, a: o.start(a.job_id, a.cores, 0, a.kind),
-    StartBg: lambda o, a: o.start(a.job_id, a.cores, 1, a.kind),
-    Start: lambda o, a: o.start(a.job_id, a.cores, a.level, a.kind, a.slot_levels),
-    Promote: lambda o, a: o.promote(a.job_id),
-    Demote: lambda o, a: o.demote(a.job_id),
-    Migrate: Occupancy._migrate,
-    Move: lambda o, a: o.move(a.job_id, a.cores, a.level, a.cost, a.kind),
-    Restore: lambda o, a: o.restore(a.job_id, a.cores, level_of(a.tier)),
-    Kill: lambda o, a: o.kill(a.job_id, a.requeue),
-    Checkpoint: lambda o, a: o.checkpoint(a.job_id),
-    Suspend: lambda o, a: o.suspend(a.job_id),
-    Resume: lambda o, a: o.resume(a.job_id),
-    SetCap: lambda o, a: o.set_cap(a.job_id, a.cap),
-    PlaceShared: Occupancy.place_shared,
-    Resize: lambda o, a: o.resize(a.job_id, a.cores, a.level, a.slot_levels),
-    Replicate: lambda o, a: o.replicate(a.job_id, a.level),
-    Unreplicate: lambda o, a: o.unreplicate(a.job_id, a.level),
+def _started(o: Occupancy, act: StartFg | StartBg | Start, level: int,
+             slot_levels: tuple[int, ...] | None = None) -> Effect:
+    o.start(act.job_id, act.cores, level, act.kind, slot_levels)
+    return Effect(EffectKind.STARTED, act.job_id, act, o.placement(act.job_id))
+
+
+def _moved(o: Occupancy, act: Promote | Demote | Migrate | Move | Restore, run: Callable[[], None],
+           cost: float = 0.0) -> Effect:
+    """A move of any name: MOVED for a running job, RESTORED for a checkpointed one (or a Restore)."""
+    jid = act.job_id
+    before = o.placement(jid)
+    restored = isinstance(act, Restore) or (before is None and jid in o.checkpointed)
+    run()
+    kind = EffectKind.RESTORED if restored else EffectKind.MOVED
+    return Effect(kind, jid, act, o.placement(jid), before, cost)
+
+
+def _around(kind: EffectKind, run: Callable[[Occupancy, Any], None]) -> Callable[[Occupancy, Any], Effect]:
+    """An action whose effect is ``kind``, with the job's placement before and after it."""
+
+    def handler(o: Occupancy, act: Any) -> Effect:
+        jid = act.job_id
+        before = o.placement(jid)
+        run(o, act)
+        return Effect(kind, jid, act, o.placement(jid), before)
+
+    return handler
+
+
+def _stopped(o: Occupancy, act: Kill) -> Effect:
+    before = o.placement(act.job_id)
+    o.kill(act.job_id, act.requeue)
+    return Effect(EffectKind.STOPPED, act.job_id, act, None, before, requeue=act.requeue)
+
+
+# what each action does, by its type (the priority names read fg/bg as levels 0/1), and the effect it returns
+_HANDLERS: dict[type, Callable[[Occupancy, Any], Effect]] = {
+    StartFg: lambda o, a: _started(o, a, 0),
+    StartBg: lambda o, a: _started(o, a, 1),
+    Start: lambda o, a: _started(o, a, a.level, a.slot_levels),
+    Promote: lambda o, a: _moved(o, a, lambda: o.promote(a.job_id)),
+    Demote: lambda o, a: _moved(o, a, lambda: o.demote(a.job_id)),
+    Migrate: lambda o, a: _moved(o, a, lambda: o._migrate(a), a.cost),
+    Move: lambda o, a: _moved(o, a, lambda: o.move(a.job_id, a.cores, a.level, a.cost, a.kind), a.cost),
+    Restore: lambda o, a: _moved(o, a, lambda: o.restore(a.job_id, a.cores, level_of(a.tier))),
+    Kill: _stopped,
+    Checkpoint: _around(EffectKind.CHECKPOINTED, lambda o, a: o.checkpoint(a.job_id)),
+    Suspend: _around(EffectKind.SUSPENDED, lambda o, a: o.suspend(a.job_id)),
+    Resume: _around(EffectKind.RESUMED, lambda o, a: o.resume(a.job_id)),
+    SetCap: _around(EffectKind.CAPPED, lambda o, a: o.set_cap(a.job_id, a.cap)),
+    PlaceShared: _around(EffectKind.PLACED_SHARED, Occupancy.place_shared),
+    Resize: _around(EffectKind.RESIZED, lambda o, a: o.resize(a.job_id, a.cores, a.level, a.slot_levels)),
+    Replicate: _around(EffectKind.REPLICATED, lambda o, a: o.replicate(a.job_id, a.level)),
+    Unreplicate: _around(EffectKind.UNREPLICATED, lambda o, a: o.unreplicate(a.job_id, a.level)),
 }
 
 

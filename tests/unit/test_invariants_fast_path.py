@@ -1,4 +1,4 @@
-"""The invariant checker's fast path (``invariants._accepts_fast``) only accepts what the general
+"""The invariant checker's fast path (``invariants.accepts_fast``) only accepts what the general
 replay on the occupancy model (``invariants._check_general``) accepts: over generated views and
 decisions of starts (legal and broken in every way the start rules know), ``check_decision`` refuses
 exactly what the general replay refuses, with the same rule and message, and the fast path answers True only for
@@ -13,6 +13,7 @@ from tests.viewbuilder import job, view
 from vmctl.errors import InvariantViolation
 from vmctl.model import Action, ClusterView, Decision, Discipline, Job, Kill, StartBg, StartFg, Tier
 from vmctl.policies import invariants
+from vmctl.policies.effects import Effect, EffectKind, Placement
 from vmctl.policies.invariants import check_decision
 
 NOW = 10.0
@@ -83,8 +84,16 @@ def test_checker_refuses_exactly_what_the_general_replay_refuses(case: tuple[Clu
     v, d = case
     general = _outcome(invariants._check_general, v, d)
     assert _outcome(check_decision, v, d) == general
-    if invariants._accepts_fast(v, d, NOW):
+    if invariants.accepts_fast(v, d, NOW):
         assert general == "ok", f"the fast path accepted what the general replay refuses ({general})"
+        # what the fast path's callers do with an accepted decision (each start on its cores, at level 0
+        # for StartFg, 1 for StartBg) is exactly what the replay's effects say
+        starts = [a for a in d.actions if isinstance(a, StartFg | StartBg)]
+        assert len(starts) == len(d.actions)
+        effects = check_decision(v, d, NOW).effects
+        assert effects == [Effect(EffectKind.STARTED, a.job_id, a, Placement(0 if isinstance(a, StartFg) else 1,
+                                                                             a.cores))
+                           for a in starts]
 
 
 def test_the_generated_cases_reach_both_paths() -> None:
@@ -99,7 +108,7 @@ def test_the_generated_cases_reach_both_paths() -> None:
     def probe(case: tuple[ClusterView, Decision]) -> None:
         nonlocal fast_with_starts
         v, d = case
-        if d.actions and invariants._accepts_fast(v, d, NOW):
+        if d.actions and invariants.accepts_fast(v, d, NOW):
             fast_with_starts += 1
         rules.add(_outcome(invariants._check_general, v, d).split(":")[0])
 
@@ -114,7 +123,7 @@ def test_fast_path_hands_over_each_broken_start() -> None:
     a, b, r, s = job("a", 2, 100), job("b", 1, 50), job("r", 1, 50), job("s", 1, 50)
     v = view(5, queue=[a, b], unusable=[3], running=[(r, Tier.FG, (4,), 0.0), (s, Tier.BG, (0,), 0.0)])
     ok = Decision(actions=(StartFg("a", (0, 1)), StartFg("b", (2,))), reasons={}, default_reason="w")
-    assert invariants._accepts_fast(v, ok, NOW)
+    assert invariants.accepts_fast(v, ok, NOW)
     check_decision(v, ok, NOW)
     broken: dict[str, tuple[Action, ...]] = {
         "two-fg": (StartFg("a", (0, 1)), StartFg("b", (1,))),
@@ -128,8 +137,8 @@ def test_fast_path_hands_over_each_broken_start() -> None:
     }
     for rule, actions in broken.items():
         d = Decision(actions=actions, reasons={}, default_reason="w")
-        assert not invariants._accepts_fast(v, d, NOW), rule
+        assert not invariants.accepts_fast(v, d, NOW), rule
         assert _outcome(check_decision, v, d).startswith(rule)
     # any other action (here a kill) goes to the general replay
-    assert not invariants._accepts_fast(v, Decision(actions=(Kill("a"),)), NOW)
+    assert not invariants.accepts_fast(v, Decision(actions=(Kill("a"),)), NOW)
     assert _outcome(check_decision, v, Decision(actions=(Kill("a"),))).startswith("not-running:")
