@@ -675,8 +675,9 @@ def _known_nodes(view: ClusterView) -> Set[str]:
 
 def priority_form(act: Action, checkpointed: bool = False) -> Action:
     """A ``Start``/``Move`` on level 0 or 1 in the priority discipline's own words (StartFg/StartBg,
-    Promote/Demote, Migrate, Restore for a ``checkpointed`` job), for the two executors that speak
-    them (the simulator's two-tier engine and the daemon's actuator); any other action unchanged."""
+    Promote/Demote, Migrate, Restore for a ``checkpointed`` job); any other action unchanged. Its one
+    caller left is vmctld's actuator, which dispatches on action types; once it commits the effects of
+    ``apply`` (:mod:`vmctl.policies.effects`) as the simulator does, this goes."""
     if isinstance(act, Start) and act.level <= 1 and act.slot_levels is None:
         return StartFg(act.job_id, act.cores) if act.level == 0 else StartBg(act.job_id, act.cores)
     if isinstance(act, Move) and act.level <= 1:

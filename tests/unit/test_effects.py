@@ -4,8 +4,12 @@ coordinates, whatever the action's name; and ``check_decision`` returns the over
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Callable
 
+import numpy as np
 import pytest
+from test_sim_support import WJ, Scripted, wj
 
 from tests.viewbuilder import job, view
 from vmctl.errors import InvariantViolation
@@ -38,6 +42,9 @@ from vmctl.model import (
 from vmctl.policies.effects import Effect, EffectKind, Placement
 from vmctl.policies.invariants import check_decision
 from vmctl.policies.occupancy import Occupancy
+from vmctl.policies.registry import create_policy
+from vmctl.sim import engine as engine_mod
+from vmctl.sim.engine import SimConfig, Simulator
 
 K = EffectKind
 
@@ -141,3 +148,84 @@ def test_a_refused_action_adds_no_effect() -> None:
         occ.apply(StartFg("a", (1,)))
     assert [e.kind for e in occ.effects] == [K.STARTED]
     assert occ.effects[0] is not None and occ.placement("a") == Placement(0, (0,))
+
+
+# ----------------------------------------------------------------------------- the simulator commits them
+
+
+def _jobs(n: int, seed: int) -> list[WJ]:
+    rng = np.random.default_rng(seed)
+    out, t = [], 0.0
+    for i in range(n):
+        t += float(rng.exponential(20.0))
+        procs = int(rng.choice([1, 1, 2, 3, 4, 8]))
+        run = float(rng.exponential(300.0)) + 1.0
+        usage = tuple(float(u) for u in rng.uniform(0.3, 1.0, procs))
+        out.append(wj(i + 1, t, run, procs, run * float(rng.uniform(0.8, 3.0)), usage))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["easy", "keasy", "measy", "measy-cost", "reasy", "vcsched-mcb8"])
+def test_the_two_tier_fast_path_agrees_with_the_effects(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two-tier engine applies the decisions ``accepts_fast`` accepts directly, and commits the
+    effects of every other: over seeded random workloads, a run with the fast path switched off (every
+    decision committed from the checker's effects) gives the very same results, job by job."""
+    fast_starts = 0
+    kinds: set[tuple[EffectKind, bool]] = set()  # (kind, keeps its cores)
+    name, params = ("measy", {"migration_cost": 30.0}) if policy == "measy-cost" else (policy, {})
+    for seed in range(8):
+        jobs = _jobs(50, seed)
+        fast = Simulator(jobs, 8, create_policy(name, **params), SimConfig(seed=seed))
+        applied = fast._apply_starts
+
+        def count_fast(decision: Decision, applied: Callable[[Decision], None] = applied) -> None:
+            nonlocal fast_starts
+            fast_starts += len(decision.actions)
+            applied(decision)
+
+        fast._apply_starts = count_fast  # type: ignore[method-assign]
+        fast_result = fast.run()
+        with monkeypatch.context() as m:
+            m.setattr(engine_mod, "accepts_fast", lambda view, decision, now: False)
+            slow = Simulator(jobs, 8, create_policy(name, **params), SimConfig(seed=seed))
+            committed = slow._commit_effects
+
+            def count_kinds(decision: Decision, occ: Occupancy,
+                            committed: Callable[[Decision, Occupancy], None] = committed) -> None:
+                kinds.update((e.kind, e.same_cores) for e in occ.effects)
+                committed(decision, occ)
+
+            slow._commit_effects = count_kinds  # type: ignore[method-assign]
+            slow_result = slow.run()
+        assert json.dumps(slow_result.to_dict(), sort_keys=True) == json.dumps(fast_result.to_dict(), sort_keys=True)
+        assert repr(list(slow.job_rows())) == repr(list(fast.job_rows()))
+    assert fast_starts > 0 or policy.startswith("vcsched")  # both paths ran (vcsched places shared VMs only)
+    # the effects went beyond starts: kills, promotions (in place), migrations (other cores), shared VMs
+    expected = {"easy": {K.STARTED}, "reasy": {K.STARTED}, "keasy": {K.STARTED, K.STOPPED},
+                "measy": {K.STARTED, K.MOVED}, "measy-cost": {K.STARTED, K.MOVED},
+                "vcsched-mcb8": {K.PLACED_SHARED}}[policy]
+    assert expected <= {kind for kind, _same in kinds}, kinds
+    if policy.startswith("measy"):
+        assert {(K.MOVED, True), (K.MOVED, False)} <= kinds, kinds
+
+
+def test_the_two_tier_engine_moves_in_place_or_onto_other_cores_as_the_effect_says() -> None:
+    """A move that keeps its cores is a change of tier in place (its cost, if any, paid as time without
+    progress; no migration); one onto other cores is a migration, whatever the action's name."""
+    cfg = SimConfig(two_tier=False)  # no fg loss: a job advances at 1 in fg
+    jobs = [wj(1, 0, 100, 1), wj(2, 0, 20, 1)]
+
+    def run(moves: list[Action]) -> Simulator:
+        sim = Simulator(jobs, 2, Scripted({0.0: [StartFg("2", (0,)), StartBg("1", (0,))], 20.0: moves}), cfg)
+        sim.run()
+        return sim
+
+    free = run([Promote("1")])
+    paid = run([Move("1", None, level=0, cost=5.0)])
+    moved = run([Move("1", (1,), level=0, cost=5.0)])
+    for sim in (free, paid, moved):
+        assert next(r for r in sim.job_rows() if r["id"] == "1")["tier_changes"] == 1
+    start_free, end_free = free.outcome("1")
+    assert paid.outcome("1") == (start_free, end_free + 5.0)
+    assert moved.outcome("1") == (start_free, end_free + 5.0)
+    assert [next(r for r in s.job_rows() if r["id"] == "1")["migrations"] for s in (free, paid, moved)] == [0, 0, 1]

@@ -12,13 +12,15 @@ change) when its rate changes.
 
 One instant. At time ``t`` the engine (1) completes every job whose completion event is due, (1b)
 fires the model's own event due at ``t`` (a time-slice boundary), (2) adds every job submitted at
-``t`` to the queue, (3) calls ``policy.decide(view, t)`` once, (4) checks the decision with
-:func:`vmctl.policies.invariants.check_decision` (always), and (5) applies the actions in order. Steps
-(3)-(5) are skipped when ``policy.cannot_act(view)`` is True: by its contract the decision would have
-no actions and no ``wake_at`` (counted in ``SimResult.skipped_passes``). An instant with only a model
-event is not a pass at all. A decision's ``wake_at`` schedules another pass at that time; a later
-decision replaces it (policies are stateless, so the latest decision is the one that knows what it
-waits for).
+``t`` to the queue, (3) calls ``policy.decide(view, t)`` once, (4) checks the decision (always: with
+the checker's fast path :func:`vmctl.policies.invariants.accepts_fast` on the two-tier engine, else
+:func:`vmctl.policies.invariants.check_decision`, which returns the overlay of the one occupancy model
+with the effect of each action), and (5) commits it: the effects, in order (or, for a decision the
+fast path accepted, its starts). Steps (3)-(5) are skipped when ``policy.cannot_act(view)`` is True: by
+its contract the decision would have no actions and no ``wake_at`` (counted in
+``SimResult.skipped_passes``). An instant with only a model event is not a pass at all. A decision's
+``wake_at`` schedules another pass at that time; a later decision replaces it (policies are stateless,
+so the latest decision is the one that knows what it waits for).
 
 The view. ``ClusterView`` is built once and stays a *live* view of the engine's incrementally
 maintained structures: the queue (a list in queue order: submit time, then position in the workload,
@@ -28,72 +30,49 @@ which is the job id order of a sorted trace), ``fg_job``/``bg_job``/``fg_util`` 
 copied per event beyond what the policy reads. Starting a queued job removes it from the queue list by
 bisection.
 
-Two paths. The two-tier model runs on the fg/bg *fast path*: StartFg, StartBg, Promote (keeps
-progress), Demote, Migrate (keeps progress, no progress for ``cost`` seconds), Kill (progress lost;
-with ``requeue`` the job goes back to the queue in order), capped shared VMs (PlaceShared, SetCap);
-the general ``Start``/``Move`` on levels 0 and 1 run as those (``occupancy.priority_form``), and
-Checkpoint/Restore/Suspend/Resume raise :class:`SimulationError`. Every other model runs on the
-*levelled path* (``_apply_leveled``): any number of levels, each action applied through the one
-occupancy model, Suspend/Resume (rate 0, slots kept), Checkpoint (slots freed, progress kept) and
-Restore or a Move back onto slots (with a restore cost), move costs paid in time the job would
-advance.
+Two engines, one per module, chosen by the execution model in ``Simulator.__init__`` (which binds the
+chosen engine's ``_reschedule``/``_vacate``; ``Simulator`` mixes both in, the loop here is shared):
+
+- :mod:`vmctl.sim.engine_twotier`, the two-tier model (fg/bg slots, the priority discipline, capped
+  shared VMs): the *fast path* for decisions of starts on free slots, effects for the rest (moves
+  in place or onto other cores, kills, shared VMs; suspend/checkpoint/restore raise
+  :class:`SimulationError`);
+- :mod:`vmctl.sim.engine_levels`, every other model: any number of levels, every effect kind
+  (Suspend/Resume: rate 0, slots kept; Checkpoint: slots freed, progress kept; Restore or a Move back
+  onto slots; move costs paid in time the job would advance; task bags' resizes and rows).
+
+What both share (state, queue, kills, completions) is :mod:`vmctl.sim.engine_base`.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import gc
 import heapq
 import itertools
 import math
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 
 from vmctl.errors import SimulationError, ValidationError
-from vmctl.model import (
-    Action,
-    Checkpoint,
-    ClusterView,
-    Decision,
-    Demote,
-    Job,
-    Kill,
-    Migrate,
-    Move,
-    PlaceShared,
-    Promote,
-    Replicate,
-    Resize,
-    Restore,
-    Resume,
-    RunningJob,
-    SetCap,
-    Start,
-    StartBg,
-    StartFg,
-    Suspend,
-    Tier,
-    Unreplicate,
-    tier_of_level,
-)
+from vmctl.model import ClusterView, Decision, Job, RunningJob
 from vmctl.policies.base import Offer, SchedulingPolicy
 from vmctl.policies.invariants import accepts_fast, check_decision
-from vmctl.policies.occupancy import Occupancy, level_name, priority_form, queued_subset
 from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
-from vmctl.sim.execution import ExecutionModel, Run, TwoTierModel, WorkloadRecord
+from vmctl.sim.engine_base import _Run
+from vmctl.sim.engine_levels import LevelEngine
+from vmctl.sim.engine_twotier import TwoTierEngine
+from vmctl.sim.execution import ExecutionModel, TwoTierModel, WorkloadRecord
 from vmctl.sim.execution import shared_rate as shared_rate
 from vmctl.sim.timeslice import TimeSliceModel
 
 _EPS = 1e-9
-#: levelled path: a run whose rate falls to 0 with at most this much work left is complete (rounding)
-_DONE_TOL = 1e-6
 _INF = math.inf
 #: what the simulated cluster offers a policy under its default execution model (the two-tier model,
 #: :class:`~vmctl.sim.execution.TwoTierModel`): 2 levels per core under the priority discipline, rigid
@@ -101,9 +80,6 @@ _INF = math.inf
 #: cores make one). Another model offers what
 #: its ``offer()`` says (``SimConfig.execution``).
 SIM_OFFER: Offer = TwoTierModel().offer()
-# Enum members cached at module level (a class-attribute lookup on every use is slow on Python 3.11).
-_FG = Tier.FG
-_BG = Tier.BG
 
 
 def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, int, str], Job]:
@@ -144,14 +120,6 @@ def _job_maker() -> Callable[[str, float, int, float, tuple[float, ...] | None, 
 _make_job = _job_maker()
 _ID, _SUBMIT, _PROCS = attrgetter("id"), attrgetter("submit"), attrgetter("procs")
 _ESTIMATE, _RUN_TIME, _USAGE = attrgetter("estimate"), attrgetter("run_time"), attrgetter("cpu_usage")
-
-
-def _by_level(slots: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
-    """(core, level) slots grouped by level: level -> its cores, in order."""
-    out: dict[int, list[int]] = {}
-    for c, level in slots:
-        out.setdefault(level, []).append(c)
-    return out
 
 
 def _column(records: Sequence[Any], name: str, default: Any) -> list[Any]:
@@ -256,105 +224,6 @@ class SimResult:
         return doc
 
 
-_Run = Run  # the engine's name of a running job (defined with the execution models)
-
-
-class _LiveProgress(RunningJob):
-    """A RunningJob whose ``progress`` is computed when read, as of the simulator's current time.
-
-    Snapshots are rebuilt only when the job's placement or rate changes (``Simulator._snapshot``) and
-    kept in a dict, so a policy or the invariant checker walking ``view.running`` costs a dict walk,
-    not one new object per running job per pass. ``expected_end`` is a plain field here: it does not
-    move while the rate stays as it is, for a fg job at rate 1 (``start + estimate - p0``) and for a
-    bg job (infinite)."""
-
-    __slots__ = ("_run", "_sim")
-    _run: _Run
-    _sim: Simulator
-    # class attributes shadow RunningJob's slots (read-only here): no per-snapshot stores on the hot path
-    cap = None
-    shared_nodes = ()
-    tasks_left = None
-    replicas = ()
-    migrated_at = -_INF
-    throughput = None  # vmctld's observed task-bag throughput: the simulator has none
-    checkpointed = False
-    slot_levels = None
-
-    @property
-    def level(self) -> int:
-        return 0 if self.tier is _FG else 1
-
-    @property
-    def progress(self) -> float:
-        return self._run.progress_at(self._sim.now)
-
-    def __repr__(self) -> str:
-        return (f"RunningJob(id={self.job.id!r}, tier={self.tier.value}, cores={self.cores}, "
-                f"progress={self.progress:.3f}, expected_end={self.expected_end:.3f})")
-
-
-class _LiveRunningJob(_LiveProgress):
-    """Also a live ``expected_end = max(now, blocked_until) + estimate - progress`` (the ARCHITECTURE
-    contract): for a fg job that advances slower than real time (fg loss), it drifts with the clock."""
-
-    __slots__ = ()
-
-    @property
-    def expected_end(self) -> float:
-        run = self._run
-        now = self._sim.now
-        begin = run.blocked_until if run.blocked_until > now else now
-        return begin + run.job.estimate - run.progress_at(now)
-
-
-class _Live(RunningJob):
-    """A RunningJob whose ``progress`` is live (as of the simulator's current time)."""
-
-    __slots__ = ("_run", "_sim")
-    _run: _Run
-    _sim: Simulator
-    tasks_left = None
-    throughput = None
-
-    @property
-    def progress(self) -> float:
-        return self._run.progress_at(self._sim.now)
-
-
-class _LiveShared(_Live):
-    """A running job of capped shared VMs (vcsched): ``shared_nodes``/``cap`` are its placement; its
-    ``cores`` stand for its nodes (the first core of each); progress is live."""
-
-    __slots__ = ()
-    replicas = ()
-    migrated_at = -_INF
-    checkpointed = False
-    slot_levels = None
-
-
-class _LiveLevel(_Live):
-    """A running job on the levelled path: its ``level``, ``suspended`` (also for a checkpointed job,
-    which holds no slot), ``checkpointed`` and placement are fields; ``progress`` is live and ``expected_end`` is what
-    the execution model says (``ExecutionModel.expected_end``)."""
-
-    __slots__ = ()
-    cap = None
-    shared_nodes = ()
-
-    @property
-    def expected_end(self) -> float:
-        return self._sim.model.expected_end(self._run, self._sim.now)
-
-    @property
-    def tasks_left(self) -> int | None:  # type: ignore[override]
-        return self._sim.model.tasks_left(self._run)
-
-    def __repr__(self) -> str:
-        return (f"RunningJob(id={self.job.id!r}, level={self.level}, cores={self.cores}, "
-                f"progress={self.progress:.3f}, suspended={self.suspended})")
-
-
 class _RunningView(Mapping[str, RunningJob]):
     """Live ``ClusterView.running``: a read-only face of the simulator's dict of snapshots."""
 
@@ -390,15 +259,8 @@ class _RunningView(Mapping[str, RunningJob]):
 
 ProgressCallback = Callable[[int, int], None]
 
-# The slot setters of a fast-path snapshot (``_LiveProgress``): one snapshot is built per start, and
-# calling a member descriptor's ``__set__`` costs about 60 % of ``object.__setattr__`` on the frozen class.
-_SNAP_NAMES = ("job", "tier", "cores", "start_time", "tier_since", "suspended", "expected_end", "_run", "_sim")
-(_SET_JOB, _SET_TIER, _SET_CORES, _SET_START, _SET_SINCE, _SET_SUSPENDED, _SET_END, _SET_RUN,
- _SET_SIM) = (getattr(_LiveProgress, name).__set__ for name in _SNAP_NAMES)
-_new_object = object.__new__
 
-
-class Simulator:
+class Simulator(TwoTierEngine, LevelEngine):
     """Run one policy over one workload. ``jobs`` must be sorted by submit time (ties keep their order);
     jobs wider than the machine are dropped and counted in ``dropped``."""
 
@@ -596,12 +458,14 @@ class Simulator:
         self._resized = bytearray(0)
         if self._leveled:
             self._held, self._held_at, self._resized = [0.0] * n, [0.0] * n, bytearray(n)
+        # the engine: the two-tier engine (the fast path) for the two-tier model, the levelled one for
+        # every other (vmctl.sim.engine_twotier, vmctl.sim.engine_levels)
         if self._leveled:
             # the trace's work stays what models read; ``_work`` becomes each job's work in its latest run
             self.job_work = list(self._work)
-
-            self._reschedule = self._reschedule_leveled  # type: ignore[method-assign]
-            self._vacate = self._vacate_leveled  # type: ignore[method-assign]
+            self._reschedule, self._vacate = self._reschedule_leveled, self._vacate_leveled
+        else:
+            self._reschedule, self._vacate = self._reschedule_two_tier, self._vacate_two_tier
         model.bind(self)
         self._rate = model.rate
         if isinstance(model, TwoTierModel):
@@ -627,587 +491,6 @@ class Simulator:
             for u in usage:
                 if not 0.0 < u <= 1.0:
                     raise ValidationError(field=f"job {self._ids[i]}.cpu_usage", problem=f"{u} not in (0, 1]")
-
-    # ------------------------------------------------------------------ view support
-
-    def _snapshot(self, run: _Run) -> None:
-        """(Re)build the job's entry in ``view.running`` after its placement or rate changed."""
-        fg = run.tier is _FG
-        if not fg and run.shared:
-            self._snapshot_shared(run)
-            return
-        fixed_end = not fg or run.rate == 1.0
-        snap = _new_object(_LiveProgress if fixed_end else _LiveRunningJob)
-        _SET_JOB(snap, run.job)
-        _SET_TIER(snap, run.tier)
-        _SET_CORES(snap, run.cores)
-        _SET_START(snap, run.start_time)
-        _SET_SINCE(snap, run.tier_since)
-        _SET_SUSPENDED(snap, False)
-        _SET_RUN(snap, run)
-        _SET_SIM(snap, self)
-        if fixed_end:
-            if fg:
-                start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
-                _SET_END(snap, start + run.job.estimate - run.p0)
-            else:
-                _SET_END(snap, _INF)
-        self._snaps[run.job.id] = snap
-
-    def _snapshot_shared(self, run: _Run) -> None:
-        snap = _LiveShared.__new__(_LiveShared)
-        setattr_ = object.__setattr__
-        for name, value in (("job", run.job), ("tier", _FG), ("cores", run.cores), ("start_time", run.start_time),
-                            ("tier_since", run.tier_since), ("suspended", False), ("level", 0), ("cap", run.cap),
-                            ("shared_nodes", run.nodes), ("expected_end", _INF), ("_run", run), ("_sim", self)):
-            setattr_(snap, name, value)
-        self._snaps[run.job.id] = snap
-
-    # ------------------------------------------------------------------ rates and events
-
-    def _reschedule(self, run: _Run) -> None:
-        """Settle progress at now, recompute the rate and push a fresh completion event."""
-        now = self.now
-        # run.settle(now), inlined (same arithmetic as _Run.progress_at)
-        start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
-        if now > start:
-            run.p0 = run.p0 + run.rate * (now - start)
-        run.t0 = now
-        rate = run.rate = self._rate(run)
-        if run.placed:  # a rate change alone leaves the snapshot valid (its progress is live)
-            self._snapshot(run)
-            run.placed = False
-        version = self._version = self._version + 1
-        run.version = version
-        if rate > 0.0:
-            start = run.t0 if run.t0 > run.blocked_until else run.blocked_until
-            remaining = self._work[run.idx] - run.p0
-            t = start + (remaining / rate if remaining > 0 else 0.0)
-            heapq.heappush(self._heap, (t, version, run))
-
-    def _mark_fg_change(self, cores: tuple[int, ...]) -> None:
-        """The fg occupancy of ``cores`` changed: the bg jobs there need a new rate."""
-        if not self._bg_count:
-            return
-        bg_run = self._bg_run
-        dirty = self._dirty
-        for c in cores:
-            b = bg_run[c]
-            if b is not None:
-                dirty[b.idx] = b
-
-    def _flush_dirty(self) -> None:
-        if self._dirty:
-            runs = self._runs
-            reschedule = self._reschedule
-            for run in self._dirty.values():
-                if runs.get(run.job.id) is run:
-                    reschedule(run)
-            self._dirty.clear()
-
-    # ------------------------------------------------------------------ placement
-
-    def _place(self, run: _Run, tier: Tier, cores: tuple[int, ...]) -> None:
-        jid = run.job.id
-        run.tier = tier
-        run.cores = cores
-        run.placed = True
-        if tier is _FG:
-            self._take_fg(run, jid, cores)
-            if self._bg_count:
-                self._mark_fg_change(cores)
-        else:
-            if not self._fg_run_kept:
-                self._keep_fg_run()
-            bg_job, bg_run = self._bg_job, self._bg_run
-            for c in cores:
-                bg_job[c] = jid
-                bg_run[c] = run
-            self._idle_bg.difference_update(cores)
-            self._bg_count += 1
-        self._dirty[run.idx] = run
-
-    def _take_fg(self, run: _Run, job_id: str, cores: tuple[int, ...]) -> None:
-        """The fg slots of ``cores`` go to ``run`` (fast path): job, utilization, the run itself once kept."""
-        fg_job, fg_util, usage = self._fg_job, self._fg_util, self._usage[run.idx]
-        if len(cores) == 1:  # the most frequent width, without the loop
-            c = cores[0]
-            fg_job[c] = job_id
-            fg_util[c] = usage[0]
-        else:  # (the checker has matched len(cores) to procs, the length of the usage tuple)
-            for c, u in zip(cores, usage, strict=False):
-                fg_job[c] = job_id
-                fg_util[c] = u
-        if self._fg_run_kept:
-            fg_run = self._fg_run
-            for c in cores:
-                fg_run[c] = run
-        self._idle_fg.difference_update(cores)
-
-    def _keep_fg_run(self) -> None:
-        """Fast path: the fg run of each core (``slot_run[0]``, which only a bg run's rate reads) is kept
-        from the first bg placement on; until then nobody reads it and starts and completions skip it."""
-        runs, fg_run = self._runs, self._fg_run
-        for c, jid in enumerate(self._fg_job):
-            fg_run[c] = None if jid is None else runs[jid]
-        self._fg_run_kept = True
-
-    def _vacate(self, run: _Run) -> None:
-        cores = run.cores
-        if run.tier is _FG:
-            fg_job, fg_util = self._fg_job, self._fg_util
-            for c in cores:
-                fg_job[c] = None
-                fg_util[c] = 0.0
-            if self._fg_run_kept:
-                fg_run = self._fg_run
-                for c in cores:
-                    fg_run[c] = None
-            self._idle_fg.update(cores)
-            if self._bg_count:
-                self._mark_fg_change(cores)
-        elif run.shared:
-            return  # shared VMs hold no level of a core
-        else:
-            bg_job, bg_run = self._bg_job, self._bg_run
-            for c in cores:
-                bg_job[c] = None
-                bg_run[c] = None
-            self._idle_bg.update(cores)
-            self._bg_count -= 1
-
-    def _enqueue(self, idx: int, job: Job) -> None:
-        key = (self._submit[idx], idx)
-        self._qkey[job.id] = key
-        self._qjobs[job.id] = job
-        q = self._queue
-        if not q or self._qkey[q[-1].id] <= key:
-            q.append(job)
-        else:
-            pos = bisect.bisect_left(q, key, key=lambda j: self._qkey[j.id])
-            q.insert(pos, job)
-
-    def _dequeue(self, job_id: str) -> Job:
-        """Remove a queued job (usually the head) for a start."""
-        q = self._queue
-        qkey = self._qkey
-        del self._qjobs[job_id]
-        if q[0].id == job_id:
-            del qkey[job_id]
-            return q.pop(0)
-        pos = bisect.bisect_left(q, qkey[job_id], key=lambda j: qkey[j.id])
-        job = q[pos]
-        if job.id != job_id:  # pragma: no cover - the key order is a total order
-            raise SimulationError(time=self.now, problem=f"queue order broken at {job_id}")
-        del q[pos]
-        del qkey[job_id]
-        return job
-
-    # ------------------------------------------------------------------ actions
-
-    def _new_run(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> _Run:
-        """Take a queued job out of the queue into a new run (not placed yet)."""
-        idx = self._qkey[job_id][1]  # (submit, position): the queue key knows the job's position
-        now = self.now
-        run = _Run(idx, self._dequeue(job_id), tier, cores, now)
-        self._runs[job_id] = run
-        first = self._first_start
-        if first[idx] != first[idx]:  # NaN: first start
-            first[idx] = now
-            if tier is not _FG:
-                self._first_bg[idx] = 1
-        return run
-
-    def _start(self, job_id: str, tier: Tier, cores: tuple[int, ...]) -> None:
-        self._place(self._new_run(job_id, tier, cores), tier, cores)
-
-    def _start_fg_now(self, job_id: str, cores: tuple[int, ...]) -> None:
-        """StartFg while no job runs in the bg tier and no rate waits for the flush (``_dirty`` empty):
-        ``_start``, ``_place`` and the flush's ``_reschedule`` in one. The effects and their order are
-        the same: nothing else is marked dirty (no bg job exists), and this run takes its version now,
-        which is the version the flush would have given it first."""
-        run = self._new_run(job_id, _FG, cores)
-        idx = run.idx
-        self._take_fg(run, job_id, cores)
-        rate = run.rate = 1.0 - self._loss[idx] if self.two_tier else 1.0
-        run.placed = False
-        # the snapshot (``_snapshot`` of a fg run that has not advanced yet: t0 = blocked_until = now, p0 = 0)
-        now = self.now
-        job = run.job
-        snap = _new_object(_LiveProgress if rate == 1.0 else _LiveRunningJob)
-        _SET_JOB(snap, job)
-        _SET_TIER(snap, _FG)
-        _SET_CORES(snap, cores)
-        _SET_START(snap, now)
-        _SET_SINCE(snap, now)
-        _SET_SUSPENDED(snap, False)
-        _SET_RUN(snap, run)
-        _SET_SIM(snap, self)
-        if rate == 1.0:
-            _SET_END(snap, now + job.estimate)
-        self._snaps[job_id] = snap
-        version = self._version = self._version + 1
-        run.version = version
-        if rate > 0.0:
-            work = self._work[idx]
-            heapq.heappush(self._heap, (now + (work / rate if work > 0 else 0.0), version, run))
-
-    def _apply(self, decision: Decision) -> None:
-        actions = decision.actions
-        dirty = self._dirty
-        if not actions:
-            if dirty:
-                self._flush_dirty()
-            return
-        for act in actions:
-            t = type(act)
-            if t is StartFg:
-                sact = cast("StartFg", act)
-                if dirty or self._bg_count:
-                    self._start(sact.job_id, _FG, sact.cores)
-                else:
-                    self._start_fg_now(sact.job_id, sact.cores)
-            elif t is StartBg:
-                bact = cast("StartBg", act)
-                self._start(bact.job_id, _BG, bact.cores)
-            else:
-                self._apply_other(act)
-        if dirty:
-            self._flush_dirty()
-
-    def _apply_other(self, act: object) -> None:
-        now = self.now
-        if isinstance(act, Start | Move):
-            act = priority_form(act)
-        if isinstance(act, StartFg):
-            self._start(act.job_id, Tier.FG, act.cores)
-        elif isinstance(act, StartBg):
-            self._start(act.job_id, Tier.BG, act.cores)
-        elif isinstance(act, Promote | Demote):
-            run = self._runs[act.job_id]
-            run.settle(now)
-            self._vacate(run)
-            run.tier_since = now
-            self._tier_changes[run.idx] += 1
-            self._place(run, Tier.FG if isinstance(act, Promote) else Tier.BG, run.cores)
-        elif isinstance(act, Migrate):
-            run = self._runs[act.job_id]
-            run.settle(now)
-            self._vacate(run)
-            run.tier_since = now
-            run.blocked_until = max(now, run.blocked_until) + act.cost
-            self._migrations += 1
-            self._job_migrations[run.idx] += 1
-            if act.tier is not run.tier:
-                self._tier_changes[run.idx] += 1
-            self._place(run, act.tier, act.cores)
-        elif isinstance(act, Kill):
-            run = self._runs.pop(act.job_id)
-            del self._snaps[act.job_id]
-            self._vacate(run)
-            self._killed(run, act.requeue)
-        elif isinstance(act, PlaceShared | SetCap):
-            self._apply_shared(act)
-        else:
-            kind = getattr(act, "kind", type(act).__name__)
-            raise SimulationError(time=now, problem=f"the simulator does not model {kind} "
-                                                    f"({getattr(act, 'job_id', '?')})")
-
-    def _killed(self, run: _Run, requeue: bool) -> None:
-        """A run the policy killed (out of ``_runs``, slots already freed): its progress is lost (counted in
-        ``wasted_work``); with ``requeue`` the job waits again, else it is cancelled for good."""
-        run.settle(self.now)
-        self._version += 1
-        run.version = -1
-        self._policy_kills += 1
-        self._job_kills[run.idx] += 1
-        self._wasted += run.p0 * run.width
-        if requeue:
-            self._enqueue(run.idx, run.job)
-        else:  # cancelled for good: no end time, left out of the metrics
-            self._dropped_by_policy[run.idx] = 1
-            self.dropped["killed by the policy"] = self.dropped.get("killed by the policy", 0) + 1
-            self._done += 1
-
-    def _apply_shared(self, act: PlaceShared | SetCap) -> None:
-        """Capped shared VMs (vcsched): PlaceShared starts a queued job or re-places a running one (a
-        change of nodes counts as one migration, at no cost); SetCap changes the cap. The job advances
-        at ``shared_rate(cap, cpu_need)``."""
-        now = self.now
-        run = self._runs.get(act.job_id)
-        if run is not None and not run.shared:
-            raise SimulationError(time=now, problem=f"the simulator does not model {act.kind} of {act.job_id}, "
-                                                    "which runs on a level of its cores")
-        if isinstance(act, SetCap):
-            assert run is not None  # the checker: SetCap names a running job
-            run.settle(now)
-            run.cap = act.cap if act.cap is not None else min(1.0, run.job.cpu_need)
-        else:
-            stand_in = tuple(self._node_core[n] for n in act.nodes)
-            if run is None:
-                run = self._new_run(act.job_id, _BG, stand_in)
-                run.shared = True
-                self._first_bg[run.idx] = 2
-            else:
-                run.settle(now)
-                if sorted(run.nodes) != sorted(act.nodes):
-                    run.tier_since = now
-                    self._migrations += 1
-                    self._job_migrations[run.idx] += 1
-                run.cores = stand_in
-            run.nodes = act.nodes
-            run.cap = act.cap
-        run.placed = True
-        self._dirty[run.idx] = run
-
-    # ------------------------------------------------------------------ the levelled path (any model but two-tier)
-
-    def _apply_leveled(self, decision: Decision) -> None:
-        """Apply a checked decision on the levelled path: each action goes through the one occupancy
-        model (:class:`~vmctl.policies.occupancy.Occupancy`, which decides what it does to the slots);
-        the engine adds what it means for the runs (progress kept or lost, costs, counters) and then
-        commits the slots the overlay changed."""
-        dirty = self._dirty
-        actions = decision.actions
-        if actions:
-            view = self.view
-            occ = Occupancy(view, queued_subset(view, {a.job_id for a in actions}), self.now)
-            gone: list[str] = []
-            resized: list[tuple[_Run, tuple[tuple[int, int], ...]]] = []
-            for act in actions:
-                occ.apply(act)  # the rules, written once; the checker has already accepted the decision
-                self._effect(act, occ, gone, resized)
-            self._commit(occ, gone)
-            for run, old in resized:
-                for r in self.model.on_resize(run, old, self.now):
-                    dirty[r.idx] = r
-        if decision.schedule is not None:
-            for r in self.model.on_schedule(decision.schedule, self.now):
-                dirty[r.idx] = r
-        if dirty:
-            self._flush_dirty()
-
-    def _effect(self, act: Action, occ: Occupancy, gone: list[str],
-                resized: list[tuple[_Run, tuple[tuple[int, int], ...]]]) -> None:
-        """What one action (already applied to ``occ``) does to the runs; slots are committed later."""
-        now = self.now
-        jid = act.job_id
-        if isinstance(act, PlaceShared | SetCap):
-            raise SimulationError(time=now, problem=f"the {self.model.name} model has no capped shared VMs "
-                                                    f"({act.kind} {jid})")
-        if isinstance(act, Start | StartFg | StartBg):
-            level, cores = self._placement(occ, jid)
-            run = self._new_run(jid, tier_of_level(level), cores)
-            run.on_level(level)
-            run.slot_levels = occ.multi.get(jid)
-            self._width[run.idx] = len(cores)
-            self._work[run.idx] = self.model.work(run)
-            if self._span is not None:
-                self._span[run.idx] = self.model.span(run)
-            if self._held is not None:  # a new run: its slots are held from now
-                self._held[run.idx], self._held_at[run.idx], self._resized[run.idx] = 0.0, now, 0
-            self._dirty[run.idx] = run
-            return
-        if isinstance(act, Kill):
-            gone.append(jid)
-            self._killed(self._runs.pop(jid), act.requeue)
-            return
-        run = self._runs[jid]
-        run.settle(now)
-        if self._held is not None:
-            self._held_count(run)
-        run.placed = True
-        self._dirty[run.idx] = run
-        if isinstance(act, Suspend):
-            run.suspended = True
-        elif isinstance(act, Resume):
-            if run.checkpointed:
-                raise SimulationError(time=now, problem=f"resume {jid}: the job is checkpointed and holds no "
-                                                        "slots; restore it (Restore, or Move onto cores)")
-            run.suspended = False
-        elif isinstance(act, Checkpoint):
-            run.checkpointed = True
-            run.replicas = ()
-            run.slot_levels = None  # its slots are freed; a restore places it on one level
-        elif isinstance(act, Replicate | Unreplicate):
-            run.level, run.cores = self._placement(occ, jid)
-            run.tier = tier_of_level(run.level)
-            run.replicas = occ.extra.get(jid, ())
-        elif isinstance(act, Resize):
-            old = run.slots
-            run.level, run.cores = self._placement(occ, jid)
-            run.slot_levels = occ.multi.get(jid)
-            run.tier = tier_of_level(run.level)
-            self._width[run.idx] = len(run.cores)
-            self._resized[run.idx] = 1
-            resized.append((run, old))
-        else:  # Move and its priority names: Promote, Demote, Migrate, Restore
-            level, cores = self._placement(occ, jid)
-            cost = act.cost if isinstance(act, Move | Migrate) else 0.0
-            if level != run.level:
-                self._tier_changes[run.idx] += 1
-            if not run.checkpointed and sorted(cores) != sorted(run.cores):
-                self._migrations += 1
-                self._job_migrations[run.idx] += 1
-                run.migrated_at = now
-                self._migration_loss += cost * len(cores)
-            run.level, run.cores, run.tier = level, cores, tier_of_level(level)
-            run.slot_levels = occ.multi.get(jid)
-            run.tier_since = now
-            run.debt += cost
-            if run.checkpointed or isinstance(act, Restore):  # a restore: back on slots, running
-                run.checkpointed = run.suspended = False
-
-    def _placement(self, occ: Occupancy, job_id: str) -> tuple[int, tuple[int, ...]]:
-        where = occ.placed.get(job_id)
-        if where is None or where[0] < 0:  # pragma: no cover - the occupancy model has just placed it
-            raise SimulationError(time=self.now, problem=f"{job_id} has no placement after its action")
-        return where
-
-    def _commit(self, occ: Occupancy, gone: list[str]) -> None:
-        """Write the slots the decision changed (the occupancy overlay) into the engine's arrays, and
-        re-rate the runs the model says depend on them."""
-        snaps = self._snaps
-        for jid in gone:
-            if jid not in self._runs:
-                snaps.pop(jid, None)
-        runs, dirty, affected = self._runs, self._dirty, self.model.affected
-        for level, over in enumerate(occ.over):
-            if not over:
-                continue
-            jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
-            for c, holder in over.items():
-                jobs[c] = holder
-                if holder is None:
-                    slot_run[c] = None
-                    idle.add(c)
-                else:
-                    slot_run[c] = runs[holder]
-                    idle.discard(c)
-            for r in affected(level, over.keys()):
-                dirty[r.idx] = r
-
-    def _vacate_leveled(self, run: _Run) -> None:
-        """A completed run leaves its slots (the engine's own event, not an action)."""
-        if run.checkpointed:
-            return
-        jid = run.job.id
-        if run.slot_levels is not None:
-            slots: tuple[tuple[int, int], ...] = run.slots
-        else:
-            slots = tuple((c, lv) for lv in (run.level, *run.replicas) for c in run.cores)
-        for level, cores in _by_level(slots).items():
-            jobs, slot_run, idle = self._slot_job[level], self._slot_run[level], self._idle[level]
-            for c in cores:
-                if jobs[c] == jid:
-                    jobs[c] = None
-                    slot_run[c] = None
-                    idle.add(c)
-            for r in self.model.affected(level, cores):
-                self._dirty[r.idx] = r
-
-    def hold_slots(self, run: _Run, slots: tuple[tuple[int, int], ...]) -> None:
-        """``EngineState.hold_slots``: a task bag's worker keeps a slot a Resize gave up until its task ends."""
-        jid = run.job.id
-        for c, level in slots:
-            jobs = self._slot_job[level]
-            if jobs[c] is not None:
-                raise SimulationError(time=self.now, problem=f"resize of {jid} gave up {level_name(level)} of core {c} "
-                                      f"while a task runs there, and the same decision gave it to {jobs[c]} (a "
-                                      "shrink takes effect at task boundaries)")
-            jobs[c], self._slot_run[level][c] = jid, run
-            self._idle[level].discard(c)
-        self._reslot(run, run.slots + slots, slots)
-
-    def release_slots(self, run: _Run, slots: tuple[tuple[int, int], ...]) -> None:
-        """``EngineState.release_slots``: the run gives up the (core, level) ``slots`` now."""
-        self._released = True
-        jid = run.job.id
-        for c, level in slots:
-            jobs = self._slot_job[level]
-            if jobs[c] == jid:
-                jobs[c], self._slot_run[level][c] = None, None
-                self._idle[level].add(c)
-        gone = set(slots)
-        self._reslot(run, tuple(s for s in run.slots if s not in gone), slots)
-
-    def _held_count(self, run: _Run) -> None:
-        """Add the core-seconds the run's slots were held since the last count (none while checkpointed),
-        before its slots change (a move, checkpoint, resize or task boundary) and when it ends."""
-        held, at, idx, now = self._held, self._held_at, run.idx, self.now
-        if held is not None:
-            held[idx] += (0 if run.checkpointed else len(run.cores)) * (now - at[idx])
-            at[idx] = now
-
-    def _reslot(self, run: _Run, slots: tuple[tuple[int, int], ...], changed: tuple[tuple[int, int], ...]) -> None:
-        """The run now holds ``slots`` ((core, level) pairs; ``changed`` changed hands)."""
-        self._held_count(run)
-        self._resized[run.idx] = 1
-        run.cores = tuple(c for c, _lv in slots)
-        levels = tuple(lv for _c, lv in slots)
-        if levels and any(lv != levels[0] for lv in levels):
-            run.level, run.slot_levels = min(levels), levels
-        else:
-            run.slot_levels = None
-            if levels:
-                run.level = levels[0]
-        run.tier = tier_of_level(run.level)
-        run.placed = True
-        self._width[run.idx] = len(slots)
-        self._dirty[run.idx] = run
-        for level, cores in _by_level(changed).items():
-            for r in self.model.affected(level, cores):
-                self._dirty[r.idx] = r
-
-    def _reschedule_leveled(self, run: _Run) -> None:
-        """Settle at now, ask the model for the rate (0 while stopped), move what is still owed to a
-        move's cost into advancing time (``Run.debt``), and push a fresh completion event."""
-        now = self.now
-        run.settle(now)
-        rate = 0.0 if run.stopped else self._rate(run)
-        owed = run.debt + (run.blocked_until - now if run.blocked_until > now else 0.0)
-        if rate > 0.0:
-            run.blocked_until = now + owed
-            run.debt = 0.0
-        else:
-            run.blocked_until = now
-            run.debt = owed
-        run.rate = rate
-        if run.placed:
-            self._snapshot_leveled(run)
-            run.placed = False
-        version = self._version = self._version + 1
-        run.version = version
-        remaining = self._work[run.idx] - run.p0
-        if rate > 0.0:
-            heapq.heappush(self._heap, (run.blocked_until + (remaining / rate if remaining > 0 else 0.0), version, run))
-        elif remaining <= _DONE_TOL and not run.stopped:  # done up to rounding when its rate fell to 0
-            heapq.heappush(self._heap, (now, version, run))
-
-    def _snapshot_leveled(self, run: _Run) -> None:
-        snap = _LiveLevel.__new__(_LiveLevel)
-        setattr_ = object.__setattr__
-        for name, value in (("job", run.job), ("tier", run.tier), ("cores", run.cores),
-                            ("start_time", run.start_time), ("tier_since", run.tier_since),
-                            ("suspended", run.stopped), ("checkpointed", run.checkpointed), ("level", run.level),
-                            ("slot_levels", run.slot_levels),
-                            ("replicas", run.replicas),
-                            ("migrated_at", run.migrated_at), ("_run", run), ("_sim", self)):
-            setattr_(snap, name, value)
-        self._snaps[run.job.id] = snap
-
-    def _complete(self, run: _Run) -> None:
-        idx = run.idx
-        if self._held is not None:
-            self._held_count(run)
-        del self._runs[run.job.id]
-        del self._snaps[run.job.id]
-        self._vacate(run)
-        run.version = -1
-        self._end[idx] = self.now
-        if self._run_time[idx] > self._estimate[idx]:
-            self._est_killed[idx] = 1
-        self._done += 1
 
     # ------------------------------------------------------------------ main loop
 
@@ -1235,10 +518,13 @@ class Simulator:
         heappop = heapq.heappop
         ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
         priority, user_name = self._priority, self._user_name
-        complete, enqueue, apply, decide = self._complete, self._enqueue, self._apply, policy.decide
+        complete, enqueue, decide = self._complete, self._enqueue, policy.decide
+        # the two-tier engine applies decisions of starts on free slots directly (``accepts_fast``, whose
+        # effects are known: ``tests/unit/test_effects.py``); every other decision is committed from the
+        # checker's overlay, whose effects say what each action did
+        fast: Callable[[ClusterView, Decision, float], bool] | None = None if self._leveled else accepts_fast
+        apply_starts, commit = self._apply_starts, self._apply_leveled if self._leveled else self._commit_effects
         queue, qkey, qjobs = self._queue, self._qkey, self._qjobs
-        if self._leveled:
-            apply = self._apply_leveled
         # model-internal events (time-slice boundaries ...): asked on every turn only when the model has any
         events = self.model.has_events
         next_event, on_event = self.model.next_event, self.model.on_event
@@ -1323,9 +609,10 @@ class Simulator:
                 self._wake = None
             else:
                 decision = decide(view, now)
-                if not accepts_fast(view, decision, now):
-                    check_decision(view, decision, now)
-                apply(decision)
+                if fast is not None and fast(view, decision, now):
+                    apply_starts(decision)
+                else:
+                    commit(decision, check_decision(view, decision, now))
                 w = decision.wake_at
                 self._wake = w if w is not None and w > due else None
             if on_progress is not None and self._done >= next_report:
