@@ -164,9 +164,9 @@ class ClusterState:
     _reports: int = 0
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
-    # and whether every process maps to a known core
-    _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool]] = field(
-        default_factory=dict)
+    # whether every process maps to a known core, its slots' levels, the lowest, and whether they are all one
+    _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool, tuple[int, ...], int, bool]] \
+        = field(default_factory=dict)
     # retention: every finished job's (end_time, seq, id), and the same entries in a min-heap (oldest end
     # first; an entry no longer in _fentry is stale and skipped when it comes up)
     _fentry: dict[str, tuple[float, int, str]] = field(default_factory=dict)
@@ -206,9 +206,9 @@ class ClusterState:
 
     # ------------------------------------------------------------------ indexes
     def nodes_of(self, job: JobRecord) -> frozenset[str]:
-        if job.state not in ACTIVE or not job.placement:
+        if job.state not in ACTIVE or not job.slots:
             return frozenset()
-        out = {n for n, _c in job.placement}
+        out = {s.node for s in job.slots}
         if job.migrating:
             op = self.ops.get(job.migrating)
             if op is not None:
@@ -411,7 +411,7 @@ class ClusterState:
         """A placed moldable job's work per process: its shape's time at the width it was started with, on
         standard cores (speed 1.0); None for other jobs."""
         shape = self.shape_of(rec)
-        width = len(rec.placement)
+        width = len(rec.slots)
         if shape is None or shape.kind != "moldable" or not shape.allows(width):
             return None
         return shape.time_at(width)
@@ -424,7 +424,7 @@ class ClusterState:
         if work is None:
             return None
         speed, _group, _mem = self.node_attributes()
-        slowest = min((speed.get(n, 1.0) for n, _c in rec.placement), default=1.0)
+        slowest = min((speed.get(s.node, 1.0) for s in rec.slots), default=1.0)
         return work / slowest
 
     def run_limit(self, rec: JobRecord) -> float:
@@ -671,11 +671,11 @@ class ClusterState:
         estimated usage (a process that uses half a core progresses one second per half CPU second).
         None while some process's VM has not been reported to this daemon (after a restart: until its
         agent relisted), and for a task bag (its workers come and go; no estimate kill applies to it)."""
-        if not job.placement or job.bag is not None:
+        if not job.slots or job.bag is not None:
             return None
         o = self.job_obj(job)
         least = math.inf
-        for i, (node, _c) in enumerate(job.placement):
+        for i, node in enumerate(s.node for s in job.slots):
             cpu = self._cpu.get(node, {}).get(job.vm_name(i))
             if cpu is None:
                 return None

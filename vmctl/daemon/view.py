@@ -42,12 +42,12 @@ def build_view(st: ClusterState, now: float) -> tuple[ClusterView, Layout]:
             usable[off:off + lay.cores[name]] = [True] * lay.cores[name]
     running: dict[str, RunningJob] = {}
     offset, ncores, util_of = lay.offset, lay.cores, st._util
-    placed: list[tuple[JobRecord, tuple[int, ...]]] = []
+    placed: list[tuple[JobRecord, tuple[int, ...], int]] = []
     static = st._static
     for rec in st.active():
         shared = rec.shared
         cached = static.get(rec.id)
-        if cached is None:
+        if cached is None:  # until the job's record changes (``ClusterState.reindex``) or the nodes do
             cores: list[int] = []
             for s in rec.slots:
                 base = offset.get(s.node)
@@ -59,25 +59,29 @@ def build_view(st: ClusterState, now: float) -> tuple[ClusterView, Layout]:
                     cores.append(base + s.core)
             job = st.job_obj(rec)
             n = len(rec.slots)
+            on = tuple(s.level for s in rec.slots)
             cached = (tuple(cores), tuple(rec.vm_name(i) for i in range(n)), tuple(job.usage_of(i) for i in range(n)),
-                      n > 0 and len(cores) == n)
+                      n > 0 and len(cores) == n, on, min(on, default=0), len(set(on)) <= 1)
             static[rec.id] = cached
-        cores_t, names, usages, complete = cached
+        cores_t, names, usages, complete, on_levels, low, uniform = cached
         if complete:
-            placed.append((rec, cores_t))
+            placed.append((rec, cores_t, low))
         if shared:
             continue
         if not rec.checkpointed:
             jid = rec.id
-            if rec.gang:  # a gang job: its row and its replicas, on every one of its cores
-                for lv in (rec.slots[0].level, *rec.replicas):
+            if rec.gang or uniform:  # a gang job's row and its replicas, or a job on one level: every core
+                for lv in (low, *rec.replicas) if rec.gang else (low,):
                     if lv < len(slots):
                         row = slots[lv]
                         for g in cores_t:
                             row[g] = jid
-            else:  # each process on its slot's level; level 0 holds the fg slot and its utilization
-                for g, s, name, us in zip(cores_t, rec.slots, names, usages, strict=False):
-                    lv = s.level
+                if low == 0 and not rec.gang:  # level 0 holds the fg slot and its utilization
+                    for g, name, us in zip(cores_t, names, usages, strict=False):
+                        u = util_of.get(name)
+                        util[g] = us if u is None else u
+            else:  # a task bag on several levels: each worker on its slot's level
+                for g, lv, name, us in zip(cores_t, on_levels, names, usages, strict=False):
                     if lv < len(slots):
                         slots[lv][g] = jid
                     if lv == 0:
@@ -93,17 +97,15 @@ def build_view(st: ClusterState, now: float) -> tuple[ClusterView, Layout]:
                     g2 = lay.global_core(str(m["from"][0]), int(m["from"][1]))
                     if g2 is not None and arr[g2] is None:
                         arr[g2] = rec.id
-    for rec, cores_t in placed:
-        tier = Tier.FG if rec.lowest_level == 0 else Tier.BG  # vcsched's shared VMs count as fg
-        prog = _progress_with(st, rec, now, util, fg, cores_t)
+    for rec, cores_t, low in placed:
+        tier = Tier.FG if low == 0 else Tier.BG  # vcsched's shared VMs count as fg
+        prog = _progress_with(st, rec, now, util, fg, cores_t, low)
         job = st.job_obj(rec)
         end = now + max(0.0, job.estimate - prog) if (tier is Tier.FG or rec.gang) and \
             rec.state == JobState.RUNNING else math.inf
         per_slot: tuple[int, ...] | None = None
-        if rec.bag is not None:
-            bag_levels = tuple(dispatcher.slot_levels(rec))
-            if any(lv != bag_levels[0] for lv in bag_levels):
-                per_slot = bag_levels
+        if rec.bag is not None and not static[rec.id][6]:
+            per_slot = static[rec.id][4]
         running[rec.id] = RunningJob(
             job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
             tier_since=rec.tier_since or now, progress=prog, expected_end=end,
@@ -111,7 +113,7 @@ def build_view(st: ClusterState, now: float) -> tuple[ClusterView, Layout]:
             cap=rec.cap, shared_nodes=tuple(s.node for s in rec.slots) if rec.shared else (),
             tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
             throughput=None if rec.bag is None else dispatcher.throughput_by_slot(rec, lay.global_core),
-            level=rec.slots[0].level if rec.gang else -1, replicas=tuple(rec.replicas), slot_levels=per_slot,
+            level=low if rec.gang else -1, replicas=tuple(rec.replicas), slot_levels=per_slot,
             migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
         )
     queue, queue_index = st.queue_jobs()
@@ -132,7 +134,7 @@ def build_view(st: ClusterState, now: float) -> tuple[ClusterView, Layout]:
 
 
 def _progress_with(st: ClusterState, rec: JobRecord, now: float, util: list[float], fg: list[str | None],
-                   cores: tuple[int, ...]) -> float:
+                   cores: tuple[int, ...], low: int) -> float:
     """``ClusterState.progress`` with the fg utilization of the view being built."""
     if rec.tier_since is None:
         return rec.progress_base
@@ -142,7 +144,7 @@ def _progress_with(st: ClusterState, rec: JobRecord, now: float, util: list[floa
         pace = row_pace(rec, st.slices)
     elif rec.shared:
         pace = shared_rate(rec.cap, st.job_obj(rec).cpu_need)
-    elif rec.lowest_level == 0:
+    elif low == 0:
         pace = 1.0
     else:
         pace = bg_pace(st.job_obj(rec), [None if fg[g] is None else util[g] for g in cores])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter
 from typing import Any, Protocol
 
 from vmctl.errors import StoreError
@@ -244,7 +245,7 @@ class JobRecord:
 
     @property
     def lowest_level(self) -> int | None:
-        return min((s.level for s in self.slots), default=None)
+        return min(map(_LEVEL, self.slots), default=None)
 
     @property
     def tier(self) -> str | None:
@@ -289,6 +290,7 @@ class JobRecord:
         return f"j{self.id}-r{self.run}-p{index}"
 
 
+_LEVEL = attrgetter("level")
 _JOB_FIELDS: tuple[str, ...] = tuple(f for f in JobRecord.__dataclass_fields__ if f != "changed_tasks")
 
 
