@@ -34,6 +34,7 @@ from tests.support.daemon import InProcessDaemon
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
+from vmctl.daemon.view import build_view
 from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.registry import create_policy
@@ -101,7 +102,7 @@ def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path
 
 def decide_seconds(d: Daemon, policy: SchedulingPolicy, clock: VirtualClock) -> float:
     """The baseline: ``policy.decide`` alone on a fresh view of ``d``'s state."""
-    view, _lay = d.state.build_view(clock.now())
+    view, _lay = build_view(d.state, clock.now())
     t = time.perf_counter()
     policy.decide(view, clock.now())
     return time.perf_counter() - t

@@ -37,6 +37,7 @@ from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
+from vmctl.daemon.view import build_view
 from vmctl.model import Discipline
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
@@ -80,7 +81,7 @@ def decision_latency(policy: str, nodes: int, cores: int, jobs: int, events: int
         t = time.perf_counter()
         d.decide(clock.now())
         lat.append(time.perf_counter() - t)
-        view, _lay = d.state.build_view(clock.now())
+        view, _lay = build_view(d.state, clock.now())
         t = time.perf_counter()
         d.policy.decide(view, clock.now())
         base.append(time.perf_counter() - t)

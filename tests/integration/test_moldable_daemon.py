@@ -28,6 +28,7 @@ from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
 from vmctl.client import Client, Job
 from vmctl.clock import SystemClock
+from vmctl.daemon.desired import desired_vms
 from vmctl.model import JobShape
 from vmctl.nodedoc import PowerState
 from vmctl.policies.moldable.model import Decision as SlotDecision
@@ -130,7 +131,7 @@ def test_a_moldable_job_lands_in_the_group_and_width_the_method_chose(
     assert "meets the deadline" in j["width_reason"], j["width_reason"]
     # the mock processes get the job's time at width 2 on a standard core (8 s) and the speed-2 host runs
     # them at its speed (issue 22: one rule for every shape), so they end after 8 s / 2
-    vms = d.call(lambda: d.daemon.state.desired_vms("fast"))
+    vms = d.call(lambda: desired_vms(d.daemon.state, "fast"))
     assert {v.process.work_seconds for v in vms if v.process is not None} == {8.0}
     assert d.call(lambda: d.daemon.state.moldable_time(d.daemon.state.jobs[jid])) == 4.0
     code, out, err = run_cli(capsys, "job", "show", jid)

@@ -18,6 +18,7 @@ from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.http_source import AgentEndpoint, HttpReporter, HttpSource
 from vmctl.agents.layout import Layout
 from vmctl.agents.reconciler import Reconciler
+from vmctl.daemon.desired import desired_vms
 from vmctl.model import JobShape
 
 
@@ -59,7 +60,7 @@ def test_a_moldable_job_and_a_task_bag_round_trip(live: InProcessDaemon, tmp_pat
             return all(d.request("GET", f"/v1/jobs/{j}")[1]["job"]["placement"] for j in (mold, bag, plain))
 
         wait_for(started, "both jobs to start on node1")
-        vms = d.call(lambda: d.daemon.state.desired_vms("node1"))  # what node1's agent is told to run
+        vms = d.call(lambda: desired_vms(d.daemon.state, "node1"))  # what node1's agent is told to run
         work = {v.process.job_id: v.process.work_seconds for v in vms if v.process is not None}
         assert (work[mold], work[bag], work[plain]) == (5000.0, 5000.0, 100.0)
         status, body = d.request("GET", f"/v1/jobs/{mold}")

@@ -6,6 +6,8 @@ a ``shared`` layout of 2 workers per core), as in ``test_dispatcher_daemon.py``.
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -18,8 +20,7 @@ from vmctl.cli.worker import worker_table
 from vmctl.daemon import dispatcher
 from vmctl.metrics import ClusterSnapshot, DaemonMetrics
 from vmctl.policies.registry import create_policy
-from vmctl.store import open_store
-from vmctl.store.base import WriteBatch
+from vmctl.store.base import Slot, dumps
 
 
 def _bag(cluster: Cluster, tasks: list[float]) -> str:
@@ -85,37 +86,39 @@ def test_a_lone_bag_gets_every_worker_and_every_task_runs_once_across_a_kill(tmp
 
 
 def test_a_bag_record_of_the_old_form_loads_and_runs_after_an_upgrade(tmp_path: Path) -> None:
-    """A record written before bags held several levels has one ``level`` for all its workers and no
-    ``levels``: a vmctld of this version loads it, hands out the rest of its tasks on the same workers
-    (level 0 of n1 and n2) and writes it in the new form; every task runs exactly once."""
+    """A record written before placement became slots (schema 008) and before bags held several levels
+    has its placement in ``placement``/``tier`` and one ``level`` for all its workers in its bag column: a
+    vmctld of this version migrates the store, loads it with its workers' slots (level 0 of n1 and n2),
+    hands out the rest of its tasks on the same workers and every task runs exactly once."""
     cluster = Cluster(tmp_path, {"n1": 1, "n2": 1}, policy=create_policy("dispatch-priority", r=0.5),
                       shared_levels=2)
     a = _bag(cluster, [10.0] * 6)
     cluster.run_until(lambda: _done(cluster, a) >= 2)
     rec = cluster.daemon.job(a)
     assert rec.bag is not None and dispatcher.slot_levels(rec) == [0, 0]  # r = 0.5: 2 workers of 4, level 0
-    # the store as the previous version wrote it: {"level": 0} instead of {"levels": [0, 0]}
+    # the store as the version before slots wrote it: {"level": 0} in the bag, tier and placement in the doc
     cluster.daemon.store.close()
-    store = open_store(cluster.config.store_url)
-    old = next(r for r in store.load_jobs() if r.id == a)
-    assert old.bag is not None
-    del old.bag["levels"]
-    old.bag["level"] = 0
+    db = sqlite3.connect(tmp_path / "d.db")
+    doc = json.loads(db.execute("SELECT doc FROM jobs WHERE id = ?", (a,)).fetchone()[0])
+    bag = json.loads(db.execute("SELECT bag FROM jobs WHERE id = ?", (a,)).fetchone()[0])
+    assert "levels" not in bag and "tier" not in doc
+    doc["tier"], doc["placement"] = "fg", [[s[0], s[1]] for s in doc.pop("slots")]
+    del doc["gang"]
+    bag["level"] = 0
+    db.execute("UPDATE jobs SET doc = ?, bag = ? WHERE id = ?", (dumps(doc), dumps(bag), a))
+    db.execute("DELETE FROM schema_version WHERE version >= 8")
+    db.commit()
+    db.close()
     cluster.clock.advance(cluster.config.lease_ttl_s + 1)
-    epoch = store.acquire_lease("upgrade-test", 30.0, cluster.clock.now())
-    assert epoch is not None
-    store.write(epoch, WriteBatch(jobs={old.id: old}))
-    store.release_lease("upgrade-test", epoch)
-    store.close()
     cluster.daemon = cluster._new_daemon()
     assert cluster.daemon.start()
     rec = cluster.daemon.job(a)
-    assert rec.bag is not None and "levels" not in rec.bag and rec.bag["level"] == 0  # loaded as written
+    assert rec.bag is not None and "level" not in rec.bag and rec.slots == [Slot("n1", 0, 0), Slot("n2", 0, 0)]
     assert sorted(w["id"] for w in dispatcher.workers_doc(rec)) == ["n1/0.0", "n2/0.0"]
     assert sorted(v.slot_level for v in cluster.daemon.desired("n1").vms) == [0]
     cluster.run_until(lambda: cluster.state(a) == "done", limit=2000)
     rec = cluster.daemon.job(a)
     assert [t["exit_status"] for t in rec.tasks] == [0] * 6
     assert {t["worker"] for t in rec.tasks} == {"n1/0.0", "n2/0.0"}
-    assert rec.bag is not None and "level" not in rec.bag and rec.bag["levels"] == []  # the new form
+    assert rec.bag is not None and "level" not in rec.bag and rec.slots == []
     assert _starts(cluster) == Counter({f"{a}[{k}]": 1 for k in range(6)})

@@ -16,6 +16,7 @@ from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits, parse_config
 from vmctl.daemon.core import Daemon
+from vmctl.daemon.desired import desired_vms
 from vmctl.errors import ConfigError, Conflict, InvariantViolation, LeaseLost, NotFound
 from vmctl.model import Checkpoint, ClusterView, Decision, Discipline, Migrate, Restore, StartFg, Tier
 from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
@@ -450,11 +451,11 @@ def test_leaving_vm_keeps_its_source_tier_until_gone(cluster: Cluster) -> None:
     op = cluster.daemon.migrate_job(jid, dst)
     rec = cluster.daemon.job(jid)
     assert rec.tier == "fg"
-    leaving = [v for v in cluster.daemon.state.desired_vms(src) if v.name == rec.vm_name(0)]
+    leaving = [v for v in desired_vms(cluster.daemon.state, src) if v.name == rec.vm_name(0)]
     assert [(v.role, v.weight) for v in leaving] == [(VmRole.FG, 10000)]  # same tier: unchanged
     cluster.daemon.state.ops[op.id].detail["from_tier"] = "bg"  # as after a policy's bg -> fg move
-    leaving = [v for v in cluster.daemon.state.desired_vms(src) if v.name == rec.vm_name(0)]
-    arriving = [v for v in cluster.daemon.state.desired_vms(dst) if v.name == rec.vm_name(0)]
+    leaving = [v for v in desired_vms(cluster.daemon.state, src) if v.name == rec.vm_name(0)]
+    arriving = [v for v in desired_vms(cluster.daemon.state, dst) if v.name == rec.vm_name(0)]
     assert [(v.role, v.weight) for v in leaving] == [(VmRole.BG, 1)]
     assert [(v.role, v.weight) for v in arriving] == [(VmRole.FG, 10000)]
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from vmctl.daemon.state import PROGRESS, ClusterState
+from vmctl.daemon.view import build_view
 from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.progress import ProgressModel
-from vmctl.store.base import JobRecord, NodeRecord
+from vmctl.store.base import JobRecord, NodeRecord, Slot
 
 
 def _state(fg_usage: float | None, bg_usage: tuple[float, ...], fg_report: float | None = None) -> ClusterState:
@@ -19,13 +20,13 @@ def _state(fg_usage: float | None, bg_usage: tuple[float, ...], fg_report: float
     st.load([], [NodeRecord(name="n1", cores=2)], [], {})
     procs = len(bg_usage)
     bg = JobRecord(id="b", seq=2, name="b", spec={"procs": procs, "estimate": 1000.0, "cpu_usage": list(bg_usage)},
-                   state="running", submit_time=0.0, start_time=0.0, tier="bg",
-                   placement=[("n1", c) for c in range(procs)], run=1, tier_since=0.0)
+                   state="running", submit_time=0.0, start_time=0.0,
+                   slots=[Slot("n1", c, 1) for c in range(procs)], run=1, tier_since=0.0)
     st.jobs["b"] = bg
     st.reindex(bg)
     if fg_usage is not None:
         fg = JobRecord(id="f", seq=1, name="f", spec={"procs": 1, "estimate": 1000.0, "cpu_usage": [fg_usage]},
-                       state="running", submit_time=0.0, start_time=0.0, tier="fg", placement=[("n1", 0)],
+                       state="running", submit_time=0.0, start_time=0.0, slots=[Slot("n1", 0, 0)],
                        run=1, tier_since=0.0)
         st.jobs["f"] = fg
         st.reindex(fg)
@@ -37,7 +38,7 @@ def _state(fg_usage: float | None, bg_usage: tuple[float, ...], fg_report: float
 
 def _both(st: ClusterState) -> tuple[float, float]:
     """The pace from ``pace`` and the progress the view reports after 100 s (two code paths)."""
-    view, _lay = st.build_view(100.0)
+    view, _lay = build_view(st, 100.0)
     return st.pace(st.jobs["b"]), view.running["b"].progress / 100.0
 
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vmctl.daemon.state import ClusterState
+from vmctl.daemon.view import build_view
 from vmctl.store.base import JobRecord
 
 STATES = ("queued", "running", "suspended", "done", "cancelled")
@@ -23,7 +24,7 @@ def _check(state: ClusterState) -> None:
     want = _scratch(state)
     assert [j.id for j in state.queue()] == want
     assert state.queue_length() == len(want)
-    view, _lay = state.build_view(0.0)
+    view, _lay = build_view(state, 0.0)
     assert [j.id for j in view.queue] == want
     assert view.queue_index is not None and sorted(view.queue_index) == sorted(want)
     assert all(view.queue_index[j.id] is j for j in view.queue)
@@ -63,11 +64,11 @@ def test_a_view_keeps_its_queue_when_the_queue_changes_later() -> None:
                         submit_time=0.0)
         state.jobs[rec.id] = rec
         state.reindex(rec)
-    view, _lay = state.build_view(0.0)
+    view, _lay = build_view(state, 0.0)
     state.jobs["2"].state = "cancelled"
     state.reindex(state.jobs["2"])
     assert [j.id for j in view.queue] == ["1", "2", "3"]
     assert view.queue_index is not None and set(view.queue_index) == {"1", "2", "3"}
-    later, _lay = state.build_view(0.0)
+    later, _lay = build_view(state, 0.0)
     assert [j.id for j in later.queue] == ["1", "3"]
     assert later.queue_index is not None and set(later.queue_index) == {"1", "3"}

@@ -6,14 +6,14 @@ from __future__ import annotations
 from vmctl.daemon import dispatcher
 from vmctl.model import JobState
 from vmctl.nodedoc import PowerState, VmObserved
-from vmctl.store.base import JobRecord
+from vmctl.store.base import JobRecord, Slot
 
 
 def _bag(n: int, slots: list[tuple[str, int]]) -> JobRecord:
     rec = JobRecord(id="7", seq=7, name="b", spec={"procs": 2, "estimate": 10.0,
                                                     "shape": {"kind": "task-bag", "tasks": [10.0] * n}},
-                    state=JobState.RUNNING, submit_time=0.0, run=1, placement=list(slots))
-    dispatcher.start(rec, [0] * len(slots), 0.0)
+                    state=JobState.RUNNING, submit_time=0.0, run=1, slots=[Slot(n, c, 0) for n, c in slots])
+    dispatcher.start(rec, 0.0)
     return rec
 
 

@@ -8,13 +8,13 @@ import pytest
 
 from vmctl.errors import LeaseLost, SchemaVersionError, StoreError
 from vmctl.store import JobRecord, NodeRecord, OperationRecord, TokenRecord, WriteBatch, open_store
-from vmctl.store.base import Store
+from vmctl.store.base import Slot, Store
 from vmctl.store.sql import SUPPORTED_VERSION
 
 
 def _job(i: int, state: str = "queued") -> JobRecord:
     return JobRecord(id=str(i), seq=i, name=f"j{i}", spec={"procs": 2, "estimate": 10.0}, state=state,
-                     submit_time=float(i), placement=[("n1", 0), ("n1", 1)] if state == "running" else [])
+                     submit_time=float(i), slots=[Slot("n1", 0, 0), Slot("n1", 1, 0)] if state == "running" else [])
 
 
 def test_migrate_is_idempotent_and_versioned(store_url: str) -> None:

@@ -23,7 +23,7 @@ from vmctl.daemon import dispatcher
 from vmctl.errors import LeaseLost, StoreError
 from vmctl.policies.registry import create_policy
 from vmctl.store import JobRecord, WriteBatch
-from vmctl.store.base import Store, dumps
+from vmctl.store.base import Slot, Store, dumps
 from vmctl.store.sql import SUPPORTED_VERSION, SqlStore
 from vmctl.store.tasks import new_task
 
@@ -41,8 +41,8 @@ def _bag(job_id: str = "1", run: int = 1, state: str = "running") -> JobRecord:
              _task(3, "n2/0.0", 7.0), new_task(4), new_task(5)]
     rec = JobRecord(id=job_id, seq=int(job_id), name=f"bag{job_id}", state=state, submit_time=0.0, start_time=1.0,
                     spec={"procs": 6, "estimate": 5.0, "shape": {"kind": "task-bag", "tasks": WORK}},
-                    placement=[("n1", 0), ("n2", 0)], run=run, tasks=tasks,
-                    bag={"levels": [0, 0], "next": 4, "next_vm": 2, "vms": [0, 1], "task": [2, 3],
+                    slots=[Slot("n1", 0, 0), Slot("n2", 0, 0)], run=run, tasks=tasks,
+                    bag={"next": 4, "next_vm": 2, "vms": [0, 1], "task": [2, 3],
                          "release": [False, False], "rate": {"n1/0.0": 1.0}, "retry": []})
     rec.changed_tasks.update(range(4))
     return rec
@@ -138,7 +138,7 @@ def test_rows_belong_to_the_run_and_a_requeue_from_scratch_drops_them(store: Sto
     assert [r[:3] for r in _rows(store, "1")] == [("1", 2, 0), ("1", 2, 1), ("1", 2, 2)]
     assert store.load_jobs()[0].tasks == rec.tasks
     # requeued from scratch: no bag, no tasks, and no rows (the other bag keeps its own)
-    rec.state, rec.bag, rec.tasks, rec.placement = "queued", None, [], []
+    rec.state, rec.bag, rec.tasks, rec.slots = "queued", None, [], []
     store.write(epoch, WriteBatch(jobs={"1": rec}))
     assert _rows(store, "1") == [] and len(_rows(store, "2")) == 4
     got = {j.id: j for j in store.load_jobs()}
@@ -226,8 +226,8 @@ def test_the_dispatcher_marks_exactly_the_tasks_it_changes() -> None:
     assert rec.changed_tasks == {2, 3}  # cut short: their error
     kept = rec.tasks
     rec.changed_tasks.clear()
-    rec.placement = [("n1", 0)]
-    dispatcher.start(rec, [0], 20.0, kept)
+    rec.slots = [Slot("n1", 0, 0)]
+    dispatcher.start(rec, 20.0, kept)
     assert rec.changed_tasks == {0, 1}  # the kept result (0) is stored again, and task 1 handed out
 
 

@@ -1,78 +1,49 @@
-"""Turn policy decisions into job records (and so into per-node desired state), and follow the agents'
-reports until every action is confirmed.
+"""Turn policy decisions into job records: decision -> effects -> records -> projections.
 
 The actuator is the paper's *dispatcher* (001 sec. III-A.3): the decision maker (the policy) only
-plans; this module carries the plan out. Each action changes ``JobRecord``s; the nodes whose desired
-state may have changed are collected in ``Changes.desired_nodes`` and their desired documents are
-re-derived (``ClusterState.desired_vms``) and written in the same transaction as the records.
+plans; this module carries the plan out. Each action is applied on the one occupancy model
+(``vmctl.policies.occupancy``, the invariant checker's and the simulator's), which says what it does as a
+typed effect (``vmctl.policies.effects``: started, moved, restored, stopped, ...; with the placement
+before and after, in view coordinates). The actuator commits the effect, not the action: one transition
+per effect kind changes the ``JobRecord`` (its ``slots``) and opens the operations the agents must
+confirm; the nodes whose desired state may have changed are collected in ``Changes.desired_nodes`` and
+their documents re-derived from the records (``vmctl.daemon.desired``, ``vmctl.daemon.view``) in the
+same transaction.
 
-Actions are re-checked against the actual slot occupancy while they are applied, on the one
-occupancy model (``vmctl.policies.occupancy``, the invariant checker's): one that cannot be carried
-out (a migration over the safety limits, a slot that a skipped action did not free) is skipped and
-logged, and so is every later action that depended on it; the next decision re-plans.
+An effect can be refused here though the model accepted it: the record says otherwise (an event came in
+while the policy decided: a job cancelled, a migration begun), or a move between hosts fails the daemon's
+guard (``_guard``: the source cannot reach the target, the migration limits, the minimum gain, a gang
+policy's quota Q). A refused action is taken back from the model (``_Model.undo``), skipped and logged,
+and so is every later action that depended on it; the next decision re-plans.
 
-Multi-step actions are ``OperationRecord``s: migrate (between nodes), checkpoint, restore. While a
-migration runs, the job's *source* slots stay reserved (``ClusterState.build_view``) so that a
-rollback always has somewhere to go.
+Multi-step actions are ``OperationRecord``s: migrate (between nodes, ``RecordWriter.begin_migration``),
+checkpoint, restore; ``vmctl.daemon.follow`` follows them to their end. While a migration runs, the job's
+*source* slots stay reserved (in the model here, in the view between decisions) so that a rollback
+always has somewhere to go.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from vmctl.daemon import dispatcher
 from vmctl.daemon.config import MigrationLimits
-from vmctl.daemon.gang import apply_row_action, apply_schedule, is_row_action, row_form
-from vmctl.daemon.gang import occupy as _occupy
-from vmctl.daemon.state import ACTIVE, ClusterState, Layout, parse_vm_name
+from vmctl.daemon.follow import Follower
+from vmctl.daemon.gang import apply_schedule, quota_problem, row_form
+from vmctl.daemon.records import Changes
+from vmctl.daemon.state import ACTIVE, ClusterState, Layout
 from vmctl.errors import InvariantViolation
-from vmctl.model import (
-    Action,
-    Checkpoint,
-    ClusterView,
-    Decision,
-    Demote,
-    Discipline,
-    JobState,
-    Kill,
-    Migrate,
-    Move,
-    PlaceShared,
-    Promote,
-    Resize,
-    Restore,
-    Resume,
-    SetCap,
-    Start,
-    StartBg,
-    StartFg,
-    Suspend,
-    Tier,
-)
-from vmctl.nodedoc import NodeObserved, PowerState
-from vmctl.policies.occupancy import Occupancy, level_of, priority_form, queued_subset
-from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
+from vmctl.model import Action, ClusterView, Decision, Discipline, Job, JobState, Kill, SetCap, Start
+from vmctl.policies.effects import Effect, EffectKind, Placement
+from vmctl.policies.occupancy import Occupancy, priority_form, queued_subset
+from vmctl.store.base import JobRecord, OperationRecord, Slot
 
 log = logging.getLogger("vmctld.actuator")
 
-
-@dataclass(slots=True)
-class Changes:
-    jobs: dict[str, JobRecord] = field(default_factory=dict)
-    nodes: dict[str, NodeRecord] = field(default_factory=dict)
-    ops: dict[str, OperationRecord] = field(default_factory=dict)
-    kv: dict[str, Any] = field(default_factory=dict)
-    desired_nodes: set[str] = field(default_factory=set)
-    events: list[str] = field(default_factory=list)  # reasons to run the policy again
-    #: task bags of which only the dispatcher state and some tasks changed (a task end handed the worker its
-    #: next one): stored without rewriting their job document (``WriteBatch.bags``)
-    bags: dict[str, JobRecord] = field(default_factory=dict)
-
-    def any(self) -> bool:
-        return bool(self.jobs or self.bags or self.nodes or self.ops or self.kv or self.desired_nodes)
+__all__ = ["Actuator", "ApplyResult", "Changes"]
 
 
 @dataclass(slots=True)
@@ -81,193 +52,137 @@ class ApplyResult:
     skipped: list[tuple[Action, str]] = field(default_factory=list)
 
 
-class Actuator:
+class _Model:
+    """The occupancy model of one decision, on a copy-on-write overlay of the view (the decision was
+    checked on it; an action fails here only when an earlier one was skipped, or when the view was rebuilt
+    after events that came in during the decision). ``undo`` takes the last applied action back: the
+    model is built again from the view with the steps kept (a refusal is rare; a step is cheap)."""
+
+    def __init__(self, view: ClusterView, queued: dict[str, Job], now: float) -> None:
+        self._base = (view, queued, now)
+        self.occ = Occupancy(view, dict(queued), now)
+        self._steps: list[Callable[[Occupancy], object]] = []
+
+    def apply(self, act: Action) -> Effect:
+        eff = self.occ.apply(act)
+        self._steps.append(lambda o: o.apply(act))
+        return eff
+
+    def hold(self, job_id: str, level: int, cores: tuple[int, ...], levels: tuple[int, ...] | None = None) -> None:
+        """Keep slots the job leaves held for it (a migration's sources, a bag's draining workers)."""
+        if cores:
+            self.occ.hold(job_id, level, cores, levels)
+            self._steps.append(lambda o: o.hold(job_id, level, cores, levels))
+
+    def undo(self) -> None:
+        self._steps.pop()
+        view, queued, now = self._base
+        self.occ = Occupancy(view, dict(queued), now)
+        for step in self._steps:
+            step(self.occ)
+
+
+@dataclass(slots=True)
+class _Moving:
+    """Migrations in flight, per host and in the cluster (the limits ``migration.max_per_host`` and
+    ``max_per_cluster``), counting those this decision begins."""
+
+    per_host: dict[str, int]
+    cluster: int
+
+    def full(self, hosts: list[str], lim: MigrationLimits) -> str | None:
+        if self.cluster + 1 > lim.max_per_cluster:
+            return f"cluster migration limit {lim.max_per_cluster} reached"
+        for h in hosts:
+            if self.per_host.get(h, 0) + 1 > lim.max_per_host:
+                return f"host {h} migration limit {lim.max_per_host} reached"
+        return None
+
+    def add(self, hosts: list[str]) -> None:
+        self.cluster += 1
+        for h in hosts:
+            self.per_host[h] = self.per_host.get(h, 0) + 1
+
+
+@dataclass(slots=True)
+class _Commit:
+    """What the transitions of one decision share."""
+
+    model: _Model
+    lay: Layout
+    now: float
+    ch: Changes
+    moving: _Moving
+    timeslice: bool
+    #: the action being committed as the policy gave it (before it was put in the discipline's words)
+    asked: Action | None = None
+
+    def slots(self, p: Placement | None) -> list[Slot]:
+        """A placement of the model (view coordinates) as record slots."""
+        if p is None:
+            return []
+        if p.shared:
+            return [Slot(n, None, 0) for n in p.nodes]
+        levels = p.slot_levels or (p.level,) * len(p.cores)
+        return [Slot(self.lay.node_of_core[c], self.lay.local_core[c], lv) for c, lv in zip(p.cores, levels,
+                                                                                              strict=True)]
+
+
+def _asked(act: Action) -> tuple[str, float | None]:
+    """What an action says beyond its effect: a start's or kill's reason, a cap asked for."""
+    reason = act.reason if isinstance(act, Start | Kill) else ""
+    return reason, act.cap if isinstance(act, SetCap) else None
+
+
+class Actuator(Follower):
     def __init__(self, state: ClusterState, limits: MigrationLimits) -> None:
-        self.state = state
-        self.limits = limits
-        #: observers (metrics): on_job_end(job, state, now), on_start(job, now), on_op_closed(op)
-        self.on_job_end: Any = None
-        self.on_start: Any = None
-        self.on_op_closed: Any = None
+        super().__init__(state, limits)
         #: the policy's quota Q of tasks migrated per time slice (gang policies' ``quota``; None: none),
         #: checked again on every gang move to other cores (``vmctl.daemon.gang.quota_problem``)
         self.slice_quota: float | None = None
-
-    # ------------------------------------------------------------------ helpers
-    def touch(self, ch: Changes, job: JobRecord) -> None:
-        ch.jobs[job.id] = job
-        ch.desired_nodes |= self.state.reindex(job)
-
-    def new_op(self, ch: Changes, kind: str, job_id: str, now: float, detail: dict[str, Any]) -> OperationRecord:
-        op = OperationRecord(id=f"op{self.state.next_op}", kind=kind, job_id=job_id, state="pending",
-                             created=now, updated=now, detail=detail)
-        self.state.next_op += 1
-        self.state.ops[op.id] = op
-        ch.ops[op.id] = op
-        return op
-
-    def close_op(self, ch: Changes, op: OperationRecord, state: str, now: float, note: str = "") -> None:
-        op.state = state
-        op.updated = now
-        if note:
-            op.detail["note"] = note
-        ch.ops[op.id] = op
-        if self.on_op_closed is not None:
-            self.on_op_closed(op)
-
-    def open_migrations(self) -> list[OperationRecord]:
-        return [o for o in self.state.ops.values() if o.kind == "migrate" and o.state == "pending"]
-
-    def freeze_progress(self, job: JobRecord, now: float) -> None:
-        self.state.close_stint(job, now)
-        job.progress_base = self.state.progress(job, now)
-        job.tier_since = now
-
-    def start_record(self, job: JobRecord, tier: str, placement: list[tuple[str, int]], now: float,
-                     reason: str = "") -> None:
-        """A queued job's record as it starts a new run on ``placement`` (its VMs in ``tier``);
-        ``reason``: the start's ``Start.reason`` (why this width and place), kept as ``width_reason``."""
-        job.run += 1
-        job.state = JobState.RUNNING
-        job.tier = tier
-        job.placement = placement
-        job.start_time = now
-        job.tier_since = now
-        job.progress_base = 0.0
-        job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(placement))]
-        self.state.open_run(job)
-        job.reason = None
-        job.width_reason = reason or None
-        job.suspended = job.checkpointed = job.restore_pending = False
-        if self.on_start is not None:
-            self.on_start(job, now)
+        self._transitions: dict[EffectKind, Callable[[_Commit, Effect, JobRecord], str | None]] = {
+            EffectKind.STARTED: self._started, EffectKind.MOVED: self._moved, EffectKind.RESTORED: self._restored,
+            EffectKind.STOPPED: self._stopped, EffectKind.CHECKPOINTED: self._checkpointed,
+            EffectKind.SUSPENDED: self._suspended, EffectKind.RESUMED: self._resumed,
+            EffectKind.CAPPED: self._capped, EffectKind.RESIZED: self._resized,
+            EffectKind.REPLICATED: self._rows, EffectKind.UNREPLICATED: self._rows,
+            EffectKind.PLACED_SHARED: self._placed_shared,
+        }
 
     # ------------------------------------------------------------------ decisions
     def apply(self, decision: Decision, view: ClusterView, lay: Layout, now: float, ch: Changes) -> ApplyResult:
         res = ApplyResult()
-        # what each action does to slot occupancy: the one occupancy model, on a copy-on-write overlay
-        # of the view (the decision was checked on it; an action fails here only when an earlier one
-        # was skipped, or when the view was rebuilt after events that came in during the decision)
-        occ = Occupancy(view, queued_subset(view, {a.job_id for a in decision.actions}), now)
-
-        def place(cores: tuple[int, ...]) -> list[tuple[str, int]]:
-            return [(lay.node_of_core[c], lay.local_core[c]) for c in cores]
-
-        moving_now: dict[str, int] = {}
-        cluster_moving = 0
+        model = _Model(view, queued_subset(view, {a.job_id for a in decision.actions}), now)
+        moving = _Moving({}, 0)
         for op in self.open_migrations():
-            cluster_moving += 1
-            for host in op.detail.get("hosts", []):
-                moving_now[host] = moving_now.get(host, 0) + 1
-
-        def moving(hosts: list[str], count: bool) -> str | None:
-            """Why one more migration between ``hosts`` breaks the limits; with ``count``, it goes ahead."""
-            nonlocal cluster_moving
-            if not count:
-                return self._limit_reached(hosts, cluster_moving, moving_now)
-            cluster_moving += 1
-            for h in hosts:
-                moving_now[h] = moving_now.get(h, 0) + 1
-            return None
-
+            moving.add([str(h) for h in op.detail.get("hosts", [])])
+        timeslice = view.discipline is Discipline.TIMESLICE
+        c = _Commit(model, lay, now, ch, moving, timeslice)
         for act in decision.actions:
             job = self.state.jobs.get(act.job_id)
             if job is None:
                 res.skipped.append((act, "unknown job"))
                 continue
-            start_reason = act.reason if isinstance(act, Start) else ""
+            # an operator's Migrate of a gang job is a Move within its row; a Start/Move on level 0 or 1 of a
+            # priority cluster in the discipline's own words (the same effect, the names the paper uses)
+            c.asked = act
+            act = row_form(act, job) if timeslice else priority_form(act, checkpointed=job.checkpointed)
             why: str | None = None
-            if view.discipline is Discipline.TIMESLICE:
-                act = row_form(act, job)
-            row = is_row_action(act, view.discipline)
-            if not row and isinstance(act, Start | Move):
-                act = priority_form(act, checkpointed=job.checkpointed)
-            if row:  # gang rows: any level of a timeslice cluster
-                why = apply_row_action(self, act, job, now, ch, occ, place, moving)
-            elif isinstance(act, StartFg | StartBg) or (isinstance(act, Start) and act.slot_levels is not None):
-                # a Start left as such names slot levels: a task bag on several levels of a shared cluster
-                levels = [lv for _c, lv in act.slots] if isinstance(act, Start) else \
-                    [0 if isinstance(act, StartFg) else 1] * len(act.cores)
-                if job.state != JobState.QUEUED:
-                    why = f"job is {job.state}, not queued"
-                elif (why := _occupy(occ, act)) is None:
-                    kept = job.tasks if job.bag is not None else []  # a bag requeued with its results
-                    self.start_record(job, dispatcher.bag_tier(levels), place(act.cores), now, start_reason)
-                    job.bag = None
-                    shape = self.state.shape_of(job)
-                    if shape is not None and shape.kind == "task-bag":  # workers take tasks at once
-                        dispatcher.start(job, levels, now, kept)
-            elif isinstance(act, Promote | Demote):
-                want = Tier.FG if isinstance(act, Promote) else Tier.BG
-                rj = view.running.get(job.id)
-                if job.state not in ACTIVE or rj is None or job.tier == want.value:
-                    why = f"job is not running in {want.other().value}"
-                elif (why := _occupy(occ, act)) is None:
-                    self.freeze_progress(job, now)
-                    job.tier = want.value
-            elif isinstance(act, Migrate):
-                why = self._migrate(act, job, view, lay, now, ch, occ, place, moving_now, cluster_moving)
-                if why is None and job.migrating:
-                    cluster_moving += 1
-            elif isinstance(act, Kill):
-                if job.state not in ACTIVE:
-                    why = f"job is {job.state}"
-                elif (why := _occupy(occ, act)) is None:
-                    self.stop_job(ch, job, now, JobState.QUEUED if act.requeue else JobState.KILLED,
-                                  act.reason or ("killed and requeued" if act.requeue else "killed by the policy"))
-            elif isinstance(act, Checkpoint):
-                if job.state != JobState.RUNNING or job.checkpointed or job.migrating:
-                    why = "job is not running (or is migrating)"
-                elif (why := _occupy(occ, act)) is None:
-                    self.freeze_progress(job, now)
-                    job.checkpointed = True
-                    job.state = JobState.SUSPENDED
-                    self.new_op(ch, "checkpoint", job.id, now, {"placement": [list(p) for p in job.placement]})
-            elif isinstance(act, Restore):
-                if not (job.checkpointed or job.suspended):
-                    why = "job is not checkpointed"
-                elif (why := _occupy(occ, act)) is None:
-                    job.placement = place(act.cores)
-                    job.tier = act.tier.value
-                    job.restore_pending = job.checkpointed
-                    job.checkpointed = job.suspended = False
-                    job.state = JobState.RUNNING
-                    job.tier_since = now
-                    self.new_op(ch, "restore", job.id, now, {"placement": [list(p) for p in job.placement]})
-            elif isinstance(act, SetCap):
-                if job.state not in ACTIVE:
-                    why = "job is not running"
-                elif (why := _occupy(occ, act)) is None:
-                    job.cap = act.cap
-            elif isinstance(act, Suspend):
-                if job.state != JobState.RUNNING:
-                    why = "job is not running"
-                elif (why := _occupy(occ, act)) is None:
-                    self.freeze_progress(job, now)
-                    job.suspended = True
-                    job.state = JobState.SUSPENDED
-            elif isinstance(act, Resume):
-                if not job.suspended or job.checkpointed:
-                    why = "job is not suspended"
-                elif (why := _occupy(occ, act)) is None:
-                    job.suspended = False
-                    job.state = JobState.RUNNING
-                    job.tier_since = now
-            elif isinstance(act, Resize):
-                why = self._resize(act, job, lay, now, occ, place)
-            elif isinstance(act, PlaceShared):
-                why = self._place_shared(act, job, now, ch, occ, moving_now, cluster_moving)
-                if why is None and job.migrating:
-                    cluster_moving += 1
-            else:
-                why = f"{act.kind} is not carried out by this daemon"
+            try:
+                eff: Effect | None = model.apply(act)
+            except InvariantViolation as exc:
+                eff, why = None, _refused(job, exc)
+            if eff is not None:
+                why = self._transitions[eff.kind](c, eff, job)
+                if why is not None:
+                    model.undo()
             if why is None:
                 res.applied.append(act)
                 self.touch(ch, job)
             else:
                 res.skipped.append((act, why))
                 log.info("skipped %s of job %s: %s", act.kind, act.job_id, why)
-        if decision.schedule is not None and view.discipline is Discipline.TIMESLICE:
+        if decision.schedule is not None and timeslice:
             apply_schedule(self, decision.schedule, now, ch)
         # reasons of the jobs left waiting: kept in memory only (the next decision after a restart
         # recomputes them), so a decision does not rewrite every queued job's record
@@ -275,363 +190,182 @@ class Actuator:
             rec.reason = decision.reason_for(rec.id)
         return res
 
-    def _migrate(self, act: Migrate, job: JobRecord, view: ClusterView, lay: Layout, now: float, ch: Changes,
-                 occ: Occupancy, place: Any, moving_now: dict[str, int], cluster_moving: int) -> str | None:
-        rj = view.running.get(job.id)
-        if job.state != JobState.RUNNING or rj is None or job.migrating or job.checkpointed:
-            return "job is not running (or already migrating)"
-        try:
-            occ.fits(job.id, level_of(act.tier), act.cores, "migrate")
-        except InvariantViolation as exc:
-            return str(exc)
-        new_place: list[tuple[str, int]] = place(act.cores)
-        moves: list[dict[str, Any]] = [
-            {"index": i, "from": list(job.placement[i]), "to": list(new_place[i]), "mode": "live"}
-            for i in range(len(new_place)) if job.placement[i] != new_place[i]]
-        remote = [(job.placement[i][0], new_place[i][0]) for i in range(len(new_place))
-                  if job.placement[i][0] != new_place[i][0]]
-        hosts = sorted({a for a, _b in remote} | {b for _a, b in remote})
-        blocked = self.unreachable(moves)
-        if blocked is not None:
-            return blocked
-        if hosts:
-            lim = self.limits
-            full = self._limit_reached(hosts, cluster_moving, moving_now)
-            if full is not None:
-                return full
-            gain = self.expected_gain(job, rj.tier, act, now)
-            if gain < lim.min_gain_s:
-                return f"expected gain {gain:.1f}s below migration.min_gain_s {lim.min_gain_s}"
-        if (why := _occupy(occ, act)) is not None:
-            return why
-        self.freeze_progress(job, now)
-        # processes that leave their node keep their source slot until the migration is confirmed (as
-        # ClusterState.build_view reserves it between decisions): no later action of this decision may
-        # place another VM of that tier there while the leaving VM still runs
-        leaving = tuple(rj.cores[i] for i in range(min(len(new_place), len(rj.cores)))
-                        if job.placement[i][0] != new_place[i][0])
-        from_tier = job.tier
-        job.tier = act.tier.value
-        job.placement = new_place
-        if hosts and from_tier in ("fg", "bg"):
-            occ.hold(job.id, 0 if from_tier == "fg" else 1, leaving)
-        if hosts:
-            op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": act.tier.value,
-                                                          "stage": "prepare", "target_gens": {},
-                                                          "from_tier": from_tier, "origin": "policy"})
-            job.migrating = op.id
-            for h in hosts:
-                moving_now[h] = moving_now.get(h, 0) + 1
-        else:
-            job.migrations += 1  # a re-pin on the same host: done when the agent applies it
+    # ------------------------------------------------------------------ one transition per effect kind
+    def _started(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        if job.state != JobState.QUEUED:
+            return f"job is {job.state}, not queued"
+        self.start_run(job, c.slots(eff.after), c.now, _asked(c.asked or eff.action)[0], gang=c.timeslice)
         return None
 
-    def _resize(self, act: Resize, job: JobRecord, lay: Layout, now: float, occ: Occupancy,
-                place: Any) -> str | None:
-        """A task bag's new worker set (``vmctl.daemon.dispatcher.resize``): applied on the occupancy
-        model, whose slots a given-up worker still running its task keep held for the job until that
-        task ends (no later action of this decision may take them)."""
-        bag = job.bag
-        if job.state != JobState.RUNNING or bag is None:
-            return "job is not a running task bag"
-        if (why := _occupy(occ, act)) is not None:
-            return why
-        draining = dispatcher.resize(job, [(n, c, lv) for (n, c), (_g, lv) in zip(place(act.cores), act.slots,
-                                                                                  strict=True)], now)
-        held = [(g, lv) for g, lv in ((lay.global_core(n, c), lv) for n, c, lv in draining) if g is not None]
-        if held:
-            occ.hold(job.id, 0, tuple(g for g, _lv in held), tuple(lv for _g, lv in held))
-        job.tier = dispatcher.bag_tier(dispatcher.slot_levels(job))
-        return None
-
-    def unreachable(self, moves: list[dict[str, Any]]) -> str | None:
-        """Why one of ``moves`` goes between nodes that cannot reach each other (the source's agent
-        registered no peer entry for the target); None when all can. The policy is not offered such
-        moves (``ClusterView.can_migrate``): this is the second line of defence."""
-        for m in moves:
-            why = self.state.migration_block(str(m["from"][0]), str(m["to"][0]), str(m.get("mode", "live")))
-            if why is not None:
+    def _moved(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        """A job changes level (a promotion, a gang job's row) and/or cores (a migration, a re-pin)."""
+        if job.state not in ACTIVE or job.migrating:
+            return "job is not running (or is migrating)"
+        after = c.slots(eff.after)
+        if not eff.same_cores:
+            if job.state != JobState.RUNNING or job.checkpointed:
+                return "job is not running (or is migrating)"
+            if (why := self._guard(c, eff, job, after)) is not None:
                 return why
+            if job.gang:
+                job.migrated_at = c.now  # the policies' quota Q counts it in this slice
+        self.freeze_progress(job, c.now)
+        self._relocate(c, eff, job, after)
         return None
 
-    def _limit_reached(self, hosts: list[str], cluster_moving: int, moving_now: dict[str, int]) -> str | None:
-        """Why one more migration touching ``hosts`` would exceed ``migration.max_per_cluster`` or
-        ``max_per_host``; None when it fits."""
-        lim = self.limits
-        if cluster_moving + 1 > lim.max_per_cluster:
-            return f"cluster migration limit {lim.max_per_cluster} reached"
-        for h in hosts:
-            if moving_now.get(h, 0) + 1 > lim.max_per_host:
-                return f"host {h} migration limit {lim.max_per_host} reached"
+    def _restored(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        if not (job.checkpointed or job.suspended):
+            return "job is not checkpointed"
+        job.slots = c.slots(eff.after)
+        job.restore_pending = job.checkpointed
+        job.checkpointed = job.suspended = False
+        job.state = JobState.RUNNING
+        job.tier_since = c.now
+        self.new_op(c.ch, "restore", job.id, c.now, {"placement": [list(p) for p in job.placement]})
         return None
 
-    def _place_shared(self, act: PlaceShared, job: JobRecord, now: float, ch: Changes, occ: Occupancy,
-                      moving_now: dict[str, int], cluster_moving: int) -> str | None:
-        """vcsched: process i runs in an unpinned, capped VM (``VmRole.SHARED``) on ``act.nodes[i]``.
-        A queued job starts; a running one whose nodes change migrates the processes that move."""
-        for n in act.nodes:
+    def _stopped(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        if job.state not in ACTIVE:
+            return f"job is {job.state}"
+        reason = _asked(c.asked or eff.action)[0] or ("killed and requeued" if eff.requeue else "killed by the policy")
+        self.stop_job(c.ch, job, c.now, JobState.QUEUED if eff.requeue else JobState.KILLED, reason)
+        return None
+
+    def _checkpointed(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        if job.state != JobState.RUNNING or job.checkpointed or job.migrating:
+            return "job is not running (or is migrating)"
+        self.freeze_progress(job, c.now)
+        job.checkpointed = True
+        job.state = JobState.SUSPENDED
+        self.new_op(c.ch, "checkpoint", job.id, c.now, {"placement": [list(p) for p in job.placement]})
+        return None
+
+    def _suspended(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        if job.state != JobState.RUNNING:
+            return "job is not running"
+        self.freeze_progress(job, c.now)
+        job.suspended = True
+        job.state = JobState.SUSPENDED
+        return None
+
+    def _resumed(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        if not job.suspended or job.checkpointed:
+            return "job is not suspended"
+        job.suspended = False
+        job.state = JobState.RUNNING
+        job.tier_since = c.now
+        return None
+
+    def _capped(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        if job.state not in ACTIVE:
+            return "job is not running"
+        job.cap = _asked(c.asked or eff.action)[1]
+        return None
+
+    def _resized(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        """A task bag's new worker set (``vmctl.daemon.dispatcher.resize``): a given-up worker still
+        running its task keeps its slot held for the job until that task ends (in the model too: no later
+        action of this decision may take it)."""
+        if job.state != JobState.RUNNING or job.bag is None:
+            return "job is not a running task bag"
+        draining = dispatcher.resize(job, [(s.node, s.wire_core, s.level) for s in c.slots(eff.after)], c.now)
+        held = [(g, lv) for g, lv in ((c.lay.global_core(n, core), lv) for n, core, lv in draining) if g is not None]
+        c.model.hold(job.id, 0, tuple(g for g, _lv in held), tuple(lv for _g, lv in held))
+        return None
+
+    def _rows(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        """A gang job replicated into a row more, or one fewer (its main row may change: the lowest left)."""
+        if job.state != JobState.RUNNING or not job.gang or job.migrating or eff.after is None:
+            return "job is not running in a row (or is migrating)"
+        self.freeze_progress(job, c.now)
+        job.set_level(eff.after.level)
+        job.replicas = list(eff.after.replicas)
+        return None
+
+    def _placed_shared(self, c: _Commit, eff: Effect, job: JobRecord) -> str | None:
+        """vcsched: process i runs in an unpinned, capped VM on node i of the placement. A queued job
+        starts; a running one whose nodes change migrates the processes that move."""
+        assert eff.after is not None
+        for n in eff.after.nodes:
             node = self.state.nodes.get(n)
             if node is None or node.state != "ready":
                 return f"node {n} is not ready"
-        new_place = [(n, -1) for n in act.nodes]
+        after = c.slots(eff.after)
         if job.state == JobState.QUEUED:
-            if (why := _occupy(occ, act)) is not None:
-                return why
-            job.run += 1
-            job.state = JobState.RUNNING
-            job.tier = "shared"
-            job.placement = new_place
-            job.cap = act.cap
-            job.start_time = now
-            job.tier_since = now
-            job.progress_base = 0.0
-            job.tasks = [{"index": i, "exit_status": None, "error": None, "seen": False} for i in range(len(new_place))]
-            self.state.open_run(job)
-            job.reason = None
-            if self.on_start is not None:
-                self.on_start(job, now)
+            self.start_run(job, after, c.now, cap=eff.after.cap)
             return None
-        if job.state != JobState.RUNNING or job.tier != "shared" or job.migrating:
+        if job.state != JobState.RUNNING or not job.shared or job.migrating:
             return "job is not a running shared job (or is migrating)"
-        if len(new_place) != len(job.placement):
-            return f"{len(new_place)} nodes for {len(job.placement)} processes"
-        moved = [i for i in range(len(new_place)) if job.placement[i][0] != new_place[i][0]]
-        if not moved:
-            if (why := _occupy(occ, act)) is not None:
-                return why
-            self.freeze_progress(job, now)
-            job.cap = act.cap
-            return None
-        moves: list[dict[str, Any]] = [
-            {"index": i, "from": list(job.placement[i]), "to": list(new_place[i]), "mode": "live"} for i in moved]
-        hosts = sorted({job.placement[i][0] for i in moved} | {new_place[i][0] for i in moved})
-        blocked = self.unreachable(moves)
-        if blocked is not None:
-            return blocked
-        full = self._limit_reached(hosts, cluster_moving, moving_now)
-        if full is not None:
-            return full
-        if (why := _occupy(occ, act)) is not None:
+        if len(after) != len(job.slots):
+            return f"{len(after)} nodes for {len(job.slots)} processes"
+        if (why := self._guard(c, eff, job, after)) is not None:
             return why
-        self.freeze_progress(job, now)
-        job.cap = act.cap
-        job.placement = new_place
-        op = self.new_op(ch, "migrate", job.id, now, {"moves": moves, "hosts": hosts, "tier": "shared",
-                                                      "stage": "prepare", "target_gens": {}, "from_tier": "shared",
-                                                      "origin": "policy"})
-        job.migrating = op.id
-        for h in hosts:
-            moving_now[h] = moving_now.get(h, 0) + 1
+        self.freeze_progress(job, c.now)
+        job.cap = eff.after.cap
+        self._relocate(c, eff, job, after)
         return None
 
-    def expected_gain(self, job: JobRecord, from_tier: Tier, act: Migrate, now: float) -> float:
+    # ------------------------------------------------------------------ moves between hosts
+    def _guard(self, c: _Commit, eff: Effect, job: JobRecord, after: list[Slot]) -> str | None:
+        """The daemon's one guard for a move to other cores, whoever asked (a priority migration, a gang
+        move, a vcsched placement): a gang policy's quota Q per slice; then, for processes that change nodes,
+        that the source can reach the target (live, or a gang job's checkpoint), the migration limits and,
+        for a priority job, the minimum gain. The policies are offered only what passes (the view's
+        ``can_migrate``, ``migrated_at``): this is the second line of defence."""
+        if job.gang and (why := quota_problem(self.state, self.slice_quota, job, c.now)) is not None:
+            return why
+        pairs = [(a, b) for a, b in zip(job.slots, after, strict=True) if a.node != b.node]
+        if not pairs:
+            return None
+        for a, b in pairs:
+            if (why := self.state.migration_block(a.node, b.node, self._mode(job, a, b))) is not None:
+                return why
+        if (why := c.moving.full(_hosts(pairs), self.limits)) is not None:
+            return why
+        if not (job.gang or job.shared):
+            gain = self.expected_gain(job, eff, c.now)
+            if gain < self.limits.min_gain_s:
+                return f"expected gain {gain:.1f}s below migration.min_gain_s {self.limits.min_gain_s}"
+        return None
+
+    def _mode(self, job: JobRecord, a: Slot, b: Slot) -> str:
+        """Live migration; a gang job whose source cannot reach the target live goes by checkpoint/restore
+        (the paper's mechanism)."""
+        return "live" if not job.gang or self.state.migration_block(a.node, b.node) is None else "checkpoint"
+
+    def _relocate(self, c: _Commit, eff: Effect, job: JobRecord, after: list[Slot]) -> None:
+        """The record takes its new slots; processes that change nodes begin a migration, whose source
+        slots stay held in the model until the agents confirm it."""
+        before = eff.before
+        leaving = tuple(before.cores[i] for i, (a, b) in enumerate(zip(job.slots, after, strict=True))
+                        if a.node != b.node and i < len(before.cores)) if before is not None else ()
+        op: OperationRecord | None = self.begin_migration(c.ch, job, after, c.now,
+                                                          lambda a, b: self._mode(job, a, b))
+        if op is not None:
+            if before is not None and not before.shared:
+                c.model.hold(job.id, before.level, leaving)
+            c.moving.add([str(h) for h in op.detail["hosts"]])
+
+    def expected_gain(self, job: JobRecord, eff: Effect, now: float) -> float:
         """Seconds of job time a migration is expected to save: the remaining estimate times the pace it
         gains (a bg job that the fg VMs leave 30% of its cores gains 0.7 of its remaining time when it
         moves to fg), minus the migration's cost."""
+        to_fg = eff.after is not None and eff.after.level == 0
+        if to_fg and eff.before is not None and eff.before.level == 0:
+            return math.inf  # consolidation: no per-job gain to weigh, so min_gain_s does not apply
         remaining = max(0.0, float(job.spec["estimate"]) - self.state.progress(job, now))
         pace_now = self.state.pace(job)
-        pace_after = 1.0 if act.tier is Tier.FG else pace_now
-        if from_tier is Tier.FG and act.tier is Tier.FG:
-            return math.inf  # consolidation: no per-job gain to weigh, so min_gain_s does not apply
-        return remaining * max(0.0, pace_after - pace_now) - act.cost
+        pace_after = 1.0 if to_fg else pace_now
+        return remaining * max(0.0, pace_after - pace_now) - eff.cost
 
-    # ------------------------------------------------------------------ job ends
-    def stop_job(self, ch: Changes, job: JobRecord, now: float, state: JobState, reason: str,
-                 keep_results: bool = False) -> None:
-        """End or requeue ``job``. ``keep_results``: a task bag requeued keeps its tasks' results (its
-        next run hands out only the unfinished ones)."""
-        if job.migrating:
-            op = self.state.ops.get(job.migrating)
-            if op is not None and op.state == "pending":
-                self.close_op(ch, op, "aborted", now, f"job {state}")
-                if state == JobState.QUEUED:
-                    self.state.stopped_moving(job, op)
-            job.migrating = None
-        for op in self.state.ops.values():
-            if op.job_id == job.id and op.state == "pending":
-                self.close_op(ch, op, "aborted", now, f"job {state}")
-        job.placement = []
-        if job.bag is not None:  # a task bag's workers are gone (its task results stay, unless requeued)
-            dispatcher.stop(job, f"stopped: job {state}")
-        job.suspended = job.checkpointed = job.restore_pending = False
-        job.level, job.replicas = None, []
-        job.cap = None
-        job.weight = None
-        if state == JobState.QUEUED:
-            job.state = JobState.QUEUED
-            job.tier = None
-            job.progress_base = 0.0
-            job.tier_since = None
-            job.est_base = job.cpu_mark = None
-            if not (keep_results and job.bag is not None):
-                job.tasks = []
-                job.bag = None
-            job.reason = reason
-        else:
-            job.state = state
-            job.end_time = now
-            job.reason = reason
-        self.touch(ch, job)
-        ch.events.append(f"job {job.id} {state}")
-        if self.on_job_end is not None and state != JobState.QUEUED:
-            self.on_job_end(job, state, now)
 
-    # ------------------------------------------------------------------ agent reports
-    def observe(self, obs: NodeObserved, now: float, ch: Changes) -> None:
-        st = self.state
-        st.set_observed(obs)
-        seen: dict[str, Any] = {}
-        for v in obs.vms:
-            parsed = parse_vm_name(v.name)
-            if parsed is None:
-                continue
-            jid, run, idx = parsed
-            seen[v.name] = v
-            job = st.jobs.get(jid)
-            if job is not None and job.bag is not None:
-                if job.run == run and job.state == JobState.RUNNING:
-                    self._observe_worker(job, idx, v, obs.node, now, ch)
-                continue
-            if job is None or job.run != run or job.state not in ACTIVE or idx >= len(job.tasks):
-                continue
-            if job.placement and idx < len(job.placement) and job.placement[idx][0] != obs.node and not job.migrating:
-                continue  # a stale copy on a node the process left
-            task = job.tasks[idx]
-            if task.get("seen") is False and v.process_job == jid and v.process_index == idx:
-                # the first report that shows this process started: its run is modelled from here, not from
-                # the decision that placed it (an agent may have learnt of it only after a daemon restart)
-                task["seen"] = True
-                if job.state == JobState.RUNNING and not job.migrating:
-                    job.progress_base = 0.0
-                    job.tier_since = now
-                    st.open_run(job)
-                ch.jobs[job.id] = job
-            if task["exit_status"] is None:
-                if v.process_exit is not None:
-                    task["exit_status"] = int(v.process_exit)
-                    ch.jobs[job.id] = job
-                elif v.power is PowerState.CRASHED:
-                    task["exit_status"] = -1
-                    task["error"] = "VM crashed"
-                    ch.jobs[job.id] = job
-            if job.tasks and all(t["exit_status"] is not None for t in job.tasks):
-                ok = all(t["exit_status"] == 0 for t in job.tasks)
-                self.stop_job(ch, job, now, JobState.DONE if ok else JobState.FAILED,
-                              "finished" if ok else "a process exited with a non-zero status")
-        # operations waiting for this node
-        for op in [o for o in st.ops.values() if o.state == "pending"]:
-            job = st.jobs.get(op.job_id)
-            if job is None:
-                continue
-            if op.kind == "migrate":
-                self._follow_migration(op, job, now, ch)
-            elif op.kind in ("checkpoint", "restore"):
-                want = PowerState.SAVED if op.kind == "checkpoint" else PowerState.RUNNING
-                nodes = {str(p[0]) for p in op.detail.get("placement", [])}
-                if obs.node not in nodes:
-                    continue
-                ok = True
-                for i, (n, _c) in enumerate(op.detail.get("placement", [])):
-                    o = st.observed.get(str(n))
-                    vm = next((v for v in o.vms if v.name == job.vm_name(i)), None) if o else None
-                    if vm is None or vm.power is not want:
-                        ok = False
-                        break
-                if ok:
-                    self.close_op(ch, op, "done", now)
-                    if op.kind == "restore":
-                        job.restore_pending = False
-                        self.touch(ch, job)
-                    ch.events.append(f"{op.kind} {op.id} done")
+def _refused(job: JobRecord, exc: InvariantViolation) -> str:
+    """Why the model refused an action: the record's own words when an event during the decision explains
+    it (a start of a job cancelled meanwhile: the view was built again without it in the queue)."""
+    if exc.fields.get("rule") == "start-not-queued" and job.state != JobState.QUEUED:
+        return f"job is {job.state}, not queued"
+    return str(exc)
 
-    def _observe_worker(self, job: JobRecord, vm_number: int, v: Any, node: str, now: float, ch: Changes) -> None:
-        """A task bag's worker VM in a report: the dispatcher records a task's end and hands the worker
-        its next task (a changed desired state); the job ends when its last task has."""
-        i = job.bag["vms"].index(vm_number) if job.bag is not None and vm_number in job.bag["vms"] else -1
-        if i < 0 or job.placement[i][0] != node:
-            return  # a worker that left, or a stale copy on another node
-        held = len(job.placement)
-        if not dispatcher.observe(job, vm_number, v, now):
-            return
-        if len(job.placement) == held and not dispatcher.finished(job):  # the worker took its next task
-            ch.bags[job.id] = job
-            ch.desired_nodes |= self.state.reindex(job)
-            return
-        self.touch(ch, job)
-        if dispatcher.finished(job):
-            failed = any(t["exit_status"] != 0 for t in job.tasks)
-            self.stop_job(ch, job, now, JobState.FAILED if failed else JobState.DONE,
-                          "a task exited with a non-zero status" if failed else "finished")
-        elif len(job.placement) < held:
-            ch.events.append(f"job {job.id} released a worker")  # the decision maker runs (passive)
 
-    def _follow_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes) -> None:
-        st = self.state
-        for host in op.detail.get("hosts", []):  # an agent refused this migration: take it back at once
-            o = st.observed.get(str(host))
-            ref = next((r for r in o.refusals if r.migration_id == op.id), None) if o is not None else None
-            if ref is not None:
-                self.rollback_migration(op, job, now, ch, f"the agent of {host} refused it: {ref.reason}")
-                return
-        if op.detail.get("stage") == "prepare":
-            # the target is ready when it applied the generation that expects the VM, or when its report
-            # already lists the incoming VM (the agent reports it as absent, phase "waiting")
-            gens: dict[str, int] = op.detail.get("target_gens") or {}
-            ready = True
-            for m in op.detail.get("moves", []):
-                t = str(m["to"][0])
-                if m["from"][0] == m["to"][0]:
-                    continue
-                o = st.observed.get(t)
-                name = job.vm_name(int(m["index"]))
-                if o is None or not (o.generation_applied >= gens.get(t, 1 << 62)
-                                     or any(v.name == name for v in o.vms)):
-                    ready = False
-                    break
-            if ready:
-                op.detail["stage"] = "go"
-                op.updated = now
-                ch.ops[op.id] = op
-                self.touch(ch, job)
-            return
-        done = True
-        for m in op.detail.get("moves", []):
-            src, dst = m["from"], m["to"]
-            if src[0] == dst[0]:
-                continue
-            name = job.vm_name(int(m["index"]))
-            s_obs, d_obs = st.observed.get(str(src[0])), st.observed.get(str(dst[0]))
-            s_vm = next((v for v in s_obs.vms if v.name == name), None) if s_obs else None
-            d_vm = next((v for v in d_obs.vms if v.name == name), None) if d_obs else None
-            for v in (s_vm, d_vm):
-                if v is not None and v.migration_phase in ("failed", "aborted"):
-                    self.rollback_migration(op, job, now, ch, f"agent reported {v.migration_phase}")
-                    return
-            arrived = d_vm is not None and d_vm.power in (PowerState.RUNNING, PowerState.PAUSED) and \
-                d_vm.migration_phase in (None, "completed", "arrived")
-            left = s_vm is None or s_vm.migration_phase == "completed" or s_vm.power is PowerState.ABSENT
-            if not (arrived and left):
-                done = False
-        if done:
-            self.close_op(ch, op, "done", now)
-            job.migrating = None
-            job.migrations += 1
-            job.tier_since = now
-            self.touch(ch, job)
-            ch.events.append(f"migration {op.id} done")
-
-    def rollback_migration(self, op: OperationRecord, job: JobRecord, now: float, ch: Changes, why: str) -> None:
-        """Put the job back where it was (its source slots stayed reserved)."""
-        for m in op.detail.get("moves", []):
-            i = int(m["index"])
-            if i < len(job.placement):
-                job.placement[i] = (str(m["from"][0]), int(m["from"][1]))
-        job.tier = str(op.detail.get("from_tier") or job.tier)
-        if op.detail.get("from_level") is not None:  # a gang job goes back to its row too
-            job.level = int(op.detail["from_level"])
-        job.migrating = None
-        job.tier_since = now
-        self.close_op(ch, op, "rolled_back", now, why)
-        self.touch(ch, job)
-        ch.events.append(f"migration {op.id} rolled back: {why}")
-        log.warning("migration %s of job %s rolled back: %s", op.id, job.id, why)
+def _hosts(pairs: list[tuple[Slot, Slot]]) -> list[str]:
+    return sorted({a.node for a, _b in pairs} | {b.node for _a, b in pairs})

@@ -15,6 +15,7 @@ from typing import Any
 from vmctl.clock import Clock, SystemClock
 from vmctl.daemon.actuator import Actuator, ApplyResult, Changes
 from vmctl.daemon.config import DaemonConfig
+from vmctl.daemon.desired import desired_vms
 from vmctl.daemon.events import EventLog
 from vmctl.daemon.gang import SCHEDULE_KV, check_offer, clock_changed, node_slices, schedule_from_kv
 from vmctl.daemon.history import JobHistory, slot_text
@@ -350,7 +351,7 @@ class DaemonBase:
         for node in sorted(ch.desired_nodes):
             if node not in st.nodes:
                 continue
-            vms = st.desired_vms(node)
+            vms = desired_vms(st, node)
             if node in self.force_desired or vms != st.desired.get(node, ()) or clock_changed(st, node, vms) \
                     or st.wanted_layout(node) != st.desired_layout.get(node):
                 new_desired[node] = vms

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from vmctl.daemon.actuator import ApplyResult, Changes
@@ -15,6 +16,7 @@ from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.state import Layout
 from vmctl.daemon.switch import PolicySwitch
 from vmctl.daemon.timers import Timers
+from vmctl.daemon.view import build_view
 from vmctl.errors import PolicyNeedsUnmet
 from vmctl.model import ClusterView, Decision, Discipline
 from vmctl.policies.base import SchedulingPolicy
@@ -106,7 +108,7 @@ class DecisionLoop(Timers, PolicySwitch):
         started = time.perf_counter()
         self.dirty = False
         self.last_decide_at = now
-        view, lay = self.state.build_view(now)
+        view, lay = build_view(self.state, now)
         return PendingDecision(now=now, view=view, layout=lay, policy=self.policy, started=started, loads=self.loads)
 
     @staticmethod
@@ -138,7 +140,7 @@ class DecisionLoop(Timers, PolicySwitch):
                                                     for a in decision.actions])
             return decision
         if self.dirty:
-            view, lay = self.state.build_view(now)
+            view, lay = build_view(self.state, now)
         ch = Changes()
         quota = pending.policy.params.get("quota")  # the gang policies' Q, enforced again per slice
         self.actuator.slice_quota = float(quota) if isinstance(quota, int | float) else None
@@ -156,9 +158,9 @@ class DecisionLoop(Timers, PolicySwitch):
             for a, _why in res.skipped:
                 m.decision(a.kind, "rejected")
             m.set_queue_length(self.state.queue_length())
-            active = self.state.active()
-            m.set_running("fg", sum(1 for j in active if j.tier == "fg"))
-            m.set_running("bg", sum(1 for j in active if j.tier == "bg"))
+            tiers = Counter(j.tier for j in self.state.active())
+            m.set_running("fg", tiers["fg"])
+            m.set_running("bg", tiers["bg"])
             m.set_leader(self.leader, self.epoch)
             if view.discipline is Discipline.TIMESLICE:
                 doc = matrix_doc(self.state, now)
@@ -168,4 +170,4 @@ class DecisionLoop(Timers, PolicySwitch):
         return decision
 
     def view(self) -> ClusterView:
-        return self.state.build_view(self.clock.now())[0]
+        return build_view(self.state, self.clock.now())[0]

@@ -4,7 +4,7 @@ decision maker gave it, one at a time, and follows the agents' reports of them.
 A task bag (job shape ``task-bag``, :class:`vmctl.model.JobShape`) runs on *workers*: one VM per
 (core, level) slot of a ``shared`` layout (docs/agent.md; the paper's testbed has 2 per single-core
 node). A bag may hold slots on several levels, two of one core included (``Start``/``Resize`` with
-``slot_levels``): worker i is level ``levels[i]`` of core ``placement[i]``. A task is a job process on
+``slot_levels``): worker i runs on ``JobRecord.slots[i]`` (node, core, level). A task is a job process on
 its worker's VM (``VmDesired.process`` with ``index`` = the task's number): when the agent reports
 that process ended (``VmObserved.process_exit``), the dispatcher records the task's result and hands
 the worker the next task not started, in the bag's order; the agent sees a new process index on the
@@ -13,13 +13,13 @@ The job is done when every task is.
 
 State (persisted in ``JobRecord.bag`` and the bag's task rows, written in the same transaction as the
 desired state it implies, so a vmctld restart or kill -9 loses no recorded result and never hands one
-task to two workers): ``vms[i]``, ``levels[i]``, ``task[i]`` and ``release[i]`` run parallel to
-``placement``: worker i's stable
+task to two workers): ``vms[i]``, ``task[i]`` and ``release[i]`` run parallel to
+``slots``: worker i's stable
 VM number (its VM name ``j<id>-r<run>-p<vms[i]>`` survives other workers coming and going), the
 task it runs (None: none), and whether a ``Resize`` gave its slot up (it leaves at the end of its
-task: a running task is never killed to shrink a job); ``levels[i]`` the level of its slot (a record
-written before bags held several levels has one ``level`` for every worker instead: read as that level
-for each, :func:`slot_levels`, and rewritten in the new form at its next change). ``next`` is the
+task: a running task is never killed to shrink a job). The level of worker i's slot is ``slots[i].level``
+(a record stored before schema 008 kept them here as ``levels``, or one ``level`` for every worker: the
+store's migration moved them to the slots). ``next`` is the
 first task not started;
 ``retry`` the tasks whose worker was lost with a node that went down (handed out first).
 ``rate`` maps a worker id (``node/core.level``, as ``GET /v1/workers``) to the job's throughput
@@ -49,7 +49,7 @@ from typing import Any
 
 from vmctl.model import JobShape
 from vmctl.nodedoc import PowerState, ProcessSpec, VmObserved
-from vmctl.store.base import JobRecord
+from vmctl.store.base import JobRecord, Slot
 from vmctl.store.tasks import has_content, new_task, task_count
 
 #: the weight of the newest task's throughput in a worker's corrected estimate
@@ -61,28 +61,16 @@ def worker_id(node: str, core: int, level: int) -> str:
 
 
 def slot_levels(rec: JobRecord) -> list[int]:
-    """The level of each worker's slot, parallel to ``placement``; a record of the old form (one ``level``
-    for the whole bag) is brought to the new one here, in memory."""
-    bag = rec.bag
-    assert bag is not None
-    levels = bag.get("levels")
-    if levels is None:
-        levels = bag["levels"] = [int(bag.get("level", 0))] * len(rec.placement)
-        bag.pop("level", None)
-    return levels
+    """The level of each worker's slot (``JobRecord.slots``)."""
+    return [s.level for s in rec.slots]
 
 
-def bag_tier(levels: list[int]) -> str:
-    """The record's ``tier`` of a bag on ``levels``: the priority name of its lowest level (fg: 0)."""
-    return "fg" if not levels or min(levels) == 0 else "bg"
-
-
-def start(rec: JobRecord, levels: list[int], now: float, kept: list[dict[str, Any]] | None = None) -> None:
-    """``rec`` was just placed on its first workers (``placement``, on ``levels``): every worker takes a task.
+def start(rec: JobRecord, now: float, kept: list[dict[str, Any]] | None = None) -> None:
+    """``rec`` was just placed on its first workers (``slots``): every worker takes a task.
     ``kept``: the task results of an earlier run (a bag requeued when its last workers' node went
     down): the tasks that ended keep their results, the others are handed out again."""
     shape_tasks = len(rec.spec["shape"]["tasks"])
-    n = len(rec.placement)
+    n = len(rec.slots)
     if kept and len(kept) == shape_tasks:
         rec.tasks = [t if t.get("exit_status") is not None else new_task(k) for k, t in enumerate(kept)]
         retry, nxt = [k for k, t in enumerate(rec.tasks) if t["exit_status"] is None], shape_tasks
@@ -90,7 +78,7 @@ def start(rec: JobRecord, levels: list[int], now: float, kept: list[dict[str, An
     else:
         rec.tasks = [new_task(k) for k in range(shape_tasks)]
         retry, nxt = [], 0
-    rec.bag = {"levels": list(levels), "next": nxt, "next_vm": n, "vms": list(range(n)), "task": [None] * n,
+    rec.bag = {"next": nxt, "next_vm": n, "vms": list(range(n)), "task": [None] * n,
                "release": [False] * n, "rate": {}, "retry": retry}
     idle = [i for i in range(n) if not _take(rec, i, now)]
     for i in reversed(idle):  # fewer tasks left than workers: the extra slots are not taken
@@ -111,9 +99,9 @@ def _take(rec: JobRecord, i: int, now: float) -> bool:
             return False
         bag["next"] = k + 1
     bag["task"][i] = k
-    node, core = rec.placement[i]
+    slot = rec.slots[i]
     t = rec.tasks[k]
-    t["worker"], t["start"] = worker_id(node, core, slot_levels(rec)[i]), now
+    t["worker"], t["start"] = worker_id(slot.node, slot.wire_core, slot.level), now
     rec.changed_tasks.add(k)
     return True
 
@@ -135,36 +123,33 @@ def resize(rec: JobRecord, slots: list[tuple[str, int, int]], now: float) -> lis
     bag = rec.bag
     assert bag is not None
     wanted = set(slots)
-    vms, task, levels = bag["vms"], bag["task"], slot_levels(rec)
-    place: list[tuple[str, int]] = []
+    vms, task = bag["vms"], bag["task"]
+    place: list[Slot] = []
     nv: list[int] = []
-    nl: list[int] = []
     nt: list[int | None] = []
     nr: list[bool] = []
     draining: list[tuple[str, int, int]] = []
-    for i, (node, core) in enumerate(rec.placement):
-        slot = (node, core, levels[i])
+    for i, s in enumerate(rec.slots):
+        slot = (s.node, s.wire_core, s.level)
         if slot in wanted or task[i] is not None:
-            place.append((node, core))
+            place.append(s)
             nv.append(vms[i])
-            nl.append(levels[i])
             nt.append(task[i])
             nr.append(slot not in wanted)
             if slot not in wanted:
                 draining.append(slot)
-    held = {(n, c, lv) for (n, c), lv in zip(place, nl, strict=True)}
-    rec.placement, bag["vms"], bag["levels"], bag["task"], bag["release"] = place, nv, nl, nt, nr
+    held = {(s.node, s.wire_core, s.level) for s in place}
+    rec.slots, bag["vms"], bag["task"], bag["release"] = place, nv, nt, nr
     for slot in slots:
         if slot in held:
             continue
-        rec.placement.append((slot[0], slot[1]))
-        nl.append(slot[2])
+        rec.slots.append(Slot(slot[0], slot[1], slot[2]))
         nv.append(int(bag["next_vm"]))
         bag["next_vm"] = int(bag["next_vm"]) + 1
         nt.append(None)
         nr.append(False)
-        if not _take(rec, len(rec.placement) - 1, now):
-            _drop(rec, len(rec.placement) - 1)  # nothing left to run: the slot is not taken
+        if not _take(rec, len(rec.slots) - 1, now):
+            _drop(rec, len(rec.slots) - 1)  # nothing left to run: the slot is not taken
     return draining
 
 
@@ -175,7 +160,7 @@ def lose_node(rec: JobRecord, node: str) -> int:
     its VMs (``loop.fence_s``). Returns how many workers were lost."""
     bag = rec.bag
     assert bag is not None
-    lost = [i for i, (n, _c) in enumerate(rec.placement) if n == node]
+    lost = [i for i, s in enumerate(rec.slots) if s.node == node]
     for i in reversed(lost):
         k = bag["task"][i]
         if k is not None:
@@ -199,15 +184,13 @@ def stop(rec: JobRecord, why: str) -> None:
             rec.changed_tasks.add(k)
             bag.setdefault("retry", []).append(k)
     bag.get("retry", []).sort()
-    bag["vms"], bag["levels"], bag["task"], bag["release"] = [], [], [], []
-    bag.pop("level", None)
+    bag["vms"], bag["task"], bag["release"] = [], [], []
 
 
 def _drop(rec: JobRecord, i: int) -> None:
     bag = rec.bag
     assert bag is not None
-    levels = slot_levels(rec)
-    del rec.placement[i], bag["vms"][i], levels[i], bag["task"][i], bag["release"][i]
+    del rec.slots[i], bag["vms"][i], bag["task"][i], bag["release"][i]
 
 
 def observe(rec: JobRecord, vm_number: int, v: VmObserved, now: float) -> bool:
@@ -273,7 +256,8 @@ def throughput_by_slot(rec: JobRecord,
     if bag is None or not bag["rate"]:
         return None
     out: dict[tuple[int, int], float] = {}
-    for (node, core), level in zip(rec.placement, slot_levels(rec), strict=True):
+    for s in rec.slots:
+        node, core, level = s.node, s.wire_core, s.level
         rate = bag["rate"].get(worker_id(node, core, level))
         g = global_core(node, core)
         if rate is not None and g is not None and rate > 0 and math.isfinite(rate):
@@ -287,10 +271,9 @@ def workers_doc(rec: JobRecord) -> list[dict[str, Any]]:
     bag = rec.bag
     if bag is None:
         return []
-    levels = slot_levels(rec)
     out = []
-    for i, (node, core) in enumerate(rec.placement):
-        level = levels[i]
+    for i, s in enumerate(rec.slots):
+        node, core, level = s.node, s.wire_core, s.level
         wid = worker_id(node, core, level)
         rate = bag["rate"].get(wid)
         out.append({"id": wid, "node": node, "core": core, "level": level, "task": bag["task"][i],

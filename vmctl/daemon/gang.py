@@ -2,12 +2,13 @@
 ``timeslice`` cluster, the slice schedule, and the matrix an operator reads (``vmctl gang show``).
 
 Rows on the hosts. A timeslice cluster's agents carry L levels per core; level r of every core is row r
-of the Ousterhout matrix. A gang job's record keeps its row (``JobRecord.level``), the rows it is
+of the Ousterhout matrix. A gang job's record keeps its row (its slots' level, ``JobRecord.level``), the rows it is
 replicated into (``replicas``, same cores) and when it last changed nodes (``migrated_at``: the
 policies count the tasks migrated in the current slice from it, their quota Q). Its VMs carry the row
 as ``VmDesired.level`` and ``replicas``; the agent runs a VM while any of its rows is active.
 
-The actions (``apply_row_action``), each checked on the one occupancy model first:
+The actions, each applied on the one occupancy model, whose effect the actuator commits
+(``vmctl.daemon.actuator``: a start, a move, a row more or fewer):
 
 - ``Start(job, cores, r)``: the job's VMs are created in row r of its cores (the row's placeholders go);
 - ``Move(job, None, r)``: the same VMs change row (on the host: a change of level, nothing is copied);
@@ -48,29 +49,20 @@ prints both.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
+from vmctl.daemon.records import Changes, RecordWriter
 from vmctl.daemon.state import ClusterState
-from vmctl.errors import InvariantViolation, PolicyParameterError, ValidationError
-from vmctl.model import Action, Discipline, JobState, Migrate, Move, Replicate, SliceSchedule, Start, Unreplicate
+from vmctl.errors import PolicyParameterError, ValidationError
+from vmctl.model import Action, Discipline, JobState, Migrate, Move, SliceSchedule
 from vmctl.nodedoc import VmDesired
 from vmctl.policies.base import Offer, SchedulingPolicy
-from vmctl.policies.occupancy import Occupancy
 from vmctl.store.base import JobRecord
 from vmctl.wire import slices_from_json, slices_to_json
 
-if TYPE_CHECKING:
-    from vmctl.daemon.actuator import Actuator, Changes
-
 #: the kv key of the persisted slice schedule
 SCHEDULE_KV = "gang.schedule"
-ROW_ACTIONS = (Start, Move, Replicate, Unreplicate)
-
-
-def is_row_action(act: Action, discipline: Discipline) -> bool:
-    """Whether ``act`` is carried out as a gang row action (any level of a timeslice cluster)."""
-    return discipline is Discipline.TIMESLICE and isinstance(act, ROW_ACTIONS)
 
 
 def row_form(act: Action, job: JobRecord) -> Action:
@@ -78,11 +70,6 @@ def row_form(act: Action, job: JobRecord) -> Action:
     if isinstance(act, Migrate) and job.level is not None:
         return Move(act.job_id, act.cores, job.level, act.cost)
     return act
-
-
-def tier_name(level: int) -> str:
-    """The priority name kept in ``JobRecord.tier`` for a row (``RunningJob.tier`` reads level 0 as fg)."""
-    return "fg" if level == 0 else "bg"
 
 
 def schedule_from_kv(raw: Any) -> SliceSchedule | None:
@@ -95,24 +82,16 @@ def schedule_from_kv(raw: Any) -> SliceSchedule | None:
         return None
 
 
-def freeze_rows(actuator: Actuator, now: float) -> None:
-    """Fix every running gang job's progress at ``now`` (before its pace changes)."""
-    st = actuator.state
-    for rec in st.active():
-        if rec.level is not None and rec.state == JobState.RUNNING:
-            st.close_stint(rec, now)
-            rec.progress_base = st.progress(rec, now)
-            rec.tier_since = now
-
-
-def apply_schedule(actuator: Actuator, schedule: SliceSchedule, now: float, ch: Changes) -> bool:
-    """Put ``schedule`` in force if it differs from the current one; True when it changed."""
-    st = actuator.state
+def apply_schedule(writer: RecordWriter, schedule: SliceSchedule, now: float, ch: Changes) -> bool:
+    """Put ``schedule`` in force if it differs from the current one; True when it changed. Every running
+    gang job's progress is fixed at ``now`` first (its pace changes)."""
+    st = writer.state
     if st.slices == schedule:
         return False
-    freeze_rows(actuator, now)
     for rec in st.active():
-        if rec.level is not None:
+        if rec.gang and rec.state == JobState.RUNNING:
+            writer.freeze_progress(rec, now)
+        if rec.gang:
             ch.jobs[rec.id] = rec
     st.slices = schedule
     ch.kv[SCHEDULE_KV] = slices_to_json(schedule)
@@ -132,16 +111,16 @@ def check_offer(offer: Offer, policy: SchedulingPolicy) -> None:
     offer.check(policy)
 
 
-def quota_problem(actuator: Actuator, job: JobRecord, now: float) -> str | None:
+def quota_problem(state: ClusterState, q: float | None, job: JobRecord, now: float) -> str | None:
     """Why moving ``job`` to other cores now would exceed the policy's quota Q of tasks migrated per
-    slice (``Actuator.slice_quota``), or None. The second line of defence behind the gang policies, which
+    slice (``q``: ``Actuator.slice_quota``), or None. The second line of defence behind the gang policies, which
     count the same from ``RunningJob.migrated_at``: the tasks of the jobs that changed cores since the
     current slice began, this decision's moves included (their records already carry ``migrated_at``)."""
-    q, sched = actuator.slice_quota, actuator.state.slices
+    sched = state.slices
     if q is None or not math.isfinite(q) or sched is None:
         return None
     begin = sched.epoch + sched.slot(now) * sched.period
-    used = sum(len(r.placement) for r in actuator.state.active()
+    used = sum(len(r.slots) for r in state.active()
                if r.migrated_at is not None and r.migrated_at >= begin - 1e-9)
     if used + len(job.placement) > q:
         return (f"quota Q = {q:g} tasks migrated per slice reached ({used} since the slice began at t={begin:.0f}; "
@@ -184,82 +163,6 @@ def clock_changed(state: ClusterState, node: str, vms: Sequence[VmDesired]) -> b
     """Whether node ``node`` with desired ``vms`` must learn the schedule in force: its stored document's
     schedule (``desired_slices``) runs ``vms`` in other slices."""
     return node_clock(node_slices(state, node), vms) != node_clock(state.desired_slices.get(node), vms)
-
-
-def apply_row_action(actuator: Actuator, act: Action, job: JobRecord, now: float, ch: Changes, occ: Occupancy,
-                     place: Callable[[tuple[int, ...]], list[tuple[str, int]]],
-                     moving: Callable[[list[str], bool], str | None]) -> str | None:
-    """Carry out a gang action on ``job``'s record; the reason it cannot be, or None. ``moving(hosts,
-    False)`` says why one more migration between ``hosts`` would break the migration limits;
-    ``moving(hosts, True)`` counts one that goes ahead."""
-    if isinstance(act, Start):
-        if job.state != JobState.QUEUED:
-            return f"job is {job.state}, not queued"
-        if (why := occupy(occ, act)) is not None:
-            return why
-        actuator.start_record(job, tier_name(act.level), place(act.cores), now)
-        job.level, job.replicas, job.migrated_at = act.level, [], None
-        return None
-    if job.state != JobState.RUNNING or job.level is None or job.migrating:
-        return "job is not running in a row (or is migrating)"
-    if isinstance(act, Replicate | Unreplicate):
-        if (why := occupy(occ, act)) is not None:
-            return why
-        actuator.freeze_progress(job, now)
-        rows = sorted({job.level, *job.replicas} | {act.level} if isinstance(act, Replicate)
-                      else {job.level, *job.replicas} - {act.level})
-        if isinstance(act, Unreplicate) and act.level == job.level:
-            job.level = rows[0]
-            job.tier = tier_name(rows[0])
-        job.replicas = [r for r in rows if r != job.level]
-        return None
-    assert isinstance(act, Move)
-    new_place = job.placement if act.cores is None else place(act.cores)
-    # live migration where the source can reach the target, else checkpoint/restore (the paper's mechanism)
-    moves: list[dict[str, Any]] = [{"index": i, "from": list(job.placement[i]), "to": list(new_place[i]),
-              "mode": "live" if actuator.state.migration_block(job.placement[i][0], new_place[i][0]) is None
-              else "checkpoint"}
-             for i in range(len(new_place)) if job.placement[i] != new_place[i]]
-    hosts = sorted({str(m["from"][0]) for m in moves if m["from"][0] != m["to"][0]}
-                   | {str(m["to"][0]) for m in moves if m["from"][0] != m["to"][0]})
-    if moves and (why := quota_problem(actuator, job, now)) is not None:
-        return why
-    if hosts:
-        why = actuator.unreachable(moves)
-        if why is None:
-            why = moving(hosts, False)
-        if why is not None:
-            return why
-    if (why := occupy(occ, act)) is not None:
-        return why
-    actuator.freeze_progress(job, now)
-    from_level, from_tier = job.level, job.tier
-    job.level, job.tier = act.level, tier_name(act.level)
-    if not moves:
-        return None  # a row change on the same cores: the VMs change level
-    job.placement = list(new_place)
-    job.migrated_at = now
-    if not hosts:
-        job.migrations += 1  # a re-pin on the same host: done when the agent applies it
-        return None
-    old_cores = occ.view.running[job.id].cores  # the source slots stay held until the agents confirm
-    leaving = tuple(old_cores[int(m["index"])] for m in moves if m["from"][0] != m["to"][0])
-    occ.hold(job.id, from_level, leaving)
-    moving(hosts, True)
-    op = actuator.new_op(ch, "migrate", job.id, now, {
-        "moves": moves, "hosts": hosts, "tier": job.tier, "stage": "prepare", "target_gens": {},
-        "from_tier": from_tier, "from_level": from_level, "level": act.level, "origin": "policy"})
-    job.migrating = op.id
-    return None
-
-
-def occupy(occ: Occupancy, act: Action) -> str | None:
-    """Apply ``act`` to the occupancy overlay; the broken rule when it cannot be carried out."""
-    try:
-        occ.apply(act)
-    except InvariantViolation as exc:
-        return str(exc)
-    return None
 
 
 # ---------------------------------------------------------------------------------------- the matrix

@@ -257,7 +257,7 @@ class NodeEvents(DaemonBase):
         if since >= now:
             return
         for job in self.state.jobs_on(name):
-            if job.tier != "fg" or job.level is not None or job.tier_since is None:
+            if not job.holds_fg or job.gang or job.tier_since is None:
                 continue
             paused = now - max(since, job.tier_since)
             if paused <= 0:

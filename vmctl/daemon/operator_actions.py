@@ -9,6 +9,7 @@ from typing import Any
 from vmctl.daemon.actuator import ApplyResult, Changes
 from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.state import ACTIVE
+from vmctl.daemon.view import build_view
 from vmctl.errors import Conflict, NotFound, ValidationError
 from vmctl.model import Decision, Demote, JobState, Migrate, Promote, SetCap, Tier
 from vmctl.policies.invariants import check_decision
@@ -22,7 +23,7 @@ class OperatorActions(DaemonBase):
     def _operator_decision(self, actions: tuple[Any, ...]) -> tuple[ApplyResult, Changes]:
         self._require_leader()
         now = self.clock.now()
-        view, lay = self.state.build_view(now)
+        view, lay = build_view(self.state, now)
         from vmctl.errors import InvariantViolation
 
         dec = Decision(actions=actions, reasons={}, default_reason="waiting")
@@ -57,7 +58,7 @@ class OperatorActions(DaemonBase):
             why = self.state.migration_block(src, to_node)
             if why is not None:
                 raise Conflict(what=f"migration of job {job_id} to {to_node}", problem=why)
-        view, lay = self.state.build_view(self.clock.now())
+        view, lay = build_view(self.state, self.clock.now())
         off = lay.offset[to_node]
         # a gang job (timeslice) moves within its row: the cores free in that row
         idle, slot = (view.idle_fg, "fg") if rec.level is None else (view.idle[rec.level], f"row {rec.level}")

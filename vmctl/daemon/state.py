@@ -3,7 +3,8 @@
 ``ClusterState`` holds every job, node and open operation (loaded from the store at start, written
 through on every change) plus what the agents last reported (``observed``, memory only: agents
 report their full state again after a daemon restart). Per-node desired state is *derived* from the
-job records (``desired_vms``): level-based, so restoring the records restores the desired state.
+job records' slots (``vmctl.daemon.desired``), and so is the policy's ``ClusterView``
+(``vmctl.daemon.view``): restoring the records restores both.
 
 Core numbering: nodes sorted by name, each contributing ``cores`` consecutive global indexes
 (``Layout``). Cores of nodes that are not ``ready`` are in the view but not ``usable``.
@@ -28,13 +29,12 @@ from types import MappingProxyType
 from typing import Any
 
 from vmctl.cpushare import shared_rate
-from vmctl.daemon import dispatcher
 from vmctl.daemon.config import DAEMON_SHAPES
-from vmctl.model import ClusterView, Discipline, Job, JobShape, JobState, NodeLayout, RunningJob, SliceSchedule, Tier
-from vmctl.nodedoc import MigrationSpec, NodeObserved, PowerState, ProcessSpec, VmDesired, VmRole
+from vmctl.model import Discipline, Job, JobShape, JobState, NodeLayout, SliceSchedule
+from vmctl.nodedoc import NodeObserved, PowerState, VmDesired
 from vmctl.policies.base import Offer
 from vmctl.progress import ProgressModel
-from vmctl.shapes import shape_from_json
+from vmctl.shapes import job_shape
 from vmctl.store.base import JobRecord, NodeRecord, OperationRecord
 
 ACTIVE = (JobState.RUNNING, JobState.SUSPENDED)
@@ -155,9 +155,9 @@ class ClusterState:
     _reports: int = 0
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
-    # and whether every process maps to a known core
-    _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool]] = field(
-        default_factory=dict)
+    # whether every process maps to a known core, its slots' levels, the lowest, and whether they are all one
+    _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool, tuple[int, ...], int, bool]] \
+        = field(default_factory=dict)
     # retention: every finished job's (end_time, seq, id), and the same entries in a min-heap (oldest end
     # first; an entry no longer in _fentry is stale and skipped when it comes up)
     _fentry: dict[str, tuple[float, int, str]] = field(default_factory=dict)
@@ -197,9 +197,9 @@ class ClusterState:
 
     # ------------------------------------------------------------------ indexes
     def nodes_of(self, job: JobRecord) -> frozenset[str]:
-        if job.state not in ACTIVE or not job.placement:
+        if job.state not in ACTIVE or not job.slots:
             return frozenset()
-        out = {n for n, _c in job.placement}
+        out = {s.node for s in job.slots}
         if job.migrating:
             op = self.ops.get(job.migrating)
             if op is not None:
@@ -390,19 +390,18 @@ class ClusterState:
 
     def shape_of(self, rec: JobRecord) -> JobShape | None:
         """The job's shape (moldable, task bag) from its spec, parsed once; None for a rigid job."""
-        raw = rec.spec.get("shape")
-        if raw is None:
-            return None
         shape = self._shape_cache.get(rec.id)
         if shape is None:
-            shape = self._shape_cache[rec.id] = shape_from_json(raw, f"job {rec.id}.shape")
+            shape = job_shape(rec.spec, f"job {rec.id}")
+            if shape is not None:
+                self._shape_cache[rec.id] = shape
         return shape
 
     def moldable_work(self, rec: JobRecord) -> float | None:
         """A placed moldable job's work per process: its shape's time at the width it was started with, on
         standard cores (speed 1.0); None for other jobs."""
         shape = self.shape_of(rec)
-        width = len(rec.placement)
+        width = len(rec.slots)
         if shape is None or shape.kind != "moldable" or not shape.allows(width):
             return None
         return shape.time_at(width)
@@ -415,7 +414,7 @@ class ClusterState:
         if work is None:
             return None
         speed, _group, _mem = self.node_attributes()
-        slowest = min((speed.get(n, 1.0) for n, _c in rec.placement), default=1.0)
+        slowest = min((speed.get(s.node, 1.0) for s in rec.slots), default=1.0)
         return work / slowest
 
     def run_limit(self, rec: JobRecord) -> float:
@@ -631,12 +630,12 @@ class ClusterState:
     def pace(self, job: JobRecord, fg_util: list[float] | None = None) -> float:
         if job.state != JobState.RUNNING or job.suspended or job.checkpointed or job.migrating:
             return 0.0
-        if job.level is not None:
+        if job.gang:
             return row_pace(job, self.slices)
-        if job.tier == Tier.FG.value:
-            return 1.0
-        if job.tier == "shared":
+        if job.shared:
             return shared_rate(job.cap, self.job_obj(job).cpu_need)
+        if job.lowest_level == 0:
+            return 1.0
         # bg: the shared progress model, with what the fg VMs of its cores use
         usages: list[float | None] = []
         for n, c in job.placement:
@@ -662,11 +661,11 @@ class ClusterState:
         estimated usage (a process that uses half a core progresses one second per half CPU second).
         None while some process's VM has not been reported to this daemon (after a restart: until its
         agent relisted), and for a task bag (its workers come and go; no estimate kill applies to it)."""
-        if not job.placement or job.bag is not None:
+        if not job.slots or job.bag is not None:
             return None
         o = self.job_obj(job)
         least = math.inf
-        for i, (node, _c) in enumerate(job.placement):
+        for i, node in enumerate(s.node for s in job.slots):
             cpu = self._cpu.get(node, {}).get(job.vm_name(i))
             if cpu is None:
                 return None
@@ -687,7 +686,7 @@ class ClusterState:
             return self.progress(job, now)
         if job.tier_since is None:
             return job.est_base
-        if job.level is None and job.tier not in ("fg", "shared"):  # bg
+        if not job.gang and not job.shared and job.lowest_level != 0:  # bg
             cpu = self.cpu_progress(job)
             if cpu is None or job.cpu_mark is None:
                 return job.est_base
@@ -710,234 +709,10 @@ class ClusterState:
     def fg_owner(self, node: str, core: int) -> str | None:
         for jid in self._node_jobs.get(node, ()):
             j = self.jobs[jid]
-            if j.tier == "fg" and j.level is None and not j.checkpointed and (node, core) in j.placement:
+            if not j.gang and not j.checkpointed and any(
+                    s.node == node and s.core == core and s.level == 0 for s in j.slots):
                 return jid
         return None
-
-    # ------------------------------------------------------------------ the view
-    def build_view(self, now: float) -> tuple[ClusterView, Layout]:
-        lay = self.layout()
-        total = lay.total
-        levels, discipline = self.cluster_levels()
-        # slot_job per level (at least fg and bg: the priority names), cut to the cluster's levels below
-        slots: list[list[str | None]] = [[None] * total for _ in range(max(2, levels))]
-        fg, bg = slots[0], slots[1]
-        util = [0.0] * total
-        usable = [False] * total
-        for name in lay.names:
-            if self.nodes[name].state == "ready" and self.layout_ready(name):
-                off = lay.offset[name]
-                usable[off:off + lay.cores[name]] = [True] * lay.cores[name]
-        running: dict[str, RunningJob] = {}
-        active = [self.jobs[i] for i in sorted(self._active)]
-        offset, ncores, util_of = lay.offset, lay.cores, self._util
-        placed: list[tuple[JobRecord, tuple[int, ...]]] = []
-        static = self._static
-        for rec in active:
-            shared = rec.tier == "shared"
-            st = static.get(rec.id)
-            if st is None:
-                cores: list[int] = []
-                for n, c in rec.placement:
-                    base = offset.get(n)
-                    if base is not None and shared and c == -1:
-                        cores.append(base)  # vcsched: an unpinned VM stands for its node (no fg/bg slot)
-                    elif base is not None and 0 <= c < ncores[n]:
-                        cores.append(base + c)
-                job = self.job_obj(rec)
-                st = (tuple(cores), tuple(rec.vm_name(i) for i in range(len(rec.placement))),
-                      tuple(job.usage_of(i) for i in range(len(rec.placement))),
-                      bool(rec.placement) and len(cores) == len(rec.placement))
-                static[rec.id] = st
-            cores_t, names, usages, complete = st
-            if complete:
-                placed.append((rec, cores_t))
-            if shared:
-                continue
-            if not rec.checkpointed:
-                jid = rec.id
-                if rec.bag is not None:  # a task bag's workers: each on its own slot's level
-                    for g, lv, name, us in zip(cores_t, dispatcher.slot_levels(rec), names, usages, strict=False):
-                        if lv < len(slots):
-                            slots[lv][g] = jid
-                        if lv == 0:
-                            u = util_of.get(name)
-                            util[g] = us if u is None else u
-                elif rec.level is not None:  # a gang job's rows (timeslice)
-                    for lv in (rec.level, *rec.replicas):
-                        if lv < len(slots):
-                            row = slots[lv]
-                            for g in cores_t:
-                                row[g] = jid
-                elif rec.tier == "fg":
-                    for g, name, us in zip(cores_t, names, usages, strict=False):
-                        fg[g] = jid
-                        u = util_of.get(name)
-                        util[g] = us if u is None else u
-                else:
-                    for g in cores_t:
-                        bg[g] = jid
-            if rec.migrating:
-                # the source slots stay reserved until the migration is confirmed or rolled back
-                op = self.ops.get(rec.migrating)
-                src_tier = str(op.detail.get("from_tier") or rec.tier) if op else rec.tier
-                src_level = op.detail.get("from_level") if op else None
-                arr = slots[int(src_level)] if isinstance(src_level, int) and src_level < len(slots) else \
-                    fg if src_tier == "fg" else bg
-                for m in op.detail.get("moves", []) if op else []:
-                    g2 = lay.global_core(str(m["from"][0]), int(m["from"][1]))
-                    if g2 is not None and arr[g2] is None:
-                        arr[g2] = rec.id
-        for rec, cores_t in placed:
-            tier = Tier.BG if rec.tier == "bg" else Tier.FG  # vcsched's shared VMs count as fg
-            prog = self._progress_with(rec, now, util, fg, cores_t)
-            job = self.job_obj(rec)
-            end = now + max(0.0, job.estimate - prog) if (tier is Tier.FG or rec.level is not None) and \
-                rec.state == JobState.RUNNING else math.inf
-            per_slot: tuple[int, ...] | None = None
-            if rec.bag is not None:
-                bag_levels = tuple(dispatcher.slot_levels(rec))
-                if bag_levels and any(lv != bag_levels[0] for lv in bag_levels):
-                    per_slot = bag_levels
-                elif bag_levels:  # a bag on one level: that level (a Resize may have moved it)
-                    tier = Tier.FG if bag_levels[0] == 0 else Tier.BG
-            running[rec.id] = RunningJob(
-                job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
-                tier_since=rec.tier_since or now, progress=prog, expected_end=end,
-                suspended=rec.suspended or rec.checkpointed, checkpointed=rec.checkpointed,
-                cap=rec.cap, shared_nodes=tuple(n for n, _c in rec.placement) if rec.tier == "shared" else (),
-                tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
-                throughput=None if rec.bag is None else dispatcher.throughput_by_slot(rec, lay.global_core),
-                level=-1 if rec.level is None else rec.level, replicas=tuple(rec.replicas), slot_levels=per_slot,
-                migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
-            )
-        queue, queue_index = self.queue_jobs()
-        waiting = self.lingering() if queue else set()
-        if waiting:  # a VM of an earlier run is still on some host: this run starts once it is gone
-            queue = [j for j in queue if j.id not in waiting]
-            queue_index = MappingProxyType({j.id: j for j in queue})
-        idle = [{c for c in range(total) if usable[c] and row[c] is None} for row in slots]
-        speed, group, mem = self.node_attributes()
-        view = ClusterView.leveled(
-            total, queue, running, slots[:levels], idle[:levels],
-            discipline, util, usable, node_of_core=lay.node_of_core,
-            local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
-            migration_targets=self.migration_targets(),
-            node_speed=speed, node_group=group, node_mem_mib=mem, shapes=self.shapes() if self._shaped else {},
-        )
-        return view, lay
-
-    def _progress_with(self, rec: JobRecord, now: float, util: list[float], fg: list[str | None],
-                       cores: tuple[int, ...]) -> float:
-        if rec.tier_since is None:
-            return rec.progress_base
-        if rec.state != JobState.RUNNING or rec.suspended or rec.checkpointed or rec.migrating:
-            pace = 0.0
-        elif rec.level is not None:
-            pace = row_pace(rec, self.slices)
-        elif rec.tier == "fg":
-            pace = 1.0
-        elif rec.tier == "shared":
-            pace = shared_rate(rec.cap, self.job_obj(rec).cpu_need)
-        else:
-            pace = bg_pace(self.job_obj(rec), [None if fg[g] is None else util[g] for g in cores])
-        return rec.progress_base + max(0.0, now - rec.tier_since) * pace
-
-    # ------------------------------------------------------------------ desired state
-    def desired_vms(self, node: str) -> tuple[VmDesired, ...]:
-        s = self.settings
-        out: list[VmDesired] = []
-        for rec in self.jobs_on(node):
-            job = self.job_obj(rec)
-            role = VmRole.FG if rec.tier == "fg" else VmRole.SHARED if rec.tier == "shared" else VmRole.BG
-            weight = rec.weight if rec.weight is not None else (s.bg_weight if role is VmRole.BG else s.fg_weight)
-            # a gang job's row and replicas (timeslice: the agent sets weight and power by the active row)
-            level = -1 if rec.level is None else rec.level
-            moves: dict[int, dict[str, object]] = {}
-            op = self.ops.get(rec.migrating) if rec.migrating else None
-            if op is not None:
-                moves = {int(m["index"]): m for m in op.detail.get("moves", [])}
-            tasks = rec.spec.get("tasks") or []
-            work = rec.spec.get("work_seconds")
-            if work is None:  # a moldable job's mock work: its time at the width it was started with, on
-                # standard cores (the mock backend runs every process at its host's speed, as it does a
-                # task bag's tasks and a rigid job's work: one rule; ``moldable_time`` is the wall time)
-                work = self.moldable_work(rec) or 0.0
-            bag_shape = self.shape_of(rec) if rec.bag is not None else None
-            bag_levels = dispatcher.slot_levels(rec) if rec.bag is not None else None
-            for i, (n, c) in enumerate(rec.placement):
-                name = rec.vm_name(i)
-                proc: ProcessSpec | None
-                if bag_shape is not None:  # a task bag's worker: the task the dispatcher handed it
-                    proc = dispatcher.process(rec, i, bag_shape, job.usage_of(0))
-                else:
-                    t = tasks[i] if i < len(tasks) else {}
-                    # a shared (vcsched) VM's process uses its cpu_need of a core alone (the paper's alpha)
-                    # unless the spec says otherwise: capped at its need it runs at full pace (yield 1)
-                    usage = job.usage_of(i) if job.cpu_usage is not None or role is not VmRole.SHARED \
-                        else min(1.0, job.cpu_need)
-                    proc = ProcessSpec(
-                        job_id=rec.id, index=i, command=str(t.get("command", rec.spec.get("command", ""))),
-                        work_seconds=float(t.get("work_seconds", work)),
-                        cpu_usage=float(t.get("cpu_usage", usage)),
-                    )
-                power = PowerState.RUNNING
-                ckpt: str | None = None
-                if rec.checkpointed:
-                    power = PowerState.SAVED
-                    ckpt = f"{s.checkpoint_dir}/{name}.save"
-                elif rec.suspended:
-                    power = PowerState.PAUSED
-                if rec.restore_pending:
-                    ckpt = ckpt or f"{s.checkpoint_dir}/{name}.save"
-                mv = moves.get(i)
-                mig: MigrationSpec | None = None
-                core = c
-                vm_role, vm_weight, vm_level = role, weight, level
-                if bag_levels is not None and i < len(bag_levels):  # a bag's worker: the level of its slot
-                    vm_level = bag_levels[i]
-                    vm_role = VmRole.FG if vm_level == 0 else VmRole.BG
-                    vm_weight = rec.weight if rec.weight is not None else \
-                        s.bg_weight if vm_role is VmRole.BG else s.fg_weight
-                emit = n == node
-                if mv is not None and op is not None:
-                    src = mv["from"]
-                    dst = mv["to"]
-                    assert isinstance(src, list | tuple) and isinstance(dst, list | tuple)
-                    if src[0] != dst[0]:
-                        spec = MigrationSpec(
-                            migration_id=str(op.id), source_node=str(src[0]), target_node=str(dst[0]),
-                            target_core=int(dst[1]), phase="requested",  # -1: a shared VM stays unpinned
-                            mode="checkpoint" if str(mv.get("mode", "live")) == "checkpoint" else "live",
-                        )
-                        if node == src[0]:
-                            # two-phase: the source starts only once the target applied the generation
-                            # that expects the VM (else the target would prune the arriving VM)
-                            core = int(src[1])
-                            # the leaving VM keeps the tier of the slot it holds (reserved in the view
-                            # under from_tier) until it is gone: a bg VM promoted by moving stays bg here,
-                            # so it never collides with a fg VM placed on its old core meanwhile
-                            from_tier = str(op.detail.get("from_tier") or rec.tier)
-                            if from_tier != rec.tier and {from_tier, rec.tier} <= {"fg", "bg"}:
-                                vm_role = VmRole.FG if from_tier == "fg" else VmRole.BG
-                                vm_weight = s.fg_weight if from_tier == "fg" else s.bg_weight
-                            if op.detail.get("from_level") is not None:  # a gang job: its old row, likewise
-                                vm_level = int(op.detail["from_level"])
-                            mig = spec if op.detail.get("stage") == "go" else None
-                            emit = True
-                        elif node == dst[0]:
-                            mig = spec
-                        if spec.mode == "checkpoint":
-                            ckpt = ckpt or f"{s.checkpoint_dir}/{name}.save"
-                if not emit:
-                    continue
-                out.append(VmDesired(
-                    name=name, core=core, role=vm_role, weight=vm_weight, cap=rec.cap, power=power, process=proc,
-                    checkpoint_path=ckpt, migration=mig, memory_mib=s.memory_mib, level=vm_level,
-                    replicas=tuple(rec.replicas),
-                ))
-        out.sort(key=lambda v: v.name)
-        return tuple(out)
 
 
 def placeable_levels(levels: int, discipline: Discipline) -> int:
@@ -952,6 +727,19 @@ def levels_offer(levels: int, discipline: Discipline) -> Offer:
     where = (f"vmctld (the registered cluster: {levels} {discipline.value} level{'s' if levels != 1 else ''} "
              f"per core{'' if levels <= placed else f'; vmctld places jobs on {placed} of them'})")
     return Offer(where=where, levels=placed, discipline=discipline, shapes=DAEMON_SHAPES, shared_vms=True)
+
+
+def source_level(op: OperationRecord, job: JobRecord) -> int:
+    """The level a migrating job's processes leave (their source slots stay reserved on it): the row a
+    gang job left (``from_level``), else the level of the tier it left (``from_tier``: fg 0, bg 1), else
+    the job's own."""
+    d = op.detail
+    if isinstance(d.get("from_level"), int):
+        return int(d["from_level"])
+    left = {"fg": 0, "bg": 1}.get(str(d.get("from_tier")))
+    if left is not None:
+        return left
+    return 0 if job.lowest_level is None else min(job.lowest_level, 1)
 
 
 def row_pace(job: JobRecord, slices: SliceSchedule | None) -> float:

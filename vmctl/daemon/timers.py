@@ -80,7 +80,7 @@ class Timers(DaemonBase):
             for job in st.active():
                 # fg jobs, and gang jobs in any row (their modelled progress counts active slices only); a task
                 # bag's length depends on the workers it is given: no run-time limit
-                if job.state != JobState.RUNNING or (job.tier != "fg" and job.level is None) or job.migrating \
+                if job.state != JobState.RUNNING or not (job.gang or job.holds_fg) or job.migrating \
                         or job.bag is not None:
                     continue
                 if not all(t.get("seen", True) for t in job.tasks):

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter
 from typing import Any, Protocol
 
 from vmctl.errors import StoreError
-from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, Job, JobState, Tier
+from vmctl.model import DEFAULT_NODE_GROUP, DEFAULT_NODE_SPEED, Job, JobState
 
 
 class CorruptRecord(StoreError):
@@ -76,11 +77,85 @@ class LeaseHeld(StoreError):
 # --------------------------------------------------------------------------------------- records
 
 
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where one process of a job runs: VM level ``level`` of local core ``core`` of node ``node``.
+
+    ``core`` None: an unpinned, capped VM of a shared (vcsched) cluster, which holds no (core, level)
+    slot of the priority or timeslice layouts but its node's CPU as a whole; its ``level`` is 0 (the view
+    counts a shared VM as fg). On the wire (``VmDesired.core``, a migration's moves) such a VM's core is
+    -1 (``wire_core``): the record states it, the documents keep their format."""
+
+    node: str
+    core: int | None
+    level: int
+
+    @property
+    def wire_core(self) -> int:
+        """The core as desired documents and migration moves carry it (-1: unpinned)."""
+        return -1 if self.core is None else self.core
+
+    @property
+    def shared(self) -> bool:
+        return self.core is None
+
+    def to_json(self) -> list[Any]:
+        return [self.node, self.core, self.level]
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Slot:
+        node, core, level = raw
+        return cls(str(node), None if core is None else int(core), int(level))
+
+
+def slots_at(places: Sequence[tuple[str, int]], level: int, shared: bool = False) -> list[Slot]:
+    """Slots on ``level`` of ``places`` ((node, local core) pairs); ``shared``: unpinned VMs on the nodes."""
+    return [Slot(n, None if shared else c, level) for n, c in places]
+
+
+def upgrade_job_doc(d: dict[str, Any]) -> dict[str, Any]:
+    """A job document stored before placement became slots (schema < 008: ``tier``, ``placement``, a gang
+    job's ``level``, a task bag's per-worker ``levels`` in its ``bag``) in the new form (a copy); a
+    document of the new form as it is. The level of each slot: a gang job's row, a bag worker's level,
+    else 0 for fg and shared (cores -1 then: unpinned) and 1 for bg."""
+    if "slots" in d:
+        return d
+    d = dict(d)
+    tier = d.pop("tier", None)
+    placement = [(str(n), int(c)) for n, c in d.pop("placement", None) or []]
+    level = d.pop("level", None)
+    levels = [int(level) if level is not None else 1 if tier == "bg" else 0] * len(placement)
+    bag = d.get("bag")
+    if isinstance(bag, dict):
+        bag, bag_levels = split_bag_levels(bag, len(placement))
+        d["bag"] = bag
+        levels = bag_levels if bag_levels is not None else levels
+    d["slots"] = [Slot(n, None if tier == "shared" else c, lv).to_json()
+                  for (n, c), lv in zip(placement, levels, strict=True)]
+    d["gang"] = level is not None
+    return d
+
+
+def split_bag_levels(bag: dict[str, Any], workers: int) -> tuple[dict[str, Any], list[int] | None]:
+    """A bag's dispatcher state without the per-worker ``levels`` (or the single ``level`` of the form
+    before that) stored before schema 008 (a copy), and those levels (None: it had none)."""
+    if "levels" not in bag and "level" not in bag:
+        return bag, None
+    bag = dict(bag)
+    levels = bag.pop("levels", None)
+    level = bag.pop("level", None)
+    if levels is None:
+        levels = [int(level or 0)] * workers
+    return bag, [int(lv) for lv in levels]
+
+
 @dataclass(slots=True)
 class JobRecord:
     """Everything the daemon knows about one job. ``run`` counts the starts of the job (a kill with
     requeue starts a new run); VM names carry it, so a report about an old run is never taken for the
-    current one. ``placement[i]`` is ``(node, local core)`` of process i while it holds slots."""
+    current one. ``slots[i]`` is where process i (a task bag's worker i) runs while it holds slots: the
+    one statement of the job's placement, from which the tier, a gang job's row and the bag's worker
+    levels are read (``tier``, ``level``, ``placement``)."""
 
     id: str
     seq: int
@@ -90,8 +165,7 @@ class JobRecord:
     submit_time: float
     start_time: float | None = None
     end_time: float | None = None
-    tier: str | None = None
-    placement: list[tuple[str, int]] = field(default_factory=list)
+    slots: list[Slot] = field(default_factory=list)
     reason: str | None = None
     tasks: list[dict[str, Any]] = field(default_factory=list)
     migrations: int = 0
@@ -113,10 +187,10 @@ class JobRecord:
     #: a running task bag's workers (``vmctl.daemon.dispatcher``: stable worker numbers, the task each
     #: runs, the workers given up at their task boundary, observed throughput); None for other jobs
     bag: dict[str, Any] | None = None
-    #: timeslice clusters (gang scheduling): the row (level) the job runs in, the other rows it is
-    #: replicated into (same cores), and when it last changed nodes (the policies' quota Q per slice);
-    #: None / empty for jobs of the other disciplines and in documents stored before rows were kept
-    level: int | None = None
+    #: timeslice clusters (gang scheduling): the job runs in rows (its slots' level is its row), the other
+    #: rows it is replicated into (same cores), and when it last changed nodes (the policies' quota Q per
+    #: slice); False / empty / None for jobs of the other disciplines
+    gang: bool = False
     replicas: list[int] = field(default_factory=list)
     migrated_at: float | None = None
     #: why the policy started the current run at this width and place (``Start.reason``), None when it
@@ -135,15 +209,62 @@ class JobRecord:
     def to_doc(self) -> dict[str, Any]:
         # by hand: dataclasses.asdict deep-copies and is ~20x slower on the hot path
         d = {f: getattr(self, f) for f in _JOB_FIELDS}
-        d["placement"] = [list(p) for p in self.placement]
+        d["slots"] = [s.to_json() for s in self.slots]
         return d
 
     @classmethod
     def from_doc(cls, d: dict[str, Any]) -> JobRecord:
-        d = dict(d)
-        d["placement"] = [(str(n), int(c)) for n, c in d.get("placement", [])]
+        d = dict(upgrade_job_doc(d))
+        d["slots"] = [Slot.from_json(s) for s in d.get("slots", [])]
         d["state"] = JobState(d["state"])
         return cls(**d)
+
+    def adopt_bag(self, bag: dict[str, Any]) -> None:
+        """Put a task bag's dispatcher state (its store column) into the record; one stored before schema 008
+        brings its workers' levels, which go to the slots."""
+        bag, levels = split_bag_levels(bag, len(self.slots))
+        if levels is not None and len(levels) == len(self.slots):
+            self.slots = [Slot(s.node, s.core, lv) for s, lv in zip(self.slots, levels, strict=True)]
+        self.bag = bag
+
+    # ---------------------------------------------------------------- what the slots say
+    @property
+    def placement(self) -> list[tuple[str, int]]:
+        """(node, local core) of each process, in wire form (-1: an unpinned shared VM)."""
+        return [(s.node, s.wire_core) for s in self.slots]
+
+    @property
+    def shared(self) -> bool:
+        """A shared (vcsched) job: its VMs are unpinned."""
+        return bool(self.slots) and self.slots[0].core is None
+
+    @property
+    def holds_fg(self) -> bool:
+        """A pinned job with a slot on level 0 (a fg job, a task bag with a fg worker, a gang job in row 0)."""
+        return not self.shared and self.lowest_level == 0
+
+    @property
+    def lowest_level(self) -> int | None:
+        return min(map(_LEVEL, self.slots), default=None)
+
+    @property
+    def tier(self) -> str | None:
+        """The priority name documents and the CLI show: ``shared`` for unpinned VMs, else ``fg`` when a
+        slot is on level 0, ``bg`` otherwise; None while the job holds no slot."""
+        if not self.slots:
+            return None
+        if self.shared:
+            return "shared"
+        return "fg" if self.lowest_level == 0 else "bg"
+
+    @property
+    def level(self) -> int | None:
+        """A gang job's row (None: not a gang job, or placed nowhere)."""
+        return self.slots[0].level if self.gang and self.slots else None
+
+    def set_level(self, level: int) -> None:
+        """Every slot on ``level`` (a tier change, a gang job's row change)."""
+        self.slots = [Slot(s.node, s.core, level) for s in self.slots]
 
     def to_job(self) -> Job:
         s = self.spec
@@ -161,10 +282,6 @@ class JobRecord:
             cpu_need=float(s.get("cpu_need", 1.0)),
         )
 
-    @property
-    def tier_enum(self) -> Tier | None:
-        return Tier(self.tier) if self.tier else None
-
     def vm_name(self, index: int) -> str:
         """The VM of process ``index`` (a task bag's worker ``index`` of ``placement``: its VM keeps
         the worker's stable number while other workers come and go)."""
@@ -173,6 +290,7 @@ class JobRecord:
         return f"j{self.id}-r{self.run}-p{index}"
 
 
+_LEVEL = attrgetter("level")
 _JOB_FIELDS: tuple[str, ...] = tuple(f for f in JobRecord.__dataclass_fields__ if f != "changed_tasks")
 
 

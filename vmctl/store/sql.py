@@ -33,6 +33,7 @@ from vmctl.store.base import (
     TokenRecord,
     WriteBatch,
     dumps,
+    upgrade_job_doc,
 )
 
 SCHEMA_DIR = Path(__file__).parent / "schema"
@@ -61,8 +62,32 @@ def _task_results_out(store: SqlStore, cur: Any) -> None:
         task_rows.move_out(store._exec, cur, table)
 
 
+def _slots_in(store: SqlStore, cur: Any) -> None:
+    """Migration 008: job documents stored with ``tier``/``placement``/``level`` (and a bag's per-worker
+    levels in its ``bag`` column) rewritten with their ``slots`` (``vmctl.store.base.upgrade_job_doc``)."""
+    for table in ("jobs", "job_archive"):
+        store._exec(cur, f"SELECT id, doc, bag FROM {table}")
+        for job_id, raw, raw_bag in cur.fetchall():
+            try:
+                doc = json.loads(raw)
+                bag = json.loads(raw_bag) if raw_bag is not None else None
+                if isinstance(bag, dict):  # the workers' levels live in the bag column since schema 006
+                    doc["bag"] = bag
+                new = upgrade_job_doc(doc)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise CorruptRecord(backend=store.backend, where=store.location(), table=table,
+                                    row=f"id={job_id!r}", problem=f"cannot rewrite the job document with its "
+                                    f"slots (migration 008; {type(exc).__name__}: {exc}); restore a backup or "
+                                    f"repair the row") from exc
+            if new is doc:
+                continue
+            new_bag = new.pop("bag", None) if isinstance(bag, dict) else None
+            store._exec(cur, f"UPDATE {table} SET doc = ?, bag = ? WHERE id = ?",
+                        (dumps(new), raw_bag if new_bag is None else dumps(new_bag), job_id))
+
+
 #: data moved by a migration after its statements, in its transaction: version -> step(store, cursor)
-DATA_STEPS: dict[int, Callable[[SqlStore, Any], None]] = {6: _task_results_out}
+DATA_STEPS: dict[int, Callable[[SqlStore, Any], None]] = {6: _task_results_out, 8: _slots_in}
 
 #: the schema that keeps the store's position (``StorePosition``) in the lease row
 POSITION_SCHEMA = 7
@@ -325,7 +350,7 @@ class SqlStore:
         """A task bag's dispatcher state (its ``bag`` column) and, unless ``rows`` is None, its tasks (its
         rows of ``task_results``, schema 006) put back into ``rec``; a value that cannot be read back is a
         ``CorruptRecord`` naming the job."""
-        rec.bag = self._decode(table, "id", rec.id, dict, bag)
+        rec.adopt_bag(self._decode(table, "id", rec.id, dict, bag))
         if rows is None:
             return
         try:

@@ -1,0 +1,9 @@
+-- vmctld schema version 8: a job's placement as slots (issue 24). Portable SQL: runs unchanged on SQLite
+-- and PostgreSQL. A job document held its placement in three forms: `tier` (fg | bg | shared), `placement`
+-- ((node, core) pairs, core -1 for a shared VM), a gang job's `level` and a task bag's per-worker `levels`
+-- (in its `bag` column since schema 006). It now holds `slots`: [node, core, level] per process (core null:
+-- an unpinned shared VM), `gang` (placed in timeslice rows) and `replicas`; the tier is derived from the
+-- slots (vmctl.store.base.JobRecord). No table changes: a step in Python after these statements
+-- (`vmctl.store.sql._slots_in`, with `vmctl.store.base.upgrade_job_doc`) rewrites every document of `jobs`
+-- and `job_archive` and drops the levels from the bag column. A document of the old form that reaches a
+-- newer vmctld by another way (a state directory, a test) is read the same way when loaded.
