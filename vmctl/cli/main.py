@@ -41,6 +41,8 @@ SUBCOMMANDS: dict[str, str] = {
     "ca": "vmctl.cli.ops:ca_group",
     "plan": "vmctl.cli.plan:plan_cmd",
     "moldable": "vmctl.cli.moldable:moldable",
+    "history": "vmctl.cli.history:history",
+    "whatif": "vmctl.cli.whatif:whatif",
 }
 
 EXIT_CODES: list[tuple[type[errors.VmctlError], int]] = [
