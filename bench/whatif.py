@@ -23,7 +23,8 @@ Families (policy, cluster, jobs; seeded by ``--seed``):
 - ``moldable`` (paper 002): moldable (hsret) on 4 hosts x 2 cores, layout priority/2; moldable jobs of
   widths 1, 2, 4 (Amdahl, serial part 5-30 %);
 - ``taskbag`` (paper 001): dispatch-priority on 4 hosts x 1 core, layout shared/2 (8 workers); bags of
-  1-6 tasks of 100-600 s, CPU usage 0.01 (sleeping tasks), priorities 0-3, deadlines 2-6 x the bag's work.
+  1-6 tasks of 100-600 s on at most 4 workers (one per core: the simulator runs one process of a job per
+  core), CPU usage 0.01 (sleeping tasks), priorities 0-3, deadlines 2-6 x the bag's work.
 
 Output: one line per family -- mean response live and simulated, the relative error, the per-job start
 time error (median and 90th percentile of |simulated - live|) -- and with ``--out`` every family's result
@@ -94,7 +95,7 @@ def _bag(rng: np.random.Generator, i: int) -> tuple[float, dict[str, Any]]:
     work = round(float(rng.uniform(100, 600)), 1)
     dl = round(float(rng.uniform(2, 6)) * work * n, 1)
     return float(rng.exponential(150.0)), {
-        "name": f"b{i}", "shape": {"kind": "task-bag", "tasks": [work] * n, "max_workers": min(n, 8),
+        "name": f"b{i}", "shape": {"kind": "task-bag", "tasks": [work] * n, "max_workers": min(n, 4),
                                    "task_usage": 0.01},
         "priority": int(rng.integers(0, 4)), "deadline": dl}
 

@@ -117,8 +117,9 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
         raise ValidationError(field="trace", problem=f"{trace} has no side file ({trace}.vmctl.json): "
                                                      "export it with vmctl history export")
     cores, speeds, per, groups = _node_model(side["cluster"])
-    wl = read_swf(trace, max_procs=cores)
     fam = family(policy)
+    wl = read_swf(trace, max_procs=cores * _levels(side["cluster"]))
+    from vmctl.model import JobShape
     needs = policy_class(policy).needs
     entries: Mapping[str, Any] = side["jobs"]
     jobs = []
@@ -126,6 +127,11 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
     for j in wl.jobs:
         e = entries.get(str(j.id), {})
         shape = wl.shapes.get(j.id)
+        if shape is not None and shape.kind == "task-bag" and shape.max_workers > cores:
+            # the engine runs at most one process of a job per core; vmctld's dispatcher may give a bag
+            # workers on both levels of a core: the replay caps the bag at one worker per core
+            shape = JobShape.task_bag(list(shape.tasks), cores, shape.task_usage)
+            j = dataclasses.replace(j, procs=cores, run_time=shape.time_at(cores))
         if shape is not None and shape.kind not in needs.shapes:
             width = int(e.get("width") or j.procs)
             j = dataclasses.replace(j, procs=min(width, cores), run_time=shape.time_at(

@@ -87,7 +87,8 @@ class JobRoutes(Routes):
         """The finished jobs (done, killed, failed, cancelled) submitted in ``[since, until)``, the job
         archive included, oldest submit first (``vmctl history export``; docs/operations.md). Each is
         the job document plus what a replay needs: ``first_start`` (the first run's start, from the
-        job's history), ``work_seconds`` and ``cpu_usage`` as submitted (None when not given)."""
+        job's history), ``width`` (the processes of its last run, also once it has ended), ``work_seconds``
+        and ``cpu_usage`` as submitted (None when not given)."""
         self._leader()
         q = request.query
         since = _query_time(q.get("since"), "since")
@@ -217,7 +218,10 @@ def _history_json(r: JobRecord, archived: bool) -> dict[str, Any]:
     """A finished job as ``GET /v1/history`` answers it (see ``JobRoutes.history``)."""
     first = next((h.get("time") for h in r.history if h.get("event") == "started"), None)
     usage = r.spec.get("cpu_usage")
-    return {**job_json(r, bag_tasks=False), "archived": archived,
+    doc = job_json(r, bag_tasks=False)
+    if doc["width"] is None and r.bag is None and r.tasks and first is not None:
+        doc["width"] = len(r.tasks)  # a finished job's placement is gone; its last run had one task per process
+    return {**doc, "archived": archived,
             "first_start": first if first is not None else r.start_time,
             "work_seconds": r.spec.get("work_seconds"),
             "cpu_usage": [float(u) for u in usage] if isinstance(usage, list) else None}
