@@ -3,7 +3,7 @@ seeded workload, its history is exported through the API and replayed in the sim
 policy on the model of the same cluster, and the simulator's error against the live run is reported.
 
 Run: ``nice -n 10 python -m bench.whatif [--families measy,vcsched,gang,moldable,taskbag] [--jobs 30]
-[--speed 100] [--seed 1] [--out DIR]``.
+[--speed 25] [--seed 1] [--whatif easy,measy] [--out DIR]``.
 
 The live cluster (as ``vmctl.experiments.taskbags_live`` starts one): one ``vmctld`` process (SQLite) and
 ``hosts`` ``vmctl-agent`` processes on the mock backend, all on one accelerated clock (``--speed``
@@ -191,7 +191,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
 
 
 def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out: Path | None,
-               log: Callable[[str], None]) -> dict[str, Any]:
+               log: Callable[[str], None], whatif: Sequence[str] = ()) -> dict[str, Any]:
     from vmctl.sim.workloads.swf import read_side_file
     from vmctl.whatif.replay import actual, error, replay
 
@@ -217,6 +217,11 @@ def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out
                "live": {k: v for k, v in act.items() if k != "jobs_json"},
                "simulated": {k: v for k, v in sim.items() if k != "jobs_json"}, "error": err,
                "per_job": {"live": json.loads(act["jobs_json"]), "simulated": json.loads(sim["jobs_json"])}}
+        if whatif:  # vmctl whatif's own code on this history (what the command prints after its export)
+            from vmctl.cli.whatif import render, run_whatif
+
+            doc = run_whatif(trace, list(whatif), {}, side["cluster"]["policy"], 2, folder / "whatif.csv")
+            res["whatif_table"] = render(doc)
         if out is not None:
             (folder / "result.json").write_text(json.dumps(res, indent=1), encoding="utf-8")
         return res
@@ -241,8 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--jobs", type=int, default=30)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--speed", type=float, default=100.0, help="model seconds per real second")
+    ap.add_argument("--speed", type=float, default=25.0, help="model seconds per real second")
     ap.add_argument("--tick", type=float, default=0.2, help="vmctld's decision tick, real seconds")
+    ap.add_argument("--whatif", default="", metavar="POLICIES",
+                    help="also print vmctl whatif's table of each family's history under these policies")
     ap.add_argument("--out", type=Path, default=None, help="keep each family's trace, logs and result.json here")
     a = ap.parse_args(argv)
     names = [f.strip() for f in a.families.split(",") if f.strip()]
@@ -257,8 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = 0
     for n in names:
         try:
-            print(line(run_family(n, a.jobs, a.seed, a.speed, a.tick, a.out, lambda s: print(s, file=sys.stderr))),
-                  flush=True)
+            r = run_family(n, a.jobs, a.seed, a.speed, a.tick, a.out, lambda s: print(s, file=sys.stderr),
+                           [p.strip() for p in a.whatif.split(",") if p.strip()])
+            print(line(r), flush=True)
+            if "whatif_table" in r:
+                print(r["whatif_table"], flush=True)
         except VmctlError as exc:
             print(f"{n:<9} error: {exc}", flush=True)
             code = 1

@@ -176,3 +176,26 @@ def test_replay_of_the_policy_in_force_reproduces_the_tiny_history(tmp_path: Pat
            "actual": {"policy": "easy", **act}, "error_in_force": err}
     text = render(doc)
     assert "easy (in force)" in text and "actual (easy)" in text and "simulator vs actual on easy" in text
+
+
+def test_vmctl_sim_run_reads_the_side_file(tmp_path: Path) -> None:
+    """``vmctl sim run --trace`` (``build_workload``/``run_one``) takes the side file's priorities,
+    deadlines and shapes; EASY, which schedules no bag, runs the SWF records as rigid jobs."""
+    from vmctl.experiments.sweep import WorkloadSpec, build_workload, run_one
+
+    path = export(tmp_path)
+    built = build_workload(WorkloadSpec(trace=str(path), cpu_usage="full"))
+    assert [j.priority for j in built.jobs] == [0, 3, 0, 2] and built.jobs[2].deadline == pytest.approx(200.25)
+    assert set(built.shapes) == {"4"} and built.shapes["4"].kind == "task-bag"
+    res = run_one(WorkloadSpec(trace=str(path)), "easy")
+    assert res.jobs == 4 and res.metrics.jobs == 4
+
+
+def test_rigid_jobs_replay_as_bags_under_a_dispatch_policy(tmp_path: Path) -> None:
+    path = export(tmp_path)
+    r = replay(path, "dispatch-priority", {})
+    assert r["family"] == "task-bag" and r["jobs"] == 4
+    times = json.loads(r["jobs_json"])
+    assert all(not math.isnan(v[1]) for v in times.values())
+    # job 1: 2 tasks of 100 s on at most 2 workers (the policy picks how many): 100 s at least, 200 at most
+    assert 100.0 - 1e-6 <= times["1"][1] - times["1"][0] <= 200.0 + 1e-6

@@ -19,7 +19,8 @@ the execution model of its family, chosen from what it needs (``policy.needs``),
 
 Node speeds and groups need the same core count on every node (``cores_per_node``); a cluster of mixed
 node sizes is modelled as one-core nodes of each node's speed and group. A job whose shape the policy
-does not schedule (a task bag under EASY) replays as a rigid job at the width it ran at for its work.
+does not schedule (a task bag under EASY) replays as a rigid job at the width it ran at for its work; a
+rigid job under a dispatch policy (which schedules bags only) replays as a bag of one task per process.
 A job's CPU usage is the one it was submitted with, else 100 % (vmctld does not measure it).
 
 Progress of a two-tier run (``progress``): ``cpu-share`` (default) -- a process advances at the share of
@@ -137,6 +138,12 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
             j = dataclasses.replace(j, procs=min(width, cores), run_time=shape.time_at(
                 min(max(width, shape.min_width), shape.max_width)))
             shape = None
+        if shape is None and fam == "task-bag":
+            # the dispatch policies schedule bags only: a rigid job of n processes replays as a bag of n
+            # tasks of its work on up to n workers (its processes are independent there)
+            shape = JobShape.task_bag([j.run_time] * j.procs, min(j.procs, cores),
+                                      max(j.cpu_usage) if j.cpu_usage else 1.0)
+            j = dataclasses.replace(j, procs=min(j.procs, cores), run_time=shape.time_at(min(j.procs, cores)))
         if shape is not None:
             shapes[str(j.id)] = shape
         if fam == "vcsched":
