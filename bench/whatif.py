@@ -20,6 +20,7 @@ Families (policy, cluster, jobs; seeded by ``--seed``):
 - ``vcsched`` (paper 003): vcsched-gr on 4 hosts x 2 cores, layout shared/1; rigid jobs of 1-3 VMs with a
   CPU need of 0.2-1.0 and memory 0.05-0.3;
 - ``gang`` (paper 004): gs-m (mpl 2, slice 100 s) on 4 hosts x 2 cores, layout timeslice/2; rigid jobs;
+- ``gang-gs`` (not in the default list): the same with gs (no migrations);
 - ``moldable`` (paper 002): moldable (hsret) on 4 hosts x 2 cores, layout priority/2; moldable jobs of
   widths 1, 2, 4 (Amdahl, serial part 5-30 %);
 - ``taskbag`` (paper 001): dispatch-priority on 4 hosts x 1 core, layout shared/2 (8 workers); bags of
@@ -49,6 +50,8 @@ import numpy as np
 import yaml
 
 FAMILIES = ("measy", "vcsched", "gang", "moldable", "taskbag")
+#: more families a run may name: gang scheduling without migrations (gs)
+EXTRA = ("gang-gs",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,8 @@ SPECS: dict[str, Family] = {
     "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc),
     "gang": Family("gs-m", {"mpl": 2, "slice": 100.0}, 4, 2, {"levels": 2, "discipline": "timeslice"},
                    lambda rng, i: _rigid(rng, i, usage=False)),
+    "gang-gs": Family("gs", {"mpl": 2, "slice": 100.0}, 4, 2, {"levels": 2, "discipline": "timeslice"},
+                      lambda rng, i: _rigid(rng, i, usage=False)),
     "moldable": Family("moldable", {"method": "hsret"}, 4, 2, {"levels": 2, "discipline": "priority"}, _moldable),
     "taskbag": Family("dispatch-priority", {}, 4, 1, {"levels": 2, "discipline": "shared"}, _bag,
                       deadline_relative=True),
@@ -255,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [f.strip() for f in a.families.split(",") if f.strip()]
     bad = [n for n in names if n not in SPECS]
     if bad or a.jobs < 1 or not a.speed > 0:
-        print(f"error: unknown families {bad} (known: {', '.join(FAMILIES)}) or --jobs/--speed not positive",
+        print(f"error: unknown families {bad} (known: {', '.join(FAMILIES + EXTRA)}) or --jobs/--speed not positive",
               file=sys.stderr)
         return 2
     from vmctl.errors import VmctlError

@@ -88,7 +88,8 @@ def test_history_export_and_whatif_on_a_live_daemon(daemon: InProcessDaemon, tmp
     s, none = client.call("GET", f"/v1/history?since={last + 10}", token=admin)
     assert s == 200 and none["jobs"] == []
     for query, field in ((f"since={last}&until={first}", "until"), ("since=yesterday", "since"),
-                         ("until=2026-13-45", "until"), ("limit=0", "limit")):
+                         ("until=2026-13-45", "until"), ("limit=0", "limit"), ("limit=abc", "limit"),
+                         ("since=nan", "since"), ("since=1e400", "since"), ("until=-5", "until")):
         s, err = client.call("GET", f"/v1/history?{query}", token=admin)
         assert s == 422 and err["error"]["field"] == field, (query, err)
 
