@@ -131,8 +131,9 @@ def build_trace(jobs: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
         account = accounts.setdefault(str(j.get("account") or ""), len(accounts) + 1)
         prio = int(j.get("priority") or 0)
         estimate = float(j["estimate"])
-        fields = (k, math.floor(submit - t0), wait, run, width if started else -1, -1, -1, procs, round(estimate),
-                  -1, STATUS.get(str(j["state"]), 0), user, account, -1, prio if prio > 0 else -1, -1, -1, -1)
+        req_time = max(1, round(estimate))
+        fields = (k, math.floor(submit - t0), wait, run, width if started else -1, -1, -1, procs, req_time, -1,
+                  STATUS.get(str(j["state"]), 0), user, account, -1, prio if prio > 0 else -1, -1, -1, -1)
         lines.append(" ".join(str(f) for f in fields))
         work = _work(j, procs)
         deadline = _num(j.get("deadline"))
@@ -159,13 +160,14 @@ def build_trace(jobs: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
         ("Conversion", f"vmctl {__version__} history export on {_ctime(_dt.datetime.now(_dt.UTC).timestamp())}"),
         ("MaxJobs", str(len(ordered))),
         ("MaxRecords", str(len(ordered))),
-        ("Preemption", "Yes (policies may suspend, requeue or migrate jobs)"),
+        ("Preemption", "Yes"),
         ("UnixStartTime", str(t0)),
         ("TimeZoneString", "UTC"),
         ("StartTime", _ctime(t0)),
         ("EndTime", _ctime(last)),
         ("MaxNodes", str(len(cluster["nodes"]))),
         ("MaxProcs", str(max_procs)),
+        ("Note", "Preemption: the policies may suspend, requeue or migrate jobs (vmctl job show lists what happened)"),
         ("Note", f"Scheduler: vmctld, policy {pol['name']}{f' ({params})' if params else ''} in force at export"),
         ("Note", f"Nodes (name, cores, speed, group, layout): {node_text or 'none registered'}"),
         ("Note", "Fields vmctl does not know are -1: " + ", ".join(str(f) for f in UNKNOWN_FIELDS)
