@@ -124,6 +124,7 @@ def test_history_export_and_whatif_on_a_live_daemon(daemon: InProcessDaemon, tmp
     assert doc["actual"]["policy"] == "fcfs" and doc["actual"]["jobs"] == 5
     e = doc["error_in_force"]
     assert e["jobs_compared"] == 5 and e["start"]["max_abs"] is not None
+    assert [pj["vmctl_id"] for pj in e["per_job"]] == ids
     code, out, err = _cli(daemon, capsys, "whatif", "--policies", "fcfs", "--workers", "1")
     assert code == 0, err
     assert "fcfs (in force)" in out and "actual (fcfs)" in out and "simulator vs actual on fcfs" in out

@@ -166,7 +166,8 @@ def test_replay_of_the_policy_in_force_reproduces_the_tiny_history(tmp_path: Pat
     assert sim["jobs"] == 4 and act["jobs"] == 4 and sim["family"] == "easy"
     submits = {k: float(e["submit"]) for k, e in read_side_file(path)["jobs"].items()}  # type: ignore[index]
     err = error(sim, act, submits)
-    assert err["jobs_compared"] == 4
+    assert err["jobs_compared"] == 4 and [pj["job"] for pj in err["per_job"]] == ["1", "2", "3", "4"]
+    assert err["per_job"][3]["response_actual"] - err["per_job"][3]["response_simulated"] == pytest.approx(10.0)
     # the actual bag ran 30 s (170 - 140) where the replay runs its 20 s forecast at width 2
     assert err["start"]["max_abs"] == pytest.approx(0.0) and err["response"]["max_abs"] == pytest.approx(10.0)
     assert err["means"]["avg_response"] == pytest.approx(-10.0 / 4)

@@ -94,6 +94,8 @@ def run_whatif(trace: Path, policies: Sequence[str], params: Mapping[str, Mappin
             "ci_avg_bounded_slowdown", "utilization", "migrations", "deadlines_met")}, "in_force": p == force_name}
         if p == force_name:
             err = error(row, act, submits)
+            for pj in err["per_job"]:
+                pj["vmctl_id"] = side["jobs"][pj["job"]].get("vmctl_id")
         out.append(doc)
     actual_doc = {k: v for k, v in act.items() if k not in ("jobs_json", "family")}
     return {"trace": str(trace), "cluster": side["cluster"], "jobs": len(side["jobs"]), "progress": progress,

@@ -233,7 +233,8 @@ def actual(trace: str | Path) -> dict[str, Any]:
 def error(sim: Mapping[str, Any], act: Mapping[str, Any], submits: Mapping[str, float]) -> dict[str, Any]:
     """The simulator's error on the policy that was in force: on the means (simulated - actual, and
     relative to the actual mean response) and per job (start and response differences, simulated -
-    actual: mean, median, 90th percentile and largest absolute value) over the jobs both ran."""
+    actual: mean, median, 90th percentile and largest absolute value) over the jobs both ran, and
+    ``per_job``: each job's (SWF number) simulated and actual start and response."""
     sj: Mapping[str, Sequence[float]] = json.loads(sim["jobs_json"])
     aj: Mapping[str, Sequence[float]] = json.loads(act["jobs_json"])
     common = [k for k in aj if k in sj and not math.isnan(sj[k][1])]
@@ -249,6 +250,8 @@ def error(sim: Mapping[str, Any], act: Mapping[str, Any], submits: Mapping[str, 
     means = {k: (None if sim.get(k) is None or act.get(k) is None else float(sim[k]) - float(act[k]))
              for k in METRICS}
     a_resp = float(act["avg_response"])
-    return {"jobs_compared": len(common), "means": means,
+    per_job = [{"job": k, "start_simulated": sj[k][0], "start_actual": aj[k][0],
+                "response_simulated": sj[k][1] - submits[k], "response_actual": aj[k][1] - submits[k]} for k in common]
+    return {"jobs_compared": len(common), "means": means, "per_job": per_job,
             "avg_response_relative": (float(sim["avg_response"]) - a_resp) / a_resp if a_resp > 0 else None,
             "start": summary(ds), "response": summary(dr)}
