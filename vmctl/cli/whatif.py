@@ -64,12 +64,19 @@ def run_whatif(trace: Path, policies: Sequence[str], params: Mapping[str, Mappin
                in_force: Mapping[str, Any], workers: int, table: Path, progress: str = "cpu-share") -> dict[str, Any]:
     """The replays (one runner cell per policy, plus the policy in force with its own parameters when it
     is not among ``policies``), the actual run, and the simulator's error on the policy in force."""
+    from vmctl.cli.sim import _parse_params
     from vmctl.experiments.runner import cell, run_grid
+    from vmctl.policies.registry import policy_class
     from vmctl.sim.workloads.swf import read_side_file
     from vmctl.whatif.replay import actual, error, replay_cell
 
     force_name = in_force.get("name")
-    force_params = dict(in_force.get("params") or {})
+    force_params: dict[str, Any] = {}
+    if force_name:  # as GET /v1/policy reports them (an unlimited quota as "inf"): typed as the policy declares
+        known = policy_class(force_name).parameters
+        force_params = _parse_params(force_name, tuple(
+            f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in (in_force.get("params") or {}).items()
+            if k in known))
     runs: list[tuple[str, dict[str, Any]]] = [(p, dict(params.get(p, {}))) for p in policies]
     if force_name and force_name not in policies:
         runs.append((force_name, force_params))
@@ -123,9 +130,11 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def render(doc: Mapping[str, Any]) -> str:
     head = ("POLICY", "FAMILY", "JOBS", "RESPONSE (s)", "WAIT (s)", "BSLD", "UTIL", "MIGR", "DEADLINES MET")
     rows: list[tuple[str, ...]] = []
+    failed: list[str] = []
     for r in doc["policies"]:
         if r.get("error"):
-            rows.append((r["policy"], "", "", f"failed: {r['error']}", "", "", "", "", ""))
+            rows.append((r["policy"], "", "", "failed", "", "", "", "", ""))
+            failed.append(f"{r['policy']} failed: {r['error']}")
             continue
         rows.append((r["policy"] + (" (in force)" if r["in_force"] else ""), str(r["family"]), str(r["jobs"]),
                      _ci(r["avg_response"], r["ci_avg_response"]), _ci(r["avg_wait"], r["ci_avg_wait"]),
@@ -141,6 +150,7 @@ def render(doc: Mapping[str, Any]) -> str:
     lines = [f"what if: {doc['jobs']} finished jobs replayed on {len(cl['nodes'])} nodes / {cores} cores "
              f"(the cluster now; ± = 95 % batch-means interval where there are enough jobs)",
              _table(head, rows)]
+    lines.extend(failed)
     e = doc.get("error_in_force")
     if e is not None:
         rel = e["avg_response_relative"]
