@@ -216,7 +216,10 @@ def actual(trace: str | Path) -> dict[str, Any]:
     en = np.array([float(e["end"]) for _, e in rows])
     run = np.array([float(e.get("work") or (float(e["end"]) - float(e["start"]))) for _, e in rows])
     procs = np.array([float(e.get("width") or e.get("procs") or 1) for _, e in rows])
-    m = metrics_mod.compute(sub, st, en, run, procs, cores)
+    # a moldable job's work is its forecast at its requested width; the cores it held: its width x its run
+    held = np.array([(float(e["end"]) - float(e["start"])) * float(e.get("width") or 1)
+                     if (e.get("shape") or {}).get("kind") == "moldable" else np.nan for _, e in rows])
+    m = metrics_mod.compute(sub, st, en, run, procs, cores, core_time=held)
     dl = [(float(e["end"]), float(e["deadline"])) for _, e in rows if e.get("deadline") is not None]
     return {
         "family": "", "cores": cores, "jobs": len(rows), "avg_response": m.avg_response, "avg_wait": m.avg_wait,
