@@ -85,6 +85,8 @@ def test_history_export_and_whatif_on_a_live_daemon(daemon: InProcessDaemon, tmp
     s, part = client.call("GET", f"/v1/history?since={first}&until={first + 1e-3}", token=admin)
     assert s == 200 and [j["id"] for j in part["jobs"]] == [j["id"] for j in hist["jobs"]
                                                              if j["submit_time"] < first + 1e-3]
+    s, cut = client.call("GET", "/v1/history?limit=2", token=admin)
+    assert s == 200 and cut["truncated"] is True and len(cut["jobs"]) == 2
     s, none = client.call("GET", f"/v1/history?since={last + 10}", token=admin)
     assert s == 200 and none["jobs"] == []
     for query, field in ((f"since={last}&until={first}", "until"), ("since=yesterday", "since"),

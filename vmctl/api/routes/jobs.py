@@ -104,10 +104,11 @@ class JobRoutes(Routes):
 
         live = [r for r in self.d.state.jobs.values() if wanted(r)]
         seen = {r.id for r in live}
-        old = [r for r in self.d.store.list_archived_jobs(None, limit) if r.id not in seen and wanted(r)]
+        archive = self.d.store.list_archived_jobs(None, limit)  # the newest ``limit`` archived jobs
+        old = [r for r in archive if r.id not in seen and wanted(r)]
         recs = sorted([*((r, False) for r in live), *((r, True) for r in old)],
                       key=lambda x: (x[0].submit_time, len(x[0].id), x[0].id))
-        truncated = len(recs) > limit
+        truncated = len(recs) > limit or len(archive) >= limit  # older archived jobs may be left out
         return json_response({"since": since, "until": until, "now": self.d.clock.now(),
                               "truncated": truncated, "jobs": [_history_json(r, a) for r, a in recs[:limit]]})
 
