@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, TypeVar
 
-from vmctl.errors import UnknownPolicyError
+from vmctl.errors import PolicyParameterError, UnknownPolicyError
 from vmctl.policies.base import SchedulingPolicy
 
 _MODULES: tuple[str, ...] = (
@@ -70,3 +70,31 @@ def policy_class(name: str) -> type[SchedulingPolicy]:
 
 def create_policy(name: str, **params: Any) -> SchedulingPolicy:
     return policy_class(name)(**params)
+
+
+def parse_policy_params(policy: str, items: tuple[str, ...]) -> dict[str, Any]:
+    """``k=v`` pairs (``vmctl sim -p``, ``vmctl whatif -p``), converted to the type the policy declares for ``k``."""
+    cls = policy_class(policy)
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise PolicyParameterError(policy=policy, param=item, problem="expected key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if key not in cls.parameters:
+            known = ", ".join(sorted(cls.parameters)) or "none"
+            raise PolicyParameterError(policy=policy, param=key, problem=f"unknown (known: {known})")
+        kind = cls.parameters[key][0]
+        try:
+            if kind is bool:
+                low = raw.strip().lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(raw)
+                value: Any = low in ("true", "1", "yes")
+            else:
+                value = kind(raw)
+        except ValueError:
+            raise PolicyParameterError(policy=policy, param=key,
+                                       problem=f"{raw!r} is not a valid {kind.__name__}") from None
+        out[key] = value
+    return out

@@ -385,7 +385,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "vmctl.guestimage")),
     ("daemon", ("vmctl.daemon",)),
     ("api", ("vmctl.api",)),
-    ("experiments", ("vmctl.experiments",)),
+    ("experiments", ("vmctl.experiments", "vmctl.whatif")),
     ("processes", ("vmctl.cli", "vmctl.daemon.main")),
 ]
 

@@ -138,6 +138,7 @@ class DaemonServer:
         r.add_post("/v1/jobs", j.submit)
         r.add_post("/v1/jobs:batch", j.submit_batch)
         r.add_get("/v1/jobs", j.list_jobs)
+        r.add_get("/v1/history", j.history)
         r.add_get("/v1/jobs/{id}", j.get_job)
         r.add_delete("/v1/jobs/{id}", j.cancel_job)
         r.add_get("/v1/jobs/{id}/explain", j.explain)

@@ -41,6 +41,8 @@ SUBCOMMANDS: dict[str, str] = {
     "ca": "vmctl.cli.ca:ca_group",
     "plan": "vmctl.cli.plan:plan_cmd",
     "moldable": "vmctl.cli.moldable:moldable",
+    "history": "vmctl.cli.history:history",
+    "whatif": "vmctl.cli.whatif:whatif",
 }
 
 class LazyGroup(click.Group):

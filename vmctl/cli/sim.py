@@ -28,38 +28,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from vmctl.errors import PolicyParameterError, ValidationError
-from vmctl.policies.registry import policy_class
+from vmctl.policies.registry import parse_policy_params, policy_class
 
 if TYPE_CHECKING:
     from vmctl.sim.execution import ExecutionModel
-
-
-def _parse_params(policy: str, items: tuple[str, ...]) -> dict[str, Any]:
-    """``k=v`` pairs, converted to the type the policy declares for ``k``."""
-    cls = policy_class(policy)
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise PolicyParameterError(policy=policy, param=item, problem="expected key=value")
-        key, raw = item.split("=", 1)
-        key = key.strip()
-        if key not in cls.parameters:
-            known = ", ".join(sorted(cls.parameters)) or "none"
-            raise PolicyParameterError(policy=policy, param=key, problem=f"unknown (known: {known})")
-        kind = cls.parameters[key][0]
-        try:
-            if kind is bool:
-                low = raw.strip().lower()
-                if low not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError(raw)
-                value: Any = low in ("true", "1", "yes")
-            else:
-                value = kind(raw)
-        except ValueError:
-            raise PolicyParameterError(policy=policy, param=key,
-                                       problem=f"{raw!r} is not a valid {kind.__name__}") from None
-        out[key] = value
-    return out
 
 
 def _floats(option: str, text: str) -> list[float]:
@@ -186,7 +158,7 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
     from vmctl.experiments.sweep import build_workload, run_one
     from vmctl.sim import report
 
-    parsed = _parse_params(policy, params)
+    parsed = parse_policy_params(policy, params)
     levels, slice_s = _gang_defaults(policy, parsed, discipline, levels, slice_s)
     execution, execution_doc = _execution(discipline, levels, slice_s)
     if jobs_out is not None:
@@ -374,7 +346,7 @@ def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int
         for item in params:
             key = item.split("=", 1)[0].strip()
             if key in cls.parameters:
-                shared.update(_parse_params(name, (item,)))
+                shared.update(parse_policy_params(name, (item,)))
     for item in params:
         key = item.split("=", 1)[0].strip()
         if key not in shared:

@@ -156,6 +156,11 @@ def run_one(
             raise ValidationError(field="--shapes", problem=f"{spec.shapes} jobs run on their own execution model "
                                                             "(one level per core); it cannot be combined with another")
         execution = shape_execution(spec.shapes, built.shapes)
+    elif built.shapes and execution is None and (
+            kinds := {sh.kind for sh in built.shapes.values()} & policy_class(policy).needs.shapes):
+        # shapes from a trace's side file (vmctl history export) that the policy schedules; a policy that
+        # schedules none of them runs the jobs as the rigid jobs of the SWF records
+        execution = shape_execution("task-bag" if "task-bag" in kinds else "moldable", built.shapes)
     cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info, execution)
     sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
     result = sim.run(on_progress)

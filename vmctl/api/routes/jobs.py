@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from vmctl import auth
+from vmctl import auth, timefmt
 from vmctl.api import schemas
 from vmctl.api.documents import expected_starts, job_json, op_json, reason_json
 from vmctl.api.plumbing import job_id_like, json_response, query_int, read_json
@@ -82,6 +82,35 @@ class JobRoutes(Routes):
                 if len(out) >= limit:
                     break
         return json_response({"jobs": out})
+
+    async def history(self, request: web.Request) -> web.Response:
+        """The finished jobs (done, killed, failed, cancelled) submitted in ``[since, until)``, the job
+        archive included, oldest submit first (``vmctl history export``; docs/operations.md). Each is
+        the job document plus what a replay needs: ``first_start`` (the first run's start, from the
+        job's history), ``width`` (the processes of its last run, also once it has ended), ``work_seconds``
+        and ``cpu_usage`` as submitted (None when not given)."""
+        self._leader()
+        q = request.query
+        since = _query_time(q.get("since"), "since")
+        until = _query_time(q.get("until"), "until")
+        if since is not None and until is not None and until <= since:
+            raise ValidationError(field="until", problem=f"{until:.3f} is not after since={since:.3f}: an empty range")
+        limit = query_int(q.get("limit"), "limit", 1, 1_000_000, 1_000_000)
+        finished = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
+
+        def wanted(r: JobRecord) -> bool:
+            return r.state in finished and (since is None or r.submit_time >= since) and \
+                (until is None or r.submit_time < until)
+
+        live = [r for r in self.d.state.jobs.values() if wanted(r)]
+        seen = {r.id for r in live}
+        archive = self.d.store.list_archived_jobs(None, limit)  # the newest ``limit`` archived jobs
+        old = [r for r in archive if r.id not in seen and wanted(r)]
+        recs = sorted([*((r, False) for r in live), *((r, True) for r in old)],
+                      key=lambda x: (x[0].submit_time, len(x[0].id), x[0].id))
+        truncated = len(recs) > limit or len(archive) >= limit  # older archived jobs may be left out
+        return json_response({"since": since, "until": until, "now": self.d.clock.now(),
+                              "truncated": truncated, "jobs": [_history_json(r, a) for r, a in recs[:limit]]})
 
     async def get_job(self, request: web.Request) -> web.Response:
         self._leader()
@@ -174,3 +203,26 @@ class JobRoutes(Routes):
         if o is None:
             raise NotFound(kind="operation", name=oid)
         return json_response({"operation": op_json(o)})
+
+
+def _query_time(raw: str | None, name: str) -> float | None:
+    """A time of the query string: epoch seconds or ISO 8601 (without a zone: UTC); 422 naming it."""
+    if raw is None:
+        return None
+    try:
+        return timefmt.parse_time(raw, local=False)
+    except ValueError as exc:
+        raise ValidationError(field=name, problem=str(exc)) from exc
+
+
+def _history_json(r: JobRecord, archived: bool) -> dict[str, Any]:
+    """A finished job as ``GET /v1/history`` answers it (see ``JobRoutes.history``)."""
+    first = next((h.get("time") for h in r.history if h.get("event") == "started"), None)
+    usage = r.spec.get("cpu_usage")
+    doc = job_json(r, bag_tasks=False)
+    if doc["width"] is None and r.bag is None and r.tasks and first is not None:
+        doc["width"] = len(r.tasks)  # a finished job's placement is gone; its last run had one task per process
+    return {**doc, "archived": archived,
+            "first_start": first if first is not None else r.start_time,
+            "work_seconds": r.spec.get("work_seconds"),
+            "cpu_usage": [float(u) for u in usage] if isinstance(usage, list) else None}

@@ -19,6 +19,15 @@ Conventions chosen here (docs/workloads.md explains why):
   (field 15) as the priority (-1, unknown, gives 0); the number's meaning (which queue is favoured)
   is the trace's own: check its header. Group (13) and partition (16) are not read.
 
+Side file (``FILE.vmctl.json`` next to ``FILE``; written by ``vmctl history export``, docs/operations.md,
+"The export format"): what SWF cannot hold. When it is present, :func:`read_swf` reads it too and, for
+every job it lists (by SWF job number), takes its exact submit time (SWF holds whole seconds), its work
+(the dedicated-core seconds the replay runs it for, ``work``), estimate, requested processors, priority,
+deadline (same time base as the submit times), CPU usage and shape (moldable or task bag, into
+``Workload.shapes``); ``read_side_file`` returns the whole document (the cluster it was exported from).
+``side=False`` ignores it. A side file that is not valid JSON or not of this format is a
+``TraceFormatError`` naming it.
+
 Malformed input raises :class:`vmctl.errors.TraceFormatError` naming the file and the line: wrong
 field count, a non-numeric or non-finite field, a fractional id / processor count / user, a negative
 submit time, an unreadable file or corrupt gzip data, a bad ``MaxProcs`` header, or no machine size.
@@ -36,21 +45,27 @@ HPC2N (202,871 jobs) parses in about 0.35 s on the project machine (``python -m 
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
-from vmctl.errors import OutOfRange, TraceFormatError
-from vmctl.sim.workloads.core import Workload, gc_paused, make_job
+from vmctl.errors import OutOfRange, TraceFormatError, VmctlError
+from vmctl.model import JobShape
+from vmctl.sim.workloads.core import Workload, WorkloadJob, gc_paused, make_job
 
-__all__ = ["FIELD_NAMES", "read_swf", "write_swf"]
+__all__ = ["FIELD_NAMES", "SIDE_FORMAT", "SIDE_SUFFIX", "read_side_file", "read_swf", "side_file_path", "write_swf"]
+
+#: the side file of ``FILE`` is ``FILE`` + this suffix; its ``format`` field is ``SIDE_FORMAT``
+SIDE_SUFFIX = ".vmctl.json"
+SIDE_FORMAT = "vmctl-swf-side/1"
 
 #: the 18 SWF fields, 1-based in messages (``FIELD_NAMES[0]`` is field 1)
 FIELD_NAMES: tuple[str, ...] = (
@@ -210,7 +225,91 @@ def _parse_numbers(path: Path, lines: Sequence[str], data: list[str], usecols: t
     return floats
 
 
-def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priority_from_queue: bool = False) -> Workload:
+def side_file_path(path: str | PathLike[str]) -> Path:
+    """Where the side file of the trace ``path`` is (``FILE.vmctl.json``)."""
+    return Path(str(path) + SIDE_SUFFIX)
+
+
+def read_side_file(path: str | PathLike[str]) -> dict[str, Any] | None:
+    """The side file of the trace ``path`` as a JSON document (None when there is none); a side file
+    that cannot be read, is not JSON or not of ``SIDE_FORMAT`` is a ``TraceFormatError`` naming it."""
+    side = side_file_path(path)
+    if not side.exists():
+        return None
+    try:
+        doc = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(path=str(side), line=0, problem=f"cannot read: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(path=str(side), line=exc.lineno, problem=f"not JSON: {exc.msg}") from exc
+    if not isinstance(doc, dict) or doc.get("format") != SIDE_FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise TraceFormatError(path=str(side), line=1, problem=f"not a vmctl side file (format {SIDE_FORMAT!r} "
+                                                               f"expected, got {got!r})")
+    if not isinstance(doc.get("jobs"), dict):
+        raise TraceFormatError(path=str(side), line=1, problem="'jobs' must be an object of SWF job number -> job")
+    return doc
+
+
+def _side_number(side: Path, key: str, entry: Mapping[str, Any], name: str, lo: float, *, optional: bool = False
+                 ) -> float | None:
+    v = entry.get(name)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < lo:
+        raise TraceFormatError(path=str(side), line=0, problem=f"jobs.{key}.{name} must be a number >= {lo:g}, "
+                                                               f"got {v!r}")
+    return float(v)
+
+
+def _apply_side(side: Path, doc: Mapping[str, Any], jobs: list[WorkloadJob], shapes: dict[int, JobShape]
+                ) -> list[WorkloadJob]:
+    """The jobs with what the side file says of them (see the module docstring)."""
+    from vmctl.shapes import shape_from_json
+
+    entries: Mapping[str, Any] = doc["jobs"]
+    out: list[WorkloadJob] = []
+    for j in jobs:
+        key = str(j.id)
+        e = entries.get(key)
+        if e is None:
+            out.append(j)
+            continue
+        if not isinstance(e, dict):
+            raise TraceFormatError(path=str(side), line=0, problem=f"jobs.{key} must be an object")
+        submit = _side_number(side, key, e, "submit", 0.0)
+        work = _side_number(side, key, e, "work", 0.0)
+        estimate = _side_number(side, key, e, "estimate", 0.0)
+        deadline = _side_number(side, key, e, "deadline", 0.0, optional=True)
+        procs = e.get("procs", j.procs)
+        prio = e.get("priority", 0)
+        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
+            raise TraceFormatError(path=str(side), line=0, problem=f"jobs.{key}.procs must be an integer >= 1")
+        if isinstance(prio, bool) or not isinstance(prio, int):
+            raise TraceFormatError(path=str(side), line=0, problem=f"jobs.{key}.priority must be an integer")
+        usage = e.get("cpu_usage")
+        if usage is not None and (not isinstance(usage, list) or len(usage) != procs or not all(
+                isinstance(u, int | float) and not isinstance(u, bool) and 0 < u <= 1 for u in usage)):
+            raise TraceFormatError(path=str(side), line=0, problem=f"jobs.{key}.cpu_usage must be {procs} numbers "
+                                                                   "in (0, 1]")
+        if e.get("shape") is not None:
+            try:
+                shapes[j.id] = shape_from_json(e["shape"], f"jobs.{key}.shape")
+            except VmctlError as exc:
+                raise TraceFormatError(path=str(side), line=0, problem=str(exc)) from exc
+        assert submit is not None and work is not None and estimate is not None
+        if work <= 0 or estimate <= 0:
+            out.append(j)
+            continue
+        out.append(WorkloadJob(id=j.id, submit=submit, run_time=work, procs=procs, estimate=estimate,
+                               cpu_usage=None if usage is None else tuple(float(u) for u in usage), user=j.user,
+                               priority=prio, deadline=deadline))
+    out.sort(key=lambda x: (x.submit, x.id))
+    return out
+
+
+def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priority_from_queue: bool = False,
+             side: bool = True) -> Workload:
     """Read an SWF trace (plain or gzip-compressed) into a :class:`Workload`.
 
     ``max_procs`` is the size of the simulated machine; it overrides the header's ``MaxProcs``
@@ -289,7 +388,12 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priorit
         if priority_from_queue:
             columns.append(np.maximum(kept[:, _QUEUE], 0).astype(np.int64).tolist())
         jobs = list(map(make_job, *columns))
-    return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header)
+    doc = read_side_file(p) if side else None
+    if doc is None:
+        return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header)
+    shapes: dict[int, JobShape] = {}
+    jobs = _apply_side(side_file_path(p), doc, jobs, shapes)
+    return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header, shapes=shapes)
 
 
 def _num(x: float) -> str:
