@@ -302,6 +302,16 @@ def cause_heuristics(res: Results, out: Outcome) -> Outcome:
                        "SGB, RRND and RRNZ the ordering holds", LARGE)
 
 
+def cause_mcb_time(res: Results, out: Outcome) -> Outcome:
+    rows = [r for rs in _by_seed(res, LARGE).values() for r in rs if r["tasks"] == 500 and r["algorithm"] in MCBS]
+    slow = sorted((r["time_s"] for r in rows), reverse=True)
+    over = sum(1 for t in slow if t > 0.5)
+    return out.because(f"{over} of {len(rows)} MCB runs at 500 tasks took over 0.5 s of wall time (longest "
+                       f"{slow[0]:.2f} s, median {slow[len(slow) // 2] * 1000:.0f} ms; large): wall times on a 2-core "
+                       "machine shared with other work (load average up to 28 during the quick run); "
+                       "`python -m bench.vcsched` measures 18 ms of CPU for MCB8 at this size", LARGE)
+
+
 def cause_avg_yield(res: Results, out: Outcome) -> Outcome:
     parts = []
     for seed, rows in _by_seed(res, PAR).items():
@@ -416,7 +426,7 @@ PAPER = Paper(
               value_claim(LARGE, rrnd_low_slack_failures, 100.0, 0.0)),
         Claim("003-16", "The MCB algorithms take under half a second for 500 tasks (large)", "sec. 4.2.1, Fig. 10",
               "< 0.5 s", "0.5 s minus each MCB's mean time at 500 tasks",
-              order_claim(LARGE, mcb_time_margins, "s under 0.5 s")),
+              order_claim(LARGE, mcb_time_margins, "s under 0.5 s", cause_mcb_time)),
         Claim("003-17", "Parallel jobs: MCB8's minimum yield is significantly better than SG's", "sec. 5.2, Fig. 19",
               "yes", "MCB8 - SG mean minimum yield per slack (instances both solved)",
               order_claim(PAR, parallel_margins("min_yield", 1.0), "yield")),

@@ -49,6 +49,7 @@ def reproduce(paper: Paper, mode: str, out: str | Path, *, workers: int | None =
     results = Results()
     runs: list[ExperimentRun] = []
     tables: dict[str, str] = {}
+    cells_n, cell_s = 0, 0.0
     for e in paper.experiments:
         cells = e.cells(size, results)
         table = out_dir / f"{e.name}.parquet"
@@ -63,9 +64,12 @@ def reproduce(paper: Paper, mode: str, out: str | Path, *, workers: int | None =
             raise CellsFailed(failed=len(res.failed), total=len(res.rows), table=str(table),
                               first=f"{first['function']}: {first['error']}")
         results.add(e.name, res.rows)
+        cells_n += len(res.rows)
+        cell_s += sum(float(r.get("wall_s") or 0.0) for r in res.rows)
         tables[e.name] = table.name
     outcomes: list[tuple[Any, Outcome]] = [(c, checked(paper, c, c.evaluate(results))) for c in paper.claims]
     wall = time.perf_counter() - t0
-    info = RunInfo(size=size, command=command or f"vmctl reproduce {paper.id} --{mode} --out {out}", wall_s=wall)
+    info = RunInfo(size=size, command=command or f"vmctl reproduce {paper.id} --{mode} --out {out}", wall_s=wall,
+                   cells=cells_n, cell_s=cell_s)
     rows = write_claims(paper, outcomes, info, results, out_dir, tables)
     return Reproduction(paper, size, runs, rows, wall)
