@@ -43,6 +43,7 @@ SUBCOMMANDS: dict[str, str] = {
     "moldable": "vmctl.cli.moldable:moldable",
     "history": "vmctl.cli.history:history",
     "whatif": "vmctl.cli.whatif:whatif",
+    "reproduce": "vmctl.cli.reproduce:reproduce",
 }
 
 class LazyGroup(click.Group):
