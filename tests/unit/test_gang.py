@@ -269,6 +269,20 @@ def test_bgs_backfills_past_the_blocked_head() -> None:
     assert d.reasons["h"].startswith("head of queue: reserved in row 0")
 
 
+def test_conservative_bgs_reserves_for_every_blocked_job() -> None:
+    # 3 cores, MPL 1: A (2 processes, 100 s) runs; H (3 processes, 50 s) and J (2, 30 s) cannot start;
+    # S (1 process, 500 s) fits the free core but would still run when H's reservation begins
+    a, h = job("a", 2, 100.0), job("h", 3, 50.0, 1.0)
+    j, s = job("j", 2, 30.0, 2.0), job("s", 1, 500.0, 3.0)
+    v = tview(3, 1, [(a, 0, (0, 1), ())], queue=[h, j, s])
+    d = create_policy("bgs", mpl=1, backfill="conservative").decide(v, 3.0)
+    assert not [x for x in d.actions if isinstance(x, Start)]
+    assert set(d.reasons) == {"h", "j", "s"} and d.reasons["j"].startswith("reserved in row 0")
+    # depth 0: no reservation at all, S takes the free core at once (greedy backfilling)
+    d = create_policy("bgs", mpl=1, backfill="conservative", depth=0).decide(v, 3.0)
+    assert {x.job_id for x in d.actions if isinstance(x, Start)} == {"s"}
+
+
 # ------------------------------------------------------------------------------ bad input
 
 def test_bad_parameters_name_the_parameter() -> None:
@@ -278,6 +292,13 @@ def test_bad_parameters_name_the_parameter() -> None:
                               ({"slice": math.inf}, "slice")):
             with pytest.raises(PolicyParameterError, match=f"parameter {param}"):
                 create_policy(name, **params)
+    for name in ("bgs", "bgs-m"):
+        with pytest.raises(PolicyParameterError, match="parameter backfill: must be one of easy, conservative"):
+            create_policy(name, backfill="lazy")
+        with pytest.raises(PolicyParameterError, match="parameter depth"):
+            create_policy(name, backfill="conservative", depth=-1.0)
+    with pytest.raises(PolicyParameterError, match="parameter backfill: unknown"):
+        create_policy("gs", backfill="conservative")
 
 
 def test_mpl_above_the_levels_and_other_disciplines_are_refused() -> None:
@@ -294,12 +315,14 @@ def test_mpl_above_the_levels_and_other_disciplines_are_refused() -> None:
 
 # ------------------------------------------------------------------------------ a real workload
 
-@pytest.mark.parametrize("name", ["gs", "gs-m", "bgs", "bgs-m"])
+@pytest.mark.parametrize("name", ["gs", "gs-m", "bgs", "bgs-m", "bgs/conservative", "bgs-m/conservative"])
 def test_jann97_runs_are_deterministic_and_checked(name: str) -> None:
     wl = generate_model("jann97", 150, 64, 5, 0.9, usage="paper")
+    name, _, mode = name.partition("/")
+    extra = {"backfill": mode} if mode else {}
 
     def once() -> dict[str, object]:
-        sim = Simulator(wl.jobs, 64, create_policy(name, mpl=3, cost=10.0),
+        sim = Simulator(wl.jobs, 64, create_policy(name, mpl=3, cost=10.0, **extra),
                         SimConfig(seed=5, execution=lambda: TimeSliceModel(3)))
         return sim.run().to_dict()
 
