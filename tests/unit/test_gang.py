@@ -405,3 +405,47 @@ def test_the_module_headers_example() -> None:
     assert d.actions == (Move("b", (2,), 0, 10.0), Start("c", (2, 3), 1), Replicate("a", 1))
     assert d.schedule == SliceSchedule(200.0, (0, 1), 0.0)
     check_decision(v, d, 5.0)
+
+
+# ------------------------------------------------------------------------------ the job-size study (issue 26)
+
+def test_steady_utilization_trims_the_warm_up_and_the_drain() -> None:
+    from vmctl.experiments.gang import steady_utilization
+
+    # 11 arrivals at 0, 10, ..., 100 on 1 core; job i runs [10 i, 10 i + 10) except the first, which runs
+    # [0, 5) (a warm-up job), and the last, which drains until 200
+    rows = [{"id": str(i), "submit": 10.0 * i, "start": 10.0 * i, "end": 10.0 * i + 10, "width": 1} for i in range(11)]
+    rows[0]["end"] = 5.0
+    rows[-1]["end"] = 200.0
+    work = {str(i): 10.0 for i in range(11)}
+    work["0"] = 5.0
+    # window [10, 100] (arrival int(0.1 x 10) = 1 to the last arrival): jobs 1..9 fill it; job 10 adds nothing
+    assert steady_utilization(rows, work, 1) == pytest.approx(1.0)
+    # without trimming the warm-up, the window starts at 0 and holds job 0's 5 s of work in 10 s
+    assert steady_utilization(rows, work, 1, warmup=0.0) == pytest.approx(95 / 100)
+    assert steady_utilization(rows[:1], work, 1) == 0.0
+
+
+def test_the_parallel_jann97_mix_has_no_serial_job_and_its_load() -> None:
+    from vmctl.errors import OutOfRange
+    from vmctl.experiments.gang import study_jobs
+    from vmctl.sim.workloads.core import Workload
+    from vmctl.sim.workloads.load import offered_load
+
+    jobs, source = study_jobs("jann97-par", 200, 64, 0.8, 3)
+    assert len(jobs) == 200 and min(j.procs for j in jobs) >= 2 and "serial jobs left out" in source
+    assert offered_load(Workload(jobs=jobs, max_procs=64, source=source), 64) == pytest.approx(0.8, rel=1e-6)
+    serial = [j for j in study_jobs("jann97", 200, 64, 0.8, 3)[0] if j.procs == 1]
+    assert serial  # the plain mix has them
+    with pytest.raises(OutOfRange, match="study model"):
+        study_jobs("feitelson", 10, 64, 0.8, 1)
+
+
+def test_calibration_curves_interpolate_and_say_when_a_policy_saturates_below() -> None:
+    from vmctl.experiments.gang import interp_curve, load_for
+
+    curve = [(0.5, 0.5), (1.0, 0.8), (1.5, 0.78)]
+    assert load_for(curve, 0.65) == pytest.approx(0.75)
+    assert load_for(curve, 0.85) is None
+    assert interp_curve([(0.5, 2.0), (1.0, 4.0)], 0.75) == pytest.approx(3.0)
+    assert interp_curve([(0.5, 2.0), (1.0, 4.0)], 2.0) == 4.0

@@ -562,7 +562,7 @@ def _label(row: Mapping[str, Any]) -> str:
     raise ValueError(f"not a study row: {row['policy']}")
 
 
-def _interp(points: Sequence[tuple[float, float]], x: float) -> float:
+def interp_curve(points: Sequence[tuple[float, float]], x: float) -> float:
     """Linear interpolation of ``points`` (sorted by x) at ``x``, clamped to the ends."""
     pts = sorted(points)
     if x <= pts[0][0]:
@@ -573,7 +573,7 @@ def _interp(points: Sequence[tuple[float, float]], x: float) -> float:
     return pts[-1][1]
 
 
-def _load_for(curve: Sequence[tuple[float, float]], target: float) -> float | None:
+def load_for(curve: Sequence[tuple[float, float]], target: float) -> float | None:
     """The offered load where a measured (load, utilization) curve first reaches ``target`` (its
     non-decreasing envelope, interpolated); None if it never does (the policy saturates below)."""
     if max(u for _x, u in curve) < target:
@@ -622,13 +622,13 @@ def study_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     rs = curves[(mo, lab, s)]
                     util = [(float(r["load"]), float(r["steady_utilization"])) for r in rs]
                     slow = [(float(r["load"]), float(r["avg_slowdown"])) for r in rs]
-                    x = _load_for(util, paper_rho)
+                    x = load_for(util, paper_rho)
                     if x is not None:
-                        own.append(_interp(slow, x))
+                        own.append(interp_curve(slow, x))
                     ref = [(float(r["load"]), float(r["steady_utilization"])) for r in curves[(mo, "BGS+M", s)]]
-                    xb = _load_for(ref, target_utilization(w))
+                    xb = load_for(ref, target_utilization(w))
                     if xb is not None:
-                        at_bgsm.append(_interp(slow, xb))
+                        at_bgsm.append(interp_curve(slow, xb))
                 calib[(mo, w, lab)] = {"own": ci(own) if len(own) == len(seeds) else None,
                                        "bgsm": ci(at_bgsm) if len(at_bgsm) == len(seeds) else None}
     sizes = {mo: (sum(float(r["mean_size"]) for r in rows if r["model"] == mo)
