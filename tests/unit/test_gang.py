@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -449,3 +450,11 @@ def test_calibration_curves_interpolate_and_say_when_a_policy_saturates_below() 
     assert load_for(curve, 0.85) is None
     assert interp_curve([(0.5, 2.0), (1.0, 4.0)], 0.75) == pytest.approx(3.0)
     assert interp_curve([(0.5, 2.0), (1.0, 4.0)], 2.0) == 4.0
+
+
+def test_gang_study_refuses_bad_input_naming_the_option(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = str(tmp_path / "study")
+    for args, option in ((("--jobs", "0"), "--jobs"), (("--seeds", "1"), "--seeds"), (("--loads", "0.5,-1"), "--loads"),
+                         (("--models", "jann97,feitelson96"), "--models"), (("--workers", "0"), "--workers")):
+        code, _out, err = run_cli(capsys, "sim", "gang-study", "--out", out, *args)
+        assert code == 2 and option in err and "Traceback" not in err, (args, err)
