@@ -458,3 +458,27 @@ def test_gang_study_refuses_bad_input_naming_the_option(capsys: pytest.CaptureFi
                          (("--models", "jann97,feitelson96"), "--models"), (("--workers", "0"), "--workers")):
         code, _out, err = run_cli(capsys, "sim", "gang-study", "--out", out, *args)
         assert code == 2 and option in err and "Traceback" not in err, (args, err)
+
+
+@pytest.mark.parametrize("name", ["gs", "bgs-m"])
+def test_the_metered_utilization_over_the_whole_run_is_eq3s(name: str) -> None:
+    """The meter (busy processors of the active row at every boundary and decision) integrates to the
+    work of the run: over [first arrival, last end] it equals the sec. 3 utilization."""
+    from vmctl.experiments.gang import MeteredTimeSlice, metered_utilization, steady_window
+
+    wl = generate_model("jann97", 150, 64, 5, 1.2, usage="full")
+    models: list[MeteredTimeSlice] = []
+
+    def make() -> MeteredTimeSlice:
+        models.append(MeteredTimeSlice(3, 200.0))
+        return models[-1]
+
+    sim = Simulator(wl.jobs, 64, create_policy(name, mpl=3), SimConfig(seed=5, execution=make))
+    res = sim.run()
+    rows = list(sim.job_rows())
+    span = (min(r["submit"] for r in rows), max(r["end"] for r in rows))
+    assert res.gang is not None
+    assert metered_utilization(models[-1].samples, 64, span) == pytest.approx(res.gang.utilization, rel=1e-9)
+    lo, hi = steady_window([r["submit"] for r in rows])
+    assert span[0] < lo < hi < span[1]
+    assert 0 < metered_utilization(models[-1].samples, 64, (lo, hi)) <= 1

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from vmctl.model import SliceSchedule
+from vmctl.sim.execution import Run
+from vmctl.sim.timeslice import TimeSliceModel
 
 #: paper 004 Table 1: workload -> policy -> (rho, slowdown)
 PAPER_TABLE1: dict[int, dict[str, tuple[float, float]]] = {
@@ -81,13 +85,71 @@ def study_jobs(model: str, jobs: int, procs: int, load: float, seed: int) -> tup
     return list(wl.jobs), f"jann97-par({wl.source}, serial jobs left out)"
 
 
+def steady_window(submits: Sequence[float], warmup: float = WARMUP_FRACTION) -> tuple[float, float]:
+    """The steady-state window: from the arrival of job ``int(warmup x (n - 1))`` (in arrival order; the
+    warm-up trimmed) to the last arrival (the drain trimmed: after it the load only falls)."""
+    xs = sorted(submits)
+    if not xs:
+        return (0.0, 0.0)
+    return xs[int(warmup * (len(xs) - 1))], xs[-1]
+
+
+class MeteredTimeSlice(TimeSliceModel):
+    """A :class:`~vmctl.sim.timeslice.TimeSliceModel` that records the busy processors of the active row
+    (``samples``: ``(time, busy)``) at every slice boundary and after every decision (the gang policies
+    emit a schedule with every decision, so every start, end or move is followed by a sample). Between
+    two samples the occupancy is constant (runs change only at events and boundaries), so the record is
+    the exact work rate with C = 0 (with C > 0 a migrating job's blocked time would count as busy)."""
+
+    def __init__(self, levels: int, period: float) -> None:
+        super().__init__(levels, period)
+        self.samples: list[tuple[float, int]] = []
+
+    def _sample(self, now: float) -> None:
+        active = self.active_row
+        busy = sum(len(r.cores) for r in self.state.runs.values()
+                   if not r.stopped and (r.level == active or active in r.replicas))
+        self.samples.append((now, busy))
+
+    def on_event(self, now: float) -> Iterable[Run]:
+        out = list(super().on_event(now))
+        self._sample(now)
+        return out
+
+    def on_schedule(self, schedule: SliceSchedule, now: float) -> Iterable[Run]:
+        out = list(super().on_schedule(schedule, now))
+        self._sample(now)
+        return out
+
+
+def metered_utilization(samples: Sequence[tuple[float, int]], cores: int, window: tuple[float, float]) -> float:
+    """Work done in ``window`` over ``cores`` x its length, from a :class:`MeteredTimeSlice` record (a
+    sample holds until the next one; with one row in use there are no boundaries, and the samples come
+    from the decisions alone; a stall samples 0).
+
+    >>> metered_utilization([(0.0, 2), (10.0, 1), (20.0, 0)], 2, (5.0, 15.0))
+    0.75
+    """
+    lo, hi = window
+    if hi <= lo:
+        return 0.0
+    done = 0.0
+    pts = sorted(samples, key=lambda p: p[0])
+    for i, (t, busy) in enumerate(pts):
+        end = pts[i + 1][0] if i + 1 < len(pts) else t
+        overlap = min(end, hi) - max(t, lo)
+        if overlap > 0:
+            done += busy * overlap
+    return done / (cores * (hi - lo))
+
+
 def steady_utilization(rows: Sequence[Mapping[str, Any]], work: Mapping[str, float], cores: int,
                        warmup: float = WARMUP_FRACTION) -> float:
-    """Utilization in the steady state: over the window from the arrival of the job at ``warmup`` of
-    the arrivals (warm-up trimmed) to the last arrival (the drain trimmed: after it the load only
-    falls), the work done in the window over ``cores`` x its length. A job's work (``width x
-    execution``) is spread evenly over its [first start, end]; that is exact for the total and, in a
-    steady state, for a window (jobs cut at both edges balance). ``rows``: the simulator's job rows.
+    """Utilization in the steady state, *prorated*: over :func:`steady_window`, the work done in the
+    window over ``cores`` x its length, a job's work (``width x execution``) spread evenly over its
+    [first start, end]. Kept beside the metered one (:func:`metered_utilization`) to show its bias: a
+    job's progress is not even (it speeds up when fewer rows are in use, as in the drain), so prorating
+    moves work of the drain into the window. ``rows``: the simulator's job rows.
 
     >>> rows = [{"id": "a", "submit": 0.0, "start": 0.0, "end": 10.0, "width": 1},
     ...         {"id": "b", "submit": 5.0, "start": 5.0, "end": 15.0, "width": 1}]
@@ -96,10 +158,9 @@ def steady_utilization(rows: Sequence[Mapping[str, Any]], work: Mapping[str, flo
     """
     import math as _math
 
-    submits = sorted(float(r["submit"]) for r in rows)
-    if len(submits) < 2:
+    if len(rows) < 2:
         return 0.0
-    lo, hi = submits[int(warmup * (len(submits) - 1))], submits[-1]
+    lo, hi = steady_window([float(r["submit"]) for r in rows], warmup)
     if hi <= lo:
         return 0.0
     done = 0.0
@@ -118,11 +179,11 @@ def gang_cell(policy: str, load: float, jobs: int, procs: int, mpl: int, slice_s
               backfill: str = "easy") -> dict[str, Any]:
     """One run of a gang policy on ``model`` (``quota`` < 0: unlimited; ``workload`` only labels the
     row; ``backfill``: ``easy`` or ``conservative`` for ``bgs``/``bgs-m``): the sec. 3 metrics, and the
-    steady-state utilization (:func:`steady_utilization`)."""
+    steady-state utilization (``steady_utilization``: metered, :func:`metered_utilization`;
+    ``steady_prorated``: :func:`steady_utilization`), both over :func:`steady_window`."""
     from vmctl.experiments.sweep import WorkloadSpec, build_workload, make_config
     from vmctl.policies.registry import create_policy
     from vmctl.sim.engine import Simulator
-    from vmctl.sim.timeslice import TimeSliceModel
 
     t0 = time.perf_counter()
     spec = WorkloadSpec(model="jann97", jobs=jobs, procs=procs, load=load, seed=seed, cpu_usage="full")
@@ -135,9 +196,17 @@ def gang_cell(policy: str, load: float, jobs: int, procs: int, mpl: int, slice_s
     extra = {"backfill": backfill} if policy.startswith("bgs") else {}
     pol = create_policy(policy, mpl=mpl, slice=slice_s, cost=cost, quota=float("inf") if quota < 0 else float(quota),
                         **extra)
-    cfg = make_config(spec, seed, execution=lambda: TimeSliceModel(mpl, slice_s))
+    models: list[MeteredTimeSlice] = []
+
+    def metered() -> TimeSliceModel:
+        m = MeteredTimeSlice(mpl, slice_s)
+        models.append(m)
+        return m
+
+    cfg = make_config(spec, seed, execution=metered)
     sim = Simulator(wjobs, cores, pol, cfg, source=source)
     res = sim.run()
+    window = steady_window([float(j.submit) for j in wjobs])
     g = res.gang
     assert g is not None  # a timeslice run of mpl >= 2 levels
     work = {str(j.id): float(min(j.run_time, j.estimate)) * j.procs for j in wjobs}
@@ -145,7 +214,8 @@ def gang_cell(policy: str, load: float, jobs: int, procs: int, mpl: int, slice_s
     return {"utilization": g.utilization, "utilization_eq3": g.utilization_eq3, "avg_slowdown": g.avg_slowdown,
             "avg_wait": g.avg_wait, "capacity_lost_fraction": g.capacity_lost_fraction,
             "migrations_per_job": g.migrations_per_job, "makespan": res.metrics.makespan, "jobs_done": res.jobs,
-            "steady_utilization": steady_utilization(list(sim.job_rows()), work, cores),
+            "steady_utilization": metered_utilization(models[-1].samples, cores, window),
+            "steady_prorated": steady_utilization(list(sim.job_rows()), work, cores),
             "mean_size": sum(sizes) / len(sizes), "serial_share": sum(1 for x in sizes if x == 1) / len(sizes),
             "sim_s": time.perf_counter() - t0}
 
@@ -518,7 +588,7 @@ def traces(jobs: int, out: str, trace_dir: str, seed: int = 1, workers: int | No
 STUDY_POLICIES = (("GS", "gs", "easy"), ("GS+M", "gs-m", "easy"), ("BGS", "bgs", "easy"),
                   ("BGS+M", "bgs-m", "easy"), ("BGS-cons", "bgs", "conservative"))
 #: the study's calibration grid of offered loads (every policy saturates before 1.5)
-STUDY_LOADS = (0.5, 0.7, 0.9, 1.1, 1.3, 1.5)
+STUDY_LOADS = (0.6, 0.8, 1.0, 1.2, 1.5)
 #: paper 004's saturation utilizations (Table 1's highest rho of each policy, sec. 4's text)
 PAPER_SATURATION = {"GS": 0.85, "GS+M": 0.94, "BGS": 0.95, "BGS+M": 0.97}
 _PAPER_KEY = {"GS": "gs", "GS+M": "gs-m", "BGS": "bgs", "BGS+M": "bgs-m"}
