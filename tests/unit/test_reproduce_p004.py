@@ -26,7 +26,7 @@ def test_the_registry_loads_paper_004() -> None:
     assert p is PAPER and [c.id for c in p.claims] == [f"004-{i}" for i in range(1, 11)]
     assert set(SIZES) == {"quick", "full"} and SIZES["quick"].reduced and SIZES["full"].est_cpu_s > 0
     # the quick size: 3 mixes x 5 policies x its loads x its seeds
-    assert len(study_cells(SIZES["quick"], Results())) == 3 * 5 * 4 * 3
+    assert len(study_cells(SIZES["quick"], Results())) == 3 * 5 * 5 * 3
 
 
 def test_every_claim_has_an_estimate_a_verdict_and_a_backed_cause(tiny: Results) -> None:
@@ -50,3 +50,11 @@ def test_saturation_claims_read_the_highest_steady_utilization(tiny: Results) ->
 def test_the_summary_is_the_study_table(tiny: Results) -> None:
     text = study_summary(tiny)
     assert "### Saturation utilization" in text and "BGS-cons" in text and "lublin99" in text
+
+
+def test_the_quick_size_is_the_studys_grid_so_a_study_run_resumes_it() -> None:
+    from vmctl.experiments.gang import STUDY_LOADS
+    from vmctl.experiments.gang import study_cells as the_study
+
+    quick = SIZES["quick"]
+    assert study_cells(quick, Results()) == the_study(800, (1, 2, 3), loads=STUDY_LOADS)

@@ -34,17 +34,20 @@ _POLICY = {"GS": ("gs", "easy"), "GS+M": ("gs-m", "easy"), "BGS": ("bgs", "easy"
            "BGS-cons": ("bgs", "conservative")}
 
 SIZES = {
-    "quick": Size("quick", "600 jobs per run, offered loads 0.6/0.9/1.2/1.5, 3 job-size mixes x 5 policies, "
-                           "seeds 1-3 (180 runs)",
-                  seeds=(1, 2, 3), est_cpu_s=180 * 5.0, params={"jobs": 600, "loads": "0.6,0.9,1.2,1.5"},
+    # CPU seconds per run measured on this machine (`/usr/bin/time`, 800 jobs, bgs-m at load 1.2: 3.3 s;
+    # conservative BGS on lublin99 at 1.5 and GS near saturation cost more): about 5 s on average at 800
+    # jobs, about 12 s at 2,000 (the derivation runs per event and grows with the queue)
+    "quick": Size("quick", "800 jobs per run, offered loads 0.6/0.8/1.0/1.2/1.5, 3 job-size mixes x 5 policies, "
+                           "seeds 1-3 (225 runs; the study of docs/gang.md)",
+                  seeds=(1, 2, 3), est_cpu_s=225 * 5.0, params={"jobs": 800, "loads": "0.6,0.8,1.0,1.2,1.5"},
                   reduced="the paper runs each workload long enough for a steady state (its job count is not "
-                          "given); quick runs 600 jobs and 4 loads, so saturation points are coarse (+-0.15 "
-                          "in load) and the first 10 % of arrivals is all the warm-up trimmed"),
+                          "given); quick runs 800 jobs per run and 5 loads, so saturation points are coarse "
+                          "(0.2-0.3 apart in load) and the first 10 % of arrivals is all the warm-up trimmed"),
     "full": Size("full", "2,000 jobs per run, offered loads 0.5-1.5 by 0.1, 3 job-size mixes x 5 policies, "
                          "seeds 1-5 (825 runs)",
-                 seeds=(1, 2, 3, 4, 5), est_cpu_s=825 * 20.0,
+                 seeds=(1, 2, 3, 4, 5), est_cpu_s=825 * 12.0,
                  params={"jobs": 2000, "loads": ",".join(f"{0.5 + 0.1 * i:.1f}" for i in range(11))},
-                 reduced="2,000 jobs per run (the largest that finishes in about 2.5 h on 2 cores)"),
+                 reduced="2,000 jobs per run (the largest that finishes in under 1.5 h on 2 free cores)"),
 }
 
 
