@@ -113,6 +113,24 @@ def _sat_text(res: Results, label: str) -> str:
     return "; ".join(parts)
 
 
+def _queue_text(res: Results) -> str:
+    """Per mix: GS's mean wait at the highest load, and at how many (seed, load) points BGS made exactly
+    GS's schedule (same slowdown and utilization: no job waited, so backfilling had nothing to do)."""
+    parts = []
+    for m in _MODELS:
+        gs, bgs = _by_load(res, m, "GS"), _by_load(res, m, "BGS")
+        if not gs:
+            continue
+        top = max(next(iter(gs.values())))
+        wait = _mean([float(gs[s][top]["avg_wait"]) for s in gs])
+        same = sum(1 for s in gs for x in gs[s] if x in bgs.get(s, {})
+                   and gs[s][x]["avg_slowdown"] == bgs[s][x]["avg_slowdown"]
+                   and gs[s][x]["steady_utilization"] == bgs[s][x]["steady_utilization"])
+        parts.append(f"{m}: GS's mean wait at load {top:g} {wait:,.0f} s, BGS = GS at {same} of "
+                     f"{sum(len(v) for v in gs.values())} points")
+    return "; ".join(parts)
+
+
 def _end_to_end(res: Results, model: str, label: str) -> float:
     per: dict[int, float] = {}
     for r in _rows(res, model, label):
@@ -149,8 +167,8 @@ def _bgs_above_gsm(res: Results) -> Outcome:
             parts.append(f"{m}: BGS - GS+M {_mean([b[s] - g[s] for s in b]):+.3f} "
                          f"({sum(b[s] > g[s] for s in b)}/{len(b)} seeds above), conservative BGS - GS+M "
                          f"{_mean([c[s] - g[s] for s in c]):+.3f}")
-        out = out.because("the order depends on the job-size mix and not on the backfilling variant: "
-                          + "; ".join(parts), "study")
+        out = out.because("BGS minus GS+M saturation by mix, with the conservative variant: " + "; ".join(parts)
+                          + ". Backfilling acts only on a queue: " + _queue_text(res), "study")
     return out
 
 
@@ -193,8 +211,8 @@ def _gs_gains_more(res: Results) -> Outcome:
     out = compare_order(margins, unit="points")
     if out.verdict != "holds":
         ties = sum(1 for m in margins.values() for x in m if x == 0)
-        out = out.because(f"{ties} of the points are ties (no job queues there, so GS and BGS make the same "
-                          "schedule and gain the same); elsewhere see the curves of GS, GS+M, BGS, BGS+M", "study")
+        out = out.because(f"{ties} of the (seed, load) points are ties (GS and BGS made the same schedule, and "
+                          "so did GS+M and BGS+M: no job waited); " + _queue_text(res), "study")
     return out
 
 
@@ -226,9 +244,8 @@ def _bgs_beats_gsm_slowdown(res: Results) -> Outcome:
             top = max(next(iter(bb.values())))
             ratio = _mean([float(gg[s][top]["avg_slowdown"]) / float(bb[s][top]["avg_slowdown"]) for s in bb])
             parts.append(f"{m}: s(GS+M)/s(BGS) at load {top:g} = {ratio:.2f}")
-        out = out.because("below saturation our GS+M packs small jobs as well as backfilling does, so BGS's "
-                          "slowdown advantage shows only where GS+M queues; by mix, at the highest load: "
-                          + "; ".join(parts), "study")
+        out = out.because("BGS's slowdown advantage needs a queue for backfilling to act on; by mix, at the "
+                          "highest load: " + "; ".join(parts) + ". " + _queue_text(res), "study")
     return out
 
 
@@ -237,8 +254,8 @@ def _bgsm_best(res: Results) -> Outcome:
     others = {lab: _sat(res, _MAIN, lab) for lab in ("GS", "GS+M", "BGS")}
     out = compare_order({s: [best[s] - max(o[s] for o in others.values())] for s in sorted(best)})
     if out.verdict != "holds":
-        out = out.because("BGS+M and GS+M saturate within noise of each other: " + _sat_text(res, "BGS+M")
-                          + " against GS+M " + _sat_text(res, "GS+M"), "study")
+        out = out.because("BGS+M against GS+M saturation by mix: BGS+M " + _sat_text(res, "BGS+M")
+                          + "; GS+M " + _sat_text(res, "GS+M") + ". " + _queue_text(res), "study")
     return out
 
 
