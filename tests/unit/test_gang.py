@@ -482,3 +482,16 @@ def test_the_metered_utilization_over_the_whole_run_is_eq3s(name: str) -> None:
     lo, hi = steady_window([r["submit"] for r in rows])
     assert span[0] < lo < hi < span[1]
     assert 0 < metered_utilization(models[-1].samples, 64, (lo, hi)) <= 1
+
+
+def test_gang_study_runs_a_tiny_grid_and_resumes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = str(tmp_path / "study")
+    args = ("sim", "gang-study", "--jobs", "30", "--seeds", "1,2", "--models", "jann97", "--loads", "0.8,1.5",
+            "--workers", "1", "--out", out)
+    code, text, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "### Saturation utilization" in text and "| jann97 | " in text and "BGS-cons" in text
+    assert (tmp_path / "study" / "study.md").read_text(encoding="utf-8") == text
+    # a rerun takes every cell from the table: the same report
+    code, again, _err = run_cli(capsys, *args)
+    assert code == 0 and again == text
