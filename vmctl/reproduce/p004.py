@@ -38,14 +38,15 @@ SIZES = {
     # conservative BGS on lublin99 at 1.5 and GS near saturation cost more): about 5 s on average at 800
     # jobs, about 12 s at 2,000 (the derivation runs per event and grows with the queue)
     "quick": Size("quick", "800 jobs per run, offered loads 0.6/0.8/1.0/1.2/1.5, 3 job-size mixes x 5 policies, "
-                           "seeds 1-3 (225 runs; the study of docs/gang.md)",
-                  seeds=(1, 2, 3), est_cpu_s=225 * 5.0, params={"jobs": 800, "loads": "0.6,0.8,1.0,1.2,1.5"},
+                           "seeds 1-3 (225 runs; the study of docs/gang.md), and 1,600 jobs at load 1.5 (12 runs)",
+                  seeds=(1, 2, 3), est_cpu_s=225 * 5.0 + 12 * 40.0,
+                  params={"jobs": 800, "loads": "0.6,0.8,1.0,1.2,1.5"},
                   reduced="the paper runs each workload long enough for a steady state (its job count is not "
                           "given); quick runs 800 jobs per run and 5 loads, so saturation points are coarse "
                           "(0.2-0.3 apart in load) and the first 10 % of arrivals is all the warm-up trimmed"),
     "full": Size("full", "2,000 jobs per run, offered loads 0.5-1.5 by 0.1, 3 job-size mixes x 5 policies, "
-                         "seeds 1-5 (825 runs)",
-                 seeds=(1, 2, 3, 4, 5), est_cpu_s=825 * 12.0,
+                         "seeds 1-5 (825 runs), and 4,000 jobs at load 1.5 (20 runs)",
+                 seeds=(1, 2, 3, 4, 5), est_cpu_s=825 * 12.0 + 20 * 100.0,
                  params={"jobs": 2000, "loads": ",".join(f"{0.5 + 0.1 * i:.1f}" for i in range(11))},
                  reduced="2,000 jobs per run (the largest that finishes in under 1.5 h on 2 free cores)"),
 }
@@ -61,6 +62,46 @@ def study_cells(size: Size, prior: Results) -> list[Cell]:
     return cells(int(size.p("jobs")), size.seeds, _MODELS, _loads(size))
 
 
+def length_cells(size: Size, prior: Results) -> list[Cell]:
+    """The run-length check: jann97 at offered load 1.5 with twice the study's jobs, GS, GS+M, BGS, BGS+M."""
+    from vmctl.experiments.gang import _fixed, gang_cell
+    from vmctl.experiments.runner import grid
+
+    fixed = {k: v for k, v in _fixed(2 * int(size.p("jobs")), 1).items() if k != "seed"}
+    return grid(gang_cell, {**fixed, "model": _MAIN, "load": 1.5, "backfill": "easy"}, seed=list(size.seeds),
+                policy=["gs", "gs-m", "bgs", "bgs-m"])
+
+
+def length_summary(res: Results) -> str:
+    lines = ["| policy | jobs | steady rho | end-to-end rho | slowdown | mean wait (s) |", "|---|---|---|---|---|---|"]
+    for label in ("GS", "GS+M", "BGS", "BGS+M"):
+        policy, _b = _POLICY[label]
+        rows = _rows_of(res, "length", policy=policy)
+        if not rows:
+            continue
+        lines.append(f"| {label} | {rows[0]['jobs']:,} | {_mean([float(r['steady_utilization']) for r in rows]):.3f} | "
+                     f"{_mean([float(r['utilization']) for r in rows]):.3f} | "
+                     f"{_mean([float(r['avg_slowdown']) for r in rows]):.1f} | "
+                     f"{_mean([float(r['avg_wait']) for r in rows]):,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _length_text(res: Results, label: str) -> str:
+    """``label`` on jann97 at load 1.5 in the study and with twice the jobs (the run-length check)."""
+    policy, _b = _POLICY[label]
+    longer = _rows_of(res, "length", policy=policy)
+    short = [r for r in _rows(res, _MAIN, label) if float(r["load"]) == 1.5]
+    if not longer or not short:
+        return ""
+    u_short = _mean([float(r["steady_utilization"]) for r in short])
+    u_long = _mean([float(r["steady_utilization"]) for r in longer])
+    return (f"; run length: {label} on {_MAIN} at load 1.5 reaches {u_short:.3f} "
+            f"with {short[0]['jobs']:,} jobs and {u_long:.3f} with "
+            f"{longer[0]['jobs']:,} (mean wait {_mean([float(r['avg_wait']) for r in short]):,.0f} s against "
+            f"{_mean([float(r['avg_wait']) for r in longer]):,.0f} s): at overload the backlog keeps building, so "
+            "a longer run reaches a higher plateau")
+
+
 def study_summary(res: Results) -> str:
     from vmctl.experiments.gang import study_markdown
 
@@ -68,6 +109,11 @@ def study_summary(res: Results) -> str:
 
 
 # ------------------------------------------------------------------------------ reading the rows
+
+
+def _rows_of(res: Results, name: str, **match: Any) -> list[dict[str, Any]]:
+    """The rows of experiment ``name`` (none if it has not run)."""
+    return res.rows(name, **match) if name in res.names() else []
 
 
 def _rows(res: Results, model: str, label: str) -> list[dict[str, Any]]:
@@ -149,7 +195,8 @@ def _saturation(label: str, paper: float) -> Any:
                          f"{_end_to_end(res, _MAIN, label):.3f}")
         if out.verdict != "holds":
             out = out.because(f"{label}'s saturation depends on the job-size mix: {_sat_text(res, label)} "
-                              f"(paper {paper:.2f}; the paper's ASCI Blue-Pacific mix is not published)", "study")
+                              f"(paper {paper:.2f}; the paper's ASCI Blue-Pacific mix is not published)"
+                              + _length_text(res, label), "study", "length")
         return out
 
     return evaluate
@@ -168,7 +215,8 @@ def _bgs_above_gsm(res: Results) -> Outcome:
                          f"({sum(b[s] > g[s] for s in b)}/{len(b)} seeds above), conservative BGS - GS+M "
                          f"{_mean([c[s] - g[s] for s in c]):+.3f}")
         out = out.because("BGS minus GS+M saturation by mix, with the conservative variant: " + "; ".join(parts)
-                          + ". Backfilling acts only on a queue: " + _queue_text(res), "study")
+                          + ". Backfilling acts only on a queue: " + _queue_text(res) + _length_text(res, "BGS")
+                          + _length_text(res, "GS+M"), "study", "length")
     return out
 
 
@@ -244,8 +292,14 @@ def _bgs_beats_gsm_slowdown(res: Results) -> Outcome:
             top = max(next(iter(bb.values())))
             ratio = _mean([float(gg[s][top]["avg_slowdown"]) / float(bb[s][top]["avg_slowdown"]) for s in bb])
             parts.append(f"{m}: s(GS+M)/s(BGS) at load {top:g} = {ratio:.2f}")
+        longer = {lab: _rows_of(res, "length", policy=_POLICY[lab][0]) for lab in ("BGS", "GS+M")}
+        extra = ""
+        if longer["BGS"] and longer["GS+M"]:
+            s_g = _mean([float(r["avg_slowdown"]) for r in longer["GS+M"]])
+            s_b = _mean([float(r["avg_slowdown"]) for r in longer["BGS"]])
+            extra = f"; with {longer['BGS'][0]['jobs']:,} jobs on {_MAIN} at load 1.5: s(GS+M)/s(BGS) = {s_g / s_b:.2f}"
         out = out.because("BGS's slowdown advantage needs a queue for backfilling to act on; by mix, at the "
-                          "highest load: " + "; ".join(parts) + ". " + _queue_text(res), "study")
+                          "highest load: " + "; ".join(parts) + ". " + _queue_text(res) + extra, "study", "length")
     return out
 
 
@@ -265,7 +319,9 @@ PAPER = Paper(
     source="shared/seeds/004_2976fc512513b126.txt",
     sizes=SIZES,
     experiments=[Experiment("study", "job-size study: 3 mixes x 5 policies x offered loads up to 1.5 (steady-state "
-                                     "utilization)", study_cells, summary=study_summary)],
+                                     "utilization)", study_cells, summary=study_summary),
+                 Experiment("length", "run-length check: jann97 at load 1.5 with twice the jobs", length_cells,
+                            summary=length_summary)],
     claims=[
         Claim("004-1", "maximum utilization of gang scheduling without migration (GS)", where="sec. 4, Table 1",
               paper="0.85", metric=f"GS's highest steady-state utilization over the load grid, {_MAIN}, per seed",
