@@ -37,7 +37,11 @@ other.
 Parameters: ``mpl`` (rows at most, default 5; the cluster must offer at least that many levels,
 else ``policy-needs-unmet`` before the first decision), ``slice`` (T in seconds, default 200),
 ``cost`` (C, seconds per migration, default 0), ``quota`` (Q, tasks migrated per slice at most,
-default ``inf`` = unlimited; 0 = no migration, so ``gs-m`` with Q = 0 behaves as ``gs``).
+default ``inf`` = unlimited; 0 = no migration, so ``gs-m`` with Q = 0 behaves as ``gs``). ``bgs`` and
+``bgs-m`` also take ``backfill`` (``easy``, the default: one reservation, for the first job that fits
+nowhere; ``conservative``: a reservation for every such job, per row, issue 26's variant, see
+:mod:`vmctl.policies.gang_matrix` step 3) and ``depth`` (the conservative variant's reservations at
+most, default ``inf``).
 
 Readings where the paper leaves a gap:
 
@@ -89,6 +93,13 @@ from vmctl.policies.registry import register
 #: simulator)
 DEFAULT_SLICE = 200.0
 _TIMESLICE = frozenset({Discipline.TIMESLICE})
+#: the backfilling variants of ``bgs``/``bgs-m`` (parameter ``backfill``)
+BACKFILL_MODES = ("easy", "conservative")
+_BACKFILL_PARAMS: dict[str, tuple[type, Any, str]] = {
+    "backfill": (str, "easy", "easy: one reservation (the first blocked job); conservative: one for every "
+                              "blocked job, per row (issue 26)"),
+    "depth": (float, math.inf, "conservative backfilling: reservations at most (inf = every blocked job)"),
+}
 
 
 class _Gang(SchedulingPolicy):
@@ -117,6 +128,14 @@ class _Gang(SchedulingPolicy):
         if not (quota >= 0 and (quota == math.inf or float(quota).is_integer())):
             raise PolicyParameterError(policy=self.name, param="quota",
                                        problem=f"must be a whole number of tasks >= 0 or inf, got {quota}")
+        if self.backfill:
+            mode, depth = self.params["backfill"], self.params["depth"]
+            if mode not in BACKFILL_MODES:
+                raise PolicyParameterError(policy=self.name, param="backfill",
+                                           problem=f"must be one of {', '.join(BACKFILL_MODES)}, got {mode!r}")
+            if not (depth >= 0 and (depth == math.inf or float(depth).is_integer())):
+                raise PolicyParameterError(policy=self.name, param="depth",
+                                           problem=f"must be a whole number of reservations >= 0 or inf, got {depth}")
         # what this instance needs: ``mpl`` levels under the timeslice discipline (checked by the simulator
         # and vmctld before the first decision); an instance attribute, since MPL is a parameter
         object.__setattr__(self, "needs", Needs(levels=mpl, disciplines=_TIMESLICE))
@@ -149,8 +168,11 @@ class _Gang(SchedulingPolicy):
             jobs[jid] = GangJob(jid, len(rj.cores), rj.job.submit_time, rj.remaining_estimate)
         queue = [GangJob(j.id, j.procs, j.submit_time, j.estimate) for j in view.queue]
         cost = self.params["cost"]
+        conservative = self.backfill and self.params["backfill"] == "conservative"
+        depth = self.params["depth"] if self.backfill else math.inf
         params = GangParams(mpl=mpl, backfill=self.backfill, migration=self.migration, cost=cost,
-                            quota=self._quota(view, now))
+                            quota=self._quota(view, now), conservative=conservative,
+                            depth=None if depth == math.inf else int(depth))
         d = derive(view.total_cores, running, jobs, queue, params)
         actions: list[Action] = []
         kept = _kept_replicas(running, d.steps)
@@ -174,7 +196,10 @@ class _Gang(SchedulingPolicy):
                 actions.append(Move(step.job, step.nodes, step.row, cost))
         rows_in_use = tuple(d.matrix.in_use()) or (0,)
         reasons: dict[str, str] = {}
-        if d.reservation is not None:
+        if d.reservations:
+            for jid, row, start in d.reservations:
+                reasons[jid] = f"reserved in row {row}, {start:.0f} s of work from now"
+        elif d.reservation is not None:
             jid, row, _shadow = d.reservation
             reasons[jid] = f"head of queue: reserved in row {row}"
         return Decision(actions=tuple(actions), reasons=reasons,
@@ -217,8 +242,10 @@ class GangSchedulingMigration(_Gang):
 @register
 class BackfillingGangScheduling(_Gang):
     name: ClassVar[str] = "bgs"
-    summary: ClassVar[str] = "backfilling gang scheduling: EASY-style backfilling inside the rows (paper 004)"
+    summary: ClassVar[str] = "backfilling gang scheduling: EASY (or conservative) backfilling in the rows (paper 004)"
     backfill: ClassVar[bool] = True
+    parameters: ClassVar[dict[str, tuple[type, Any, str]]] = {**_Gang.parameters, **_BACKFILL_PARAMS}
+    quiet_params: ClassVar[frozenset[str]] = frozenset(_BACKFILL_PARAMS)
 
 
 @register
@@ -226,4 +253,6 @@ class BackfillingGangSchedulingMigration(_Gang):
     name: ClassVar[str] = "bgs-m"
     summary: ClassVar[str] = "backfilling gang scheduling with migration (paper 004)"
     backfill: ClassVar[bool] = True
+    parameters: ClassVar[dict[str, tuple[type, Any, str]]] = {**_Gang.parameters, **_BACKFILL_PARAMS}
+    quiet_params: ClassVar[frozenset[str]] = frozenset(_BACKFILL_PARAMS)
     migration: ClassVar[bool] = True

@@ -46,6 +46,28 @@ Derivation at every event (arrival or departure), sec. 2, four steps:
    uses up). H cannot be delayed: nothing is added to its row that would still run at the shadow
    time beyond the extra slots, and it needs no new row (every row is in use, or H would have fit
    in a new one).
+
+   *Conservative variant* (``GangParams.conservative``; the ``backfill=conservative`` parameter of
+   ``bgs``/``bgs-m``). The paper's backfilling gang scheduling ([18], sec. 2 step 3: "if backfilling
+   is enabled, we can look past the first job that cannot be scheduled") does not say how many
+   reservations a row keeps. Here every job that fits nowhere gets one (Mu'alem and Feitelson's
+   conservative backfilling, per row), at most ``depth`` of them: each row keeps a profile of its free
+   slots over the coming remaining work (running jobs release their slots at their estimated
+   remaining time, reserved jobs hold theirs from their start to start + estimate); a queued job
+   starts now in a row only if the profile has ``size`` free slots from now until its estimate ends,
+   else it is reserved in the row where the profile first has room for its whole estimate (ties: the
+   lower row). A job beyond ``depth`` reservations gets none and may still start now where it
+   disturbs no reservation (Maui's RESERVATIONDEPTH; unbounded depth is the literal variant). As the
+   derivation is redone at every event, the reservations are too (conservative backfilling with
+   compression at every event). A new row is opened only before the first reservation, as above.
+   Example (3 nodes, MPL 1): a runs on 2 nodes for 100 s more; queued H (3 tasks, 50 s), J (2 tasks,
+   30 s), S (1 task, 500 s). EASY reserves only H (shadow 100, extra 0): J fits nowhere now, and S
+   would hold node 2 past 100 s, so neither starts. Conservative: H reserved [100, 150); J needs 2
+   slots, which the row has from 150 on: reserved [150, 180); S would hold its slot through 100-150
+   where H needs all three: it is reserved from 150 (the slot J leaves). Under EASY J and S just wait,
+   and at the next event a later arrival may take what J would have needed; under the conservative
+   variant a later job may only use slots none of H, J, S needs. Change S's estimate to 90 s: it ends
+   before 100 and starts now under both variants.
 4. **Expansion**: running and just started jobs, in FCFS order, are replicated into every other row
    in use where their whole node set is free. With migration, a row where A's nodes are taken by
    jobs that appear in that row only may be cleared by moving those jobs to other free nodes of the
@@ -89,15 +111,20 @@ class GangJob:
 class GangParams:
     """``mpl``: rows at most; ``backfill``: BGS instead of GS; ``migration``: allow migration (the
     ``-m`` policies); ``cost``: C, seconds per migration; ``quota``: tasks that may still be migrated in
-    this slice (None = unlimited; 0 = no migration in effect)."""
+    this slice (None = unlimited; 0 = no migration in effect); ``conservative``: with ``backfill``, a
+    reservation for every blocked job (at most ``depth``; None = all) instead of the first one only."""
 
     mpl: int = 5
     backfill: bool = False
     migration: bool = False
     cost: float = 0.0
     quota: int | None = None
+    conservative: bool = False
+    depth: int | None = None
 
     def __post_init__(self) -> None:
+        if self.depth is not None and self.depth < 0:
+            raise ValidationError(field="depth", problem=f"must be >= 0 or unlimited, got {self.depth}")
         if self.mpl < 1:
             raise ValidationError(field="mpl", problem=f"must be >= 1, got {self.mpl}")
         if not (self.cost >= 0 and math.isfinite(self.cost)):
@@ -225,14 +252,16 @@ class Matrix:
 @dataclass(slots=True)
 class Derivation:
     """What :func:`derive` decided: the new matrix, the queued jobs started (``job -> row``), the
-    migrations, the reservation of the first blocked job (``(job, row, shadow)``, BGS only) and the
-    tasks migrated."""
+    migrations, the reservation of the first blocked job (``(job, row, shadow)``, BGS only; under the
+    conservative variant ``reservations`` holds every one, ``(job, row, start)``) and the tasks
+    migrated."""
 
     matrix: Matrix
     started: dict[str, int] = field(default_factory=dict)
     migrations: list[GangMigration] = field(default_factory=list)
     choices: list[GangChoice] = field(default_factory=list)
     reservation: tuple[str, int, float] | None = None
+    reservations: list[tuple[str, int, float]] = field(default_factory=list)
     tasks_migrated: int = 0
     steps: list[GangStep] = field(default_factory=list)
 
@@ -376,6 +405,9 @@ class _Deriver:
         return True
 
     def schedule(self, queue: Sequence[GangJob]) -> None:
+        if self.p.backfill and self.p.conservative:
+            self._schedule_conservative(queue)
+            return
         m = self.m
         blocked: tuple[GangJob, int, float, int] | None = None  # (job, row, shadow, extra)
         for job in queue:
@@ -405,6 +437,79 @@ class _Deriver:
             m.place(job.id, row, cells)
             self.out.steps.append(GangStep("start", job.id, row, cells))
             self.out.started[job.id] = row
+
+    def _profile(self, row: int) -> list[list[float]]:
+        """Row ``row``'s free slots ahead: breakpoints ``[t, free from t on]`` in remaining work, the
+        first at 0 with the slots free now; a running job releases its slots at its estimated
+        remaining time (one that overran its estimate: just after now, never now)."""
+        m = self.m
+        releases: dict[float, int] = {}
+        for j in m.jobs_in(row):
+            t = max(self.jobs[j].remaining, 1e-9)
+            releases[t] = releases.get(t, 0) + len(m.where[j])
+        prof = [[0.0, float(m.free[row])]]
+        free = float(m.free[row])
+        for t in sorted(releases):
+            free += releases[t]
+            prof.append([t, free])
+        return prof
+
+    @staticmethod
+    def _earliest(prof: list[list[float]], size: int, dur: float) -> float:
+        """The first breakpoint from which ``prof`` has ``size`` free slots for ``dur`` (inf: none)."""
+        n = len(prof)
+        for i in range(n):
+            if prof[i][1] < size:
+                continue
+            start = prof[i][0]
+            end = start + dur
+            k = i + 1
+            while k < n and prof[k][0] < end and prof[k][1] >= size:
+                k += 1
+            if k == n or prof[k][0] >= end:
+                return start
+        return math.inf
+
+    @staticmethod
+    def _hold(prof: list[list[float]], start: float, dur: float, size: int) -> None:
+        """Take ``size`` slots of ``prof`` during ``[start, start + dur)`` (breakpoints added as needed)."""
+        end = start + dur
+        for t in (start, end):
+            if math.isinf(t):
+                continue
+            idx = next((i for i, (bt, _f) in enumerate(prof) if bt >= t), len(prof))
+            if idx == len(prof) or prof[idx][0] != t:
+                prof.insert(idx, [t, prof[idx - 1][1]])
+        for bp in prof:
+            if start <= bp[0] < end:
+                bp[1] -= size
+
+    def _schedule_conservative(self, queue: Sequence[GangJob]) -> None:
+        m = self.m
+        profiles = {r: self._profile(r) for r in m.in_use()}
+        depth = self.p.depth
+        for job in queue:
+            dur = job.remaining
+            now = [r for r, prof in profiles.items() if self._earliest(prof, job.size, dur) == 0.0]
+            if not now and not self.out.reservations and len(profiles) < m.mpl:
+                r = next(r for r in range(m.mpl) if r not in profiles)
+                profiles[r] = [[0.0, float(m.nodes)]]
+                now = [r]
+            if now:
+                row = min(now, key=lambda r: (m.free[r], r))
+                self._hold(profiles[row], 0.0, dur, job.size)
+                cells = tuple(m.free_nodes(row)[: job.size])
+                m.place(job.id, row, cells)
+                self.out.steps.append(GangStep("start", job.id, row, cells))
+                self.out.started[job.id] = row
+                continue
+            if depth is not None and len(self.out.reservations) >= depth:
+                continue
+            start, row = min((self._earliest(prof, job.size, dur), r) for r, prof in profiles.items())
+            self._hold(profiles[row], start, dur, job.size)
+            self.out.reservations.append((job.id, row, start))
+            if self.out.reservation is None:
+                self.out.reservation = (job.id, row, start)
 
     def _reserve(self, job: GangJob) -> tuple[GangJob, int, float, int]:
         m = self.m

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -269,6 +270,20 @@ def test_bgs_backfills_past_the_blocked_head() -> None:
     assert d.reasons["h"].startswith("head of queue: reserved in row 0")
 
 
+def test_conservative_bgs_reserves_for_every_blocked_job() -> None:
+    # 3 cores, MPL 1: A (2 processes, 100 s) runs; H (3 processes, 50 s) and J (2, 30 s) cannot start;
+    # S (1 process, 500 s) fits the free core but would still run when H's reservation begins
+    a, h = job("a", 2, 100.0), job("h", 3, 50.0, 1.0)
+    j, s = job("j", 2, 30.0, 2.0), job("s", 1, 500.0, 3.0)
+    v = tview(3, 1, [(a, 0, (0, 1), ())], queue=[h, j, s])
+    d = create_policy("bgs", mpl=1, backfill="conservative").decide(v, 3.0)
+    assert not [x for x in d.actions if isinstance(x, Start)]
+    assert set(d.reasons) == {"h", "j", "s"} and d.reasons["j"].startswith("reserved in row 0")
+    # depth 0: no reservation at all, S takes the free core at once (greedy backfilling)
+    d = create_policy("bgs", mpl=1, backfill="conservative", depth=0).decide(v, 3.0)
+    assert {x.job_id for x in d.actions if isinstance(x, Start)} == {"s"}
+
+
 # ------------------------------------------------------------------------------ bad input
 
 def test_bad_parameters_name_the_parameter() -> None:
@@ -278,6 +293,13 @@ def test_bad_parameters_name_the_parameter() -> None:
                               ({"slice": math.inf}, "slice")):
             with pytest.raises(PolicyParameterError, match=f"parameter {param}"):
                 create_policy(name, **params)
+    for name in ("bgs", "bgs-m"):
+        with pytest.raises(PolicyParameterError, match="parameter backfill: must be one of easy, conservative"):
+            create_policy(name, backfill="lazy")
+        with pytest.raises(PolicyParameterError, match="parameter depth"):
+            create_policy(name, backfill="conservative", depth=-1.0)
+    with pytest.raises(PolicyParameterError, match="parameter backfill: unknown"):
+        create_policy("gs", backfill="conservative")
 
 
 def test_mpl_above_the_levels_and_other_disciplines_are_refused() -> None:
@@ -294,12 +316,14 @@ def test_mpl_above_the_levels_and_other_disciplines_are_refused() -> None:
 
 # ------------------------------------------------------------------------------ a real workload
 
-@pytest.mark.parametrize("name", ["gs", "gs-m", "bgs", "bgs-m"])
+@pytest.mark.parametrize("name", ["gs", "gs-m", "bgs", "bgs-m", "bgs/conservative", "bgs-m/conservative"])
 def test_jann97_runs_are_deterministic_and_checked(name: str) -> None:
     wl = generate_model("jann97", 150, 64, 5, 0.9, usage="paper")
+    name, _, mode = name.partition("/")
+    extra = {"backfill": mode} if mode else {}
 
     def once() -> dict[str, object]:
-        sim = Simulator(wl.jobs, 64, create_policy(name, mpl=3, cost=10.0),
+        sim = Simulator(wl.jobs, 64, create_policy(name, mpl=3, cost=10.0, **extra),
                         SimConfig(seed=5, execution=lambda: TimeSliceModel(3)))
         return sim.run().to_dict()
 
@@ -382,3 +406,92 @@ def test_the_module_headers_example() -> None:
     assert d.actions == (Move("b", (2,), 0, 10.0), Start("c", (2, 3), 1), Replicate("a", 1))
     assert d.schedule == SliceSchedule(200.0, (0, 1), 0.0)
     check_decision(v, d, 5.0)
+
+
+# ------------------------------------------------------------------------------ the job-size study (issue 26)
+
+def test_steady_utilization_trims_the_warm_up_and_the_drain() -> None:
+    from vmctl.experiments.gang import steady_utilization
+
+    # 11 arrivals at 0, 10, ..., 100 on 1 core; job i runs [10 i, 10 i + 10) except the first, which runs
+    # [0, 5) (a warm-up job), and the last, which drains until 200
+    rows = [{"id": str(i), "submit": 10.0 * i, "start": 10.0 * i, "end": 10.0 * i + 10, "width": 1} for i in range(11)]
+    rows[0]["end"] = 5.0
+    rows[-1]["end"] = 200.0
+    work = {str(i): 10.0 for i in range(11)}
+    work["0"] = 5.0
+    # window [10, 100] (arrival int(0.1 x 10) = 1 to the last arrival): jobs 1..9 fill it; job 10 adds nothing
+    assert steady_utilization(rows, work, 1) == pytest.approx(1.0)
+    # without trimming the warm-up, the window starts at 0 and holds job 0's 5 s of work in 10 s
+    assert steady_utilization(rows, work, 1, warmup=0.0) == pytest.approx(95 / 100)
+    assert steady_utilization(rows[:1], work, 1) == 0.0
+
+
+def test_the_parallel_jann97_mix_has_no_serial_job_and_its_load() -> None:
+    from vmctl.errors import OutOfRange
+    from vmctl.experiments.gang import study_jobs
+    from vmctl.sim.workloads.core import Workload
+    from vmctl.sim.workloads.load import offered_load
+
+    jobs, source = study_jobs("jann97-par", 200, 64, 0.8, 3)
+    assert len(jobs) == 200 and min(j.procs for j in jobs) >= 2 and "serial jobs left out" in source
+    assert offered_load(Workload(jobs=jobs, max_procs=64, source=source), 64) == pytest.approx(0.8, rel=1e-6)
+    serial = [j for j in study_jobs("jann97", 200, 64, 0.8, 3)[0] if j.procs == 1]
+    assert serial  # the plain mix has them
+    with pytest.raises(OutOfRange, match="study model"):
+        study_jobs("feitelson", 10, 64, 0.8, 1)
+
+
+def test_calibration_curves_interpolate_and_say_when_a_policy_saturates_below() -> None:
+    from vmctl.experiments.gang import interp_curve, load_for
+
+    curve = [(0.5, 0.5), (1.0, 0.8), (1.5, 0.78)]
+    assert load_for(curve, 0.65) == pytest.approx(0.75)
+    assert load_for(curve, 0.85) is None
+    assert interp_curve([(0.5, 2.0), (1.0, 4.0)], 0.75) == pytest.approx(3.0)
+    assert interp_curve([(0.5, 2.0), (1.0, 4.0)], 2.0) == 4.0
+
+
+def test_gang_study_refuses_bad_input_naming_the_option(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = str(tmp_path / "study")
+    for args, option in ((("--jobs", "0"), "--jobs"), (("--seeds", "1"), "--seeds"), (("--loads", "0.5,-1"), "--loads"),
+                         (("--models", "jann97,feitelson96"), "--models"), (("--workers", "0"), "--workers")):
+        code, _out, err = run_cli(capsys, "sim", "gang-study", "--out", out, *args)
+        assert code == 2 and option in err and "Traceback" not in err, (args, err)
+
+
+@pytest.mark.parametrize("name", ["gs", "bgs-m"])
+def test_the_metered_utilization_over_the_whole_run_is_eq3s(name: str) -> None:
+    """The meter (busy processors of the active row at every boundary and decision) integrates to the
+    work of the run: over [first arrival, last end] it equals the sec. 3 utilization."""
+    from vmctl.experiments.gang import MeteredTimeSlice, metered_utilization, steady_window
+
+    wl = generate_model("jann97", 150, 64, 5, 1.2, usage="full")
+    models: list[MeteredTimeSlice] = []
+
+    def make() -> MeteredTimeSlice:
+        models.append(MeteredTimeSlice(3, 200.0))
+        return models[-1]
+
+    sim = Simulator(wl.jobs, 64, create_policy(name, mpl=3), SimConfig(seed=5, execution=make))
+    res = sim.run()
+    rows = list(sim.job_rows())
+    span = (min(r["submit"] for r in rows), max(r["end"] for r in rows))
+    assert res.gang is not None
+    assert metered_utilization(models[-1].samples, 64, span) == pytest.approx(res.gang.utilization, rel=1e-9)
+    lo, hi = steady_window([r["submit"] for r in rows])
+    assert span[0] < lo < hi < span[1]
+    assert 0 < metered_utilization(models[-1].samples, 64, (lo, hi)) <= 1
+
+
+def test_gang_study_runs_a_tiny_grid_and_resumes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = str(tmp_path / "study")
+    args = ("sim", "gang-study", "--jobs", "30", "--seeds", "1,2", "--models", "jann97", "--loads", "0.8,1.5",
+            "--workers", "1", "--out", out)
+    code, text, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "### Saturation utilization" in text and "| jann97 | " in text and "BGS-cons" in text
+    assert (tmp_path / "study" / "study.md").read_text(encoding="utf-8") == text
+    # a rerun takes every cell from the table: the same report
+    code, again, _err = run_cli(capsys, *args)
+    assert code == 0 and again == text

@@ -161,8 +161,9 @@ def test_derive_does_not_change_its_input_and_is_deterministic() -> None:
     assert rows_of(first.matrix) == rows_of(again.matrix)
 
 
-@pytest.mark.parametrize(("backfill", "migration"), list(itertools.product([False, True], repeat=2)))
-def test_random_matrices_keep_the_invariants(backfill: bool, migration: bool) -> None:
+@pytest.mark.parametrize(("backfill", "migration", "conservative"),
+                         [(b, m, c) for b, m, c in itertools.product([False, True], repeat=3) if b or not c])
+def test_random_matrices_keep_the_invariants(backfill: bool, migration: bool, conservative: bool) -> None:
     rng = random.Random(4)
     for _ in range(200):
         n, mpl = rng.randint(2, 8), rng.randint(1, 4)
@@ -179,7 +180,8 @@ def test_random_matrices_keep_the_invariants(backfill: bool, migration: bool) ->
         running = {j: (m.where[j], sorted(m.rows_of[j])) for j in m.where}
         queue = [GangJob(f"q{i}", rng.randint(1, n), 100 + i, rng.uniform(1, 100)) for i in range(rng.randint(0, 6))]
         quota = rng.choice([None, 0, 1, 3])
-        d = derive(n, running, known, queue, GangParams(mpl=mpl, backfill=backfill, migration=migration, quota=quota))
+        d = derive(n, running, known, queue, GangParams(mpl=mpl, backfill=backfill, migration=migration, quota=quota,
+                                                          conservative=conservative))
         out = d.matrix
         assert set(out.where) == set(running) | set(d.started)
         for job, nodes in out.where.items():
@@ -208,3 +210,107 @@ def test_bad_parameters_name_the_field() -> None:
         GangParams(quota=-1)
     with pytest.raises(ValidationError, match=r"q\.size"):
         derive(4, {}, {}, [GangJob("q", 5, 0)], GangParams())
+
+
+# ------------------------------------------------------------------------------ conservative backfilling
+
+def _cons(depth: int | None = None) -> GangParams:
+    return GangParams(mpl=1, backfill=True, conservative=True, depth=depth)
+
+
+def test_conservative_reserves_every_blocked_job_the_header_example() -> None:
+    running = {"a": ((0, 1), [0])}
+    known = {"a": GangJob("a", 2, 0, 100.0)}
+    queue = [GangJob("H", 3, 1, 50.0), GangJob("J", 2, 2, 30.0), GangJob("S", 1, 3, 500.0)]
+    d = derive(3, running, known, queue, _cons())
+    assert d.started == {}
+    assert d.reservations == [("H", 0, 100.0), ("J", 0, 150.0), ("S", 0, 150.0)]
+    assert d.reservation == ("H", 0, 100.0)
+    # EASY: only H is reserved (shadow 100, extra 0); nothing starts either
+    easy = derive(3, running, known, queue, GangParams(mpl=1, backfill=True))
+    assert easy.reservation == ("H", 0, 100.0) and easy.reservations == [] and easy.started == {}
+    # S with a 90 s estimate ends before H's reservation: both variants start it now
+    short = [queue[0], queue[1], GangJob("S", 1, 3, 90.0)]
+    assert derive(3, running, known, short, _cons()).started == {"S": 0}
+    assert derive(3, running, known, short, GangParams(mpl=1, backfill=True)).started == {"S": 0}
+
+
+def test_conservative_protects_the_second_reservation_where_easy_does_not() -> None:
+    # 4 nodes, one row: a (2 tasks) ends in 100 s. H needs 4 (reserved at 100 for 100 s); J needs 3
+    # (after H: 200); K (2 tasks, 150 s) could start now on the 2 free nodes: it would end at 150, inside
+    # H's window -> refused by both. L (1 task, 250 s) fits now but would run into [100, 300), where H
+    # and J hold 4 then 3 slots: EASY starts it (beyond the shadow, but ... extra 0: refused too);
+    # M (2 tasks, 90 s) ends before 100: both start it.
+    running = {"a": ((0, 1), [0])}
+    known = {"a": GangJob("a", 2, 0, 100.0)}
+    queue = [GangJob("H", 4, 1, 100.0), GangJob("J", 3, 2, 100.0), GangJob("K", 2, 3, 150.0),
+             GangJob("M", 2, 4, 90.0)]
+    d = derive(4, running, known, queue, _cons())
+    assert d.started == {"M": 0}
+    assert [r[0] for r in d.reservations] == ["H", "J", "K"]
+    assert d.reservations[1] == ("J", 0, 200.0)
+    # K (2 tasks) fits beside J only from 300 on (J holds 3 of 4 in [200, 300))
+    assert d.reservations[2] == ("K", 0, 300.0)
+
+
+def test_conservative_depth_limits_the_reservations() -> None:
+    running = {"a": ((0, 1), [0])}
+    known = {"a": GangJob("a", 2, 0, 100.0)}
+    queue = [GangJob("H", 3, 1, 50.0), GangJob("J", 2, 2, 30.0), GangJob("S", 1, 3, 500.0)]
+    d = derive(3, running, known, queue, _cons(depth=1))
+    assert d.reservations == [("H", 0, 100.0)]
+    # depth 0: no reservation, S (one free node now) starts at once: pure greedy backfilling
+    assert derive(3, running, known, queue, _cons(depth=0)).started == {"S": 0}
+    with pytest.raises(ValidationError, match="depth"):
+        GangParams(depth=-1)
+
+
+def test_conservative_opens_a_new_row_before_any_reservation() -> None:
+    running = {"a": ((0, 1), [0])}
+    known = {"a": GangJob("a", 2, 0, 100.0)}
+    queue = [GangJob("H", 3, 1, 50.0), GangJob("S", 1, 2, 500.0)]
+    d = derive(3, running, known, queue, GangParams(mpl=2, backfill=True, conservative=True))
+    assert d.started == {"H": 1, "S": 0} and d.reservations == []
+
+
+@pytest.mark.parametrize("migration", [False, True])
+def test_conservative_never_starts_a_job_into_a_reserved_window(migration: bool) -> None:
+    """Random rows: every job started now fits the row beside the running jobs, and at every time the
+    reserved and started jobs of a row never need more slots than the running ones leave."""
+    rng = random.Random(7)
+    for _ in range(300):
+        n, mpl = rng.randint(2, 8), rng.randint(1, 3)
+        m = Matrix(n, mpl)
+        known: dict[str, GangJob] = {}
+        for i in range(rng.randint(0, 8)):
+            size = rng.randint(1, n)
+            r = rng.randrange(mpl)
+            free = m.free_nodes(r)
+            if len(free) >= size:
+                nodes = tuple(sorted(rng.sample(free, size)))
+                m.place(f"j{i}", r, nodes)
+                known[f"j{i}"] = GangJob(f"j{i}", size, i, float(rng.randint(1, 100)))
+        running = {j: (m.where[j], sorted(m.rows_of[j])) for j in m.where}
+        queue = [GangJob(f"q{i}", rng.randint(1, n), 100 + i, float(rng.randint(1, 100)))
+                 for i in range(rng.randint(0, 8))]
+        params = GangParams(mpl=mpl, backfill=True, conservative=True, migration=migration)
+        d = derive(n, running, known, queue, params)
+        out = d.matrix
+        by_id = {q.id: q for q in queue}
+        assert set(d.started).isdisjoint(r[0] for r in d.reservations)
+        assert set(d.started) | {r[0] for r in d.reservations} <= set(by_id)
+        placed = {j: min(rows) for j, (_nodes, rows) in running.items()}  # collapse: the lowest row
+        for step in d.steps:
+            if step.kind == "move" and step.job in placed:  # compaction (and expansion's clearing) moves
+                placed[step.job] = step.row
+        assert out.in_use() or not running
+        for row in range(mpl):
+            # the running jobs in this row after compaction (not expansion replicas), with their remaining
+            base = [(known[j].remaining, known[j].size) for j, r in placed.items() if r == row]
+            held = [(0.0, by_id[j].remaining, by_id[j].size) for j, r in d.started.items() if r == row]
+            held += [(s, s + by_id[j].remaining, by_id[j].size) for j, r, s in d.reservations if r == row]
+            times = sorted({0.0, *(b[0] for b in base), *(h[0] for h in held)})
+            for t in times:
+                busy = sum(sz for rem, sz in base if rem > t or t == 0.0)
+                need = sum(sz for s, e, sz in held if s <= t < e)
+                assert busy + need <= n, (row, t, base, held)

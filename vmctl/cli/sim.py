@@ -232,6 +232,40 @@ def gang_table1_cmd(jobs: int, seed: int, workers: int | None, scheduler: str | 
                       progress=sys.stderr.isatty()))
 
 
+@sim.command("gang-study")
+@click.option("--jobs", type=int, default=1000, show_default=True, help="Jobs per run.")
+@click.option("--seeds", default="1,2,3", show_default=True, help="Seeds, comma-separated (>= 2 for intervals).")
+@click.option("--models", default="jann97,lublin99,jann97-par", show_default=True,
+              help="Job-size mixes: jann97, lublin99, jann97-par (jann97 without serial jobs).")
+@click.option("--loads", default="0.5,0.7,0.9,1.1,1.3,1.5", show_default=True, help="Offered loads of the grid.")
+@click.option("--workers", type=int, default=None, help="Worker processes of the local Dask cluster.")
+@click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="Run on an existing Dask cluster.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+def gang_study_cmd(jobs: int, seeds: str, models: str, loads: str, workers: int | None, scheduler: str | None,
+                   out_dir: str) -> None:
+    """Issue 26's job-size study of paper 004: GS, GS+M, BGS, BGS+M and conservative BGS on each mix over
+    a grid of offered loads, steady-state utilization (warm-up and drain trimmed), saturation beside the
+    paper's, slowdown at each policy's own calibration beside BGS+M's; writes OUT/study.md."""
+    from vmctl.experiments.gang import STUDY_MODELS, study
+
+    if jobs <= 0:
+        raise ValidationError(field="--jobs", problem=f"must be > 0, got {jobs}")
+    if workers is not None and workers <= 0:
+        raise ValidationError(field="--workers", problem=f"must be > 0, got {workers}")
+    seed_list, load_list = _ints("--seeds", seeds), _floats("--loads", loads)
+    model_list = [m.strip() for m in models.split(",") if m.strip()]
+    if len(set(seed_list)) < 2:
+        raise ValidationError(field="--seeds", problem=f"give at least two distinct seeds, got {seeds!r}")
+    if not load_list or any(not (x > 0 and math.isfinite(x)) for x in load_list):
+        raise ValidationError(field="--loads", problem=f"expected positive numbers, got {loads!r}")
+    bad = [m for m in model_list if m not in STUDY_MODELS]
+    if bad or not model_list:
+        raise ValidationError(field="--models", problem=f"unknown {', '.join(bad) or 'none given'}; known: "
+                                                        f"{', '.join(STUDY_MODELS)}")
+    click.echo(study(jobs, out_dir, seeds=sorted(set(seed_list)), models=model_list, loads=load_list,
+                     workers=workers, scheduler=scheduler, progress=sys.stderr.isatty()), nl=False)
+
+
 @sim.command("gang-figure1")
 @click.option("--jobs", type=int, default=2000, show_default=True, help="jann97 jobs per run.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the model.")
