@@ -41,6 +41,7 @@ SUBCOMMANDS: dict[str, str] = {
     "ca": "vmctl.cli.ops:ca_group",
     "plan": "vmctl.cli.plan:plan_cmd",
     "moldable": "vmctl.cli.moldable:moldable",
+    "reproduce": "vmctl.cli.reproduce:reproduce",
 }
 
 EXIT_CODES: list[tuple[type[errors.VmctlError], int]] = [
