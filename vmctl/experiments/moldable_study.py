@@ -68,9 +68,9 @@ def profiles(name: str) -> tuple[Profile, ...]:
 
 
 def run_cell(study: str, policy: str, profile: str, target: float, equal_speeds: bool, seed: int, slots: int,
-             rate: float, slot: float) -> dict[str, Any]:
-    """One run of a study."""
-    cfg = MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, seed=seed, accuracy=0.95,
+             rate: float, slot: float, nodes: int = 1000) -> dict[str, Any]:
+    """One run of a study (10 clusters of ``nodes`` nodes)."""
+    cfg = MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, seed=seed, accuracy=0.95, nodes=nodes,
                          profiles=profiles(profile), target=target,
                          speed_range=(1.0, 1.0) if equal_speeds else SPEED_RANGE)
     res = simulate(cfg)
@@ -80,10 +80,10 @@ def run_cell(study: str, policy: str, profile: str, target: float, equal_speeds:
 
 
 def cells(studies: Sequence[str], seeds: Sequence[int], slots: int, rate: float = 150.0,
-          slot: float = 360.0) -> list[Cell]:
+          slot: float = 360.0, nodes: int = 1000) -> list[Cell]:
     out: list[Cell] = []
     for seed in seeds:
-        common: dict[str, Any] = {"seed": seed, "slots": slots, "rate": rate, "slot": slot}
+        common: dict[str, Any] = {"seed": seed, "slots": slots, "rate": rate, "slot": slot, "nodes": nodes}
         if "target" in studies:
             for tg in TARGETS:
                 out.append(cell(run_cell, study="target", policy="hsret", profile="standin", target=tg,
@@ -155,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--studies", default=",".join(STUDIES))
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--nodes", type=int, default=1000, help="nodes per cluster (default 1,000: the paper's)")
+    ap.add_argument("--rate", type=float, default=150.0, help="mean arrivals per slot (default 150)")
     a = ap.parse_args(argv)
     studies = [s for s in a.studies.split(",") if s]
     for s in studies:
@@ -163,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in a.seeds.split(",") if s]
-    res = run_grid(cells(studies, seeds, a.slots), out / "results.csv", workers=a.workers, label="moldable-study")
+    res = run_grid(cells(studies, seeds, a.slots, a.rate, nodes=a.nodes), out / "results.csv", workers=a.workers,
+                   label="moldable-study")
     text = tables(res.rows)
     (out / "study.md").write_text(text)
     sys.stdout.write(text)
