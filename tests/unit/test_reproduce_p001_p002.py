@@ -14,12 +14,13 @@ def test_the_papers_load_and_their_quick_grids() -> None:
     assert load("002") is p002.PAPER and load("001") is p001.PAPER
     size = p002.PAPER.size("quick")
     base = p002.base_cells(size, Results())
-    # 3 methods x 3 seeds + ALL-EFT on the first 2 seeds
-    assert len(base) == 11 and all(c.inputs["nodes"] == 200 and c.inputs["rate"] == 30.0 for c in base)
+    # 3 methods x 3 seeds; ALL-EFT literal and capped on seed 1 (equal speeds in --full only)
+    assert len(p002.eft_cells(size, Results())) == 2 and len(p002.eft_cells(p002.PAPER.size("full"), Results())) == 20
+    assert len(base) == 9 and all(c.inputs["nodes"] == 200 and c.inputs["rate"] == 30.0 for c in base)
     assert len(p002.profile_cells(size, Results())) == 3 * 4 * 3
     q = p001.PAPER.size("quick")
     cells = p001.testbed_cells(q, Results())
-    assert len(cells) == 5 * 2 * 12 and all(c.inputs["keep_wide"] is True for c in cells)
+    assert len(cells) == 3 * 2 * 7 and all(c.inputs["keep_wide"] is True for c in cells)
     assert {c.inputs["split"] for c in p001.split_cells(q, Results())} == {4}
     assert all(c.inputs["keep_wide"] is False for c in p001.dropped_cells(q, Results()))
 
@@ -34,7 +35,8 @@ def test_p002_claims_from_rows() -> None:
     rows = [_m(p, s, a, w, u) for s in (1, 2) for p, a, w, u in
             (("afcfs", 6000, 300, 0.2), ("cbsp", 5400, 400, 0.5), ("all-eft", 5200, 500, 1.0),
              ("hsret", 4500, 200, 0.1))]
-    res = Results({"base": rows, "target": [], "variant": [], "profile": []})
+    res = Results({"base": [r for r in rows if r["policy"] != "all-eft"], "target": [], "variant": [], "profile": [],
+                   "eft": [r for r in rows if r["policy"] == "all-eft"]})
     claims = {c.id: checked(p002.PAPER, c, c.evaluate(res)) for c in p002.PAPER.claims}
     assert claims["002-1"].verdict == "holds" and claims["002-4"].verdict == "holds"
     assert claims["002-5"].verdict == "holds"
@@ -42,10 +44,10 @@ def test_p002_claims_from_rows() -> None:
     assert claims["002-2"].ours.mean == 25.0 and claims["002-2"].verdict == "differs"
     assert claims["002-2"].evidence == ("base", "profile")
     # ALL-EFT fastest: the AET order differs and the cause names the variant study
-    rows2 = [dict(r, aet=1000.0) if r["policy"] == "all-eft" else r for r in rows]
-    res2 = Results({"base": rows2, "target": [], "variant": [_m("all-eft-cap", 1, 1500, 9000, 50)], "profile": []})
+    eft = [dict(r, aet=1000.0) for r in rows if r["policy"] == "all-eft"] + [_m("all-eft-cap", 1, 1500, 9000, 50)]
+    res2 = Results({"base": [r for r in rows if r["policy"] != "all-eft"], "eft": eft})
     o = p002.aet_order(res2)
-    assert o.verdict == "differs" and "variant" in o.evidence and "1,500" in o.cause
+    assert o.verdict == "differs" and "eft" in o.evidence and "1,500" in o.cause
 
 
 def test_p001_starvation_claim_from_rows() -> None:

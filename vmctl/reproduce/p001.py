@@ -31,12 +31,14 @@ from vmctl.reproduce.base import Claim, Experiment, Outcome, Paper, Results, Siz
 
 SPEEDS = ("homogeneous", "uniform")
 SIZES = {
-    "quick": Size("quick", "CERIT-SC sample 1/100 (22 workers, ~179 jobs, wide bags kept), seeds 1-5, both speed "
-                  "cases", seeds=(1, 2, 3, 4, 5), est_cpu_s=1000, params={"sample": 100},
+    "quick": Size("quick", "CERIT-SC sample 1/100 (22 workers, ~179 jobs, wide bags kept), seeds 1-3, both speed "
+                  "cases, the 7 policies the claims read", seeds=(1, 2, 3), est_cpu_s=500,
+                  params={"sample": 100, "all": False},
                   reduced="the paper's testbed scale (20 workers) is its own; the documented evaluation samples 1/8 "
-                          "(272 workers); this is a smaller sample, 5 seeds"),
+                          "(272 workers); this is a smaller sample, 3 seeds, 7 of the 12 policies (full: all, 20 "
+                          "seeds)"),
     "full": Size("full", "CERIT-SC sample 1/100 (22 workers, wide bags kept), seeds 1-20, both speed cases",
-                 seeds=tuple(range(1, 21)), est_cpu_s=4000, params={"sample": 100},
+                 seeds=tuple(range(1, 21)), est_cpu_s=4000, params={"sample": 100, "all": True},
                  reduced="20 seeds of the testbed-scale sample; the 272-worker evaluation is "
                          "python -m vmctl.experiments.taskbags --sample 8 (docs/taskbags.md)"),
 }
@@ -72,12 +74,20 @@ def _cells(size: Size, split: int, keep_wide: bool, policies: tuple[tuple[str, f
     return out
 
 
+#: the policies the claims read (``--quick`` runs only these)
+CLAIMED: tuple[tuple[str, float | None, bool], ...] = (
+    ("easy", None, False), ("dispatch-priority", 0.0, False), ("dispatch-priority", 0.5, False),
+    ("dispatch-priority", 0.0, True), ("dispatch-priority", 0.5, True), ("dispatch-workload", None, True),
+    ("dispatch-deadline", None, True))
+
+
 def testbed_cells(size: Size, prior: Results) -> list[Cell]:
-    return _cells(size, 1, True, POLICIES, SPEEDS)
+    return _cells(size, 1, True, POLICIES if size.p("all") else CLAIMED, SPEEDS)
 
 
 def split_cells(size: Size, prior: Results) -> list[Cell]:
-    return _cells(size, 4, True, tuple(p for p in POLICIES if p[0].startswith("dispatch-")), SPEEDS)
+    pols = POLICIES if size.p("all") else CLAIMED
+    return _cells(size, 4, True, tuple(p for p in pols if p[0].startswith("dispatch-")), SPEEDS)
 
 
 def dropped_cells(size: Size, prior: Results) -> list[Cell]:
