@@ -20,6 +20,11 @@ The workload (:func:`build`):
   (``round(2176 / sample)`` workers, one per CPU), so the offered load stays the trace's; submit and run
   times are kept (the paper scales times only to replay the trace on its testbed in real time). Sampled
   jobs wider than the scaled machine are dropped (none at ``sample`` <= 8: the widest job has 256 CPUs).
+- **Testbed scale** (issue 26; ``--keep-wide``, ``--split k``): a bag wider than the scaled machine may be
+  kept instead (it holds at most every worker and runs its tasks in rounds; its deadline and work stay the
+  record's), and each task may be split into k tasks of 1/k of its length. :class:`RProbe` counts, pass by
+  pass, where the reservation rate r changed ``dispatch-priority``'s decision (docs/taskbags.md, "At the
+  paper's testbed scale").
 - **Workers**: one per CPU (one level per core). ``homogeneous``: every worker at speed 1 (the machine
   file's); ``uniform``: each worker's speed drawn from U(0.5, 1.5) (mean 1; seeded), the heterogeneity
   the paper's title promises.
