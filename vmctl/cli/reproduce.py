@@ -92,6 +92,7 @@ def _list_paper(pid: str, single: bool) -> None:
         return
     click.echo(f"{pid}  {paper.title}")
     for name, s in paper.sizes.items():
-        click.echo(f"       --{name}: {s.description}" + (f" (reduced: {s.reduced})" if s.reduced else ""))
+        click.echo(f"       --{name} (estimated {_duration(s.est_cpu_s / 2)} on 2 workers): {s.description}"
+                   + (f" (reduced: {s.reduced})" if s.reduced else ""))
     for c in paper.claims:
         click.echo(f"  {c.id:>7}  {c.text} ({c.where}; paper: {c.paper})")
