@@ -66,6 +66,10 @@ RULES = {
     "all-eft": "ALL-EFT: the earliest finish over every group and width",
     "cbsp": "CBSP: the group with the most free cores x speed, the largest width within the job's share of "
             "the free cores",
+    "hsret-afcfs": "HSRET from AFCFS's list: AFCFS's start, widened towards the width of the common normalized "
+                   "time where the list leaves cores",
+    "all-eft-cap": "ALL-EFT capped by the load: the earliest finish over every group and the widths the load "
+                   "allows",
 }
 
 
@@ -104,7 +108,8 @@ class MoldableSlots(SchedulingPolicy):
     summary: ClassVar[str] = ("paper 002's moldable methods (hsret, afcfs, all-eft, cbsp) on node groups: width and "
                               "group per job, suspend and resume at slot boundaries")
     parameters: ClassVar[Mapping[str, tuple[type, Any, str]]] = {
-        "method": (str, "hsret", "hsret, afcfs, all-eft or cbsp (vmctl.policies.moldable)"),
+        "method": (str, "hsret", "hsret, afcfs, all-eft or cbsp; hsret-afcfs or all-eft-cap "
+                                 "(vmctl.policies.moldable)"),
         "slot": (float, 60.0, "slot length SL in seconds (> 0): starts, suspends and resumes happen at its boundaries"),
         "deadline_estimates": (float, 3.0, "a job without a deadline gets submit + this x its estimate (> 0)"),
         "seed": (int, 1, "seed of AFCFS's random group"),
@@ -270,7 +275,7 @@ class _Translation:
         dl = float(sv.w_deadline[task])
         method = str(self.pol.params["method"])
         extra = ""
-        if method == "hsret" and "snet" in ans.notes:
+        if method in ("hsret", "hsret-afcfs") and "snet" in ans.notes:
             ref = p.widths[p.index_for_net(float(ans.notes["snet"]))]
             extra = (f"; normalized time {ans.notes['snet']:.2f} (load case {int(ans.notes.get('case', 0))}) "
                      f"gives width {ref}" + ("" if ref == width else f", moved to {width} for the deadline or to save "

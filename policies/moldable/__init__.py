@@ -17,20 +17,33 @@ from vmctl.policies.moldable.cbsp import CBSP
 from vmctl.policies.moldable.hsret import HSRET
 from vmctl.policies.moldable.model import MoldablePolicy
 
-MOLDABLE_POLICIES = ("hsret", "afcfs", "all-eft", "cbsp")
+MOLDABLE_POLICIES = ("hsret", "afcfs", "all-eft", "cbsp", "hsret-afcfs", "all-eft-cap")
+#: the policies that take Getnet's load ``target`` (:mod:`.hsret`)
+TARGET_POLICIES = ("hsret", "hsret-afcfs", "all-eft-cap")
 
 
-def make_policy(name: str, rng: np.random.Generator) -> MoldablePolicy:
-    """The policy called ``name`` (one of :data:`MOLDABLE_POLICIES`)."""
+def make_policy(name: str, rng: np.random.Generator, target: float = 1.0) -> MoldablePolicy:
+    """The policy called ``name`` (one of :data:`MOLDABLE_POLICIES`: the paper's four, HSRET starting
+    from AFCFS's list (sec. 6.2.2) and the load-capped ALL-EFT); ``target`` is Getnet's load target of
+    the policies in :data:`TARGET_POLICIES` (the paper's 1)."""
+    if name not in TARGET_POLICIES and target != 1.0:
+        from vmctl.errors import ValidationError
+
+        raise ValidationError(field="target", problem=f"only {', '.join(TARGET_POLICIES)} take a load target, "
+                              f"not {name}")
     if name == "hsret":
-        return HSRET()
+        return HSRET(target)
+    if name == "hsret-afcfs":
+        return HSRET(target, start="afcfs")
     if name == "afcfs":
         return AFCFS(rng)
     if name == "all-eft":
         return AllEFT()
+    if name == "all-eft-cap":
+        return AllEFT(cap=True, target=target)
     if name == "cbsp":
         return CBSP()
     raise UnknownPolicyError(name=name, known=", ".join(MOLDABLE_POLICIES))
 
 
-__all__ = ["AFCFS", "CBSP", "HSRET", "MOLDABLE_POLICIES", "AllEFT", "make_policy"]
+__all__ = ["AFCFS", "CBSP", "HSRET", "MOLDABLE_POLICIES", "TARGET_POLICIES", "AllEFT", "make_policy"]

@@ -73,6 +73,26 @@ Each slot, before the waiting tasks, the active tasks are packed earliest deadli
 clusters' nodes (those that can still end in time before those that cannot); the ones that do not
 fit (after a suspension, more tasks may hold a cluster than it has nodes) stay suspended this slot.
 
+**The load target** (parameter ``target``, default 1.0). Algorithm 1's prose: the binary search finds
+"the maximum parallelism which ensures that every slot is not overloaded (less than 1)", and "checks
+whether the load minl is more than 1"; eqs. 5-6 clip the loads at 1 and the three cases compare with 1.
+So the paper's value is 1 exactly: the platform is planned full. ``target`` replaces that 1 in the
+cases and in Getnet (a slot is overloaded when its load exceeds ``target``); values below 1 keep a
+margin for the load the estimate misses (the whole-slot fragments, the forecast errors, the tasks that
+arrive within the slot). It is a sensitivity of this reconstruction, not a value the paper gives.
+
+**AFCFS start** (``HSRET(start="afcfs")``, policy name ``hsret-afcfs``). Sec. 6.2.2: "HSRET gets the
+initial scheduling list as AFCFS, and then according to the initial list, gets an optimistic scheduling
+result. So, HSRET always has the lowest value in AWT." **R**: (1) the initial list is AFCFS's for this
+slot: the waiting tasks in arrival order, each placed, if some cluster has the nodes now and the
+smallest width that meets its deadline fits there, on the fastest such cluster (HSRET draws nothing at
+random) at that width; its nodes are reserved; a task no width can serve in time runs at its smallest
+width that fits (AFCFS's rule); (2) the optimization: the listed tasks, earliest deadline first, are
+widened towards the width of ``snet`` (never past it, never narrower than AFCFS's width) with the nodes
+of their cluster that the list left free; (3) an urgent task that is not in the list may still
+suspend running tasks (Sch1) as in the default variant. So the set of tasks started in a slot is
+AFCFS's, and the widths are HSRET's where room allows.
+
 Tiny example (slot 10 minutes, so every time is whole slots): one task waiting, widths (1, 2, 4) with
 times (100, 60, 40) minutes (net 1, 1/3, 0), ``ar`` 0, ``dl`` 100, TP 2 nodes: at snet 1 (width 1) the
 load is 1 * 100 / (100 * 2) = 0.5; at snet 0 (width 4) it is 4 * 40 / 200 = 0.8: Case 1, snet = 0.
@@ -80,7 +100,12 @@ With TP = 1 the loads are 1.0 and 1.6, minsl = 1: Case 2, snet = 1. With widths 
 and TP = 1 the loads are 1.0 at width 1 and 0.8 at width 2: crmax < 1, Case 1 (checked first). With
 TP = 1.25 (one node of speed 1.25) the loads are 0.8, 0.96 and 1.28: Case 3; Getnet (minstep 1/3)
 tries 0.5 (width 2, 0.96: not overloaded, upper bound 0.5), then 0.25 (width 4, 1.28: lower bound
-0.25), stops and returns 0.5: width 2.
+0.25), stops and returns 0.5: width 2. With ``target`` 0.9 the same search finds 0.96 > 0.9 at
+width 2 too, and returns 1.0: width 1 (load 0.8).
+
+AFCFS start, tiny example: one cluster of 8 free nodes, tasks A (arrived first, smallest width that meets
+its deadline 4) and B (2), snet's width 8 for both: the list places A at 4 and B at 2 (2 nodes left);
+widening, earliest deadline first (B first, say): B takes the 2 free nodes (width 4), A stays at 4.
 """
 
 from __future__ import annotations
@@ -138,14 +163,25 @@ def _loads(view: SlotView) -> tuple[list[NDArray[np.float64]], list[NDArray[np.i
     return loads, lasts
 
 
-def load_case(view: SlotView) -> tuple[int, float, float]:
-    """(case, crmin, crmax) of eqs. 3-6 (reconstructed: see the module docstring)."""
+def check_target(target: float) -> float:
+    """Getnet's load target: a number in (0, 2] (field ``target``; the paper's value is 1)."""
+    if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 2:
+        from vmctl.errors import ValidationError
+
+        raise ValidationError(field="target", problem=f"the load target must be a number in (0, 2] (the paper's "
+                              f"is 1: a slot is overloaded above it), got {target!r}")
+    return float(target)
+
+
+def load_case(view: SlotView, target: float = 1.0) -> tuple[int, float, float]:
+    """(case, crmin, crmax) of eqs. 3-6 (reconstructed: see the module docstring), ``target`` in place
+    of the paper's 1."""
     loads, _ = _loads(view)
     crmin = sum(float(ld[:, 0].sum()) for ld in loads)
     crmax = sum(float(ld[:, -1].sum()) for ld in loads)
-    if min(crmax, 1.0) < 1.0:
+    if min(crmax, target) < target:
         return 1, crmin, crmax
-    if min(crmin, 1.0) >= 1.0:
+    if min(crmin, target) >= target:
         return 2, crmin, crmax
     return 3, crmin, crmax
 
@@ -168,27 +204,28 @@ def minstep(view: SlotView) -> float:
     return max(1e-3, min(p.minstep() for p in view.profiles))
 
 
-def getnet(view: SlotView) -> float:
-    """Algorithm 1: the smallest common normalized time with no overloaded slot (binary search)."""
+def getnet(view: SlotView, target: float = 1.0) -> float:
+    """Algorithm 1: the smallest common normalized time with no slot loaded above ``target`` (binary
+    search)."""
     beg, end = 0.0, 1.0
     step = minstep(view)
     while end - beg >= step:
         mid = (beg + end) / 2
-        if float(slot_loads(view, mid).max()) > 1.0:
+        if float(slot_loads(view, mid).max()) > target:
             beg = mid
         else:
             end = mid
     return end
 
 
-def select_net(view: SlotView) -> tuple[int, float]:
+def select_net(view: SlotView, target: float = 1.0) -> tuple[int, float]:
     """(case, snet) for this slot."""
-    case, _, _ = load_case(view)
+    case, _, _ = load_case(view, target)
     if case == 1:
         return case, 0.0
     if case == 2:
         return case, 1.0
-    return case, getnet(view)
+    return case, getnet(view, target)
 
 
 def _urgent(view: SlotView) -> NDArray[np.bool_]:
@@ -207,19 +244,40 @@ def _urgent(view: SlotView) -> NDArray[np.bool_]:
     return out
 
 
+START_MODES = ("edf", "afcfs")
+
+
 class HSRET:
-    name = "hsret"
+    """HSRET; ``target``: Getnet's load target (the paper's 1); ``start``: ``edf`` (Selet over the
+    waiting tasks earliest deadline first) or ``afcfs`` (AFCFS's list of the slot, widened; sec. 6.2.2)."""
+
+    name: str = "hsret"
+
+    def __init__(self, target: float = 1.0, start: str = "edf") -> None:
+        self.target = check_target(target)
+        if start not in START_MODES:
+            from vmctl.errors import ValidationError
+
+            raise ValidationError(field="start", problem=f"must be one of {', '.join(START_MODES)}, got {start!r}")
+        self.start = start
+        self.name = "hsret" if start == "edf" else "hsret-afcfs"
 
     def decide(self, view: SlotView) -> Decision:
         running = edf_pack(view)
         starts: list[Start] = []
         if len(view.w_id) == 0:
             return Decision(starts, running)
-        case, snet = select_net(view)
+        case, snet = select_net(view, self.target)
         free = view.free_nodes(running)
         speed = view.clusters.s
         urgent = _urgent(view)
-        for i in np.lexsort((view.w_arrival, view.w_deadline)):
+        if self.start == "afcfs":
+            starts = self._afcfs_list(view, snet, free)
+            placed = {s.task for s in starts}
+            order = [i for i in range(len(view.w_id)) if int(view.w_id[i]) not in placed and urgent[i]]
+        else:
+            order = list(np.lexsort((view.w_arrival, view.w_deadline)))
+        for i in order:
             p = view.profiles[int(view.w_profile[i])]
             if free.max() < p.minp and not urgent[i]:
                 continue  # no room anywhere and it can wait (or is late anyway): nothing to decide
@@ -248,6 +306,43 @@ class HSRET:
             starts.append(Start(int(view.w_id[i]), c, width))
             free[c] -= width
         return Decision(starts, running, {"case": float(case), "snet": snet})
+
+    @staticmethod
+    def _afcfs_list(view: SlotView, snet: float, free: NDArray[np.int64]) -> list[Start]:
+        """Sec. 6.2.2 (module docstring, "AFCFS start"): AFCFS's list of this slot on the fastest
+        cluster, then each listed task widened towards the width of ``snet`` with the nodes the list left
+        free, earliest deadline first. Updates ``free``."""
+        speed = view.clusters.s
+        listed: list[tuple[int, int, int]] = []  # (waiting index, cluster, width index)
+        for i in range(len(view.w_id)):  # arrival order
+            p = view.profiles[int(view.w_profile[i])]
+            n = view.slots_needed(float(view.w_length[i]), p)
+            fits = p.w[None, :] <= free[:, None]
+            ok = view.meets(n, float(view.w_deadline[i])) & fits
+            if not ok.any():
+                if view.meets(n, float(view.w_deadline[i])).any():
+                    continue  # AFCFS waits for nodes
+                ok = fits  # hopeless: AFCFS runs it anyway, as small as fits
+                if not ok.any():
+                    continue
+            j = int(np.nonzero(ok.any(axis=0))[0][0])  # the smallest width that passes somewhere
+            cs = np.nonzero(ok[:, j])[0]
+            c = int(cs[np.argmax(speed[cs])])
+            free[c] -= int(p.w[j])
+            listed.append((i, c, j))
+        for k in sorted(range(len(listed)), key=lambda k: (float(view.w_deadline[listed[k][0]]), k)):
+            i, c, j = listed[k]
+            p = view.profiles[int(view.w_profile[i])]
+            jref = p.index_for_net(snet)
+            if jref <= j:
+                continue
+            room = int(free[c]) + int(p.w[j])
+            # a wider width is never slower (profiles do not grow with the width), so it meets the
+            # deadline whenever AFCFS's width does
+            best = max(jj for jj in range(j, jref + 1) if int(p.w[jj]) <= room)
+            free[c] -= int(p.w[best]) - int(p.w[j])
+            listed[k] = (i, c, best)
+        return [Start(int(view.w_id[i]), c, int(view.profiles[int(view.w_profile[i])].w[j])) for i, c, j in listed]
 
     @staticmethod
     def _checksch(p: Profile, jref: int, ok: NDArray[np.bool_], area: NDArray[np.int64],

@@ -97,13 +97,16 @@ def test_duration() -> None:
     assert [duration(x) for x in (0, 5, 95, 7260, -61)] == ["0s", "5s", "1m 35s", "2h 1m", "-1m 1s"]
 
 
-def test_the_same_policy_runs_in_the_simulator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("method", ["afcfs", "hsret-afcfs", "all-eft-cap"])
+def test_the_same_policy_runs_in_the_simulator(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               method: str) -> None:
     """``vmctl sim run --shapes moldable --policy moldable``: the policy vmctld runs, on the simulator's
-    moldable execution model; the run ends (an idle cluster asks for no more slot wake-ups) with every
-    job done, the first job at a width its shape allows."""
+    moldable execution model (every decision through the invariant checker); the run ends (an idle
+    cluster asks for no more slot wake-ups) with every job done, the first job at a width its shape
+    allows. Also the two readings of issue 26 (HSRET from AFCFS's list, the load-capped ALL-EFT)."""
     trace = swf(tmp_path)
     code, out, err = run_cli(capsys, "sim", "run", "--trace", trace, "--shapes", "moldable", "--policy", "moldable",
-                             "--param", "method=afcfs", "--param", "slot=600", "-o", "json")
+                             "--param", f"method={method}", "--param", "slot=600", "-o", "json")
     assert code == 0, err
     res = json.loads(out)
     # job 2 ran 3,000 s of a requested 1,800 in the trace: stopped at its estimate, as under any policy

@@ -58,7 +58,8 @@ def moldable() -> None:
 
 
 @moldable.command("run")
-@click.option("--policy", required=True, help="hsret, afcfs, all-eft or cbsp.")
+@click.option("--policy", required=True, help="hsret, afcfs, all-eft or cbsp; hsret-afcfs (HSRET from AFCFS's "
+              "list, sec. 6.2.2) or all-eft-cap (ALL-EFT capped by the system load).")
 @click.option("--slot", type=float, required=True, help="Slot length SL, minutes.")
 @click.option("--rate", type=float, required=True, help="Mean arrivals per slot (uniform in [1, 2 rate - 1]).")
 @click.option("--slots", type=int, required=True, help="Slots with arrivals (the warm-up included).")
@@ -74,9 +75,11 @@ def moldable() -> None:
               help="A speedup profile replacing the built-in WRF/GRAPES stand-ins (repeat; tasks are "
                    "spread evenly over them): a moldable shape, e.g. a measured table "
                    "'{\"kind\": \"moldable\", \"table\": {\"4\": 100, \"8\": 55}}' (docs/workloads.md).")
+@click.option("--target", type=float, default=1.0, show_default=True,
+              help="Getnet's load target (hsret, hsret-afcfs, all-eft-cap; the paper's is 1).")
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def run_cmd(policy: str, slot: float, rate: float, slots: int, clusters: int, nodes: int, accuracy: float,
-            seed: int, warmup: int | None, batches: int, shapes: tuple[str, ...], output: str) -> None:
+            seed: int, warmup: int | None, batches: int, shapes: tuple[str, ...], target: float, output: str) -> None:
     """Simulate one policy; print tasks, AET, AWT, PUT (with 95 % CIs), utilization, slots."""
     from vmctl.sim.moldable import MoldableConfig, simulate
 
@@ -84,7 +87,7 @@ def run_cmd(policy: str, slot: float, rate: float, slots: int, clusters: int, no
     if shapes:
         extra["profiles"] = _profiles(shapes)
     cfg = MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, clusters=clusters, nodes=nodes,
-                         accuracy=accuracy, seed=seed, warmup=warmup, batches=batches, **extra)
+                         accuracy=accuracy, seed=seed, warmup=warmup, batches=batches, target=target, **extra)
     res = simulate(cfg)
     if output == "json":
         click.echo(json.dumps(res, indent=2))

@@ -20,6 +20,11 @@ The workload (:func:`build`):
   (``round(2176 / sample)`` workers, one per CPU), so the offered load stays the trace's; submit and run
   times are kept (the paper scales times only to replay the trace on its testbed in real time). Sampled
   jobs wider than the scaled machine are dropped (none at ``sample`` <= 8: the widest job has 256 CPUs).
+- **Testbed scale** (issue 26; ``--keep-wide``, ``--split k``): a bag wider than the scaled machine may be
+  kept instead (it holds at most every worker and runs its tasks in rounds; its deadline and work stay the
+  record's), and each task may be split into k tasks of 1/k of its length. :class:`RProbe` counts, pass by
+  pass, where the reservation rate r changed ``dispatch-priority``'s decision (docs/taskbags.md, "At the
+  paper's testbed scale").
 - **Workers**: one per CPU (one level per core). ``homogeneous``: every worker at speed 1 (the machine
   file's); ``uniform``: each worker's speed drawn from U(0.5, 1.5) (mean 1; seeded), the heterogeneity
   the paper's title promises.
@@ -38,7 +43,7 @@ import argparse
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +51,8 @@ import numpy as np
 
 from vmctl.errors import OutOfRange, ValidationError
 from vmctl.experiments.runner import Cell, Scalar, cell, run_grid
-from vmctl.model import JobShape
+from vmctl.model import ClusterView, Decision, JobShape
+from vmctl.policies.dispatch_policy import DispatchPriority
 from vmctl.sim.metrics import replication_interval
 from vmctl.sim.workloads.alea import QUEUE_CLASS, read_alea_swf
 from vmctl.sim.workloads.core import WorkloadJob
@@ -69,12 +75,23 @@ class Built:
     shapes: dict[str, JobShape]
     speeds: list[float]
     dropped: dict[str, int]
+    #: job id -> the trace's (procs, min(run, walltime), walltime): the work and the deadline of the metrics
+    #: (a kept wide bag or a split one runs with another width and span than the record's)
+    orig: dict[str, tuple[int, float, float]] = field(default_factory=dict)
 
 
-def build(trace: str, machines: str, sample: int, seed: int, speeds: str) -> Built:
-    """The sampled workload, its task bags and the worker speeds (module docstring)."""
+def build(trace: str, machines: str, sample: int, seed: int, speeds: str, keep_wide: bool = False,
+          split: int = 1, deadline_walltimes: float = 1.0) -> Built:
+    """The sampled workload, its task bags and the worker speeds (module docstring). ``keep_wide``: a bag
+    wider than the scaled machine is kept and runs on at most every worker (its tasks in rounds) instead
+    of being dropped; ``split`` k > 1: each task becomes k tasks of 1/k of its length (so a bag has k
+    tasks per worker it may hold). With either, each job carries its deadline (submit +
+    ``deadline_walltimes`` x its requested walltime) and its forecast span at its width becomes its
+    estimate (the engine's rigid policies, FCFS and EASY, run it for that long)."""
     if sample < 1:
         raise OutOfRange(what="--sample", value=sample, allowed=">= 1 (keep 1 job in SAMPLE)")
+    if split < 1:
+        raise OutOfRange(what="--split", value=split, allowed=">= 1 (tasks per CPU of a job)")
     if speeds not in SPEEDS:
         raise ValidationError(field="--speeds", problem=f"must be one of {', '.join(SPEEDS)}, got {speeds!r}")
     w = read_alea_swf(trace, machines)
@@ -83,34 +100,115 @@ def build(trace: str, machines: str, sample: int, seed: int, speeds: str) -> Bui
     picked = np.sort(rng.choice(len(w.jobs), size=max(1, round(len(w.jobs) / sample)), replace=False))
     jobs = [w.jobs[i] for i in picked]
     dropped = dict(w.dropped)
-    wide = sum(1 for j in jobs if j.procs > cores)
-    if wide:
-        dropped["wider_than_scaled_machine"] = wide
-        jobs = [j for j in jobs if j.procs <= cores]
-    w = with_shapes(replace(w, jobs=jobs, max_procs=cores), "task-bag")
     srng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
     speed = [1.0] * cores if speeds == "homogeneous" else [float(s) for s in srng.uniform(0.5, 1.5, cores)]
-    return Built(jobs, cores, {str(k): v for k, v in w.shapes.items()}, speed, dropped)
+    orig = {str(j.id): (j.procs, min(j.run_time, j.estimate), j.estimate) for j in jobs}
+    if not keep_wide and split == 1:  # the original evaluation, unchanged
+        wide = sum(1 for j in jobs if j.procs > cores)
+        if wide:
+            dropped["wider_than_scaled_machine"] = wide
+            jobs = [j for j in jobs if j.procs <= cores]
+        w = with_shapes(replace(w, jobs=jobs, max_procs=cores), "task-bag")
+        return Built(jobs, cores, {str(k): v for k, v in w.shapes.items()}, speed, dropped, orig)
+    if not keep_wide:
+        wide = sum(1 for j in jobs if j.procs > cores)
+        if wide:
+            dropped["wider_than_scaled_machine"] = wide
+            jobs = [j for j in jobs if j.procs <= cores]
+    out: list[WorkloadJob] = []
+    shapes: dict[str, JobShape] = {}
+    for j in jobs:
+        width = min(j.procs, cores)
+        shape = JobShape("task-bag", (width,), tasks=(j.estimate / split,) * (j.procs * split))
+        span = shape.time_at(width)  # the forecast span on ``width`` workers of speed 1
+        # the record's actual/forecast ratio is kept: the model scales every task by run / span
+        out.append(replace(j, procs=width, estimate=span, run_time=min(j.run_time, j.estimate) * span / j.estimate,
+                           deadline=j.submit + deadline_walltimes * j.estimate))
+        shapes[str(j.id)] = shape
+    return Built(out, cores, shapes, speed, dropped, orig)
 
 
 def run_cell(trace: str, machines: str, sample: int, seed: int, speeds: str, policy: str, r: float | None,
-             conserving: bool, deadline_walltimes: float) -> dict[str, Any]:
-    """One simulation of the grid; the metrics of the module docstring."""
+             conserving: bool, deadline_walltimes: float, keep_wide: bool = False, split: int = 1,
+             probe: bool = False) -> dict[str, Any]:
+    """One simulation of the grid; the metrics of the module docstring. ``probe`` (``dispatch-priority``
+    only): every pass also asks the same policy with r = 0 for its decision on the same view (the policy is
+    stateless) and counts the passes where r changed the decision, and why it could (:class:`RProbe`)."""
     from vmctl.policies.registry import create_policy
     from vmctl.sim.engine import SimConfig, Simulator
     from vmctl.sim.exec_taskbag import TaskBagModel
 
-    b = build(trace, machines, sample, seed, speeds)
+    b = build(trace, machines, sample, seed, speeds, keep_wide, split, deadline_walltimes)
     params: dict[str, Any] = {}
     if policy.startswith("dispatch-"):
         params = {"conserving": conserving, "deadline_walltimes": deadline_walltimes}
         if r is not None:
             params["r"] = r
     pol = create_policy(policy, **params)
+    if probe:
+        if policy != "dispatch-priority":
+            raise ValidationError(field="probe", problem=f"only dispatch-priority has r, not {policy}")
+        pol = RProbe(**params)
     model = TaskBagModel(b.shapes, speeds=b.speeds)
     sim = Simulator(b.jobs, b.cores, pol, SimConfig(seed=seed, execution=lambda: model), source=Path(trace).name)
     result = sim.run()
-    return metrics(b, list(sim.job_rows()), deadline_walltimes) | {"decisions": result.decisions}
+    out: dict[str, Any] = metrics(b, list(sim.job_rows()), deadline_walltimes)
+    out["decisions"] = result.decisions
+    out["wide_kept"] = sum(1 for v in b.orig.values() if v[0] > b.cores) if keep_wide else 0
+    if isinstance(pol, RProbe):
+        out |= pol.counts()
+    return out
+
+
+class RProbe(DispatchPriority):
+    """``dispatch-priority`` that, at every pass, also computes the decision of the same policy with r = 0
+    on the same view (the policy is a pure function of the view) and counts:
+
+    - ``passes``; ``differ``: passes whose actions differ from r = 0's;
+    - ``top_over_cap``: passes where the top bag has more unfinished tasks than floor((1 - r) m);
+    - ``oversubscribed``: of those, passes where the bags together have more unfinished tasks than m
+      (under ``conserving`` only then can the cap bind: otherwise every other bag gets all its tasks and
+      the top bag the rest; the literal policy caps the top bag whenever it is over the cap);
+    - ``free_over_cap``: of those, passes where the free workers plus the top bag's own exceed the cap
+      (only then can a different count change an action: a plan's count for a running bag takes effect
+      on free workers now, and on its own workers only at their task ends)."""
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._shadow = DispatchPriority(**{**params, "r": 0.0})
+        self._n = {"passes": 0, "differ": 0, "top_over_cap": 0, "oversubscribed": 0, "free_over_cap": 0}
+
+    def decide(self, view: ClusterView, now: float) -> Decision:
+        mine = super().decide(view, now)
+        other = self._shadow.decide(view, now)
+        n = self._n
+        n["passes"] += 1
+        if mine.actions != other.actions:
+            n["differ"] += 1
+        bags, _ = self._bags(view)
+        running = {b.job.id for b in bags if b.running is not None}
+        m = sum(1 for level, slots in enumerate(view.slot_job) for core in range(view.total_cores)
+                if view.usable[core] and (slots[core] is None or slots[core] in running) and level >= 0)
+        speed = {f"{c}.{lv}": 1.0 for lv in range(view.levels) for c in range(view.total_cores)}
+        jobs = [pj for pj in (self._plan_job(b, speed) for b in bags) if pj is not None]
+        if jobs and m:
+            top = min(jobs, key=lambda j: (-j.priority, j.order, j.id))
+            cap = max(1, math.floor((1.0 - self.params["r"]) * m))
+            if top.tasks > cap:
+                n["top_over_cap"] += 1
+                if sum(j.tasks for j in jobs) > m:
+                    n["oversubscribed"] += 1
+                    held = 0
+                    for b in bags:
+                        if b.job.id == top.id and b.running is not None:
+                            held = len(b.running.slots)
+                    free = sum(len(c) for c in view.idle)
+                    if free + held > cap:
+                        n["free_over_cap"] += 1
+        return mine
+
+    def counts(self) -> dict[str, int]:
+        return {f"probe_{k}": v for k, v in self._n.items()}
 
 
 def metrics(b: Built, rows: Sequence[Mapping[str, Any]], deadline_walltimes: float) -> dict[str, Any]:
@@ -124,8 +222,9 @@ def metrics(b: Built, rows: Sequence[Mapping[str, Any]], deadline_walltimes: flo
         j = by_id[str(row["id"])]
         waits[j.priority].append(row["wait"])
         responses.append(row["end"] - j.submit)
-        met += row["end"] <= j.submit + deadline_walltimes * j.estimate + 1e-6
-        work += j.procs * min(j.run_time, j.estimate)
+        procs, run, walltime = b.orig.get(str(j.id), (j.procs, min(j.run_time, j.estimate), j.estimate))
+        met += row["end"] <= j.submit + deadline_walltimes * walltime + 1e-6
+        work += procs * run
         first, last = min(first, j.submit), max(last, row["end"])
     out: dict[str, Any] = {
         "jobs": len(rows),
@@ -142,12 +241,14 @@ def metrics(b: Built, rows: Sequence[Mapping[str, Any]], deadline_walltimes: flo
 
 
 def cells(trace: str, machines: str, sample: int, seeds: Sequence[int], speeds: Sequence[str],
-          deadline_walltimes: float = 1.0) -> list[Cell]:
+          deadline_walltimes: float = 1.0, keep_wide: bool = False, split: int = 1) -> list[Cell]:
     out: list[Cell] = []
     for seed in seeds:
         for sp in speeds:
             common: dict[str, Scalar] = {"trace": trace, "machines": machines, "sample": sample, "seed": seed,
                                          "speeds": sp, "deadline_walltimes": deadline_walltimes}
+            if keep_wide or split > 1:
+                common |= {"keep_wide": keep_wide, "split": split}
             for base in ("fcfs", "easy"):
                 out.append(cell(run_cell, policy=base, r=None, conserving=False, **common))
             for conserving in (False, True):
@@ -190,6 +291,23 @@ def _paired_with_easy(order: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[
             "| policy | mean response | deadlines met |", "|---|---|---|", *lines]
 
 
+#: the sample the evaluation documents (docs/taskbags.md); a smaller one says so in its tables' headers
+DOCUMENTED_SAMPLE = 8
+
+
+def variant_note(row: Mapping[str, Any]) -> str:
+    """What a table's rows differ in from the documented evaluation: a smaller sample, kept wide bags,
+    split tasks."""
+    notes = []
+    if int(row["sample"]) > DOCUMENTED_SAMPLE:
+        notes.append(f"a sample SMALLER than the documented 1/{DOCUMENTED_SAMPLE}: read the intervals")
+    if str(row.get("keep_wide", False)).lower() == "true":
+        notes.append("bags wider than the machine kept")
+    if int(row.get("split", 1) or 1) > 1:
+        notes.append(f"each task split in {int(row['split'])}")
+    return "; " + "; ".join(notes) if notes else ""
+
+
 def tables(rows: Sequence[Mapping[str, Any]]) -> str:
     """One markdown table per speed case: the mean over seeds, and with two seeds or more the half width
     of its 95 % Student-t interval (``mean ± hw``; each seed draws its own sample and worker speeds)."""
@@ -204,7 +322,7 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> str:
             continue
         first = group[0]
         out.append(f"\n### {sp} workers ({first['cores']} workers, {first['jobs']} jobs, sample 1/{first['sample']}, "
-                   f"seeds {sorted({int(r['seed']) for r in group})})\n")
+                   f"seeds {sorted({int(r['seed']) for r in group})}{variant_note(first)})\n")
         out.append("| policy | " + " | ".join(heads) + " |")
         out.append("|---" * (len(heads) + 1) + "|")
         order: dict[str, list[Mapping[str, Any]]] = {}
@@ -238,6 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--deadline-walltimes", type=float, default=1.0,
                     help="deadline = submit + this x requested walltime (default 1)")
     ap.add_argument("--workers", type=int, default=1, help="Dask worker processes (default 1: a loaded machine)")
+    ap.add_argument("--keep-wide", action="store_true",
+                    help="keep bags wider than the scaled machine (their tasks run in rounds) instead of dropping them")
+    ap.add_argument("--split", type=int, default=1, help="split each task into this many (default 1)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for s in speeds:
         if s not in SPEEDS:
             raise SystemExit(f"--speeds: unknown {s!r} (known: {', '.join(SPEEDS)})")
-    res = run_grid(cells(a.trace, a.machines, a.sample, seeds, speeds, a.deadline_walltimes), out / "results.csv",
+    res = run_grid(cells(a.trace, a.machines, a.sample, seeds, speeds, a.deadline_walltimes, a.keep_wide,
+                         a.split), out / "results.csv",
                    workers=a.workers, label="taskbags")
     text = tables(res.rows)
     (out / "tables.md").write_text(text)

@@ -43,7 +43,8 @@ import numpy as np
 
 from vmctl.errors import InvariantViolation, ValidationError
 from vmctl.model import JobShape
-from vmctl.policies.moldable import MOLDABLE_POLICIES, make_policy
+from vmctl.policies.moldable import MOLDABLE_POLICIES, TARGET_POLICIES, make_policy
+from vmctl.policies.moldable.hsret import check_target
 from vmctl.policies.moldable.model import EPS, Clusters, Profile, SlotView, check_slot
 from vmctl.speedup import Downey
 
@@ -90,6 +91,10 @@ class MoldableConfig:
     batches: int = 10
     drain: int = 400
     profiles: tuple[Profile, ...] = field(default_factory=paper_profiles)
+    #: Getnet's load target (HSRET, its AFCFS-start variant and the load-capped ALL-EFT; the paper's 1)
+    target: float = 1.0
+    #: the range the cluster speeds are drawn from (the paper's [0.8, 1.2]; (1, 1): equal clusters)
+    speed_range: tuple[float, float] = SPEED_RANGE
 
     def __post_init__(self) -> None:
         check_slot(self.slot)
@@ -114,6 +119,10 @@ class MoldableConfig:
         for name, value, ok, problem in checks:
             if isinstance(value, bool) or not ok:
                 raise ValidationError(field=name, problem=f"{problem}, got {value!r}")
+        if self.target != 1.0 and self.policy not in TARGET_POLICIES:
+            raise ValidationError(field="target", problem=f"only {', '.join(TARGET_POLICIES)} take a load target, "
+                                  f"not {self.policy}")
+        check_target(self.target)
         if not self.profiles:
             raise ValidationError(field="profiles", problem="need at least one speedup profile")
         widest = max(p.minp for p in self.profiles)
@@ -162,7 +171,10 @@ def generate(cfg: MoldableConfig) -> tuple[Tasks, Clusters]:
 
 
 def clusters_of(cfg: MoldableConfig, seq: np.random.SeedSequence) -> Clusters:
-    speeds = np.random.default_rng(seq).uniform(*SPEED_RANGE, size=cfg.clusters)
+    lo, hi = cfg.speed_range
+    if not 0 < lo <= hi:
+        raise ValidationError(field="speed_range", problem=f"must be 0 < low <= high, got {cfg.speed_range!r}")
+    speeds = np.random.default_rng(seq).uniform(lo, hi, size=cfg.clusters)
     return Clusters(tuple([cfg.nodes] * cfg.clusters), tuple(float(s) for s in speeds))
 
 
@@ -223,8 +235,9 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
     else:
         tasks, clusters = generate(cfg)
     res, _ = run_slots(cfg.policy, cfg.seed, cfg.slot, tasks, clusters, cfg.profiles, slots=cfg.slots,
-                    warm=cfg.warm_slots, drain=cfg.drain, batches=cfg.batches, t0=t0)
-    return {"policy": cfg.policy, "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy, "seed": cfg.seed,
+                    warm=cfg.warm_slots, drain=cfg.drain, batches=cfg.batches, t0=t0, target=cfg.target)
+    return {"policy": cfg.policy, "target": cfg.target,
+            "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy, "seed": cfg.seed,
             **res, "clusters": cfg.clusters, "nodes": cfg.nodes}
 
 
@@ -310,7 +323,7 @@ class _Tally:
 
 def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[Tasks], clusters: Clusters,
               profiles: tuple[Profile, ...], *, slots: int, warm: int, drain: int, batches: int,
-              t0: float | None = None) -> tuple[dict[str, Any], Outcome | None]:
+              t0: float | None = None, target: float = 1.0) -> tuple[dict[str, Any], Outcome | None]:
     """The slot-stepped engine on given ``tasks`` (sorted by arrival, ``profile`` indexing
     ``profiles``; or consecutive chunks of them, :func:`stream_tasks`) and ``clusters``: ``slots``
     arrival slots of ``slot`` minutes, the first ``warm`` unmeasured, then at most ``drain`` more slots;
@@ -318,7 +331,8 @@ def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[
     builds its tasks from a real trace), and each task's :class:`Outcome` (None when chunks were
     dropped on the way)."""
     t0 = time.perf_counter() if t0 is None else t0
-    policy = make_policy(policy_name, policy_rng(seed))
+    policy = make_policy(policy_name, policy_rng(seed)) if target == 1.0 else \
+        make_policy(policy_name, policy_rng(seed), target=target)
     chunks = iter([tasks] if isinstance(tasks, Tasks) else tasks)
     pending = next(chunks, None)
     w = _Window()
