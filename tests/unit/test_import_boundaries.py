@@ -385,7 +385,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "vmctl.guestimage")),
     ("daemon", ("vmctl.daemon",)),
     ("api", ("vmctl.api",)),
-    ("experiments", ("vmctl.experiments", "vmctl.whatif")),
+    ("experiments", ("vmctl.experiments", "vmctl.whatif", "vmctl.reproduce")),
     ("processes", ("vmctl.cli", "vmctl.daemon.main")),
 ]
 
