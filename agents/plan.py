@@ -608,6 +608,12 @@ def _plan_migration_source(v: VmDesired, o: VmInfo | None, obs: Observed, peers:
         return
     if status is not None and status.state is MigrationState.FAILED:
         return  # reported; the daemon decides (retry with a new migration id, or give up)
+    if o.power is PowerState.PAUSED and v.power is PowerState.RUNNING:
+        # a live migration needs the VM running: a gang VM paused by its row's slice just before the
+        # migration was ordered (its row inactive, the rows it leaves never scheduled again) would wait
+        # for ever; it runs until it has left (``Layout.shape`` keeps a migrating VM's desired power)
+        add(_P_RESUME, Resume(name))
+        return
     if o.power is PowerState.RUNNING and m.target_node in peers:
         add(_P_MIGRATE, StartMigration(name, peers[m.target_node], migrate_uris.get(m.target_node), node=m.target_node))
 
