@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 FAMILIES = ("measy", "vcsched", "gang", "moldable", "taskbag")
 #: more families a run may name: gang scheduling without migrations (gs)
@@ -136,7 +135,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
     from vmctl.clock import accelerated_clock
     from vmctl.errors import VmctlError
     from vmctl.files import write_cert_files
-    from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
+    from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port, start_agent, wait_registered
     from vmctl.whatif.export import fetch_trace, write_trace
 
     epoch = time.time()
@@ -155,17 +154,8 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
             cfg = agent_config(node, daemon.url, {"cert": str(crt), "key": str(key), "ca": str(ca)}, backend="mock",
                                cores=fam.cores, libvirt_uri="", metrics_port=free_port(), clock=clock_cfg,
                                layout=dict(fam.layout), peers=nodes, fabric_dir=str(state / "fabric"))
-            path = state / f"agent-{node}.yaml"
-            path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-            agent = ManagedProcess(f"vmctl-agent {node}", [sys.executable, "-m", "vmctl.agents.main", "--config",
-                                                          str(path)], state / f"agent-{node}.log")
-            agent.start()
-            agents.append(agent)
-        deadline = time.monotonic() + 60
-        while sum(1 for n in api.list_nodes() if n.get("state") == "ready") < fam.hosts:
-            if time.monotonic() > deadline or not all(a.alive() for a in agents):
-                raise VmctlError(detail=f"the {fam.hosts} agents did not all register (logs in {state})")
-            time.sleep(0.2)
+            agents.append(start_agent(node, cfg, state))
+        wait_registered(api, agents, state)
         t0 = model.now()
         log(f"  live: vmctld + {fam.hosts} agents ready; {len(jobs)} jobs over "
             f"{(jobs[-1][0] if jobs else 0) / speed:.0f} s real")

@@ -263,3 +263,24 @@ def agent_config(node: str, daemon_url: str, certs: dict[str, str], *, backend: 
     if others:
         cfg["peers"] = {p: (f"mock://{p}" if backend == "mock" else libvirt_uri) for p in others}
     return cfg
+
+
+def start_agent(node: str, cfg: dict[str, Any], state_dir: Path) -> ManagedProcess:
+    """Write ``cfg`` as ``STATE_DIR/agent-NODE.yaml`` and start ``vmctl-agent`` on it (its log beside it)."""
+    path = state_dir / f"agent-{node}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    agent = ManagedProcess(f"vmctl-agent {node}", [sys.executable, "-m", "vmctl.agents.main", "--config", str(path)],
+                           state_dir / f"agent-{node}.log")
+    agent.start()
+    return agent
+
+
+def wait_registered(api: ApiClient, agents: Sequence[ManagedProcess], state_dir: Path, timeout: float = 60.0) -> None:
+    """Until vmctld lists as many ready nodes as ``agents``; ``LocalClusterError`` when one dies or the
+    time runs out (a bound for a broken setup, not a measurement)."""
+    deadline = time.monotonic() + timeout
+    while sum(1 for n in api.list_nodes() if n.get("state") == "ready") < len(agents):
+        if time.monotonic() > deadline or not all(a.alive() for a in agents):
+            raise LocalClusterError(what="agents", problem=f"the {len(agents)} agents did not all register "
+                                                           f"(logs in {state_dir})")
+        time.sleep(0.2)

@@ -217,7 +217,7 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
     Every task has the CPU usage ``task_usage`` (the mock agents' processes demand that much of a core).
     ``tasks`` (when given) receives every task: bag, index, worker, work, start, end (model seconds)."""
     from vmctl.files import write_cert_files
-    from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
+    from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port, start_agent, wait_registered
 
     if libvirt_agents:
         build_guest(guest_dir, log)
@@ -241,17 +241,8 @@ def testbed(bags: Sequence[Bag], hosts: int, policy: str, params: Mapping[str, A
                                layout={"levels": 2, "discipline": "shared"})
             if h < libvirt_agents:
                 cfg = _libvirt_agent(cfg, guest_dir, state_dir, node, h % 2)
-            path = state_dir / f"agent-{node}.yaml"
-            path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-            agent = ManagedProcess(f"vmctl-agent {node}", [sys.executable, "-m", "vmctl.agents.main", "--config",
-                                                          str(path)], state_dir / f"agent-{node}.log")
-            agent.start()
-            agents.append(agent)
-        deadline = time.monotonic() + 60
-        while sum(1 for n in api.list_nodes() if n.get("state") == "ready") < hosts:
-            if time.monotonic() > deadline or not all(a.alive() for a in agents):
-                raise VmctlError(detail=f"the {hosts} agents did not all register (logs in {state_dir})")
-            time.sleep(0.2)
+            agents.append(start_agent(node, cfg, state_dir))
+        wait_registered(api, agents, state_dir)
         client = Client(url=daemon.url, token=daemon.token(), ca=str(daemon.ca_path), poll_interval=0.5,
                         max_poll_interval=2.0)
         t0 = model.now()
