@@ -109,6 +109,20 @@ def test_two_workers_run_the_grid_record_a_failing_cell_and_skip_it_all_on_rerun
     assert [ec.executions(counts, f"f{x}") for x in range(6)] == [1, 1, 2, 1, 1, 1]
 
 
+def test_a_local_cluster_leaves_no_scratch_space_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where Dask (and our runner) put temporary files
+    counts = tmp_path / "c"
+    counts.mkdir()
+    res = run_grid(grid(ec.square, {"count_dir": str(counts)}, x=[1]), tmp_path / "t.parquet", workers=1,
+                   progress=False)
+    assert res.ran == 1
+    assert list(scratch.iterdir()) == []  # no dask-scratch-space, no worker directory
+
+
 def test_a_grid_that_grows_runs_only_the_new_cells_and_csv_tables_resume_too(tmp_path: Path) -> None:
     counts = tmp_path / "c"
     counts.mkdir()

@@ -40,6 +40,7 @@ import math
 import os
 import socket
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -401,16 +402,26 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
     n = workers or os.cpu_count() or 1
     if n < 1:
         raise ValidationError(field="--workers", problem=f"{n} must be at least 1")
+    import dask
+
+    # the cluster's scratch space in a directory of its own, removed with the cluster (Dask's default,
+    # TMPDIR/dask-scratch-space, outlives every run)
+    scratch = tempfile.TemporaryDirectory(prefix="vmctl-dask-")
     try:
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR)
-    except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "Nanny failed to start"
-        raise ClusterUnavailable(address="a local cluster", problem=str(exc) or type(exc).__name__) from exc
-    try:
-        with Client(cluster, set_as_default=False) as client:
-            yield client
+        with dask.config.set({"temporary-directory": scratch.name}):
+            try:
+                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                       silence_logs=logging.ERROR, local_directory=scratch.name)
+            except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: "Nanny failed to start"
+                raise ClusterUnavailable(address="a local cluster",
+                                         problem=str(exc) or type(exc).__name__) from exc
+            try:
+                with Client(cluster, set_as_default=False) as client:
+                    yield client
+            finally:
+                cluster.close()
     finally:
-        cluster.close()
+        scratch.cleanup()
 
 
 # ------------------------------------------------------------------------------------- the runner
