@@ -59,7 +59,10 @@ def dask_cluster(tmp_path: Path) -> Iterator[DaskCluster]:
 
     def start(name: str, *args: str) -> subprocess.Popen[bytes]:
         with (logs / f"{name}.log").open("wb") as log:
-            p = subprocess.Popen([str(dask), *args], cwd=tmp_path, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+            # the scheduler's and workers' scratch space under tmp_path (Dask's default, /tmp/dask-scratch-space,
+            # would outlive the test)
+            env = {**ENV, "DASK_TEMPORARY_DIRECTORY": str(tmp_path / "scratch")}
+            p = subprocess.Popen([str(dask), *args], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
         procs.append(p)
         return p
 
