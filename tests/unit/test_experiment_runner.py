@@ -170,7 +170,10 @@ def test_killed_mid_grid_then_rerun_finishes_without_recomputing_finished_cells(
     counts.mkdir()
     journal = tmp_path / "t.parquet.partial.jsonl"
     cmd = [sys.executable, "-m", "tests.experiment_cells", str(table), str(counts), str(gate), "10", "--workers", "2"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # a command killed with -9 cannot remove its temporary directory (the local cluster's scratch space):
+    # keep it under tmp_path
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp")}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     try:
