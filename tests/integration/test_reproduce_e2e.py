@@ -42,7 +42,8 @@ def test_paper_000_tiny_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         return err
 
     first = run()
-    assert "estimated time: 30 s on 2 local worker(s)" in first and "reduced from the paper's size: tiny" in first
+    assert "estimated time from scratch: 30 s on 2 local worker(s)" in first
+    assert "reduced from the paper's size: tiny" in first
     rows = read_claims(tmp_path / "out" / "claims.parquet")
     assert [r["claim"] for r in rows] == [c.id for c in p000.PAPER.claims]
     assert all(r["verdict"] in ("holds", "differs", "contradicted") for r in rows)

@@ -3,14 +3,22 @@ hand-made result rows (no simulation)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from vmctl.errors import ValidationError
 from vmctl.reproduce import p001, p002
 from vmctl.reproduce.base import Results, checked
 from vmctl.reproduce.registry import load
 
 
-def test_the_papers_load_and_their_quick_grids() -> None:
+def test_the_papers_load_and_their_quick_grids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the grids check that the trace files are there; their cells name them by file name only
+    for name in (p001.TRACE_NAME, p001.MACHINES_NAME):
+        (tmp_path / name).write_text("")
+    monkeypatch.setenv("VMCTL_TRACE_DIR", str(tmp_path))
     assert load("002") is p002.PAPER and load("001") is p001.PAPER
     size = p002.PAPER.size("quick")
     base = p002.base_cells(size, Results())
@@ -21,8 +29,13 @@ def test_the_papers_load_and_their_quick_grids() -> None:
     q = p001.PAPER.size("quick")
     cells = p001.testbed_cells(q, Results())
     assert len(cells) == 3 * 2 * 7 and all(c.inputs["keep_wide"] is True for c in cells)
+    names = {(c.inputs["trace"], c.inputs["machines"]) for c in cells}
+    assert names == {("wagap-2013.swf.gz", "wagap-2013.swf.machines")}
     assert {c.inputs["split"] for c in p001.split_cells(q, Results())} == {4}
     assert all(c.inputs["keep_wide"] is False for c in p001.dropped_cells(q, Results()))
+    monkeypatch.setenv("VMCTL_TRACE_DIR", str(tmp_path / "none"))
+    with pytest.raises(ValidationError, match="VMCTL_TRACE_DIR"):  # named before any cell runs
+        p001.testbed_cells(q, Results())
 
 
 def _m(policy: str, seed: int, aet: float, awt: float, put: float, **extra: Any) -> dict[str, Any]:

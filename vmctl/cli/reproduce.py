@@ -67,7 +67,8 @@ def reproduce(targets: tuple[str, ...], quick: bool, out: str | None, workers: i
     if size.reduced:
         click.echo(f"reduced from the paper's size: {size.reduced}", err=True)
     est = estimate_s(size, n)
-    click.echo(f"estimated time: {_duration(est)} on {where} (for the cells not yet in {out})", err=True)
+    click.echo(f"estimated time from scratch: {_duration(est)} on {where} (cells already in {out} are not run "
+               "again)", err=True)
     command = "vmctl reproduce " + " ".join(shlex.quote(a) for a in [paper.id, f"--{mode}", "--out", out])
     res = run_paper(paper, mode, out, workers=workers, scheduler=scheduler, command=command,
                     progress=not no_progress, say=lambda s: click.echo(s, err=True))

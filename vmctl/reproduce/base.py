@@ -73,8 +73,10 @@ back it (:meth:`Outcome.because`); a cause without evidence is reported as "not 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from vmctl.errors import ValidationError
@@ -288,3 +290,24 @@ def checked(paper: Paper, claim: Claim, out: Outcome) -> Outcome:
     if out.verdict != "holds" and (not out.cause or not out.evidence):
         return replace(out, cause=out.cause or UNEXPLAINED)
     return out
+
+
+# ------------------------------------------------------------------------------------- real traces
+
+
+def trace_dir(needs: Sequence[str]) -> Path:
+    """The folder of the real SWF traces: ``$VMCTL_TRACE_DIR``, default ``../shared/data/traces`` (from the
+    repository); ``ValidationError`` naming the files it lacks. Cells name a trace by its file name only
+    (resolved here when they run), so a results table holds no path of the machine that made it."""
+    d = Path(os.environ.get("VMCTL_TRACE_DIR", "../shared/data/traces")).resolve()
+    missing = [t for t in needs if not (d / t).is_file()]
+    if missing:
+        raise ValidationError(field="VMCTL_TRACE_DIR", problem=f"{d} lacks {', '.join(missing)} (set VMCTL_TRACE_DIR "
+                                                               "to the folder of the SWF traces)")
+    return d
+
+
+def trace_path(name: str) -> str:
+    """A trace's file name as a cell gives it -> its path on this machine (:func:`trace_dir`)."""
+    return str(trace_dir((name,)) / name)
+

@@ -27,17 +27,26 @@ Traces are read from ``$VMCTL_TRACE_DIR`` (default ``../shared/data/traces``).
 from __future__ import annotations
 
 import itertools
-import os
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vmctl.errors import ValidationError
 from vmctl.experiments.runner import Cell, cell
 from vmctl.experiments.sweep import WorkloadSpec, build_workload, sweep_cell
-from vmctl.reproduce.base import Claim, Experiment, Outcome, Paper, Results, Size, compare_order, compare_value
+from vmctl.reproduce.base import (
+    Claim,
+    Experiment,
+    Outcome,
+    Paper,
+    Results,
+    Size,
+    compare_order,
+    compare_value,
+    trace_path,
+)
+from vmctl.reproduce.base import trace_dir as base_trace_dir
 
 POLICIES = ("easy", "keasy", "reasy", "measy")
 LOADS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -66,12 +75,12 @@ SIZES = {
 
 
 def trace_dir() -> Path:
-    d = Path(os.environ.get("VMCTL_TRACE_DIR", "../shared/data/traces")).resolve()
-    missing = [t for t in TRACES if not (d / t).is_file()]
-    if missing:
-        raise ValidationError(field="VMCTL_TRACE_DIR", problem=f"{d} lacks {', '.join(missing)} (set VMCTL_TRACE_DIR "
-                                                               "to the folder of the SWF traces)")
-    return d
+    return base_trace_dir(TRACES)
+
+
+def trace_sweep_cell(trace: str, **inputs: Any) -> dict[str, Any]:
+    """``sweep_cell`` on the real trace named ``trace`` (a file name in :func:`trace_dir`)."""
+    return sweep_cell(trace=trace_path(trace), **inputs)
 
 
 def _jobs(size: Size, model: str, key: str = "") -> int:
@@ -82,9 +91,9 @@ def _jobs(size: Size, model: str, key: str = "") -> int:
 
 def _sweep(size: Size, model: str, jobs: int, policy: str, load: float | None, seed: int, *, cpu_usage: str = "paper",
            cpu_info: bool = True, cost: float | None = None, trace: str | None = None) -> Cell:
-    return cell(sweep_cell, trace=trace, model=None if trace else model, max_jobs=jobs, procs=None if trace else 320,
-                load=load, seed=seed, cpu_usage=cpu_usage, cpu_info=cpu_info, policy=policy, migration_cost=cost,
-                params="{}")
+    return cell(trace_sweep_cell if trace else sweep_cell, trace=trace, model=None if trace else model,
+                max_jobs=jobs, procs=None if trace else 320, load=load, seed=seed, cpu_usage=cpu_usage,
+                cpu_info=cpu_info, policy=policy, migration_cost=cost, params="{}")
 
 
 def main_cells(size: Size, prior: Results) -> list[Cell]:
@@ -109,8 +118,8 @@ def side_cells(cpu_info: bool, cpu_usage: str) -> Callable[[Size, Results], list
 
 
 def trace_cells(size: Size, prior: Results) -> list[Cell]:
-    d = trace_dir()
-    return [_sweep(size, "", int(size.p("trace_jobs")), p, None, s, trace=str(d / t)) for t in TRACES
+    trace_dir()  # every trace is there before a cell runs
+    return [_sweep(size, "", int(size.p("trace_jobs")), p, None, s, trace=t) for t in TRACES
             for s in size.seeds for p in ("easy", "reasy")]
 
 

@@ -27,7 +27,17 @@ from typing import Any
 
 from vmctl.experiments.runner import Cell, cell
 from vmctl.experiments.taskbags import MACHINES, TRACE, run_cell
-from vmctl.reproduce.base import Claim, Experiment, Outcome, Paper, Results, Size, compare_order
+from vmctl.reproduce.base import (
+    Claim,
+    Experiment,
+    Outcome,
+    Paper,
+    Results,
+    Size,
+    compare_order,
+    trace_dir,
+    trace_path,
+)
 
 SPEEDS = ("homogeneous", "uniform")
 #: estimates from the quick run: 90 cells in 258 s on one worker (about 3 s a cell); --full has 960 cells
@@ -51,27 +61,25 @@ POLICIES: tuple[tuple[str, float | None, bool], ...] = (
 )
 
 
-def trace_files() -> tuple[str, str]:
-    """The trace and machine file: ``../shared`` from the working directory (the repository), else next to
-    the repository's parent (a worktree's), else the shared data directory."""
-    here = Path(__file__).resolve().parents[2]
-    for base in (Path("."), here, here.parent, Path("/work")):
-        t, m = base / TRACE, base / MACHINES
-        if t.exists() and m.exists():
-            return str(t), str(m)
-    return TRACE, MACHINES  # the cell's error then names the missing file
+TRACE_NAME, MACHINES_NAME = Path(TRACE).name, Path(MACHINES).name
+
+
+def testbed_cell(trace: str, machines: str, **inputs: Any) -> dict[str, Any]:
+    """``run_cell`` on the trace and machine file named (file names in ``$VMCTL_TRACE_DIR``)."""
+    return run_cell(trace=trace_path(trace), machines=trace_path(machines), **inputs)
 
 
 def _cells(size: Size, split: int, keep_wide: bool, policies: tuple[tuple[str, float | None, bool], ...],
            speeds: tuple[str, ...]) -> list[Cell]:
-    trace, machines = trace_files()
+    trace_dir((TRACE_NAME, MACHINES_NAME))  # both are there before a cell runs
     out = []
     for seed in size.seeds:
         for sp in speeds:
             for pol, r, wc in policies:
-                out.append(cell(run_cell, trace=trace, machines=machines, sample=int(size.p("sample")), seed=seed,
-                                speeds=sp, policy=pol, r=r, conserving=wc, deadline_walltimes=1.0,
-                                keep_wide=keep_wide, split=split, probe=pol == "dispatch-priority"))
+                out.append(cell(testbed_cell, trace=TRACE_NAME, machines=MACHINES_NAME,
+                                sample=int(size.p("sample")), seed=seed, speeds=sp, policy=pol, r=r,
+                                conserving=wc, deadline_walltimes=1.0, keep_wide=keep_wide, split=split,
+                                probe=pol == "dispatch-priority"))
     return out
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from vmctl.errors import UserError, ValidationError
 from vmctl.reproduce.base import Paper
 
-#: paper id -> (module, short title); the seeds are /work/shared/seeds/NNN_*.txt
+#: paper id -> (module, short title); the seeds are ../shared/seeds/NNN_*.txt
 PAPERS: dict[str, tuple[str, str]] = {
     "000": ("vmctl.reproduce.p000", "MEASY: EASY, KEASY, REASY and MEASY on two-tier VMs"),
     "001": ("vmctl.reproduce.p001", "task bags with deadlines and workload-dependent priority (CERIT-SC)"),
