@@ -128,43 +128,40 @@ def test_old_documents_load_as_slots() -> None:
         assert again == rec and "tier" not in rec.to_doc() and "placement" not in rec.to_doc()
 
 
-def test_migration_008_rewrites_old_documents(tmp_path: Path) -> None:
-    """A SQLite store at schema 007 holding old-form documents (and a bag's ``levels`` in its bag column):
-    migration 008 rewrites them in the new form; they load to the records the old form loads to."""
-    import sqlite3
-
+def test_migration_008_rewrites_old_documents(store_url: str) -> None:
+    """A store at schema 007 (SQLite and PostgreSQL) holding old-form documents (and a bag's ``levels`` in
+    its bag column): migration 008 rewrites them in the new form; they load to the records the old form
+    loads to."""
     from vmctl.store import open_store
     from vmctl.store.base import JobRecord, dumps
     from vmctl.store.sql import migrations, split_statements
 
-    db = tmp_path / "s.db"
-    con = sqlite3.connect(db)
-    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied TEXT)")
-    for version, sql in migrations():
-        if version > 7:
-            break
-        for stmt in split_statements(sql):
-            con.execute(stmt)
-        con.execute("INSERT INTO schema_version VALUES (?, ?)", (version, "test"))
+    store: Any = open_store(store_url)
     docs = [d for _n, _nodes, ds, _o in CLUSTERS for d in ds]
-    for d in docs:
-        doc = dict(d)
-        bag = doc.pop("bag", None)
-        if bag is not None:
-            doc["tasks"] = []
-        con.execute("INSERT INTO jobs (id, seq, state, doc, bag) VALUES (?, ?, ?, ?, ?)",
-                    (d["id"], d["seq"], d["state"], dumps(doc), None if bag is None else dumps(bag)))
-    con.execute("INSERT INTO job_archive (id, seq, state, doc) VALUES (?, ?, ?, ?)",
-                ("99", 99, "done", dumps(_job("99", state="done", tier="bg", placement=[["a", 1], ["b", 1]]))))
-    con.commit()
-    con.close()
-    store = open_store(f"sqlite:///{db}")
     try:
+        with store._transaction(lock=False) as cur:  # the tables as schema 007 left them
+            store._exec(cur, "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied TEXT)")
+            for version, sql in migrations():
+                if version > 7:
+                    break
+                for stmt in split_statements(sql):
+                    store._exec(cur, stmt)
+                store._exec(cur, "INSERT INTO schema_version (version, applied) VALUES (?, ?)", (version, "test"))
+            for d in docs:
+                doc = dict(d)
+                bag = doc.pop("bag", None)
+                if bag is not None:
+                    doc["tasks"] = []
+                store._exec(cur, "INSERT INTO jobs (id, seq, state, doc, bag) VALUES (?, ?, ?, ?, ?)",
+                            (d["id"], d["seq"], d["state"], dumps(doc), None if bag is None else dumps(bag)))
+            store._exec(cur, "INSERT INTO job_archive (id, seq, state, doc) VALUES (?, ?, ?, ?)",
+                        ("99", 99, "done", dumps(_job("99", state="done", tier="bg", placement=[["a", 1], ["b", 1]]))))
         assert store.migrate() >= 8
-        con = sqlite3.connect(db)
-        rows = con.execute("SELECT doc FROM jobs UNION ALL SELECT doc FROM job_archive").fetchall()
-        bags = [json.loads(b) for (b,) in con.execute("SELECT bag FROM jobs WHERE bag IS NOT NULL")]
-        con.close()
+        with store._transaction(lock=False) as cur:
+            store._exec(cur, "SELECT doc FROM jobs UNION ALL SELECT doc FROM job_archive")
+            rows = cur.fetchall()
+            store._exec(cur, "SELECT bag FROM jobs WHERE bag IS NOT NULL")
+            bags = [json.loads(b) for (b,) in cur.fetchall()]
         for (raw,) in rows:
             doc = json.loads(raw)
             assert "slots" in doc and not {"tier", "placement", "level"} & doc.keys(), doc
