@@ -39,9 +39,10 @@ class Sshd:
     tmp: Path
 
     def settings(self, **kw: float) -> SshSettings:
+        # the "guest" is this host: its job state under the fixture's folder, not the default /tmp/vmctl-jobs
         return SshSettings(user="root", key_file=self.key_file, known_hosts=self.known_hosts, port=self.port,
                            connect_timeout=kw.get("connect_timeout", 5.0),
-                           command_timeout=kw.get("command_timeout", 30.0))
+                           command_timeout=kw.get("command_timeout", 30.0), state_dir=str(self.tmp / "jobs"))
 
 
 def _free_port() -> int:
