@@ -14,7 +14,7 @@ from rich.text import Text
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
 from vmctl.cli.connect import _client, _complete, api_options
-from vmctl.cli.render import fmt_blocked, fmt_reason, fmt_when, job_table, kv_table, safe_text, show
+from vmctl.cli.render import fmt_blocked, fmt_reason, fmt_when, job_table, kv_table, safe_lines, safe_text, show
 from vmctl.model import JobState
 from vmctl.timefmt import fmt_duration
 
@@ -239,7 +239,8 @@ def history_text(history: Any) -> str:
     lines = ["history:"]
     for h in entries:
         detail = f": {h['detail']}" if h.get("detail") else ""
-        lines.append(f"  {fmt_when(h.get('time'))}  {h.get('event')}{fmt_reason(detail)}")
+        # each entry on its own line: a break inside a detail is shown as an escape, not as a new entry
+        lines.append(safe_text(f"  {fmt_when(h.get('time'))}  {h.get('event')}{fmt_reason(detail)}"))
     return "\n".join(lines)
 
 
@@ -281,7 +282,7 @@ def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, ou
             shown = {**shown, "gang": gang_text(j["gang"])}
         if "history" not in j:
             return kv_table(shown, keys)
-        return Group(kv_table(shown, keys), Text(safe_text(history_text(j.get("history")))))
+        return Group(kv_table(shown, keys), Text(safe_lines(history_text(j.get("history")))))
 
     show({"job": j}, output, render)
 

@@ -57,6 +57,12 @@ def safe_text(s: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in s)
 
 
+def safe_lines(s: str) -> str:
+    """``s`` line by line through :func:`safe_text`: its line breaks stay line breaks (a history, a
+    view of several lines), what else could drive the terminal is escaped."""
+    return "\n".join(safe_text(line) for line in s.split("\n"))
+
+
 def fmt_time(t: Any) -> str:
     """A time in a table: ISO 8601 with the local time zone (``TZ``)."""
     return timefmt.iso(t)
@@ -428,7 +434,7 @@ def show(doc: Any, output: str, render: Callable[[], Any]) -> None:
     if isinstance(out, Grid):
         out = out.render()
     if isinstance(out, str):
-        click.echo("\n".join(safe_text(line) for line in out.split("\n")))
+        click.echo(safe_lines(out))
     else:
         _console().print(out)
 
