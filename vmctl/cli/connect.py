@@ -4,7 +4,7 @@ client they make, and shell completion.
 The operator commands (``vmctl vm|worker|job|node|top|migrate|op|policy|token|cert|ca``, one module per
 group) talk to the daemon's HTTP API only (``vmctl.apiclient``), never to its store. Every command takes
 ``--url`` / ``--token`` / ``--ca`` (env ``VMCTL_URL``, ``VMCTL_TOKEN``, ``VMCTL_CA``) and
-``--output table|json``: human tables by default (rich, ``vmctl.cli.render``), JSON for scripts (the API
+``--output table|json`` (``table|wide|json`` where a table leaves columns out): human tables by default (rich, ``vmctl.cli.render``), JSON for scripts (the API
 object itself, so a script sees the same fields as the API documents). Errors are vmctl errors, printed by
 ``vmctl.cli.main`` as ``error: <reference>: message`` with the exit code of their class.
 
@@ -29,9 +29,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def api_options(f: F) -> F:
     """``--url``, ``--token``, ``--ca``, ``--output`` on a leaf command (env vars as fallbacks)."""
+    return _api_options(f, ("table", "json"), "Human table or JSON for scripts.")
+
+
+def wide_api_options(f: F) -> F:
+    """:func:`api_options` of a command whose table leaves columns out to fit 100 columns: ``-o wide``
+    prints every column (``vmctl job list``, ``node list``, ``vm list``)."""
+    return _api_options(f, ("table", "wide", "json"),
+                        "Human table (fits 100 columns), wide (every column, nothing cut) or JSON for scripts.")
+
+
+def _api_options(f: F, outputs: tuple[str, ...], help_text: str) -> F:
     f = click.option(
-        "--output", "-o", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
-        help="Human table or JSON for scripts.",
+        "--output", "-o", "output", type=click.Choice(outputs), default="table", show_default=True, help=help_text,
     )(f)
     f = click.option("--ca", envvar="VMCTL_CA", default=None, metavar="PEM",
                      help="CA bundle to verify an https:// daemon [env VMCTL_CA].")(f)
