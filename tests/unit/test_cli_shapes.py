@@ -4,11 +4,16 @@ each shape's language (rigid, moldable, task bag, gang, shared vcsched VM) and t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.livedaemon import run_cli
+from tests.unit.test_daemon_core import Cluster
+from vmctl.api.documents import job_json
+from vmctl.api.schemas import job_spec
+from vmctl.policies.registry import create_policy
 
 NOW = 1795000000.0
 
@@ -58,3 +63,41 @@ def test_a_line_break_inside_a_history_detail_stays_in_its_entry() -> None:
 
     text = history_text([{"time": NOW, "event": "requeued", "detail": "node n1\nlost"}])
     assert text.count("\n") == 1 and "node n1\\nlost" in text
+
+
+# ------------------------------------------------------------------------------ the job document
+
+
+def test_a_moldable_job_keeps_its_width_and_its_time_there_after_it_ends(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, {"n1": 4}, policy=create_policy("moldable"))
+    spec = job_spec({"shape": {"kind": "moldable", "table": {"1": 40, "2": 24, "4": 12}}, "work_seconds": 6})
+    jid = c.daemon.submit([spec])[0].id
+    c.run_until(lambda: c.state(jid) == "running")
+    running = job_json(c.daemon.job(jid))
+    assert running["procs"] == 1  # the spec's procs: the smallest width, which a rigid policy would give it
+    width = running["width"]
+    assert width == len(running["placement"]) and width in (1, 2, 4)
+    assert running["width_time"] == {1: 40.0, 2: 24.0, 4: 12.0}[width]
+    c.run_until(lambda: c.state(jid) == "done", limit=200)
+    done = job_json(c.daemon.job(jid))
+    assert done["placement"] == [] and (done["width"], done["width_time"]) == (width, running["width_time"])
+    assert done["tasks_total"] is None and done["work_left"] is None
+    c.close()
+
+
+def test_a_task_bag_counts_tasks_done_and_work_left(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, {"n1": 1}, policy=create_policy("dispatch-priority"), shared_levels=2)
+    spec = {"shape": {"kind": "task-bag", "tasks": [4.0, 4.0, 4.0, 8.0, 8.0]}, "procs": 2, "estimate": 28.0}
+    jid = c.daemon.submit([spec])[0].id
+    queued = job_json(c.daemon.job(jid), bag_tasks=False)
+    assert (queued["tasks_done"], queued["tasks_total"], queued["work_left"], queued["width"]) == (0, 5, 28.0, None)
+    c.run_until(lambda: sum(t["exit_status"] is not None for t in c.daemon.job(jid).tasks) >= 2)
+    doc = job_json(c.daemon.job(jid), bag_tasks=False)  # the job list's form: no task rows
+    done = [k for k, t in enumerate(c.daemon.job(jid).tasks) if t["exit_status"] is not None]
+    assert doc["tasks"] == [] and doc["tasks_done"] == len(done) and doc["tasks_total"] == 5
+    assert doc["work_left"] == 28.0 - sum(spec["shape"]["tasks"][k] for k in done)  # type: ignore[index]
+    assert doc["width"] == len(doc["workers"]) >= 1
+    c.run_until(lambda: c.state(jid) == "done", limit=500)
+    end = job_json(c.daemon.job(jid), bag_tasks=False)
+    assert (end["tasks_done"], end["work_left"], end["width"]) == (5, 0.0, None)
+    c.close()

@@ -9,8 +9,10 @@ from vmctl.daemon import dispatcher
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.history import requeues, slot_text
 from vmctl.daemon.state import ACTIVE, parse_vm_name
+from vmctl.errors import ValidationError
 from vmctl.model import JobState
 from vmctl.nodedoc import PowerState, VmDesired, VmObserved
+from vmctl.shapes import job_shape
 from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord, TokenRecord
 from vmctl.timefmt import iso, rewrite_times
 
@@ -40,21 +42,58 @@ def job_json(r: JobRecord, expected_start: float | None = None,
         "expected_start": expected_start if r.state == JobState.QUEUED else None,
         "held": r.held,
         "blocked_by": [{"node": n.name, "state": n.state} for n in blocked_by],
-        # moldable / task-bag jobs: the shape as submitted (canonical form, vmctl.shapes; None = rigid) and
-        # the width the policy chose (processes placed; None until it starts)
-        "shape": r.spec.get("shape"), "width": len(r.placement) if r.placement else None,
+        # moldable / task-bag jobs: the shape as submitted (canonical form, vmctl.shapes; None = rigid)
+        "shape": r.spec.get("shape"),
         # why the policy chose that width and place (the moldable policy says; None: no reason given)
         "width_reason": reason_json(r.width_reason),
         # a task bag: the workers it holds (the dispatcher's, with the corrected throughput) and its
         # unfinished tasks; for other jobs: none and None
         "workers": dispatcher.workers_doc(r),
         "tasks_left": dispatcher.tasks_left(r) if r.bag is not None else None,
+        # what `vmctl job list` shows per shape: the width (kept after the end), a moldable job's time at
+        # it, a task bag's tasks done of all and its work left
+        **shape_fields(r),
         # gang jobs (timeslice): the row, its replicas, and of the run's wall time the part its rows were
         # active (``times``, vmctl.daemon.gang.active_share): the run-time limit counts active time only
         **({} if r.level is None else {"gang": {
             "row": r.level, "replicas": list(r.replicas),
             "run_s": None if times is None else times[0], "active_s": None if times is None else times[1]}}),
     }
+
+
+def shape_fields(r: JobRecord) -> dict[str, Any]:
+    """The fields of a job document that read its shape (``vmctl.shapes.job_shape``):
+
+    - ``width``: the processes (moldable width, task-bag workers) placed now; once a moldable or rigid
+      job's run ended (or its VMs were checkpointed), the processes of that run (its ``tasks``: one per
+      process); None before its first start and while queued again after a requeue;
+    - ``width_time``: a moldable job's time at ``width`` by its shape (standard cores), None otherwise;
+    - ``tasks_total``, ``tasks_done``, ``work_left``: a task bag's tasks, those that ended (well or not)
+      and the work of the others in seconds on a standard core (a running task counted whole); None for
+      other jobs. They read the bag's dispatcher state, not its task rows (the job list has none)."""
+    width = len(r.slots) if r.slots else len(r.tasks) if r.bag is None and r.tasks else None
+    out: dict[str, Any] = {"width": width, "width_time": None, "tasks_total": None, "tasks_done": None,
+                           "work_left": None}
+    if r.spec.get("shape") is None:
+        return out
+    try:
+        shape = job_shape(r.spec, f"job {r.id}")
+    except ValidationError:  # stored by a daemon that read shapes otherwise: nothing to add
+        return out
+    if shape is None:
+        return out
+    if shape.kind == "moldable":
+        out["width_time"] = shape.time_at(width) if width is not None and shape.allows(width) else None
+        return out
+    out["width"] = len(r.slots) if r.slots else None  # a bag's workers: only while it holds them
+    n = len(shape.tasks)
+    bag = r.bag
+    if bag is None:  # not started (or requeued without its results): every task is left
+        left = list(range(n))
+    else:
+        left = [*range(int(bag["next"]), n), *(k for k in bag["task"] if k is not None), *bag.get("retry", ())]
+    out.update(tasks_total=n, tasks_done=n - len(left), work_left=float(sum(shape.tasks[int(k)] for k in left)))
+    return out
 
 
 def task_json(t: dict[str, Any]) -> dict[str, Any]:
