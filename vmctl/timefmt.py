@@ -6,7 +6,9 @@ clock; the simulator's small model times are left alone).
   ``2026-11-25T03:05:06Z`` (what the API puts in text it answers);
 - ``relative(t, now)``: ``5.0m ago``, ``in 12s``;
 - ``human(t, now)``: ``iso (relative)``;
-- ``rewrite_times(text, fmt)``: every ``t=<epoch seconds>`` in ``text`` as ``fmt(seconds)``.
+- ``short(t, now)``: ``14:05:02`` today, ``Nov 27 14:05`` this year, else the date (narrow table columns);
+- ``rewrite_times(text, fmt)``: every ``t=<epoch seconds>`` in ``text`` as ``fmt(seconds)``;
+  ``rewrite_iso(text, fmt)`` the same of every ISO 8601 UTC time (``...Z``) the API wrote.
 """
 
 from __future__ import annotations
@@ -75,6 +77,24 @@ def relative(t: Any, now: float | None = None) -> str:
     return f"{fmt_duration(d)} ago" if d > 0 else f"in {fmt_duration(-d)}"
 
 
+def short(t: Any, now: float | None = None) -> str:
+    """A time in a narrow table column, local zone (``TZ``): ``14:05:02`` on the day of ``now``,
+    ``Nov 27 14:05`` in its year, ``2025-11-27`` before; ``-`` for None (``iso`` has the zone)."""
+    s = _seconds(t)
+    if s is None:
+        return iso(t)
+    try:
+        d = _dt.datetime.fromtimestamp(s, tz=_dt.UTC).astimezone()
+    except (ValueError, OverflowError, OSError):
+        return str(t)
+    ref = _dt.datetime.fromtimestamp(time.time() if now is None else now, tz=_dt.UTC).astimezone()
+    if d.date() == ref.date():
+        return d.strftime("%H:%M:%S")
+    if d.year == ref.year:
+        return f"{d.strftime('%b')} {d.day} {d.strftime('%H:%M')}"
+    return d.strftime("%Y-%m-%d")
+
+
 def human(t: Any, now: float | None = None) -> str:
     """``2026-11-25T04:05:06+01:00 (5.0m ago)``; ``-`` for None."""
     if _seconds(t) is None:
@@ -91,6 +111,22 @@ def rewrite_times(text: str, fmt: Callable[[float], str]) -> str:
         return fmt(s) if s >= EPOCH_MIN else m.group(0)
 
     return _TIME_REF.sub(one, text)
+
+
+_ISO_UTC = re.compile(r"\b(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z")
+
+
+def rewrite_iso(text: str, fmt: Callable[[float], str]) -> str:
+    """``text`` with every ISO 8601 UTC time to the second (``2026-11-25T03:05:06Z``, as the API writes
+    them into reasons and messages) written as ``fmt(seconds)``."""
+    def one(m: re.Match[str]) -> str:
+        try:
+            d = _dt.datetime.fromisoformat(m.group(1)).replace(tzinfo=_dt.UTC)
+        except ValueError:  # no date (month 13): left as it is
+            return m.group(0)
+        return fmt(d.timestamp())
+
+    return _ISO_UTC.sub(one, text)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")

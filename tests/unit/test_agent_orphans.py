@@ -294,7 +294,9 @@ def test_vmctld_shows_and_counts_an_orphan_until_it_is_gone_and_holds_back_its_j
     assert [(r["node"], r["role"], r["orphan"], r["job_id"]) for r in rows] == [(src, "orphan", True, jid)]
     assert vm_table(rows).rows[0][3] == "orphan"
     n = node_json(c.daemon, c.daemon.node(src))
-    assert n["orphans"] == 1 and node_table([n]).rows[0][node_table([n]).headers.index("ORPHANS")] == "1"
+    wide = node_table([n], wide=True)
+    assert n["orphans"] == 1 and wide.rows[0][wide.headers.index("ORPHANS")] == "1"
+    assert node_table([n]).rows[0][-1].startswith("1 orphan VM")  # the default table: beside the errors
     assert c.daemon.job(jid).state == "queued", "a run must not start while the last one's VM runs"
     assert jid in c.daemon.state.lingering()
     be.faults.clear()

@@ -141,7 +141,7 @@ def test_job_list_table_and_query(server: tuple[str, Recorder], capsys: Any) -> 
     header = next(line for line in lines if "ID" in line and "STATE" in line)
     assert "PLACEMENT" in header
     row = next(line for line in lines if "sim-a" in line)
-    assert "running" in row and "bg" in row and "n1:0, n1:1" in row and "10.0m" in row
+    assert "running" in row and "bg" in row and "n1:0-1" in row and "10.0m" in row  # cores as ranges per node
 
 
 def test_env_vars_supply_url_and_token(server: tuple[str, Recorder], capsys: Any,

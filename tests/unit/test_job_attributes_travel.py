@@ -157,7 +157,7 @@ def test_job_submit_user_and_list_show_columns(server: tuple[str, Recorder],  # 
     assert code == 0 and json.loads(out)["jobs"][0]["user"] == "carol"
     from vmctl.cli.render import job_table
 
-    grid = job_table([job])
+    grid = job_table([job], wide=True)  # the priority: -o wide (the default table fits 100 columns)
     row = dict(zip(grid.headers, grid.rows[0], strict=True))
     assert (row["USER"], row["PRIO"]) == ("carol", "4")
     rec.answer("GET", "/v1/jobs/17", 200, {"job": job})

@@ -145,7 +145,8 @@ def test_measy_is_not_offered_a_migration_to_a_node_missing_from_peers(tmp_path:
     # the operator sees which nodes node3 can reach
     n3 = node_json(c.daemon, c.daemon.node("node3"))
     assert n3["peers"] == [] and n3["checkpoint_peers"] is None
-    assert "none" in node_text(n3) and node_table([n3]).rows[0][node_table([n3]).headers.index("PEERS")] == "none"
+    assert "none" in node_text(n3) and node_table([n3], wide=True).rows[0][
+        node_table([n3], wide=True).headers.index("PEERS")] == "none"
     # once node3's agent lists node4 (it registers again after a config change) MEASY migrates the job
     c.agents["node3"][0].peers["node4"] = "mock://node4"
     c.daemon.register_node("node3", 1, "node3", "mock", c.agents["node3"][0].peers)

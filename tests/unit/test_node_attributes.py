@@ -224,11 +224,11 @@ def test_a_view_without_nodes_has_the_defaults() -> None:
 def test_node_list_and_show_print_group_speed_and_memory() -> None:
     n = {"name": "n1", "cores": 4, "state": "ready", "last_seen": 0.0, "generation": 3, "fg_busy": 1, "bg_busy": 0,
          "utilization": 0.5, "speed": 2.5, "group": "gpu", "memory_mib": 262144, "peers": None, "errors": []}
-    grid = node_table([n])
+    grid = node_table([n], wide=True)  # the default table leaves them out to fit 100 columns
     row = dict(zip(grid.headers, grid.rows[0], strict=True))
     assert (row["GROUP"], row["SPEED"], row["MEM"], row["CORES"]) == ("gpu", "2.5x", "256G", "4")
     assert "group gpu; core speed 2.5x a standard core; memory 256G" in node_text(n)
-    unknown = dict(zip(grid.headers, node_table([{**n, "memory_mib": 0}]).rows[0], strict=True))
+    unknown = dict(zip(grid.headers, node_table([{**n, "memory_mib": 0}], wide=True).rows[0], strict=True))
     assert unknown["MEM"] == "-" and "memory not known" in node_text({**n, "memory_mib": 0})
 
 

@@ -148,8 +148,9 @@ def test_node_list_and_show_print_the_layout() -> None:
     n = {"name": "n1", "cores": 4, "state": "ready", "last_seen": 0.0, "generation": 3, "fg_busy": 1, "bg_busy": 0,
          "utilization": 0.5, "speed": 1.0, "group": "default", "memory_mib": 0, "peers": None, "errors": [],
          "levels": 3, "discipline": "timeslice"}
-    row = dict(zip(node_table([n]).headers, node_table([n]).rows[0], strict=True))
-    assert row["LEVELS"] == "3 timeslice"
+    row = dict(zip(node_table([n], wide=True).headers, node_table([n], wide=True).rows[0], strict=True))
+    assert row["LEVELS"] == "3 timeslice"  # -o wide: the default table fits 100 columns without it
     assert "VM levels per core: 3 timeslice" in node_text(n)
     old = {k: v for k, v in n.items() if k not in ("levels", "discipline")}  # from an older vmctld
-    assert dict(zip(node_table([old]).headers, node_table([old]).rows[0], strict=True))["LEVELS"] == "-"
+    wide = node_table([old], wide=True)
+    assert dict(zip(wide.headers, wide.rows[0], strict=True))["LEVELS"] == "-"

@@ -4,8 +4,9 @@ client they make, and shell completion.
 The operator commands (``vmctl vm|worker|job|node|top|migrate|op|policy|token|cert|ca``, one module per
 group) talk to the daemon's HTTP API only (``vmctl.apiclient``), never to its store. Every command takes
 ``--url`` / ``--token`` / ``--ca`` (env ``VMCTL_URL``, ``VMCTL_TOKEN``, ``VMCTL_CA``) and
-``--output table|json`` (``table|wide|json`` where a table leaves columns out): human tables by default (rich, ``vmctl.cli.render``), JSON for scripts (the API
-object itself, so a script sees the same fields as the API documents). Errors are vmctl errors, printed by
+``--output table|json`` (``table|wide|json`` where a table leaves columns out): human tables by
+default (rich, ``vmctl.cli.render``), JSON for scripts (the API object itself, so a script sees
+the same fields as the API documents). Errors are vmctl errors, printed by
 ``vmctl.cli.main`` as ``error: <reference>: message`` with the exit code of their class.
 
 Shell completion: ``eval "$(_VMCTL_COMPLETE=bash_source vmctl)"`` (zsh: ``zsh_source``, fish:

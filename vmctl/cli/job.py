@@ -13,7 +13,7 @@ from rich.text import Text
 
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
-from vmctl.cli.connect import _client, _complete, api_options
+from vmctl.cli.connect import _client, _complete, api_options, wide_api_options
 from vmctl.cli.render import fmt_blocked, fmt_reason, fmt_when, job_table, kv_table, safe_lines, safe_text, show
 from vmctl.model import JobState
 from vmctl.timefmt import fmt_duration
@@ -209,12 +209,18 @@ def job_submit(
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="At most this many jobs: the newest ones (--oldest: the oldest ones).")
 @click.option("--oldest", is_flag=True, help="With --limit, keep the oldest jobs instead of the newest.")
-@api_options
+@wide_api_options
 def job_list(
     state: str | None, limit: int | None, oldest: bool, url: str | None, token: str | None, ca: str | None,
     output: str,
 ) -> None:
-    """List jobs in submission order (oldest first); --limit N keeps the newest N."""
+    """List jobs in submission order (oldest first); --limit N keeps the newest N.
+
+    Each job in its shape's terms: WIDTH is a rigid job's processes, a moldable job's chosen width of
+    its allowed ones (4 of 1..8), a task bag's workers now; TIME the estimate, the moldable job's time at
+    its width, the task bag's tasks done and work left; RUNS AS the tier (fg/bg), a gang job's row, a
+    shared VM's CPU cap. The last column is where the job runs, else its reason. -o wide adds the
+    priority, submit and end times, migrations and the reason beside the placement."""
     if oldest:
         jobs = _client(url, token, ca).list_jobs(state, limit)
     else:
@@ -223,7 +229,7 @@ def job_list(
     if limit is not None and len(jobs) >= limit:
         other = "" if oldest else " (--oldest for the oldest)"
         title = f"the {'oldest' if oldest else 'newest'} {limit} jobs{other}"
-    show({"jobs": jobs}, output, lambda: job_table(jobs, title=title))
+    show({"jobs": jobs}, output, lambda: job_table(jobs, title=title, wide=output == "wide"))
 
 
 JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "shape", "width", "width_reason", "estimate",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from vmctl import errors
-from vmctl.cli.connect import _client, _complete, api_options
+from vmctl.cli.connect import _client, _complete, api_options, wide_api_options
 from vmctl.cli.render import node_table, node_text, show
 
 
@@ -15,11 +15,13 @@ def node() -> None:
 
 
 @node.command("list")
-@api_options
+@wide_api_options
 def node_list(url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """List nodes with their fg/bg occupancy, migration peers and the count of their agents' last errors."""
+    """List nodes: state, cores busy with fg/bg VMs, utilization, the generation their agents applied,
+    how long ago they reported and were seen, their agents' last error. -o wide adds the group, VM
+    levels, core speed, memory, orphan VMs and migration peers."""
     nodes = _client(url, token, ca).list_nodes()
-    show({"nodes": nodes}, output, lambda: node_table(nodes))
+    show({"nodes": nodes}, output, lambda: node_table(nodes, wide=output == "wide"))
 
 
 @node.command("show")

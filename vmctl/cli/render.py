@@ -9,10 +9,12 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import click
+from rich import box
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -20,10 +22,30 @@ from rich.text import Text
 from vmctl import timefmt
 from vmctl.timefmt import fmt_duration
 
+#: the width tables fit by default when stdout is no terminal and ``COLUMNS`` is not set
+DEFAULT_WIDTH = 100
 
-def _console() -> Console:
-    # Wide enough for the job table when piped; rich picks the terminal width on a TTY.
-    return Console(width=None if os.isatty(1) else 140, highlight=False, soft_wrap=False)
+#: ``-o wide`` when stdout is no terminal and ``COLUMNS`` is not set: no limit (a line per row)
+UNLIMITED = 10_000
+
+
+def screen_width(wide: bool = False) -> int:
+    """The width output is laid out for: ``COLUMNS`` when set (a positive number, whether stdout is a
+    terminal or not), else the terminal's width, else ``DEFAULT_WIDTH`` (``UNLIMITED`` for ``-o
+    wide``: piped wide output is never cut or folded)."""
+    raw = os.environ.get("COLUMNS", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    if os.isatty(1):
+        try:
+            return os.get_terminal_size(1).columns
+        except OSError:
+            pass
+    return UNLIMITED if wide else DEFAULT_WIDTH
+
+
+def _console(width: int) -> Console:
+    return Console(width=width, highlight=False, soft_wrap=False)
 
 
 def emit_json(doc: Any) -> None:
@@ -73,9 +95,15 @@ def fmt_when(t: Any) -> str:
     return timefmt.human(t)
 
 
-def fmt_reason(reason: Any) -> str:
-    """A waiting reason with its epoch times (``t=1.79546e+09`` from an older daemon) made readable."""
-    return "" if not reason else timefmt.rewrite_times(str(reason), timefmt.human)
+def fmt_reason(reason: Any, short: bool = False) -> str:
+    """A waiting reason with its times made readable: the epoch times of an older daemon
+    (``t=1.79546e+09``) and the API's ISO 8601 UTC times in the local zone with how far they are
+    (``short``: ``14:05:02``, as in a table column)."""
+    if not reason:
+        return ""
+    fmt = timefmt.short if short else timefmt.human
+    return timefmt.rewrite_iso(timefmt.rewrite_times(str(reason), fmt), fmt) if short else \
+        timefmt.rewrite_times(str(reason), fmt)
 
 
 def fmt_pct(x: Any) -> str:
@@ -91,18 +119,74 @@ def fmt_cap(cap: Any) -> str:
     return "none" if cap is None else fmt_pct(cap)
 
 
+def _slot(p: Mapping[str, Any]) -> str:
+    """``node:core``; ``node`` alone for an unpinned (shared, vcsched) VM, whose core is -1 on the wire."""
+    core = p.get("core")
+    return str(p.get("node")) if isinstance(core, int) and core < 0 else f"{p.get('node')}:{core}"
+
+
 def fmt_placement(placement: Any, limit: int = 4) -> str:
     if not placement:
         return "-"
-    parts = [f"{p.get('node')}:{p.get('core')}" for p in placement if isinstance(p, dict)]
+    parts = [_slot(p) for p in placement if isinstance(p, dict)]
     if len(parts) > limit:
         return ", ".join(parts[:limit]) + f" (+{len(parts) - limit})"
     return ", ".join(parts)
 
 
+def fmt_cores(placement: Any) -> str:
+    """A placement in few characters: each node once with its cores as ranges (``n1:0-3 n2:0,2``);
+    unpinned shared VMs as ``n3`` (one VM) or ``n3x2``; ``-`` for none."""
+    nodes: dict[str, list[int]] = {}
+    for p in placement or ():
+        if isinstance(p, Mapping):
+            core = p.get("core")
+            nodes.setdefault(str(p.get("node")), []).append(core if isinstance(core, int) else -1)
+    parts = []
+    for node, cores in nodes.items():
+        pinned = sorted(set(c for c in cores if c >= 0))
+        shared = sum(1 for c in cores if c < 0)
+        if shared:
+            parts.append(node if shared == 1 else f"{node}x{shared}")
+        if pinned:
+            parts.append(f"{node}:{_ranges(pinned)}")
+    return " ".join(parts) or "-"
+
+
+def _ranges(xs: Sequence[int]) -> str:
+    """Sorted integers as ``0-3,6,8-9``."""
+    out: list[str] = []
+    start = prev = xs[0]
+    for x in (*xs[1:], None):
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if x is not None:
+            start = prev = x
+    return ",".join(out)
+
+
+#: a cut cell ends with this
+ELLIPSIS = "\u2026"
+#: a cut column keeps at least this many characters (or its header's)
+MIN_CUT = 8
+
+
 #: Above this many rows tables are printed as plain aligned text: rich needs ~2.5 ms per row, which
 #: makes ``vmctl vm list`` on a 100 x 32-core cluster (6400 VMs) take 16 s (bench/metrics_scrape.py).
 RICH_MAX_ROWS = 300
+
+
+#: the space between two columns of a table
+GAP = 2
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal cells, ending in an ellipsis when it was longer."""
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, width - 1) + ELLIPSIS
 
 
 @dataclass(frozen=True)
@@ -112,9 +196,42 @@ class Grid:
     headers: tuple[str, ...]
     rows: list[tuple[str, ...]]
     title: str | None = None
+    #: the columns whose cells are cut (ending in an ellipsis) when the table is wider than the screen, in
+    #: the order they give way (``fit``); other columns keep their width (rich folds what still does not fit)
+    cut: tuple[str, ...] = ()
+
+    def widths(self) -> list[int]:
+        """Each column's width: its widest cell or header (terminal cells, as displayed)."""
+        out = [cell_len(h) for h in self.headers]
+        for row in self.rows:
+            for i, cell in enumerate(row):
+                n = cell_len(safe_text(cell))
+                if n > out[i]:
+                    out[i] = n
+        return out
+
+    def fit(self, width: int) -> Grid:
+        """The table with the cells of its ``cut`` columns shortened so that its lines, columns apart
+        by two spaces, are at most ``width`` long (as far as those columns can give way)."""
+        widths = self.widths()
+        excess = sum(widths) + GAP * (len(widths) - 1) - width
+        if excess <= 0 or not self.cut:
+            return self
+        limit: dict[int, int] = {}
+        for name in self.cut:
+            i = self.headers.index(name)
+            give = min(excess, widths[i] - max(MIN_CUT, cell_len(self.headers[i])))
+            if give > 0:
+                limit[i] = widths[i] - give
+                excess -= give
+            if excess <= 0:
+                break
+        rows = [tuple(_cut(safe_text(c), limit[i]) if i in limit else c for i, c in enumerate(row))
+                for row in self.rows]
+        return replace(self, rows=rows)
 
     def to_rich(self) -> Table:
-        t = Table(title=self.title)
+        t = Table(title=self.title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
         for col in self.headers:
             t.add_column(col, overflow="fold")
         for row in self.rows:
@@ -130,7 +247,7 @@ class Grid:
                     widths[i] = len(cell)
         lines = [] if self.title is None else [self.title]
         for row in (self.headers, *rows):
-            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+            lines.append((" " * GAP).join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         return "\n".join(lines)
 
     def render(self) -> Any:
@@ -145,13 +262,14 @@ def fmt_user(j: Mapping[str, Any]) -> str:
     return user or "-"
 
 
-def fmt_start(j: Mapping[str, Any]) -> str:
+def fmt_start(j: Mapping[str, Any], short: bool = False) -> str:
     """When a job started, or for the queued job holding the reservation when it will start at the latest
-    (``<= 2026-...``, like ``squeue --start``); ``-`` when not known."""
+    (``<= 2026-...``, like ``squeue --start``); ``-`` when not known. ``short``: ``timefmt.short``."""
+    fmt = timefmt.short if short else fmt_time
     if j.get("start_time") is not None:
-        return fmt_time(j.get("start_time"))
+        return fmt(j.get("start_time"))
     if j.get("expected_start") is not None:
-        return f"<= {fmt_time(j.get('expected_start'))}"
+        return f"<= {fmt(j.get('expected_start'))}"
     return "-"
 
 
@@ -160,27 +278,115 @@ def fmt_blocked(blocked: Any) -> str:
     return ", ".join(f"{b.get('node')} ({b.get('state')})" for b in blocked or () if isinstance(b, Mapping))
 
 
-def fmt_job_reason(j: Mapping[str, Any]) -> str:
-    """A job's reason, and when only drained or lost nodes keep it waiting, which ones."""
-    reason = fmt_reason(j.get("reason"))
+def fmt_job_reason(j: Mapping[str, Any], short: bool = False) -> str:
+    """A job's reason, and when only drained or lost nodes keep it waiting, which ones. ``short``: its
+    times as ``timefmt.short`` (a table column)."""
+    reason = fmt_reason(j.get("reason"), short)
     blocked = fmt_blocked(j.get("blocked_by"))
     if not blocked:
         return reason
     return f"{reason}; waits for nodes {blocked}" if reason else f"waits for nodes {blocked}"
 
 
-def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None) -> Grid:
-    return Grid(
-        ("ID", "NAME", "USER", "STATE", "TIER", "PROCS", "PRIO", "EST", "SUBMITTED", "START", "PLACEMENT", "MIG",
-         "REASON"),
-        [(str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j),
-          str(j.get("state", "")) + (" (held)" if j.get("held") else ""),
-          str(j.get("tier") or "-"), str(j.get("procs", "")), str(j.get("priority", 0)),
-          fmt_duration(j.get("estimate")), fmt_time(j.get("submit_time")), fmt_start(j),
-          fmt_placement(j.get("placement")), str(j.get("migrations", 0)), fmt_job_reason(j))
-         for j in jobs],
-        title,
-    )
+def job_kind(j: Mapping[str, Any]) -> str:
+    """``rigid``, ``moldable`` or ``task-bag``: the kind of the job's shape (null: rigid)."""
+    shape = j.get("shape")
+    return str(shape.get("kind") or "rigid") if isinstance(shape, Mapping) else "rigid"
+
+
+def fmt_widths(widths: Sequence[Any]) -> str:
+    """A moldable job's allowed widths: ``2..16`` (every width between), ``2,4,8``, ``2..64 (7)``."""
+    ws = [int(w) for w in widths if isinstance(w, int | float) and not isinstance(w, bool)]
+    if not ws:
+        return "?"
+    if len(ws) > 2 and ws[-1] - ws[0] + 1 == len(ws):
+        return f"{ws[0]}..{ws[-1]}"
+    if len(ws) > 4:
+        return f"{ws[0]}..{ws[-1]} ({len(ws)})"
+    return ",".join(str(w) for w in ws)
+
+
+def fmt_runs_as(j: Mapping[str, Any]) -> str:
+    """How the job's VMs run: ``fg``/``bg`` (its tier), ``row 1`` (a gang job's row, ``row 1+2,3`` with its
+    replicas), ``cap 50%`` (a shared vcsched VM's CPU cap, a share of one core per VM); ``-``: no VM."""
+    gang = j.get("gang")
+    if isinstance(gang, Mapping):
+        reps = [str(r) for r in gang.get("replicas") or ()]
+        return f"row {gang.get('row')}" + (f"+{','.join(reps)}" if reps else "")
+    if j.get("tier") == "shared":
+        return "shared" if j.get("cap") is None else f"cap {fmt_pct(j.get('cap'))}"
+    return str(j.get("tier") or "-")
+
+
+def fmt_width(j: Mapping[str, Any]) -> str:
+    """The job's width in its shape's terms: a rigid job's processes (``4``), a moldable job's chosen
+    width of its allowed ones (``4 of 1..8``; ``1..8`` before it starts), a task bag's workers now
+    (``3 workers``; ``<=4 workers`` while it holds none)."""
+    shape = j.get("shape") if isinstance(j.get("shape"), Mapping) else {}
+    kind, width = job_kind(j), j.get("width")
+    if kind == "moldable":
+        allowed = fmt_widths(shape.get("widths") or ())
+        return allowed if width is None else f"{width} of {allowed}"
+    if kind == "task-bag":
+        if width:
+            return f"{width} worker{'s' if width != 1 else ''}"
+        return f"<={shape.get('max_workers', j.get('procs'))} workers"
+    return str(j.get("procs", ""))
+
+
+def fmt_work(j: Mapping[str, Any]) -> str:
+    """The job's time in its shape's terms: a rigid job's estimate, a moldable job's time at its width
+    (the range over its widths before it starts), a task bag's tasks done of all and its work left
+    (``12/20 done, 52s left``)."""
+    kind = job_kind(j)
+    if kind == "moldable":
+        if j.get("width_time") is not None:
+            return fmt_duration(j.get("width_time"))
+        shape = j.get("shape") or {}
+        times = sorted(float(t) for t in shape.get("times") or () if isinstance(t, int | float))
+        if times:
+            lo, hi = fmt_duration(times[0]), fmt_duration(times[-1])
+            return lo if lo == hi else f"{lo}..{hi}"
+    if kind == "task-bag" and j.get("tasks_total") is not None:
+        done = f"{j.get('tasks_done')}/{j.get('tasks_total')} done"
+        left = j.get("work_left")
+        return done if not left else f"{done}, {fmt_duration(left)} left"
+    return fmt_duration(j.get("estimate"))
+
+
+def fmt_state(j: Mapping[str, Any]) -> str:
+    return str(j.get("state", "")) + (" (held)" if j.get("held") else "")
+
+
+def fmt_where(j: Mapping[str, Any]) -> str:
+    """``job list``'s last column: where a job with VMs runs (``fmt_cores``), else why it waits or how it
+    ended (its reason), like squeue's NODELIST(REASON)."""
+    if j.get("placement"):
+        return fmt_cores(j.get("placement"))
+    return fmt_job_reason(j, short=True) or "-"
+
+
+#: ``job list``'s columns (fit 100 columns; ``-o wide``: ``JOB_WIDE``)
+JOB_COLUMNS = ("ID", "NAME", "USER", "STATE", "RUNS AS", "WIDTH", "TIME", "START", "PLACEMENT (REASON)")
+JOB_WIDE = ("ID", "NAME", "USER", "STATE", "RUNS AS", "WIDTH", "TIME", "PRIO", "SUBMITTED", "START", "END",
+            "PLACEMENT", "MIG", "REASON")
+
+
+def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None, wide: bool = False) -> Grid:
+    """``vmctl job list``: each job in its shape's terms (``fmt_width``, ``fmt_work``, ``fmt_runs_as``);
+    short times and a compact placement that fit 100 columns, or with ``wide`` every column in full
+    (priority, submit and end times, the migrations, the reason beside the placement)."""
+    if wide:
+        return Grid(JOB_WIDE, [
+            (str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), fmt_state(j), fmt_runs_as(j),
+             fmt_width(j), fmt_work(j), str(j.get("priority", 0)), fmt_time(j.get("submit_time")),
+             fmt_start(j), fmt_time(j.get("end_time")), fmt_placement(j.get("placement"), limit=64),
+             str(j.get("migrations", 0)), fmt_job_reason(j))
+            for j in jobs], title)
+    return Grid(JOB_COLUMNS, [
+        (str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), fmt_state(j), fmt_runs_as(j),
+         fmt_width(j), fmt_work(j), fmt_start(j, short=True), fmt_where(j))
+        for j in jobs], title, cut=("PLACEMENT (REASON)", "NAME", "USER"))
 
 
 def fmt_peers(peers: Any, unset: str = "any", limit: int = 4) -> str:
@@ -259,16 +465,48 @@ def fmt_levels(n: Mapping[str, Any]) -> str:
     return f"{levels} {discipline or '?'}" + (f" -> {want.get('levels')} {want.get('discipline')}" if want else "")
 
 
-def node_table(nodes: Sequence[Mapping[str, Any]]) -> Grid:
-    return Grid(
-        ("NAME", "STATE", "GROUP", "CORES", "LEVELS", "SPEED", "MEM", "FG BUSY", "BG BUSY", "ORPHANS", "UTIL", "GEN",
-         "REPORT", "LAST SEEN", "PEERS", "ERRORS"),
-        [(str(n.get("name", "")), fmt_node_state(n), str(n.get("group") or "-"), str(n.get("cores", "")),
-          fmt_levels(n), fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
-          str(n.get("bg_busy", "")), str(n.get("orphans", 0)), fmt_pct(n.get("utilization")), fmt_applied(n),
-          fmt_report_age(n), fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
-         for n in nodes],
-    )
+def fmt_seen(t: Any) -> str:
+    """How long ago: ``5s ago``, ``3.0m ago``; ``-`` for none."""
+    return timefmt.relative(t) if t is not None else "-"
+
+
+def fmt_busy(n: Mapping[str, Any]) -> str:
+    """A node's cores with a fg and with a bg VM of a job: ``3/1``."""
+    return f"{n.get('fg_busy', '')}/{n.get('bg_busy', '')}"
+
+
+#: ``node list``'s columns (fit 100 columns; ``-o wide``: ``NODE_WIDE``)
+NODE_COLUMNS = ("NAME", "STATE", "CORES", "FG/BG", "UTIL", "GEN", "REPORT", "LAST SEEN", "ERRORS")
+NODE_WIDE = ("NAME", "STATE", "GROUP", "CORES", "LEVELS", "SPEED", "MEM", "FG BUSY", "BG BUSY", "ORPHANS", "UTIL",
+             "GEN", "REPORT", "LAST SEEN", "PEERS", "ERRORS")
+
+
+def node_table(nodes: Sequence[Mapping[str, Any]], wide: bool = False) -> Grid:
+    """``vmctl node list``: state, cores busy with fg/bg VMs, the generation its agent applied, how long
+    ago it reported and was seen, its agent's last error (and orphan VMs being removed); ``wide``: also
+    the group, VM levels, speed, memory, migration peers, with the last-seen time in full."""
+    if wide:
+        return Grid(NODE_WIDE, [
+            (str(n.get("name", "")), fmt_node_state(n), str(n.get("group") or "-"), str(n.get("cores", "")),
+             fmt_levels(n), fmt_speed(n.get("speed")), fmt_mem(n.get("memory_mib")), str(n.get("fg_busy", "")),
+             str(n.get("bg_busy", "")), str(n.get("orphans", 0)), fmt_pct(n.get("utilization")), fmt_applied(n),
+             fmt_report_age(n), fmt_time(n.get("last_seen")), fmt_peers(n.get("peers")), _last_error(n))
+            for n in nodes])
+    return Grid(NODE_COLUMNS, [
+        (str(n.get("name", "")), fmt_node_state(n), str(n.get("cores", "")), fmt_busy(n),
+         fmt_pct(n.get("utilization")), fmt_applied(n), fmt_report_age(n), fmt_seen(n.get("last_seen")),
+         _node_notes(n))
+        for n in nodes], cut=("ERRORS", "STATE", "NAME"))
+
+
+def _node_notes(n: Mapping[str, Any]) -> str:
+    """The last error column of ``node list``, with the orphan VMs its agent is removing."""
+    errs = _last_error(n)
+    orphans = int(n.get("orphans") or 0)
+    if not orphans:
+        return errs
+    note = f"{orphans} orphan VM{'s' if orphans != 1 else ''}"
+    return note if errs == "-" else f"{note}; {errs}"
 
 
 def node_text(n: Mapping[str, Any]) -> str:
@@ -334,7 +572,8 @@ def _fmt_core(c: Any) -> str:
 
 
 def vm_table(vms: Sequence[Mapping[str, Any]]) -> Grid:
-    """VMs as their agents report them (desired beside where it differs); idle VMs have no job."""
+    """VMs as their agents report them (desired beside where it differs); idle VMs have no job. To fit
+    the screen the power, cap and weight cells are cut first (``-o wide``: never)."""
     return Grid(
         ("NAME", "NODE", "CORE", "ROLE", "WEIGHT", "CAP", "POWER", "JOB", "UTIL"),
         [(str(v.get("name", "")), str(v.get("node", "")), _observed_vs_desired(v, "core", _fmt_core),
@@ -342,6 +581,7 @@ def vm_table(vms: Sequence[Mapping[str, Any]]) -> Grid:
           _observed_vs_desired(v, "cap", fmt_cap), _observed_vs_desired(v, "power", str),
           str(v.get("job_id") or ("-" if v.get("managed", True) else "- (idle)")),
           fmt_pct(v.get("utilization"))) for v in vms],
+        cut=("POWER", "CAP", "WEIGHT", "CORE", "NAME"),
     )
 
 
@@ -427,16 +667,19 @@ def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table
 
 
 def show(doc: Any, output: str, render: Callable[[], Any]) -> None:
+    """Print ``doc`` as JSON (``-o json``) or what ``render`` makes of it: a string, a rich renderable, or
+    a ``Grid`` fitted to the screen (``screen_width``; ``-o wide``: its columns are never cut)."""
     if output == "json":
         emit_json(doc)
         return
+    width = screen_width(wide=output == "wide")
     out = render()
     if isinstance(out, Grid):
-        out = out.render()
+        out = (out if output == "wide" else out.fit(width)).render()
     if isinstance(out, str):
         click.echo(safe_lines(out))
     else:
-        _console().print(out)
+        _console(width).print(out)
 
 
 def fmt_names(names: Sequence[str], limit: int = 8) -> str:

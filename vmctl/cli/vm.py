@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from vmctl import errors
-from vmctl.cli.connect import _client, _complete, api_options
+from vmctl.cli.connect import _client, _complete, api_options, wide_api_options
 from vmctl.cli.render import fmt_names, show, vm_table, vm_text
 
 
@@ -18,10 +18,11 @@ def vm() -> None:
 
 @vm.command("list")
 @click.option("--node", default=None, help="Only VMs of this node.", shell_complete=_complete("node"))
-@api_options
+@wide_api_options
 def vm_list(node: str | None, url: str | None, token: str | None, ca: str | None, output: str) -> None:
     """List VMs as their agents report them (desired beside, where it differs): the job VMs and the
-    idle VMs of each core's fg and bg slot (with libvirt layouts)."""
+    idle VMs of each core's fg and bg slot (with libvirt layouts). Long cells are cut to fit the
+    screen; -o wide prints them in full."""
     vms = _client(url, token, ca).list_vms(node)
     show({"vms": vms}, output, lambda: vm_table(vms))
 
