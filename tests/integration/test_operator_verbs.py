@@ -298,7 +298,7 @@ def test_a_job_blocked_only_by_drained_nodes_says_which(client: Client, admin: s
         row = dict(zip(job_table([listed], wide=True).headers, job_table([listed], wide=True).rows[0], strict=True))
         assert row["REASON"].endswith("waits for nodes n2 (drained)")
         row = dict(zip(job_table([listed]).headers, job_table([listed]).rows[0], strict=True))
-        assert row["PLACEMENT (REASON)"].endswith("waits for nodes n2 (drained)")  # queued: no placement
+        assert row["NODES (REASON)"].endswith("waits for nodes n2 (drained)")  # queued: no placement
     finally:
         client.call("POST", "/v1/nodes/n2/undrain", token=admin)
     s, doc = client.call("GET", f"/v1/jobs/{jid}", token=admin)

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+import yaml
 
 from tests.livedaemon import run_cli
 from tests.unit.test_daemon_core import Cluster
@@ -101,3 +103,171 @@ def test_a_task_bag_counts_tasks_done_and_work_left(tmp_path: Path) -> None:
     end = job_json(c.daemon.job(jid), bag_tasks=False)
     assert (end["tasks_done"], end["work_left"], end["width"]) == (5, 0.0, None)
     c.close()
+
+
+# ------------------------------------------------------------------------------ job list / job show per shape
+
+OPENAPI = yaml.safe_load((Path(__file__).resolve().parents[2] / "vmctl/api/openapi.yaml").read_text())
+
+
+def job_doc(**kw: Any) -> dict[str, Any]:
+    """A job document as GET /v1/jobs answers it (checked against the OpenAPI file's Job schema)."""
+    doc = {**RIGID, "tier": "fg", "migrations": 0, "cpu_need": 1.0, "mem": 0.0, "cap": None, "expected_start": None,
+           "held": False, "blocked_by": [], "shape": None, "width": 2, "width_reason": None, "workers": [],
+           "tasks_left": None, "width_time": None, "tasks_total": None, "tasks_done": None, "work_left": None,
+           "runs": 1, "requeues": 0, **kw}
+    schema = {**OPENAPI["components"]["schemas"]["Job"], "components": OPENAPI["components"]}
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    return doc
+
+
+MOLD_SHAPE = {"kind": "moldable", "widths": [1, 2, 4, 8], "times": [400.0, 220.0, 120.0, 70.0]}
+BAG_SHAPE = {"kind": "task-bag", "tasks": [4.0] * 20, "max_workers": 4}
+CORES = [{"node": "n2", "core": c} for c in range(4)]
+
+MOLDABLE = job_doc(id="21", name="mold", procs=1, estimate=400.0, shape=MOLD_SHAPE, width=4, width_time=120.0,
+                   placement=CORES, width_reason="width 4 of [1, 2, 4, 8]: AFCFS")
+MOLDABLE_DONE = job_doc(id="22", name="mold-done", state="done", procs=1, estimate=400.0, shape=MOLD_SHAPE, width=4,
+                        width_time=120.0, placement=[], tier=None, end_time=NOW, reason="done")
+MOLDABLE_QUEUED = job_doc(id="23", name="mold-q", state="queued", procs=1, estimate=400.0, shape=MOLD_SHAPE,
+                          width=None, placement=[], tier=None, start_time=None, reason="waits for 1 core")
+BAG = job_doc(id="31", name="bag", procs=4, estimate=80.0, shape=BAG_SHAPE, width=3, placement=CORES[:3],
+              tasks_left=8, tasks_total=20, tasks_done=12, work_left=32.0,
+              workers=[{"id": f"n2/{c}.0", "node": "n2", "core": c, "level": 0, "task": 12 + c, "leaving": False,
+                        "throughput": None} for c in range(3)])
+GANG = job_doc(id="41", name="gang", procs=2, estimate=300.0, tier="bg", placement=CORES[:2],
+               gang={"row": 1, "replicas": [2], "run_s": 100.0, "active_s": 50.0})
+SHARED = job_doc(id="51", name="vc", procs=2, estimate=300.0, tier="shared", cap=0.5,
+                 placement=[{"node": "node3", "core": -1}, {"node": "node3", "core": -1}])
+
+
+def _rows(grid: Any) -> dict[str, dict[str, str]]:
+    return {row[0]: dict(zip(grid.headers, row, strict=True)) for row in grid.rows}
+
+
+def test_job_list_speaks_each_shapes_language() -> None:
+    from vmctl.cli.render import job_table
+
+    rows = _rows(job_table([RIGID, MOLDABLE, MOLDABLE_DONE, MOLDABLE_QUEUED, BAG, GANG, SHARED]))
+    assert (rows["17"]["WIDTH"], rows["17"]["TIME"], rows["17"]["STATE"]) == ("2", "10.0m", "running bg")
+    # moldable: the chosen width of the allowed ones and the time there, not procs 1 and the time at 1
+    assert (rows["21"]["WIDTH"], rows["21"]["TIME"]) == ("4 of 1,2,4,8", "2.0m")
+    assert (rows["22"]["WIDTH"], rows["22"]["TIME"]) == ("4 of 1,2,4,8", "2.0m")  # kept after the end
+    assert (rows["23"]["WIDTH"], rows["23"]["TIME"]) == ("1,2,4,8", "70s..6.7m")  # not chosen yet
+    # task bag: workers now, tasks done of all and the work left, not the most workers and one task's time
+    assert (rows["31"]["WIDTH"], rows["31"]["TIME"]) == ("3 workers", "12/20, 32s left")
+    assert rows["41"]["STATE"] == "running row 1+2"  # a gang job's row and replicas, not fg/bg
+    assert rows["51"]["STATE"] == "running cap 50%" and rows["51"]["NODES (REASON)"] == "node3x2"
+    assert rows["21"]["NODES (REASON)"] == "n2:0-3" and rows["23"]["NODES (REASON)"] == "waits for 1 core"
+    assert rows["22"]["STATE"] == "done" and rows["22"]["NODES (REASON)"] == "done"
+    wide = _rows(job_table([SHARED, MOLDABLE_DONE], wide=True))
+    assert wide["51"]["PLACEMENT"] == "node3, node3" and ":-1" not in str(wide)
+    assert wide["22"]["REASON"] == "done" and wide["22"]["PRIO"] == "0" and wide["51"]["RUNS AS"] == "cap 50%"
+
+
+def _show(serve: Any, capsys: pytest.CaptureFixture[str], doc: dict[str, Any]) -> dict[str, str]:
+    serve(doc)
+    code, out, err = run_cli(capsys, "job", "show", str(doc["id"]))
+    assert code == 0, err
+    head = out.split("history:")[0]
+    return {k: v.strip() for k, v in ([*line.split(None, 1), ""][:2] for line in head.splitlines() if line.strip())}
+
+
+def test_job_show_speaks_each_shapes_language(serve: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    shown = _show(serve, capsys, MOLDABLE)
+    assert shown["width"] == "4 of widths 1,2,4,8, 2.0m at that width"
+    assert "procs" not in shown and "estimate" not in shown  # the spec's: the smallest width, its time
+    assert _show(serve, capsys, MOLDABLE_DONE)["width"] == "4 of widths 1,2,4,8 (its last run), 2.0m at that width"
+    assert _show(serve, capsys, MOLDABLE_QUEUED)["width"] == "not chosen yet (widths 1,2,4,8)"
+    bag = _show(serve, capsys, BAG)
+    assert bag["width"] == "3 workers now (at most 4)" and "procs" not in bag
+    assert bag["work_left"] == "32s of work (on a standard core) in 8 task(s)"
+    assert _show(serve, capsys, GANG)["tier"].startswith("row 1+2 (gang")
+    shared = _show(serve, capsys, SHARED)
+    assert shared["tier"] == "shared (unpinned VMs, each VM capped at 50% of a core)"
+    assert shared["placement"] == "node3, node3"
+    rigid = _show(serve, capsys, job_doc())
+    assert (rigid["procs"], rigid["estimate"], rigid["width"]) == ("2", "600.0", "2") and "work_left" not in rigid
+
+
+# ------------------------------------------------------------------------------ table width without a TTY
+
+LONG_REASON = ("head of queue: reservation at 2026-11-23T18:53:20Z needs 16 cores; 12 are free on the nodes of group "
+               "default and the other jobs end later than its deadline allows")
+WAITING = job_doc(id="61", name="a-rather-long-job-name-from-a-sweep-cell-0042", user="researcher",
+                  account="project-with-long-name", state="queued", held=True, placement=[], tier=None,
+                  start_time=None, expected_start=NOW + 600, reason=LONG_REASON, width=None)
+NODES = [{"name": f"compute-node-{i:03d}", "cores": 32, "state": "drained" if i == 2 else "ready",
+          "drain_reason": "DIMM swap in slot B3, ticket INC-20261128-0042" if i == 2 else None,
+          "last_seen": NOW - 3, "generation": 120 + i, "generation_applied": 118 + i, "report_age_s": 12.0,
+          "fg_busy": 30, "bg_busy": 28, "orphans": i % 2, "utilization": 0.93, "speed": 1.5, "group": "default",
+          "memory_mib": 262144, "levels": 2, "discipline": "priority",
+          "peers": [f"compute-node-{j:03d}" for j in range(8)],
+          "errors": ["plan: generation refused: core 40 out of range of this host's 32 cores"] if i == 3 else []}
+         for i in range(6)]
+VMS = [{"name": f"j1234-r1-p{i}", "node": "compute-node-001", "core": i, "role": "fg", "weight": 10000, "cap": 0.5,
+        "power": "running", "job_id": "1234", "utilization": 0.5, "managed": True, "differs": ["power", "cap", "core"],
+        "observed": {"node": "compute-node-001", "power": "paused", "core": i + 8, "weight": 10000, "cap": 1.0,
+                     "job_id": "1234", "utilization": 0.0, "migration_phase": None}} for i in range(4)]
+
+
+class FakeCluster(FakeClient):
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return NODES
+
+    def list_vms(self, node: str | None = None) -> list[dict[str, Any]]:
+        return VMS
+
+
+@pytest.fixture()
+def cluster_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeCluster([RIGID, MOLDABLE, MOLDABLE_DONE, MOLDABLE_QUEUED, BAG, GANG, SHARED, WAITING])
+    for mod in ("job", "node", "vm"):
+        monkeypatch.setattr(f"vmctl.cli.{mod}._client", lambda url, token, ca: fake)
+
+
+TABLES = [(("job", "list"), 8), (("node", "list"), 6), (("vm", "list"), 4)]
+
+
+def _table_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(("argv", "rows"), TABLES)
+@pytest.mark.parametrize("columns", ["100", None])
+def test_tables_fit_100_columns_a_line_per_row(cluster_api: None, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...], rows: int,
+                                               columns: str | None) -> None:
+    """At COLUMNS=100, and at the default without a terminal (the test's stdout is captured: no TTY)."""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    lines = _table_lines(out)
+    assert max(len(line.rstrip()) for line in lines) <= 100, out
+    assert len(lines) == rows + 2, out  # header, its rule and a line per row: nothing folded
+
+
+def test_columns_is_honoured_without_a_tty_and_wide_cuts_nothing(cluster_api: None,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    code, narrow, _ = run_cli(capsys, "job", "list")
+    assert code == 0 and "\u2026" in narrow and "deadline allows" not in narrow  # the reason is cut ...
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli(capsys, "job", "list")
+    assert code == 0 and max(len(line.rstrip()) for line in out.splitlines()) > 100  # ... less at 200
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, _ = run_cli(capsys, "job", "list")
+    assert code == 0 and "deadline allows" in out and "\u2026" not in out  # ... and not at all at 400
+    for columns in ("100", None):  # wide: never cut or folded, whatever the width
+        if columns is None:
+            monkeypatch.delenv("COLUMNS")
+        for argv, rows in TABLES:
+            code, out, err = run_cli(capsys, *argv, "-o", "wide")
+            assert code == 0, err
+            assert "\u2026" not in out and len(_table_lines(out)) == rows + 2, out
+    code, out, _ = run_cli(capsys, "node", "list", "-o", "wide")
+    assert "DIMM swap in slot B3, ticket INC-20261128-0042" in out and "PEERS" in out

@@ -14,7 +14,20 @@ from rich.text import Text
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
 from vmctl.cli.connect import _client, _complete, api_options, wide_api_options
-from vmctl.cli.render import fmt_blocked, fmt_reason, fmt_when, job_table, kv_table, safe_lines, safe_text, show
+from vmctl.cli.render import (
+    fmt_blocked,
+    fmt_cap,
+    fmt_reason,
+    fmt_runs_as,
+    fmt_when,
+    fmt_widths,
+    job_kind,
+    job_table,
+    kv_table,
+    safe_lines,
+    safe_text,
+    show,
+)
 from vmctl.model import JobState
 from vmctl.timefmt import fmt_duration
 
@@ -218,9 +231,10 @@ def job_list(
 
     Each job in its shape's terms: WIDTH is a rigid job's processes, a moldable job's chosen width of
     its allowed ones (4 of 1..8), a task bag's workers now; TIME the estimate, the moldable job's time at
-    its width, the task bag's tasks done and work left; RUNS AS the tier (fg/bg), a gang job's row, a
-    shared VM's CPU cap. The last column is where the job runs, else its reason. -o wide adds the
-    priority, submit and end times, migrations and the reason beside the placement."""
+    its width, the task bag's tasks done and work left. STATE says how a job's VMs run: fg/bg, a gang
+    job's row (row 1+2: replicated in row 2), a shared VM's CPU cap. The last column is where the job
+    runs, else its reason. -o wide adds the priority, submit and end times, migrations and the reason
+    beside the placement."""
     if oldest:
         jobs = _client(url, token, ca).list_jobs(state, limit)
     else:
@@ -233,7 +247,7 @@ def job_list(
 
 
 JOB_KEYS = ("id", "name", "user", "account", "state", "tier", "procs", "shape", "width", "width_reason", "estimate",
-            "priority", "deadline",
+            "work_left", "priority", "deadline",
             "submit_time", "start_time", "end_time", "placement", "runs", "requeues", "migrations", "reason", "tasks")
 
 
@@ -274,21 +288,66 @@ def gang_text(g: Mapping[str, Any]) -> str:
             "the limit (estimate) counts active time")
 
 
+#: fields ``job show`` prints inside others (width, tasks), in the job's shape's terms
+_FOLDED = ("width_time", "tasks_total", "tasks_done", "tasks_left")
+
+
+def shape_view(j: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """``job show``'s fields in the job's shape's terms, and the fields it leaves out: a moldable job's
+    chosen width of its allowed ones with its time there (not the spec's procs and estimate: its
+    smallest width and the time there), a task bag's workers now and work left (not its procs, the
+    most workers), a gang job's row, a shared VM's cap (``-o json`` has every field)."""
+    shown: dict[str, Any] = dict(j)
+    hidden = set(_FOLDED)
+    kind = job_kind(j)
+    shape = j.get("shape") if isinstance(j.get("shape"), Mapping) else {}
+    if "shape" in j:
+        shown["shape"] = shape_text(j.get("shape"))
+    width = j.get("width")
+    if kind == "moldable":
+        hidden.update(("procs", "estimate"))
+        allowed = fmt_widths(shape.get("widths") or ())
+        if width is None:
+            shown["width"] = f"not chosen yet (widths {allowed})"
+        else:
+            at = j.get("width_time")
+            ended = "" if j.get("placement") else " (its last run)"
+            shown["width"] = f"{width} of widths {allowed}{ended}" + (
+                f", {fmt_duration(at)} at that width" if at is not None else "")
+    elif kind == "task-bag":
+        hidden.add("procs")
+        most = shape.get("max_workers", j.get("procs"))
+        shown["width"] = f"{width or 'no'} worker{'s' if width != 1 else ''} now (at most {most})"
+        if j.get("work_left") is not None:
+            shown["work_left"] = f"{fmt_duration(j.get('work_left'))} of work (on a standard core) in " \
+                                 f"{int(j.get('tasks_total') or 0) - int(j.get('tasks_done') or 0)} task(s)"
+    else:
+        hidden.add("work_left")
+    gang = j.get("gang")
+    if isinstance(gang, Mapping):
+        shown["gang"] = gang_text(gang)
+        shown["tier"] = f"{fmt_runs_as(j)} (gang: a row of the timeslice matrix)"
+    elif j.get("tier") == "shared":
+        cap = "no cap" if j.get("cap") is None else f"each VM capped at {fmt_cap(j.get('cap'))} of a core"
+        shown["tier"] = f"shared (unpinned VMs, {cap})"
+    return shown, hidden
+
+
 @job.command("show")
 @click.argument("job_id", metavar="JOB", shell_complete=_complete("job"))
 @api_options
 def job_show(job_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """Show one job."""
+    """Show one job in its shape's terms (a moldable job's chosen width and its time there, a task bag's
+    workers and work left, a gang job's row, a shared VM's cap) and its history."""
     j = _client(url, token, ca).get_job(job_id)
     keys = [k for k in JOB_KEYS if k in j] + [k for k in j if k not in JOB_KEYS and k != "history"]
 
     def render() -> Any:
-        shown = {**j, "shape": shape_text(j.get("shape"))} if "shape" in j else j
-        if isinstance(j.get("gang"), Mapping):
-            shown = {**shown, "gang": gang_text(j["gang"])}
+        shown, hidden = shape_view(j)
+        kept = [k for k in keys if k not in hidden]
         if "history" not in j:
-            return kv_table(shown, keys)
-        return Group(kv_table(shown, keys), Text(safe_lines(history_text(j.get("history")))))
+            return kv_table(shown, kept)
+        return Group(kv_table(shown, kept), Text(safe_lines(history_text(j.get("history")))))
 
     show({"job": j}, output, render)
 

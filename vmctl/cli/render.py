@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,21 +26,24 @@ from vmctl.timefmt import fmt_duration
 #: the width tables fit by default when stdout is no terminal and ``COLUMNS`` is not set
 DEFAULT_WIDTH = 100
 
-#: ``-o wide`` when stdout is no terminal and ``COLUMNS`` is not set: no limit (a line per row)
+#: ``-o wide``: no limit, a line per row (long lines are the terminal's to wrap, as ``kubectl -o wide``)
 UNLIMITED = 10_000
 
 
 def screen_width(wide: bool = False) -> int:
     """The width output is laid out for: ``COLUMNS`` when set (a positive number, whether stdout is a
-    terminal or not), else the terminal's width, else ``DEFAULT_WIDTH`` (``UNLIMITED`` for ``-o
-    wide``: piped wide output is never cut or folded)."""
+    terminal or not), else the terminal's width, else ``DEFAULT_WIDTH``; ``UNLIMITED`` for ``-o wide``
+    (nothing cut or folded)."""
+    if wide:
+        return UNLIMITED
     raw = os.environ.get("COLUMNS", "").strip()
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    if os.isatty(1):
+    out = sys.stdout  # where click.echo and rich write: under a test's capture, no terminal
+    if out is not None and out.isatty():
         try:
-            return os.get_terminal_size(1).columns
-        except OSError:
+            return os.get_terminal_size(out.fileno()).columns
+        except (OSError, ValueError):
             pass
     return UNLIMITED if wide else DEFAULT_WIDTH
 
@@ -264,8 +268,9 @@ def fmt_user(j: Mapping[str, Any]) -> str:
 
 def fmt_start(j: Mapping[str, Any], short: bool = False) -> str:
     """When a job started, or for the queued job holding the reservation when it will start at the latest
-    (``<= 2026-...``, like ``squeue --start``); ``-`` when not known. ``short``: ``timefmt.short``."""
-    fmt = timefmt.short if short else fmt_time
+    (``<= 2026-...``, like ``squeue --start``); ``-`` when not known. ``short``: relative to now
+    (``5.0m ago``, ``<= in 10.0m``)."""
+    fmt = timefmt.relative if short else fmt_time
     if j.get("start_time") is not None:
         return fmt(j.get("start_time"))
     if j.get("expected_start") is not None:
@@ -337,7 +342,7 @@ def fmt_width(j: Mapping[str, Any]) -> str:
 def fmt_work(j: Mapping[str, Any]) -> str:
     """The job's time in its shape's terms: a rigid job's estimate, a moldable job's time at its width
     (the range over its widths before it starts), a task bag's tasks done of all and its work left
-    (``12/20 done, 52s left``)."""
+    (``12/20, 52s left``; ``20/20 done``)."""
     kind = job_kind(j)
     if kind == "moldable":
         if j.get("width_time") is not None:
@@ -348,14 +353,17 @@ def fmt_work(j: Mapping[str, Any]) -> str:
             lo, hi = fmt_duration(times[0]), fmt_duration(times[-1])
             return lo if lo == hi else f"{lo}..{hi}"
     if kind == "task-bag" and j.get("tasks_total") is not None:
-        done = f"{j.get('tasks_done')}/{j.get('tasks_total')} done"
+        done = f"{j.get('tasks_done')}/{j.get('tasks_total')}"
         left = j.get("work_left")
-        return done if not left else f"{done}, {fmt_duration(left)} left"
+        return f"{done} done" if not left else f"{done}, {fmt_duration(left)} left"
     return fmt_duration(j.get("estimate"))
 
 
-def fmt_state(j: Mapping[str, Any]) -> str:
-    return str(j.get("state", "")) + (" (held)" if j.get("held") else "")
+def fmt_state(j: Mapping[str, Any], runs_as: bool = False) -> str:
+    """``queued (held)``; with ``runs_as`` how its VMs run beside (``running bg``, ``running row 1+2``)."""
+    state = str(j.get("state", "")) + (" (held)" if j.get("held") else "")
+    how = fmt_runs_as(j) if runs_as else "-"
+    return state if how == "-" else f"{state} {how}"
 
 
 def fmt_where(j: Mapping[str, Any]) -> str:
@@ -367,15 +375,16 @@ def fmt_where(j: Mapping[str, Any]) -> str:
 
 
 #: ``job list``'s columns (fit 100 columns; ``-o wide``: ``JOB_WIDE``)
-JOB_COLUMNS = ("ID", "NAME", "USER", "STATE", "RUNS AS", "WIDTH", "TIME", "START", "PLACEMENT (REASON)")
+JOB_COLUMNS = ("ID", "NAME", "USER", "STATE", "WIDTH", "TIME", "START", "NODES (REASON)")
 JOB_WIDE = ("ID", "NAME", "USER", "STATE", "RUNS AS", "WIDTH", "TIME", "PRIO", "SUBMITTED", "START", "END",
             "PLACEMENT", "MIG", "REASON")
 
 
 def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None, wide: bool = False) -> Grid:
-    """``vmctl job list``: each job in its shape's terms (``fmt_width``, ``fmt_work``, ``fmt_runs_as``);
-    short times and a compact placement that fit 100 columns, or with ``wide`` every column in full
-    (priority, submit and end times, the migrations, the reason beside the placement)."""
+    """``vmctl job list``: each job in its shape's terms (``fmt_width``, ``fmt_work``, ``fmt_runs_as`` beside
+    its state), start times relative to now and a compact placement, to fit 100 columns; with ``wide``
+    every column in full (how it runs apart, priority, submit/start/end times in ISO 8601, migrations,
+    the reason beside the placement)."""
     if wide:
         return Grid(JOB_WIDE, [
             (str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), fmt_state(j), fmt_runs_as(j),
@@ -384,9 +393,9 @@ def job_table(jobs: Sequence[Mapping[str, Any]], title: str | None = None, wide:
              str(j.get("migrations", 0)), fmt_job_reason(j))
             for j in jobs], title)
     return Grid(JOB_COLUMNS, [
-        (str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), fmt_state(j), fmt_runs_as(j),
+        (str(j.get("id", "")), str(j.get("name") or "-"), fmt_user(j), fmt_state(j, runs_as=True),
          fmt_width(j), fmt_work(j), fmt_start(j, short=True), fmt_where(j))
-        for j in jobs], title, cut=("PLACEMENT (REASON)", "NAME", "USER"))
+        for j in jobs], title, cut=("NODES (REASON)", "NAME", "USER"))
 
 
 def fmt_peers(peers: Any, unset: str = "any", limit: int = 4) -> str:
