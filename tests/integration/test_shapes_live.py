@@ -75,7 +75,8 @@ def test_a_moldable_job_and_a_task_bag_round_trip(live: InProcessDaemon, tmp_pat
         code, out, err = run_cli(capsys, "job", "show", mold)
         assert code == 0, err
         shown = {k: v.strip() for k, v in ([*ln.split(None, 1), ""][:2] for ln in out.splitlines() if ln.strip())}
-        assert shown["shape"] == "moldable widths 2, 4 (times 100 s, 60 s)" and shown["width"] == "2", out
+        assert shown["shape"] == "moldable widths 2, 4 (times 100 s, 60 s)", out
+        assert shown["width"] == "2 of widths 2,4, 100s at that width", out  # the chosen width, its time there
         code, out, err = run_cli(capsys, "job", "show", bag)
         assert code == 0, err
         assert "task bag of 3 tasks (30 s of work), at most 2 workers" in out

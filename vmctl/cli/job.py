@@ -300,7 +300,8 @@ def shape_view(j: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
     shown: dict[str, Any] = dict(j)
     hidden = set(_FOLDED)
     kind = job_kind(j)
-    shape = j.get("shape") if isinstance(j.get("shape"), Mapping) else {}
+    raw = j.get("shape")
+    shape: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     if "shape" in j:
         shown["shape"] = shape_text(j.get("shape"))
     width = j.get("width")

@@ -327,7 +327,8 @@ def fmt_width(j: Mapping[str, Any]) -> str:
     """The job's width in its shape's terms: a rigid job's processes (``4``), a moldable job's chosen
     width of its allowed ones (``4 of 1..8``; ``1..8`` before it starts), a task bag's workers now
     (``3 workers``; ``<=4 workers`` while it holds none)."""
-    shape = j.get("shape") if isinstance(j.get("shape"), Mapping) else {}
+    raw = j.get("shape")
+    shape: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     kind, width = job_kind(j), j.get("width")
     if kind == "moldable":
         allowed = fmt_widths(shape.get("widths") or ())
