@@ -139,7 +139,7 @@ def test_job_list_table_and_query(server: tuple[str, Recorder], capsys: Any) -> 
     assert rec.requests[-1]["query"] == "state=running&limit=5&order=newest"  # --limit keeps the newest
     lines = out.splitlines()
     header = next(line for line in lines if "ID" in line and "STATE" in line)
-    assert "PLACEMENT" in header
+    assert "NODES (REASON)" in header  # where it runs (its reason when it runs nowhere)
     row = next(line for line in lines if "sim-a" in line)
     assert "running" in row and "bg" in row and "n1:0-1" in row and "10.0m" in row  # cores as ranges per node
 
@@ -497,7 +497,9 @@ def test_top_shows_cores_queue_and_recent_events(server: tuple[str, Recorder], c
     assert code == 0, out
     assert "policy measy" in out
     assert "5/7 -/-" in out  # core 0: job 5 fg, job 7 bg; core 1: free (its idle VM has no job)
-    assert "9 wide procs 2, starts <= " in out and "reservation at 2026-11-18T09:06:40Z" in out
+    # the reservation's time in the short form of the tables (the clock time, or the day when not today)
+    at = timefmt.short(timefmt.parse_time("2026-11-18T09:06:40Z"))
+    assert "9 wide procs 2, starts <= " in out and f"reservation at {at} needs 2 cores" in out
     events = out[out.index("recent events:"):]
     assert events.index("job 9 submitted") < events.index("job 5 started: run 1 as fg on n1:0")
 

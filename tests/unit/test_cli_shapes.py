@@ -271,3 +271,20 @@ def test_columns_is_honoured_without_a_tty_and_wide_cuts_nothing(cluster_api: No
             assert "\u2026" not in out and len(_table_lines(out)) == rows + 2, out
     code, out, _ = run_cli(capsys, "node", "list", "-o", "wide")
     assert "DIMM swap in slot B3, ticket INC-20261128-0042" in out and "PEERS" in out
+
+
+def test_top_lays_a_32_core_node_over_lines_that_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    from vmctl.cli.top import top_text
+
+    node = {**NODES[0], "name": "n1"}
+    vms = [{"name": f"j{100 + c}-r1-p0", "node": "n1", "core": c, "role": "fg", "job_id": str(100 + c),
+            "managed": True} for c in range(32)]
+    text = top_text({"name": "easy"}, [node], vms, [WAITING, MOLDABLE_QUEUED], [RIGID], width=100)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100, text
+    cores = [line for line in lines if "/-" in line]
+    assert len(cores) > 1 and all(line.startswith(" ") for line in cores[1:]), text  # indented under the first
+    assert sum(line.count("/-") for line in cores) == 32
+    assert "23 mold-q widths 1,2,4,8: waits for 1 core" in text  # a moldable job asks for its widths
+    unlimited = top_text({"name": "easy"}, [node], vms, [WAITING], [RIGID]).splitlines()
+    assert sum(1 for line in unlimited if "/-" in line) == 1  # no width: a node on one line

@@ -186,7 +186,7 @@ RICH_MAX_ROWS = 300
 GAP = 2
 
 
-def _cut(text: str, width: int) -> str:
+def cut_text(text: str, width: int) -> str:
     """``text`` in at most ``width`` terminal cells, ending in an ellipsis when it was longer."""
     if cell_len(text) <= width:
         return text
@@ -230,7 +230,7 @@ class Grid:
                 excess -= give
             if excess <= 0:
                 break
-        rows = [tuple(_cut(safe_text(c), limit[i]) if i in limit else c for i, c in enumerate(row))
+        rows = [tuple(cut_text(safe_text(c), limit[i]) if i in limit else c for i, c in enumerate(row))
                 for row in self.rows]
         return replace(self, rows=rows)
 

@@ -8,13 +8,27 @@ from typing import Any
 
 import click
 
+from vmctl import timefmt
 from vmctl.cli.connect import _client, api_options
-from vmctl.cli.render import _now, fmt_node_state, fmt_reason, fmt_start, fmt_time, show
+from vmctl.cli.render import (
+    _now,
+    cut_text,
+    fmt_node_state,
+    fmt_reason,
+    fmt_start,
+    fmt_time,
+    fmt_width,
+    job_kind,
+    screen_width,
+    show,
+)
 
 
-def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per node: its state and, per core, the job in its fg and its bg slot (``5/12``: job 5
-    fg, job 12 bg; ``-`` a free slot)."""
+def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any]],
+              width: int | None = None) -> list[str]:
+    """A line per node: its state and, per core, the job in its fg and its bg slot (``5/12``: job 5 fg,
+    job 12 bg; ``-`` a free slot); a node whose cores do not fit ``width`` goes on over lines indented
+    under its first core."""
     slots: dict[tuple[str, int], dict[str, str]] = {}
     for v in vms:
         if v.get("managed") is False or not v.get("job_id"):
@@ -22,7 +36,7 @@ def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any
         core = v.get("core")
         if isinstance(core, int) and core >= 0:
             slots.setdefault((str(v.get("node")), core), {})[str(v.get("role"))] = str(v.get("job_id"))
-    width = max((len(str(n.get("name", ""))) for n in nodes), default=4)
+    name_w = max((len(str(n.get("name", ""))) for n in nodes), default=4)
     lines = []
     for n in nodes:
         name = str(n.get("name", ""))
@@ -30,35 +44,63 @@ def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any
         for c in range(int(n.get("cores") or 0)):
             s = slots.get((name, c), {})
             cells.append(f"{s.get('fg', '-')}/{s.get('bg', '-')}")
-        lines.append(f"{name.ljust(width)}  {fmt_node_state(n):<10} fg {n.get('fg_busy')} bg {n.get('bg_busy')}  "
-                     + " ".join(cells))
+        head = f"{name.ljust(name_w)}  {fmt_node_state(n):<10} fg {n.get('fg_busy')} bg {n.get('bg_busy')}  "
+        lines.extend(_flow(head, cells, width))
+    return lines
+
+
+def _flow(head: str, cells: Sequence[str], width: int | None) -> list[str]:
+    """``head`` then ``cells`` apart by a space, over as many lines as ``width`` needs (each further line
+    indented to the first cell)."""
+    lines, line = [], head
+    for cell in cells:
+        if width is not None and line.strip() and len(line) + len(cell) > width and len(line) > len(head):
+            lines.append(line.rstrip())
+            line = " " * len(head)
+        line += cell + " "
+    lines.append(line.rstrip())
     return lines
 
 
 def top_text(policy: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any]],
-             queued: Sequence[Mapping[str, Any]], recent: Sequence[Mapping[str, Any]], events: int = 10) -> str:
+             queued: Sequence[Mapping[str, Any]], recent: Sequence[Mapping[str, Any]], events: int = 10,
+             width: int | None = None) -> str:
     """``vmctl top``: nodes and cores with their fg/bg jobs, the queue head and its reservation, and the
-    latest events of the jobs' histories."""
+    latest events of the jobs' histories; laid out for ``width`` (cores over several lines, a queued job's
+    reason and an event cut with an ellipsis), None: no limit."""
     running = sum(1 for v in vms if v.get("job_id"))
     lines = [f"vmctl top  {fmt_time(_now())}  policy {policy.get('name')}  "
              f"queued {len(queued)}  VMs with a job {running}",
              "", "NODE / cores as fg-job/bg-job:"]
-    lines.extend(core_rows(nodes, vms) or ["(no nodes)"])
+    lines.extend(core_rows(nodes, vms, width) or ["(no nodes)"])
     lines += ["", "queue (head first):"]
     for j in queued[:5]:
-        start = f", starts {fmt_start(j)}" if j.get("expected_start") is not None else ""
-        lines.append(f"  {j.get('id')} {j.get('name')} procs {j.get('procs')}{start}: {fmt_reason(j.get('reason'))}")
+        start = f", starts {fmt_start(j, short=True)}" if j.get("expected_start") is not None else ""
+        reason = fmt_reason(j.get("reason"), short=True)
+        lines.append(_fit(f"  {j.get('id')} {j.get('name')} {_needs(j)}{start}: {reason}", width))
     if not queued:
         lines.append("  (empty)")
     hist = sorted(((float(h.get("time") or 0), str(j.get("id")), h) for j in recent for h in j.get("history") or ()
                    if isinstance(h, Mapping)), key=lambda x: x[0])[-events:]
     lines += ["", "recent events:"]
     for t, jid, h in hist:
-        detail = f": {fmt_reason(h.get('detail'))}" if h.get("detail") else ""
-        lines.append(f"  {fmt_time(t)}  job {jid} {h.get('event')}{detail}")
+        detail = f": {fmt_reason(h.get('detail'), short=True)}" if h.get("detail") else ""
+        lines.append(_fit(f"  {timefmt.short(t)}  job {jid} {h.get('event')}{detail}", width))
     if not hist:
         lines.append("  (none)")
     return "\n".join(lines)
+
+
+def _needs(j: Mapping[str, Any]) -> str:
+    """What a queued job asks for in its shape's terms: ``procs 4``, ``widths 1,2,4,8``, ``<=4 workers``."""
+    kind = job_kind(j)
+    if kind == "rigid":
+        return f"procs {j.get('procs')}"
+    return f"widths {fmt_width(j)}" if kind == "moldable" else fmt_width(j)
+
+
+def _fit(line: str, width: int | None) -> str:
+    return line if width is None else cut_text(line, width)
 
 
 @click.command()
@@ -78,7 +120,7 @@ def top(watch: float | None, url: str | None, token: str | None, ca: str | None,
         doc = {"policy": policy, "nodes": nodes, "vms": vms, "queued": queued, "recent": recent}
         if watch is not None and output != "json":
             click.clear()
-        show(doc, output, functools.partial(top_text, policy, nodes, vms, queued, recent))
+        show(doc, output, functools.partial(top_text, policy, nodes, vms, queued, recent, width=screen_width()))
         if watch is None:
             return
         _time.sleep(watch)
