@@ -288,3 +288,21 @@ def test_top_lays_a_32_core_node_over_lines_that_fit(capsys: pytest.CaptureFixtu
     assert "23 mold-q widths 1,2,4,8: waits for 1 core" in text  # a moldable job asks for its widths
     unlimited = top_text({"name": "easy"}, [node], vms, [WAITING], [RIGID]).splitlines()
     assert sum(1 for line in unlimited if "/-" in line) == 1  # no width: a node on one line
+
+
+def test_placements_and_times_are_compact() -> None:
+    from vmctl import timefmt
+    from vmctl.cli.render import fmt_cores, fmt_placement
+
+    cores = [{"node": "n1", "core": c} for c in (0, 1, 2, 3, 6, 8, 9)] + [{"node": "n2", "core": 0}]
+    assert fmt_cores(cores) == "n1:0-3,6,8-9 n2:0"
+    assert fmt_cores([{"node": "n1", "core": 0}, {"node": "n1", "core": 0}]) == "n1:0 (2 slots)"  # two levels
+    assert fmt_cores([{"node": "node3", "core": -1}]) == "node3" and fmt_cores([]) == "-"
+    assert fmt_placement([{"node": "node3", "core": -1}]) == "node3"  # never node3:-1
+    now = timefmt.parse_time("2026-11-25T12:00:00", local=True)
+    assert timefmt.short(now - 3600, now) == timefmt.iso(now - 3600)[11:19]  # today: the clock time
+    assert timefmt.short(now - 86400 * 3, now).startswith("Nov 22 ")
+    assert timefmt.short(now - 86400 * 400, now) == timefmt.iso(now - 86400 * 400)[:10]
+    at = timefmt.parse_time("2026-11-25T03:05:06Z")
+    assert timefmt.rewrite_iso("at 2026-11-25T03:05:06Z.", lambda t: f"<{t:.0f}>") == f"at <{at:.0f}>."
+    assert timefmt.rewrite_iso("2026-13-45T03:05:06Z", str) == "2026-13-45T03:05:06Z"  # no date: as it is

@@ -45,7 +45,7 @@ def screen_width(wide: bool = False) -> int:
             return os.get_terminal_size(out.fileno()).columns
         except (OSError, ValueError):
             pass
-    return UNLIMITED if wide else DEFAULT_WIDTH
+    return DEFAULT_WIDTH
 
 
 def _console(width: int) -> Console:
@@ -105,9 +105,9 @@ def fmt_reason(reason: Any, short: bool = False) -> str:
     (``short``: ``14:05:02``, as in a table column)."""
     if not reason:
         return ""
-    fmt = timefmt.short if short else timefmt.human
-    return timefmt.rewrite_iso(timefmt.rewrite_times(str(reason), fmt), fmt) if short else \
-        timefmt.rewrite_times(str(reason), fmt)
+    if not short:
+        return timefmt.rewrite_times(str(reason), timefmt.human)
+    return timefmt.rewrite_iso(timefmt.rewrite_times(str(reason), timefmt.short), timefmt.short)
 
 
 def fmt_pct(x: Any) -> str:
@@ -139,8 +139,9 @@ def fmt_placement(placement: Any, limit: int = 4) -> str:
 
 
 def fmt_cores(placement: Any) -> str:
-    """A placement in few characters: each node once with its cores as ranges (``n1:0-3 n2:0,2``);
-    unpinned shared VMs as ``n3`` (one VM) or ``n3x2``; ``-`` for none."""
+    """A placement in few characters: each node once with its cores as ranges (``n1:0-3 n2:0,2``; a node
+    where the job holds several levels of a core says how many slots: ``n1:0-1 (4 slots)``); unpinned
+    shared VMs as ``n3`` (one VM) or ``n3x2``; ``-`` for none."""
     nodes: dict[str, list[int]] = {}
     for p in placement or ():
         if isinstance(p, Mapping):
@@ -148,12 +149,14 @@ def fmt_cores(placement: Any) -> str:
             nodes.setdefault(str(p.get("node")), []).append(core if isinstance(core, int) else -1)
     parts = []
     for node, cores in nodes.items():
-        pinned = sorted(set(c for c in cores if c >= 0))
-        shared = sum(1 for c in cores if c < 0)
+        pinned = [c for c in cores if c >= 0]
+        distinct = sorted(set(pinned))
+        shared = len(cores) - len(pinned)
         if shared:
             parts.append(node if shared == 1 else f"{node}x{shared}")
-        if pinned:
-            parts.append(f"{node}:{_ranges(pinned)}")
+        if distinct:
+            slots = f" ({len(pinned)} slots)" if len(pinned) > len(distinct) else ""
+            parts.append(f"{node}:{_ranges(distinct)}{slots}")
     return " ".join(parts) or "-"
 
 

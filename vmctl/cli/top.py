@@ -44,7 +44,8 @@ def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any
         for c in range(int(n.get("cores") or 0)):
             s = slots.get((name, c), {})
             cells.append(f"{s.get('fg', '-')}/{s.get('bg', '-')}")
-        head = f"{name.ljust(name_w)}  {cut_text(fmt_node_state(n), 24):<10} fg {n.get('fg_busy')} bg {n.get('bg_busy')}  "
+        state = cut_text(fmt_node_state(n), 24)
+        head = f"{name.ljust(name_w)}  {state:<10} fg {n.get('fg_busy')} bg {n.get('bg_busy')}  "
         lines.extend(_flow(head, cells, width))
     return lines
 
