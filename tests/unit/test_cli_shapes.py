@@ -306,3 +306,21 @@ def test_placements_and_times_are_compact() -> None:
     at = timefmt.parse_time("2026-11-25T03:05:06Z")
     assert timefmt.rewrite_iso("at 2026-11-25T03:05:06Z.", lambda t: f"<{t:.0f}>") == f"at <{at:.0f}>."
     assert timefmt.rewrite_iso("2026-13-45T03:05:06Z", str) == "2026-13-45T03:05:06Z"  # no date: as it is
+
+
+def test_vcsched_solve_lays_a_hosts_tasks_over_lines_that_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from vmctl.cli.render import flow
+
+    assert flow("h  ", ["a", "bb", "cc"], 8, sep=", ") == ["h  a, bb", "   cc"]
+    assert flow("h  ", ["a", "bb", "cc"], None, sep=", ") == ["h  a, bb, cc"]
+    inst = tmp_path / "i.json"
+    inst.write_text(json.dumps({"hosts": 1, "tasks": [{"cpu": 0.05, "mem": 0.01}] * 16}), encoding="utf-8")
+    monkeypatch.setenv("COLUMNS", "60")
+    code, out, err = run_cli(capsys, "vcsched", "solve", str(inst), "-a", "mcb8")
+    assert code == 0, err
+    rows = out[out.index("tasks (cpu cap / need)"):].splitlines()[1:]
+    assert len(rows) > 1 and max(len(r) for r in rows) <= 60, out
+    assert sum(r.count("/0.050") for r in rows) == 16  # every task, on lines under the tasks column

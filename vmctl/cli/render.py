@@ -174,6 +174,21 @@ def _ranges(xs: Sequence[int]) -> str:
     return ",".join(out)
 
 
+def flow(head: str, cells: Sequence[str], width: int | None, sep: str = " ") -> list[str]:
+    """``head`` then ``cells`` apart by ``sep``, over as many lines as ``width`` needs, each further line
+    indented to the first cell (``vmctl top``'s cores of a node, ``vcsched solve``'s tasks of a host);
+    None: one line."""
+    lines, line, first = [], head, True
+    for cell in cells:
+        if width is not None and not first and len(line) + len(sep) + len(cell) > width:
+            lines.append(line.rstrip())
+            line, first = " " * len(head), True
+        line += ("" if first else sep) + cell
+        first = False
+    lines.append(line.rstrip())
+    return lines
+
+
 #: a cut cell ends with this
 ELLIPSIS = "\u2026"
 #: a cut column keeps at least this many characters (or its header's)

@@ -13,6 +13,7 @@ from vmctl.cli.connect import _client, api_options
 from vmctl.cli.render import (
     _now,
     cut_text,
+    flow,
     fmt_node_state,
     fmt_reason,
     fmt_start,
@@ -46,20 +47,7 @@ def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any
             cells.append(f"{s.get('fg', '-')}/{s.get('bg', '-')}")
         state = cut_text(fmt_node_state(n), 24)
         head = f"{name.ljust(name_w)}  {state:<10} fg {n.get('fg_busy')} bg {n.get('bg_busy')}  "
-        lines.extend(_flow(head, cells, width))
-    return lines
-
-
-def _flow(head: str, cells: Sequence[str], width: int | None) -> list[str]:
-    """``head`` then ``cells`` apart by a space, over as many lines as ``width`` needs (each further line
-    indented to the first cell)."""
-    lines, line = [], head
-    for cell in cells:
-        if width is not None and line.strip() and len(line) + len(cell) > width and len(line) > len(head):
-            lines.append(line.rstrip())
-            line = " " * len(head)
-        line += cell + " "
-    lines.append(line.rstrip())
+        lines.extend(flow(head, cells, width))
     return lines
 
 

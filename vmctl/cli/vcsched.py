@@ -23,6 +23,7 @@ import click
 import numpy as np
 
 from vmctl.cli.jsonfile import read_json
+from vmctl.cli.render import flow, screen_width
 from vmctl.errors import InstanceFormatError
 from vmctl.policies.vcsched.algorithms import ALGORITHMS, solve
 from vmctl.policies.vcsched.instance import Instance, Solution, instance_from_dict
@@ -136,8 +137,9 @@ def solve_cmd(
             tasks = [i for i, hh in enumerate(sol.hosts) if hh == h]
             cpu = sum(sol.alloc[i] for i in tasks)
             mem = sum(inst.mem[i] for i in tasks)
-            desc = ", ".join(f"{i}:{sol.alloc[i]:.3f}/{inst.cpu[i]:.3f}" for i in tasks)
-            click.echo(f"{h:>4}  {cpu:6.3f}  {mem:6.3f}  {desc}")
+            cells = [f"{i}:{sol.alloc[i]:.3f}/{inst.cpu[i]:.3f}" for i in tasks]
+            for line in flow(f"{h:>4}  {cpu:6.3f}  {mem:6.3f}  ", cells, screen_width(), sep=", "):
+                click.echo(line)  # a host's tasks over lines that fit the screen, under the tasks column
 
 
 @vcsched.command("generate")
