@@ -37,7 +37,8 @@ def wide_api_options(f: F) -> F:
     """:func:`api_options` of a command whose table leaves columns out to fit 100 columns: ``-o wide``
     prints every column (``vmctl job list``, ``node list``, ``vm list``)."""
     return _api_options(f, ("table", "wide", "json"),
-                        "Human table (fits 100 columns), wide (every column, nothing cut) or JSON for scripts.")
+                        "Human table fitting the screen (COLUMNS, else the terminal, else 100 columns), "
+                        "wide (every column, nothing cut) or JSON for scripts.")
 
 
 def _api_options(f: F, outputs: tuple[str, ...], help_text: str) -> F:
