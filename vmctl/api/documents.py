@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ from vmctl.daemon.core import Daemon
 from vmctl.daemon.history import requeues, slot_text
 from vmctl.daemon.state import ACTIVE, parse_vm_name
 from vmctl.errors import ValidationError
-from vmctl.model import JobState
+from vmctl.model import JobShape, JobState
 from vmctl.nodedoc import PowerState, VmDesired, VmObserved
 from vmctl.shapes import job_shape
 from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord, TokenRecord
@@ -70,18 +71,18 @@ def shape_fields(r: JobRecord) -> dict[str, Any]:
     - ``width_time``: a moldable job's time at ``width`` by its shape (standard cores), None otherwise;
     - ``tasks_total``, ``tasks_done``, ``work_left``: a task bag's tasks, those that ended (well or not)
       and the work of the others in seconds on a standard core (a running task counted whole); None for
-      other jobs. They read the bag's dispatcher state, not its task rows (the job list has none)."""
+      other jobs. They read the bag's dispatcher state, not its task rows (the job list has none).
+
+    The shape is parsed once per job (``_shape_of``): a job list stays O(jobs + workers)."""
     width = len(r.slots) if r.slots else len(r.tasks) if r.bag is None and r.tasks else None
     out: dict[str, Any] = {"width": width, "width_time": None, "tasks_total": None, "tasks_done": None,
                            "work_left": None}
     if r.spec.get("shape") is None:
         return out
-    try:
-        shape = job_shape(r.spec, f"job {r.id}")
-    except ValidationError:  # stored by a daemon that read shapes otherwise: nothing to add
+    parsed = _shape_of(r)
+    if parsed is None:
         return out
-    if shape is None:
-        return out
+    shape, suffix = parsed
     if shape.kind == "moldable":
         out["width_time"] = shape.time_at(width) if width is not None and shape.allows(width) else None
         return out
@@ -89,11 +90,41 @@ def shape_fields(r: JobRecord) -> dict[str, Any]:
     n = len(shape.tasks)
     bag = r.bag
     if bag is None:  # not started (or requeued without its results): every task is left
-        left = list(range(n))
+        left, work = n, suffix[0]
     else:
-        left = [*range(int(bag["next"]), n), *(k for k in bag["task"] if k is not None), *bag.get("retry", ())]
-    out.update(tasks_total=n, tasks_done=n - len(left), work_left=float(sum(shape.tasks[int(k)] for k in left)))
+        nxt = min(int(bag["next"]), n)
+        others = [int(k) for k in (*(k for k in bag["task"] if k is not None), *bag.get("retry", ()))]
+        left, work = n - nxt + len(others), suffix[nxt] + sum(shape.tasks[k] for k in others)
+    out.update(tasks_total=n, tasks_done=n - left, work_left=float(work))
     return out
+
+
+#: job id -> (its spec, its shape and a task bag's suffix sums of work): parsed once per job; bounded
+_SHAPES: OrderedDict[str, tuple[dict[str, Any], JobShape, list[float]]] = OrderedDict()
+_SHAPES_MAX = 20_000
+
+
+def _shape_of(r: JobRecord) -> tuple[JobShape, list[float]] | None:
+    """The job's shape (``job_shape``) and, for a task bag, ``suffix[k]``: the work of tasks k.. (so the
+    work left costs O(workers)); cached while the record keeps the same spec object. None: no shape
+    this reader knows (a document stored by a daemon that read shapes otherwise)."""
+    hit = _SHAPES.get(r.id)
+    if hit is not None and hit[0] is r.spec:
+        _SHAPES.move_to_end(r.id)
+        return hit[1], hit[2]
+    try:
+        shape = job_shape(r.spec, f"job {r.id}")
+    except ValidationError:
+        return None
+    if shape is None:
+        return None
+    suffix = [0.0] * (len(shape.tasks) + 1)
+    for k in range(len(shape.tasks) - 1, -1, -1):
+        suffix[k] = suffix[k + 1] + shape.tasks[k]
+    _SHAPES[r.id] = (r.spec, shape, suffix)
+    if len(_SHAPES) > _SHAPES_MAX:
+        _SHAPES.popitem(last=False)
+    return shape, suffix
 
 
 def task_json(t: dict[str, Any]) -> dict[str, Any]:
