@@ -31,11 +31,16 @@ UNLIMITED = 10_000
 
 
 def screen_width(wide: bool = False) -> int:
-    """The width output is laid out for: ``COLUMNS`` when set (a positive number, whether stdout is a
+    """The width tables are fitted to: ``COLUMNS`` when set (a positive number, whether stdout is a
     terminal or not), else the terminal's width, else ``DEFAULT_WIDTH``; ``UNLIMITED`` for ``-o wide``
     (nothing cut or folded)."""
     if wide:
         return UNLIMITED
+    return _known_width() or DEFAULT_WIDTH
+
+
+def _known_width() -> int | None:
+    """``COLUMNS``, else the width of the terminal stdout is; None when neither says (piped output)."""
     raw = os.environ.get("COLUMNS", "").strip()
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
@@ -45,7 +50,7 @@ def screen_width(wide: bool = False) -> int:
             return os.get_terminal_size(out.fileno()).columns
         except (OSError, ValueError):
             pass
-    return DEFAULT_WIDTH
+    return None
 
 
 def _console(width: int) -> Console:
@@ -696,18 +701,21 @@ def kv_table(doc: Mapping[str, Any], keys: Sequence[str] | None = None) -> Table
 
 def show(doc: Any, output: str, render: Callable[[], Any]) -> None:
     """Print ``doc`` as JSON (``-o json``) or what ``render`` makes of it: a string, a rich renderable, or
-    a ``Grid`` fitted to the screen (``screen_width``; ``-o wide``: its columns are never cut)."""
+    a ``Grid`` fitted to the screen (``screen_width``: 100 columns when piped without ``COLUMNS``; ``-o
+    wide``: never cut)."""
     if output == "json":
         emit_json(doc)
         return
-    width = screen_width(wide=output == "wide")
+    wide = output == "wide"
     out = render()
     if isinstance(out, Grid):
-        out = (out if output == "wide" else out.fit(width)).render()
+        out = (out if wide else out.fit(screen_width())).render()
     if isinstance(out, str):
         click.echo(safe_lines(out))
     else:
-        _console(width).print(out)
+        # folded at the screen's width; with no screen to fit (piped, no COLUMNS) nothing is folded:
+        # the tables made to fit were fitted to DEFAULT_WIDTH above
+        _console(UNLIMITED if wide else _known_width() or UNLIMITED).print(out)
 
 
 def fmt_names(names: Sequence[str], limit: int = 8) -> str:
