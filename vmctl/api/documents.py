@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -102,16 +103,18 @@ def shape_fields(r: JobRecord) -> dict[str, Any]:
 #: job id -> (its spec, its shape and a task bag's suffix sums of work): parsed once per job; bounded
 _SHAPES: OrderedDict[str, tuple[dict[str, Any], JobShape, list[float]]] = OrderedDict()
 _SHAPES_MAX = 20_000
+_SHAPES_LOCK = threading.Lock()
 
 
 def _shape_of(r: JobRecord) -> tuple[JobShape, list[float]] | None:
     """The job's shape (``job_shape``) and, for a task bag, ``suffix[k]``: the work of tasks k.. (so the
     work left costs O(workers)); cached while the record keeps the same spec object. None: no shape
     this reader knows (a document stored by a daemon that read shapes otherwise)."""
-    hit = _SHAPES.get(r.id)
-    if hit is not None and hit[0] is r.spec:
-        _SHAPES.move_to_end(r.id)
-        return hit[1], hit[2]
+    with _SHAPES_LOCK:  # documents may be built on several threads
+        hit = _SHAPES.get(r.id)
+        if hit is not None and hit[0] is r.spec:
+            _SHAPES.move_to_end(r.id)
+            return hit[1], hit[2]
     try:
         shape = job_shape(r.spec, f"job {r.id}")
     except ValidationError:
@@ -121,9 +124,10 @@ def _shape_of(r: JobRecord) -> tuple[JobShape, list[float]] | None:
     suffix = [0.0] * (len(shape.tasks) + 1)
     for k in range(len(shape.tasks) - 1, -1, -1):
         suffix[k] = suffix[k + 1] + shape.tasks[k]
-    _SHAPES[r.id] = (r.spec, shape, suffix)
-    if len(_SHAPES) > _SHAPES_MAX:
-        _SHAPES.popitem(last=False)
+    with _SHAPES_LOCK:
+        _SHAPES[r.id] = (r.spec, shape, suffix)
+        if len(_SHAPES) > _SHAPES_MAX:
+            _SHAPES.popitem(last=False)
     return shape, suffix
 
 
