@@ -324,3 +324,19 @@ def test_vcsched_solve_lays_a_hosts_tasks_over_lines_that_fit(tmp_path: Path, ca
     rows = out[out.index("tasks (cpu cap / need)"):].splitlines()[1:]
     assert len(rows) > 1 and max(len(r) for r in rows) <= 60, out
     assert sum(r.count("/0.050") for r in rows) == 16  # every task, on lines under the tasks column
+
+
+def test_a_bags_work_left_counts_running_retried_and_unstarted_tasks() -> None:
+    from vmctl.api.documents import shape_fields
+    from vmctl.model import JobState
+    from vmctl.store.base import JobRecord
+
+    spec = job_spec({"shape": {"kind": "task-bag", "tasks": [1, 2, 3, 4, 5], "max_workers": 2}})
+    rec = JobRecord(id="b1", seq=1, name="b", spec=spec, state=JobState.RUNNING, submit_time=0.0)
+    rec.bag = {"next": 3, "task": [1, None], "release": [False, False], "vms": [0, 1], "rate": {}, "retry": []}
+    got = shape_fields(rec)
+    assert (got["tasks_done"], got["work_left"]) == (2, 2.0 + 4.0 + 5.0)  # task 1 runs, 3 and 4 not started
+    rec.bag = {"next": 5, "task": [], "release": [], "vms": [], "rate": {}, "retry": [1, 3]}  # requeued, kept
+    rec.state = JobState.QUEUED
+    got = shape_fields(rec)
+    assert (got["tasks_done"], got["tasks_total"], got["work_left"], got["width"]) == (3, 5, 6.0, None)
