@@ -195,15 +195,15 @@ def sweep_cmd(policies: str, grid_text: str | None, accuracies: str, seeds: str,
 @click.option("--deadline-estimates", type=float, default=3.0, show_default=True,
               help="k: a job's deadline is its submit time + k x its requested time.")
 @click.option("--policies", default="easy,hsret,afcfs,all-eft,cbsp", show_default=True)
-@click.option("--trace-dir", default="../shared/data/traces", show_default=True, help="Where the SWF traces are.")
+@click.option("--trace-dir", default=None, help="Where the SWF traces are (default: $VMCTL_TRACE_DIR, else "
+              "../shared/data/traces beside the checkout).")
 @click.option("--workers", type=int, default=None, help="Local Dask workers (default: one per core).")
 @click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="An existing Dask cluster.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
-def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str, trace_dir: str,
+def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str, trace_dir: str | None,
                workers: int | None, scheduler: str | None, out_dir: str) -> None:
     """The four methods against EASY on the real traces (KTH, SDSC, CTC, HPC2N): moldable widths from
     each job's size, deadline = submit + k x requested time; writes OUT/traces.md (docs/moldable.md)."""
-    from vmctl.experiments.gang import TRACES
     from vmctl.experiments.moldable_traces import METHODS, traces
     from vmctl.policies.moldable.model import check_slot
 
@@ -216,11 +216,6 @@ def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str,
     for name in names:
         if name not in METHODS:
             raise ValidationError(field="--policies", problem=f"unknown {name!r} (known: {', '.join(METHODS)})")
-    missing = [t for t in TRACES if not (Path(trace_dir) / t).exists()]
-    if missing:
-        from vmctl.errors import TraceFormatError
-
-        raise TraceFormatError(path=str(Path(trace_dir) / missing[0]), line=0, problem="no such file")
     click.echo(traces(out_dir, trace_dir, jobs, slot, deadline_estimates, workers=workers, scheduler=scheduler,
                       progress=sys.stderr.isatty(), policies=names), nl=False)
 

@@ -109,8 +109,10 @@ def batch_index(arrival_slot: np.ndarray, slots: int) -> np.ndarray:
 
 def run_cell(trace: str, jobs: int, slot: float, deadline_estimates: float, policy: str) -> dict[str, Any]:
     """One method on one trace: the metrics of the module docstring."""
+    from vmctl.experiments.inputs import trace_file
+
     t0 = time.perf_counter()
-    t = build(trace, jobs, slot, deadline_estimates)
+    t = build(trace_file(trace), jobs, slot, deadline_estimates)
     slots = int(t.tasks.arrival_slot.max()) + 1
     if policy == "easy":
         out = easy_metrics(t, slot, slots)
@@ -181,7 +183,7 @@ def table(rows: Sequence[Mapping[str, Any]], jobs: int, slot: float, k: float) -
     return "\n".join(lines) + "\n"
 
 
-def traces(out: str, trace_dir: str, jobs: int, slot: float, deadline_estimates: float,
+def traces(out: str, trace_dir: str | None, jobs: int, slot: float, deadline_estimates: float,
            workers: int | None = None, scheduler: str | None = None, progress: bool = True,
            policies: Sequence[str] = METHODS) -> str:
     """Every method of ``policies`` on the first ``jobs`` jobs of each trace; writes ``OUT/traces.md``."""
@@ -191,8 +193,10 @@ def traces(out: str, trace_dir: str, jobs: int, slot: float, deadline_estimates:
     for p in policies:
         if p not in METHODS:
             raise ValidationError(field="--policies", problem=f"unknown {p!r} (known: {', '.join(METHODS)})")
+    from vmctl.experiments.inputs import trace_cells_paths
+
+    paths = trace_cells_paths(trace_dir, TRACES)  # checked before any cell runs
     where = writable_dir(out)
-    paths = [str(Path(trace_dir) / t) for t in TRACES]
     path = where / "traces.parquet"
     res = run_grid(grid(run_cell, {"jobs": jobs, "slot": slot, "deadline_estimates": deadline_estimates},
                         trace=paths, policy=list(policies)),
