@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +81,19 @@ def moldable() -> None:
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def run_cmd(policy: str, slot: float, rate: float, slots: int, clusters: int, nodes: int, accuracy: float,
             seed: int, warmup: int | None, batches: int, shapes: tuple[str, ...], target: float, output: str) -> None:
-    """Simulate one policy; print tasks, AET, AWT, PUT (with 95 % CIs), utilization, slots."""
-    from vmctl.sim.moldable import MoldableConfig, simulate
+    """Simulate one policy; print tasks, AET, AWT, PUT (with 95 % CIs), utilization, slots. On a
+    terminal, a progress bar with the ETA (arrival slots reached) while it runs."""
+    from vmctl.sim.moldable import MoldableConfig
 
     extra: dict[str, Any] = {}
     if shapes:
         extra["profiles"] = _profiles(shapes)
     cfg = MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, clusters=clusters, nodes=nodes,
                          accuracy=accuracy, seed=seed, warmup=warmup, batches=batches, target=target, **extra)
-    res = simulate(cfg)
+    from vmctl.experiments.inputs import progress_bar
+
+    with progress_bar(policy, slots, "arrival slots") as tick:  # a terminal only: ETA while it runs
+        res = simulate_fed(cfg, tick)
     if output == "json":
         click.echo(json.dumps(res, indent=2))
         return
@@ -100,6 +105,44 @@ def run_cmd(policy: str, slot: float, rate: float, slots: int, clusters: int, no
         click.echo(f"{key:<10} {res[key]:.1f} {unit} +- {res['ci_' + key]:.1f}")
     click.echo(f"utilization {res['utilization']:.3f}, mean width {res['mean_width']:.1f}, "
                f"{res['slots_per_s']:.1f} slots/s")
+
+
+def simulate_fed(cfg: Any, tick: Callable[[float], None] | None = None, step: int | None = None) -> dict[str, Any]:
+    """``vmctl.sim.moldable.simulate(cfg)`` with the tasks fed to the engine in chunks of ``step``
+    consecutive arrival slots (default: 1/200 of the run), ``tick(slot)`` called as the engine reaches
+    each chunk: the progress of a long run. The engine takes its tasks as consecutive chunks (a streamed
+    run's own), so the results are ``simulate``'s (tests/unit/test_experiment_inputs.py compares them)."""
+    import time
+    from dataclasses import fields
+
+    import numpy as np
+
+    from vmctl.sim.moldable import STREAM_SLOTS, Tasks, clusters_of, generate, run_slots, stream_tasks
+
+    t0 = time.perf_counter()
+    size = step or max(1, cfg.slots // 200)
+
+    def split(tasks: Tasks) -> Iterator[Tasks]:
+        for first in range(0, cfg.slots, size):
+            lo, hi = np.searchsorted(tasks.arrival_slot, [first, first + size], side="left")
+            yield Tasks(*(getattr(tasks, f.name)[lo:hi] for f in fields(Tasks)))
+
+    def fed(chunks: Iterable[Tasks]) -> Iterator[Tasks]:
+        for chunk in chunks:
+            if tick is not None and chunk.arrival_slot.size:
+                tick(float(chunk.arrival_slot[0]))  # the engine pulls a chunk when it reaches its first arrival
+            yield chunk
+
+    chunks: Iterable[Tasks]
+    if cfg.slots > STREAM_SLOTS:
+        chunks, clusters = stream_tasks(cfg), clusters_of(cfg, np.random.SeedSequence(cfg.seed).spawn(2)[1])
+    else:
+        tasks, clusters = generate(cfg)
+        chunks = split(tasks)
+    res, _ = run_slots(cfg.policy, cfg.seed, cfg.slot, fed(chunks), clusters, cfg.profiles, slots=cfg.slots,
+                       warm=cfg.warm_slots, drain=cfg.drain, batches=cfg.batches, t0=t0, target=cfg.target)
+    return {"policy": cfg.policy, "target": cfg.target, "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy,
+            "seed": cfg.seed, **res, "clusters": cfg.clusters, "nodes": cfg.nodes}
 
 
 def _profiles(shapes: tuple[str, ...]) -> tuple[Any, ...]:

@@ -154,7 +154,8 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
             no_cpu_info: bool, load: float | None, seed: int, policy: str, params: tuple[str, ...],
             output: str, jobs_out: str | None, priority_from_queue: bool, discipline: str, levels: int | None,
             slice_s: float | None, shapes: str) -> None:
-    """Run one policy over one workload and print the metrics."""
+    """Run one policy over one workload and print the metrics (on a terminal, a progress bar with the
+    ETA while it runs: jobs done of the workload's)."""
     from vmctl.experiments.sweep import build_workload, run_one
     from vmctl.sim import report
 
@@ -180,19 +181,11 @@ def run_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int |
         execution_doc = {"model": shapes, "discipline": "shared", "levels": 1}
     t0 = time.perf_counter()
     built = build_workload(spec)
-    show_bar = output == "table" and sys.stderr.isatty() and len(built.jobs) >= 5000
-    if show_bar:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from vmctl.experiments.inputs import progress_bar
 
-        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task(f"{policy}", total=len(built.jobs))
-            result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built, jobs_out=jobs_out,
-                             on_progress=lambda done, total: bar.update(task, completed=done), execution=execution)
-    else:
+    with progress_bar(policy, len(built.jobs), "jobs done") as tick:  # a terminal only: ETA while it runs
         result = run_one(spec, policy, parsed, cpu_info=not no_cpu_info, built=built, jobs_out=jobs_out,
-                         execution=execution)
+                         on_progress=None if tick is None else lambda done, _total: tick(done), execution=execution)
     wall = time.perf_counter() - t0
     if output == "json":
         click.echo(report.to_json(result, {"wall_s": round(wall, 3), "cpu_info": not no_cpu_info,
