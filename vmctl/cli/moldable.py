@@ -228,8 +228,10 @@ def sweep_cmd(policies: str, grid_text: str | None, accuracies: str, seeds: str,
     click.echo(json.dumps({"runs": len(res.rows), "ran": res.ran, "skipped": res.skipped, "failed": len(res.failed),
                            "wall_s": round(res.wall_s, 2), "files": [str(p) for p in written]}))
     if res.failed:
+        from vmctl.experiments.inputs import first_failure
+
         raise CellsFailed(failed=len(res.failed), total=len(cells), table=str(table_path),
-                          first=str(res.failed[0]["error"]))
+                          first=first_failure(res.failed))
 
 
 @moldable.command("traces")

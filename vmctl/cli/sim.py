@@ -412,9 +412,10 @@ def sweep_cmd(trace: str | None, model: str | None, jobs: int | None, procs: int
     click.echo(json.dumps({"runs": len(res.rows), "ran": res.ran, "skipped": res.skipped, "failed": len(res.failed),
                            "wall_s": round(time.perf_counter() - t0, 2), "files": [str(p) for p in written]}))
     if res.failed:
-        first = res.failed[0]
+        from vmctl.experiments.inputs import first_failure
+
         raise CellsFailed(failed=len(res.failed), total=len(points), table=str(table_path),
-                          first=f"{_point_text(first)}: {first['error']}")
+                          first=first_failure(res.failed, _point_text(res.failed[0])))
 
 
 def _point_text(row: Mapping[str, Any]) -> str:

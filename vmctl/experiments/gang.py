@@ -567,11 +567,10 @@ def _plot_figure2(by: Mapping[tuple[float, int, str, int], list[Mapping[str, Any
 
 
 def _raise_failed(rows: Sequence[Mapping[str, Any]], table: Any) -> None:
-    from vmctl.errors import CellsFailed
+    """``CellsFailed`` naming each distinct error once (:func:`vmctl.experiments.inputs.raise_failed`)."""
+    from vmctl.experiments.inputs import raise_failed
 
-    failed = [r for r in rows if r.get("error")]
-    if failed:
-        raise CellsFailed(failed=len(failed), total=len(rows), first=str(failed[0]["error"]), table=str(table))
+    raise_failed(rows, table)
 
 
 #: the real traces of the comparison with EASY and MEASY (``../shared/data/traces``)

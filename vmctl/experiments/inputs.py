@@ -94,10 +94,12 @@ def failure_summary(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def first_failure(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The first error, and how many cells share it or failed otherwise (for ``CellsFailed``'s ``first``)."""
+def first_failure(rows: Sequence[Mapping[str, Any]], where: str = "") -> str:
+    """The first error (after ``where``, what names its cell), and how many cells share it or failed
+    otherwise (for ``CellsFailed``'s ``first``)."""
     groups = error_groups(rows)
     err, n = groups[0]
+    err = f"{where}: {err}" if where else err
     more = [f"{n} cells with this error"] if n > 1 else []
     if len(groups) > 1:
         more.append(f"{len(groups) - 1} other distinct error(s)")

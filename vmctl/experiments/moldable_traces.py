@@ -173,13 +173,17 @@ def table(rows: Sequence[Mapping[str, Any]], jobs: int, slot: float, k: float) -
     for r in rows:
         name = Path(str(r["trace"])).name.split("-cln")[0]
         if r.get("error"):
-            lines.append(f"| {name} | | {r['policy']} | failed: {r['error']} | | | | | | | |")
+            lines.append(f"| {name} | | {r['policy']} | failed (below) | | | | | | | |")
             continue
         lines.append(f"| {name} | {r['cores']} | {r['policy']} | {r['aet']:,.1f} ± {r['ci_aet']:,.1f} | "
                      f"{r['awt']:,.1f} ± {r['ci_awt']:,.1f} | {r['aet'] + r['awt']:,.1f} | "
                      f"{r['put']:.1f} ± {r['ci_put']:.1f} | "
                      f"{r['put_long']:.1f} | {r['width_over_procs']:.2f} | {r['utilization']:.3f} | "
                      f"{r['unfinished']} |")
+    if any(r.get("error") for r in rows):  # each cause once, with the number of cells it failed
+        from vmctl.experiments.inputs import failure_summary
+
+        lines += ["", failure_summary(rows)]
     return "\n".join(lines) + "\n"
 
 
