@@ -307,7 +307,8 @@ def variant_note(row: Mapping[str, Any]) -> str:
     split tasks."""
     notes = []
     if int(row["sample"]) > DOCUMENTED_SAMPLE:
-        notes.append(f"a sample SMALLER than the documented 1/{DOCUMENTED_SAMPLE}: read the intervals")
+        notes.append(f"a sample SMALLER than the documented 1/{DOCUMENTED_SAMPLE}: fewer jobs and workers, so the "
+                     "policies' order can differ from the documented results (docs/taskbags.md); read the intervals")
     if str(row.get("keep_wide", False)).lower() == "true":
         notes.append("bags wider than the machine kept")
     if int(row.get("split", 1) or 1) > 1:
