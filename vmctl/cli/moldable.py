@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +81,19 @@ def moldable() -> None:
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def run_cmd(policy: str, slot: float, rate: float, slots: int, clusters: int, nodes: int, accuracy: float,
             seed: int, warmup: int | None, batches: int, shapes: tuple[str, ...], target: float, output: str) -> None:
-    """Simulate one policy; print tasks, AET, AWT, PUT (with 95 % CIs), utilization, slots."""
-    from vmctl.sim.moldable import MoldableConfig, simulate
+    """Simulate one policy; print tasks, AET, AWT, PUT (with 95 % CIs), utilization, slots. On a
+    terminal, a progress bar with the ETA (arrival slots reached) while it runs."""
+    from vmctl.sim.moldable import MoldableConfig
 
     extra: dict[str, Any] = {}
     if shapes:
         extra["profiles"] = _profiles(shapes)
     cfg = MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, clusters=clusters, nodes=nodes,
                          accuracy=accuracy, seed=seed, warmup=warmup, batches=batches, target=target, **extra)
-    res = simulate(cfg)
+    from vmctl.experiments.inputs import progress_bar
+
+    with progress_bar(policy, slots, "arrival slots") as tick:  # a terminal only: ETA while it runs
+        res = simulate_fed(cfg, tick)
     if output == "json":
         click.echo(json.dumps(res, indent=2))
         return
@@ -100,6 +105,44 @@ def run_cmd(policy: str, slot: float, rate: float, slots: int, clusters: int, no
         click.echo(f"{key:<10} {res[key]:.1f} {unit} +- {res['ci_' + key]:.1f}")
     click.echo(f"utilization {res['utilization']:.3f}, mean width {res['mean_width']:.1f}, "
                f"{res['slots_per_s']:.1f} slots/s")
+
+
+def simulate_fed(cfg: Any, tick: Callable[[float], None] | None = None, step: int | None = None) -> dict[str, Any]:
+    """``vmctl.sim.moldable.simulate(cfg)`` with the tasks fed to the engine in chunks of ``step``
+    consecutive arrival slots (default: 1/200 of the run), ``tick(slot)`` called as the engine reaches
+    each chunk: the progress of a long run. The engine takes its tasks as consecutive chunks (a streamed
+    run's own), so the results are ``simulate``'s (tests/unit/test_experiment_inputs.py compares them)."""
+    import time
+    from dataclasses import fields
+
+    import numpy as np
+
+    from vmctl.sim.moldable import STREAM_SLOTS, Tasks, clusters_of, generate, run_slots, stream_tasks
+
+    t0 = time.perf_counter()
+    size = step or max(1, cfg.slots // 200)
+
+    def split(tasks: Tasks) -> Iterator[Tasks]:
+        for first in range(0, cfg.slots, size):
+            lo, hi = np.searchsorted(tasks.arrival_slot, [first, first + size], side="left")
+            yield Tasks(*(getattr(tasks, f.name)[lo:hi] for f in fields(Tasks)))
+
+    def fed(chunks: Iterable[Tasks]) -> Iterator[Tasks]:
+        for chunk in chunks:
+            if tick is not None and chunk.arrival_slot.size:
+                tick(float(chunk.arrival_slot[0]))  # the engine pulls a chunk when it reaches its first arrival
+            yield chunk
+
+    chunks: Iterable[Tasks]
+    if cfg.slots > STREAM_SLOTS:
+        chunks, clusters = stream_tasks(cfg), clusters_of(cfg, np.random.SeedSequence(cfg.seed).spawn(2)[1])
+    else:
+        tasks, clusters = generate(cfg)
+        chunks = split(tasks)
+    res, _ = run_slots(cfg.policy, cfg.seed, cfg.slot, fed(chunks), clusters, cfg.profiles, slots=cfg.slots,
+                       warm=cfg.warm_slots, drain=cfg.drain, batches=cfg.batches, t0=t0, target=cfg.target)
+    return {"policy": cfg.policy, "target": cfg.target, "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy,
+            "seed": cfg.seed, **res, "clusters": cfg.clusters, "nodes": cfg.nodes}
 
 
 def _profiles(shapes: tuple[str, ...]) -> tuple[Any, ...]:
@@ -185,8 +228,10 @@ def sweep_cmd(policies: str, grid_text: str | None, accuracies: str, seeds: str,
     click.echo(json.dumps({"runs": len(res.rows), "ran": res.ran, "skipped": res.skipped, "failed": len(res.failed),
                            "wall_s": round(res.wall_s, 2), "files": [str(p) for p in written]}))
     if res.failed:
+        from vmctl.experiments.inputs import first_failure
+
         raise CellsFailed(failed=len(res.failed), total=len(cells), table=str(table_path),
-                          first=str(res.failed[0]["error"]))
+                          first=first_failure(res.failed))
 
 
 @moldable.command("traces")
@@ -195,15 +240,15 @@ def sweep_cmd(policies: str, grid_text: str | None, accuracies: str, seeds: str,
 @click.option("--deadline-estimates", type=float, default=3.0, show_default=True,
               help="k: a job's deadline is its submit time + k x its requested time.")
 @click.option("--policies", default="easy,hsret,afcfs,all-eft,cbsp", show_default=True)
-@click.option("--trace-dir", default="../shared/data/traces", show_default=True, help="Where the SWF traces are.")
+@click.option("--trace-dir", default=None, help="Where the SWF traces are (default: $VMCTL_TRACE_DIR, else "
+              "../shared/data/traces beside the checkout).")
 @click.option("--workers", type=int, default=None, help="Local Dask workers (default: one per core).")
 @click.option("--scheduler", default=None, metavar="ADDRESS|FILE", help="An existing Dask cluster.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
-def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str, trace_dir: str,
+def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str, trace_dir: str | None,
                workers: int | None, scheduler: str | None, out_dir: str) -> None:
     """The four methods against EASY on the real traces (KTH, SDSC, CTC, HPC2N): moldable widths from
     each job's size, deadline = submit + k x requested time; writes OUT/traces.md (docs/moldable.md)."""
-    from vmctl.experiments.gang import TRACES
     from vmctl.experiments.moldable_traces import METHODS, traces
     from vmctl.policies.moldable.model import check_slot
 
@@ -216,11 +261,6 @@ def traces_cmd(jobs: int, slot: float, deadline_estimates: float, policies: str,
     for name in names:
         if name not in METHODS:
             raise ValidationError(field="--policies", problem=f"unknown {name!r} (known: {', '.join(METHODS)})")
-    missing = [t for t in TRACES if not (Path(trace_dir) / t).exists()]
-    if missing:
-        from vmctl.errors import TraceFormatError
-
-        raise TraceFormatError(path=str(Path(trace_dir) / missing[0]), line=0, problem="no such file")
     click.echo(traces(out_dir, trace_dir, jobs, slot, deadline_estimates, workers=workers, scheduler=scheduler,
                       progress=sys.stderr.isatty(), policies=names), nl=False)
 

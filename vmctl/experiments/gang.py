@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from vmctl.model import SliceSchedule
@@ -276,8 +276,11 @@ def table1_markdown(rows: Mapping[tuple[int, str], Mapping[str, Any]], loads: Se
 
 
 def table1(jobs: int, out: str, seed: int = 1, workers: int | None = None, scheduler: str | None = None,
-           progress: bool = True) -> str:
-    """Calibrate the loads, run the 36 cells of Table 1, write ``OUT/table1.md`` and return it."""
+           progress: bool = True, warn: Callable[[str], None] | None = None) -> str:
+    """Calibrate the loads, run the 36 cells of Table 1, write ``OUT/table1.md`` and return it. A size
+    whose calibration reaches too few workloads' utilizations is refused before the table's cells run
+    (:func:`check_reach`); ``warn`` is told of the workloads that share the last load, which the table's
+    header names too."""
     from pathlib import Path
 
     from vmctl.experiments.runner import grid, run_grid, writable_dir
@@ -285,15 +288,23 @@ def table1(jobs: int, out: str, seed: int = 1, workers: int | None = None, sched
     where = writable_dir(out)
     fixed = _fixed(jobs, seed)
     curve, loads = calibrate(jobs, seed, where, workers, scheduler, progress)
+    if warn is not None and (reach := reach_note(curve, jobs)):
+        warn(f"warning: {reach}")
     cells = [c for w, load in enumerate(loads) for c in grid(gang_cell, {**fixed, "load": load, "workload": w},
                                                                policy=list(POLICIES))]
     res = run_grid(cells, where / "table1.parquet", workers=workers, scheduler=scheduler, progress=progress,
                    label="table 1")
     _raise_failed(res.rows, where / "table1.parquet")
     rows = {(int(r["workload"]), str(r["policy"])): r for r in res.rows}
+    notes = []
+    if jobs < DOCUMENTED_JOBS:
+        notes.append(f"note: {jobs:,} jobs is SMALLER than the documented {DOCUMENTED_JOBS:,} (docs/gang.md): more end "
+                     "effect, lower rho at each load")
+    if reach := reach_note(curve, jobs):
+        notes.append(f"note: {reach}")
     doc = "\n".join([f"Table 1, {jobs:,} jann97 jobs, seed {seed}; offered loads calibrated on BGS+M "
-                     f"(curve: {', '.join(f'{x:g} -> {y:.3f}' for x, y in sorted(curve))})", "",
-                     table1_markdown(rows, loads), ""])
+                     f"(curve: {', '.join(f'{x:g} -> {y:.3f}' for x, y in sorted(curve))})",
+                     *notes, "", table1_markdown(rows, loads), ""])
     Path(where / "table1.md").write_text(doc, encoding="utf-8")
     return doc
 
@@ -379,7 +390,51 @@ def calibrate(jobs: int, seed: int, where: Any, workers: int | None, scheduler: 
                    workers=workers, scheduler=scheduler, progress=progress, label="calibration")
     _raise_failed(cal.rows, table)
     curve = [(float(r["load"]), float(r["utilization"])) for r in cal.rows]
+    check_reach(curve, jobs, table)
     return curve, loads_for_targets(curve, [target_utilization(w) for w in range(9)])
+
+
+#: the size Table 1 is documented at (docs/gang.md): workloads 7 and 8 already share the last load there
+DOCUMENTED_JOBS = 2000
+#: fewer workloads within reach than this, and most of Table 1's rows would be one run repeated: refused
+MIN_REACHED = 5
+
+
+def out_of_reach(curve: Sequence[tuple[float, float]]) -> list[int]:
+    """The workloads whose target utilization BGS+M's measured curve never reaches: their load is clamped
+    to the grid's last one (:func:`loads_for_targets`), so they all run the same cells.
+
+    >>> out_of_reach([(0.5, 0.45), (1.2, 0.80)])
+    [5, 6, 7, 8]
+    """
+    top = max(u for _x, u in curve)
+    return [w for w in range(9) if target_utilization(w) > top]
+
+
+def reach_note(curve: Sequence[tuple[float, float]], jobs: int) -> str:
+    """Why some workloads share the last load ('' when every target is reached)."""
+    lost = out_of_reach(curve)
+    if not lost:
+        return ""
+    x, top = max(curve, key=lambda p: (p[1], -p[0]))
+    rows = f"workload {lost[0]}" if len(lost) == 1 else f"workloads {lost[0]}-{lost[-1]}"
+    return (f"{rows} (target rho {target_utilization(lost[0]):.2f}"
+            f"{'' if len(lost) == 1 else f'-{target_utilization(lost[-1]):.2f}'}) out of reach: BGS+M reaches at "
+            f"most rho {top:.3f} (offered load {x:g}) on {jobs:,} jobs (the tail of a short run's last jobs keeps "
+            f"rho low), so {'it runs' if len(lost) == 1 else 'they all run'} at load {max(CALIBRATION_LOADS):g}"
+            f"{'' if len(lost) == 1 else ' and repeat one row'}")
+
+
+def check_reach(curve: Sequence[tuple[float, float]], jobs: int, table: Any) -> None:
+    """Refuse (``ValidationError`` on ``--jobs``, exit 2) a size whose calibration reaches fewer than
+    :data:`MIN_REACHED` of the nine workloads' utilizations: most rows of the table would be the same cells."""
+    from vmctl.errors import ValidationError
+
+    lost = out_of_reach(curve)
+    if 9 - len(lost) < MIN_REACHED:
+        raise ValidationError(field="--jobs", problem=f"{jobs:,} jobs are too few for Table 1's loads: "
+                              f"{reach_note(curve, jobs)}; use --jobs {DOCUMENTED_JOBS} (the documented size) or more "
+                              f"(the calibration is kept in {table})")
 
 
 #: Figure 1's axes: the quota Q (tasks per slice; -1 = unlimited) and the migration cost C (s)
@@ -512,11 +567,10 @@ def _plot_figure2(by: Mapping[tuple[float, int, str, int], list[Mapping[str, Any
 
 
 def _raise_failed(rows: Sequence[Mapping[str, Any]], table: Any) -> None:
-    from vmctl.errors import CellsFailed
+    """``CellsFailed`` naming each distinct error once (:func:`vmctl.experiments.inputs.raise_failed`)."""
+    from vmctl.experiments.inputs import raise_failed
 
-    failed = [r for r in rows if r.get("error")]
-    if failed:
-        raise CellsFailed(failed=len(failed), total=len(rows), first=str(failed[0]["error"]), table=str(table))
+    raise_failed(rows, table)
 
 
 #: the real traces of the comparison with EASY and MEASY (``../shared/data/traces``)
@@ -529,16 +583,18 @@ def trace_cell(trace: str, jobs: int, policy: str, seed: int, mpl: int = 5, slic
     """One policy on the first ``jobs`` jobs of a trace: the gang policies on the time-slice model
     (MPL ``mpl``, T ``slice_s``, C = 0, Q unlimited), EASY and MEASY on the two-tier model (the MEASY
     paper's, with its CPU-usage rule). Besides the usual metrics, the paper-004 slowdown
-    ``max(response, T) / max(execution, T)`` of every policy, so the two families compare on one scale."""
+    ``max(response, T) / max(execution, T)`` of every policy, so the two families compare on one scale.
+    ``trace``: a path, or a file name in the trace folder (:mod:`vmctl.experiments.inputs`)."""
     import math as _math
 
+    from vmctl.experiments.inputs import trace_file
     from vmctl.experiments.sweep import WorkloadSpec, build_workload, make_config
     from vmctl.policies.registry import create_policy
     from vmctl.sim.engine import Simulator
     from vmctl.sim.timeslice import TimeSliceModel
 
     t0 = time.perf_counter()
-    spec = WorkloadSpec(trace=trace, jobs=jobs, seed=seed)
+    spec = WorkloadSpec(trace=trace_file(trace), jobs=jobs, seed=seed)
     built = build_workload(spec)
     gang = policy in POLICIES
     pol = create_policy(policy, mpl=mpl, slice=slice_s) if gang else create_policy(policy)
@@ -555,16 +611,18 @@ def trace_cell(trace: str, jobs: int, policy: str, seed: int, mpl: int = 5, slic
             "sim_s": time.perf_counter() - t0}
 
 
-def traces(jobs: int, out: str, trace_dir: str, seed: int = 1, workers: int | None = None,
+def traces(jobs: int, out: str, trace_dir: str | None = None, seed: int = 1, workers: int | None = None,
            scheduler: str | None = None, progress: bool = True) -> str:
-    """The gang policies against EASY and MEASY on the first ``jobs`` jobs of each of :data:`TRACES`;
-    writes ``OUT/traces.md``."""
+    """The gang policies against EASY and MEASY on the first ``jobs`` jobs of each of :data:`TRACES` in
+    ``trace_dir`` (default: the trace folder, :func:`vmctl.experiments.inputs.trace_dir`); writes
+    ``OUT/traces.md``."""
     from pathlib import Path
 
+    from vmctl.experiments.inputs import trace_cells_paths
     from vmctl.experiments.runner import grid, run_grid, writable_dir
 
+    paths = trace_cells_paths(trace_dir, TRACES)
     where = writable_dir(out)
-    paths = [str(Path(trace_dir) / t) for t in TRACES]
     table = where / "traces.parquet"
     res = run_grid(grid(trace_cell, {"jobs": jobs, "seed": seed}, trace=paths, policy=list(TRACE_POLICIES)),
                    table, workers=workers, scheduler=scheduler, progress=progress, label="traces")

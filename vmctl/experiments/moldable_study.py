@@ -30,10 +30,11 @@ import argparse
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from vmctl.experiments.runner import Cell, cell, run_grid
+from vmctl.errors import OutOfRange, ValidationError
+from vmctl.experiments.inputs import failure_summary, raise_failed, run_main
+from vmctl.experiments.runner import Cell, cell, run_grid, writable_dir
 from vmctl.model import JobShape
 from vmctl.policies.moldable.model import Profile
 from vmctl.sim.metrics import replication_interval
@@ -141,9 +142,8 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> str:
                        f"{_fmt([float(r['put']) for r in rs], 2)} | {_fmt([float(r['utilization']) for r in rs], 3)} | "
                        f"{_fmt([float(r['mean_width']) for r in rs], 1)} | {_fmt(ratio, 3) if ratio else '-'} | "
                        f"{_fmt([float(r['unfinished']) for r in rs])} |")
-    failed = [r for r in rows if r.get("error")]
-    if failed:
-        out.append(f"\n{len(failed)} cell(s) failed: " + "; ".join(str(r["error"]) for r in failed))
+    if any(r.get("error") for r in rows):  # one line per cause, not per cell
+        out.append("\n" + failure_summary(rows))
     return "\n".join(out) + "\n"
 
 
@@ -158,20 +158,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1000, help="nodes per cluster (default 1,000: the paper's)")
     ap.add_argument("--rate", type=float, default=150.0, help="mean arrivals per slot (default 150)")
     a = ap.parse_args(argv)
+    # every input checked before a cell runs (exit 2 naming the option)
     studies = [s for s in a.studies.split(",") if s]
-    for s in studies:
+    for s in studies or [""]:
         if s not in STUDIES:
-            raise SystemExit(f"--studies: unknown {s!r} (known: {', '.join(STUDIES)})")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    seeds = [int(s) for s in a.seeds.split(",") if s]
-    res = run_grid(cells(studies, seeds, a.slots, a.rate, nodes=a.nodes), out / "results.csv", workers=a.workers,
-                   label="moldable-study")
+            raise ValidationError(field="--studies", problem=f"unknown {s!r} (known: {', '.join(STUDIES)})")
+    try:
+        seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise ValidationError(field="--seeds", problem=f"expected comma-separated integers, got {a.seeds!r}") from None
+    if not seeds:
+        raise ValidationError(field="--seeds", problem="no seed given")
+    for what, value in (("--slots", a.slots), ("--workers", a.workers), ("--nodes", a.nodes)):
+        if value < 1:
+            raise OutOfRange(what=what, value=value, allowed=">= 1")
+    MoldableConfig(policy="hsret", slot=360.0, rate=a.rate, slots=a.slots, nodes=a.nodes)  # its own checks
+    out = writable_dir(a.out)
+    table = out / "results.csv"
+    res = run_grid(cells(studies, seeds, a.slots, a.rate, nodes=a.nodes), table, workers=a.workers,
+                   label="moldable-study", progress=sys.stderr.isatty())
     text = tables(res.rows)
     (out / "study.md").write_text(text)
     sys.stdout.write(text)
-    return 1 if res.failed else 0
+    raise_failed(res.rows, table)
+    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -109,8 +109,10 @@ def batch_index(arrival_slot: np.ndarray, slots: int) -> np.ndarray:
 
 def run_cell(trace: str, jobs: int, slot: float, deadline_estimates: float, policy: str) -> dict[str, Any]:
     """One method on one trace: the metrics of the module docstring."""
+    from vmctl.experiments.inputs import trace_file
+
     t0 = time.perf_counter()
-    t = build(trace, jobs, slot, deadline_estimates)
+    t = build(trace_file(trace), jobs, slot, deadline_estimates)
     slots = int(t.tasks.arrival_slot.max()) + 1
     if policy == "easy":
         out = easy_metrics(t, slot, slots)
@@ -171,17 +173,21 @@ def table(rows: Sequence[Mapping[str, Any]], jobs: int, slot: float, k: float) -
     for r in rows:
         name = Path(str(r["trace"])).name.split("-cln")[0]
         if r.get("error"):
-            lines.append(f"| {name} | | {r['policy']} | failed: {r['error']} | | | | | | | |")
+            lines.append(f"| {name} | | {r['policy']} | failed (below) | | | | | | | |")
             continue
         lines.append(f"| {name} | {r['cores']} | {r['policy']} | {r['aet']:,.1f} ± {r['ci_aet']:,.1f} | "
                      f"{r['awt']:,.1f} ± {r['ci_awt']:,.1f} | {r['aet'] + r['awt']:,.1f} | "
                      f"{r['put']:.1f} ± {r['ci_put']:.1f} | "
                      f"{r['put_long']:.1f} | {r['width_over_procs']:.2f} | {r['utilization']:.3f} | "
                      f"{r['unfinished']} |")
+    if any(r.get("error") for r in rows):  # each cause once, with the number of cells it failed
+        from vmctl.experiments.inputs import failure_summary
+
+        lines += ["", failure_summary(rows)]
     return "\n".join(lines) + "\n"
 
 
-def traces(out: str, trace_dir: str, jobs: int, slot: float, deadline_estimates: float,
+def traces(out: str, trace_dir: str | None, jobs: int, slot: float, deadline_estimates: float,
            workers: int | None = None, scheduler: str | None = None, progress: bool = True,
            policies: Sequence[str] = METHODS) -> str:
     """Every method of ``policies`` on the first ``jobs`` jobs of each trace; writes ``OUT/traces.md``."""
@@ -191,8 +197,10 @@ def traces(out: str, trace_dir: str, jobs: int, slot: float, deadline_estimates:
     for p in policies:
         if p not in METHODS:
             raise ValidationError(field="--policies", problem=f"unknown {p!r} (known: {', '.join(METHODS)})")
+    from vmctl.experiments.inputs import trace_cells_paths
+
+    paths = trace_cells_paths(trace_dir, TRACES)  # checked before any cell runs
     where = writable_dir(out)
-    paths = [str(Path(trace_dir) / t) for t in TRACES]
     path = where / "traces.parquet"
     res = run_grid(grid(run_cell, {"jobs": jobs, "slot": slot, "deadline_estimates": deadline_estimates},
                         trace=paths, policy=list(policies)),

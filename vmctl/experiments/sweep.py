@@ -163,7 +163,8 @@ def run_one(
         execution = shape_execution("task-bag" if "task-bag" in kinds else "moldable", built.shapes)
     cfg = make_config(spec, spec.seed if seed is None else seed, cpu_info, execution)
     sim = Simulator(built.jobs, built.cores, pol, cfg, source=built.source, dropped=built.dropped)
-    result = sim.run(on_progress)
+    # ``on_progress(done, total)``: about 200 reports over the run (jobs done of the workload's)
+    result = sim.run(on_progress, max(1, len(built.jobs) // 200)) if on_progress is not None else sim.run()
     if jobs_out is not None:
         from vmctl.sim.jobs_out import write_jobs
 

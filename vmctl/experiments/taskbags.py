@@ -4,11 +4,14 @@ dispatch policies, their work-conserving variant and FCFS/EASY on the CERIT-SC 2
 ``python -m vmctl.experiments.taskbags --out DIR [--sample 8] [--seeds 1] [--workers 1]`` runs the grid on
 the experiment runner (:mod:`vmctl.experiments.runner`: one cell per policy, parameter set, speed case
 and seed, recorded in ``DIR/results.csv``; a rerun skips the cells already there) and writes
-``DIR/tables.md``.
+``DIR/tables.md``. It runs the same from any working directory: ``--trace`` and ``--machines`` are file
+names in ``$VMCTL_TRACE_DIR`` (default ``../shared/data/traces`` beside the checkout) or paths, checked
+(and the trace read once) before any cell runs: a missing or malformed file is one error naming it, exit
+2. Failed cells are one line per distinct error with its count, exit 7.
 
 The workload (:func:`build`):
 
-- **Jobs**: the trace (``../shared/data/traces/wagap-2013.swf.gz`` and its machine file, read by
+- **Jobs**: the trace (``wagap-2013.swf.gz`` and its machine file in the trace folder, read by
   :mod:`vmctl.sim.workloads.alea`). Each job becomes a bag of **one task per CPU**, each task's forecast
   the job's requested walltime and its actual length the job's run time (``min(run, walltime)``: a job
   is killed at its walltime); at most one worker per task (the ``task-bag`` rule of
@@ -50,7 +53,8 @@ from typing import Any
 import numpy as np
 
 from vmctl.errors import OutOfRange, ValidationError
-from vmctl.experiments.runner import Cell, Scalar, cell, run_grid
+from vmctl.experiments.inputs import failure_summary, raise_failed, run_main, trace_file, trace_ref
+from vmctl.experiments.runner import Cell, Scalar, cell, run_grid, writable_dir
 from vmctl.model import ClusterView, Decision, JobShape
 from vmctl.policies.dispatch_policy import DispatchPriority
 from vmctl.sim.metrics import replication_interval
@@ -58,8 +62,9 @@ from vmctl.sim.workloads.alea import QUEUE_CLASS, read_alea_swf
 from vmctl.sim.workloads.core import WorkloadJob
 from vmctl.sim.workloads.shapes import with_shapes
 
-TRACE = "../shared/data/traces/wagap-2013.swf.gz"
-MACHINES = "../shared/data/traces/wagap-2013.swf.machines"
+#: file names in the trace folder (:func:`vmctl.experiments.inputs.trace_dir`)
+TRACE = "wagap-2013.swf.gz"
+MACHINES = "wagap-2013.swf.machines"
 SPEEDS = ("homogeneous", "uniform")
 R_SWEEP = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 CLASSES = tuple(sorted(set(QUEUE_CLASS.values()), reverse=True))
@@ -133,11 +138,13 @@ def run_cell(trace: str, machines: str, sample: int, seed: int, speeds: str, pol
              probe: bool = False) -> dict[str, Any]:
     """One simulation of the grid; the metrics of the module docstring. ``probe`` (``dispatch-priority``
     only): every pass also asks the same policy with r = 0 for its decision on the same view (the policy is
-    stateless) and counts the passes where r changed the decision, and why it could (:class:`RProbe`)."""
+    stateless) and counts the passes where r changed the decision, and why it could (:class:`RProbe`).
+    ``trace`` and ``machines``: paths, or file names in the trace folder of the process running the cell."""
     from vmctl.policies.registry import create_policy
     from vmctl.sim.engine import SimConfig, Simulator
     from vmctl.sim.exec_taskbag import TaskBagModel
 
+    trace, machines = trace_file(trace), trace_file(machines)
     b = build(trace, machines, sample, seed, speeds, keep_wide, split, deadline_walltimes)
     params: dict[str, Any] = {}
     if policy.startswith("dispatch-"):
@@ -300,7 +307,8 @@ def variant_note(row: Mapping[str, Any]) -> str:
     split tasks."""
     notes = []
     if int(row["sample"]) > DOCUMENTED_SAMPLE:
-        notes.append(f"a sample SMALLER than the documented 1/{DOCUMENTED_SAMPLE}: read the intervals")
+        notes.append(f"a sample SMALLER than the documented 1/{DOCUMENTED_SAMPLE}: fewer jobs and workers, so the "
+                     "policies' order can differ from the documented results (docs/taskbags.md); read the intervals")
     if str(row.get("keep_wide", False)).lower() == "true":
         notes.append("bags wider than the machine kept")
     if int(row.get("split", 1) or 1) > 1:
@@ -339,18 +347,29 @@ def tables(rows: Sequence[Mapping[str, Any]]) -> str:
                 vals.append(cell + (" %" if pct else ""))
             out.append(f"| {name} | " + " | ".join(vals) + " |")
         out.extend(_paired_with_easy(order))
-    failed = [r for r in rows if r.get("error")]
-    if failed:
-        out.append(f"\n{len(failed)} cell(s) failed: " + "; ".join(f"{label(r)}: {r['error']}" for r in failed))
+    if any(r.get("error") for r in rows):  # one line per cause, not per cell
+        out.append("\n" + failure_summary(rows))
     return "\n".join(out) + "\n"
 
 
+def _ints(option: str, text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValidationError(field=option, problem=f"expected comma-separated integers, got {text!r}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (module docstring); vmctl errors propagate (:func:`run_main` prints them)."""
     ap = argparse.ArgumentParser(prog="python -m vmctl.experiments.taskbags", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output directory (results.csv, tables.md)")
-    ap.add_argument("--trace", default=TRACE)
-    ap.add_argument("--machines", default=MACHINES)
-    ap.add_argument("--sample", type=int, default=8, help="keep 1 job in SAMPLE and 1 CPU in SAMPLE (default 8)")
+    ap.add_argument("--trace", default=TRACE, help=f"the CERIT-SC trace: a path, or a file name in $VMCTL_TRACE_DIR "
+                                                   f"(default {TRACE}; the folder defaults to ../shared/data/traces "
+                                                   "beside the checkout)")
+    ap.add_argument("--machines", default=MACHINES, help=f"its machine file, the same way (default {MACHINES})")
+    ap.add_argument("--sample", type=int, default=DOCUMENTED_SAMPLE,
+                    help=f"keep 1 job in SAMPLE and 1 CPU in SAMPLE (default {DOCUMENTED_SAMPLE}, the documented "
+                         "evaluation; a larger one says so in the tables' headers)")
     ap.add_argument("--seeds", default="1", help="comma-separated seeds (sample and speeds)")
     ap.add_argument("--speeds", default=",".join(SPEEDS), help="comma-separated: homogeneous, uniform")
     ap.add_argument("--deadline-walltimes", type=float, default=1.0,
@@ -360,21 +379,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="keep bags wider than the scaled machine (their tasks run in rounds) instead of dropping them")
     ap.add_argument("--split", type=int, default=1, help="split each task into this many (default 1)")
     a = ap.parse_args(argv)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    seeds = [int(s) for s in a.seeds.split(",") if s]
+    # every input checked before a cell runs: one error naming the file or the option, exit 2
+    trace, machines = trace_ref(a.trace, "--trace"), trace_ref(a.machines, "--machines")
+    seeds = _ints("--seeds", a.seeds)
+    if not seeds:
+        raise ValidationError(field="--seeds", problem="no seed given")
     speeds = [s for s in a.speeds.split(",") if s]
-    for s in speeds:
+    for s in speeds or [""]:
         if s not in SPEEDS:
-            raise SystemExit(f"--speeds: unknown {s!r} (known: {', '.join(SPEEDS)})")
-    res = run_grid(cells(a.trace, a.machines, a.sample, seeds, speeds, a.deadline_walltimes, a.keep_wide,
-                         a.split), out / "results.csv",
-                   workers=a.workers, label="taskbags")
+            raise ValidationError(field="--speeds", problem=f"unknown {s!r} (known: {', '.join(SPEEDS)})")
+    if a.sample < 1:
+        raise OutOfRange(what="--sample", value=a.sample, allowed=">= 1 (keep 1 job in SAMPLE)")
+    if a.split < 1:
+        raise OutOfRange(what="--split", value=a.split, allowed=">= 1 (tasks per CPU of a job)")
+    if a.workers < 1:
+        raise OutOfRange(what="--workers", value=a.workers, allowed=">= 1")
+    if not (a.deadline_walltimes > 0 and math.isfinite(a.deadline_walltimes)):
+        raise OutOfRange(what="--deadline-walltimes", value=a.deadline_walltimes, allowed="> 0")
+    read_alea_swf(trace_file(trace), trace_file(machines))  # a malformed file: its path and line, once
+    out = writable_dir(a.out)
+    table = out / "results.csv"
+    res = run_grid(cells(trace, machines, a.sample, seeds, speeds, a.deadline_walltimes, a.keep_wide, a.split),
+                   table, workers=a.workers, label="taskbags", progress=sys.stderr.isatty())
     text = tables(res.rows)
     (out / "tables.md").write_text(text)
     sys.stdout.write(text)
-    return 1 if res.failed else 0
+    raise_failed(res.rows, table)
+    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -377,8 +377,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m vmctl.experiments.taskbags_live", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", choices=TRACES, default="synthetic")
-    ap.add_argument("--trace-file", default=TRACE)
-    ap.add_argument("--machines", default=MACHINES)
+    ap.add_argument("--trace-file", default=TRACE, help=f"wagap-2013: a path, or a file name in $VMCTL_TRACE_DIR "
+                                                        f"(default {TRACE}; the folder: ../shared/data/traces beside "
+                                                        "the checkout)")
+    ap.add_argument("--machines", default=MACHINES, help=f"its machine file, the same way (default {MACHINES})")
     ap.add_argument("--sample", type=int, default=8, help="wagap-2013: keep 1 job in SAMPLE (seeded)")
     ap.add_argument("--skip", type=int, default=0, help="wagap-2013: skip this many fitting jobs of the sample")
     ap.add_argument("--jobs", type=int, default=40)
@@ -406,8 +408,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 < a.task_usage <= 1:
             raise OutOfRange(what="--task-usage", value=a.task_usage, allowed="0 < u <= 1")
         params = _params(a.param)
-        bags = synthetic(a.jobs, a.seed, a.rate) if a.trace == "synthetic" else \
-            from_trace(a.trace_file, a.machines, a.sample, a.seed, a.jobs, a.skip, 2 * a.hosts)
+        if a.trace == "synthetic":
+            bags = synthetic(a.jobs, a.seed, a.rate)
+        else:  # the same files from any working directory, checked before anything starts
+            from vmctl.experiments.inputs import trace_file, trace_ref
+
+            bags = from_trace(trace_file(trace_ref(a.trace_file, "--trace-file")),
+                              trace_file(trace_ref(a.machines, "--machines")), a.sample, a.seed, a.jobs, a.skip,
+                              2 * a.hosts)
         sim = simulate(bags, a.hosts, a.policy, params, a.task_usage)
         with tempfile.TemporaryDirectory(prefix="vmctl-taskbags-live-") as tmp:
             state = a.out if a.out is not None else Path(tmp)

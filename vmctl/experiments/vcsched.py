@@ -369,10 +369,12 @@ def run_suite(
     text = report(suite, rows, out)
     (out / f"tables-{suite}.md").write_text(text, encoding="utf-8")
     if res.failed:
+        from vmctl.experiments.inputs import first_failure
+
         first = res.failed[0]
         raise CellsFailed(failed=len(res.failed), total=len(cells), table=str(table_path),
-                          first=f"{first['algorithm']} on tasks={first['tasks']} slack={first['slack']} "
-                                f"k={first['k']}: {first['error']}")
+                          first=first_failure(res.failed, f"{first['algorithm']} on tasks={first['tasks']} "
+                                                          f"slack={first['slack']} k={first['k']}"))
     return text
 
 
