@@ -233,7 +233,7 @@ def test_explain_names_the_reservation(server: tuple[str, Recorder], capsys: Any
         "reservation": {"job_id": "19", "shadow_time": 1795003600.0, "extra_cores": 1}})
     code, out, _ = run(capsys, "job", "explain", "20", "--url", url)
     assert code == 0
-    assert "position 3 in the queue (2 job(s) ahead)" in out and "waiting for 8 cores" in out  # from 1
+    assert "position 3 in the queue (2 queued job(s) ahead of it)" in out and "waiting for 8 cores" in out  # from 1
     assert "job 19 holds the reservation" in out and "2026-11-18" in out and "1 extra core" in out
 
 
@@ -449,7 +449,7 @@ def test_times_are_iso_8601_with_zone_and_relative(monkeypatch: pytest.MonkeyPat
         assert fmt_reason("head of queue: reservation at t=10 needs 4 cores").endswith("at t=10 needs 4 cores")
         explain = explain_text({"job_id": "3", "state": "queued", "queue_position": 0, "reason": None,
                                     "reservation": None})
-        assert "position 1 in the queue (the head of the queue)" in explain
+        assert "position 1 in the queue (no queued job ahead of it)" in explain
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()

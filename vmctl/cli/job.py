@@ -359,18 +359,24 @@ def job_update(job_id: str, estimate: float | None, priority: int | None, deadli
 
 
 def explain_text(doc: Mapping[str, Any]) -> str:
-    """A sentence or three on why a job waits."""
+    """A sentence or three on why a job waits. The position counts the queued jobs only: under a two-tier
+    policy (KEASY, REASY, MEASY) a running bg job submitted earlier goes to fg before them, and the
+    reason says so; only the migrations of the current run are listed (the daemon leaves out earlier
+    runs')."""
     job_id = doc.get("job_id")
     state = doc.get("state")
     lines = [f"job {job_id} is {state}"]
     pos = doc.get("queue_position")
-    if isinstance(pos, int) and not isinstance(pos, bool):  # the API counts from 0 (the head)
-        ahead = "the head of the queue" if pos == 0 else f"{pos} job(s) ahead"
+    if isinstance(pos, int) and not isinstance(pos, bool):  # the API counts from 0 (the first queued job)
+        ahead = "no queued job ahead of it" if pos == 0 else f"{pos} queued job(s) ahead of it"
         lines[0] += f", position {pos + 1} in the queue ({ahead})"
     if doc.get("reason"):
         lines.append(f"reason: {fmt_reason(doc['reason'])}")
     if doc.get("held"):
         lines.append(f"held: it does not start until released (vmctl job release {job_id})")
+    run = doc.get("run")
+    if state == JobState.QUEUED and isinstance(run, int) and not isinstance(run, bool) and run > 0:
+        lines.append(f"run {run} ended (requeued); its next start is run {run + 1}, from the beginning")
     blocked = fmt_blocked(doc.get("blocked_by"))
     if blocked:
         lines.append(f"nodes: only {blocked} keep it waiting: the ready nodes have too few cores for it; it can "
@@ -378,13 +384,19 @@ def explain_text(doc: Mapping[str, Any]) -> str:
     res = doc.get("reservation")
     if isinstance(res, dict) and res:
         holder = res.get("job_id")
-        who = "this job holds" if str(holder) == str(job_id) else f"job {holder} holds"
-        lines.append(
-            f"reservation: {who} the reservation; it starts at the latest at {fmt_when(res.get('shadow_time'))} "
-            f"(shadow time); {res.get('extra_cores')} extra core(s) may be backfilled until then"
-        )
-    elif state == JobState.QUEUED:
-        lines.append("reservation: none blocks it")
+        when = f"{fmt_when(res.get('shadow_time'))} (shadow time)"
+        extra = f"{res.get('extra_cores')} extra core(s) may be backfilled until then"
+        if str(holder) == str(job_id):
+            what = ("this job holds the reservation: it moves to fg" if res.get("holder_tier") == "bg"
+                    else "this job holds the reservation: it starts")
+        elif res.get("holder_tier") == "bg":
+            what = f"job {holder}, running in bg, holds the reservation: it moves to fg"
+        else:
+            what = f"job {holder} holds the reservation: it starts"
+        lines.append(f"reservation: {what} at the latest at {when}; {extra}")
+    elif state == JobState.QUEUED and not doc.get("held"):
+        lines.append("reservation: none now (the policy reserves cores only while idle fg cores could be "
+                     "backfilled)")
     for m in doc.get("migrations") or ():
         if isinstance(m, Mapping):
             to = ", ".join(str(t) for t in m.get("to") or ()) or "-"
