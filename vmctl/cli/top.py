@@ -37,14 +37,14 @@ def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any
 
 def top_text(policy: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any]],
              queued: Sequence[Mapping[str, Any]], recent: Sequence[Mapping[str, Any]], events: int = 10) -> str:
-    """``vmctl top``: nodes and cores with their fg/bg jobs, the queue head and its reservation, and the
+    """``vmctl top``: nodes and cores with their fg/bg jobs, the queued jobs with their reasons, and the
     latest events of the jobs' histories."""
     running = sum(1 for v in vms if v.get("job_id"))
     lines = [f"vmctl top  {fmt_time(_now())}  policy {policy.get('name')}  "
              f"queued {len(queued)}  VMs with a job {running}",
              "", "NODE / cores as fg-job/bg-job:"]
     lines.extend(core_rows(nodes, vms) or ["(no nodes)"])
-    lines += ["", "queue (head first):"]
+    lines += ["", "queued jobs (first in the queue first; their reasons say what they wait for):"]
     for j in queued[:5]:
         start = f", starts {fmt_start(j)}" if j.get("expected_start") is not None else ""
         lines.append(f"  {j.get('id')} {j.get('name')} procs {j.get('procs')}{start}: {fmt_reason(j.get('reason'))}")
