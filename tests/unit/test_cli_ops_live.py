@@ -92,6 +92,33 @@ def test_read_token_cannot_write(env: DaemonProcess, capsys: pytest.CaptureFixtu
     assert code == 5 and err.startswith("error: forbidden: ")
 
 
+def test_revoking_the_token_in_use_needs_force(env: DaemonProcess, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 25 item 5: revoking the token the command itself sends succeeded silently and every later
+    command failed with 'unknown token'; now it is refused (exit 4, saying why) unless --force."""
+    code, out, err = run(capsys, "token", "issue", "--name", "self-admin", "--role", "admin", "-o", "json")
+    assert code == 0, err
+    mine = json.loads(out)["token"]
+    code, out, err = run(capsys, "token", "issue", "--name", "other-read", "--role", "read", "-o", "json")
+    assert code == 0, err
+    monkeypatch.setenv("VMCTL_TOKEN", mine)
+    listed = json.loads(run(capsys, "token", "list", "-o", "json")[1])["tokens"]
+    my_id = next(t["id"] for t in listed if t["name"] == "self-admin")
+    for key in ("self-admin", my_id):  # by name and by id
+        code, out, err = run(capsys, "token", "revoke", key)
+        assert code == 4 and out == "", (code, out, err)
+        assert err.startswith(f"error: conflict: token {my_id} (self-admin, admin): is the token this command uses")
+        assert "every later command with it fails with 'unknown token'" in err and "--force" in err
+    assert run(capsys, "job", "list")[0] == 0  # still valid
+    # another token is revoked without --force
+    code, out, err = run(capsys, "token", "revoke", "other-read")
+    assert code == 0 and out.startswith("revoked token ") and "this command used" not in out, err
+    code, out, err = run(capsys, "token", "revoke", "self-admin", "--force")
+    assert code == 0 and "(the token this command used: later commands need another one)" in out, err
+    code, _, err = run(capsys, "job", "list")
+    assert code == 5 and err.startswith("error: unauthenticated: "), err
+
+
 def test_policy_nodes_vms_certs(env: DaemonProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run(capsys, "policy", "show", "-o", "json")
     doc = json.loads(out)
