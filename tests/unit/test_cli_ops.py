@@ -96,7 +96,8 @@ def test_job_submit_builds_body_and_sends_token(server: tuple[str, Recorder], ca
     req = rec.requests[-1]
     assert req["method"] == "POST" and req["auth"] == "Bearer s3cret"
     assert req["body"] == {"procs": 2, "estimate": 600.0, "name": "sim-a", "cpu_usage": [0.5, 0.5], "priority": 3}
-    assert json.loads(out) == {"jobs": [JOB]}
+    # one job by options: under job (as job show prints it) and jobs (as any submission), with warnings
+    assert json.loads(out) == {"job": JOB, "jobs": [JOB], "warnings": []}
 
 
 def test_job_submit_file_uses_batch(server: tuple[str, Recorder], capsys: Any, tmp_path: Path) -> None:
@@ -109,6 +110,13 @@ def test_job_submit_file_uses_batch(server: tuple[str, Recorder], capsys: Any, t
     assert rec.requests[-1]["body"] == {"jobs": [{"procs": 1, "estimate": 10},
                                                  {"procs": 4, "estimate": 20, "work_seconds": 5}]}
     assert "18" in out and "submitted" in out
+    code, out, _ = run(capsys, "job", "submit", "--url", url, "-f", str(f), "-o", "json")
+    assert code == 0 and json.loads(out) == {"jobs": [JOB, {**JOB, "id": "18"}], "warnings": []}
+    # a file of one job is a batch too: jobs, and no job key (a script reads the same shape for any file)
+    rec.answer("POST", "/v1/jobs", 201, {"job": JOB, "warnings": ["policy easy does not use job priorities"]})
+    f.write_text("{procs: 1, estimate: 10, priority: 2}\n")
+    code, out, _ = run(capsys, "job", "submit", "--url", url, "-f", str(f), "-o", "json")
+    assert code == 0 and json.loads(out) == {"jobs": [JOB], "warnings": ["policy easy does not use job priorities"]}
 
 
 def test_job_submit_bad_file_is_located_error(capsys: Any, tmp_path: Path) -> None:

@@ -33,9 +33,14 @@ run = run_cli
 def test_job_lifecycle(env: DaemonProcess, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "job", "submit", "-n", "2", "-t", "60", "--name", "live-a", "-o", "json")
     assert code == 0, err
-    job = json.loads(out)["jobs"][0]
+    submitted = json.loads(out)
+    job = submitted["jobs"][0]
     assert job["name"] == "live-a" and job["state"] == "queued" and job["procs"] == 2
     jid = str(job["id"])
+    # one envelope convention (docs/operations.md "JSON envelopes"): job show's key reads a submission too
+    assert submitted["job"] == job and submitted["warnings"] == []
+    code, out, _ = run(capsys, "job", "show", jid, "-o", "json")
+    assert code == 0 and set(json.loads(out)) == {"job"} and json.loads(out)["job"]["id"] == submitted["job"]["id"]
     code, out, _ = run(capsys, "job", "list", "--state", "queued")
     assert code == 0 and "live-a" in out
     code, out, _ = run(capsys, "job", "show", jid)

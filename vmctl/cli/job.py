@@ -200,8 +200,16 @@ def job_submit(
     jobs, warnings = client.submit(specs)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
-    doc: dict[str, Any] = {"jobs": jobs, "warnings": warnings} if warnings else {"jobs": jobs}
-    show(doc, output, lambda: job_table(jobs, title="submitted"))
+    show(submit_envelope(jobs, warnings, one=file_ is None), output, lambda: job_table(jobs, title="submitted"))
+
+
+def submit_envelope(jobs: list[dict[str, Any]], warnings: list[str], one: bool) -> dict[str, Any]:
+    """``job submit -o json``, as the API answers (docs/operations.md "JSON envelopes"): ``jobs`` holds
+    every job submitted (a file is a batch, even of one job), and a job submitted by options is also
+    under ``job``, as ``job show`` prints it; ``warnings`` is always there (a list, often empty)."""
+    doc: dict[str, Any] = {"job": jobs[0]} if one and len(jobs) == 1 else {}
+    doc.update(jobs=jobs, warnings=warnings)
+    return doc
 
 
 @job.command("list")
