@@ -223,6 +223,32 @@ def test_vm_priority_set_body(server: tuple[str, Recorder], capsys: Any) -> None
     assert code == 2
 
 
+def test_vm_priority_show_views_what_set_changes(server: tuple[str, Recorder], capsys: Any) -> None:
+    """issue 25 item 5: `vm priority` had only `set`; `show` views the same fields, desired and observed."""
+    url, rec = server
+    observed = {"node": "n1", "power": "running", "core": 0, "weight": 100, "cap": 0.5, "utilization": 0.4}
+    rec.answer("GET", "/v1/vms/j17-r0-p0", 200, {"vm": {**VM, "name": "j17-r0-p0", "cap": 0.25, "weight": 50,
+                                                        "managed": True, "observed": observed,
+                                                        "differs": ["weight", "cap"]}})
+    code, out, err = run(capsys, "vm", "priority", "show", "j17-r0-p0", "--url", url)
+    assert code == 0, err
+    assert rec.requests[-1]["method"] == "GET" and rec.requests[-1]["path"] == "/v1/vms/j17-r0-p0"
+    lines = out.splitlines()
+    assert lines[0] == "vm j17-r0-p0 on n1: job 17"
+    assert lines[1] == "desired:  tier fg, weight 50, cap 25%, core 0"
+    assert lines[2].startswith("observed: weight 100, cap 50%, core 0")
+    assert lines[3].startswith("differs in: weight, cap")
+    assert "vmctl vm priority set j17-r0-p0 --tier fg|bg" in out
+    code, out, _ = run(capsys, "vm", "priority", "show", "j17-r0-p0", "--url", url, "-o", "json")
+    assert code == 0 and json.loads(out)["vm"]["weight"] == 50  # the VM document, as vm show prints it
+    rec.answer("GET", "/v1/vms/n1-c1-bg", 200, {"vm": {**VM, "name": "n1-c1-bg", "role": "bg", "job_id": None,
+                                                       "managed": False, "observed": None}})
+    code, out, _ = run(capsys, "vm", "priority", "show", "n1-c1-bg", "--url", url)
+    assert code == 0 and "no job; its priority is the agent's layout's (bg slot)" in out
+    code, out, _ = run(capsys, "vm", "priority", "--help")
+    assert code == 0 and "show" in out and "set" in out
+
+
 def test_vm_list_and_show(server: tuple[str, Recorder], capsys: Any) -> None:
     url, rec = server
     rec.answer("GET", "/v1/vms", 200, {"vms": [VM]})
