@@ -556,3 +556,22 @@ def test_job_show_prints_a_task_bag_in_one_line_each() -> None:
     tasks = [{"exit_status": 0, "worker": "n1/0.0"}, {"exit_status": 1, "worker": "n1/0.0"},
              {"exit_status": None, "worker": "n2/0.1"}, {"exit_status": None, "worker": None}]
     assert fmt_bag_tasks(tasks).startswith("4: 1 done, 1 failed, 1 running, 1 waiting")
+
+
+def test_node_show_of_a_lost_node_is_no_live_claim(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    lost = {**NODE, "state": "lost", "fg_busy": 4, "bg_busy": 0, "utilization": 1.0, "last_report": 1795000070.0,
+            "report_age_s": 95.0}
+    rec.answer("GET", "/v1/nodes", 200, {"nodes": [lost]})
+    rec.answer("GET", "/v1/vms", 200, {"vms": [{**VM, "observed": {"job_id": "17", "power": "running"}}]})
+    code, out, err = run(capsys, "node", "show", "n1", "--url", url)
+    assert code == 0, err
+    assert rec.requests[-1]["path"] == "/v1/vms" and "node=n1" in rec.requests[-1]["query"]
+    assert "busy: 4 fg" not in out
+    assert ("last observed (its agent's last report, 95s ago; not live): utilization 100%, 1 VM(s) running "
+            "a job (1 fg, 0 bg)") in out, out
+    assert "desired (held for it by vmctld): 4 fg, 0 bg" in out
+    # -o json is the node document alone (no extra call)
+    n = len(rec.requests)
+    code, out, _ = run(capsys, "node", "show", "n1", "--url", url, "-o", "json")
+    assert code == 0 and json.loads(out) == {"node": lost} and len(rec.requests) == n + 1
