@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -575,3 +576,24 @@ def test_node_show_of_a_lost_node_is_no_live_claim(server: tuple[str, Recorder],
     n = len(rec.requests)
     code, out, _ = run(capsys, "node", "show", "n1", "--url", url, "-o", "json")
     assert code == 0 and json.loads(out) == {"node": lost} and len(rec.requests) == n + 1
+
+
+def test_certificate_serials_print_at_one_width(server: tuple[str, Recorder], capsys: Any) -> None:
+    """issue 25 item 5: a serial with leading zero digits printed 37 hex digits wide (the API's canonical
+    form drops them); the CLI prints every serial 40 digits wide (20 bytes)."""
+    from vmctl.cli.cert import fmt_serial
+
+    url, rec = server
+    short = "5D1F0A3B9C0E2D4F6A8B1C3D5E7F9A0B1C2AB"  # 37 digits: three leading zeros dropped
+    assert len(short) == 37
+    full = "7" * 40
+    entry = {"node": "n1", "issued": 1795000000.0, "expires": 1826536000.0, "revoked": None, "key_from": "csr"}
+    rec.answer("GET", "/v1/certs", 200, {"certs": [{**entry, "serial": short}, {**entry, "serial": full}]})
+    code, out, _ = run(capsys, "cert", "list", "--url", url)
+    assert code == 0 and re.findall(r"\b[0-9A-F]{37,40}\b", out) == ["000" + short, full], out
+    code, out, _ = run(capsys, "cert", "list", "--url", url, "-o", "json")
+    assert json.loads(out)["certs"][0]["serial"] == short  # -o json: the API's answer as it came
+    rec.answer("DELETE", "/v1/certs/n1", 200, {"revoked": [{**entry, "serial": short}]})
+    code, out, _ = run(capsys, "cert", "revoke", "n1", "--url", url)
+    assert code == 0 and out.strip() == f"revoked certificate 000{short} of node n1"
+    assert fmt_serial("0a") == "0" * 38 + "0A" and fmt_serial(None) == "-" and fmt_serial("node-7") == "node-7"

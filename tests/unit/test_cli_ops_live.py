@@ -144,6 +144,16 @@ def test_policy_nodes_vms_certs(env: DaemonProcess, capsys: pytest.CaptureFixtur
 
     cert = x509.load_pem_x509_certificate(pem.encode())
     assert cert.subject.rfc4514_string() == "CN=node:n9"
+    # serials print 40 hex digits wide (a random serial's leading zero digits were dropped: 37-40 wide);
+    # revoke takes the printed form
+    serial = next(c["serial"] for c in json.loads(run(capsys, "cert", "list", "-o", "json")[1])["certs"]
+                  if c["node"] == "n9")
+    assert int(serial, 16) == cert.serial_number  # the API: canonical, no leading zeros
+    wide = f"{cert.serial_number:040X}"
+    code, out, _ = run(capsys, "cert", "list")
+    assert code == 0 and re.search(rf"\b{wide}\b.*\bn9\b", out), out
+    code, out, err = run(capsys, "cert", "revoke", wide)
+    assert code == 0 and out.strip() == f"revoked certificate {wide} of node n9", err
 
 
 def test_connection_errors_say_what_is_wrong(daemon: DaemonProcess, capsys: pytest.CaptureFixture[str],
