@@ -49,6 +49,11 @@ def test_a_requeued_held_job_explains_its_next_run_without_the_last_run_s_migrat
     c.run_until(lambda: c.daemon.job(b).tier == "bg")
     # the short fg job ends: MEASY migrates B to its cores on the other node
     c.run_until(lambda: c.state(short) == "done" and c.daemon.job(b).tier == "fg" and not c.daemon.job(b).migrating)
+    # the history names the tier change as a migration, and its completion after it (not a promotion)
+    hist = [(h["event"], h["detail"]) for h in c.daemon.job(b).history]
+    moved = [d for e, d in hist if e == "migrated"]
+    assert len(moved) == 1 and ("tier", f"bg -> fg by policy measy, migrating {moved[0]}") in hist
+    assert [e for e, _d in hist].index("tier") < [e for e, _d in hist].index("migrated")
     running = c.daemon.explain(b)
     assert [m["state"] for m in running["migrations"]] == ["done"]
     assert "migration op" in explain_text(running)
