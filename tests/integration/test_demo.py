@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,8 +165,8 @@ def test_short_demo_run(tmp_path: Path) -> None:
     assert m and "done" in m.group(1)
     assert re.search(r"mean response time: [\d,.]+ s", out), out
     assert re.search(r"bounded slowdown \(tau=10 s\): mean [\d,.]+", out), out
-    assert re.search(r"migrations between nodes: (\d+) started \(\d+ by the policy, 0 by an operator\): (\d+) completed, "
-                     r"(\d+) aborted because the job ended while moving", out), out
+    assert re.search(r"migrations between nodes: (\d+) started \(\d+ by the policy, 0 by an operator\): "
+                     r"(\d+) completed, (\d+) aborted because the job ended while moving", out), out
     m = re.search(r"migrations between nodes: (\d+) started .*: (\d+) completed, (\d+) aborted .* (\d+) failed", out)
     assert m and int(m.group(1)) >= int(m.group(2)) + int(m.group(3)) + int(m.group(4)), out
     assert re.search(r"jobs' migration counters \(MIG in vmctl job list\): \d+ = \d+ completed between nodes \+ "
@@ -184,7 +184,6 @@ def test_short_demo_run(tmp_path: Path) -> None:
 
 
 def test_operator_migration_picks_a_fitting_target(tmp_path: Path) -> None:
-    from typing import Any
 
     from vmctl import errors
     from vmctl.cli.demo.command import Demo, DemoOptions
