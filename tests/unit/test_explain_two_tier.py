@@ -30,7 +30,7 @@ def test_explain_under_measy_with_a_running_bg_job_agrees_with_itself_and_the_li
     assert text.splitlines() == [
         f"job {q} is queued, position 1 in the queue (no queued job ahead of it)",
         f"reason: waiting for fg cores (none idle): bg job {bg}, running and submitted earlier, goes to fg before it",
-        "reservation: none now (the policy reserves cores only while idle fg cores could be backfilled)",
+        "reservation: none held now (no job has cores reserved for it)",
     ]
     # job list and top show the same reason
     listed = job_json(c.daemon.job(q))

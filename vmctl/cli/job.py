@@ -403,8 +403,7 @@ def explain_text(doc: Mapping[str, Any]) -> str:
             what = f"job {holder} holds the reservation: it starts"
         lines.append(f"reservation: {what} at the latest at {when}; {extra}")
     elif state == JobState.QUEUED and not doc.get("held"):
-        lines.append("reservation: none now (the policy reserves cores only while idle fg cores could be "
-                     "backfilled)")
+        lines.append("reservation: none held now (no job has cores reserved for it)")
     for m in doc.get("migrations") or ():
         if isinstance(m, Mapping):
             to = ", ".join(str(t) for t in m.get("to") or ()) or "-"
