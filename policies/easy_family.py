@@ -521,6 +521,8 @@ class _TwoTier(SchedulingPolicy):
         self._info: bool = self.params["use_cpu_info"]
         self._cost: float = 0.0 if cost is None else float(cost)
         self._multi = _check_queue_order(self)
+        # why a running bg job comes before the queued jobs in the merged list (their waiting reason)
+        self._ahead = "ahead of it in the multifactor order" if self._multi else "submitted earlier"
 
     # -------------------------------------------------------------------------- usage helpers
 
@@ -748,7 +750,10 @@ class _TwoTier(SchedulingPolicy):
             if st.free == 0:
                 if isinstance(item, Job):
                     reasons[item.id] = f"head of queue: needs {procs} cores, none idle in fg"
-                default_reason = f"waiting behind the head {item.id}"
+                    default_reason = f"waiting behind the head {item.id}"
+                else:  # a running bg job goes to fg first: the queued jobs wait for fg cores behind it
+                    default_reason = (f"waiting for fg cores (none idle): bg job {item.job.id}, running and "
+                                      f"{self._ahead}, goes to fg before it")
                 break
             res = self._reserve(st, item)
             if res is None:
@@ -759,7 +764,10 @@ class _TwoTier(SchedulingPolicy):
             reservation = Reservation(item.id, shadow, extra)
             if isinstance(item, Job):
                 reasons[item.id] = _head_reason(item, shadow)
-            default_reason = f"does not fit, or would delay the reservation of {item.id} at t={_fmt(shadow)}"
+                default_reason = f"does not fit, or would delay the reservation of {item.id} at t={_fmt(shadow)}"
+            else:
+                default_reason = (f"does not fit, or would delay the reservation of {item.job.id} at t={_fmt(shadow)} "
+                                  f"(bg job {item.job.id}, running and {self._ahead}, goes to fg by then)")
             for cand in merged:
                 if st.free == 0:
                     break

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,14 +47,64 @@ def test_small_samples_need_no_estimate_workaround() -> None:
     assert len(jobs) == 12 and all(j.spec["estimate"] >= j.spec["tasks"][0]["work_seconds"] for j in jobs)
 
 
-def test_migration_outcomes_from_metrics() -> None:
-    from vmctl.cli.demo.summary import migration_outcomes
+def test_migration_counts_agree_and_say_what_aborted_means() -> None:
+    """issue 25 item 6: the summary said "migrations: 4 (jobs' counters, same-host re-pins included); between
+    nodes: aborted 4, completed 4", counts that did not add up, and never what "aborted" means."""
+    from vmctl.cli.demo.summary import Summary, count_moves, migration_lines
 
-    text = ('# HELP vmctl_migrations_total Migrations finished, by outcome\n'
-            'vmctl_migrations_total{outcome="completed"} 3.0\nvmctl_migrations_total{outcome="aborted"} 1.0\n'
-            'vmctl_migrations_created{outcome="completed"} 1.7e9\n')
-    assert migration_outcomes(text) == {"completed": 3.0, "aborted": 1.0}
-    assert migration_outcomes("") == {}
+    ops = [{"kind": "migrate", "state": "done", "origin": "policy"} for _ in range(4)]
+    ops += [{"kind": "migrate", "state": "aborted", "origin": "policy", "note": "job done"} for _ in range(3)]
+    ops += [{"kind": "migrate", "state": "aborted", "origin": "operator", "note": "job killed"},
+            {"kind": "migrate", "state": "rolled_back", "origin": "policy", "note": "agent reported failed"},
+            {"kind": "checkpoint", "state": "done"}]
+    m = count_moves(ops)
+    assert (m.started, m.by_operator, m.completed, m.aborted, m.failed, m.pending) == (9, 1, 4, 4, 1, 0)
+    assert m.why == {"done": 3, "killed": 1}
+    lines = migration_lines(Summary(migrations=5), m)
+    assert lines == [
+        "  migrations between nodes: 9 started (8 by the policy, 1 by an operator): 4 completed, 4 aborted because "
+        "the job ended while moving (3 done, 1 killed), 1 failed and rolled back (the job ran on where it was)",
+        "  jobs' migration counters (MIG in vmctl job list): 5 = 4 completed between nodes + 1 re-pin(s) to other "
+        "cores of the same node",
+    ]
+    # the numbers add up: started = completed + aborted + failed (+ still moving); counters = completed + re-pins
+    assert m.started == m.completed + m.aborted + m.failed + m.pending
+    none = migration_lines(Summary(migrations=0), count_moves([]))
+    assert none[0].startswith("  migrations between nodes: 0 started (0 by the policy, 0 by an operator): 0 completed")
+
+
+def test_event_feed_orders_a_measy_move_and_names_it() -> None:
+    """issue 25 item 6: a MEASY migration read "migrating A -> B" then "promoted bg -> fg" at the same instant:
+    one move from bg on one node to fg on another is one event, and a promotion is only one in place."""
+    from vmctl.cli.demo.view import EventFeed
+
+    def job(jid: str, state: str, tier: str | None, nodes: list[str], migs: int = 0, runs: int = 1) -> dict[str, Any]:
+        return {"id": jid, "state": state, "tier": tier, "migrations": migs, "runs": runs,
+                "placement": [{"node": n, "core": 0} for n in nodes]}
+
+    feed = EventFeed()
+    feed.update([job("3", "running", "bg", ["node2"]), job("4", "running", "bg", ["node1"]),
+                 job("5", "running", "bg", ["node3"])], 1.0)
+    feed.update([job("3", "running", "fg", ["node1"]), job("4", "running", "fg", ["node1"]),
+                 job("5", "running", "fg", ["node2"])], 2.0)
+    feed.update([job("3", "running", "fg", ["node1"], migs=1), job("4", "running", "fg", ["node1"]),
+                 job("5", "done", "fg", ["node2"])], 3.0)
+    assert feed.lines == [
+        "   1.0s  job 3 started in the bg tier on node2",
+        "   1.0s  job 4 started in the bg tier on node1",
+        "   1.0s  job 5 started in the bg tier on node3",
+        "   2.0s  job 3 migrating node2 -> node1 (bg -> fg)",
+        "   2.0s  job 4 promoted bg -> fg in place on node1",
+        "   2.0s  job 5 migrating node3 -> node2 (bg -> fg)",
+        "   3.0s  job 3 migration done, on node1",
+        "   3.0s  job 5 done while moving: its migration is aborted",
+    ]
+    # a counter that grows without a move between nodes is a re-pin; KEASY's kill and restart is no migration
+    feed.update([job("4", "running", "fg", ["node1"], migs=1), job("6", "running", "bg", ["node3"])], 4.0)
+    feed.update([job("6", "running", "fg", ["node1"], runs=2)], 5.0)
+    assert feed.lines[-3:] == ["   4.0s  job 4 re-pinned to other cores of node1",
+                               "   4.0s  job 6 started in the bg tier on node3",
+                               "   5.0s  job 6 restarted (run 2) in the fg tier on node1"]
 
 
 def test_summary_in_model_time() -> None:
@@ -114,7 +165,14 @@ def test_short_demo_run(tmp_path: Path) -> None:
     assert m and "done" in m.group(1)
     assert re.search(r"mean response time: [\d,.]+ s", out), out
     assert re.search(r"bounded slowdown \(tau=10 s\): mean [\d,.]+", out), out
-    assert re.search(r"migrations: \d+ \(jobs' counters, same-host re-pins included\); between nodes: ", out), out
+    assert re.search(r"migrations between nodes: (\d+) started \(\d+ by the policy, 0 by an operator\): "
+                     r"(\d+) completed, (\d+) aborted because the job ended while moving", out), out
+    m = re.search(r"migrations between nodes: (\d+) started .*: (\d+) completed, (\d+) aborted .* (\d+) failed", out)
+    assert m and int(m.group(1)) >= int(m.group(2)) + int(m.group(3)) + int(m.group(4)), out
+    assert re.search(r"jobs' migration counters \(MIG in vmctl job list\): \d+ = \d+ completed between nodes \+ "
+                     r"\d+ re-pin", out), out
+    # --no-live says where the metrics are and which token reads them
+    assert re.search(r"metrics https://127\.0\.0\.1:\d+/metrics with the bearer token in \S+/admin\.token", out), out
     assert "daemon clock at 1000x" in out  # vmctld and the agents ran on the accelerated clock
     pids = [int(p) for p in re.findall(r"pid (\d+)", out)] + [
         int(p) for p in re.search(r"pids ([\d, ]+)\)", out).group(1).split(",")]  # type: ignore[union-attr]
@@ -126,7 +184,6 @@ def test_short_demo_run(tmp_path: Path) -> None:
 
 
 def test_operator_migration_picks_a_fitting_target(tmp_path: Path) -> None:
-    from typing import Any
 
     from vmctl import errors
     from vmctl.cli.demo.command import Demo, DemoOptions

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -96,7 +97,8 @@ def test_job_submit_builds_body_and_sends_token(server: tuple[str, Recorder], ca
     req = rec.requests[-1]
     assert req["method"] == "POST" and req["auth"] == "Bearer s3cret"
     assert req["body"] == {"procs": 2, "estimate": 600.0, "name": "sim-a", "cpu_usage": [0.5, 0.5], "priority": 3}
-    assert json.loads(out) == {"jobs": [JOB]}
+    # one job by options: under job (as job show prints it) and jobs (as any submission), with warnings
+    assert json.loads(out) == {"job": JOB, "jobs": [JOB], "warnings": []}
 
 
 def test_job_submit_file_uses_batch(server: tuple[str, Recorder], capsys: Any, tmp_path: Path) -> None:
@@ -109,6 +111,13 @@ def test_job_submit_file_uses_batch(server: tuple[str, Recorder], capsys: Any, t
     assert rec.requests[-1]["body"] == {"jobs": [{"procs": 1, "estimate": 10},
                                                  {"procs": 4, "estimate": 20, "work_seconds": 5}]}
     assert "18" in out and "submitted" in out
+    code, out, _ = run(capsys, "job", "submit", "--url", url, "-f", str(f), "-o", "json")
+    assert code == 0 and json.loads(out) == {"jobs": [JOB, {**JOB, "id": "18"}], "warnings": []}
+    # a file of one job is a batch too: jobs, and no job key (a script reads the same shape for any file)
+    rec.answer("POST", "/v1/jobs", 201, {"job": JOB, "warnings": ["policy easy does not use job priorities"]})
+    f.write_text("{procs: 1, estimate: 10, priority: 2}\n")
+    code, out, _ = run(capsys, "job", "submit", "--url", url, "-f", str(f), "-o", "json")
+    assert code == 0 and json.loads(out) == {"jobs": [JOB], "warnings": ["policy easy does not use job priorities"]}
 
 
 def test_job_submit_bad_file_is_located_error(capsys: Any, tmp_path: Path) -> None:
@@ -215,6 +224,32 @@ def test_vm_priority_set_body(server: tuple[str, Recorder], capsys: Any) -> None
     assert code == 2
 
 
+def test_vm_priority_show_views_what_set_changes(server: tuple[str, Recorder], capsys: Any) -> None:
+    """issue 25 item 5: `vm priority` had only `set`; `show` views the same fields, desired and observed."""
+    url, rec = server
+    observed = {"node": "n1", "power": "running", "core": 0, "weight": 100, "cap": 0.5, "utilization": 0.4}
+    rec.answer("GET", "/v1/vms/j17-r0-p0", 200, {"vm": {**VM, "name": "j17-r0-p0", "cap": 0.25, "weight": 50,
+                                                        "managed": True, "observed": observed,
+                                                        "differs": ["weight", "cap"]}})
+    code, out, err = run(capsys, "vm", "priority", "show", "j17-r0-p0", "--url", url)
+    assert code == 0, err
+    assert rec.requests[-1]["method"] == "GET" and rec.requests[-1]["path"] == "/v1/vms/j17-r0-p0"
+    lines = out.splitlines()
+    assert lines[0] == "vm j17-r0-p0 on n1: job 17"
+    assert lines[1] == "desired:  tier fg, weight 50, cap 25%, core 0"
+    assert lines[2].startswith("observed: weight 100, cap 50%, core 0")
+    assert lines[3].startswith("differs in: weight, cap")
+    assert "vmctl vm priority set j17-r0-p0 --tier fg|bg" in out
+    code, out, _ = run(capsys, "vm", "priority", "show", "j17-r0-p0", "--url", url, "-o", "json")
+    assert code == 0 and json.loads(out)["vm"]["weight"] == 50  # the VM document, as vm show prints it
+    rec.answer("GET", "/v1/vms/n1-c1-bg", 200, {"vm": {**VM, "name": "n1-c1-bg", "role": "bg", "job_id": None,
+                                                       "managed": False, "observed": None}})
+    code, out, _ = run(capsys, "vm", "priority", "show", "n1-c1-bg", "--url", url)
+    assert code == 0 and "no job; its priority is the agent's layout's (bg slot)" in out
+    code, out, _ = run(capsys, "vm", "priority", "--help")
+    assert code == 0 and "show" in out and "set" in out
+
+
 def test_vm_list_and_show(server: tuple[str, Recorder], capsys: Any) -> None:
     url, rec = server
     rec.answer("GET", "/v1/vms", 200, {"vms": [VM]})
@@ -233,7 +268,7 @@ def test_explain_names_the_reservation(server: tuple[str, Recorder], capsys: Any
         "reservation": {"job_id": "19", "shadow_time": 1795003600.0, "extra_cores": 1}})
     code, out, _ = run(capsys, "job", "explain", "20", "--url", url)
     assert code == 0
-    assert "position 3 in the queue (2 job(s) ahead)" in out and "waiting for 8 cores" in out  # from 1
+    assert "position 3 in the queue (2 queued job(s) ahead of it)" in out and "waiting for 8 cores" in out  # from 1
     assert "job 19 holds the reservation" in out and "2026-11-18" in out and "1 extra core" in out
 
 
@@ -449,7 +484,7 @@ def test_times_are_iso_8601_with_zone_and_relative(monkeypatch: pytest.MonkeyPat
         assert fmt_reason("head of queue: reservation at t=10 needs 4 cores").endswith("at t=10 needs 4 cores")
         explain = explain_text({"job_id": "3", "state": "queued", "queue_position": 0, "reason": None,
                                     "reservation": None})
-        assert "position 1 in the queue (the head of the queue)" in explain
+        assert "position 1 in the queue (no queued job ahead of it)" in explain
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
@@ -524,3 +559,43 @@ def test_job_show_prints_a_task_bag_in_one_line_each() -> None:
     tasks = [{"exit_status": 0, "worker": "n1/0.0"}, {"exit_status": 1, "worker": "n1/0.0"},
              {"exit_status": None, "worker": "n2/0.1"}, {"exit_status": None, "worker": None}]
     assert fmt_bag_tasks(tasks).startswith("4: 1 done, 1 failed, 1 running, 1 waiting")
+
+
+def test_node_show_of_a_lost_node_is_no_live_claim(server: tuple[str, Recorder], capsys: Any) -> None:
+    url, rec = server
+    lost = {**NODE, "state": "lost", "fg_busy": 4, "bg_busy": 0, "utilization": 1.0, "last_report": 1795000070.0,
+            "report_age_s": 95.0}
+    rec.answer("GET", "/v1/nodes", 200, {"nodes": [lost]})
+    rec.answer("GET", "/v1/vms", 200, {"vms": [{**VM, "observed": {"job_id": "17", "power": "running"}}]})
+    code, out, err = run(capsys, "node", "show", "n1", "--url", url)
+    assert code == 0, err
+    assert rec.requests[-1]["path"] == "/v1/vms" and "node=n1" in rec.requests[-1]["query"]
+    assert "busy: 4 fg" not in out
+    assert ("last observed (its agent's last report, 95s ago; not live): utilization 100%, 1 VM(s) running "
+            "a job (1 fg, 0 bg)") in out, out
+    assert "desired (held for it by vmctld): 4 fg, 0 bg" in out
+    # -o json is the node document alone (no extra call)
+    n = len(rec.requests)
+    code, out, _ = run(capsys, "node", "show", "n1", "--url", url, "-o", "json")
+    assert code == 0 and json.loads(out) == {"node": lost} and len(rec.requests) == n + 1
+
+
+def test_certificate_serials_print_at_one_width(server: tuple[str, Recorder], capsys: Any) -> None:
+    """issue 25 item 5: a serial with leading zero digits printed 37 hex digits wide (the API's canonical
+    form drops them); the CLI prints every serial 40 digits wide (20 bytes)."""
+    from vmctl.cli.cert import fmt_serial
+
+    url, rec = server
+    short = "5D1F0A3B9C0E2D4F6A8B1C3D5E7F9A0B1C2AB"  # 37 digits: three leading zeros dropped
+    assert len(short) == 37
+    full = "7" * 40
+    entry = {"node": "n1", "issued": 1795000000.0, "expires": 1826536000.0, "revoked": None, "key_from": "csr"}
+    rec.answer("GET", "/v1/certs", 200, {"certs": [{**entry, "serial": short}, {**entry, "serial": full}]})
+    code, out, _ = run(capsys, "cert", "list", "--url", url)
+    assert code == 0 and re.findall(r"\b[0-9A-F]{37,40}\b", out) == ["000" + short, full], out
+    code, out, _ = run(capsys, "cert", "list", "--url", url, "-o", "json")
+    assert json.loads(out)["certs"][0]["serial"] == short  # -o json: the API's answer as it came
+    rec.answer("DELETE", "/v1/certs/n1", 200, {"revoked": [{**entry, "serial": short}]})
+    code, out, _ = run(capsys, "cert", "revoke", "n1", "--url", url)
+    assert code == 0 and out.strip() == f"revoked certificate 000{short} of node n1"
+    assert fmt_serial("0a") == "0" * 38 + "0A" and fmt_serial(None) == "-" and fmt_serial("node-7") == "node-7"

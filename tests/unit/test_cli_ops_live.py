@@ -33,9 +33,14 @@ run = run_cli
 def test_job_lifecycle(env: DaemonProcess, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "job", "submit", "-n", "2", "-t", "60", "--name", "live-a", "-o", "json")
     assert code == 0, err
-    job = json.loads(out)["jobs"][0]
+    submitted = json.loads(out)
+    job = submitted["jobs"][0]
     assert job["name"] == "live-a" and job["state"] == "queued" and job["procs"] == 2
     jid = str(job["id"])
+    # one envelope convention (docs/operations.md "JSON envelopes"): job show's key reads a submission too
+    assert submitted["job"] == job and submitted["warnings"] == []
+    code, out, _ = run(capsys, "job", "show", jid, "-o", "json")
+    assert code == 0 and set(json.loads(out)) == {"job"} and json.loads(out)["job"]["id"] == submitted["job"]["id"]
     code, out, _ = run(capsys, "job", "list", "--state", "queued")
     assert code == 0 and "live-a" in out
     code, out, _ = run(capsys, "job", "show", jid)
@@ -92,6 +97,33 @@ def test_read_token_cannot_write(env: DaemonProcess, capsys: pytest.CaptureFixtu
     assert code == 5 and err.startswith("error: forbidden: ")
 
 
+def test_revoking_the_token_in_use_needs_force(env: DaemonProcess, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 25 item 5: revoking the token the command itself sends succeeded silently and every later
+    command failed with 'unknown token'; now it is refused (exit 4, saying why) unless --force."""
+    code, out, err = run(capsys, "token", "issue", "--name", "self-admin", "--role", "admin", "-o", "json")
+    assert code == 0, err
+    mine = json.loads(out)["token"]
+    code, out, err = run(capsys, "token", "issue", "--name", "other-read", "--role", "read", "-o", "json")
+    assert code == 0, err
+    monkeypatch.setenv("VMCTL_TOKEN", mine)
+    listed = json.loads(run(capsys, "token", "list", "-o", "json")[1])["tokens"]
+    my_id = next(t["id"] for t in listed if t["name"] == "self-admin")
+    for key in ("self-admin", my_id):  # by name and by id
+        code, out, err = run(capsys, "token", "revoke", key)
+        assert code == 4 and out == "", (code, out, err)
+        assert err.startswith(f"error: conflict: token {my_id} (self-admin, admin): is the token this command uses")
+        assert "every later command with it fails with 'unknown token'" in err and "--force" in err
+    assert run(capsys, "job", "list")[0] == 0  # still valid
+    # another token is revoked without --force
+    code, out, err = run(capsys, "token", "revoke", "other-read")
+    assert code == 0 and out.startswith("revoked token ") and "this command used" not in out, err
+    code, out, err = run(capsys, "token", "revoke", "self-admin", "--force")
+    assert code == 0 and "(the token this command used: later commands need another one)" in out, err
+    code, _, err = run(capsys, "job", "list")
+    assert code == 5 and err.startswith("error: unauthenticated: "), err
+
+
 def test_policy_nodes_vms_certs(env: DaemonProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run(capsys, "policy", "show", "-o", "json")
     doc = json.loads(out)
@@ -112,6 +144,16 @@ def test_policy_nodes_vms_certs(env: DaemonProcess, capsys: pytest.CaptureFixtur
 
     cert = x509.load_pem_x509_certificate(pem.encode())
     assert cert.subject.rfc4514_string() == "CN=node:n9"
+    # serials print 40 hex digits wide (a random serial's leading zero digits were dropped: 37-40 wide);
+    # revoke takes the printed form
+    serial = next(c["serial"] for c in json.loads(run(capsys, "cert", "list", "-o", "json")[1])["certs"]
+                  if c["node"] == "n9")
+    assert int(serial, 16) == cert.serial_number  # the API: canonical, no leading zeros
+    wide = f"{cert.serial_number:040X}"
+    code, out, _ = run(capsys, "cert", "list")
+    assert code == 0 and re.search(rf"\b{wide}\b.*\bn9\b", out), out
+    code, out, err = run(capsys, "cert", "revoke", wide)
+    assert code == 0 and out.strip() == f"revoked certificate {wide} of node n9", err
 
 
 def test_connection_errors_say_what_is_wrong(daemon: DaemonProcess, capsys: pytest.CaptureFixture[str],

@@ -274,3 +274,38 @@ def test_without_cpu_info_fg_dispatch_ignores_usages() -> None:
     v = view(4, queue=[q], running=running, now=2.0)
     assert run("keasy", v, 2.0).actions[0] == StartFg("q", (0,))
     assert run("keasy", v, 2.0, use_cpu_info=False).actions[0] == StartFg("q", (2,))
+
+
+# ------------------------------------------------------------------------------------ waiting reasons
+
+
+def test_queued_jobs_behind_a_running_bg_job_are_told_so_not_that_a_head_blocks_them() -> None:
+    # issue 25 item 2: F holds every fg core, B runs in bg (submitted before Q). The first job of the
+    # merged list is B, a running job: Q's reason said "waiting behind the head B", which reads as if a
+    # queued job B were ahead of it; it waits for fg cores, which B gets first.
+    f = job("F", 2, 100, usage=0.5)
+    b = job("B", 2, 50)
+    q = job("Q", 2, 5, submit=1)
+    v = view(2, queue=[q], running=[(f, Tier.FG, (0, 1), 0.0), (b, Tier.BG, (0, 1), 0.0)], now=2.0)
+    for name in TWO_TIER:
+        d = run(name, v, 2.0)
+        assert d.actions == () and d.reservation is None, name
+        assert d.reason_for("Q") == ("waiting for fg cores (none idle): bg job B, running and submitted earlier, "
+                                     "goes to fg before it"), name
+        assert "head" not in d.reason_for("Q")
+    # under the multifactor order the bg job is ahead by that order, not by its submission
+    d = run("measy", v, 2.0, queue_order="multifactor")
+    assert "ahead of it in the multifactor order" in d.reason_for("Q")
+
+
+def test_the_reason_names_a_bg_job_s_reservation_as_its_move_to_fg() -> None:
+    # REASY: B (bg on cores 1-2) can reach fg only on its own cores, under F (fg, ends at 10): B holds
+    # the reservation; Q, wider than what is left, waits for it.
+    f = job("F", 2, 10)
+    b = job("B", 2, 8)
+    q = job("Q", 3, 50, submit=1)
+    v = view(3, queue=[q], running=[(f, Tier.FG, (1, 2), 0.0), (b, Tier.BG, (1, 2), 0.0)], now=2.0)
+    d = run("reasy", v, 2.0)
+    assert d.reservation == Reservation("B", 10.0, 1)
+    assert d.reason_for("Q") == ("does not fit, or would delay the reservation of B at t=10 (bg job B, running "
+                                 "and submitted earlier, goes to fg by then)")

@@ -56,6 +56,22 @@ def cert_issue(
     show({"files": [str(p) for p in written]}, output, lambda: "\n".join(f"wrote {p}" for p in written))
 
 
+#: hex digits of a serial as the CLI prints it: 20 bytes, the most RFC 5280 allows and what vmctld's
+#: random serials fill (159 random bits); shorter ones are zero-padded so that every serial has one width
+SERIAL_DIGITS = 40
+
+
+def fmt_serial(serial: Any) -> str:
+    """A certificate serial at a fixed width: upper-case hex zero-padded to ``SERIAL_DIGITS`` digits. The
+    API answers it without leading zeros (its canonical form, how vmctld keys its registry: an integer
+    with about one chance in 16 of a leading zero digit printed 39 digits wide, 1 in 256 of 38 ...);
+    ``cert revoke`` takes either. Anything else (not hex, or longer) is printed as it came."""
+    text = str(serial or "")
+    if not text or len(text) > SERIAL_DIGITS or any(ch not in "0123456789abcdefABCDEF" for ch in text):
+        return text or "-"
+    return text.upper().rjust(SERIAL_DIGITS, "0")
+
+
 def cert_table(certs: Sequence[Mapping[str, Any]]) -> Grid:
     now = _now()
 
@@ -68,7 +84,7 @@ def cert_table(certs: Sequence[Mapping[str, Any]]) -> Grid:
         return "expired" if isinstance(expires, int | float) and expires < now else "valid"
 
     return Grid(("SERIAL", "NODE", "ISSUED", "EXPIRES", "STATE", "KEY MADE BY"),
-                [(str(c.get("serial", "")), str(c.get("node", "")), fmt_time(c.get("issued")),
+                [(fmt_serial(c.get("serial")), str(c.get("node", "")), fmt_time(c.get("issued")),
                   fmt_time(c.get("expires")), state(c), str(c.get("key_from") or "-")) for c in certs])
 
 
@@ -84,8 +100,10 @@ def cert_list(url: str | None, token: str | None, ca: str | None, output: str) -
 @click.argument("key", metavar="SERIAL|NODE")
 @api_options
 def cert_revoke(key: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """Revoke one certificate by its serial (from `cert list`), or every valid certificate of NODE. Its
-    agent is refused from then on (401) until it gets a new certificate (`cert issue NODE`)."""
+    """Revoke one certificate by its serial (from `cert list`; leading zeros optional), or every valid
+    certificate of NODE. Its agent is refused from then on (401) until it gets a new certificate (`cert
+    issue NODE`)."""
     revoked = _client(url, token, ca).revoke_cert(key)
     show({"revoked": revoked}, output, lambda: "\n".join(
-        f"revoked certificate {c.get('serial')} of node {c.get('node')}" for c in revoked) or "nothing to revoke")
+        f"revoked certificate {fmt_serial(c.get('serial'))} of node {c.get('node')}" for c in revoked)
+        or "nothing to revoke")

@@ -213,8 +213,16 @@ def job_submit(
     jobs, warnings = client.submit(specs)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
-    doc: dict[str, Any] = {"jobs": jobs, "warnings": warnings} if warnings else {"jobs": jobs}
-    show(doc, output, lambda: job_table(jobs, title="submitted"))
+    show(submit_envelope(jobs, warnings, one=file_ is None), output, lambda: job_table(jobs, title="submitted"))
+
+
+def submit_envelope(jobs: list[dict[str, Any]], warnings: list[str], one: bool) -> dict[str, Any]:
+    """``job submit -o json``, as the API answers (docs/operations.md "JSON envelopes"): ``jobs`` holds
+    every job submitted (a file is a batch, even of one job), and a job submitted by options is also
+    under ``job``, as ``job show`` prints it; ``warnings`` is always there (a list, often empty)."""
+    doc: dict[str, Any] = {"job": jobs[0]} if one and len(jobs) == 1 else {}
+    doc.update(jobs=jobs, warnings=warnings)
+    return doc
 
 
 @job.command("list")
@@ -426,18 +434,24 @@ def job_update(job_id: str, estimate: float | None, priority: int | None, deadli
 
 
 def explain_text(doc: Mapping[str, Any]) -> str:
-    """A sentence or three on why a job waits."""
+    """A sentence or three on why a job waits. The position counts the queued jobs only: under a two-tier
+    policy (KEASY, REASY, MEASY) a running bg job submitted earlier goes to fg before them, and the
+    reason says so; only the migrations of the current run are listed (the daemon leaves out earlier
+    runs')."""
     job_id = doc.get("job_id")
     state = doc.get("state")
     lines = [f"job {job_id} is {state}"]
     pos = doc.get("queue_position")
-    if isinstance(pos, int) and not isinstance(pos, bool):  # the API counts from 0 (the head)
-        ahead = "the head of the queue" if pos == 0 else f"{pos} job(s) ahead"
+    if isinstance(pos, int) and not isinstance(pos, bool):  # the API counts from 0 (the first queued job)
+        ahead = "no queued job ahead of it" if pos == 0 else f"{pos} queued job(s) ahead of it"
         lines[0] += f", position {pos + 1} in the queue ({ahead})"
     if doc.get("reason"):
         lines.append(f"reason: {fmt_reason(doc['reason'])}")
     if doc.get("held"):
         lines.append(f"held: it does not start until released (vmctl job release {job_id})")
+    run = doc.get("run")
+    if state == JobState.QUEUED and isinstance(run, int) and not isinstance(run, bool) and run > 0:
+        lines.append(f"run {run} ended (requeued); its next start is run {run + 1}, from the beginning")
     blocked = fmt_blocked(doc.get("blocked_by"))
     if blocked:
         lines.append(f"nodes: only {blocked} keep it waiting: the ready nodes have too few cores for it; it can "
@@ -445,13 +459,18 @@ def explain_text(doc: Mapping[str, Any]) -> str:
     res = doc.get("reservation")
     if isinstance(res, dict) and res:
         holder = res.get("job_id")
-        who = "this job holds" if str(holder) == str(job_id) else f"job {holder} holds"
-        lines.append(
-            f"reservation: {who} the reservation; it starts at the latest at {fmt_when(res.get('shadow_time'))} "
-            f"(shadow time); {res.get('extra_cores')} extra core(s) may be backfilled until then"
-        )
-    elif state == JobState.QUEUED:
-        lines.append("reservation: none blocks it")
+        when = f"{fmt_when(res.get('shadow_time'))} (shadow time)"
+        extra = f"{res.get('extra_cores')} extra core(s) may be backfilled until then"
+        if str(holder) == str(job_id):
+            what = ("this job holds the reservation: it moves to fg" if res.get("holder_tier") == "bg"
+                    else "this job holds the reservation: it starts")
+        elif res.get("holder_tier") == "bg":
+            what = f"job {holder}, running in bg, holds the reservation: it moves to fg"
+        else:
+            what = f"job {holder} holds the reservation: it starts"
+        lines.append(f"reservation: {what} at the latest at {when}; {extra}")
+    elif state == JobState.QUEUED and not doc.get("held"):
+        lines.append("reservation: none held now (no job has cores reserved for it)")
     for m in doc.get("migrations") or ():
         if isinstance(m, Mapping):
             to = ", ".join(str(t) for t in m.get("to") or ()) or "-"

@@ -28,11 +28,15 @@ def node_list(url: str | None, token: str | None, ca: str | None, output: str) -
 @click.argument("name", shell_complete=_complete("node"))
 @api_options
 def node_show(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
-    """One node: state, the nodes it can migrate to, and its agent's last errors (a refused migration)."""
-    n = next((x for x in _client(url, token, ca).list_nodes() if x.get("name") == name), None)
+    """One node: state, the nodes it can migrate to, and its agent's last errors (a refused migration). A
+    lost or down node shows what its agent last observed, with the report's age, beside what vmctld holds."""
+    client = _client(url, token, ca)
+    n = next((x for x in client.list_nodes() if x.get("name") == name), None)
     if n is None:
         raise errors.NotFound(kind="node", name=name)
-    show({"node": n}, output, lambda: node_text(n))
+    # a lost or down node's agent is silent: its VMs as last reported, for what it last observed
+    vms = client.list_vms(name) if n.get("state") in ("lost", "down") and output != "json" else None
+    show({"node": n}, output, lambda: node_text(n, vms))
 
 
 @node.command("drain")

@@ -542,8 +542,9 @@ def _node_notes(n: Mapping[str, Any]) -> str:
     return note if errs == "-" else f"{note}; {errs}"
 
 
-def node_text(n: Mapping[str, Any]) -> str:
-    """``vmctl node show``: one node, with the nodes it can migrate to and its agent's last errors."""
+def node_text(n: Mapping[str, Any], vms: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """``vmctl node show``: one node, with the nodes it can migrate to and its agent's last errors.
+    ``vms``: the node's VMs (``vm list --node``), for what a node out of contact last reported."""
     lines = [f"node {n.get('name')}: {fmt_node_state(n)}, {n.get('cores')} cores, "
              f"last seen {fmt_when(n.get('last_seen'))}",
              f"generation: desired {n.get('generation')}, applied by its agent {fmt_applied_only(n)}; last full "
@@ -551,8 +552,7 @@ def node_text(n: Mapping[str, Any]) -> str:
              f"group {n.get('group') or '-'}; core speed {fmt_speed(n.get('speed'))} a standard core; "
              f"memory {fmt_mem(n.get('memory_mib')) if n.get('memory_mib') else 'not known'}",
              f"VM levels per core: {fmt_levels(n)}",
-             f"busy: {n.get('fg_busy')} fg, {n.get('bg_busy')} bg; utilization {fmt_pct(n.get('utilization'))}"
-             + (f"; {n.get('orphans')} orphan VM(s) being removed" if n.get("orphans") else ""),
+             *node_busy_lines(n, vms),
              "migrates to (live, peers): " + fmt_peers(n.get("peers"), "any node (its agent did not say)", 50),
              "sends checkpoints to: " + fmt_peers(n.get("checkpoint_peers"), "any node (shared storage)", 50)]
     if n.get("cores_pending") is not None:
@@ -571,6 +571,30 @@ def node_text(n: Mapping[str, Any]) -> str:
     else:
         lines.append("agent errors: none reported")
     return "\n".join(lines)
+
+
+def node_busy_lines(n: Mapping[str, Any], vms: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
+    """How busy a node is. A node in contact: its slots held by jobs and the utilization it reports. A
+    lost or down node's agent is silent: what it last observed (with the report's age: not live) and,
+    beside it, what vmctld holds for it (desired)."""
+    orphans = f"; {n.get('orphans')} orphan VM(s) being removed" if n.get("orphans") else ""
+    held = f"{n.get('fg_busy')} fg, {n.get('bg_busy')} bg"
+    if n.get("state") not in ("lost", "down"):
+        return [f"busy: {held}; utilization {fmt_pct(n.get('utilization'))}{orphans}"]
+    silent = f"{n.get('state')}: its agent has not been heard from since {fmt_when(n.get('last_seen'))}"
+    if n.get("last_report") is None:
+        seen = "last observed: nothing (its agent sent no report to this vmctld)"
+    else:
+        with_job = [v for v in vms or () if isinstance(v.get("observed"), Mapping) and v["observed"].get("job_id")]
+        tiers = {t: sum(1 for v in with_job if v.get("role") == t) for t in ("fg", "bg")}
+        # the tier is the desired one: known while vmctld still wants the VM (not for a requeued job's)
+        split = f" ({tiers['fg']} fg, {tiers['bg']} bg)" if sum(tiers.values()) == len(with_job) else ""
+        count = "" if vms is None else f", {len(with_job)} VM(s) running a job{split}"
+        seen = (f"last observed (its agent's last report, {fmt_report_age(n)}; not live): utilization "
+                f"{fmt_pct(n.get('utilization'))}{count}")
+    then = ("its jobs are requeued elsewhere" if n.get("state") == "down" else
+            "its jobs keep their slots until it is back, or down (loop.node_down_s): then they are requeued")
+    return [silent, seen, f"desired (held for it by vmctld): {held}; {then}{orphans}"]
 
 
 def fmt_applied_only(n: Mapping[str, Any]) -> str:

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from vmctl import auth, errors
+from vmctl.apiclient import ApiClient
 from vmctl.cli.connect import _client, api_options
 from vmctl.cli.render import Grid, fmt_time, kv_table, show
 
@@ -43,11 +45,38 @@ def token_list(url: str | None, token: str | None, ca: str | None, output: str) 
     show({"tokens": tokens}, output, lambda: token_table(tokens))
 
 
+def _own_token(client: ApiClient, key: str) -> Mapping[str, Any] | None:
+    """The token ``key`` (an id or a name, as ``revoke`` takes it) when it is the one ``client`` sends
+    (``--token`` / ``VMCTL_TOKEN``), else None. The ids are the first digits of the token's hash."""
+    if not client.token:
+        return None
+    mine = auth.hash_token(client.token)
+    tokens = client.list_tokens()
+    hit = [t for t in tokens if t.get("id") == key] or [t for t in tokens if t.get("name") == key]
+    if len(hit) == 1 and isinstance(hit[0].get("id"), str) and hit[0]["id"] and mine.startswith(hit[0]["id"]):
+        return hit[0]
+    return None  # not ours, or a name several tokens share (the daemon refuses that one)
+
+
 @token.command("revoke")
 @click.argument("token_id", metavar="ID|NAME")
+@click.option("--force", is_flag=True, help="Revoke it even when it is the token this command uses (every later "
+                                            "command with it then fails with 'unknown token').")
 @api_options
-def token_revoke(token_id: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+def token_revoke(token_id: str, force: bool, url: str | None, token: str | None, ca: str | None, output: str) -> None:
     """Revoke a token by its id (from `token list`) or its name (when one token has it). The last
-    admin token cannot be revoked (exit 4): issue another one first."""
-    t = _client(url, token, ca).revoke_token(token_id)
-    show({"token": t}, output, lambda: f"revoked token {t.get('id')} ({t.get('name')}, {t.get('role')})")
+    admin token cannot be revoked (exit 4): issue another one first. The token this command uses is
+    revoked only with --force (exit 4 without): the commands after it would be refused."""
+    client = _client(url, token, ca)
+    if not force:
+        own = _own_token(client, token_id)
+        if own is not None:
+            raise errors.Conflict(
+                what=f"token {own.get('id')} ({own.get('name')}, {own.get('role')})",
+                problem="is the token this command uses (--token / VMCTL_TOKEN): once revoked, every later "
+                        "command with it fails with 'unknown token'. Switch to another admin token first "
+                        "(vmctl token issue --name NAME --role admin), or add --force to revoke it anyway")
+    t = client.revoke_token(token_id)
+    mine = " (the token this command used: later commands need another one)" if force and client.token and \
+        auth.hash_token(client.token).startswith(str(t.get("id") or "-")) else ""
+    show({"token": t}, output, lambda: f"revoked token {t.get('id')} ({t.get('name')}, {t.get('role')}){mine}")

@@ -54,7 +54,7 @@ def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any
 def top_text(policy: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any]],
              queued: Sequence[Mapping[str, Any]], recent: Sequence[Mapping[str, Any]], events: int = 10,
              width: int | None = None) -> str:
-    """``vmctl top``: nodes and cores with their fg/bg jobs, the queue head and its reservation, and the
+    """``vmctl top``: nodes and cores with their fg/bg jobs, the queued jobs with their reasons, and the
     latest events of the jobs' histories; laid out for ``width`` (cores over several lines, a queued job's
     reason and an event cut with an ellipsis), None: no limit."""
     running = sum(1 for v in vms if v.get("job_id"))
@@ -62,7 +62,7 @@ def top_text(policy: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], vms:
              f"queued {len(queued)}  VMs with a job {running}",
              "", "NODE / cores as fg-job/bg-job:"]
     lines.extend(core_rows(nodes, vms, width) or ["(no nodes)"])
-    lines += ["", "queue (head first):"]
+    lines += ["", "queued jobs (first in the queue first; their reasons say what they wait for):"]
     for j in queued[:5]:
         start = f", starts {fmt_start(j, short=True)}" if j.get("expected_start") is not None else ""
         reason = fmt_reason(j.get("reason"), short=True)

@@ -1,14 +1,15 @@
-"""``vmctl vm``: list and show VMs, set a VM's priority."""
+"""``vmctl vm``: list and show VMs, show and set a VM's priority."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from vmctl import errors
 from vmctl.cli.connect import _client, _complete, api_options, wide_api_options
-from vmctl.cli.render import fmt_names, show, vm_table, vm_text
+from vmctl.cli.render import fmt_cap, fmt_names, show, vm_table, vm_text
 
 
 @click.group()
@@ -38,7 +39,49 @@ def vm_show(name: str, url: str | None, token: str | None, ca: str | None, outpu
 
 @vm.group("priority")
 def vm_priority() -> None:
-    """CPU priority of a VM."""
+    """CPU priority of a VM: show it, or set it."""
+
+
+def _core(c: Any) -> str:
+    """A VM's core; ``-`` for none (an unpinned shared VM reports -1)."""
+    return "-" if c is None or (isinstance(c, int) and c < 0) else str(c)
+
+
+def priority_text(v: Mapping[str, Any]) -> str:
+    """``vmctl vm priority show``: the VM's tier, weight, cap and core as vmctld wants them and as its
+    agent last reported them, and how to change them."""
+    name, o = v.get("name"), v.get("observed")
+    head = f"vm {name} on {v.get('node')}"
+    seen = ""
+    if isinstance(o, Mapping):
+        w = o.get("weight")
+        seen = (f"observed: weight {'-' if w is None else w}, cap {fmt_cap(o.get('cap'))}, core "
+                f"{_core(o.get('core'))} (as {o.get('node') or v.get('node')}'s agent last reported)")
+    if v.get("managed") is False or not v.get("job_id"):
+        lines = [f"{head}: no job; its priority is the agent's layout's ({v.get('role') or '-'} slot), which "
+                 f"`vm priority set` does not change"]
+        return "\n".join([*lines, seen] if seen else lines)
+    lines = [f"{head}: job {v.get('job_id')}",
+             f"desired:  tier {v.get('role')}, weight {v.get('weight')}, cap {fmt_cap(v.get('cap'))}, core "
+             f"{_core(v.get('core'))}",
+             seen or "observed: not reported by its agent yet"]
+    diff = [str(k) for k in v.get("differs") or ()]
+    if diff:
+        lines.append("differs in: " + ", ".join(diff) + " (not applied by its agent yet, or refused: see "
+                     "`vmctl node show`)")
+    lines.append(f"tier, weight and cap are the job's (every VM of job {v.get('job_id')}); change them with "
+                 f"vmctl vm priority set {name} --tier fg|bg --weight N --cap PCT|none, or pin this VM with --pin CORE")
+    return "\n".join(lines)
+
+
+@vm_priority.command("show")
+@click.argument("name", shell_complete=_complete("vm"))
+@api_options
+def vm_priority_show(name: str, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+    """Show the CPU priority of VM NAME: its tier, weight, cap and core, desired and as its agent reports
+    them (-o json: the VM document, as `vm show` prints it)."""
+    v = _client(url, token, ca).get_vm(name)
+    show({"vm": v}, output, lambda: priority_text(v))
 
 
 def parse_cap(value: str | None) -> tuple[bool, float | None]:

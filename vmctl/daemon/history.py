@@ -93,7 +93,10 @@ class JobHistory:
         if cur.state == JobState.QUEUED:
             return
         if cur.tier != prev.tier and prev.tier is not None and cur.tier is not None:
-            self.add(rec, now, "tier", f"{prev.tier} -> {cur.tier} by {by}")
+            # a move to other nodes (MEASY's bg -> fg migration) says so: "migrated" follows when it completes
+            moving = {n for n, _c in cur.placement} != {n for n, _c in prev.placement}
+            where = f", migrating {_cores(prev.placement)} -> {_cores(cur.placement)}" if moving else ""
+            self.add(rec, now, "tier", f"{prev.tier} -> {cur.tier} by {by}{where}")
         if cur.migrations > prev.migrations:
             self.add(rec, now, "migrated", f"{_cores(prev.settled)} -> {_cores(cur.placement)}")
         if cur.state != prev.state and cur.state not in (JobState.QUEUED, JobState.RUNNING):

@@ -207,6 +207,10 @@ class JobEvents(DaemonBase):
 
     # ------------------------------------------------------------------ explain
     def explain(self, job_id: str) -> dict[str, Any]:
+        """Why ``job_id`` waits (or what it does): its reason, its place in the queue, the reservation
+        of the last decision (with whether its holder is queued or running in bg: a bg job's reservation
+        is for its move to fg), the nodes out of service that alone keep it waiting, and the migrations
+        of its current run only (a requeued job's earlier runs moved VMs that no longer exist)."""
         rec = self.job(job_id)
         pos: int | None = None
         if rec.state == JobState.QUEUED:
@@ -216,11 +220,15 @@ class JobEvents(DaemonBase):
         d = self.last_decision
         if d is not None and d.reservation is not None:
             r = d.reservation
-            res = {"job_id": r.job_id, "shadow_time": r.shadow_time, "extra_cores": r.extra_cores}
+            holder = self.state.jobs.get(r.job_id)
+            res = {"job_id": r.job_id, "shadow_time": r.shadow_time, "extra_cores": r.extra_cores,
+                   "holder_state": None if holder is None else str(holder.state),
+                   "holder_tier": holder.tier if holder is not None and holder.state in ACTIVE else None}
+        since = rec.start_time if rec.state in ACTIVE else None  # the current run's start (None: no run now)
         migs = [{"id": o.id, "state": o.state, "origin": o.detail.get("origin"), "note": o.detail.get("note"),
                  "to": sorted({str(m["to"][0]) for m in o.detail.get("moves", []) if m["from"][0] != m["to"][0]})}
                 for o in sorted(self.state.ops.values(), key=lambda o: (o.created, len(o.id), o.id))
-                if o.job_id == rec.id and o.kind == "migrate"]
+                if o.job_id == rec.id and o.kind == "migrate" and since is not None and o.created >= since]
         return {"job_id": rec.id, "state": rec.state, "reason": rec.reason, "reservation": res, "queue_position": pos,
-                "migrations": migs[-5:], "held": rec.held,
+                "migrations": migs[-5:], "held": rec.held, "run": rec.run,
                 "blocked_by": [{"node": n.name, "state": n.state} for n in self.node_blocker()(rec)]}

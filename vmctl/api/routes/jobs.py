@@ -43,7 +43,8 @@ class JobRoutes(Routes):
         self._fits_the_cluster([spec], batch=False)
         rec = self.d.submit([spec], batch=False)[0]
         self.rt.kick()
-        return json_response({"job": self._job(rec), "warnings": self.d.ignored_fields([spec])}, 201)
+        doc = self._job(rec)  # one job: under ``job`` (as GET /v1/jobs/{id}) and ``jobs`` (as a batch answers)
+        return json_response({"job": doc, "jobs": [doc], "warnings": self.d.ignored_fields([spec])}, 201)
 
     async def submit_batch(self, request: web.Request) -> web.Response:
         self._leader()

@@ -22,8 +22,8 @@ import yaml
 from vmctl import errors
 from vmctl.apiclient import ApiClient
 from vmctl.cli.demo import guests
-from vmctl.cli.demo.summary import BSLD_TAU, Summary, migration_outcomes, summarize
-from vmctl.cli.demo.view import fmt_nodes, render
+from vmctl.cli.demo.summary import BSLD_TAU, Moves, Summary, count_moves, migration_lines, summarize
+from vmctl.cli.demo.view import EventFeed, render
 from vmctl.cli.demo.workload import DemoJob, build_demo_workload
 from vmctl.errors import DemoError
 from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
@@ -72,11 +72,12 @@ class Demo:
         self.daemon: DaemonProcess | None = None
         self.agents: list[ManagedProcess] = []
         self.agent_metrics: list[str] = []
-        self.events: list[str] = []
+        self.feed = EventFeed()
+        self.events = self.feed.lines  # the event panel's lines (and what --no-live prints at the end)
         # mock hosts run on the accelerated clock (model time); real guests cannot, so with libvirt the
         # workload's times are compressed instead
         self.accelerated = opts.backend == "mock"
-        self.migration_outcomes: dict[str, float] = {}  # the daemon's vmctl_migrations_total by outcome
+        self.moves: Moves | str = Moves()  # vmctld's migrate operations (between nodes), or why not known
         self.epoch = time.time()
         self.libvirt = opts.backend == "libvirt"
         self.node_names = [f"node{i + 1}" for i in range(opts.nodes)]
@@ -170,9 +171,15 @@ class Demo:
                       f"{self.daemon.pid if self.daemon else ''}); {len(self.agents)} agents "
                       f"(pids {', '.join(str(a.pid) for a in self.agents)}); {len(workload)} {info['model']} jobs on "
                       f"{total} cores, clock at {o.speed:g}x" + ("" if self.accelerated else " (compressed workload)"))
+            if self.daemon is not None:  # where to look while it runs (the live view shows it too)
+                self.echo(f"API {self.daemon.url}; metrics {self.daemon.url}/metrics with the bearer token in "
+                          f"{self.daemon.token_path} and the CA {self.daemon.ca_path}; agents' metrics "
+                          + ", ".join(self.agent_metrics))
             jobs = self.drive(client, workload)
-            with contextlib.suppress(errors.VmctlError, OSError):
-                self.migration_outcomes = migration_outcomes(client.metrics_text())
+            try:
+                self.moves = count_moves(client.list_operations(limit=100000))
+            except (errors.VmctlError, OSError) as exc:
+                self.moves = f"not known (GET /v1/operations: {exc})"
             summary = summarize(jobs, 1.0 if self.accelerated else o.speed)
             self.print_summary(summary, info)
             return summary
@@ -215,10 +222,7 @@ class Demo:
                                 "token_path": str(self.daemon.token_path) if self.daemon else "",
                                 "agent_metrics": ", ".join(self.agent_metrics[:2])
                                 + (" ..." if len(self.agent_metrics) > 2 else "")}
-        seen_mig: dict[str, int] = {}
-        seen_nodes: dict[str, str] = {}
         migrated = False
-        seen_tier: dict[str, str] = {}
         last_print = -10.0
         live_ctx: Any = contextlib.nullcontext()
         live: Any = None
@@ -236,26 +240,7 @@ class Demo:
                     submitted += len(due)
                 state["nodes"] = client.list_nodes()
                 state["jobs"] = client.list_jobs(limit=max(1000, len(workload) + 10))
-                for j in state["jobs"]:
-                    jid = str(j["id"])
-                    m = int(j.get("migrations") or 0)
-                    nodes_now = fmt_nodes(j)
-                    before = seen_nodes.get(jid)
-                    if j["state"] == JobState.RUNNING and before and nodes_now not in ("-", before):
-                        # the daemon decided a move to other nodes: the agents now carry it out
-                        self.events.append(f"{now:6.1f}s  job {jid} migrating {before} -> {nodes_now}")
-                    if m > seen_mig.get(jid, 0):
-                        self.events.append(f"{now:6.1f}s  job {jid} migration done, on {nodes_now}")
-                    seen_mig[jid] = m
-                    if nodes_now != "-":
-                        seen_nodes[jid] = nodes_now
-                    tier = str(j.get("tier") or "")
-                    if j["state"] == JobState.RUNNING and tier and seen_tier.get(jid) != tier:
-                        if seen_tier.get(jid) == "bg" and tier == "fg":
-                            self.events.append(f"{now:6.1f}s  job {jid} promoted bg -> fg")
-                        elif tier == "bg" and jid not in seen_tier:
-                            self.events.append(f"{now:6.1f}s  job {jid} started in the bg tier on {fmt_nodes(j)}")
-                        seen_tier[jid] = tier
+                self.feed.update(state["jobs"], now)
                 if o.migrate and not migrated and now >= o.duration * 0.3:
                     migrated = self.operator_migration(client, state, now)
                 info.update(elapsed=now, submitted=submitted)
@@ -268,7 +253,7 @@ class Demo:
                         counts[j["state"]] = counts.get(j["state"], 0) + 1
                     self.echo(f"[{now:5.1f}s] submitted {submitted}/{len(workload)} "
                               + " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-                              + f" migrations {sum(seen_mig.values())}")
+                              + f" migrations {sum(int(j.get('migrations') or 0) for j in state['jobs'])}")
                 finished = submitted == len(workload) and all(j["state"] in TERMINAL for j in state["jobs"])
                 if finished or now > self.time_limit:
                     break
@@ -316,9 +301,11 @@ class Demo:
         self.echo("  jobs by state: " + ", ".join(f"{k} {v}" for k, v in sorted(s.by_state.items())))
         self.echo(f"  mean response time: {f(s.mean_response)} s   mean wait: {f(s.mean_wait)} s")
         self.echo(f"  bounded slowdown (tau={BSLD_TAU:g} s): mean {f(s.mean_bsld)}, max {f(s.max_bsld)}")
-        between = ", ".join(f"{k} {v:g}" for k, v in sorted(self.migration_outcomes.items())) or "none"
-        self.echo(f"  migrations: {s.migrations} (jobs' counters, same-host re-pins included); "
-                  f"between nodes: {between}")
+        if isinstance(self.moves, str):
+            self.echo(f"  migrations between nodes: {self.moves}; jobs' migration counters: {s.migrations}")
+        else:
+            for line in migration_lines(s, self.moves):
+                self.echo(line)
         if info.get("capped_run_times"):
             self.echo(f"  note: {info['capped_run_times']} run times were capped to fit --duration")
         unfinished = sum(v for k, v in s.by_state.items() if k not in TERMINAL)

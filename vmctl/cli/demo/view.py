@@ -56,3 +56,62 @@ def render(client_state: dict[str, Any], info: dict[str, Any]) -> Any:
 def fmt_nodes(job: dict[str, Any]) -> str:
     nodes = sorted({str(p.get("node")) for p in job.get("placement") or [] if isinstance(p, dict)})
     return ",".join(nodes) or "-"
+
+
+#: states that end a job's run: a migration under way is aborted (``job queued``: requeued)
+_ENDED = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED, JobState.QUEUED)
+
+
+class EventFeed:
+    """The demo's event lines, from what two polls of the job list show changed: a start in the bg tier,
+    a promotion in place (bg -> fg on its own cores), a migration (the daemon moves a job to cores of other
+    nodes at once and the agents then carry the move out; MEASY's move from bg to fg is one), its end,
+    a re-pin to other cores of the same node, a restart (KEASY kills a bg job and starts it again in fg)
+    and a job that ended while moving (what the summary counts as an aborted migration)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._nodes: dict[str, str] = {}
+        self._tier: dict[str, str] = {}
+        self._migs: dict[str, int] = {}
+        self._runs: dict[str, int] = {}
+        self._moving: set[str] = set()
+
+    def update(self, jobs: list[dict[str, Any]], now: float) -> None:
+        for j in jobs:
+            jid = str(j["id"])
+            say = self._job(j, jid)
+            self.lines.extend(f"{now:6.1f}s  job {jid} {s}" for s in say)
+
+    def _job(self, j: dict[str, Any], jid: str) -> list[str]:
+        out: list[str] = []
+        running = j["state"] == JobState.RUNNING
+        nodes = fmt_nodes(j)
+        tier = str(j.get("tier") or "")
+        migs, runs = int(j.get("migrations") or 0), int(j.get("runs") or 0)
+        before, was = self._nodes.get(jid), self._tier.get(jid)
+        restarted = runs > self._runs.get(jid, runs)
+        if running and restarted and was is not None:
+            out.append(f"restarted (run {runs}) in the {tier} tier on {nodes}")
+            self._moving.discard(jid)
+        elif running and before and nodes not in ("-", before):
+            out.append(f"migrating {before} -> {nodes}" + (" (bg -> fg)" if (was, tier) == ("bg", "fg") else ""))
+            self._moving.add(jid)
+        elif running and (was, tier) == ("bg", "fg"):
+            out.append(f"promoted bg -> fg in place on {nodes}")
+        elif running and tier == "bg" and was is None:
+            out.append(f"started in the bg tier on {nodes}")
+        if migs > self._migs.get(jid, 0):
+            where = before if nodes == "-" and before else nodes  # a job that also ended: where it last ran
+            out.append(f"migration done, on {where}" if jid in self._moving else f"re-pinned to other cores of {where}")
+            self._moving.discard(jid)
+        if jid in self._moving and j["state"] in _ENDED:
+            out.append(f"{j['state']} while moving: its migration is aborted")
+            self._moving.discard(jid)
+        self._migs[jid] = migs
+        self._runs[jid] = runs
+        if nodes != "-":
+            self._nodes[jid] = nodes
+        if running and tier:
+            self._tier[jid] = tier
+        return out
