@@ -356,11 +356,15 @@ def tolerance(name: str, loop: float) -> dict[str, float]:
 
 def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out: Path | None,
                log: Callable[[str], None], whatif: Sequence[str] = (), libvirt_hosts: int = 0,
-               sleeping: bool = False, guest_dir: Path = GUEST_DIR) -> dict[str, Any]:
+               sleeping: bool = False, guest_dir: Path = GUEST_DIR, hosts: int | None = None) -> dict[str, Any]:
+    """One family's live run, export, replay and comparison (``hosts``: another number of hosts than the
+    family's; the tests' tiny run has its one real host alone)."""
+    import dataclasses
+
     from vmctl.sim.workloads.swf import read_side_file
     from vmctl.whatif.replay import actual, error, replay
 
-    fam = SPECS[name]
+    fam = SPECS[name] if hosts is None else dataclasses.replace(SPECS[name], hosts=hosts)
     if libvirt_hosts and fam.no_libvirt:
         from vmctl.errors import VmctlError
 
