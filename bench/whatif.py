@@ -79,6 +79,10 @@ def line(r: dict[str, Any]) -> str:
             f"start |err| p50/p90/max {_st(s)} (tol {tol['p50']:.0f}/{tol['p90']:.0f} s)  "
             f"wait live {r['live']['avg_wait']:7.1f} sim {r['simulated']['avg_wait']:7.1f}  "
             f"migr {r['live']['migrations']}/{r['simulated']['migrations']}  {verdict}  [{r['real_s']:.0f} s real]")
+    if r.get("without_slice_loss"):
+        w = r["without_slice_loss"]
+        text += (f"\n  replayed with the agents' measured row-switch lag of {r['slice_loss']:.1f} s lost per slice; "
+                 f"without it: err {w['error']['avg_response_relative']:+.1%}, start |err| {_st(w['start_error'])}")
     if r.get("libvirt_hosts"):
         x, lo = r["real_host_run_extra"], r.get("leftovers") or {}
         text += (f"\n  jobs on the real host: {r['start_error_real_host'].get('jobs', 0)}, start |err| "

@@ -134,10 +134,19 @@ def clock_phase(policy: str, params: Mapping[str, Any], unix_start: float) -> fl
 
 
 def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int = 1,
-           progress: str = "cpu-share") -> dict[str, Any]:
+           progress: str = "cpu-share", slice_loss: float = 0.0) -> dict[str, Any]:
     """One policy over the exported trace on the model of its cluster: the metrics of :data:`METRICS`
     (with ``ci_`` half widths where the batch means give them) and ``jobs``: SWF number -> [first start,
-    end] (trace seconds; NaN when it did not end)."""
+    end] (trace seconds; NaN when it did not end).
+
+    ``slice_loss`` (gang family only; seconds, default 0): what a job loses of each of its active slices
+    to the row switch -- the agents switch rows on their own clock a reconcile pass after the boundary
+    (the leaving row's VMs are turned down first, the arriving row's resumed after), so a live job
+    advances for about ``slice - slice_loss`` seconds per active slice. The replay runs each gang job's
+    work (and estimate) times ``slice / (slice - slice_loss)``. Negligible on a real-time clock (a pass
+    is a fraction of a second against slices of minutes); on the fidelity testbed's accelerated clock
+    it is measured from the agents' logs (:mod:`vmctl.whatif.fidelity`) and decides on which side of a
+    slice boundary an end falls: a job that misses the end of its slice by a second ends a cycle later."""
     from vmctl.policies.registry import create_policy, policy_class
     from vmctl.sim.engine import SimConfig, Simulator
     from vmctl.sim.workloads.swf import read_side_file, read_swf
@@ -180,6 +189,14 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
             j = dataclasses.replace(j, cpu_usage=(need,) * j.procs)
         jobs.append(j)
     phase = clock_phase(policy, params, float(side.get("unix_start_time") or 0.0))
+    if slice_loss and fam == "gang":
+        known = policy_class(policy).parameters
+        period = float(params.get("slice", known["slice"][1] if "slice" in known else 0.0))
+        if not 0.0 <= slice_loss < period:
+            raise ValidationError(field="slice_loss", problem=f"{slice_loss} s must be in [0, {period:g}) "
+                                                              "(the slice)")
+        f = period / (period - slice_loss)
+        jobs = [dataclasses.replace(j, run_time=j.run_time * f, estimate=j.estimate * f) for j in jobs]
     if phase:
         jobs = [dataclasses.replace(j, submit=j.submit + phase,
                                     deadline=None if j.deadline is None else j.deadline + phase) for j in jobs]
@@ -221,7 +238,7 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
         "ci_avg_response": None if m.ci_response is None else m.ci_response.half_width,
         "ci_avg_wait": None if m.ci_wait is None else m.ci_wait.half_width,
         "ci_avg_bounded_slowdown": None if m.ci_bounded_slowdown is None else m.ci_bounded_slowdown.half_width,
-        "jobs_json": json.dumps(per_job), "clock_phase": phase,
+        "jobs_json": json.dumps(per_job), "clock_phase": phase, "slice_loss": slice_loss if fam == "gang" else 0.0,
     }
 
 
