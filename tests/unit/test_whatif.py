@@ -231,3 +231,9 @@ def test_gang_and_slot_replays_run_on_the_daemons_clock_phase(tmp_path: Path) ->
     assert all(v[0] == pytest.approx(0.0) for v in times.values())
     err = error(sim, actual(path), {k: 0.0 for k in times})
     assert err["start"]["max_abs"] == pytest.approx(0.0) and err["response"]["max_abs"] == pytest.approx(0.0)
+    # the agents' row-switch gap: with 20 s of each 100-s slice lost, B's 50 s take 62.5 s of its row's slices
+    lossy = replay(path, "gs", {"mpl": 2, "slice": 100.0}, slice_loss=20.0)
+    assert json.loads(lossy["jobs_json"])["2"] == pytest.approx([0.0, 102.5]) and lossy["slice_loss"] == 20.0
+    with pytest.raises(errors.ValidationError, match="slice_loss"):
+        replay(path, "gs", {"mpl": 2, "slice": 100.0}, slice_loss=100.0)
+    assert replay(export(tmp_path), "easy", {}, slice_loss=20.0)["slice_loss"] == 0.0  # gang only
