@@ -81,7 +81,7 @@ def line(r: dict[str, Any]) -> str:
             f"migr {r['live']['migrations']}/{r['simulated']['migrations']}  {verdict}  [{r['real_s']:.0f} s real]")
     if r.get("without_slice_loss"):
         w = r["without_slice_loss"]
-        text += (f"\n  replayed with the agents' measured row-switch lag of {r['slice_loss']:.1f} s lost per slice; "
+        text += (f"\n  replayed with the agents' measured row-switch gap of {r['slice_loss']:.1f} s lost per slice; "
                  f"without it: err {w['error']['avg_response_relative']:+.1%}, start |err| {_st(w['start_error'])}")
     if r.get("libvirt_hosts"):
         x, lo = r["real_host_run_extra"], r.get("leftovers") or {}
