@@ -1,8 +1,9 @@
-"""The what-if fidelity run with a real-libvirt host, tiny (issue 28): vmctld on an accelerated clock and one
-``vmctl-agent`` on the system libvirtd beside one mock agent (its job VMs boot the SSH guest of ``vmctl/guestimage.py``, TCG, and
-run each process's ``sleep`` over SSH), three measy jobs submitted at their arrival times through the API,
-the history exported as ``vmctl history export`` writes it, replayed under measy on the model of the
-cluster (``vmctl.whatif.fidelity.run_family``, what ``bench/whatif.py --libvirt-hosts 1`` runs per family).
+"""The what-if fidelity run with a real-libvirt host, tiny (issue 28): vmctld on an accelerated clock, one
+``vmctl-agent`` on the system libvirtd (its job VMs boot the SSH guest of ``vmctl/guestimage.py``, TCG, and
+run each process's ``sleep`` over SSH) beside one mock agent, three measy jobs submitted at their arrival
+times through the API, the history exported as ``vmctl history export`` writes it, replayed under measy on
+the model of the cluster (``vmctl.whatif.fidelity.run_family``, what ``bench/whatif.py --libvirt-hosts 1``
+runs per family).
 
 Checked: every job ended done, the first (4 processes, the whole cluster of the real host and one mock
 host) ran processes in real guests; the export reads back (SWF + side file: the cluster of two 2-core
