@@ -201,3 +201,39 @@ def test_rigid_jobs_replay_as_bags_under_a_dispatch_policy(tmp_path: Path) -> No
     assert all(not math.isnan(v[1]) for v in times.values())
     # job 1: 2 tasks of 100 s on at most 2 workers (the policy picks how many): 100 s at least, 200 at most
     assert 100.0 - 1e-6 <= times["1"][1] - times["1"][0] <= 200.0 + 1e-6
+
+
+def test_gang_and_slot_replays_run_on_the_daemons_clock_phase(tmp_path: Path) -> None:
+    """vmctld's slices (and the moldable policy's slots) start at multiples of their length of the daemon's
+    clock (Unix seconds); a replay starts at trace time 0 = UnixStartTime. Here UnixStartTime is 60 s
+    past a multiple of 200 (2 rows x 100-s slices), so live the first slice boundary comes 40 s after
+    the first submit: A (4 processes, 150 s) and B (4 processes, 50 s), both submitted at once on 4
+    cores with 2 rows, end at 90 (B: row 1 in [40, 140)) and 200 (A: 40 s in [0, 40), the rest alone
+    from 90). Unaligned, the replay gives B 150 (row 1 in [100, 200)): 60 s off."""
+    from vmctl.whatif.replay import clock_phase
+
+    base = 1_795_000_060.0
+    assert base % 200 == 60.0
+    assert clock_phase("gs", {"mpl": 2, "slice": 100.0}, base) == pytest.approx(60.0)
+    assert clock_phase("gs", {"mpl": 3, "slice": 100.0}, base) == pytest.approx(base % 600)
+    assert clock_phase("moldable", {"slot": 60.0}, base) == pytest.approx(base % 60)
+    assert clock_phase("easy", {}, base) == 0.0 and clock_phase("dispatch-priority", {}, base) == 0.0
+    nodes = [{**n, "discipline": "timeslice"} for n in NODES]
+    hist = [job(j, 0.0, 0.0, end, procs=4, work_seconds=work, estimate=300.0, submit_time=base, first_start=base,
+                start_time=base, end_time=base + end) for j, work, end in (("a", 150.0, 200.0), ("b", 50.0, 90.0))]
+    path = tmp_path / "g.swf"
+    write_trace(build_trace(hist, nodes, {"name": "gs", "params": {"mpl": 2, "slice": 100.0},
+                                          "layout": {"discipline": "timeslice", "levels": 2}}), path)
+    sim = replay(path, "gs", {"mpl": 2, "slice": 100.0})
+    assert sim["clock_phase"] == pytest.approx(60.0)
+    times = json.loads(sim["jobs_json"])
+    assert times["1"] == pytest.approx([0.0, 200.0]) and times["2"] == pytest.approx([0.0, 90.0])
+    assert all(v[0] == pytest.approx(0.0) for v in times.values())
+    err = error(sim, actual(path), {k: 0.0 for k in times})
+    assert err["start"]["max_abs"] == pytest.approx(0.0) and err["response"]["max_abs"] == pytest.approx(0.0)
+    # the agents' row-switch gap: with 20 s of each 100-s slice lost, B's 50 s take 62.5 s of its row's slices
+    lossy = replay(path, "gs", {"mpl": 2, "slice": 100.0}, slice_loss=20.0)
+    assert json.loads(lossy["jobs_json"])["2"] == pytest.approx([0.0, 102.5]) and lossy["slice_loss"] == 20.0
+    with pytest.raises(errors.ValidationError, match="slice_loss"):
+        replay(path, "gs", {"mpl": 2, "slice": 100.0}, slice_loss=100.0)
+    assert replay(export(tmp_path), "easy", {}, slice_loss=20.0)["slice_loss"] == 0.0  # gang only

@@ -1,0 +1,67 @@
+"""The what-if fidelity run with a real-libvirt host, tiny (issue 28): vmctld on an accelerated clock, one
+``vmctl-agent`` on the system libvirtd (its job VMs boot the SSH guest of ``vmctl/guestimage.py``, TCG, and
+run each process's ``sleep`` over SSH) beside one mock agent, three measy jobs submitted at their arrival
+times through the API, the history exported as ``vmctl history export`` writes it, replayed under measy on
+the model of the cluster (``vmctl.whatif.fidelity.run_family``, what ``bench/whatif.py --libvirt-hosts 1``
+runs per family).
+
+Checked: every job ended done, the first (4 processes, the whole cluster of the real host and one mock
+host) ran processes in real guests; the export reads back (SWF + side file: the cluster of two 2-core
+nodes, the policy in force); the replay compares every job; each job's live run
+covers its sleep (a guest sleeps in real time, ``speed`` model seconds per second); and nothing is left
+behind: no domain of the run's node, no QEMU process of one, no vmctld or agent process. The
+simulator's error is not asserted (a timed bound on a loaded machine); bench/whatif.py measures it.
+
+Skipped with the reason when libvirtd/QEMU cannot run here or the guest cannot be built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vmctl.sim.workloads.swf import read_side_file, read_swf
+
+pytestmark = pytest.mark.libvirt
+
+GUEST_DIR = Path("/var/cache/vmctl/guest")
+SPEED = 10.0
+
+
+@pytest.fixture(scope="module")
+def guest(system_host: Any) -> Path:
+    from vmctl.errors import VmctlError
+    from vmctl.guestimage import build
+
+    try:
+        build(GUEST_DIR, log=None)
+    except VmctlError as exc:
+        pytest.skip(f"the SSH guest cannot be built here: {exc}")
+    return GUEST_DIR
+
+
+def test_whatif_round_trip_with_a_real_libvirt_host(guest: Path, tmp_path: Path) -> None:
+    from vmctl.whatif.fidelity import run_family
+
+    logs: list[str] = []
+    res = run_family("measy", 3, 1, SPEED, 0.2, tmp_path, logs.append, libvirt_hosts=1, guest_dir=guest, hosts=2)
+    assert res["states"] == {"done": 3}, logs
+    # the export read back: two 2-core nodes (the real one and a mock one), measy in force, every job with its id
+    trace = tmp_path / "measy-libvirt" / "history.swf"
+    side = read_side_file(trace)
+    assert side is not None
+    assert [n["cores"] for n in side["cluster"]["nodes"]] == [2, 2] and side["cluster"]["policy"]["name"] == "measy"
+    assert len(read_swf(trace).jobs) == 3 and all(e["vmctl_id"] for e in side["jobs"].values())
+    # the replay compared every job; the first (4 processes on the 4 cores) ran on the real host too
+    assert res["error"]["jobs_compared"] == 3
+    assert res["start_error_real_host"]["jobs"] >= 1 and side["jobs"]["1"]["procs"] == 4
+    # each live run covers the process's sleep of its work (model seconds); the agent ran them in guests
+    live = res["per_job"]["live"]
+    for k, e in side["jobs"].items():
+        assert live[k][1] - live[k][0] >= float(e["work"]) - 1e-6, (k, live[k], e["work"])
+    agent_log = next((tmp_path / "measy-libvirt" / "live").glob("agent-wi*.log")).read_text(encoding="utf-8")
+    assert "StartProcess(vm='j1-r1-p" in agent_log and "command='sleep " in agent_log
+    # nothing left behind
+    lo = res["leftovers"]
+    assert lo["domains"] == [] and lo["qemu_processes"] == [] and lo["our_processes_alive"] == [], lo

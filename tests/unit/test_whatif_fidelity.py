@@ -1,0 +1,61 @@
+"""The what-if fidelity testbed's pieces that need no live cluster (vmctl/whatif/fidelity.py): the sleeping
+workload and the guest commands of the real-libvirt variant, the per-job start statistics against the
+stated tolerance, and the row-switch gap read from the mock agents' logs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from vmctl.whatif.fidelity import SLEEPING, SPECS, guest_spec, row_switch_lag, start_errors, tolerance, workload
+
+
+def test_the_sleeping_workload_is_the_same_jobs_with_sleeping_processes() -> None:
+    plain, sleeping = workload(SPECS["measy"], 6, 1), workload(SPECS["measy"], 6, 1, sleeping=True)
+    assert [(at, s["procs"], s["work_seconds"]) for at, s in plain] == \
+        [(at, s["procs"], s["work_seconds"]) for at, s in sleeping]
+    assert all(s["cpu_usage"] == [SLEEPING] * s["procs"] for _, s in sleeping)
+    assert any(s["cpu_usage"] != [SLEEPING] * s["procs"] for _, s in plain)
+
+
+def test_guest_commands_sleep_the_work_in_real_seconds() -> None:
+    rigid = guest_spec({"name": "r", "procs": 2, "work_seconds": 610.0, "estimate": 900.0}, 10.0)
+    assert rigid["tasks"] == [{"work_seconds": 610.0, "cpu_usage": SLEEPING, "command": "sleep 61.000"}] * 2
+    bag = guest_spec({"name": "b", "shape": {"kind": "task-bag", "tasks": [100.0, 250.0], "max_workers": 2,
+                                             "task_usage": 0.01}}, 25.0)
+    assert [t["command"] for t in bag["tasks"]] == ["sleep 4.000", "sleep 10.000"]
+    assert [t["work_seconds"] for t in bag["tasks"]] == [100.0, 250.0]
+
+
+def test_start_errors_in_seconds_and_loop_periods_against_the_tolerance() -> None:
+    per_job = [{"job": str(k), "start_simulated": float(k) + d, "start_actual": float(k)}
+               for k, d in enumerate([0.0, 1.0, -2.0, 3.0, 100.0])]
+    s = start_errors({"per_job": per_job}, 5.0)
+    assert s["jobs"] == 5 and s["p50"] == pytest.approx(2.0) and s["max"] == pytest.approx(100.0)
+    assert s["p50_loops"] == pytest.approx(0.4) and s["mean"] == pytest.approx(20.4)
+    assert start_errors({"per_job": per_job}, 5.0, ["1", "2"])["max"] == pytest.approx(2.0)
+    assert start_errors({"per_job": per_job}, 5.0, [])["jobs"] == 0
+    assert tolerance("measy", 5.0) == {"p50": 10.0, "p90": 60.0}
+    assert tolerance("measy", 10.0) == {"p50": 20.0, "p90": 120.0}
+
+
+def test_the_row_switch_gap_from_the_agents_logs(tmp_path: Path) -> None:
+    """Slices of 100 model s on a 25x clock: boundaries every 4 s real. The agents turn the leaving row's
+    job VM down 0.5 model s after each boundary and resume the arriving row's 2.5 s after it: a gap of 2 s."""
+    epoch, speed, period = 1_795_000_000.0, 25.0, 100.0
+
+    def line(model: float, what: str) -> str:
+        wall = epoch + (model - epoch) / speed
+        stamp = dt.datetime.fromtimestamp(wall).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]  # local time, as logged
+        return f"{stamp} INFO vmctl.agent: apply {what}\n"
+
+    text = "".join(line(epoch + k * period + 0.5, "Tune(vm='j1-r1-p0', weight=1, cap=None, kind='tune')")
+                   + line(epoch + k * period + 2.5, "Resume(vm='j2-r1-p0', kind='resume')")
+                   + line(epoch + k * period + 40.0, "Resume(vm='host00-c0-r1', kind='resume')")  # not a job VM
+                   for k in range(1, 9))
+    (tmp_path / "agent-host00.log").write_text(text, encoding="utf-8")
+    assert row_switch_lag(tmp_path, epoch, speed, period) == pytest.approx(2.0, abs=0.05)
+    (tmp_path / "agent-host00.log").write_text("nothing here\n", encoding="utf-8")
+    assert row_switch_lag(tmp_path, epoch, speed, period) is None
