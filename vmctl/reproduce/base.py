@@ -73,13 +73,13 @@ back it (:meth:`Outcome.because`); a cause without evidence is reported as "not 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from vmctl.errors import ValidationError
+from vmctl.experiments import inputs
 from vmctl.experiments.runner import Cell, Scalar
 
 Verdict = Literal["holds", "differs", "contradicted"]
@@ -296,10 +296,10 @@ def checked(paper: Paper, claim: Claim, out: Outcome) -> Outcome:
 
 
 def trace_dir(needs: Sequence[str]) -> Path:
-    """The folder of the real SWF traces: ``$VMCTL_TRACE_DIR``, default ``../shared/data/traces`` (from the
+    """The folder of the real SWF traces: ``$VMCTL_TRACE_DIR``, default ``../shared/data/traces`` (next to the
     repository); ``ValidationError`` naming the files it lacks. Cells name a trace by its file name only
     (resolved here when they run), so a results table holds no path of the machine that made it."""
-    d = Path(os.environ.get("VMCTL_TRACE_DIR", "../shared/data/traces")).resolve()
+    d = inputs.trace_dir()
     missing = [t for t in needs if not (d / t).is_file()]
     if missing:
         raise ValidationError(field="VMCTL_TRACE_DIR", problem=f"{d} lacks {', '.join(missing)} (set VMCTL_TRACE_DIR "
