@@ -12,6 +12,7 @@ target is HPC2N (202,871 jobs) well under 1.5 s, since the whole EASY run includ
 from __future__ import annotations
 
 import argparse
+import os
 import gzip
 import statistics
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 from vmctl.sim.workloads import WorkloadJob, read_swf
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "data" / "traces"
+TRACES = Path(os.environ.get("VMCTL_TRACE_DIR", ROOT.parent / "shared" / "data" / "traces"))
 DEFAULT = [
     "KTH-SP2-1996-2.1-cln.swf.gz",
     "SDSC-SP2-1998-4.2-cln.swf.gz",

@@ -35,6 +35,7 @@ import argparse
 import gc
 import heapq
 import math
+import os
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -50,7 +51,9 @@ from vmctl.sim.engine import SimConfig, SimResult, Simulator, _make_job
 from vmctl.sim.workloads import generate_model, read_swf
 
 ROOT = Path(__file__).resolve().parents[1]
-HPC2N = ROOT.parent / "shared" / "data" / "traces" / "HPC2N-2002-2.2-cln.swf.gz"
+#: the traces' folder: ``$VMCTL_TRACE_DIR`` (as ``vmctl reproduce``), default ``../shared/data/traces`` beside the checkout
+TRACES = Path(os.environ.get("VMCTL_TRACE_DIR", ROOT.parent / "shared" / "data" / "traces"))
+HPC2N = TRACES / "HPC2N-2002-2.2-cln.swf.gz"
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
