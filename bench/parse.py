@@ -12,8 +12,8 @@ target is HPC2N (202,871 jobs) well under 1.5 s, since the whole EASY run includ
 from __future__ import annotations
 
 import argparse
-import os
 import gzip
+import os
 import statistics
 import sys
 import time
