@@ -14,7 +14,7 @@ Run: ``python -m bench.sim [--quick] [--skip-measy] [--parts] [--jobs N]`` from 
    EASY on the same input as the baseline.
 3. **Peak RSS of the whole process** (issue 27: <= 100 MB over HPC2N): EASY over HPC2N (parse and run) in a
    fresh interpreter, beside the naive EASY in another and a bare interpreter, each its own process
-   (``ru_maxrss``), with the ratio to the naive EASY's.
+   (``VmHWM`` of ``/proc/self/status``, Linux), with the ratio to the naive EASY's.
 4. **Memory**: tracemalloc peak of an EASY run at 3 workload sizes (the workload itself excluded);
    bytes per job should stay flat if memory is linear in jobs.
 5. **Where the time goes** (``--parts``): EASY over HPC2N split into parsing, ``Simulator.__init__``,
@@ -256,8 +256,15 @@ def bench_measy_fw(jobs: int) -> None:
           " (cpu)")
 
 
-_PEAK_VMCTL = """
-import resource, sys, time
+# the peak of this process's own memory (VmHWM, KiB): ``ru_maxrss`` would report the parent's peak, as
+# Linux carries it over fork and exec
+_HWM = """
+def _hwm():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+"""
+_PEAK_VMCTL = _HWM + """
+import sys, time
 from vmctl.policies.registry import create_policy
 from vmctl.sim.engine import Simulator
 from vmctl.sim.workloads import read_swf
@@ -265,21 +272,20 @@ t = time.process_time()
 wl = read_swf(sys.argv[1])
 limit = int(sys.argv[2])
 Simulator(wl.jobs[:limit] if limit else wl.jobs, wl.max_procs, create_policy("easy")).run()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time() - t)
+print(_hwm(), time.process_time() - t)
 """
-_PEAK_NAIVE = """
-import resource, sys, time
+_PEAK_NAIVE = _HWM + """
+import sys, time
 from pathlib import Path
 from bench import naive_easy
 t = time.process_time()
 jobs, machine = naive_easy.parse_swf(Path(sys.argv[1]))
 limit = int(sys.argv[2])
 naive_easy.simulate(jobs[:limit] if limit else jobs, machine)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time() - t)
+print(_hwm(), time.process_time() - t)
 """
-_PEAK_BARE = """
-import resource
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 0.0)
+_PEAK_BARE = _HWM + """
+print(_hwm(), 0.0)
 """
 
 
@@ -292,7 +298,7 @@ def bench_peak_rss(limit: int | None) -> None:
     def child(code: str) -> tuple[float, float]:
         out = subprocess.run([sys.executable, "-c", code, str(HPC2N), str(limit or 0)], cwd=ROOT, check=True,
                              capture_output=True, text=True).stdout.split()
-        return int(out[0]) / 1024, float(out[1])  # ru_maxrss is in KiB on Linux
+        return int(out[0]) / 1024, float(out[1])
 
     bare, _ = child(_PEAK_BARE)
     naive, naive_cpu = child(_PEAK_NAIVE)

@@ -36,9 +36,11 @@ parsed strictly; the others are only checked for characters that cannot occur in
 ``nan``...), so a garbled number made of digits and signs such as ``1-2`` in, say, the queue field goes
 unnoticed unless that field is read.
 
-Speed: the numeric block is parsed in one call to numpy's C ``loadtxt`` (as integers first, which is
-about 5x faster, then as floats if a used field is not an integer) and validated with array
-operations; only when a check fails is the offending line re-examined in Python to name the problem.
+Speed and memory: the file is read in chunks of 4 MB and its records are parsed in blocks of 32,768
+lines, each in one call to numpy's C ``loadtxt`` (as integers first, which is about 5x faster, then as
+floats if a used field is not an integer) and validated with array operations; only when a check fails
+is the offending line re-examined in Python to name the problem. Neither the whole text nor a copy of it
+is held beside the lines (issue 27: HPC2N's parse peaked at ~170 MB above the interpreter).
 HPC2N (202,871 jobs) parses in about 0.35 s on the project machine (``python -m bench.parse``).
 """
 
