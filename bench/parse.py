@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import statistics
 import sys
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 from vmctl.sim.workloads import WorkloadJob, read_swf
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "data" / "traces"
+TRACES = Path(os.environ.get("VMCTL_TRACE_DIR", ROOT.parent / "shared" / "data" / "traces"))
 DEFAULT = [
     "KTH-SP2-1996-2.1-cln.swf.gz",
     "SDSC-SP2-1998-4.2-cln.swf.gz",

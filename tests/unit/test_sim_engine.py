@@ -61,6 +61,15 @@ def test_easy_timeline_and_metrics_by_hand() -> None:
     assert res.migrations == 0 and res.estimate_kills == 0 and res.policy_kills == 0
 
 
+def test_any_iterable_of_records_runs_as_the_list() -> None:
+    # a driver may hand the engine a generator (a progress wrapper): the same run as the list
+    listed = run(THREE, 4, create_policy("easy"))
+    streamed = run(iter(THREE), 4, create_policy("easy"))  # type: ignore[arg-type]
+    assert [streamed.outcome(j) for j in "123"] == [listed.outcome(j) for j in "123"]
+    assert list(streamed.job_rows()) == list(listed.job_rows())
+    assert streamed.result.to_dict() == listed.result.to_dict()  # type: ignore[attr-defined]
+
+
 def test_easy_does_not_backfill_a_job_that_would_delay_the_head() -> None:
     # J3 (1 core, 200 s) would end after the shadow time 100 and the extra is 1 core -> it may run;
     # J4 (2 cores, 200 s) needs more than the extra: waits for J2.

@@ -301,3 +301,44 @@ def test_integer_and_decimal_records_read_alike(tmp_path: Path) -> None:
     # a fractional processor count is still refused when the float parse reads the trace
     with pytest.raises(TraceFormatError, match=r"field 5 .* must be an integer"):
         read_swf(write(tmp_path, rec(1, 100, 50, 4, 4, 60).replace(" 4 ", " 4.5 ", 1) + "\n", "f.swf"))
+
+
+# ------------------------------------------------------------------------------- chunked reading
+# The reader takes the file in chunks of ``_CHUNK`` bytes cut after a newline and parses the records in
+# blocks of ``_BLOCK`` lines (issue 27: memory). Tiny sizes put lines, CR LF pairs and blocks across
+# every boundary; the workload, header and error lines must be those of one whole read.
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 22])
+@pytest.mark.parametrize("block", [1, 2, 3, 32_768])
+@pytest.mark.parametrize("name", ["t.swf", "t.swf.gz"])
+def test_chunks_and_blocks_give_the_whole_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int,
+                                               block: int, name: str) -> None:
+    import vmctl.sim.workloads.swf as swf
+
+    body = "\r\n".join(rec(j, 100 + j // 2, 10 + j, 1 + j % 8, -1, 20 + j) for j in range(1, 12)) + "\n"
+    p = write(tmp_path, "; inside: a comment\n" + body + "\n  \n", name=name)
+    whole = read_swf(p)
+    assert len(whole.jobs) == 11 and "inside" in whole.header
+    monkeypatch.setattr(swf, "_CHUNK", chunk)
+    monkeypatch.setattr(swf, "_BLOCK", block)
+    small = read_swf(p)
+    assert small.jobs == whole.jobs
+    assert (small.header, small.dropped, small.max_procs) == (whole.header, whole.dropped, whole.max_procs)
+
+
+@pytest.mark.parametrize("block", [1, 2, 5])
+def test_chunks_and_blocks_name_the_first_bad_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   block: int) -> None:
+    import vmctl.sim.workloads.swf as swf
+
+    monkeypatch.setattr(swf, "_CHUNK", 16)
+    monkeypatch.setattr(swf, "_BLOCK", block)
+    # a short line in the third record (line 10), a word in the fifth (line 12)
+    lines = [rec(j, j, 5, 1) for j in range(1, 7)]
+    lines[2] = lines[2].rsplit(" ", 1)[0]
+    lines[4] = lines[4].replace(" 3 1 -1", " x3 1 -1")
+    p = write(tmp_path, "\n".join(lines) + "\n")
+    with pytest.raises(TraceFormatError) as ei:
+        read_swf(p)
+    assert str(ei.value) == f"{p}:10: expected 18 fields, got 17"

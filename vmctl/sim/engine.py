@@ -52,7 +52,7 @@ import heapq
 import itertools
 import math
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Literal
@@ -266,13 +266,15 @@ class Simulator(TwoTierEngine, LevelEngine):
 
     def __init__(
         self,
-        jobs: Sequence[WorkloadJobLike],
+        jobs: Iterable[WorkloadJobLike],
         cores: int,
         policy: SchedulingPolicy,
         config: SimConfig | None = None,
         source: str = "",
         dropped: Mapping[str, int] | None = None,
     ) -> None:
+        if not isinstance(jobs, Sequence):  # any iterable of records (a generator, a progress wrapper ...)
+            jobs = list(jobs)
         if cores <= 0:
             raise ValidationError(field="cores", problem=f"must be > 0, got {cores}")
         self.config = config or SimConfig()
@@ -315,8 +317,10 @@ class Simulator(TwoTierEngine, LevelEngine):
                 raise ValidationError(field=f"job {kept[first].id}.submit",
                                       problem="jobs must be sorted by submit time")
         self._src = kept
-        self._ids = list(map(str, map(_ID, kept)))
-        if len(set(self._ids)) != n:
+        # the records' own ids; a job's id as the policy sees it (``Job.id``) is ``str`` of it, made when
+        # the job arrives (``_jid``), so no string per job is kept for the whole run (issue 27: 12 MB on HPC2N)
+        self._rid: list[Any] = list(map(_ID, kept))
+        if len(set(self._rid if all(type(r) is int for r in self._rid) else map(str, self._rid))) != n:
             raise ValidationError(field="workload", problem="job ids are not unique")
         self._index_map: dict[str, int] | None = None  # id -> position, built when first asked (outcome)
         self._estimate = list(map(float, map(_ESTIMATE, kept)))
@@ -331,7 +335,8 @@ class Simulator(TwoTierEngine, LevelEngine):
         self._user_name = list(map(user_names.__getitem__, users))
         # deadlines the workload gives (id -> time; most sources give none, and then nothing is paid)
         self._deadline_of: dict[str, float] = {
-            jid: float(d) for jid, d in zip(self._ids, _column(kept, "deadline", None), strict=True) if d is not None}
+            jid: float(d) for jid, d in zip(map(str, self._rid), _column(kept, "deadline", None), strict=True)
+            if d is not None}
         full = self.config.cpu_usage == "full"
         # a job without usage (SWF) runs every process at 100 %: one shared all-ones tuple per width
         ones: dict[int, tuple[float, ...]] = {}
@@ -477,12 +482,12 @@ class Simulator(TwoTierEngine, LevelEngine):
         positions whose usage the workload gave (the all-ones tuples built here need no check)."""
         if self.n and min(self._procs) <= 0:
             i = next(i for i, p in enumerate(self._procs) if p <= 0)
-            raise ValidationError(field=f"job {self._ids[i]}.procs", problem=f"must be > 0, got {self._procs[i]}")
+            raise ValidationError(field=f"job {self._rid[i]}.procs", problem=f"must be > 0, got {self._procs[i]}")
         est = np.asarray(self._estimate, dtype=np.float64)
         bad = ~((est > 0) & np.isfinite(est))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValidationError(field=f"job {self._ids[i]}.estimate",
+            raise ValidationError(field=f"job {self._rid[i]}.estimate",
                                   problem=f"must be a positive number, got {self._estimate[i]}")
         for i in given_usage:
             usage = self._usage[i]
@@ -490,7 +495,7 @@ class Simulator(TwoTierEngine, LevelEngine):
                 continue
             for u in usage:
                 if not 0.0 < u <= 1.0:
-                    raise ValidationError(field=f"job {self._ids[i]}.cpu_usage", problem=f"{u} not in (0, 1]")
+                    raise ValidationError(field=f"job {self._rid[i]}.cpu_usage", problem=f"{u} not in (0, 1]")
 
     # ------------------------------------------------------------------ main loop
 
@@ -516,7 +521,7 @@ class Simulator(TwoTierEngine, LevelEngine):
         cpu_info = self.config.cpu_info
         next_report = every
         heappop = heapq.heappop
-        ids, procs, estimate, usage = self._ids, self._procs, self._estimate, self._usage
+        rid, procs, estimate, usage = self._rid, self._procs, self._estimate, self._usage
         priority, user_name = self._priority, self._user_name
         complete, enqueue, decide = self._complete, self._enqueue, policy.decide
         # the two-tier engine applies decisions of starts on free slots directly (``accepts_fast``, whose
@@ -583,7 +588,7 @@ class Simulator(TwoTierEngine, LevelEngine):
                 self._flush_dirty()
             # (2) arrivals: ``_enqueue``, its usual case (after the queue's last job) inlined
             while ai < n and submit[ai] <= now:
-                jid = ids[ai]
+                jid = str(rid[ai])
                 job = make_job(jid, submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
                                priority[ai], user_name[ai])
                 key = (submit[ai], ai)
@@ -671,7 +676,7 @@ class Simulator(TwoTierEngine, LevelEngine):
     def outcome(self, job_id: str) -> tuple[float, float]:
         """(first start, end) of a job after ``run``; NaN when it never started / ended."""
         if self._index_map is None:
-            self._index_map = dict(zip(self._ids, range(self.n), strict=True))
+            self._index_map = dict(zip(map(str, self._rid), range(self.n), strict=True))
         i = self._index_map[job_id]
         return self._first_start[i], self._end[i]
 
@@ -686,7 +691,7 @@ class Simulator(TwoTierEngine, LevelEngine):
             start, end = self._first_start[i], self._end[i]
             killed = "policy" if self._dropped_by_policy[i] else ("estimate" if self._est_killed[i] else "")
             yield {
-                "id": self._ids[i],
+                "id": str(self._rid[i]),
                 "user": int(getattr(src[i], "user", -1)),
                 "submit": self._submit[i],
                 "start": start,
@@ -702,7 +707,7 @@ class Simulator(TwoTierEngine, LevelEngine):
 
 
 def simulate(
-    jobs: Sequence[WorkloadJobLike],
+    jobs: Iterable[WorkloadJobLike],
     cores: int,
     policy: SchedulingPolicy,
     config: SimConfig | None = None,

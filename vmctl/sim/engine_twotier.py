@@ -214,14 +214,20 @@ class TwoTierEngine(EngineBase):
         cores = run.cores
         if run.tier is _FG:
             fg_job, fg_util = self._fg_job, self._fg_util
-            for c in cores:
+            if len(cores) == 1:
+                c = cores[0]
                 fg_job[c] = None
                 fg_util[c] = 0.0
+                self._idle_fg.add(c)
+            else:
+                for c in cores:
+                    fg_job[c] = None
+                    fg_util[c] = 0.0
+                self._idle_fg.update(cores)
             if self._fg_run_kept:
                 fg_run = self._fg_run
                 for c in cores:
                     fg_run[c] = None
-            self._idle_fg.update(cores)
             if self._bg_count:
                 self._mark_fg_change(cores)
         elif run.shared:
@@ -242,14 +248,39 @@ class TwoTierEngine(EngineBase):
         ``_start``, ``_place`` and the flush's ``_reschedule`` in one. The effects and their order are
         the same: nothing else is marked dirty (no bg job exists), and this run takes its version now,
         which is the version the flush would have given it first."""
-        run = self._new_run(job_id, _FG, cores)
-        idx = run.idx
-        self._take_fg(run, job_id, cores)
+        # ``_new_run`` (with ``_dequeue`` of the usual head) and ``_take_fg``, inlined: the hottest start
+        qkey = self._qkey
+        idx = qkey[job_id][1]  # (submit, position): the queue key knows the job's position
+        q = self._queue
+        if q[0].id == job_id:
+            job = q.pop(0)
+            del qkey[job_id], self._qjobs[job_id]
+        else:
+            job = self._dequeue(job_id)
+        now = self.now
+        run = _Run(idx, job, _FG, cores, now)
+        self._runs[job_id] = run
+        first = self._first_start
+        if first[idx] != first[idx]:  # NaN: first start
+            first[idx] = now
+        fg_job, fg_util = self._fg_job, self._fg_util
+        if len(cores) == 1:
+            c = cores[0]
+            fg_job[c] = job_id
+            fg_util[c] = self._usage[idx][0]
+            self._idle_fg.discard(c)
+        else:
+            for c, u in zip(cores, self._usage[idx], strict=False):
+                fg_job[c] = job_id
+                fg_util[c] = u
+            self._idle_fg.difference_update(cores)
+        if self._fg_run_kept:
+            fg_run = self._fg_run
+            for c in cores:
+                fg_run[c] = run
         rate = run.rate = 1.0 - self._loss[idx] if self.two_tier else 1.0
         run.placed = False
         # the snapshot (``_snapshot`` of a fg run that has not advanced yet: t0 = blocked_until = now, p0 = 0)
-        now = self.now
-        job = run.job
         snap = _new_object(_LiveProgress if rate == 1.0 else _LiveRunningJob)
         _SET_JOB(snap, job)
         _SET_TIER(snap, _FG)

@@ -36,9 +36,11 @@ parsed strictly; the others are only checked for characters that cannot occur in
 ``nan``...), so a garbled number made of digits and signs such as ``1-2`` in, say, the queue field goes
 unnoticed unless that field is read.
 
-Speed: the numeric block is parsed in one call to numpy's C ``loadtxt`` (as integers first, which is
-about 5x faster, then as floats if a used field is not an integer) and validated with array
-operations; only when a check fails is the offending line re-examined in Python to name the problem.
+Speed and memory: the file is read in chunks of 4 MB and its records are parsed in blocks of 32,768
+lines, each in one call to numpy's C ``loadtxt`` (as integers first, which is about 5x faster, then as
+floats if a used field is not an integer) and validated with array operations; only when a check fails
+is the offending line re-examined in Python to name the problem. Neither the whole text nor a copy of it
+is held beside the lines (issue 27: HPC2N's parse peaked at ~170 MB above the interpreter).
 HPC2N (202,871 jobs) parses in about 0.35 s on the project machine (``python -m bench.parse``).
 """
 
@@ -113,19 +115,38 @@ DROP_WIDE = "wider_than_machine"
 FloatArray = npt.NDArray[np.float64]
 
 
-def _read_text(path: Path) -> str:
+#: bytes of (decompressed) trace read at a time by :func:`_read_lines`
+_CHUNK = 1 << 22
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines, as ``text.splitlines()`` of its whole text would give them, read in chunks of
+    ``_CHUNK`` bytes (gzip-compressed or plain): neither the compressed file, nor the whole decompressed
+    text, nor its decoded copy is ever held at once (issue 27: they were 60 MB of HPC2N's parse peak).
+    A chunk is cut after its last newline, so no line (nor a CR LF pair) is split between two chunks."""
+    lines: list[str] = []
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+            fh.seek(0)
+            src = gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh
+            rest = b""
+            while chunk := src.read(_CHUNK):
+                if rest:
+                    chunk = rest + chunk
+                cut = chunk.rfind(b"\n") + 1
+                # SWF is ASCII; latin-1 never fails, so stray bytes in comments do not stop a read
+                lines += chunk[:cut].decode("latin-1").splitlines()
+                rest = chunk[cut:]
+            if rest:
+                lines += rest.decode("latin-1").splitlines()
     except FileNotFoundError as exc:
         raise TraceFormatError(path=str(path), line=0, problem="no such file") from exc
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
         raise TraceFormatError(path=str(path), line=0, problem=f"corrupt gzip data: {exc}") from exc
     except OSError as exc:
         raise TraceFormatError(path=str(path), line=0, problem=f"cannot read: {exc.strerror or exc}") from exc
-    # SWF is ASCII; latin-1 never fails, so stray bytes in comments do not stop a read.
-    return raw.decode("latin-1")
+    return lines
 
 
 def _is_data(line: str) -> bool:
@@ -225,6 +246,27 @@ def _parse_numbers(path: Path, lines: Sequence[str], data: list[str], usecols: t
     return floats
 
 
+#: records checked and parsed at a time (:func:`_parse_block`)
+_BLOCK = 32_768
+
+
+def _parse_block(path: Path, lines: Sequence[str], block: list[str], usecols: tuple[int, ...]) -> FloatArray:
+    """The ``usecols`` fields of the records ``block`` (consecutive data lines of the file), after the
+    cheap checks that let the C parser see well-formed numbers only: no character outside a number's
+    alphabet appears anywhere in them (this also catches "nan"/"inf" and words in the fields not parsed),
+    and they hold 18 fields each: the parser reads field 18, so no line has fewer, and the total count of
+    fields is 18 per line, so no line has more."""
+    blob = "\n".join(block).encode("latin-1")
+    if blob.translate(None, _NUMBER_BYTES):
+        _raise_first_bad_line(path, lines, fallback="unexpected character in a record")
+    space = np.frombuffer(blob, dtype=np.uint8) <= 32  # after the check: blank, tab, CR, LF
+    n_fields = int(np.count_nonzero(space[:-1] & ~space[1:])) + (0 if space[0] else 1)
+    del space, blob
+    if n_fields != N_FIELDS * len(block):
+        _raise_first_bad_line(path, lines, fallback="wrong number of fields")
+    return _parse_numbers(path, lines, block, usecols)
+
+
 def side_file_path(path: str | PathLike[str]) -> Path:
     """Where the side file of the trace ``path`` is (``FILE.vmctl.json``)."""
     return Path(str(path) + SIDE_SUFFIX)
@@ -320,8 +362,7 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priorit
     p = Path(path)
     if max_procs is not None and max_procs <= 0:
         raise OutOfRange(what="max_procs", value=max_procs, allowed="a positive number of processors")
-    text = _read_text(p)
-    lines = text.splitlines()
+    lines = _read_lines(p)
     # records: lines without ";" that are not blank (memchr and isspace run in C, no copies)
     data = [line for line in lines if ";" not in line and line and not line.isspace()]
     header, header_max_procs = _parse_header(p, lines, len(lines) - len(data))
@@ -334,20 +375,15 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priorit
         return Workload(jobs=[], max_procs=machine, source=str(p), dropped={}, header=header)
 
     with gc_paused():
-        # Cheap whole-file checks first, so that the C parser below only sees well-formed numbers:
-        # no character outside a number's alphabet appears anywhere (this also catches "nan"/"inf"
-        # and words in the fields not parsed below), and the records hold 18 fields each: the parser
-        # reads field 18, so no line has fewer, and the total count of fields is 18 per line, so no
-        # line has more.
-        blob = "\n".join(data).encode("latin-1")
-        if blob.translate(None, _NUMBER_BYTES):
-            _raise_first_bad_line(p, lines, fallback="unexpected character in a record")
-        space = np.frombuffer(blob, dtype=np.uint8) <= 32  # after the check: blank, tab, CR, LF
-        n_fields = int(np.count_nonzero(space[:-1] & ~space[1:])) + (0 if space[0] else 1)
-        if n_fields != N_FIELDS * len(data):
-            _raise_first_bad_line(p, lines, fallback="wrong number of fields")
         strict = (_QUEUE_FIELD,) if priority_from_queue else ()
-        arr = _parse_numbers(p, lines, data, _PARSED_QUEUE if priority_from_queue else _PARSED)
+        usecols = _PARSED_QUEUE if priority_from_queue else _PARSED
+        # The records are checked and parsed in blocks of ``_BLOCK`` lines: the temporaries of the
+        # checks (a bytes copy of the block and masks of its bytes) then stay a few MB whatever the
+        # trace's size, instead of several copies of the whole text (issue 27: HPC2N's parse peaked
+        # at 170 MB). A block's checks and numbers are those of the whole file restricted to its lines.
+        parts = [_parse_block(p, lines, data[k:k + _BLOCK], usecols) for k in range(0, len(data), _BLOCK)]
+        arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        del parts
 
         bad = ~np.isfinite(arr).all(axis=1)
         for k in (*_INTEGRAL, _QUEUE) if priority_from_queue else _INTEGRAL:
@@ -355,6 +391,7 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priorit
         bad |= arr[:, _SUBMIT] < 0
         if bad.any():
             _raise_at_row(p, lines, int(np.flatnonzero(bad)[0]), strict)
+        del lines, data  # the job objects below are the workload's memory; the text is not needed any more
 
         run = arr[:, _RUN]
         procs = np.where(arr[:, _ALLOC] > 0, arr[:, _ALLOC], arr[:, _REQ_PROCS])
