@@ -45,6 +45,7 @@ _CORE_REF = re.compile(r"\bcore (\d+)\b")
 DAEMON_LEVELS = 2
 #: the progress model vmctld shares with the simulator (the paper's parameters)
 PROGRESS = ProgressModel()
+_NO_UTIL = object()
 VM_NAME = re.compile(r"^j(?P<job>[A-Za-z0-9_.-]+?)-r(?P<run>\d+)-p(?P<index>\d+)$")
 
 
@@ -158,6 +159,10 @@ class ClusterState:
     # whether every process maps to a known core, its slots' levels, the lowest, and whether they are all one
     _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool, tuple[int, ...], int, bool]] \
         = field(default_factory=dict)
+    # the view's per-core arrays kept between views (``vmctl.daemon.view._Cells``; None: built afresh next
+    # time), and the jobs whose part of them may have changed since (their record or their VMs' utilization)
+    _vcells: Any = None
+    _vdirty: set[str] = field(default_factory=set)
     # retention: every finished job's (end_time, seq, id), and the same entries in a min-heap (oldest end
     # first; an entry no longer in _fentry is stale and skipped when it comes up)
     _fentry: dict[str, tuple[float, int, str]] = field(default_factory=dict)
@@ -185,6 +190,7 @@ class ClusterState:
         self._shaped, self._shape_cache = set(), {}
         self._active = set()
         self._static = {}
+        self._vcells, self._vdirty = None, set()
         self._fentry, self._fheap = {}, []
         # the queue in one sort (inserting the jobs one by one in store order could be quadratic)
         self._qorder = sorted((j.submit_time, j.seq, j.id) for j in self.jobs.values()
@@ -210,6 +216,7 @@ class ClusterState:
         """Update the node -> jobs index after ``job`` changed; return every node whose desired state
         may have changed (old and new)."""
         self._static.pop(job.id, None)
+        self._vdirty.add(job.id)
         old = self._job_nodes.get(job.id, frozenset())
         new = self.nodes_of(job)
         if job.state in ACTIVE:
@@ -346,6 +353,7 @@ class ClusterState:
         the queue too."""
         self._job_cache.pop(job.id, None)
         self._static.pop(job.id, None)
+        self._vdirty.add(job.id)
         entry = self._qentry.get(job.id)
         if entry is not None:
             self._qjobs[bisect.bisect_left(self._qorder, entry)] = self.job_obj(job)
@@ -362,6 +370,7 @@ class ClusterState:
     def nodes_changed(self) -> None:
         self._layout = None
         self._static.clear()
+        self._vcells = None
 
     def queue(self) -> list[JobRecord]:
         """The queued jobs in queue order: submit time, then submission sequence (held jobs are not in it)."""
@@ -448,8 +457,13 @@ class ClusterState:
         self._present[obs.node] = frozenset(jobs)
         if obs.errors:
             self.agent_errors[obs.node] = (obs.time, obs.errors)
+        util = self._util
         for v in obs.vms:
-            self._util[v.name] = v.utilization
+            if util.get(v.name, _NO_UTIL) != v.utilization:  # the view's fg utilization of its job changes
+                util[v.name] = v.utilization
+                parsed = parse_vm_name(v.name)
+                if parsed is not None:
+                    self._vdirty.add(parsed[0])
         self._cpu[obs.node] = {v.name: v.cpu_time_s for v in obs.vms}
         self._reports += 1
         if self.in_flight:
