@@ -23,8 +23,10 @@ import bisect
 import heapq
 import math
 import re
+from collections import deque
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
 from typing import Any
 
@@ -132,6 +134,7 @@ class ClusterState:
     _qorder: list[tuple[float, int, str]] = field(default_factory=list)
     _qjobs: list[Job] = field(default_factory=list)
     _qentry: dict[str, tuple[float, int, str]] = field(default_factory=dict)
+    _qmap: dict[str, Job] = field(default_factory=dict)  # each queued job's Job object (the view's queue_index)
     # the last snapshot handed to a view (queue, queue_index); None once the queue changed
     _qsnap: tuple[list[Job], Mapping[str, Job]] | None = None
     _layout: Layout | None = None
@@ -197,6 +200,7 @@ class ClusterState:
                               if j.state == JobState.QUEUED and not j.held)
         self._qjobs = [self.job_obj(self.jobs[e[2]]) for e in self._qorder]
         self._qentry = {e[2]: e for e in self._qorder}
+        self._qmap = {j.id: j for j in self._qjobs}
         self._qsnap = None
         for j in self.jobs.values():
             self.reindex(j)  # the queue entries are already in place: no change there
@@ -254,12 +258,14 @@ class ClusterState:
                 del order[pos], qjobs[pos]
             pos = bisect.bisect_left(order, entry)
             order.insert(pos, entry)
-            qjobs.insert(pos, self.job_obj(job))
+            obj = self.job_obj(job)
+            qjobs.insert(pos, obj)
             self._qentry[job.id] = entry
+            self._qmap[job.id] = obj
         elif old is not None:
             pos = bisect.bisect_left(order, old)
             del order[pos], qjobs[pos]
-            del self._qentry[job.id]
+            del self._qentry[job.id], self._qmap[job.id]
         else:
             return
         self._qsnap = None
@@ -356,7 +362,9 @@ class ClusterState:
         self._vdirty.add(job.id)
         entry = self._qentry.get(job.id)
         if entry is not None:
-            self._qjobs[bisect.bisect_left(self._qorder, entry)] = self.job_obj(job)
+            obj = self.job_obj(job)
+            self._qjobs[bisect.bisect_left(self._qorder, entry)] = obj
+            self._qmap[job.id] = obj
             self._qsnap = None
 
     def jobs_on(self, node: str) -> list[JobRecord]:
@@ -377,6 +385,16 @@ class ClusterState:
         jobs = self.jobs
         return [jobs[e[2]] for e in self._qorder]
 
+    def set_queue_reasons(self, reasons: Mapping[str, str], default: str) -> None:
+        """Every queued job's ``reason``: its entry of ``reasons``, else ``default`` (a decision's). O(queue)
+        in one C-level pass (100,000 queued jobs on every decision), then the jobs ``reasons`` names."""
+        jobs = self.jobs
+        deque(map(setattr, map(jobs.__getitem__, self._qentry), repeat("reason"), repeat(default)), maxlen=0)
+        queued = self._qentry
+        for jid, why in reasons.items():
+            if jid in queued:
+                jobs[jid].reason = why
+
     def queue_length(self) -> int:
         return len(self._qorder)
 
@@ -386,7 +404,7 @@ class ClusterState:
         queue changes (a view outlives later changes unaltered)."""
         if self._qsnap is None:
             q = self._qjobs
-            self._qsnap = (q.copy(), MappingProxyType({j.id: j for j in q}))
+            self._qsnap = (q.copy(), MappingProxyType(self._qmap.copy()))
         q, index = self._qsnap
         return q.copy(), index
 
