@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence, Set
+from operator import attrgetter
 from types import MappingProxyType
 
 from vmctl.cpushare import shared_rate
@@ -90,6 +91,8 @@ def build_view(st: ClusterState, now: float, *, full: bool = False) -> tuple[Clu
     )
     return view, lay
 
+
+_STATE = attrgetter("state")
 
 #: per job (``ClusterState._static``): global cores, VM names, estimated usages, whether every process maps
 #: to a known core, its slots' levels, the lowest, and whether they are all one
@@ -174,6 +177,8 @@ class _Cells:
         nrows = max(2, levels)  # at least fg and bg: the priority names
         self.rows: list[list[str | None]] = [[None] * total for _ in range(nrows)]
         self.util = [0.0] * total
+        self._states: list[str] | None = None  # the nodes' states node_ok was computed from
+        self.node_ok: list[bool] = []
         self.node_ok = self._node_ok(st)
         self.usable = self._usable()
         self.writes: dict[str, Writes] = {}
@@ -201,7 +206,16 @@ class _Cells:
         self._usable_changed = True
 
     def _node_ok(self, st: ClusterState) -> list[bool]:
+        """Whether each node's cores are usable: it is ready and carries the cluster's layout. O(nodes) in C
+        while vmctld lays no layout out (every node carries its own) and the nodes' states did not change."""
         nodes = st.nodes
+        states = list(map(_STATE, map(nodes.__getitem__, self.lay.names)))
+        if st.cluster_layout is None:
+            if states == self._states:
+                return self.node_ok
+            self._states = states
+            return [s == "ready" for s in states]
+        self._states = None
         return [nodes[name].state == "ready" and st.layout_ready(name) for name in self.lay.names]
 
     def _usable(self) -> list[bool]:
