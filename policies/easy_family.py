@@ -810,12 +810,13 @@ class _TwoTier(SchedulingPolicy):
         else:
             util = view.fg_util
             over = st.util_over
+            # the cores under the threshold picked in C (idle_bg spans the cluster: 320,000 cores); the few
+            # cores whose fg slot this pass filled (``over``) with their new utilization
+            cores = list(base - over.keys() if over else base)
+            low = compress(cores, map(lt, map(util.__getitem__, cores), repeat(thr)))
+            pairs = [(util[c], -c) for c in low]
             if over:
-                pairs = [(u, -c) for c in base if (u := over.get(c, util[c])) < thr]
-            else:  # the cores under the threshold picked in C (idle_bg spans the cluster: 320,000 cores)
-                cores = list(base)
-                low = compress(cores, map(lt, map(util.__getitem__, cores), repeat(thr)))
-                pairs = [(util[c], -c) for c in low]
+                pairs += [(u, -c) for c, u in over.items() if c in base and u < thr]
         free = len(pairs)
         if free == 0:
             return out
