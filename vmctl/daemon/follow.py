@@ -38,7 +38,8 @@ class Follower(RecordWriter):
                 continue
             if job is None or job.run != run or job.state not in ACTIVE or idx >= len(job.tasks):
                 continue
-            if job.placement and idx < len(job.placement) and job.placement[idx][0] != obs.node and not job.migrating:
+            slots = job.slots
+            if slots and idx < len(slots) and slots[idx].node != obs.node and not job.migrating:
                 continue  # a stale copy on a node the process left
             task = job.tasks[idx]
             if task.get("seen") is False and v.process_job == jid and v.process_index == idx:
