@@ -55,25 +55,43 @@ def build_view(st: ClusterState, now: float, *, full: bool = False) -> tuple[Clu
     if not full:
         st._vdirty.clear()
     rows, util, usable, idle = cells.snapshot()
-    fg = cells.rows[0]
+    fg, fg_util = cells.rows[0], cells.util
     running: dict[str, RunningJob] = {}
-    for rec, cores_t, low in placed:
+    job_cache, slices = st._job_cache, st.slices
+    for rec, cores_t, low in placed:  # (the loop the view costs at 10,000 jobs: kept lean)
         tier = Tier.FG if low == 0 else Tier.BG  # vcsched's shared VMs count as fg
-        prog = _progress_with(st, rec, now, cells.util, fg, cores_t, low)
-        job = st.job_obj(rec)
-        end = now + max(0.0, job.estimate - prog) if (tier is Tier.FG or rec.gang) and \
-            rec.state == JobState.RUNNING else math.inf
+        job = job_cache.get(rec.id) or st.job_obj(rec)
+        slots, gang, live = rec.slots, rec.gang, rec.state == JobState.RUNNING
+        shared = bool(slots) and slots[0].core is None  # JobRecord.shared
+        # the progress (``ClusterState.progress`` with the fg utilization of this view)
+        since = rec.tier_since
+        if since is None:
+            prog = rec.progress_base
+        else:
+            if not live or rec.suspended or rec.checkpointed or rec.migrating:
+                pace = 0.0
+            elif gang:
+                pace = row_pace(rec, slices)
+            elif shared:
+                pace = shared_rate(rec.cap, job.cpu_need)
+            elif low == 0:
+                pace = 1.0
+            else:
+                pace = bg_pace(job, [None if fg[g] is None else fg_util[g] for g in cores_t])
+            prog = rec.progress_base + max(0.0, now - since) * pace
+        end = now + max(0.0, job.estimate - prog) if (tier is Tier.FG or gang) and live else math.inf
+        bag = rec.bag
         per_slot: tuple[int, ...] | None = None
-        if rec.bag is not None and not static[rec.id][6]:
+        if bag is not None and not static[rec.id][6]:
             per_slot = static[rec.id][4]
         running[rec.id] = RunningJob(
             job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
-            tier_since=rec.tier_since or now, progress=prog, expected_end=end,
+            tier_since=since or now, progress=prog, expected_end=end,
             suspended=rec.suspended or rec.checkpointed, checkpointed=rec.checkpointed,
-            cap=rec.cap, shared_nodes=tuple(s.node for s in rec.slots) if rec.shared else (),
-            tasks_left=None if rec.bag is None else dispatcher.tasks_left(rec),
-            throughput=None if rec.bag is None else dispatcher.throughput_by_slot(rec, lay.global_core),
-            level=low if rec.gang else -1, replicas=tuple(rec.replicas), slot_levels=per_slot,
+            cap=rec.cap, shared_nodes=tuple(s.node for s in slots) if shared else (),
+            tasks_left=None if bag is None else dispatcher.tasks_left(rec),
+            throughput=None if bag is None else dispatcher.throughput_by_slot(rec, lay.global_core),
+            level=low if gang else -1, replicas=tuple(rec.replicas), slot_levels=per_slot,
             migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
         )
     queue, queue_index = st.queue_jobs()
@@ -323,21 +341,3 @@ class _Cells:
         self._changed_rows = set()
         self._util_changed = self._usable_changed = False
         return snap
-
-
-def _progress_with(st: ClusterState, rec: JobRecord, now: float, util: list[float], fg: list[str | None],
-                   cores: tuple[int, ...], low: int) -> float:
-    """``ClusterState.progress`` with the fg utilization of the view being built."""
-    if rec.tier_since is None:
-        return rec.progress_base
-    if rec.state != JobState.RUNNING or rec.suspended or rec.checkpointed or rec.migrating:
-        pace = 0.0
-    elif rec.gang:
-        pace = row_pace(rec, st.slices)
-    elif rec.shared:
-        pace = shared_rate(rec.cap, st.job_obj(rec).cpu_need)
-    elif low == 0:
-        pace = 1.0
-    else:
-        pace = bg_pace(st.job_obj(rec), [None if fg[g] is None else util[g] for g in cores])
-    return rec.progress_base + max(0.0, now - rec.tier_since) * pace
