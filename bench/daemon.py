@@ -1,19 +1,22 @@
-"""Benchmarks of vmctld (``python -m bench.daemon [--quick]``).
+"""Benchmarks of vmctld (``python -m bench.daemon [--quick] [--nodes N] [--queued Q]``; issue 27's size:
+``--nodes 10000``, 100,000 queued).
 
 1. Decision latency: a cluster of 1,000 nodes x 32 cores (the mock backend's shape; the agents are
    replaced by direct reports), full of running jobs, with 10,000 jobs queued, under MEASY. One event
    is "a running job's processes exited" reported by its agent; the latency is from the report to the
    new desired state committed to the store (report + housekeeping + view + policy + invariant check +
    actuation + one SQLite transaction). Baseline in the same process: ``policy.decide`` alone on the
-   same view, so the ratio is the daemon's overhead around the policy.
+   same view, so the ratio is the daemon's overhead around the policy. Also printed: the view kept between
+   decisions against one built from every record (``build_view(full=True)``), and the process's peak RSS.
 2. API latency while the policy decides: the same cluster served by a real vmctld (TLS on loopback);
    one client thread submits jobs in a loop, each submission waking a MEASY decision, while another
-   times ``GET /v1/health``. The policy runs in a worker thread (``Daemon.choose``), so the API should
-   answer in milliseconds while decisions take far longer. Baseline in the same process: the same
-   request with no decision running.
+   times ``GET /healthz`` (and ``GET /v1/health``, authenticated). The policy runs in a worker thread
+   (``Daemon.choose``), so the API should answer in milliseconds while decisions take far longer.
+   Baseline in the same process: the same requests with no decision running.
 3. API throughput: job submissions over loopback HTTPS (one keep-alive connection, bearer token), one
    job per ``POST /v1/jobs`` and 100 per ``POST /v1/jobs:batch``. Baseline: ``Daemon.submit`` called
-   in-process (the store write without HTTP, TLS, auth and validation).
+   in-process (the store write without HTTP, TLS, auth and validation). The event log's cost: the same
+   100-job store transaction written with and without its 100 ``job.submitted`` events.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import argparse
 import http.client
 import json
 import math
+import os
 import random
+import resource
 import ssl
 import tempfile
 import threading
@@ -35,10 +40,12 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.view import build_view
+from vmctl.model import JobState
 from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.policies.base import SchedulingPolicy
 from vmctl.policies.registry import create_policy
 from vmctl.store import open_store
+from vmctl.store.base import EventRecord, JobRecord, WriteBatch
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -77,6 +84,9 @@ def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path
     rng = random.Random(1)
     lat: list[float] = []
     base: list[float] = []
+    kept: list[float] = []
+    fresh: list[float] = []
+    cpu: list[float] = []
     for _ in range(events):
         clock.advance(5)
         fg = [j for j in d.state.active() if j.tier == "fg" and j.placement]
@@ -85,7 +95,7 @@ def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path
         vms = tuple(VmObserved(job.vm_name(i), PowerState.RUNNING, core=c, process_job=job.id, process_index=i,
                                process_exit=0) for i, (n, c) in enumerate(job.placement) if n == node)
         others = {n for n, _c in job.placement} - {node}
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         d.report(NodeObserved(node=node, generation_applied=d.state.generation.get(node, 0), cores=cores, vms=vms))
         for n in sorted(others):
             vv = tuple(VmObserved(job.vm_name(i), PowerState.RUNNING, core=c, process_job=job.id, process_index=i,
@@ -93,11 +103,28 @@ def decision_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path
             d.report(NodeObserved(node=n, generation_applied=0, cores=cores, vms=vv))
         d.run_once()
         lat.append(time.perf_counter() - t)
+        cpu.append(time.thread_time() - c)
         base.append(decide_seconds(d, policy, clock))
+        t = time.perf_counter()
+        build_view(d.state, clock.now())
+        kept.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        build_view(d.state, clock.now(), full=True)
+        fresh.append(time.perf_counter() - t)
     print_against_decide(f"decision latency (event -> desired state committed), {events} events, MEASY:", lat, base,
                          "the policy")
+    print(f"  vmctld CPU  p50 {pct(cpu, 50) * 1e3:8.1f} ms   p99 {pct(cpu, 99) * 1e3:8.1f} ms   (thread CPU time of "
+          f"the same events: what a shared machine's load does not add)")
+    print(f"  view kept p50 {pct(kept, 50) * 1e3:8.1f} ms   p99 {pct(kept, 99) * 1e3:8.1f} ms;  built from every "
+          f"record p50 {pct(fresh, 50) * 1e3:8.1f} ms   p99 {pct(fresh, 99) * 1e3:8.1f} ms")
+    print(f"  peak RSS {peak_mb():.0f} MB")
     d.close()
     d.store.close()
+
+
+def peak_mb() -> float:
+    """This process's peak resident set (Linux: ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def decide_seconds(d: Daemon, policy: SchedulingPolicy, clock: VirtualClock) -> float:
@@ -127,12 +154,12 @@ def api_during_decisions(nodes: int, cores: int, queued: int, seconds: float, tm
         ctx = ssl.create_default_context(cafile=srv.ca_file)
         hdr = {"Authorization": f"Bearer {srv.admin_token}", "Content-Type": "application/json"}
 
-        def health(n: int | None, until: float = math.inf) -> list[float]:
+        def health(path: str, n: int | None, until: float = math.inf) -> list[float]:
             conn = http.client.HTTPSConnection("127.0.0.1", srv.server.port, context=ctx, timeout=60)
             out: list[float] = []
             while (n is None or len(out) < n) and time.perf_counter() < until:
                 t = time.perf_counter()
-                conn.request("GET", "/v1/health", headers=hdr)
+                conn.request("GET", path, headers=hdr if path == "/v1/health" else {})
                 r = conn.getresponse()
                 r.read()
                 out.append(time.perf_counter() - t)
@@ -141,7 +168,7 @@ def api_during_decisions(nodes: int, cores: int, queued: int, seconds: float, tm
             return out
 
         time.sleep(1.0)  # let the first decision after loading pass
-        idle = health(200)
+        idle = {p: health(p, 200) for p in ("/healthz", "/v1/health")}
         srv.call(lambda: srv.daemon.decision_seconds.clear())
         stop = threading.Event()
 
@@ -157,7 +184,9 @@ def api_during_decisions(nodes: int, cores: int, queued: int, seconds: float, tm
 
         th = threading.Thread(target=submitter)
         th.start()
-        busy = health(None, time.perf_counter() + seconds)
+        busy: dict[str, list[float]] = {}
+        for p in ("/healthz", "/v1/health"):
+            busy[p] = health(p, None, time.perf_counter() + seconds / 2)
         stop.set()
         th.join()
         cycles = list(srv.call(lambda: list(srv.daemon.decision_seconds)))
@@ -165,12 +194,14 @@ def api_during_decisions(nodes: int, cores: int, queued: int, seconds: float, tm
           f"submissions):")
     print(f"  decisions      {len(cycles):6d}   cycle p50 {pct(cycles, 50) * 1e3:8.1f} ms   p99 "
           f"{pct(cycles, 99) * 1e3:8.1f} ms   max {max(cycles) * 1e3:8.1f} ms" if cycles else "  no decision ran")
-    print(f"  GET /v1/health {len(busy):6d}   p50 {pct(busy, 50) * 1e3:8.1f} ms   p99 {pct(busy, 99) * 1e3:8.1f} ms   "
-          f"max {max(busy) * 1e3:8.1f} ms   (during decisions)")
-    print(f"  GET /v1/health {len(idle):6d}   p50 {pct(idle, 50) * 1e3:8.1f} ms   p99 {pct(idle, 99) * 1e3:8.1f} ms   "
-          f"(baseline: no decision running)")
-    print(f"  ratio p99 busy/idle {pct(busy, 99) / pct(idle, 99):.2f}x; "
-          f"max health / max cycle {max(busy) / max(cycles):.2f}" if cycles else "")
+    for p in ("/healthz", "/v1/health"):
+        b, i = busy[p], idle[p]
+        print(f"  GET {p:11s} {len(b):6d}   p50 {pct(b, 50) * 1e3:8.1f} ms   p99 {pct(b, 99) * 1e3:8.1f} ms   "
+              f"max {max(b) * 1e3:8.1f} ms   (during decisions)")
+        print(f"  GET {p:11s} {len(i):6d}   p50 {pct(i, 50) * 1e3:8.1f} ms   p99 {pct(i, 99) * 1e3:8.1f} ms   "
+              f"(baseline: no decision running)")
+        print(f"  ratio p99 busy/idle {pct(b, 99) / pct(i, 99):.2f}x" + (
+            f"; max {p} / max cycle {max(b) / max(cycles):.2f}" if cycles else ""))
 
 
 def api_throughput(jobs: int, tmp: Path) -> None:
@@ -189,38 +220,90 @@ def api_throughput(jobs: int, tmp: Path) -> None:
             assert r.status == 201, r.status
         single = jobs / (time.perf_counter() - t)
         batch = json.dumps({"jobs": [{"procs": 4, "estimate": 100.0}] * 100})
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(jobs // 100):
             conn.request("POST", "/v1/jobs:batch", body=batch, headers=hdr)
             r = conn.getresponse()
             r.read()
             assert r.status == 201, r.status
         batched = (jobs // 100) * 100 / (time.perf_counter() - t)
+        batched_cpu = (jobs // 100) * 100 / (time.process_time() - c)
         conn.close()
         t = time.perf_counter()
         for _ in range(jobs):
             d.call(d.daemon.submit, [{"procs": 4, "estimate": 100.0}])
         direct = jobs / (time.perf_counter() - t)
+        specs = [{"procs": 4, "estimate": 100.0}] * 100
+        t, c = time.perf_counter(), time.process_time()
+        for _ in range(jobs // 100):
+            d.call(d.daemon.submit, specs)
+        direct_batch = (jobs // 100) * 100 / (time.perf_counter() - t)
+        direct_batch_cpu = (jobs // 100) * 100 / (time.process_time() - c)
+    with_log, without = event_log_cost(max(20, jobs // 100), tmp)
     print(f"API job submission on loopback HTTPS ({jobs} jobs):")
     print(f"  POST /v1/jobs         {single:8.0f} jobs/s")
-    print(f"  POST /v1/jobs:batch   {batched:8.0f} jobs/s  (100 per request)")
+    print(f"  POST /v1/jobs:batch   {batched:8.0f} jobs/s  (100 per request; {batched_cpu:.0f} jobs per CPU second of "
+          f"client and server)")
     print(f"  in-process submit     {direct:8.0f} jobs/s  (baseline: Daemon.submit, no HTTP)")
-    print(f"  ratio single/baseline {single / direct:.2f}x, batch/baseline {batched / direct:.2f}x")
+    print(f"  in-process batch      {direct_batch:8.0f} jobs/s  (baseline: Daemon.submit of 100, no HTTP; "
+          f"{direct_batch_cpu:.0f} per CPU second)")
+    print(f"  ratio single/baseline {single / direct:.2f}x, batch/baseline {batched / direct_batch:.2f}x")
+    print(f"  event log: a 100-job store write {with_log * 1e3:.2f} ms with its 100 events, {without * 1e3:.2f} ms "
+          f"without ({(with_log - without) / 100 * 1e6:.1f} us per job, {with_log / without - 1:+.0%})")
+
+
+def event_log_cost(batches: int, tmp: Path) -> tuple[float, float]:
+    """Median seconds of one store transaction of 100 new jobs with their 100 ``job.submitted`` events, and
+    of the same without the events (alternated, on one SQLite store)."""
+    store = open_store(f"sqlite:///{tmp}/events.db")
+    store.migrate()
+    epoch = store.acquire_lease("bench", 3600, time.time())
+    assert epoch is not None
+    seq = 1
+    timed: dict[bool, list[float]] = {True: [], False: []}
+    for k in range(2 * batches):
+        log = k % 2 == 0
+        recs = {}
+        events = []
+        for _ in range(100):
+            rec = JobRecord(id=str(seq), seq=seq, name=f"job-{seq}", spec={"procs": 4, "estimate": 100.0},
+                            state=JobState.QUEUED, submit_time=1000.0, reason="submitted")
+            recs[rec.id] = rec
+            if log:
+                events.append(EventRecord(seq=seq, time=1000.0, kind="job.submitted", message=f"job {seq} submitted",
+                                          job_id=rec.id, actor="token admin"))
+            seq += 1
+        t = time.perf_counter()
+        store.write(epoch, WriteBatch(jobs=recs, events=events))
+        timed[log].append(time.perf_counter() - t)
+    store.close()
+    return pct(timed[True], 50), pct(timed[False], 50)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    ap.add_argument("--nodes", type=int, default=1000, help="nodes of 32 cores (default 1000; issue 27: 10000)")
+    ap.add_argument("--queued", type=int, default=None, help="jobs queued (default 10 per node)")
+    ap.add_argument("--events", type=int, default=40, help="events timed (default 40)")
+    ap.add_argument("--seconds", type=float, default=20.0, help="seconds of submissions while timing the API")
+    ap.add_argument("--only", choices=("latency", "api", "submit"), action="append",
+                    help="run only these parts (repeatable)")
     a = ap.parse_args()
+    parts = set(a.only or ("latency", "api", "submit"))
+    nodes, queued, events, seconds, jobs = a.nodes, a.queued, a.events, a.seconds, 2000
+    if a.quick:
+        nodes, queued, events, seconds, jobs = 50, 500, 10, 3.0, 200
+    queued = 10 * nodes if queued is None else queued
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
-        if a.quick:
-            decision_latency(50, 32, 500, 10, Path(tmp))
-            api_during_decisions(50, 32, 500, 3.0, Path(tmp))
-            api_throughput(200, Path(tmp))
-        else:
-            decision_latency(1000, 32, 10_000, 40, Path(tmp))
-            api_during_decisions(1000, 32, 10_000, 20.0, Path(tmp))
-            api_throughput(2000, Path(tmp))
+        if "latency" in parts:
+            decision_latency(nodes, 32, queued, events, Path(tmp))
+        if "api" in parts:
+            api_during_decisions(nodes, 32, queued, seconds, Path(tmp))
+        if "submit" in parts:
+            api_throughput(jobs, Path(tmp))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ def matrix_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path) 
     rng = random.Random(2)
     lat: list[float] = []
     base: list[float] = []
+    cpu: list[float] = []
     skipped = 0
     for _ in range(events):
         clock.advance(5)
@@ -92,16 +93,19 @@ def matrix_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path) 
             by_node.setdefault(n, []).append(VmObserved(job.vm_name(i), PowerState.RUNNING, core=c,
                                                         process_job=job.id, process_index=i, process_exit=0))
         before = d.skipped_total
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         for n, vms in sorted(by_node.items()):
             d.report(NodeObserved(node=n, generation_applied=d.state.generation.get(n, 0), cores=cores,
                                   vms=tuple(vms)))
         d.run_once()
         lat.append(time.perf_counter() - t)
+        cpu.append(time.thread_time() - c)
         skipped += d.skipped_total - before
         base.append(decide_seconds(d, policy, clock))
     print_against_decide(f"new matrix (job end -> matrix and desired state committed), {events} events, bgs-m MPL "
                          f"{ROWS}:", lat, base, "the derivation", f"   ({skipped} actions skipped)")
+    print(f"  vmctld CPU  p50 {pct(cpu, 50) * 1e3:8.1f} ms   p99 {pct(cpu, 99) * 1e3:8.1f} ms   (thread CPU time of "
+          f"the same events; load average {os.getloadavg()[0]:.1f})")
     d.close()
     d.store.close()
 

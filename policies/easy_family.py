@@ -92,8 +92,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Sequence, Set
-from itertools import islice
-from operator import attrgetter
+from itertools import compress, islice, repeat
+from operator import attrgetter, lt
 from typing import Any, ClassVar, Literal
 
 from vmctl.errors import PolicyParameterError
@@ -807,15 +807,7 @@ class _TwoTier(SchedulingPolicy):
         if st.bg_freed:
             usable = view.usable
             base = base | {c for c in st.bg_freed if usable[c]}
-        bound = len(base)
-        if bound == 0:
-            return out
-        cand = [
-            (job.estimate, job.submit_time, job.id, job)
-            for job in queue
-            if job.procs <= bound and job.submit_time <= now and job.id not in started
-        ]
-        if not cand:
+        if not base:
             return out
         thr = self._threshold
         pairs: list[tuple[float, int]]
@@ -826,12 +818,24 @@ class _TwoTier(SchedulingPolicy):
         else:
             util = view.fg_util
             over = st.util_over
+            # the cores under the threshold picked in C (idle_bg spans the cluster: 320,000 cores); the few
+            # cores whose fg slot this pass filled (``over``) with their new utilization
+            cores = list(base - over.keys() if over else base)
+            low = compress(cores, map(lt, map(util.__getitem__, cores), repeat(thr)))
+            pairs = [(util[c], -c) for c in low]
             if over:
-                pairs = [(u, -c) for c in base if (u := over.get(c, util[c])) < thr]
-            else:
-                pairs = [(u, -c) for c in base if (u := util[c]) < thr]
+                pairs += [(u, -c) for c, u in over.items() if c in base and u < thr]
         free = len(pairs)
         if free == 0:
+            return out
+        # the candidates after the slots: a job wider than the free bg slots never starts (the loop below
+        # skips it), so the O(queue) list holds only the jobs that fit, and none is built when no slot is free
+        cand = [
+            (job.estimate, job.submit_time, job.id, job)
+            for job in queue
+            if job.procs <= free and job.submit_time <= now and job.id not in started
+        ]
+        if not cand:
             return out
         pairs.sort()
         slots = [-nc for _u, nc in pairs]

@@ -186,8 +186,7 @@ class Actuator(Follower):
             apply_schedule(self, decision.schedule, now, ch)
         # reasons of the jobs left waiting: kept in memory only (the next decision after a restart
         # recomputes them), so a decision does not rewrite every queued job's record
-        for rec in self.state.queue():
-            rec.reason = decision.reason_for(rec.id)
+        self.state.set_queue_reasons(decision.reasons, decision.default_reason)
         return res
 
     # ------------------------------------------------------------------ one transition per effect kind

@@ -43,6 +43,8 @@ def desired_vms(st: ClusterState, node: str) -> tuple[VmDesired, ...]:
             work = st.moldable_work(rec) or 0.0
         bag_shape = st.shape_of(rec) if rec.bag is not None else None
         for i, slot in enumerate(rec.slots):
+            if slot.node != node and i not in moves:
+                continue  # a process on another node, not moving from or to this one: not a VM of this node
             name = rec.vm_name(i)
             role = VmRole.SHARED if slot.shared else role_of(slot.level)
             proc: ProcessSpec | None

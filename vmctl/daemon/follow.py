@@ -24,6 +24,7 @@ class Follower(RecordWriter):
         st = self.state
         st.set_observed(obs)
         seen: dict[str, Any] = {}
+        opened: set[str] = set()  # jobs whose run was opened by this report (once: O(processes) each)
         for v in obs.vms:
             parsed = parse_vm_name(v.name)
             if parsed is None:
@@ -37,7 +38,8 @@ class Follower(RecordWriter):
                 continue
             if job is None or job.run != run or job.state not in ACTIVE or idx >= len(job.tasks):
                 continue
-            if job.placement and idx < len(job.placement) and job.placement[idx][0] != obs.node and not job.migrating:
+            slots = job.slots
+            if slots and idx < len(slots) and slots[idx].node != obs.node and not job.migrating:
                 continue  # a stale copy on a node the process left
             task = job.tasks[idx]
             if task.get("seen") is False and v.process_job == jid and v.process_index == idx:
@@ -47,7 +49,9 @@ class Follower(RecordWriter):
                 if job.state == JobState.RUNNING and not job.migrating:
                     job.progress_base = 0.0
                     job.tier_since = now
-                    st.open_run(job)
+                    if job.id not in opened:  # the same for every process of the report
+                        opened.add(job.id)
+                        st.open_run(job)
                 ch.jobs[job.id] = job
             if task["exit_status"] is None:
                 if v.process_exit is not None:

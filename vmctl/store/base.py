@@ -531,5 +531,9 @@ class Store(Protocol):
         ...
 
 
+#: one encoder for every document (``json.dumps`` with options builds a new one per call)
+_ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
+
+
 def dumps(doc: Any) -> str:
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+    return _ENCODE(doc)

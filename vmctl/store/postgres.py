@@ -7,7 +7,7 @@ Same SQL as SQLite (``vmctl.store.sql``); write transactions lock the lease row 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -113,6 +113,16 @@ class _Translating:
 
         try:
             return self._cur.execute(sql, params)
+        except psycopg.Error as exc:
+            if isinstance(exc, VmctlError):  # pragma: no cover
+                raise
+            raise self._store._translate(exc) from exc
+
+    def executemany(self, sql: str, rows: Iterable[tuple[Any, ...]]) -> Any:
+        import psycopg
+
+        try:
+            return self._cur.executemany(sql, rows)
         except psycopg.Error as exc:
             if isinstance(exc, VmctlError):  # pragma: no cover
                 raise

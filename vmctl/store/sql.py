@@ -38,6 +38,8 @@ from vmctl.store.base import (
 
 SCHEMA_DIR = Path(__file__).parent / "schema"
 _T = TypeVar("_T")
+_UPSERT_JOB = ("INSERT INTO jobs (id, seq, state, doc, bag) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+               "SET state = excluded.state, doc = excluded.doc, bag = excluded.bag")
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -158,6 +160,10 @@ class SqlStore:
 
     def _exec(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         return cur.execute(self._q(sql), tuple(params))
+
+    def _execmany(self, cur: Any, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+        """``sql`` once per row of ``rows``, in one driver call (a batch of jobs or events)."""
+        return cur.executemany(self._q(sql), [tuple(r) for r in rows])
 
     def close(self) -> None:  # pragma: no cover
         raise NotImplementedError
@@ -427,19 +433,21 @@ class SqlStore:
             return
         with self._transaction(lock=True) as cur:
             timeline, commits = self._leader_tx(cur, epoch)
+            plain: list[tuple[Any, ...]] = []  # the jobs with no task rows: one statement for all of them
             for j in batch.jobs.values():
                 doc, bag = task_rows.split_doc(j.to_doc())
-                self._exec(
-                    cur,
-                    "INSERT INTO jobs (id, seq, state, doc, bag) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
-                    "SET state = excluded.state, doc = excluded.doc, bag = excluded.bag",
-                    (j.id, j.seq, str(j.state), dumps(doc), bag),
-                )
+                row = (j.id, j.seq, str(j.state), dumps(doc), bag)
+                if bag is None and not task_rows.is_bag_spec(j.spec):
+                    plain.append(row)
+                    continue
+                self._exec(cur, _UPSERT_JOB, row)
                 if bag is not None:  # the rows of the bag's other runs go (a kept result is written again)
                     self._exec(cur, "DELETE FROM task_results WHERE job_id = ? AND run <> ?", (j.id, j.run))
                     self._write_task_rows(cur, j)
                 elif task_rows.is_bag_spec(j.spec):  # a bag requeued from scratch: its results go
                     self._exec(cur, "DELETE FROM task_results WHERE job_id = ?", (j.id,))
+            if plain:
+                self._execmany(cur, _UPSERT_JOB, plain)
             for j in batch.bags.values():  # a task end: the bag's dispatcher state and its changed tasks
                 if j.id not in batch.jobs and j.bag is not None:
                     self._exec(cur, "UPDATE jobs SET bag = ? WHERE id = ?", (dumps(j.bag), j.id))
@@ -469,9 +477,9 @@ class SqlStore:
                 self._exec(cur, "DELETE FROM tokens WHERE hash = ?", (h,))
             for name in batch.delete_nodes:
                 self._exec(cur, "DELETE FROM nodes WHERE name = ?", (name,))
-            for e in batch.events:
-                self._exec(cur, "INSERT INTO events (seq, time, kind, doc) VALUES (?, ?, ?, ?)",
-                           (e.seq, e.time, e.kind, dumps(e.to_doc())))
+            if batch.events:  # the event log: one statement per batch
+                self._execmany(cur, "INSERT INTO events (seq, time, kind, doc) VALUES (?, ?, ?, ?)",
+                               [(e.seq, e.time, e.kind, dumps(e.to_doc())) for e in batch.events])
         for j in (*batch.jobs.values(), *batch.bags.values()):
             j.changed_tasks.clear()
         self._committed(timeline, commits, list(batch.jobs.values()), batch.events)

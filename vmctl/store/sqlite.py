@@ -7,7 +7,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -260,6 +260,12 @@ class _Translating:
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         try:
             return self._cur.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise self._store._translate(exc) from exc
+
+    def executemany(self, sql: str, rows: Iterable[tuple[Any, ...]]) -> Any:
+        try:
+            return self._cur.executemany(sql, rows)
         except sqlite3.Error as exc:
             raise self._store._translate(exc) from exc
 
