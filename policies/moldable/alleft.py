@@ -52,9 +52,10 @@ _KEY = 10**6  # slot counts stay far below this
 class AllEFT:
     name = "all-eft"
 
-    def __init__(self, window: int = 200, cap: bool = False, target: float = 1.0) -> None:
+    def __init__(self, window: int = 200, cap: bool = False, target: float = 1.0, reference: bool = False) -> None:
         from vmctl.policies.moldable.hsret import check_target
 
+        self.reference = reference
         self.window = window
         self.cap = cap
         self.target = check_target(target)
@@ -104,7 +105,7 @@ class AllEFT:
         if self.cap:
             from vmctl.policies.moldable.hsret import select_net
 
-            _case, snet = select_net(view, self.target)
+            _case, snet = select_net(view, self.target, self.reference)
             self._limit = [p.index_for_net(snet) + 1 for p in view.profiles]
         nclust = len(view.clusters.nodes)
         extra = 1 + int(np.ceil(view.w_length[tasks].max() / min(view.clusters.speed) / view.slot))

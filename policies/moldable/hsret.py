@@ -116,7 +116,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vmctl.policies.moldable.model import EPS, Decision, Profile, SlotView, Start
+from vmctl.policies.moldable.model import EPS, Decision, Profile, SlotView, Start, deadline_table, monotone
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -327,7 +327,7 @@ class HSRET:
         free = view.free_nodes(running)
         urgent = _urgent(view)
         if self.start == "afcfs":
-            starts = self._afcfs_list(view, snet, free)
+            starts = self._afcfs_list(view, snet, free, self.reference)
             placed = {s.task for s in starts}
             order = [i for i in range(len(view.w_id)) if int(view.w_id[i]) not in placed and urgent[i]]
         else:
@@ -396,26 +396,10 @@ class HSRET:
         urg: list[bool] = urgent.tolist()
         jrefs = [p.index_for_net(snet) for p in profiles]
         widths = [list(p.widths) for p in profiles]
-        monotone = [bool((np.diff(p.r) <= 0).all()) for p in profiles]
+        mono = [monotone(p) for p in profiles]
         # per waiting task (filled a block at a time, for the tasks that get that far): its slot
         # counts n[c, j] and lo[c], the first width index that meets its deadline on cluster c
         table: dict[int, tuple[NDArray[np.int64], list[int]]] = {}
-
-        def fill(block: list[int]) -> None:
-            idx = np.array(block, dtype=np.int64)
-            of = view.w_profile[idx]
-            for pi, p in enumerate(profiles):
-                m = idx[of == pi]
-                if m.size == 0:
-                    continue
-                # the operations of SlotView.slots_needed and SlotView.meets, for all of them at once
-                minutes = view.w_length[m][:, None, None] * p.r[None, None, :] / speed[None, :, None]
-                n = np.maximum(1, np.ceil(minutes / view.slot - EPS)).astype(np.int64)
-                meets = (view.now + n) * view.slot <= view.w_deadline[m][:, None, None] + EPS
-                lo = np.where(meets.any(axis=2), meets.argmax(axis=2), len(p.widths)).tolist()
-                for k, i in enumerate(m.tolist()):
-                    table[i] = (n[k], lo[k])
-
         freel: list[int] = free.tolist()
         fmax = max(freel)
         starts: list[Start] = []
@@ -426,7 +410,7 @@ class HSRET:
                 continue  # no room anywhere and it can wait (or is late anyway): nothing to decide
             p = profiles[pi]
             jref = jrefs[pi]
-            if not monotone[pi]:
+            if not mono[pi]:
                 choice = self._choose(view, i, p, jref, free, running, speed)
                 freel = free.tolist()  # Sch1 may have freed nodes
                 fmax = max(freel)
@@ -438,15 +422,16 @@ class HSRET:
                             block.append(k)
                             if len(block) == _BLOCK:
                                 break
-                    fill(block)
+                    table.update(deadline_table(view, block))
                 n, lo = table[i]
-                hi = [bisect_right(ws, f) - 1 for f in freel]
                 nw = len(ws)
                 choice = None
-                cs = [c for c in range(ncl) if lo[c] <= jref <= hi[c]]
+                wref = ws[jref]
+                cs = [c for c in range(ncl) if lo[c] <= jref and freel[c] >= wref]  # lo[c] <= jref <= hi[c]
                 if cs:
                     choice = (max(cs, key=spd.__getitem__), jref)
                 else:
+                    hi = [bisect_right(ws, f) - 1 for f in freel]  # the widest width index that fits
                     best: tuple[int, int, int] | None = None  # (area, cluster, j)
                     down = max((min(hi[c], jref - 1) for c in range(ncl) if lo[c] <= min(hi[c], jref - 1)),
                                default=-1)
@@ -485,14 +470,39 @@ class HSRET:
         return starts
 
     @staticmethod
-    def _afcfs_list(view: SlotView, snet: float, free: NDArray[np.int64]) -> list[Start]:
+    def _afcfs_list(view: SlotView, snet: float, free: NDArray[np.int64], reference: bool = False) -> list[Start]:
         """Sec. 6.2.2 (module docstring, "AFCFS start"): AFCFS's list of this slot on the fastest
         cluster, then each listed task widened towards the width of ``snet`` with the nodes the list left
-        free, earliest deadline first. Updates ``free``."""
+        free, earliest deadline first. Updates ``free``. ``reference``: the list one task at a time with
+        numpy (else from :func:`deadline_table`, as in :class:`~vmctl.policies.moldable.afcfs.AFCFS`;
+        the same list)."""
         speed = view.clusters.s
+        spd: list[float] = speed.tolist()
+        ncl = len(spd)
+        mono = [monotone(p) for p in view.profiles]
+        table = {} if reference else deadline_table(view, range(len(view.w_id)))
         listed: list[tuple[int, int, int]] = []  # (waiting index, cluster, width index)
         for i in range(len(view.w_id)):  # arrival order
             p = view.profiles[int(view.w_profile[i])]
+            if not reference and mono[int(view.w_profile[i])]:
+                ws = p.widths
+                nw = len(ws)
+                lo = table[i][1]
+                okc = [c for c in range(ncl) if lo[c] < nw and free[c] >= ws[lo[c]]]
+                if okc:
+                    j = min(lo[c] for c in okc)  # the smallest width that passes somewhere
+                    cs = [c for c in range(ncl) if lo[c] <= j and free[c] >= ws[j]]
+                else:
+                    if min(lo) < nw:
+                        continue  # AFCFS waits for nodes
+                    j = 0  # hopeless: AFCFS runs it anyway, as small as fits
+                    cs = [c for c in range(ncl) if free[c] >= ws[0]]
+                    if not cs:
+                        continue
+                c = max(cs, key=spd.__getitem__)
+                free[c] -= ws[j]
+                listed.append((i, c, j))
+                continue
             n = view.slots_needed(float(view.w_length[i]), p)
             fits = p.w[None, :] <= free[:, None]
             ok = view.meets(n, float(view.w_deadline[i])) & fits
@@ -503,8 +513,8 @@ class HSRET:
                 if not ok.any():
                     continue
             j = int(np.nonzero(ok.any(axis=0))[0][0])  # the smallest width that passes somewhere
-            cs = np.nonzero(ok[:, j])[0]
-            c = int(cs[np.argmax(speed[cs])])
+            cs_a = np.nonzero(ok[:, j])[0]
+            c = int(cs_a[np.argmax(speed[cs_a])])
             free[c] -= int(p.w[j])
             listed.append((i, c, j))
         for k in sorted(range(len(listed)), key=lambda k: (float(view.w_deadline[listed[k][0]]), k)):
