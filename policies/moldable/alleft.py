@@ -125,24 +125,50 @@ class AllEFT:
             m = view.w_profile[tasks] == pi
             wid[:, m] = p.w[j[:, m]]
         alive = np.ones(tasks.size, dtype=np.bool_)
-        while alive.any():
+
+        def recompute(c_best: int) -> None:
+            # recompute every stale task of that cluster at once (one vectorized pass)
+            redo = np.nonzero(stale[c_best] & alive)[0]
+            fr, nr, jr, sr = self._cluster_options(view, free, c_best, tasks[redo], cache)
+            f[c_best, redo], n[c_best, redo], j[c_best, redo], s[c_best, redo] = fr, nr, jr, sr
+            for pi, p in enumerate(view.profiles):
+                m = view.w_profile[tasks[redo]] == pi
+                wid[c_best, redo[m]] = p.w[jr[m]]
+            stale[c_best, redo] = False
+
+        def row_min(c: int) -> tuple[int, int, int, int]:
+            """Cluster c's smallest (EFT, execution, nodes, task) over the alive tasks."""
             cand = np.nonzero(alive)[0]
-            fc, nc, wc = f[:, cand], n[:, cand], wid[:, cand]
-            # smallest EFT, then shortest execution, then fewest nodes, then arrival (lexsort: last key first)
-            flat = int(np.lexsort((np.broadcast_to(cand, fc.shape).ravel(), wc.ravel(), nc.ravel(), fc.ravel()))[0])
-            c_best, col = divmod(flat, cand.size)
-            t = int(cand[col])
+            k = int(cand[np.lexsort((cand, wid[c, cand], n[c, cand], f[c, cand]))[0]])
+            return int(f[c, k]), int(n[c, k]), int(wid[c, k]), k
+
+        left = tasks.size
+        best = [row_min(c) for c in range(nclust)] if not self.reference else []
+        while left:
+            if self.reference:
+                cand = np.nonzero(alive)[0]
+                fc, nc, wc = f[:, cand], n[:, cand], wid[:, cand]
+                # smallest EFT, then shortest execution, then fewest nodes, then arrival (lexsort: last key first)
+                flat = int(np.lexsort((np.broadcast_to(cand, fc.shape).ravel(), wc.ravel(), nc.ravel(),
+                                       fc.ravel()))[0])
+                c_best, col = divmod(flat, cand.size)
+                t = int(cand[col])
+            else:
+                # the same choice from each cluster's smallest: the smallest of those, ties to the
+                # lower cluster (the flat order of the reference's lexsort)
+                c_best = min(range(nclust), key=best.__getitem__)
+                t = best[c_best][3]
             if stale[c_best, t]:
-                # recompute every stale task of that cluster at once (one vectorized pass)
-                redo = np.nonzero(stale[c_best] & alive)[0]
-                fr, nr, jr, sr = self._cluster_options(view, free, c_best, tasks[redo], cache)
-                f[c_best, redo], n[c_best, redo], j[c_best, redo], s[c_best, redo] = fr, nr, jr, sr
-                for pi, p in enumerate(view.profiles):
-                    m = view.w_profile[tasks[redo]] == pi
-                    wid[c_best, redo[m]] = p.w[jr[m]]
-                stale[c_best, redo] = False
+                recompute(c_best)
+                if not self.reference:
+                    best[c_best] = row_min(c_best)
                 continue
             alive[t] = False
+            left -= 1
+            if not self.reference and left:
+                for c in range(nclust):
+                    if best[c][3] == t:
+                        best[c] = row_min(c)
             if f[c_best, t] >= _INF:
                 continue  # too wide for every cluster: never placed
             width = int(wid[c_best, t])

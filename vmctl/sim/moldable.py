@@ -339,7 +339,11 @@ def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[
     result, slower). ``progress(now, last)``: called after every :data:`PROGRESS_SLOTS` simulated
     slots and at the end (``last``: the arrival slots plus the drain, the most the run can take)."""
     t0 = time.perf_counter() if t0 is None else t0
-    policy = make_policy(policy_name, policy_rng(seed), target=target, reference=reference)
+    if reference:
+        policy = make_policy(policy_name, policy_rng(seed), target=target, reference=True)
+    else:
+        policy = make_policy(policy_name, policy_rng(seed)) if target == 1.0 else \
+            make_policy(policy_name, policy_rng(seed), target=target)
     chunks = iter([tasks] if isinstance(tasks, Tasks) else tasks)
     pending = next(chunks, None)
     w = _Window()
