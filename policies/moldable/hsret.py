@@ -110,7 +110,7 @@ widening, earliest deadline first (B first, say): B takes the 2 free nodes (widt
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -403,7 +403,19 @@ class HSRET:
         freel: list[int] = free.tolist()
         fmax = max(freel)
         starts: list[Start] = []
-        for pos, i in enumerate(order):
+        # once no cluster has room for any profile's smallest width, only urgent tasks (Sch1) pass
+        # the test below: go from one to the next (Sch1 may free nodes again)
+        smallest = min(w[0] for w in widths)
+        urgent_at = [pos for pos, i in enumerate(order) if urg[i]]
+        pos = 0
+        while pos < len(order):
+            if fmax < smallest:
+                k = bisect_left(urgent_at, pos)
+                if k == len(urgent_at):
+                    break
+                pos = urgent_at[k]
+            i = order[pos]
+            pos += 1
             pi = prof[i]
             ws = widths[pi]
             if fmax < ws[0] and not urg[i]:
@@ -416,12 +428,16 @@ class HSRET:
                 fmax = max(freel)
             else:
                 if i not in table:  # this task and the next ones that pass the test above now
-                    block = [i]
-                    for k in islice(order, pos + 1, None):
-                        if fmax >= widths[prof[k]][0] or urg[k]:
-                            block.append(k)
-                            if len(block) == _BLOCK:
-                                break
+                    if fmax < smallest:
+                        k = bisect_left(urgent_at, pos)
+                        block = [i, *(order[q] for q in urgent_at[k:k + _BLOCK - 1])]
+                    else:
+                        block = [i]
+                        for k in islice(order, pos, pos + 4 * _BLOCK):
+                            if fmax >= widths[prof[k]][0] or urg[k]:
+                                block.append(k)
+                                if len(block) == _BLOCK:
+                                    break
                     table.update(deadline_table(view, block))
                 n, lo = table[i]
                 nw = len(ws)
