@@ -5,6 +5,7 @@ run on the same workload in the same process.
     python -m bench.moldable                 # 150 slots per run
     python -m bench.moldable --quick         # 40 slots per run
     python -m bench.moldable --slots 400 --policies hsret,afcfs
+    python -m bench.moldable --slot 720 --rate 300   # the other end of the paper's grid
 
 Each method runs twice on the same tasks: its reference form (``make_policy(..., reference=True)``:
 numpy on each task's table, eq. 8 rebuilt at every step of HSRET's Getnet) and the default one; the
@@ -32,10 +33,10 @@ FULL_SLOTS = 1_000_400
 TARGET_HOURS = 2.0
 
 
-def point(policy: str, slots: int, reference: bool, rate: float = 150.0, nodes: int = 1000
+def point(policy: str, slots: int, reference: bool, rate: float = 150.0, nodes: int = 1000, slot: float = 360.0
           ) -> tuple[float, int, tuple[np.ndarray, ...]]:
     """(CPU seconds, simulated slots, outcome arrays) of one run."""
-    cfg = MoldableConfig(policy=policy, slot=360.0, rate=rate, slots=slots, clusters=10, nodes=nodes, warmup=0,
+    cfg = MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, clusters=10, nodes=nodes, warmup=0,
                          batches=2, drain=0)
     tasks, clusters = generate(cfg)
     t0 = time.process_time()
@@ -51,16 +52,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="40 slots per run")
     ap.add_argument("--slots", type=int, default=None, help="arrival slots per run (default 150)")
     ap.add_argument("--policies", default="hsret,afcfs,cbsp,all-eft")
+    ap.add_argument("--slot", type=float, default=360.0, help="slot length SL, minutes (the paper's 360 or 720)")
+    ap.add_argument("--rate", type=float, default=150.0, help="mean arrivals per slot (the paper's 100-150 at "
+                                                                "slot 360, 200-300 at 720)")
     args = ap.parse_args()
     slots = args.slots or (40 if args.quick else 150)
     point("afcfs", 3, False, rate=2.0, nodes=100)  # imports and first-call costs out of the measurements
-    print(f"load average {os.getloadavg()[0]:.2f} (2 cores shared); {slots} slots per run; CPU time")
+    print(f"load average {os.getloadavg()[0]:.2f} (2 cores shared); slot {args.slot:g}, rate {args.rate:g}, "
+          f"{slots} slots per run; CPU time")
     print(f"{'policy':<8} {'slots':>6} {'ref slots/s':>12} {'slots/s':>8} {'ratio':>6} {'10^6 slots':>11} "
           f"{'target':>7} {'same':>5}")
     rates: dict[str, float] = {}
     for policy in args.policies.split(","):
-        ref_cpu, n, ref_out = point(policy, slots, True)
-        cpu, n2, out = point(policy, slots, False)
+        ref_cpu, n, ref_out = point(policy, slots, True, rate=args.rate, slot=args.slot)
+        cpu, n2, out = point(policy, slots, False, rate=args.rate, slot=args.slot)
         same = n == n2 and all(np.array_equal(a, b) for a, b in zip(ref_out, out, strict=True))
         rate, ref_rate = n2 / cpu, n / ref_cpu
         rates[policy] = rate
