@@ -136,14 +136,32 @@ class AllEFT:
                 wid[c_best, redo[m]] = p.w[jr[m]]
             stale[c_best, redo] = False
 
+        # the fast form keeps, per cluster, its alive tasks sorted by (EFT, execution, nodes, task) (valid
+        # until the cluster's values are recomputed) and the position of the first one still alive
+        alive_l = [True] * tasks.size
+        orders: list[list[int]] = [[] for _ in range(nclust)]
+        firsts = [0] * nclust
+
+        def sort_row(c: int) -> None:
+            cand = np.nonzero(alive)[0]
+            orders[c] = cand[np.lexsort((cand, wid[c, cand], n[c, cand], f[c, cand]))].tolist()
+            firsts[c] = 0
+
         def row_min(c: int) -> tuple[int, int, int, int]:
             """Cluster c's smallest (EFT, execution, nodes, task) over the alive tasks."""
-            cand = np.nonzero(alive)[0]
-            k = int(cand[np.lexsort((cand, wid[c, cand], n[c, cand], f[c, cand]))[0]])
-            return int(f[c, k]), int(n[c, k]), int(wid[c, k]), k
+            order, k = orders[c], firsts[c]
+            while not alive_l[order[k]]:
+                k += 1
+            firsts[c] = k
+            t = order[k]
+            return int(f[c, t]), int(n[c, t]), int(wid[c, t]), t
 
         left = tasks.size
-        best = [row_min(c) for c in range(nclust)] if not self.reference else []
+        best: list[tuple[int, int, int, int]] = []
+        if not self.reference:
+            for c in range(nclust):
+                sort_row(c)
+                best.append(row_min(c))
         while left:
             if self.reference:
                 cand = np.nonzero(alive)[0]
@@ -161,9 +179,11 @@ class AllEFT:
             if stale[c_best, t]:
                 recompute(c_best)
                 if not self.reference:
+                    sort_row(c_best)
                     best[c_best] = row_min(c_best)
                 continue
             alive[t] = False
+            alive_l[t] = False
             left -= 1
             if not self.reference and left:
                 for c in range(nclust):

@@ -24,8 +24,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("afcfs", {"rate": 30.0, "clusters": 4, "nodes": 300, "slots": 80, "seed": 3}),
     ("afcfs", {"rate": 8.0, "clusters": 2, "nodes": 200, "slots": 80, "accuracy": 0.9}),
     ("cbsp", {"rate": 30.0, "clusters": 4, "nodes": 300, "slots": 80, "seed": 4}),
-    ("all-eft", {"rate": 12.0, "clusters": 3, "nodes": 200, "slots": 30}),
-    ("all-eft-cap", {"rate": 12.0, "clusters": 3, "nodes": 200, "slots": 30, "seed": 6}),
+    ("all-eft", {"rate": 12.0, "clusters": 3, "nodes": 200, "slots": 20}),
+    ("all-eft-cap", {"rate": 12.0, "clusters": 3, "nodes": 200, "slots": 20, "seed": 6}),
 ]
 
 
