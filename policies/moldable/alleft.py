@@ -195,8 +195,32 @@ class AllEFT:
             start = int(s[c_best, t])
             if start == 0:
                 starts.append(Start(int(view.w_id[tasks[t]]), c_best, width))
-            free = reserve(free, c_best, start, int(n[c_best, t]), width)
+            length = int(n[c_best, t])
+            free = reserve(free, c_best, start, length, width)
             for pi in range(len(view.profiles)):
                 cache.pop((c_best, pi), None)
-            stale[c_best] = True
+            if self.reference:
+                stale[c_best] = True
+            else:
+                stale[c_best] |= self._broken(free[c_best], start, length, f[c_best], n[c_best], s[c_best],
+                                              wid[c_best], alive)
         return Decision(starts, running)
+
+    @staticmethod
+    def _broken(row: np.ndarray, start: int, length: int, f: np.ndarray, n: np.ndarray, s: np.ndarray,
+                wid: np.ndarray, alive: np.ndarray) -> np.ndarray:
+        """After a reservation of slots [start, start + length) in a cluster's free-node ``row``: the
+        alive tasks whose best option there (``s``, ``n``, ``wid``) no longer has its nodes. The others'
+        best is unchanged: a reservation only removes free nodes, so every other option's finish can
+        only grow, and the best one still starts when it did (the reference marks every task of the
+        cluster stale and recomputes them; this marks only these, with the same values as a result)."""
+        over = alive & (f < _INF) & (s < start + length) & (s + n > start)
+        out = np.zeros(alive.shape, dtype=np.bool_)
+        k = np.nonzero(over)[0]
+        if k.size:
+            seg = row[start:start + length]
+            col = np.arange(length)[None, :] + start
+            inside = (col >= s[k][:, None]) & (col < (s[k] + n[k])[:, None])
+            low = np.where(inside, seg[None, :], np.iinfo(np.int64).max).min(axis=1)
+            out[k] = low < wid[k]  # the row has the reservation already
+        return out
