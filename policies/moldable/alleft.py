@@ -202,8 +202,8 @@ class AllEFT:
             if self.reference:
                 stale[c_best] = True
             else:
-                stale[c_best] |= self._broken(free[c_best], start, length, f[c_best], n[c_best], s[c_best],
-                                              wid[c_best], alive)
+                stale[c_best, self._broken(free[c_best], start, length, f[c_best], n[c_best], s[c_best],
+                                           wid[c_best], alive)] = True
         return Decision(starts, running)
 
     @staticmethod
@@ -214,13 +214,16 @@ class AllEFT:
         best is unchanged: a reservation only removes free nodes, so every other option's finish can
         only grow, and the best one still starts when it did (the reference marks every task of the
         cluster stale and recomputes them; this marks only these, with the same values as a result)."""
-        over = alive & (f < _INF) & (s < start + length) & (s + n > start)
-        out = np.zeros(alive.shape, dtype=np.bool_)
-        k = np.nonzero(over)[0]
-        if k.size:
-            seg = row[start:start + length]
-            col = np.arange(length)[None, :] + start
-            inside = (col >= s[k][:, None]) & (col < (s[k] + n[k])[:, None])
-            low = np.where(inside, seg[None, :], np.iinfo(np.int64).max).min(axis=1)
-            out[k] = low < wid[k]  # the row has the reservation already
+        end = start + length
+        k = np.flatnonzero((s < end) & (s + n > start) & alive & (f < _INF))
+        if k.size == 0:
+            return k
+        seg = row[start:end]
+        need = wid[k]
+        if int(seg.min()) >= int(need.max()):
+            return k[:0]  # every overlapping task still has its nodes
+        col = np.arange(start, end)[None, :]
+        inside = (col >= s[k][:, None]) & (col < (s[k] + n[k])[:, None])
+        low = np.where(inside, seg[None, :], _INF).min(axis=1)
+        out: np.ndarray = k[low < need]  # the row has the reservation already
         return out
