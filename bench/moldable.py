@@ -6,6 +6,7 @@ run on the same workload in the same process.
     python -m bench.moldable --quick         # 40 slots per run
     python -m bench.moldable --slots 400 --policies hsret,afcfs
     python -m bench.moldable --slot 720 --rate 300   # the other end of the paper's grid
+    python -m bench.moldable --steady 3000 --policies hsret   # the default form only, CPU slots/s per 100 slots
 
 Each method runs twice on the same tasks: its reference form (``make_policy(..., reference=True)``:
 numpy on each task's table, eq. 8 rebuilt at every step of HSRET's Getnet) and the default one; the
@@ -47,6 +48,32 @@ def point(policy: str, slots: int, reference: bool, rate: float = 150.0, nodes: 
     return cpu, int(res["simulated_slots"]), (out.start, out.finish, out.width, out.cluster)
 
 
+def steady(policy: str, slots: int, rate: float, slot: float) -> None:
+    """CPU slots/s of each 100 slots of one long run from an empty system (where the queue settles)."""
+    cfg = MoldableConfig(policy=policy, slot=slot, rate=rate, slots=slots, clusters=10, nodes=1000, warmup=0,
+                         batches=2, drain=0)
+    tasks, clusters = generate(cfg)
+    print(f"{policy}: slot {slot:g}, rate {rate:g}, {slots} slots; load average {os.getloadavg()[0]:.2f}; "
+          "CPU time", flush=True)
+    marks = [(0, time.process_time())]
+
+    def tick(now: int, last: int) -> None:
+        t = time.process_time()
+        if now > marks[-1][0]:
+            print(f"  slots {marks[-1][0]:>6}-{now:<6} {(now - marks[-1][0]) / (t - marks[-1][1]):8.1f} slots/s "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+            marks.append((now, t))
+
+    res, _ = run_slots(policy, cfg.seed, cfg.slot, tasks, clusters, cfg.profiles, slots=slots, warm=0, drain=0,
+                       batches=2, progress=tick, progress_every=100)
+    cpu = marks[-1][1] - marks[0][1]
+    later = [m for m in marks if m[0] >= slots // 3]
+    tail = (later[-1][0] - later[0][0]) / (later[-1][1] - later[0][1]) if len(later) > 1 else float("nan")
+    print(f"  whole run {res['simulated_slots'] / cpu:.1f} slots/s, last two thirds {tail:.1f} slots/s: "
+          f"10^6 slots in {FULL_SLOTS / tail / 3600:.2f} h (CPU); AET {res['aet']:.0f}, AWT {res['awt']:.0f}",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="40 slots per run")
@@ -55,7 +82,13 @@ def main() -> None:
     ap.add_argument("--slot", type=float, default=360.0, help="slot length SL, minutes (the paper's 360 or 720)")
     ap.add_argument("--rate", type=float, default=150.0, help="mean arrivals per slot (the paper's 100-150 at "
                                                                 "slot 360, 200-300 at 720)")
+    ap.add_argument("--steady", type=int, default=None, metavar="SLOTS",
+                    help="instead: one long run per policy (default form only), CPU slots/s per 100 slots")
     args = ap.parse_args()
+    if args.steady:
+        for policy in args.policies.split(","):
+            steady(policy, args.steady, args.rate, args.slot)
+        return
     slots = args.slots or (40 if args.quick else 150)
     point("afcfs", 3, False, rate=2.0, nodes=100)  # imports and first-call costs out of the measurements
     print(f"load average {os.getloadavg()[0]:.2f} (2 cores shared); slot {args.slot:g}, rate {args.rate:g}, "

@@ -329,14 +329,15 @@ class _Tally:
 def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[Tasks], clusters: Clusters,
               profiles: tuple[Profile, ...], *, slots: int, warm: int, drain: int, batches: int,
               t0: float | None = None, target: float = 1.0, reference: bool = False,
-              progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], Outcome | None]:
+              progress: Callable[[int, int], None] | None = None, progress_every: int = PROGRESS_SLOTS
+              ) -> tuple[dict[str, Any], Outcome | None]:
     """The slot-stepped engine on given ``tasks`` (sorted by arrival, ``profile`` indexing
     ``profiles``; or consecutive chunks of them, :func:`stream_tasks`) and ``clusters``: ``slots``
     arrival slots of ``slot`` minutes, the first ``warm`` unmeasured, then at most ``drain`` more slots;
     the metrics of the module docstring (the trace evaluation, :mod:`vmctl.experiments.moldable_traces`,
     builds its tasks from a real trace), and each task's :class:`Outcome` (None when chunks were
     dropped on the way). ``reference``: the policies' plain forms (:func:`make_policy`; the same
-    result, slower). ``progress(now, last)``: called after every :data:`PROGRESS_SLOTS` simulated
+    result, slower). ``progress(now, last)``: called after every ``progress_every`` simulated
     slots and at the end (``last``: the arrival slots plus the drain, the most the run can take)."""
     t0 = time.perf_counter() if t0 is None else t0
     if reference:
@@ -444,7 +445,7 @@ def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[
         active = np.concatenate([active, new])
         active = active[w.finish[active] < 0]
         now += 1
-        if progress is not None and now % PROGRESS_SLOTS == 0:
+        if progress is not None and now % progress_every == 0:
             progress(now, last)
     if progress is not None:
         progress(now, last)
