@@ -103,5 +103,5 @@ def test_the_load_table_gives_eq_8_bit_for_bit() -> None:
 def test_make_policy_builds_the_reference_forms() -> None:
     rng = np.random.default_rng(1)
     for name in ("hsret", "hsret-afcfs", "afcfs", "all-eft", "all-eft-cap", "cbsp"):
-        assert getattr(make_policy(name, rng, reference=True), "reference") is True
-        assert getattr(make_policy(name, rng), "reference") is False
+        assert vars(make_policy(name, rng, reference=True))["reference"] is True
+        assert vars(make_policy(name, rng))["reference"] is False
