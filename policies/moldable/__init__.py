@@ -22,27 +22,28 @@ MOLDABLE_POLICIES = ("hsret", "afcfs", "all-eft", "cbsp", "hsret-afcfs", "all-ef
 TARGET_POLICIES = ("hsret", "hsret-afcfs", "all-eft-cap")
 
 
-def make_policy(name: str, rng: np.random.Generator, target: float = 1.0) -> MoldablePolicy:
+def make_policy(name: str, rng: np.random.Generator, target: float = 1.0, reference: bool = False) -> MoldablePolicy:
     """The policy called ``name`` (one of :data:`MOLDABLE_POLICIES`: the paper's four, HSRET starting
     from AFCFS's list (sec. 6.2.2) and the load-capped ALL-EFT); ``target`` is Getnet's load target of
-    the policies in :data:`TARGET_POLICIES` (the paper's 1)."""
+    the policies in :data:`TARGET_POLICIES` (the paper's 1). ``reference``: the plain form of each
+    method, which the default (faster, same decisions) is tested and benchmarked against."""
     if name not in TARGET_POLICIES and target != 1.0:
         from vmctl.errors import ValidationError
 
         raise ValidationError(field="target", problem=f"only {', '.join(TARGET_POLICIES)} take a load target, "
                               f"not {name}")
     if name == "hsret":
-        return HSRET(target)
+        return HSRET(target, reference=reference)
     if name == "hsret-afcfs":
-        return HSRET(target, start="afcfs")
+        return HSRET(target, start="afcfs", reference=reference)
     if name == "afcfs":
-        return AFCFS(rng)
+        return AFCFS(rng, reference=reference)
     if name == "all-eft":
-        return AllEFT()
+        return AllEFT(reference=reference)
     if name == "all-eft-cap":
-        return AllEFT(cap=True, target=target)
+        return AllEFT(cap=True, target=target, reference=reference)
     if name == "cbsp":
-        return CBSP()
+        return CBSP(reference=reference)
     raise UnknownPolicyError(name=name, known=", ".join(MOLDABLE_POLICIES))
 
 

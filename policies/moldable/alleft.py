@@ -52,9 +52,10 @@ _KEY = 10**6  # slot counts stay far below this
 class AllEFT:
     name = "all-eft"
 
-    def __init__(self, window: int = 200, cap: bool = False, target: float = 1.0) -> None:
+    def __init__(self, window: int = 200, cap: bool = False, target: float = 1.0, reference: bool = False) -> None:
         from vmctl.policies.moldable.hsret import check_target
 
+        self.reference = reference
         self.window = window
         self.cap = cap
         self.target = check_target(target)
@@ -104,7 +105,7 @@ class AllEFT:
         if self.cap:
             from vmctl.policies.moldable.hsret import select_net
 
-            _case, snet = select_net(view, self.target)
+            _case, snet = select_net(view, self.target, self.reference)
             self._limit = [p.index_for_net(snet) + 1 for p in view.profiles]
         nclust = len(view.clusters.nodes)
         extra = 1 + int(np.ceil(view.w_length[tasks].max() / min(view.clusters.speed) / view.slot))
@@ -124,32 +125,105 @@ class AllEFT:
             m = view.w_profile[tasks] == pi
             wid[:, m] = p.w[j[:, m]]
         alive = np.ones(tasks.size, dtype=np.bool_)
-        while alive.any():
+
+        def recompute(c_best: int) -> None:
+            # recompute every stale task of that cluster at once (one vectorized pass)
+            redo = np.nonzero(stale[c_best] & alive)[0]
+            fr, nr, jr, sr = self._cluster_options(view, free, c_best, tasks[redo], cache)
+            f[c_best, redo], n[c_best, redo], j[c_best, redo], s[c_best, redo] = fr, nr, jr, sr
+            for pi, p in enumerate(view.profiles):
+                m = view.w_profile[tasks[redo]] == pi
+                wid[c_best, redo[m]] = p.w[jr[m]]
+            stale[c_best, redo] = False
+
+        # the fast form keeps, per cluster, its alive tasks sorted by (EFT, execution, nodes, task) (valid
+        # until the cluster's values are recomputed) and the position of the first one still alive
+        alive_l = [True] * tasks.size
+        orders: list[list[int]] = [[] for _ in range(nclust)]
+        firsts = [0] * nclust
+
+        def sort_row(c: int) -> None:
             cand = np.nonzero(alive)[0]
-            fc, nc, wc = f[:, cand], n[:, cand], wid[:, cand]
-            # smallest EFT, then shortest execution, then fewest nodes, then arrival (lexsort: last key first)
-            flat = int(np.lexsort((np.broadcast_to(cand, fc.shape).ravel(), wc.ravel(), nc.ravel(), fc.ravel()))[0])
-            c_best, col = divmod(flat, cand.size)
-            t = int(cand[col])
+            orders[c] = cand[np.lexsort((cand, wid[c, cand], n[c, cand], f[c, cand]))].tolist()
+            firsts[c] = 0
+
+        def row_min(c: int) -> tuple[int, int, int, int]:
+            """Cluster c's smallest (EFT, execution, nodes, task) over the alive tasks."""
+            order, k = orders[c], firsts[c]
+            while not alive_l[order[k]]:
+                k += 1
+            firsts[c] = k
+            t = order[k]
+            return int(f[c, t]), int(n[c, t]), int(wid[c, t]), t
+
+        left = tasks.size
+        best: list[tuple[int, int, int, int]] = []
+        if not self.reference:
+            for c in range(nclust):
+                sort_row(c)
+                best.append(row_min(c))
+        while left:
+            if self.reference:
+                cand = np.nonzero(alive)[0]
+                fc, nc, wc = f[:, cand], n[:, cand], wid[:, cand]
+                # smallest EFT, then shortest execution, then fewest nodes, then arrival (lexsort: last key first)
+                flat = int(np.lexsort((np.broadcast_to(cand, fc.shape).ravel(), wc.ravel(), nc.ravel(),
+                                       fc.ravel()))[0])
+                c_best, col = divmod(flat, cand.size)
+                t = int(cand[col])
+            else:
+                # the same choice from each cluster's smallest: the smallest of those, ties to the
+                # lower cluster (the flat order of the reference's lexsort)
+                c_best = min(range(nclust), key=best.__getitem__)
+                t = best[c_best][3]
             if stale[c_best, t]:
-                # recompute every stale task of that cluster at once (one vectorized pass)
-                redo = np.nonzero(stale[c_best] & alive)[0]
-                fr, nr, jr, sr = self._cluster_options(view, free, c_best, tasks[redo], cache)
-                f[c_best, redo], n[c_best, redo], j[c_best, redo], s[c_best, redo] = fr, nr, jr, sr
-                for pi, p in enumerate(view.profiles):
-                    m = view.w_profile[tasks[redo]] == pi
-                    wid[c_best, redo[m]] = p.w[jr[m]]
-                stale[c_best, redo] = False
+                recompute(c_best)
+                if not self.reference:
+                    sort_row(c_best)
+                    best[c_best] = row_min(c_best)
                 continue
             alive[t] = False
+            alive_l[t] = False
+            left -= 1
+            if not self.reference and left:
+                for c in range(nclust):
+                    if best[c][3] == t:
+                        best[c] = row_min(c)
             if f[c_best, t] >= _INF:
                 continue  # too wide for every cluster: never placed
             width = int(wid[c_best, t])
             start = int(s[c_best, t])
             if start == 0:
                 starts.append(Start(int(view.w_id[tasks[t]]), c_best, width))
-            free = reserve(free, c_best, start, int(n[c_best, t]), width)
+            length = int(n[c_best, t])
+            free = reserve(free, c_best, start, length, width)
             for pi in range(len(view.profiles)):
                 cache.pop((c_best, pi), None)
-            stale[c_best] = True
+            if self.reference:
+                stale[c_best] = True
+            else:
+                stale[c_best, self._broken(free[c_best], start, length, f[c_best], n[c_best], s[c_best],
+                                           wid[c_best], alive)] = True
         return Decision(starts, running)
+
+    @staticmethod
+    def _broken(row: np.ndarray, start: int, length: int, f: np.ndarray, n: np.ndarray, s: np.ndarray,
+                wid: np.ndarray, alive: np.ndarray) -> np.ndarray:
+        """After a reservation of slots [start, start + length) in a cluster's free-node ``row``: the
+        alive tasks whose best option there (``s``, ``n``, ``wid``) no longer has its nodes. The others'
+        best is unchanged: a reservation only removes free nodes, so every other option's finish can
+        only grow, and the best one still starts when it did (the reference marks every task of the
+        cluster stale and recomputes them; this marks only these, with the same values as a result)."""
+        end = start + length
+        k = np.flatnonzero((s < end) & (s + n > start) & alive & (f < _INF))
+        if k.size == 0:
+            return k
+        seg = row[start:end]
+        need = wid[k]
+        if int(seg.min()) >= int(need.max()):
+            return k[:0]  # every overlapping task still has its nodes
+        col = np.arange(start, end)[None, :]
+        inside = (col >= s[k][:, None]) & (col < (s[k] + n[k])[:, None])
+        low = np.where(inside, seg[None, :], _INF).min(axis=1)
+        out: np.ndarray = k[low < need]  # the row has the reservation already
+        return out

@@ -110,24 +110,33 @@ widening, earliest deadline first (B first, say): B takes the 2 free nodes (widt
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vmctl.policies.moldable.model import EPS, Decision, Profile, SlotView, Start
+from vmctl.policies.moldable.model import EPS, Decision, Profile, SlotView, Start, deadline_table, monotone
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 
-def edf_pack(view: SlotView) -> NDArray[np.bool_]:
+def edf_pack(view: SlotView, reference: bool = False) -> NDArray[np.bool_]:
     """Which active tasks run this slot: earliest deadline first, each if its width still fits; the
     tasks that can still end by their deadline before those that cannot (a late task first would
-    make more tasks late)."""
+    make more tasks late). A cluster whose active tasks all fit runs them all whatever the order, so
+    only the other clusters' tasks go through the loop (``reference``: every task does; same answer)."""
     running = np.zeros(len(view.a_id), dtype=np.bool_)
     free = view.clusters.n.copy()
     late = (view.now + view.a_rem) * view.slot > view.a_deadline + EPS
-    for k in np.lexsort((view.a_id, view.a_deadline, late)):
+    order = np.lexsort((view.a_id, view.a_deadline, late))
+    if not reference and len(view.a_id):
+        held = np.bincount(view.a_cluster, weights=view.a_width, minlength=len(free))
+        fits = (held <= free)[view.a_cluster]
+        running[fits] = True
+        order = order[~fits[order]]
+    for k in order.tolist():
         c, w = int(view.a_cluster[k]), int(view.a_width[k])
         if w <= free[c]:
             free[c] -= w
@@ -173,10 +182,41 @@ def check_target(target: float) -> float:
     return float(target)
 
 
-def load_case(view: SlotView, target: float = 1.0) -> tuple[int, float, float]:
+class LoadTable:
+    """Eqs. (2)-(8) of one slot computed once: :func:`_loads` (per profile, each Jset task's load at each
+    width and the last slot of its window) and, for :func:`slot_loads`, the windows' ends as one index
+    array, so that Getnet's binary search does not rebuild them at every step. The slot loads of one
+    width choice (one width index per profile) are kept: two values of ``snet`` that give every profile
+    the same width give the same loads. Same floating-point operations in the same order as without
+    the table (the results are bit-identical; ``tests/unit/test_moldable_fast.py``)."""
+
+    def __init__(self, view: SlotView) -> None:
+        self.loads, self.lasts = _loads(view)
+        self.horizon = max([1, *(int(x.max()) for x in self.lasts if x.size)])
+        self.index = np.concatenate([np.clip(last, 1, self.horizon) for last in self.lasts])
+        self._memo: dict[tuple[int, ...], NDArray[np.float64]] = {}
+
+    def slot_loads(self, profiles: tuple[Profile, ...], snet: float) -> NDArray[np.float64]:
+        js = tuple(p.index_for_net(snet) for p in profiles)
+        got = self._memo.get(js)
+        if got is None:
+            cols = [ld[:, j] for ld, j in zip(self.loads, js, strict=True)]
+            # np.add.at on zeros and a weighted bincount both add in input order (bit-identical)
+            delta = np.asarray(np.bincount(self.index, weights=-np.concatenate(cols), minlength=self.horizon + 1),
+                               dtype=np.float64)
+            first = 0.0
+            for col in cols:
+                first += col.sum()
+            delta[0] = first
+            got = np.cumsum(delta)[:self.horizon]
+            self._memo[js] = got
+        return got
+
+
+def load_case(view: SlotView, target: float = 1.0, table: LoadTable | None = None) -> tuple[int, float, float]:
     """(case, crmin, crmax) of eqs. 3-6 (reconstructed: see the module docstring), ``target`` in place
-    of the paper's 1."""
-    loads, _ = _loads(view)
+    of the paper's 1; ``table``: this slot's :class:`LoadTable` (else computed here)."""
+    loads = _loads(view)[0] if table is None else table.loads
     crmin = sum(float(ld[:, 0].sum()) for ld in loads)
     crmax = sum(float(ld[:, -1].sum()) for ld in loads)
     if min(crmax, target) < target:
@@ -186,9 +226,12 @@ def load_case(view: SlotView, target: float = 1.0) -> tuple[int, float, float]:
     return 3, crmin, crmax
 
 
-def slot_loads(view: SlotView, snet: float) -> NDArray[np.float64]:
+def slot_loads(view: SlotView, snet: float, table: LoadTable | None = None) -> NDArray[np.float64]:
     """The load of each slot from now to the last deadline of Jset when every task of Jset takes the
-    width of ``snet`` (Algorithm 1 lines 6-9; eq. 8)."""
+    width of ``snet`` (Algorithm 1 lines 6-9; eq. 8). This is the reference form; with ``table`` the
+    same values come from :meth:`LoadTable.slot_loads`."""
+    if table is not None:
+        return table.slot_loads(view.profiles, snet)
     loads, lasts = _loads(view)
     horizon = max([1, *(int(x.max()) for x in lasts if x.size)])
     delta = np.zeros(horizon + 1, dtype=np.float64)
@@ -204,28 +247,31 @@ def minstep(view: SlotView) -> float:
     return max(1e-3, min(p.minstep() for p in view.profiles))
 
 
-def getnet(view: SlotView, target: float = 1.0) -> float:
+def getnet(view: SlotView, target: float = 1.0, table: LoadTable | None = None) -> float:
     """Algorithm 1: the smallest common normalized time with no slot loaded above ``target`` (binary
-    search)."""
+    search); ``table``: this slot's :class:`LoadTable` (None: the reference, recomputing eq. 8 at
+    every step)."""
     beg, end = 0.0, 1.0
     step = minstep(view)
     while end - beg >= step:
         mid = (beg + end) / 2
-        if float(slot_loads(view, mid).max()) > target:
+        if float(slot_loads(view, mid, table).max()) > target:
             beg = mid
         else:
             end = mid
     return end
 
 
-def select_net(view: SlotView, target: float = 1.0) -> tuple[int, float]:
-    """(case, snet) for this slot."""
-    case, _, _ = load_case(view, target)
+def select_net(view: SlotView, target: float = 1.0, reference: bool = False) -> tuple[int, float]:
+    """(case, snet) for this slot; ``reference``: without the :class:`LoadTable` (the same result,
+    slower)."""
+    table = None if reference else LoadTable(view)
+    case, _, _ = load_case(view, target, table)
     if case == 1:
         return case, 0.0
     if case == 2:
         return case, 1.0
-    return case, getnet(view, target)
+    return case, getnet(view, target, table)
 
 
 def _urgent(view: SlotView) -> NDArray[np.bool_]:
@@ -245,77 +291,234 @@ def _urgent(view: SlotView) -> NDArray[np.bool_]:
 
 
 START_MODES = ("edf", "afcfs")
+#: how many waiting tasks HSRET's fast path tabulates at once
+_BLOCK = 64
 
 
 class HSRET:
     """HSRET; ``target``: Getnet's load target (the paper's 1); ``start``: ``edf`` (Selet over the
-    waiting tasks earliest deadline first) or ``afcfs`` (AFCFS's list of the slot, widened; sec. 6.2.2)."""
+    waiting tasks earliest deadline first) or ``afcfs`` (AFCFS's list of the slot, widened; sec. 6.2.2).
+
+    ``reference``: the plain form, one task at a time with numpy on its (cluster x width) table and
+    eq. (8) recomputed at every step of Getnet. The default computes the same decisions faster: the
+    slot counts and deadline checks of every waiting task in one vectorized pass per profile, then,
+    per task, Checksch on the interval of widths each cluster allows (a profile whose times never grow
+    with the width meets the deadline from some width on and fits up to some width: see
+    :meth:`_select`); ``tests/unit/test_moldable_fast.py`` compares the two on seeded workloads."""
 
     name: str = "hsret"
 
-    def __init__(self, target: float = 1.0, start: str = "edf") -> None:
+    def __init__(self, target: float = 1.0, start: str = "edf", reference: bool = False) -> None:
         self.target = check_target(target)
         if start not in START_MODES:
             from vmctl.errors import ValidationError
 
             raise ValidationError(field="start", problem=f"must be one of {', '.join(START_MODES)}, got {start!r}")
         self.start = start
+        self.reference = reference
         self.name = "hsret" if start == "edf" else "hsret-afcfs"
 
     def decide(self, view: SlotView) -> Decision:
-        running = edf_pack(view)
+        running = edf_pack(view, self.reference)
         starts: list[Start] = []
         if len(view.w_id) == 0:
             return Decision(starts, running)
-        case, snet = select_net(view, self.target)
+        case, snet = select_net(view, self.target, self.reference)
         free = view.free_nodes(running)
-        speed = view.clusters.s
         urgent = _urgent(view)
         if self.start == "afcfs":
-            starts = self._afcfs_list(view, snet, free)
+            starts = self._afcfs_list(view, snet, free, self.reference)
             placed = {s.task for s in starts}
             order = [i for i in range(len(view.w_id)) if int(view.w_id[i]) not in placed and urgent[i]]
         else:
-            order = list(np.lexsort((view.w_arrival, view.w_deadline)))
+            order = np.lexsort((view.w_arrival, view.w_deadline)).tolist()
+        if self.reference:
+            starts += self._select_reference(view, order, snet, free, running, urgent)
+        else:
+            starts += self._select(view, order, snet, free, running, urgent)
+        return Decision(starts, running, {"case": float(case), "snet": snet})
+
+    def _select_reference(self, view: SlotView, order: list[int], snet: float, free: NDArray[np.int64],
+                          running: NDArray[np.bool_], urgent: NDArray[np.bool_]) -> list[Start]:
+        """Steps 1-4 of the module docstring for the waiting tasks in ``order`` (the reference form);
+        updates ``free`` and ``running``."""
+        speed = view.clusters.s
+        starts: list[Start] = []
         for i in order:
             p = view.profiles[int(view.w_profile[i])]
             if free.max() < p.minp and not urgent[i]:
                 continue  # no room anywhere and it can wait (or is late anyway): nothing to decide
-            jref = p.index_for_net(snet)
-            dl = float(view.w_deadline[i])
-            n = view.slots_needed(float(view.w_length[i]), p)
-            meets = view.meets(n, dl)
-            area = p.w[None, :] * n
-            choice = self._checksch(p, jref, meets & (p.w[None, :] <= free[:, None]), area, speed)
-            if choice is None and meets.any():
-                if view.meets(n, dl, delay=1).any():
-                    continue  # it can still meet its deadline if it starts at the next boundary: wait
-                choice = self._sch1(view, p, jref, meets, free, running, dl)
-                if choice is None:
-                    continue  # nothing to suspend: wait (it will be late)
-            elif choice is None:
-                fits = p.w[None, :] <= free[:, None]
-                if not fits.any():
-                    continue
-                order = [jref, *range(len(p.widths))]
-                j = next(j for j in order if fits[:, j].any())
-                cs = np.nonzero(fits[:, j])[0]
-                choice = (int(cs[np.argmax(speed[cs])]), j)
+            choice = self._choose(view, i, p, p.index_for_net(snet), free, running, speed)
+            if choice is None:
+                continue
             c, j = choice
             width = int(p.w[j])
             starts.append(Start(int(view.w_id[i]), c, width))
             free[c] -= width
-        return Decision(starts, running, {"case": float(case), "snet": snet})
+        return starts
+
+    def _choose(self, view: SlotView, i: int, p: Profile, jref: int, free: NDArray[np.int64],
+                running: NDArray[np.bool_], speed: NDArray[np.float64]) -> tuple[int, int] | None:
+        """Steps 1-4 for waiting task ``i``: (cluster, width index), or None when it waits."""
+        dl = float(view.w_deadline[i])
+        n = view.slots_needed(float(view.w_length[i]), p)
+        meets = view.meets(n, dl)
+        area = p.w[None, :] * n
+        choice = self._checksch(p, jref, meets & (p.w[None, :] <= free[:, None]), area, speed)
+        if choice is None and meets.any():
+            if view.meets(n, dl, delay=1).any():
+                return None  # it can still meet its deadline if it starts at the next boundary: wait
+            return self._sch1(view, p, jref, meets, free, running, dl)  # None: nothing to suspend, wait
+        if choice is None:
+            fits = p.w[None, :] <= free[:, None]
+            if not fits.any():
+                return None
+            order = [jref, *range(len(p.widths))]
+            j = next(j for j in order if fits[:, j].any())
+            cs = np.nonzero(fits[:, j])[0]
+            choice = (int(cs[np.argmax(speed[cs])]), j)
+        return choice
+
+    def _select(self, view: SlotView, order: list[int], snet: float, free: NDArray[np.int64],
+                running: NDArray[np.bool_], urgent: NDArray[np.bool_]) -> list[Start]:
+        """:meth:`_select_reference` computed faster, with the same result. For a task of a profile
+        whose times never grow with the width, the slot count never grows with the width either, so
+        on each cluster ``c`` the widths that meet the deadline are those from index ``lo[c]`` on
+        (``lo`` computed for every waiting task at once) and the widths that fit in the free nodes are
+        those up to ``hi[c]``: Checksch's table ``ok[c, j]`` is ``lo[c] <= j <= hi[c]``, and its
+        searches become a few comparisons per cluster on Python integers. A profile whose time grows
+        by a rounding error somewhere (allowed by :class:`Profile`) goes through :meth:`_choose`."""
+        speed = view.clusters.s
+        spd: list[float] = speed.tolist()
+        ncl = len(spd)
+        profiles = view.profiles
+        prof: list[int] = view.w_profile.tolist()
+        urg: list[bool] = urgent.tolist()
+        jrefs = [p.index_for_net(snet) for p in profiles]
+        widths = [list(p.widths) for p in profiles]
+        mono = [monotone(p) for p in profiles]
+        # per waiting task (filled a block at a time, for the tasks that get that far): its slot
+        # counts n[c, j] and lo[c], the first width index that meets its deadline on cluster c
+        table: dict[int, tuple[NDArray[np.int64], list[int]]] = {}
+        freel: list[int] = free.tolist()
+        fmax = max(freel)
+        starts: list[Start] = []
+        # once no cluster has room for any profile's smallest width, only urgent tasks (Sch1) pass
+        # the test below: go from one to the next (Sch1 may free nodes again)
+        smallest = min(w[0] for w in widths)
+        urgent_at = [pos for pos, i in enumerate(order) if urg[i]]
+        pos = 0
+        while pos < len(order):
+            if fmax < smallest:
+                k = bisect_left(urgent_at, pos)
+                if k == len(urgent_at):
+                    break
+                pos = urgent_at[k]
+            i = order[pos]
+            pos += 1
+            pi = prof[i]
+            ws = widths[pi]
+            if fmax < ws[0] and not urg[i]:
+                continue  # no room anywhere and it can wait (or is late anyway): nothing to decide
+            p = profiles[pi]
+            jref = jrefs[pi]
+            if not mono[pi]:
+                choice = self._choose(view, i, p, jref, free, running, speed)
+                freel = free.tolist()  # Sch1 may have freed nodes
+                fmax = max(freel)
+            else:
+                if i not in table:  # this task and the next ones that pass the test above now
+                    if fmax < smallest:
+                        k = bisect_left(urgent_at, pos)
+                        block = [i, *(order[q] for q in urgent_at[k:k + _BLOCK - 1])]
+                    else:
+                        block = [i]
+                        for k in islice(order, pos, pos + 4 * _BLOCK):
+                            if fmax >= widths[prof[k]][0] or urg[k]:
+                                block.append(k)
+                                if len(block) == _BLOCK:
+                                    break
+                    table.update(deadline_table(view, block))
+                n, lo = table[i]
+                nw = len(ws)
+                choice = None
+                wref = ws[jref]
+                cs = [c for c in range(ncl) if lo[c] <= jref and freel[c] >= wref]  # lo[c] <= jref <= hi[c]
+                if cs:
+                    choice = (max(cs, key=spd.__getitem__), jref)
+                else:
+                    hi = [bisect_right(ws, f) - 1 for f in freel]  # the widest width index that fits
+                    best: tuple[int, int, int] | None = None  # (area, cluster, j)
+                    down = max((min(hi[c], jref - 1) for c in range(ncl) if lo[c] <= min(hi[c], jref - 1)),
+                               default=-1)
+                    up = min((max(lo[c], jref + 1) for c in range(ncl) if max(lo[c], jref + 1) <= hi[c]),
+                             default=nw)
+                    for j in (down, up):
+                        if not 0 <= j < nw:
+                            continue
+                        area = {c: ws[j] * int(n[c, j]) for c in range(ncl) if lo[c] <= j <= hi[c]}
+                        c = min(area, key=area.__getitem__)
+                        if best is None or area[c] < best[0]:
+                            best = (area[c], c, j)
+                    if best is not None:
+                        choice = (best[1], best[2])
+                if choice is None and min(lo) < nw:
+                    dl = float(view.w_deadline[i])
+                    if ((view.now + 1 + n) * view.slot <= dl + EPS).any():
+                        continue  # it can still meet its deadline if it starts at the next boundary: wait
+                    choice = self._sch1(view, p, jref, view.meets(n, dl), free, running, dl)
+                    freel = free.tolist()
+                    fmax = max(freel)
+                elif choice is None:
+                    if fmax < ws[0]:
+                        continue
+                    j = jref if fmax >= ws[jref] else 0
+                    cs = [c for c in range(ncl) if freel[c] >= ws[j]]
+                    choice = (max(cs, key=spd.__getitem__), j)
+            if choice is None:
+                continue
+            c, j = choice
+            width = ws[j]
+            starts.append(Start(int(view.w_id[i]), c, width))
+            free[c] -= width
+            freel[c] -= width
+            fmax = max(freel)
+        return starts
 
     @staticmethod
-    def _afcfs_list(view: SlotView, snet: float, free: NDArray[np.int64]) -> list[Start]:
+    def _afcfs_list(view: SlotView, snet: float, free: NDArray[np.int64], reference: bool = False) -> list[Start]:
         """Sec. 6.2.2 (module docstring, "AFCFS start"): AFCFS's list of this slot on the fastest
         cluster, then each listed task widened towards the width of ``snet`` with the nodes the list left
-        free, earliest deadline first. Updates ``free``."""
+        free, earliest deadline first. Updates ``free``. ``reference``: the list one task at a time with
+        numpy (else from :func:`deadline_table`, as in :class:`~vmctl.policies.moldable.afcfs.AFCFS`;
+        the same list)."""
         speed = view.clusters.s
+        spd: list[float] = speed.tolist()
+        ncl = len(spd)
+        mono = [monotone(p) for p in view.profiles]
+        table = {} if reference else deadline_table(view, range(len(view.w_id)))
         listed: list[tuple[int, int, int]] = []  # (waiting index, cluster, width index)
         for i in range(len(view.w_id)):  # arrival order
             p = view.profiles[int(view.w_profile[i])]
+            if not reference and mono[int(view.w_profile[i])]:
+                ws = p.widths
+                nw = len(ws)
+                lo = table[i][1]
+                okc = [c for c in range(ncl) if lo[c] < nw and free[c] >= ws[lo[c]]]
+                if okc:
+                    j = min(lo[c] for c in okc)  # the smallest width that passes somewhere
+                    cs = [c for c in range(ncl) if lo[c] <= j and free[c] >= ws[j]]
+                else:
+                    if min(lo) < nw:
+                        continue  # AFCFS waits for nodes
+                    j = 0  # hopeless: AFCFS runs it anyway, as small as fits
+                    cs = [c for c in range(ncl) if free[c] >= ws[0]]
+                    if not cs:
+                        continue
+                c = max(cs, key=spd.__getitem__)
+                free[c] -= ws[j]
+                listed.append((i, c, j))
+                continue
             n = view.slots_needed(float(view.w_length[i]), p)
             fits = p.w[None, :] <= free[:, None]
             ok = view.meets(n, float(view.w_deadline[i])) & fits
@@ -326,8 +529,8 @@ class HSRET:
                 if not ok.any():
                     continue
             j = int(np.nonzero(ok.any(axis=0))[0][0])  # the smallest width that passes somewhere
-            cs = np.nonzero(ok[:, j])[0]
-            c = int(cs[np.argmax(speed[cs])])
+            cs_a = np.nonzero(ok[:, j])[0]
+            c = int(cs_a[np.argmax(speed[cs_a])])
             free[c] -= int(p.w[j])
             listed.append((i, c, j))
         for k in sorted(range(len(listed)), key=lambda k: (float(view.w_deadline[listed[k][0]]), k)):

@@ -31,6 +31,7 @@ Started at slot 3 at width 8 it completes at 4 * 360 = 1440 min, so it meets a d
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -253,6 +254,35 @@ class MoldablePolicy(Protocol):
     name: str
 
     def decide(self, view: SlotView) -> Decision: ...
+
+
+def monotone(p: Profile) -> bool:
+    """Whether the profile's times never grow with the width (exactly; :class:`Profile` allows a growth
+    of a rounding error): then a task's slot count never grows with the width either, so on each
+    cluster the widths that meet a deadline are those from some index on (:func:`deadline_table`)."""
+    return bool((np.diff(p.r) <= 0).all())
+
+
+def deadline_table(view: SlotView, tasks: Sequence[int]) -> dict[int, tuple[NDArray[np.int64], list[int]]]:
+    """For waiting tasks ``tasks`` (indexes into ``view.w_*``): ``n[c, j]`` (:meth:`SlotView.slots_needed`)
+    and ``lo[c]``, the first width index whose ``n`` started now meets the deadline on cluster ``c``
+    (:meth:`SlotView.meets`; the number of widths when none does), computed for all of them in one
+    vectorized pass per profile with the same operations as one task at a time."""
+    out: dict[int, tuple[NDArray[np.int64], list[int]]] = {}
+    idx = np.asarray(tasks, dtype=np.int64)
+    of = view.w_profile[idx]
+    speed = view.clusters.s
+    for pi, p in enumerate(view.profiles):
+        m = idx[of == pi]
+        if m.size == 0:
+            continue
+        minutes = view.w_length[m][:, None, None] * p.r[None, None, :] / speed[None, :, None]
+        n = np.maximum(1, np.ceil(minutes / view.slot - EPS)).astype(np.int64)
+        meets = (view.now + n) * view.slot <= view.w_deadline[m][:, None, None] + EPS
+        lo = np.where(meets.any(axis=2), meets.argmax(axis=2), len(p.widths)).tolist()
+        for k, i in enumerate(m.tolist()):
+            out[i] = (n[k], lo[k])
+    return out
 
 
 def all_running(view: SlotView) -> NDArray[np.bool_]:

@@ -29,9 +29,11 @@ BASE = ("hsret", "afcfs", "cbsp", "all-eft")
 #: queue) runs in the last experiment, ``eft``, so that a cut-short run has the others
 FAST = ("hsret", "afcfs", "cbsp")
 TARGETS = (0.95, 0.9, 0.8)
-#: estimates: --quick measured 1,812 cell-seconds (1,024 s on 2 workers of the shared machine); --full from
-#: the paper-scale runs of docs/moldable.md (HSRET 278 s per 4,000 slots, ALL-EFT about 1,700 s): about 9,600
-#: cell-seconds a seed
+#: estimates: --quick measured 1,812 cell-seconds (1,024 s on 2 workers of the shared machine) before the
+#: methods' fast forms (issue 27), kept as an upper bound; --full from the CPU rates of docs/moldable.md
+#: ("Speed", `python -m bench.moldable --steady`): a 4,400-slot cell of HSRET (or a variant) about 25 s, AFCFS
+#: 10 s, CBSP 6 s, ALL-EFT (literal or capped) about 300 s as its queue grows: about 1,600 cell-seconds a seed,
+#: 8,000 for 5 seeds, rounded up to 10,000 for the curves of the profile study and the machine's load
 SIZES = {
     "quick": Size("quick", "slot 360, 10 clusters x 200 nodes at rate 30 (the paper's load per node), 250 arrival "
                   "slots (132 warm-up), seeds 1-3 (ALL-EFT, literal and load-capped, seed 1 only)",
@@ -41,10 +43,10 @@ SIZES = {
                           "1,000,000 slots; here one point (slot 360, the top rate, rho 95 %) at 1/5 of the nodes "
                           "and arrivals, 250 slots; ALL-EFT one seed and not on equal speeds"),
     "full": Size("full", "slot 360, 10 clusters x 1,000 nodes, rate 150, 4,000 arrival slots, seeds 1-5",
-                 seeds=(1, 2, 3, 4, 5), est_cpu_s=48000,
+                 seeds=(1, 2, 3, 4, 5), est_cpu_s=10000,
                  params={"nodes": 1000, "rate": 150.0, "slots": 4000, "eft_seeds": 5, "eft_equal": True},
-                 reduced="the paper's 1,000,000 slots x 144 runs (about 2,500 core-hours, docs/moldable.md) is not "
-                         "feasible here: one point, 4,000 slots"),
+                 reduced="the paper's 1,000,000 slots x 144 runs (about 330 core-hours, docs/moldable.md: a Dask "
+                         "cluster's work) is not feasible here: one point, 4,000 slots"),
 }
 
 

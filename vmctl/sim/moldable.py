@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,8 @@ from vmctl.speedup import Downey
 #: tasks still needed in memory (the paper's 1,000,000 slots at rate 150: 150 million tasks)
 STREAM_SLOTS = 20_000
 CHUNK_SLOTS = 1_000
+#: how often :func:`run_slots` reports its progress, in simulated slots
+PROGRESS_SLOTS = 1_000
 #: the paper's task lengths (minutes at the smallest width) and deadline factors
 LENGTH_RANGE = (500.0, 9500.0)
 DEADLINE_FACTOR = (1.5, 5.0)
@@ -226,8 +228,10 @@ def batch_means(values: np.ndarray, batch: np.ndarray, batches: int) -> tuple[fl
     return float(values.mean()), _t975(batches - 1) * float(means.std(ddof=1)) / math.sqrt(batches)
 
 
-def simulate(cfg: MoldableConfig) -> dict[str, Any]:
-    """Run ``cfg``; the metrics dict (see the module docstring)."""
+def simulate(cfg: MoldableConfig, *, reference: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run ``cfg``; the metrics dict (see the module docstring). ``reference`` and ``progress``: as in
+    :func:`run_slots`."""
     t0 = time.perf_counter()
     tasks: Tasks | Iterator[Tasks]
     if cfg.slots > STREAM_SLOTS:
@@ -235,7 +239,8 @@ def simulate(cfg: MoldableConfig) -> dict[str, Any]:
     else:
         tasks, clusters = generate(cfg)
     res, _ = run_slots(cfg.policy, cfg.seed, cfg.slot, tasks, clusters, cfg.profiles, slots=cfg.slots,
-                    warm=cfg.warm_slots, drain=cfg.drain, batches=cfg.batches, t0=t0, target=cfg.target)
+                    warm=cfg.warm_slots, drain=cfg.drain, batches=cfg.batches, t0=t0, target=cfg.target,
+                    reference=reference, progress=progress)
     return {"policy": cfg.policy, "target": cfg.target,
             "slot": cfg.slot, "rate": cfg.rate, "accuracy": cfg.accuracy, "seed": cfg.seed,
             **res, "clusters": cfg.clusters, "nodes": cfg.nodes}
@@ -323,23 +328,36 @@ class _Tally:
 
 def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[Tasks], clusters: Clusters,
               profiles: tuple[Profile, ...], *, slots: int, warm: int, drain: int, batches: int,
-              t0: float | None = None, target: float = 1.0) -> tuple[dict[str, Any], Outcome | None]:
+              t0: float | None = None, target: float = 1.0, reference: bool = False,
+              progress: Callable[[int, int], None] | None = None, progress_every: int = PROGRESS_SLOTS
+              ) -> tuple[dict[str, Any], Outcome | None]:
     """The slot-stepped engine on given ``tasks`` (sorted by arrival, ``profile`` indexing
     ``profiles``; or consecutive chunks of them, :func:`stream_tasks`) and ``clusters``: ``slots``
     arrival slots of ``slot`` minutes, the first ``warm`` unmeasured, then at most ``drain`` more slots;
     the metrics of the module docstring (the trace evaluation, :mod:`vmctl.experiments.moldable_traces`,
     builds its tasks from a real trace), and each task's :class:`Outcome` (None when chunks were
-    dropped on the way)."""
+    dropped on the way). ``reference``: the policies' plain forms (:func:`make_policy`; the same
+    result, slower). ``progress(now, last)``: called after every ``progress_every`` simulated
+    slots and at the end (``last``: the arrival slots plus the drain, the most the run can take)."""
     t0 = time.perf_counter() if t0 is None else t0
-    policy = make_policy(policy_name, policy_rng(seed)) if target == 1.0 else \
-        make_policy(policy_name, policy_rng(seed), target=target)
+    if reference:
+        policy = make_policy(policy_name, policy_rng(seed), target=target, reference=True)
+    else:
+        policy = make_policy(policy_name, policy_rng(seed)) if target == 1.0 else \
+            make_policy(policy_name, policy_rng(seed), target=target)
     chunks = iter([tasks] if isinstance(tasks, Tasks) else tasks)
     pending = next(chunks, None)
     w = _Window()
     tally = _Tally(batches, warm, slots, slot)
     speed = clusters.s
     nodes = clusters.n
-    widths_of = [set(p.widths) for p in profiles]
+    # width_index[profile, width]: the width's index in the profile (-1: not one of its widths);
+    # rel[profile, j]: its time there relative to its smallest width
+    width_index = np.full((len(profiles), max(p.maxp for p in profiles) + 1), -1, dtype=np.int64)
+    rel = np.zeros((len(profiles), max(len(p.widths) for p in profiles)), dtype=np.float64)
+    for pi, p in enumerate(profiles):
+        width_index[pi, p.w] = np.arange(len(p.widths))
+        rel[pi, :len(p.widths)] = p.r
     empty_i = np.zeros(0, dtype=np.int64)
     waiting = empty_i
     active = empty_i
@@ -385,22 +403,32 @@ def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[
                                      f" for {active.shape} active tasks")
         new = np.array([s.task for s in decision.starts], dtype=np.int64)
         if new.size:
-            is_waiting = np.isin(new, waiting)
-            if not is_waiting.all() or np.unique(new).size != new.size:
+            is_waiting = np.zeros(len(w.arrival), dtype=np.bool_)
+            is_waiting[waiting] = True
+            inside = (new >= 0) & (new < len(w.arrival))
+            ordered = np.sort(new)
+            if not inside.all() or not is_waiting[new].all() or (ordered[1:] == ordered[:-1]).any():
                 raise InvariantViolation(rule="moldable-start", detail=f"{policy_name} started a task that is not "
                                          f"waiting (or twice) at slot {now}")
-            for s in decision.starts:
-                i = s.task
-                p = profiles[int(w.profile[i])]
-                if s.width not in widths_of[int(w.profile[i])] or not 0 <= s.cluster < len(nodes):
-                    raise InvariantViolation(rule="moldable-start", detail=f"{policy_name}: task {i + w.dropped} "
-                                             f"width {s.width} cluster {s.cluster} (allowed widths {list(p.widths)})")
-                j = p.widths.index(s.width)
-                minutes = w.length[i] * p.r[j] / speed[s.cluster]
-                w.need_f[i] = max(1, math.ceil(minutes / slot - EPS))
-                w.need_a[i] = max(1, math.ceil(minutes * w.factor[i] / slot - EPS))
-                w.cluster[i], w.width[i], w.start[i] = s.cluster, s.width, now
-            waiting = waiting[~np.isin(waiting, new)]
+            cl = np.array([s.cluster for s in decision.starts], dtype=np.int64)
+            wd = np.array([s.width for s in decision.starts], dtype=np.int64)
+            pr = w.profile[new]
+            j = np.full(new.size, -1, dtype=np.int64)
+            fits = (wd >= 0) & (wd < width_index.shape[1])
+            j[fits] = width_index[pr[fits], wd[fits]]
+            bad = np.nonzero((j < 0) | (cl < 0) | (cl >= len(nodes)))[0]
+            if bad.size:
+                k = int(bad[0])
+                p = profiles[int(pr[k])]
+                raise InvariantViolation(rule="moldable-start", detail=f"{policy_name}: task {int(new[k]) + w.dropped} "
+                                         f"width {int(wd[k])} cluster {int(cl[k])} (allowed widths {list(p.widths)})")
+            # the slot counts of every start at once (the same operations as one at a time)
+            minutes = w.length[new] * rel[pr, j] / speed[cl]
+            w.need_f[new] = np.maximum(1, np.ceil(minutes / slot - EPS)).astype(np.int64)
+            w.need_a[new] = np.maximum(1, np.ceil(minutes * w.factor[new] / slot - EPS)).astype(np.int64)
+            w.cluster[new], w.width[new], w.start[new] = cl, wd, now
+            is_waiting[new] = False
+            waiting = waiting[is_waiting[waiting]]
         run = np.concatenate([active[running], new])
         held = np.bincount(w.cluster[run], weights=w.width[run], minlength=len(nodes))
         if (held > nodes).any():
@@ -417,6 +445,10 @@ def run_slots(policy_name: str, seed: int, slot: float, tasks: Tasks | Iterable[
         active = np.concatenate([active, new])
         active = active[w.finish[active] < 0]
         now += 1
+        if progress is not None and now % progress_every == 0:
+            progress(now, last)
+    if progress is not None:
+        progress(now, last)
     for rest in ([pending] if pending is not None else []) + list(chunks):  # arrivals after a cut-off
         measured_tasks += int((rest.arrival_slot >= warm).sum())
         w.append(rest)
