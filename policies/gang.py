@@ -73,7 +73,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError
+from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError, ValidationError
 from vmctl.model import (
     Action,
     ClusterView,
@@ -161,19 +161,26 @@ class _Gang(SchedulingPolicy):
         slots = view.slot_job
         running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         jobs: dict[str, GangJob] = {}
+        backfill = self.backfill  # only backfilling reads a running job's remaining time
         for jid, rj in view.running.items():
-            if not rj.cores or slots[rj.level][rj.cores[0]] != jid:
+            cores = rj.cores
+            if not cores or slots[rj.level][cores[0]] != jid:
                 continue  # checkpointed: holds no slot
-            running[jid] = (tuple(sorted(rj.cores)), (rj.level, *rj.replicas))
-            jobs[jid] = GangJob(jid, len(rj.cores), rj.job.submit_time, rj.remaining_estimate)
-        queue = [GangJob(j.id, j.procs, j.submit_time, j.estimate) for j in view.queue]
+            running[jid] = (tuple(sorted(cores)), (rj.level, *rj.replicas))
+            jobs[jid] = GangJob(jid, len(cores), rj.job.submit_time, rj.remaining_estimate if backfill else math.inf)
+        total = view.total_cores
+        wide = next((j for j in view.queue if j.procs > total), None)
+        if wide is not None:
+            raise ValidationError(field=f"job {wide.id}.size", problem=f"must be 1..{total}, got {wide.procs}")
+        # the queue is converted as far as the derivation reads it (GS stops at the first job that fits nowhere)
+        queue = (GangJob(j.id, j.procs, j.submit_time, j.estimate) for j in view.queue)
         cost = self.params["cost"]
         conservative = self.backfill and self.params["backfill"] == "conservative"
         depth = self.params["depth"] if self.backfill else math.inf
         params = GangParams(mpl=mpl, backfill=self.backfill, migration=self.migration, cost=cost,
                             quota=self._quota(view, now), conservative=conservative,
                             depth=None if depth == math.inf else int(depth))
-        d = derive(view.total_cores, running, jobs, queue, params)
+        d = derive(total, running, jobs, queue, params, checked=True)
         actions: list[Action] = []
         kept = _kept_replicas(running, d.steps)
         for jid, (_nodes, rows) in running.items():
@@ -217,12 +224,15 @@ def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
         return set()
     moved = {s.job for s in steps if s.kind == "move"}
     kept: set[tuple[str, int]] = set()
-    for i, step in enumerate(steps):
-        if step.kind != "replicate" or (step.job, step.row) not in dropped or step.job in moved:
-            continue
-        cells = set(step.nodes)
-        if not any(s.row == step.row and not cells.isdisjoint(s.nodes) for s in steps[:i]):
+    placed: dict[int, int] = {}  # row -> the nodes the steps so far placed something on (bit n: node n)
+    for step in steps:
+        cells = 0
+        for n in step.nodes:
+            cells |= 1 << n
+        if step.kind == "replicate" and (step.job, step.row) in dropped and step.job not in moved \
+                and not placed.get(step.row, 0) & cells:
             kept.add((step.job, step.row))
+        placed[step.row] = placed.get(step.row, 0) | cells
     return kept
 
 
