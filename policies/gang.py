@@ -71,6 +71,7 @@ Readings where the paper leaves a gap:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError, ValidationError
@@ -180,7 +181,7 @@ class _Gang(SchedulingPolicy):
         params = GangParams(mpl=mpl, backfill=self.backfill, migration=self.migration, cost=cost,
                             quota=self._quota(view, now), conservative=conservative,
                             depth=None if depth == math.inf else int(depth))
-        d = derive(total, running, jobs, queue, params, checked=True)
+        d = derive(total, running, jobs, queue, params, checked=True, blocked=_blocked_cells(slots, running, mpl))
         actions: list[Action] = []
         kept = _kept_replicas(running, d.steps)
         for jid, (_nodes, rows) in running.items():
@@ -212,6 +213,31 @@ class _Gang(SchedulingPolicy):
         return Decision(actions=tuple(actions), reasons=reasons,
                         default_reason="waiting for a row with enough free processors",
                         schedule=SliceSchedule(float(self.params["slice"]), rows_in_use, 0.0))
+
+
+def _blocked_cells(slots: tuple[Sequence[str | None], ...],
+                   running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]], mpl: int) -> list[tuple[int, int]]:
+    """The cells ``(core, level)`` of levels 0 .. mpl-1 that the view shows taken but that no running job
+    of the matrix holds: vmctld keeps a migrating job's source slots reserved until the move is
+    confirmed (``vmctl.daemon.view``). A level whose taken cells the running jobs account for is not
+    walked (the simulator's case: its moves take no time)."""
+    held = [0] * mpl
+    for cores, rows in running.values():
+        for r in rows:
+            if r < mpl:
+                held[r] += len(cores)
+    out: list[tuple[int, int]] = []
+    for r in range(min(mpl, len(slots))):
+        line = slots[r]
+        if len(line) - line.count(None) == held[r]:
+            continue
+        for c, jid in enumerate(line):
+            if jid is None:
+                continue
+            ent = running.get(jid)
+            if ent is None or r not in ent[1] or c not in ent[0]:
+                out.append((c, r))
+    return out
 
 
 def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],

@@ -185,7 +185,7 @@ class Matrix:
     ``free[r]`` its free slots, ``where[job]`` a job's nodes (sorted) and ``rows_of[job]`` its rows.
     ``rows`` (``rows[r][n]``: the job on node n of row r, or None) is built from them when asked for."""
 
-    __slots__ = ("bits", "free", "members", "mpl", "nodes", "occ", "rows_of", "where")
+    __slots__ = ("bits", "blocked", "free", "members", "mpl", "nodes", "occ", "rows_of", "where")
 
     def __init__(self, nodes: int, mpl: int) -> None:
         if nodes < 1:
@@ -198,6 +198,8 @@ class Matrix:
         self.occ: list[int] = [0] * mpl
         self.bits: dict[str, int] = {}
         self.members: list[dict[str, None]] = [{} for _ in range(mpl)]
+        #: per row, the cells held by a move in flight (bit n: node n): occupied, but by no job of the matrix
+        self.blocked: list[int] = [0] * mpl
 
     def copy(self) -> Matrix:
         m = Matrix(self.nodes, self.mpl)
@@ -207,6 +209,7 @@ class Matrix:
         m.occ = list(self.occ)
         m.bits = dict(self.bits)
         m.members = [dict(js) for js in self.members]
+        m.blocked = list(self.blocked)
         return m
 
     @property
@@ -235,7 +238,7 @@ class Matrix:
     def job_at(self, row: int, node: int) -> str | None:
         """The job on ``node`` of ``row``, or None."""
         bit = 1 << node
-        if not self.occ[row] & bit:
+        if not self.occ[row] & bit or self.blocked[row] & bit:
             return None
         bits = self.bits
         return next(j for j in self.members[row] if bits[j] & bit)
@@ -263,7 +266,8 @@ class Matrix:
         """Place ``job`` on ``nodes`` (bit set ``mask``) of ``row``; its other rows, if any, hold the same."""
         if self.occ[row] & mask:
             n = next(n for n in nodes if self.occ[row] >> n & 1)
-            raise ValidationError(field=f"job {job}", problem=f"row {row} node {n} is taken by {self.job_at(row, n)}")
+            holder = self.job_at(row, n) or "a move in flight"
+            raise ValidationError(field=f"job {job}", problem=f"row {row} node {n} is taken by {holder}")
         self.occ[row] |= mask
         self.free[row] -= len(nodes)
         self.where[job] = nodes
@@ -285,6 +289,21 @@ class Matrix:
             del self.rows_of[job]
             del self.where[job]
             del self.bits[job]
+
+    def block(self, row: int, node: int) -> None:
+        """Mark ``node`` of ``row`` as held by a move in flight: no job may be placed there."""
+        if not (0 <= row < self.mpl and 0 <= node < self.nodes):
+            raise ValidationError(field=f"blocked cell (node {node}, row {row})",
+                                  problem=f"outside nodes 0..{self.nodes - 1}, rows 0..{self.mpl - 1}")
+        bit = 1 << node
+        if self.occ[row] & bit:
+            holder = self.job_at(row, node)
+            if holder is None:
+                return  # blocked twice
+            raise ValidationError(field=f"blocked cell (node {node}, row {row})", problem=f"job {holder} runs there")
+        self.occ[row] |= bit
+        self.blocked[row] |= bit
+        self.free[row] -= 1
 
     def relocate(self, job: str, src: int, dst: int, nodes: tuple[int, ...]) -> None:
         """Move a job that is in row ``src`` only to ``nodes`` (sorted) of row ``dst`` (the same row or
@@ -489,7 +508,7 @@ class _Deriver:
         options: list[tuple[float, int, int]] = []  # (loss, tasks, -option) : lowest wins; ties -> option 2
         if blockers is not None:
             moved = sum(len(where[j]) for j in blockers)
-            if self._budget(moved):
+            if self._budget(moved) and not m.blocked[p] & amask:  # a cell of a move in flight cannot be cleared
                 options.append((c / 2 * size + c * moved, moved, -1))
             s_sum = moved  # the blockers are exactly the jobs on A's nodes
         else:
@@ -681,7 +700,7 @@ class _Deriver:
                     continue
                 # clearing A's nodes of row p needs, besides them, room in p for the jobs on them: exactly
                 # when p has |A| free slots (every occupied one of A's nodes is a blocker's)
-                if not migration or free[p] < len(nodes):
+                if not migration or free[p] < len(nodes) or m.blocked[p] & amask:
                     continue
                 blockers = self._blockers(p, amask)
                 if not blockers:
@@ -699,9 +718,12 @@ class _Deriver:
                 self._spend(a, "expand", 1, c / 2 * len(nodes) + c * moved, moved)
 
 
-def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]]) -> Matrix:
+def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
+             blocked: Iterable[tuple[int, int]] = ()) -> Matrix:
     """Step 1: a matrix where every running job (``job -> (nodes, rows it is in)``) keeps its nodes and
-    its lowest row. Raises ``ValidationError`` if two jobs share a slot or a row is out of range."""
+    its lowest row, and the cells ``blocked`` (``(node, row)``: held by a move in flight, e.g. the source
+    slots of a live migration) are occupied by no job. Raises ``ValidationError`` if two jobs share a
+    slot, a job sits on a blocked cell or a row is out of range."""
     m = Matrix(nodes, mpl)
     occ, free, where_of, bits, rows_of, members = m.occ, m.free, m.where, m.bits, m.rows_of, m.members
     shift = (1).__lshift__
@@ -736,6 +758,8 @@ def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], 
         bits[job] = mask
         rows_of[job] = {row}
         members[row][job] = None
+    for node, row in blocked:
+        m.block(row, node)
     return m
 
 
@@ -747,6 +771,7 @@ def derive(
     params: GangParams,
     *,
     checked: bool = False,
+    blocked: Iterable[tuple[int, int]] = (),
 ) -> Derivation:
     """The new matrix at a scheduling event (the four steps of the module docstring).
 
@@ -757,7 +782,12 @@ def derive(
     ``checked``: the caller has made sure that every queued job has 1..``nodes`` tasks and that ``jobs``
     covers every running job; ``queue`` is then read lazily, only as far as the derivation needs it (any
     iterable: a policy converts its queue job by job, and a long queue behind a blocked head under GS
-    costs nothing). Without it, every queued job is checked first."""
+    costs nothing). Without it, every queued job is checked first.
+
+    ``blocked``: cells ``(node, row)`` held by a move in flight (vmctld keeps a migrating job's source
+    slots until the move is confirmed): no step places a job there or clears one (compaction's option 1
+    and expansion's clearing skip a row where the job's own nodes include one), and they count as
+    occupied (a row holding only such cells is in use)."""
     if not checked:
         queue = list(queue)
         for q in queue:
@@ -770,7 +800,7 @@ def derive(
         missing = [j for j in running if j not in known]
         if missing:
             raise ValidationError(field=f"job {missing[0]}", problem="runs but has no GangJob record")
-    d = _Deriver(collapse(nodes, params.mpl, running), known, params)
+    d = _Deriver(collapse(nodes, params.mpl, running, blocked), known, params)
     d.compact()
     d.schedule(queue)
     d.expand(sorted(d.m.where, key=lambda j: (known[j].order, j)))
