@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from vmctl.errors import ValidationError
+from tests.support.gang_reference import reference_decide
+from vmctl.errors import InvariantViolation, ValidationError
+from vmctl.model import ClusterView, Discipline, Job, Replicate, RunningJob, Start, tier_of_level
 from vmctl.policies.gang_matrix import GangJob, GangParams, collapse, derive
+from vmctl.policies.invariants import check_decision
+from vmctl.policies.registry import create_policy
 
 
 def test_a_queued_job_does_not_start_on_a_blocked_cell() -> None:
@@ -53,3 +57,28 @@ def test_a_blocked_cell_under_a_running_job_or_outside_the_matrix_is_refused() -
         collapse(4, 2, {}, blocked=[(4, 0)])
     with pytest.raises(ValidationError, match="outside"):
         collapse(4, 2, {}, blocked=[(0, 2)])
+
+
+def _view_with_a_move_in_flight() -> tuple[ClusterView, list[Job]]:
+    """4 cores, 2 levels: x on level 0 cores 0-1; m migrated to level 0 cores 2-3, its source slots (level 1,
+    cores 0-1) still reserved as vmctld's view keeps them; q (2 processes) queued."""
+    x, m, q = (Job(id=i, submit_time=t, procs=2, estimate=100.0) for i, t in (("x", 0.0), ("m", 1.0), ("q", 2.0)))
+    slots: list[list[str | None]] = [["x", "x", "m", "m"], ["m", "m", None, None]]
+    running = {j.id: RunningJob(job=j, tier=tier_of_level(0), cores=cs, start_time=0.0, tier_since=0.0, level=0)
+               for j, cs in ((x, (0, 1)), (m, (2, 3)))}
+    idle = [{c for c in range(4) if slots[lv][c] is None} for lv in range(2)]
+    view = ClusterView.leveled(4, [q], running, slots, idle, Discipline.TIMESLICE, [0.0] * 4, [True] * 4)
+    return view, [x, m, q]
+
+
+@pytest.mark.parametrize("policy", ["gs", "gs-m", "bgs", "bgs-m"])
+def test_a_decision_made_while_a_migration_is_in_flight_is_accepted(policy: str) -> None:
+    view, _jobs = _view_with_a_move_in_flight()
+    pol = create_policy(policy, mpl=2)
+    d = pol.decide(view, 10.0)
+    check_decision(view, d, 10.0)  # raises if an action lands on the reserved source slots
+    assert Start("q", (2, 3), 1) in d.actions
+    assert not any(isinstance(a, Replicate) and a.job == "x" for a in d.actions)
+    # the derivation before blocked cells opened row 1 on cores 0-1, which the check refuses whole
+    with pytest.raises(InvariantViolation):
+        check_decision(view, reference_decide(pol, view, 10.0), 10.0)
