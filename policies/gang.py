@@ -71,7 +71,7 @@ Readings where the paper leaves a gap:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError, ValidationError
@@ -80,6 +80,7 @@ from vmctl.model import (
     ClusterView,
     Decision,
     Discipline,
+    Job,
     Move,
     Replicate,
     SliceSchedule,
@@ -170,11 +171,9 @@ class _Gang(SchedulingPolicy):
             running[jid] = (tuple(sorted(cores)), (rj.level, *rj.replicas))
             jobs[jid] = GangJob(jid, len(cores), rj.job.submit_time, rj.remaining_estimate if backfill else math.inf)
         total = view.total_cores
-        wide = next((j for j in view.queue if j.procs > total), None)
-        if wide is not None:
-            raise ValidationError(field=f"job {wide.id}.size", problem=f"must be 1..{total}, got {wide.procs}")
-        # the queue is converted as far as the derivation reads it (GS stops at the first job that fits nowhere)
-        queue = (GangJob(j.id, j.procs, j.submit_time, j.estimate) for j in view.queue)
+        # the queue is converted (and checked) as far as the derivation reads it: GS stops at the first job
+        # that fits nowhere, so a long queue behind it costs nothing
+        queue = _queued(view.queue, total)
         cost = self.params["cost"]
         conservative = self.backfill and self.params["backfill"] == "conservative"
         depth = self.params["depth"] if self.backfill else math.inf
@@ -213,6 +212,14 @@ class _Gang(SchedulingPolicy):
         return Decision(actions=tuple(actions), reasons=reasons,
                         default_reason="waiting for a row with enough free processors",
                         schedule=SliceSchedule(float(self.params["slice"]), rows_in_use, 0.0))
+
+
+def _queued(queue: Sequence[Job], total: int) -> Iterator[GangJob]:
+    """The queue as :class:`GangJob` s, one at a time; a job wider than the cluster is an error when read."""
+    for j in queue:
+        if j.procs > total:
+            raise ValidationError(field=f"job {j.id}.size", problem=f"must be 1..{total}, got {j.procs}")
+        yield GangJob(j.id, j.procs, j.submit_time, j.estimate)
 
 
 def _blocked_cells(slots: tuple[Sequence[str | None], ...],
