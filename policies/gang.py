@@ -71,14 +71,16 @@ Readings where the paper leaves a gap:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
-from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError
+from vmctl.errors import PolicyNeedsUnmet, PolicyParameterError, ValidationError
 from vmctl.model import (
     Action,
     ClusterView,
     Decision,
     Discipline,
+    Job,
     Move,
     Replicate,
     SliceSchedule,
@@ -161,19 +163,24 @@ class _Gang(SchedulingPolicy):
         slots = view.slot_job
         running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         jobs: dict[str, GangJob] = {}
+        backfill = self.backfill  # only backfilling reads a running job's remaining time
         for jid, rj in view.running.items():
-            if not rj.cores or slots[rj.level][rj.cores[0]] != jid:
+            cores = rj.cores
+            if not cores or slots[rj.level][cores[0]] != jid:
                 continue  # checkpointed: holds no slot
-            running[jid] = (tuple(sorted(rj.cores)), (rj.level, *rj.replicas))
-            jobs[jid] = GangJob(jid, len(rj.cores), rj.job.submit_time, rj.remaining_estimate)
-        queue = [GangJob(j.id, j.procs, j.submit_time, j.estimate) for j in view.queue]
+            running[jid] = (tuple(sorted(cores)), (rj.level, *rj.replicas))
+            jobs[jid] = GangJob(jid, len(cores), rj.job.submit_time, rj.remaining_estimate if backfill else math.inf)
+        total = view.total_cores
+        # the queue is converted (and checked) as far as the derivation reads it: GS stops at the first job
+        # that fits nowhere, so a long queue behind it costs nothing
+        queue = _queued(view.queue, total)
         cost = self.params["cost"]
         conservative = self.backfill and self.params["backfill"] == "conservative"
         depth = self.params["depth"] if self.backfill else math.inf
         params = GangParams(mpl=mpl, backfill=self.backfill, migration=self.migration, cost=cost,
                             quota=self._quota(view, now), conservative=conservative,
                             depth=None if depth == math.inf else int(depth))
-        d = derive(view.total_cores, running, jobs, queue, params)
+        d = derive(total, running, jobs, queue, params, checked=True, blocked=_blocked_cells(slots, running, mpl))
         actions: list[Action] = []
         kept = _kept_replicas(running, d.steps)
         for jid, (_nodes, rows) in running.items():
@@ -207,6 +214,39 @@ class _Gang(SchedulingPolicy):
                         schedule=SliceSchedule(float(self.params["slice"]), rows_in_use, 0.0))
 
 
+def _queued(queue: Sequence[Job], total: int) -> Iterator[GangJob]:
+    """The queue as :class:`GangJob` s, one at a time; a job wider than the cluster is an error when read."""
+    for j in queue:
+        if j.procs > total:
+            raise ValidationError(field=f"job {j.id}.size", problem=f"must be 1..{total}, got {j.procs}")
+        yield GangJob(j.id, j.procs, j.submit_time, j.estimate)
+
+
+def _blocked_cells(slots: tuple[Sequence[str | None], ...],
+                   running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]], mpl: int) -> list[tuple[int, int]]:
+    """The cells ``(core, level)`` of levels 0 .. mpl-1 that the view shows taken but that no running job
+    of the matrix holds: vmctld keeps a migrating job's source slots reserved until the move is
+    confirmed (``vmctl.daemon.view``). A level whose taken cells the running jobs account for is not
+    walked (the simulator's case: its moves take no time)."""
+    held = [0] * mpl
+    for cores, rows in running.values():
+        for r in rows:
+            if r < mpl:
+                held[r] += len(cores)
+    out: list[tuple[int, int]] = []
+    for r in range(min(mpl, len(slots))):
+        line = slots[r]
+        if len(line) - line.count(None) == held[r]:
+            continue
+        for c, jid in enumerate(line):
+            if jid is None:
+                continue
+            ent = running.get(jid)
+            if ent is None or r not in ent[1] or c not in ent[0]:
+                out.append((c, r))
+    return out
+
+
 def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
                    steps: list[GangStep]) -> set[tuple[str, int]]:
     """The replicas that collapse drops and expansion puts back unchanged, with no step in between
@@ -217,12 +257,15 @@ def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
         return set()
     moved = {s.job for s in steps if s.kind == "move"}
     kept: set[tuple[str, int]] = set()
-    for i, step in enumerate(steps):
-        if step.kind != "replicate" or (step.job, step.row) not in dropped or step.job in moved:
-            continue
-        cells = set(step.nodes)
-        if not any(s.row == step.row and not cells.isdisjoint(s.nodes) for s in steps[:i]):
+    placed: dict[int, int] = {}  # row -> the nodes the steps so far placed something on (bit n: node n)
+    for step in steps:
+        cells = 0
+        for n in step.nodes:
+            cells |= 1 << n
+        if step.kind == "replicate" and (step.job, step.row) in dropped and step.job not in moved \
+                and not placed.get(step.row, 0) & cells:
             kept.add((step.job, step.row))
+        placed[step.row] = placed.get(step.row, 0) | cells
     return kept
 
 

@@ -89,17 +89,21 @@ of row 0, row 1 is empty, and one task was migrated.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from vmctl.errors import ValidationError
 
 
-@dataclass(frozen=True, slots=True)
-class GangJob:
+class GangJob(NamedTuple):
     """A job as the matrix sees it: its task count, its FCFS key and its estimated remaining time
-    (dedicated seconds; the estimate for a queued job), which only backfilling reads."""
+    (dedicated seconds; the estimate for a queued job), which only backfilling reads. (A named tuple:
+    a policy makes one per running and examined queued job at every event, and a tuple is made
+    several times faster than a frozen dataclass.)"""
 
     id: str
     size: int
@@ -144,13 +148,13 @@ class GangMigration:
     phase: str
 
 
-@dataclass(frozen=True, slots=True)
-class GangStep:
+class GangStep(NamedTuple):
     """One change of the matrix, in the order :func:`derive` made it, so that replaying the steps one by
     one on the collapsed matrix never puts two jobs on one slot (what a policy needs to turn them into
     actions that an occupancy check accepts one at a time). ``move``: ``job`` leaves ``from_row``
     (``old_nodes``) for ``row`` (``nodes``); ``start``: a queued job takes ``nodes`` of ``row``;
-    ``replicate``: a running job also takes its own ``nodes`` of ``row``."""
+    ``replicate``: a running job also takes its own ``nodes`` of ``row``. (A named tuple, as
+    :class:`GangJob`.)"""
 
     kind: str
     job: str
@@ -173,80 +177,189 @@ class GangChoice:
 
 
 class Matrix:
-    """A mutable ``rows x nodes`` matrix of job ids; a job holds the same nodes in every row it is in."""
+    """A mutable ``rows x nodes`` matrix of job ids; a job holds the same nodes in every row it is in.
 
-    __slots__ = ("free", "mpl", "nodes", "rows", "rows_of", "where")
+    Kept as bit sets, for speed (the derivation rebuilds and walks the whole matrix at every scheduling
+    event): ``occ[r]`` is row r's occupied nodes (bit n: node n), ``bits[job]`` a job's nodes, so that a
+    slot test is one AND instead of a walk over the job's nodes; ``members[r]`` the jobs in row r,
+    ``free[r]`` its free slots, ``where[job]`` a job's nodes (sorted) and ``rows_of[job]`` its rows.
+    ``rows`` (``rows[r][n]``: the job on node n of row r, or None) is built from them when asked for."""
+
+    __slots__ = ("bits", "blocked", "free", "members", "mpl", "nodes", "occ", "rows_of", "where")
 
     def __init__(self, nodes: int, mpl: int) -> None:
         if nodes < 1:
             raise ValidationError(field="nodes", problem=f"must be >= 1, got {nodes}")
         self.nodes = nodes
         self.mpl = mpl
-        self.rows: list[list[str | None]] = [[None] * nodes for _ in range(mpl)]
         self.free: list[int] = [nodes] * mpl
         self.where: dict[str, tuple[int, ...]] = {}
         self.rows_of: dict[str, set[int]] = {}
+        self.occ: list[int] = [0] * mpl
+        self.bits: dict[str, int] = {}
+        self.members: list[dict[str, None]] = [{} for _ in range(mpl)]
+        #: per row, the cells held by a move in flight (bit n: node n): occupied, but by no job of the matrix
+        self.blocked: list[int] = [0] * mpl
 
     def copy(self) -> Matrix:
         m = Matrix(self.nodes, self.mpl)
-        m.rows = [list(r) for r in self.rows]
         m.free = list(self.free)
         m.where = dict(self.where)
         m.rows_of = {j: set(rs) for j, rs in self.rows_of.items()}
+        m.occ = list(self.occ)
+        m.bits = dict(self.bits)
+        m.members = [dict(js) for js in self.members]
+        m.blocked = list(self.blocked)
         return m
+
+    @property
+    def rows(self) -> list[list[str | None]]:
+        """``rows[r][n]``: the job on node n of row r, or None (a new list at every call)."""
+        out: list[list[str | None]] = [[None] * self.nodes for _ in range(self.mpl)]
+        for r, jobs in enumerate(self.members):
+            cells = out[r]
+            for j in jobs:
+                for n in self.where[j]:
+                    cells[n] = j
+        return out
 
     def population(self, row: int) -> int:
         return self.nodes - self.free[row]
 
     def in_use(self) -> list[int]:
-        return [r for r in range(self.mpl) if self.free[r] < self.nodes]
+        nodes, free = self.nodes, self.free
+        return [r for r in range(self.mpl) if free[r] < nodes]
 
     def jobs_in(self, row: int) -> list[str]:
-        seen: dict[str, None] = {}
-        for j in self.rows[row]:
-            if j is not None:
-                seen[j] = None
-        return list(seen)
+        """The jobs of ``row`` in the order of their lowest node."""
+        where = self.where
+        return sorted(self.members[row], key=lambda j: min(where[j]))
+
+    def job_at(self, row: int, node: int) -> str | None:
+        """The job on ``node`` of ``row``, or None."""
+        bit = 1 << node
+        if not self.occ[row] & bit or self.blocked[row] & bit:
+            return None
+        bits = self.bits
+        return next(j for j in self.members[row] if bits[j] & bit)
 
     def free_nodes(self, row: int, exclude: Iterable[int] = ()) -> list[int]:
         skip = set(exclude)
-        return [n for n, j in enumerate(self.rows[row]) if j is None and n not in skip]
+        occ = self.occ[row]
+        return [n for n in range(self.nodes) if not occ >> n & 1 and n not in skip]
 
     def all_free(self, row: int, nodes: Iterable[int]) -> bool:
-        cells = self.rows[row]
-        return all(cells[n] is None for n in nodes)
+        return not self.occ[row] & _mask(tuple(nodes))
 
     def place(self, job: str, row: int, nodes: tuple[int, ...]) -> None:
         known = self.where.get(job)
-        if known is not None and known != nodes:
-            raise ValidationError(field=f"job {job}",
-                                  problem=f"holds nodes {list(known)} in another row, cannot take {list(nodes)}")
-        cells = self.rows[row]
-        for n in nodes:
-            if cells[n] is not None:
-                raise ValidationError(field=f"job {job}", problem=f"row {row} node {n} is taken by {cells[n]}")
-        for n in nodes:
-            cells[n] = job
+        if known is not None:
+            if known != nodes:
+                raise ValidationError(field=f"job {job}",
+                                      problem=f"holds nodes {list(known)} in another row, cannot take {list(nodes)}")
+            mask = self.bits[job]
+        else:
+            mask = _mask(nodes)
+        self._put(job, row, nodes, mask)
+
+    def _put(self, job: str, row: int, nodes: tuple[int, ...], mask: int) -> None:
+        """Place ``job`` on ``nodes`` (bit set ``mask``) of ``row``; its other rows, if any, hold the same."""
+        if self.occ[row] & mask:
+            n = next(n for n in nodes if self.occ[row] >> n & 1)
+            holder = self.job_at(row, n) or "a move in flight"
+            raise ValidationError(field=f"job {job}", problem=f"row {row} node {n} is taken by {holder}")
+        self.occ[row] |= mask
         self.free[row] -= len(nodes)
         self.where[job] = nodes
-        self.rows_of.setdefault(job, set()).add(row)
+        self.bits[job] = mask
+        self.members[row][job] = None
+        rows = self.rows_of.get(job)
+        if rows is None:
+            self.rows_of[job] = {row}
+        else:
+            rows.add(row)
 
     def remove(self, job: str, row: int) -> None:
-        cells = self.rows[row]
-        nodes = self.where[job]
-        for n in nodes:
-            cells[n] = None
-        self.free[row] += len(nodes)
+        self.occ[row] &= ~self.bits[job]
+        self.free[row] += len(self.where[job])
+        del self.members[row][job]
         rows = self.rows_of[job]
         rows.discard(row)
         if not rows:
             del self.rows_of[job]
             del self.where[job]
+            del self.bits[job]
+
+    def block(self, row: int, node: int) -> None:
+        """Mark ``node`` of ``row`` as held by a move in flight: no job may be placed there."""
+        if not (0 <= row < self.mpl and 0 <= node < self.nodes):
+            raise ValidationError(field=f"blocked cell (node {node}, row {row})",
+                                  problem=f"outside nodes 0..{self.nodes - 1}, rows 0..{self.mpl - 1}")
+        bit = 1 << node
+        if self.occ[row] & bit:
+            holder = self.job_at(row, node)
+            if holder is None:
+                return  # blocked twice
+            raise ValidationError(field=f"blocked cell (node {node}, row {row})", problem=f"job {holder} runs there")
+        self.occ[row] |= bit
+        self.blocked[row] |= bit
+        self.free[row] -= 1
+
+    def relocate(self, job: str, src: int, dst: int, nodes: tuple[int, ...]) -> None:
+        """Move a job that is in row ``src`` only to ``nodes`` (sorted) of row ``dst`` (the same row or
+        the same nodes allowed)."""
+        self.remove(job, src)
+        self._put(job, dst, nodes, _mask(nodes))
 
     def move_nodes(self, job: str, row: int, nodes: tuple[int, ...]) -> None:
         """Re-place a job that is in ``row`` only onto ``nodes`` of the same row."""
         self.remove(job, row)
         self.place(job, row, nodes)
+
+
+def _mask(nodes: Sequence[int]) -> int:
+    """``nodes`` as a bit set (bit n: node n)."""
+    size = len(nodes)
+    if size and nodes[0] >= 0 and nodes[-1] - nodes[0] + 1 == size and \
+            tuple(nodes) == tuple(range(nodes[0], nodes[0] + size)):
+        return ((1 << size) - 1) << nodes[0]  # consecutive nodes, the usual case
+    if min(nodes, default=0) < 0:
+        raise ValidationError(field="nodes", problem=f"node {min(nodes)} is negative")
+    return functools.reduce(operator.or_, map((1).__lshift__, nodes), 0)
+
+
+def _nodes(mask: int) -> tuple[int, ...]:
+    """The nodes of a bit set, in increasing order."""
+    if not mask:
+        return ()
+    low = (mask & -mask).bit_length() - 1
+    rest = mask >> low
+    if not rest & (rest + 1):  # consecutive nodes
+        return tuple(range(low, low + rest.bit_length()))
+    out: list[int] = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return tuple(out)
+
+
+def _lowest(mask: int, count: int) -> int:
+    """The ``count`` lowest nodes of the bit set ``mask`` (all of them if it has fewer)."""
+    if count <= 0 or not mask:
+        return 0
+    low = mask & -mask
+    run = low * ((1 << count) - 1)  # ``count`` consecutive nodes from the lowest one
+    if mask & run == run:
+        return run
+    out = 0
+    for _ in range(count):
+        if not mask:
+            break
+        low = mask & -mask
+        out |= low
+        mask ^= low
+    return out
 
 
 @dataclass(slots=True)
@@ -271,19 +384,19 @@ class Derivation:
         return sum(c.loss for c in self.choices)
 
 
-def _pick(matrix: Matrix, row: int, keep: Sequence[int], count: int, exclude: Iterable[int] = ()) -> tuple[int, ...]:
-    """``count`` free nodes of ``row``: those of ``keep`` that are free first, then the lowest free."""
-    skip = set(exclude)
-    cells = matrix.rows[row]
-    chosen = [n for n in keep if cells[n] is None and n not in skip][:count]
-    if len(chosen) < count:
-        taken = set(chosen)
-        chosen += [n for n in matrix.free_nodes(row, skip) if n not in taken][: count - len(chosen)]
-    return tuple(sorted(chosen))
+def _pick(matrix: Matrix, row: int, keep: int, count: int) -> tuple[int, ...]:
+    """``count`` free nodes of ``row``: those of the bit set ``keep`` that are free first (lowest first),
+    then the lowest free."""
+    free = ~matrix.occ[row] & ((1 << matrix.nodes) - 1)
+    chosen = _lowest(keep & free, count)
+    short = count - chosen.bit_count()
+    if short > 0:
+        chosen |= _lowest(free & ~chosen, short)
+    return _nodes(chosen)
 
 
 class _Deriver:
-    def __init__(self, matrix: Matrix, jobs: Mapping[str, GangJob], params: GangParams) -> None:
+    def __init__(self, matrix: Matrix, jobs: dict[str, GangJob], params: GangParams) -> None:
         self.m = matrix
         self.jobs = jobs
         self.p = params
@@ -301,38 +414,45 @@ class _Deriver:
         if self.quota is not None:
             self.quota -= tasks
 
-    def _blockers(self, row: int, nodes: Iterable[int]) -> list[str] | None:
-        """The jobs on ``nodes`` of ``row``, or None if one of them is also in another row (it
-        cannot move without breaking the same-nodes rule)."""
-        cells = self.m.rows[row]
-        found: dict[str, None] = {}
-        for n in nodes:
-            j = cells[n]
-            if j is not None:
-                if self.m.rows_of[j] != {row}:
-                    return None
-                found[j] = None
-        return list(found)
-
-    def _clear_plan(self, row: int, nodes: tuple[int, ...], blockers: list[str]) -> dict[str, tuple[int, ...]] | None:
-        """New nodes in ``row`` for each blocker, outside ``nodes`` (option 1), or None."""
+    def _blockers(self, row: int, nodes: int) -> list[str] | None:
+        """The jobs on the nodes (bit set) ``nodes`` of ``row``, in the order of their lowest node there,
+        or None if one of them is also in another row (it cannot move without breaking the same-nodes
+        rule)."""
         m = self.m
-        keep_out = set(nodes)
-        pool = set(m.free_nodes(row, keep_out))
+        bits, rows_of = m.bits, m.rows_of
+        found: list[tuple[int, str]] = []
+        for j in m.members[row]:
+            over = bits[j] & nodes
+            if over:
+                if len(rows_of[j]) != 1:
+                    return None
+                found.append((over & -over, j))
+        found.sort()
+        return [j for _low, j in found]
+
+    def _clear_plan(self, row: int, nodes: int, blockers: list[str]) -> dict[str, tuple[int, ...]] | None:
+        """New nodes in ``row`` for each blocker, outside the bit set ``nodes`` (option 1), or None. Each
+        blocker keeps its own nodes outside ``nodes`` and takes the lowest of the rest of the pool (the
+        row's free nodes and the blockers' nodes, outside ``nodes``), blocker by blocker."""
+        m = self.m
+        keep_out = ~nodes
+        pool = ~m.occ[row] & ((1 << m.nodes) - 1) & keep_out
+        bits = m.bits
         for j in blockers:
-            pool.update(n for n in m.where[j] if n not in keep_out)
+            pool |= bits[j] & keep_out
         plan: dict[str, tuple[int, ...]] = {}
+        where = m.where
         for j in blockers:
-            own = [n for n in m.where[j] if n in pool]
-            size = len(m.where[j])
-            chosen = own[:size]
-            if len(chosen) < size:
-                rest = sorted(pool.difference(own))
-                chosen += rest[: size - len(chosen)]
-            if len(chosen) < size:
-                return None
-            pool.difference_update(chosen)
-            plan[j] = tuple(sorted(chosen))
+            own = bits[j] & pool
+            short = len(where[j]) - own.bit_count()
+            chosen = own
+            if short > 0:
+                rest = pool & ~own
+                if rest.bit_count() < short:
+                    return None
+                chosen |= _lowest(rest, short)
+            pool &= ~chosen
+            plan[j] = _nodes(chosen)
         return plan
 
     def _apply_clear(self, row: int, plan: dict[str, tuple[int, ...]], phase: str) -> None:
@@ -341,7 +461,7 @@ class _Deriver:
         for j in plan:
             m.remove(j, row)
         for j, nodes in plan.items():
-            m.place(j, row, nodes)
+            m._put(j, row, nodes, _mask(nodes))
             self.out.migrations.append(GangMigration(j, old[j], nodes, phase))
         # A blocker's new nodes are free nodes or old nodes of blockers planned *after* it (each keeps
         # its own nodes outside A's, so none takes an earlier one's): one by one, the last goes first.
@@ -352,91 +472,123 @@ class _Deriver:
 
     def compact(self) -> None:
         m = self.m
-        order = sorted(m.in_use(), key=lambda r: (m.population(r), r))
+        free, where, rows_of, jobs = m.free, m.where, m.rows_of, self.jobs
+        order = sorted(m.in_use(), key=lambda r: (-free[r], r))  # (population, row)
         for i, r in enumerate(order):
-            for a in sorted(m.jobs_in(r), key=lambda j: (len(m.where[j]), self.jobs[j].order, j)):
-                if r not in m.rows_of.get(a, ()):
+            later = order[i + 1:]
+            if not later:
+                break
+            targets: list[int] | None = None  # the later rows, most populated first (until a move)
+            for a in sorted(m.members[r], key=lambda j: (len(where[j]), jobs[j].order, j)):
+                if r not in rows_of.get(a, ()):
                     continue
-                targets = sorted(order[i + 1:], key=lambda p: (-m.population(p), p))
+                if targets is None:
+                    targets = sorted(later, key=lambda p: (free[p], p))
                 for p in targets:
                     if self._move(a, r, p):
+                        targets = None  # populations changed
                         break
 
     def _move(self, a: str, r: int, p: int) -> bool:
         m = self.m
+        amask = m.bits[a]
+        if not m.occ[p] & amask:
+            nodes = m.where[a]
+            m.remove(a, r)
+            m._put(a, p, nodes, amask)
+            self.out.steps.append(GangStep("move", a, p, nodes, r, nodes))
+            return True
         nodes = m.where[a]
         size = len(nodes)
-        if m.all_free(p, nodes):
-            m.remove(a, r)
-            m.place(a, p, nodes)
-            self.out.steps.append(GangStep("move", a, p, nodes, r, nodes))
-            return True
         if not self.p.migration or m.free[p] < size:
             return False
-        blockers = self._blockers(p, nodes)
+        blockers = self._blockers(p, amask)
+        where = m.where
         c = self.p.cost
         options: list[tuple[float, int, int]] = []  # (loss, tasks, -option) : lowest wins; ties -> option 2
-        plan: dict[str, tuple[int, ...]] | None = None
         if blockers is not None:
-            moved = sum(len(m.where[j]) for j in blockers)
-            plan = self._clear_plan(p, nodes, blockers)
-            if plan is not None and self._budget(moved):
+            moved = sum(len(where[j]) for j in blockers)
+            if self._budget(moved) and not m.blocked[p] & amask:  # a cell of a move in flight cannot be cleared
                 options.append((c / 2 * size + c * moved, moved, -1))
-        s_sum = sum(len(m.where[j]) for j in {m.rows[p][n] for n in nodes} if j is not None)
+            s_sum = moved  # the blockers are exactly the jobs on A's nodes
+        else:
+            bits = m.bits
+            s_sum = sum(len(where[j]) for j in m.members[p] if bits[j] & amask)
         if self._budget(size):
             options.append((c * size + c / 2 * s_sum, size, -2))
-        if not options:
-            return False
-        loss, tasks, neg = min(options)
-        if -neg == 1:
-            assert plan is not None
-            m.remove(a, r)
-            self._apply_clear(p, plan, "compact")
-            m.place(a, p, nodes)  # A keeps its nodes: only the jobs in its way migrate
-            self.out.steps.append(GangStep("move", a, p, nodes, r, nodes))
-            self._spend(a, "compact", 1, loss, tasks)
+        options.sort()
+        for loss, tasks, neg in options:
+            if neg == -1:
+                assert blockers is not None
+                plan = self._clear_plan(p, amask, blockers)
+                if plan is None:
+                    continue  # option 1 is not feasible: the next cheapest
+                m.remove(a, r)
+                self._apply_clear(p, plan, "compact")
+                m._put(a, p, nodes, amask)  # A keeps its nodes: only the jobs in its way migrate
+                self.out.steps.append(GangStep("move", a, p, nodes, r, nodes))
+                self._spend(a, "compact", 1, loss, tasks)
+                return True
+            new = _pick(m, p, amask, size)
+            m.relocate(a, r, p, new)
+            self.out.steps.append(GangStep("move", a, p, new, r, nodes))
+            self.out.migrations.append(GangMigration(a, nodes, new, "compact"))
+            self._spend(a, "compact", 2, loss, tasks)
             return True
-        new = _pick(m, p, nodes, size)
-        m.remove(a, r)
-        m.place(a, p, new)
-        self.out.steps.append(GangStep("move", a, p, new, r, nodes))
-        self.out.migrations.append(GangMigration(a, nodes, new, "compact"))
-        self._spend(a, "compact", 2, loss, tasks)
-        return True
+        return False
 
-    def schedule(self, queue: Sequence[GangJob]) -> None:
+    def _start(self, job: GangJob, row: int) -> None:
+        m = self.m
+        mask = _lowest(~m.occ[row] & ((1 << m.nodes) - 1), job.size)
+        cells = _nodes(mask)
+        m._put(job.id, row, cells, mask)
+        self.jobs.setdefault(job.id, job)
+        self.out.steps.append(GangStep("start", job.id, row, cells))
+        self.out.started[job.id] = row
+
+    def schedule(self, queue: Iterable[GangJob]) -> None:
         if self.p.backfill and self.p.conservative:
             self._schedule_conservative(queue)
             return
         m = self.m
+        free, mpl = m.free, m.mpl
+        it = iter(queue)
         blocked: tuple[GangJob, int, float, int] | None = None  # (job, row, shadow, extra)
-        for job in queue:
+        for job in it:
             rows = m.in_use()
-            fits = [r for r in rows if m.free[r] >= job.size]
-            if blocked is not None:
-                h, hrow, shadow, extra = blocked
-                ok = []
-                for r in fits:
-                    if r != hrow or job.remaining <= shadow or job.size <= extra:
-                        ok.append(r)
-                fits = ok
-            if not fits and len(rows) < m.mpl and blocked is None:
-                fits = [next(r for r in range(m.mpl) if r not in rows)]
+            size = job.size
+            fits = [r for r in rows if free[r] >= size]
+            if not fits and len(rows) < mpl:
+                fits = [next(r for r in range(mpl) if r not in rows)]
             if not fits:
-                if blocked is None:
-                    if not self.p.backfill:
-                        return
-                    blocked = self._reserve(job)
-                    self.out.reservation = (job.id, blocked[1], blocked[2])
+                if not self.p.backfill:
+                    return
+                blocked = self._reserve(job)
+                self.out.reservation = (job.id, blocked[1], blocked[2])
+                break
+            row = min(fits, key=lambda r: (free[r], r))
+            self._start(job, row)
+        if blocked is None:
+            return
+        # Backfilling behind the reservation: no new row opens any more, so the rows in use are fixed and
+        # a job wider than the freest of them fits nowhere (skipped without further look).
+        _h, hrow, shadow, extra = blocked
+        rows = m.in_use()
+        widest = max((free[r] for r in rows), default=0)
+        for job in it:
+            if widest == 0:
+                return  # every row full: nothing behind can start
+            size = job.size
+            if size > widest:
                 continue
-            row = min(fits, key=lambda r: (m.free[r], r))
-            if blocked is not None and row == blocked[1] and job.remaining > blocked[2]:
-                h, hrow, shadow, extra = blocked
-                blocked = (h, hrow, shadow, extra - job.size)
-            cells = tuple(m.free_nodes(row)[: job.size])
-            m.place(job.id, row, cells)
-            self.out.steps.append(GangStep("start", job.id, row, cells))
-            self.out.started[job.id] = row
+            fits = [r for r in rows if free[r] >= size and (r != hrow or job.remaining <= shadow or size <= extra)]
+            if not fits:
+                continue
+            row = min(fits, key=lambda r: (free[r], r))
+            if row == hrow and job.remaining > shadow:
+                extra -= size
+            self._start(job, row)
+            widest = max(free[r] for r in rows)
 
     def _profile(self, row: int) -> list[list[float]]:
         """Row ``row``'s free slots ahead: breakpoints ``[t, free from t on]`` in remaining work, the
@@ -444,7 +596,7 @@ class _Deriver:
         remaining time (one that overran its estimate: just after now, never now)."""
         m = self.m
         releases: dict[float, int] = {}
-        for j in m.jobs_in(row):
+        for j in m.members[row]:
             t = max(self.jobs[j].remaining, 1e-9)
             releases[t] = releases.get(t, 0) + len(m.where[j])
         prof = [[0.0, float(m.free[row])]]
@@ -484,7 +636,7 @@ class _Deriver:
             if start <= bp[0] < end:
                 bp[1] -= size
 
-    def _schedule_conservative(self, queue: Sequence[GangJob]) -> None:
+    def _schedule_conservative(self, queue: Iterable[GangJob]) -> None:
         m = self.m
         profiles = {r: self._profile(r) for r in m.in_use()}
         depth = self.p.depth
@@ -498,10 +650,7 @@ class _Deriver:
             if now:
                 row = min(now, key=lambda r: (m.free[r], r))
                 self._hold(profiles[row], 0.0, dur, job.size)
-                cells = tuple(m.free_nodes(row)[: job.size])
-                m.place(job.id, row, cells)
-                self.out.steps.append(GangStep("start", job.id, row, cells))
-                self.out.started[job.id] = row
+                self._start(job, row)
                 continue
             if depth is not None and len(self.out.reservations) >= depth:
                 continue
@@ -519,7 +668,7 @@ class _Deriver:
             shadow = 0.0
             if free < job.size:
                 shadow = math.inf
-                ending = sorted((self.jobs[j].remaining, len(m.where[j])) for j in m.jobs_in(r))
+                ending = sorted((self.jobs[j].remaining, len(m.where[j])) for j in m.members[r])
                 for remaining, size in ending:
                     free += size
                     if free >= job.size:
@@ -533,51 +682,84 @@ class _Deriver:
 
     def expand(self, order: Sequence[str]) -> None:
         m = self.m
+        where, rows_of, occ, bits, free = m.where, m.rows_of, m.occ, m.bits, m.free
+        migration = self.p.migration
+        rows = m.in_use()  # expansion neither opens nor empties a row
         for a in order:
-            if a not in m.where:
+            nodes = where.get(a)
+            if nodes is None:
                 continue
-            nodes = m.where[a]
-            for p in m.in_use():
-                if p in m.rows_of[a]:
+            amask = bits[a]
+            mine = rows_of[a]
+            for p in rows:
+                if p in mine:
                     continue
-                if m.all_free(p, nodes):
-                    m.place(a, p, nodes)
+                if not occ[p] & amask:
+                    m._put(a, p, nodes, amask)
                     self.out.steps.append(GangStep("replicate", a, p, nodes))
                     continue
                 # clearing A's nodes of row p needs, besides them, room in p for the jobs on them: exactly
                 # when p has |A| free slots (every occupied one of A's nodes is a blocker's)
-                if not self.p.migration or m.free[p] < len(nodes):
+                if not migration or free[p] < len(nodes) or m.blocked[p] & amask:
                     continue
-                blockers = self._blockers(p, nodes)
+                blockers = self._blockers(p, amask)
                 if not blockers:
                     continue
-                moved = sum(len(m.where[j]) for j in blockers)
+                moved = sum(len(where[j]) for j in blockers)
                 if not self._budget(moved):
                     continue
-                plan = self._clear_plan(p, nodes, blockers)
+                plan = self._clear_plan(p, amask, blockers)
                 if plan is None:
                     continue
                 self._apply_clear(p, plan, "expand")
-                m.place(a, p, nodes)
+                m._put(a, p, nodes, amask)
                 self.out.steps.append(GangStep("replicate", a, p, nodes))
                 c = self.p.cost
                 self._spend(a, "expand", 1, c / 2 * len(nodes) + c * moved, moved)
 
 
-def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]]) -> Matrix:
+def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
+             blocked: Iterable[tuple[int, int]] = ()) -> Matrix:
     """Step 1: a matrix where every running job (``job -> (nodes, rows it is in)``) keeps its nodes and
-    its lowest row. Raises ``ValidationError`` if two jobs share a slot or a row is out of range."""
+    its lowest row, and the cells ``blocked`` (``(node, row)``: held by a move in flight, e.g. the source
+    slots of a live migration) are occupied by no job. Raises ``ValidationError`` if two jobs share a
+    slot, a job sits on a blocked cell or a row is out of range."""
     m = Matrix(nodes, mpl)
+    occ, free, where_of, bits, rows_of, members = m.occ, m.free, m.where, m.bits, m.rows_of, m.members
+    shift = (1).__lshift__
     for job, (where, rows) in running.items():
         rows = sorted(rows)
         if not rows:
             raise ValidationError(field=f"job {job}", problem="runs in no row")
         if rows[0] < 0 or rows[-1] >= mpl:
             raise ValidationError(field=f"job {job}", problem=f"row {rows[-1]} outside 0..{mpl - 1}")
-        if not where or min(where) < 0 or max(where) >= nodes or len(set(where)) != len(where):
+        cells = tuple(sorted(where))
+        size = len(cells)
+        if not size or cells[0] < 0 or cells[-1] >= nodes:
+            mask = -1
+        elif size == 1:
+            mask = 1 << cells[0]
+        elif cells[-1] - cells[0] + 1 == size and cells == tuple(range(cells[0], cells[0] + size)):
+            mask = ((1 << size) - 1) << cells[0]  # consecutive nodes (the usual case: the lowest free ones)
+        else:
+            mask = functools.reduce(operator.or_, map(shift, cells), 0)
+            if mask.bit_count() != size:
+                mask = -1  # a node twice
+        if mask < 0:
             raise ValidationError(field=f"job {job}",
                                   problem=f"nodes {list(where)} are not distinct nodes of 0..{nodes - 1}")
-        m.place(job, rows[0], tuple(sorted(where)))
+        row = rows[0]
+        if occ[row] & mask:
+            n = next(n for n in cells if occ[row] >> n & 1)
+            raise ValidationError(field=f"job {job}", problem=f"row {row} node {n} is taken by {m.job_at(row, n)}")
+        occ[row] |= mask
+        free[row] -= size
+        where_of[job] = cells
+        bits[job] = mask
+        rows_of[job] = {row}
+        members[row][job] = None
+    for node, row in blocked:
+        m.block(row, node)
     return m
 
 
@@ -585,24 +767,40 @@ def derive(
     nodes: int,
     running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
     jobs: Mapping[str, GangJob],
-    queue: Sequence[GangJob],
+    queue: Sequence[GangJob] | Iterable[GangJob],
     params: GangParams,
+    *,
+    checked: bool = False,
+    blocked: Iterable[tuple[int, int]] = (),
 ) -> Derivation:
     """The new matrix at a scheduling event (the four steps of the module docstring).
 
     ``running``: job -> (its nodes, the rows it is in); ``jobs``: a :class:`GangJob` for every running
     job (and optionally the queued ones); ``queue``: the waiting jobs in FCFS order. The input is not
-    changed."""
-    for q in queue:
-        if q.size < 1 or q.size > nodes:
-            raise ValidationError(field=f"job {q.id}.size", problem=f"must be 1..{nodes}, got {q.size}")
+    changed.
+
+    ``checked``: the caller has made sure that every queued job has 1..``nodes`` tasks and that ``jobs``
+    covers every running job; ``queue`` is then read lazily, only as far as the derivation needs it (any
+    iterable: a policy converts its queue job by job, and a long queue behind a blocked head under GS
+    costs nothing). Without it, every queued job is checked first.
+
+    ``blocked``: cells ``(node, row)`` held by a move in flight (vmctld keeps a migrating job's source
+    slots until the move is confirmed): no step places a job there or clears one (compaction's option 1
+    and expansion's clearing skip a row where the job's own nodes include one), and they count as
+    occupied (a row holding only such cells is in use)."""
+    if not checked:
+        queue = list(queue)
+        for q in queue:
+            if q.size < 1 or q.size > nodes:
+                raise ValidationError(field=f"job {q.id}.size", problem=f"must be 1..{nodes}, got {q.size}")
     known = dict(jobs)
-    for q in queue:
-        known.setdefault(q.id, q)
-    missing = [j for j in running if j not in known]
-    if missing:
-        raise ValidationError(field=f"job {missing[0]}", problem="runs but has no GangJob record")
-    d = _Deriver(collapse(nodes, params.mpl, running), known, params)
+    if not checked:
+        for q in queue:
+            known.setdefault(q.id, q)
+        missing = [j for j in running if j not in known]
+        if missing:
+            raise ValidationError(field=f"job {missing[0]}", problem="runs but has no GangJob record")
+    d = _Deriver(collapse(nodes, params.mpl, running, blocked), known, params)
     d.compact()
     d.schedule(queue)
     d.expand(sorted(d.m.where, key=lambda j: (known[j].order, j)))
