@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from vmctl import errors
-from vmctl.cli.connect import _client, api_options
-from vmctl.cli.render import Grid, _now, emit_json, fmt_time, show
+from vmctl.cli.connect import _client, api_options, wide_api_options
+from vmctl.cli.render import Grid, _now, emit_json, fmt_column_time, fmt_time, show
 
 
 @click.group()
@@ -72,28 +72,34 @@ def fmt_serial(serial: Any) -> str:
     return text.upper().rjust(SERIAL_DIGITS, "0")
 
 
-def cert_table(certs: Sequence[Mapping[str, Any]]) -> Grid:
+def cert_table(certs: Sequence[Mapping[str, Any]], wide: bool = False) -> Grid:
+    """The certificates, a row each: the full 40-digit serial (what ``cert revoke`` takes), node, validity and
+    state, fitting 100 columns (short times, a retired one's time left out, NODE then STATE cut first);
+    ``wide`` adds KEY MADE BY and every time in ISO 8601."""
     now = _now()
 
     def state(c: Mapping[str, Any]) -> str:
         if c.get("revoked") is not None:
-            return f"revoked {fmt_time(c.get('revoked'))}"
+            return f"revoked {fmt_column_time(c.get('revoked'), wide)}"
         if c.get("retired") is not None:
-            return f"retired {fmt_time(c.get('retired'))} (its CA rotated out)"
+            when = f" {fmt_time(c.get('retired'))}" if wide else ""
+            return f"retired{when} (its CA rotated out)"
         expires = c.get("expires")
         return "expired" if isinstance(expires, int | float) and expires < now else "valid"
 
-    return Grid(("SERIAL", "NODE", "ISSUED", "EXPIRES", "STATE", "KEY MADE BY"),
-                [(fmt_serial(c.get("serial")), str(c.get("node", "")), fmt_time(c.get("issued")),
-                  fmt_time(c.get("expires")), state(c), str(c.get("key_from") or "-")) for c in certs])
+    headers = ("SERIAL", "NODE", "ISSUED", "EXPIRES", "STATE") + (("KEY MADE BY",) if wide else ())
+    rows = [(fmt_serial(c.get("serial")), str(c.get("node", "")), fmt_column_time(c.get("issued"), wide),
+             fmt_column_time(c.get("expires"), wide), state(c)) + ((str(c.get("key_from") or "-"),) if wide else ())
+            for c in certs]
+    return Grid(headers, rows, cut=("NODE", "STATE"))
 
 
 @cert.command("list")
-@api_options
+@wide_api_options
 def cert_list(url: str | None, token: str | None, ca: str | None, output: str) -> None:
     """List the agent certificates vmctld issued: serial, node, validity, revoked or not (never a key)."""
     certs = _client(url, token, ca).list_certs()
-    show({"certs": certs}, output, lambda: cert_table(certs))
+    show({"certs": certs}, output, lambda: cert_table(certs, wide=output == "wide"))
 
 
 @cert.command("revoke")

@@ -12,20 +12,24 @@ import click
 
 from vmctl import errors, timefmt
 from vmctl.apiclient import ApiClient
-from vmctl.cli.connect import api_options
-from vmctl.cli.render import Grid, fmt_reason, fmt_time, json_safe, safe_text, show
+from vmctl.cli.connect import wide_api_options
+from vmctl.cli.render import Grid, fmt_column_time, fmt_reason, fmt_time, json_safe, safe_text, show
 
 #: how long one follow request waits on the daemon for an event (it answers at once when one happens)
 FOLLOW_WAIT_S = 25.0
 
 
-def event_row(e: Mapping[str, Any]) -> tuple[str, ...]:
-    return (fmt_time(e.get("time")), str(e.get("kind", "")), str(e.get("actor", "")),
-            fmt_reason(e.get("message", "")))
+def event_row(e: Mapping[str, Any], short: bool = False) -> tuple[str, ...]:
+    """An event's cells; ``short``: its time and the times in its message as in a table column."""
+    return ((fmt_column_time(e.get("time")) if short else fmt_time(e.get("time"))), str(e.get("kind", "")),
+            str(e.get("actor", "")), fmt_reason(e.get("message", ""), short=short))
 
 
-def event_table(events: Sequence[Mapping[str, Any]], title: str | None = None) -> Grid:
-    return Grid(("TIME", "EVENT", "BY", "WHAT"), [event_row(e) for e in events], title=title)
+def event_table(events: Sequence[Mapping[str, Any]], title: str | None = None, wide: bool = False) -> Grid:
+    """The event log as a table: times short and WHAT (then BY) cut to fit the screen; ``wide``: ISO times,
+    nothing cut."""
+    return Grid(("TIME", "EVENT", "BY", "WHAT"), [event_row(e, short=not wide) for e in events], title=title,
+                cut=("WHAT", "BY"))
 
 
 def event_line(e: Mapping[str, Any]) -> str:
@@ -59,7 +63,7 @@ def follow(client: ApiClient, after: int, emit: Callable[[Mapping[str, Any]], No
 @click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True,
               help="At most this many events: the newest ones.")
 @click.option("--follow", "-f", "follow_", is_flag=True, help="Keep printing events as they happen (Ctrl-C stops).")
-@api_options
+@wide_api_options
 def events(since: str | None, limit: int, follow_: bool, url: str | None, token: str | None, ca: str | None,
            output: str) -> None:
     """The cluster's event log: jobs submitted, started, requeued, held, moved and ended; nodes joined,
@@ -77,7 +81,7 @@ def events(since: str | None, limit: int, follow_: bool, url: str | None, token:
     evs = doc["events"]
     if not follow_:
         title = f"the newest {limit} events (--limit for more)" if len(evs) >= limit else None
-        show(doc, output, lambda: event_table(evs, title=title) if evs else "no events")
+        show(doc, output, lambda: event_table(evs, title=title, wide=output == "wide") if evs else "no events")
         return
 
     def emit(e: Mapping[str, Any]) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from vmctl.cli.connect import _client, _complete, api_options
-from vmctl.cli.render import Grid, fmt_names, fmt_time, fmt_when, show
+from vmctl.cli.connect import _client, _complete, api_options, wide_api_options
+from vmctl.cli.render import Grid, fmt_column_time, fmt_names, fmt_when, show
 
 
 @click.group("op")
@@ -21,12 +21,13 @@ def _moves(o: Mapping[str, Any], limit: int = 4) -> str:
     return fmt_names(parts, limit) if parts else "-"
 
 
-def op_table(ops: Sequence[Mapping[str, Any]]) -> Grid:
+def op_table(ops: Sequence[Mapping[str, Any]], wide: bool = False) -> Grid:
     return Grid(
         ("ID", "KIND", "JOB", "STATE", "BY", "CREATED", "MOVES", "NOTE"),
         [(str(o.get("id", "")), str(o.get("kind", "")), str(o.get("job_id", "")), str(o.get("state", "")),
-          str(o.get("origin") or "-"), fmt_time(o.get("created")), _moves(o), str(o.get("note") or ""))
+          str(o.get("origin") or "-"), fmt_column_time(o.get("created"), wide), _moves(o), str(o.get("note") or ""))
          for o in ops],
+        cut=("NOTE", "MOVES", "BY"),
     )
 
 
@@ -48,12 +49,12 @@ def op_text(o: Mapping[str, Any]) -> str:
               shell_complete=_complete("job"))
 @click.option("--state", default=None, help="pending, done, failed, rolled_back, aborted.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many (the newest).")
-@api_options
+@wide_api_options
 def op_list(job_id: str | None, state: str | None, limit: int | None, url: str | None, token: str | None,
             ca: str | None, output: str) -> None:
     """List operations, newest first."""
     ops = _client(url, token, ca).list_operations(job_id, state, limit)
-    show({"operations": ops}, output, lambda: op_table(ops))
+    show({"operations": ops}, output, lambda: op_table(ops, wide=output == "wide"))
 
 
 @op.command("show")

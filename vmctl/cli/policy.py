@@ -117,7 +117,7 @@ def policy_list(output: str) -> None:
         ("NAME", "NEEDS", "LAYOUT", "SUMMARY", "PARAMETERS"),
         [(p["name"], _needs_text(p["needs"]), _layout_text(p["needs"].get("layout")), p["summary"],
           ", ".join(f"{q['name']}={q['default']}" for q in p["params"]) or "-")
-         for p in pols]))
+         for p in pols], cut=("PARAMETERS", "SUMMARY", "NEEDS")))
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:

@@ -99,6 +99,12 @@ def fmt_time(t: Any) -> str:
     return timefmt.iso(t)
 
 
+def fmt_column_time(t: Any, wide: bool = False) -> str:
+    """A time in a table column: short (``14:05:02`` today, ``Nov 27 14:05`` this year, local zone) so the
+    table fits 100 columns; ISO 8601 with the zone under ``-o wide``."""
+    return fmt_time(t) if wide else timefmt.short(t)
+
+
 def fmt_when(t: Any) -> str:
     """A time where there is room: ISO 8601 with the zone and how long ago (or ahead) it is."""
     return timefmt.human(t)

@@ -9,8 +9,8 @@ import click
 
 from vmctl import auth, errors
 from vmctl.apiclient import ApiClient
-from vmctl.cli.connect import _client, api_options
-from vmctl.cli.render import Grid, fmt_time, kv_table, show
+from vmctl.cli.connect import _client, api_options, wide_api_options
+from vmctl.cli.render import Grid, fmt_column_time, kv_table, show
 
 
 @click.group()
@@ -31,18 +31,20 @@ def token_issue(
     show(doc, output, lambda: kv_table(doc, [k for k in ("token", "name", "role", "expires") if k in doc]))
 
 
-def token_table(tokens: Sequence[Mapping[str, Any]]) -> Grid:
+def token_table(tokens: Sequence[Mapping[str, Any]], wide: bool = False) -> Grid:
     return Grid(("ID", "NAME", "ROLE", "CREATED", "EXPIRES"),
-                [(str(t.get("id", "")), str(t.get("name", "")), str(t.get("role", "")), fmt_time(t.get("created")),
-                  "never" if t.get("expires") is None else fmt_time(t.get("expires"))) for t in tokens])
+                [(str(t.get("id", "")), str(t.get("name", "")), str(t.get("role", "")),
+                  fmt_column_time(t.get("created"), wide),
+                  "never" if t.get("expires") is None else fmt_column_time(t.get("expires"), wide)) for t in tokens],
+                cut=("NAME",))
 
 
 @token.command("list")
-@api_options
+@wide_api_options
 def token_list(url: str | None, token: str | None, ca: str | None, output: str) -> None:
     """List the API tokens (needs an admin token): id, name, role, expiry; never the tokens themselves."""
     tokens = _client(url, token, ca).list_tokens()
-    show({"tokens": tokens}, output, lambda: token_table(tokens))
+    show({"tokens": tokens}, output, lambda: token_table(tokens, wide=output == "wide"))
 
 
 def _own_token(client: ApiClient, key: str) -> Mapping[str, Any] | None:
