@@ -78,3 +78,28 @@ def test_operator_tables_fit_100_columns(fake_api: None, capsys: pytest.CaptureF
     assert ISO.search(wide), wide  # ISO 8601 under -o wide
     if argv == ("cert", "list"):
         assert ("0" + "ab" * 19 + "c").upper() in out  # the serial itself is never cut, its leading zero kept
+
+
+def _gang_doc(cores: int, nodes: int = 2) -> dict[str, Any]:
+    def row(r: int) -> dict[str, Any]:
+        cells = {f"n{n}": [None if c >= cores - 3 else 10 * r + (c * 3) // cores for c in range(cores)]
+                 for n in range(nodes)}
+        return {"row": r, "active": r == 1, "cells": cells}
+
+    return {"discipline": "timeslice", "levels": 3, "nodes": [f"n{n}" for n in range(nodes)],
+            "rows": [row(r) for r in range(3)], "cells_per_row": nodes * cores, "rows_in_use": [0, 1, 2], "holes": 0}
+
+
+def test_gang_show_fits_the_screen_and_wide_prints_every_core() -> None:
+    from vmctl.cli.gang import gang_text
+
+    small = gang_text(_gang_doc(4), 100)
+    assert small.splitlines()[0].split() == ["NODE", "r0", "r1*", "r2"] and "x" not in small  # every core, as before
+    big = _gang_doc(32)
+    fitted = gang_text(big, 100).splitlines()
+    assert max(map(len, fitted)) <= 100 and len(fitted) == 3, fitted  # runs: a line per node still
+    assert fitted[1].split()[:5] == ["n0", "0x11", "1x11", "2x7", "-x3"], fitted  # job 0 on 11 cores, ...
+    narrow = gang_text(big, 40).splitlines()
+    assert max(map(len, narrow)) <= 40 and narrow[0] == "n0" and narrow[1].lstrip().startswith("r0 "), narrow
+    wide = gang_text(big, None).splitlines()
+    assert len(wide) == 3 and wide[1].split()[1:33] == [str(j) for j in big["rows"][0]["cells"]["n0"][:29]] + ["-"] * 3
