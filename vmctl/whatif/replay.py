@@ -167,8 +167,8 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
         e = entries.get(str(j.id), {})
         shape = wl.shapes.get(j.id)
         if shape is not None and shape.kind == "task-bag" and shape.max_workers > cores:
-            # the engine runs at most one process of a job per core; vmctld's dispatcher may give a bag
-            # workers on both levels of a core: the replay caps the bag at one worker per core
+            # the engine drops a job wider than the cores; vmctld's dispatcher may give such a bag workers
+            # on both levels of a core: the replay caps the bag at one worker per core
             shape = JobShape.task_bag(list(shape.tasks), cores, shape.task_usage)
             j = dataclasses.replace(j, procs=cores, run_time=shape.time_at(cores))
         if shape is not None and shape.kind not in needs.shapes:
