@@ -151,10 +151,16 @@ def steady_utilization(rows: Sequence[Mapping[str, Any]], work: Mapping[str, flo
     job's progress is not even (it speeds up when fewer rows are in use, as in the drain), so prorating
     moves work of the drain into the window. ``rows``: the simulator's job rows.
 
+    The window ends at the last arrival (10 here): a and b fill both cores over [0, 10] and c, which starts
+    at its end, counts nothing; without b half the cores are busy.
+
     >>> rows = [{"id": "a", "submit": 0.0, "start": 0.0, "end": 10.0, "width": 1},
-    ...         {"id": "b", "submit": 5.0, "start": 5.0, "end": 15.0, "width": 1}]
-    >>> steady_utilization(rows, {"a": 10.0, "b": 10.0}, 2, warmup=0.0)
+    ...         {"id": "b", "submit": 0.0, "start": 0.0, "end": 10.0, "width": 1},
+    ...         {"id": "c", "submit": 10.0, "start": 10.0, "end": 20.0, "width": 1}]
+    >>> steady_utilization(rows, {"a": 10.0, "b": 10.0, "c": 10.0}, 2, warmup=0.0)
     1.0
+    >>> steady_utilization(rows[:1] + rows[2:], {"a": 10.0, "c": 10.0}, 2, warmup=0.0)
+    0.5
     """
     import math as _math
 
