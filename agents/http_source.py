@@ -121,11 +121,14 @@ class _Conn:
                     conn.timeout = timeout or self.ep.timeout_s
                     if conn.sock is not None:
                         conn.sock.settimeout(conn.timeout)
+            resp: http.client.HTTPResponse | None = None
             try:
                 conn.request(method, path, body=data, headers=headers)
                 resp = conn.getresponse()
                 raw = resp.read()
             except (OSError, http.client.HTTPException) as exc:
+                if resp is not None:  # a read cut short (vmctld killed mid-answer): the response holds the
+                    resp.close()  # socket when it was to close the connection; close it now, not in the GC
                 self._drop(conn)
                 if attempt == 2 or not isinstance(exc, http.client.RemoteDisconnected | BrokenPipeError |
                                                   ConnectionResetError):

@@ -184,6 +184,7 @@ class ApiClient:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         conn = self._connection(self.timeout if timeout is None else timeout)
+        resp: http.client.HTTPResponse | None = None
         try:
             conn.request(method, target, body=data, headers=headers)
             resp = conn.getresponse()
@@ -210,6 +211,8 @@ class ApiClient:
             problem = str(exc) or type(exc).__name__
             raise errors.DaemonUnavailable(url=self.url, problem=problem) from exc
         finally:
+            if resp is not None:  # a read cut short (reset, timeout) leaves the response holding the socket
+                resp.close()
             conn.close()
         if status not in ok:
             raise error_from_response(status, payload, self.url_for(path, query))
