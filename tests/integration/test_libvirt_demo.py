@@ -104,8 +104,11 @@ def _interrupt_mid_run(state: Path, nodes: set[str], interrupt: Any) -> tuple[st
 
     from vmctl.agents.backends.libvirt.backend import LibvirtBackend
 
+    # Ctrl-C as a terminal sends it: the demo must not inherit an ignored SIGINT (a suite started in the
+    # background of a non-interactive shell ignores it, and so would the demo: the SIGINT was lost)
     proc = subprocess.Popen(_demo_argv(state, "--jobs", "2", "--duration", "60", "--speed", "1", "--seed", "3"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
     reader.start()
