@@ -340,3 +340,23 @@ def test_a_bags_work_left_counts_running_retried_and_unstarted_tasks() -> None:
     rec.state = JobState.QUEUED
     got = shape_fields(rec)
     assert (got["tasks_done"], got["tasks_total"], got["work_left"], got["width"]) == (3, 5, 6.0, None)
+
+
+def test_top_marks_slots_the_hosts_did_not_report_and_a_lost_nodes_age() -> None:
+    """``top`` shows what vmctld wants; a slot whose host reported otherwise (``differs``) is marked, and a
+    lost node says how old its last report is (its slots are not live)."""
+    from vmctl.cli.top import top_text
+
+    live = {**NODES[0], "name": "n1", "cores": 2}
+    lost = {**NODES[0], "name": "n2", "cores": 2, "state": "lost", "report_age_s": 185.0}
+    vms = [{"name": "j7-r1-p0", "node": "n1", "core": 0, "role": "fg", "job_id": "7", "managed": True,
+            "differs": []},
+           {"name": "j8-r1-p0", "node": "n2", "core": 1, "role": "bg", "job_id": "8", "managed": True,
+            "differs": ["power"]}]
+    text = top_text({"name": "measy"}, [live, lost], vms, [], [], width=100)
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith(("n1", "n2"))}
+    assert "7/-" in rows["n1"] and "*" not in rows["n1"], text
+    assert "-/8*" in rows["n2"] and "lost, report 3.1m old" in rows["n2"], text
+    assert "*: wanted by vmctld, the host's last report differs" in text
+    clean = top_text({"name": "measy"}, [live], vms[:1], [], [], width=100)
+    assert "*" not in clean  # no legend without a marked slot

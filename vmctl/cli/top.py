@@ -24,19 +24,37 @@ from vmctl.cli.render import (
     show,
 )
 
+#: the mark of a slot whose VM vmctld wants but its host did not report as wanted (``vmctl vm list``: differs)
+UNSEEN = "*"
+
+
+def _cell_job(v: Mapping[str, Any]) -> str:
+    """A slot's job as vmctld wants it, marked ``*`` where the host's last report differs (not started
+    there yet, another core, paused, or a lost node's VM last seen otherwise)."""
+    return str(v.get("job_id")) + (UNSEEN if v.get("differs") else "")
+
+
+def _node_head_state(n: Mapping[str, Any]) -> str:
+    """The node's state; a lost or down node adds its last report's age: its slots are vmctld's, not live."""
+    state = fmt_node_state(n)
+    if n.get("state") in ("lost", "down"):
+        age = n.get("report_age_s")
+        state += f", report {timefmt.fmt_duration(age)} old" if isinstance(age, (int, float)) else ", no report"
+    return state
+
 
 def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any]],
               width: int | None = None) -> list[str]:
     """A line per node: its state and, per core, the job in its fg and its bg slot (``5/12``: job 5 fg,
-    job 12 bg; ``-`` a free slot); a node whose cores do not fit ``width`` goes on over lines indented
-    under its first core."""
+    job 12 bg; ``-`` a free slot; ``5*``: vmctld wants job 5 there, the host's last report differs); a
+    node whose cores do not fit ``width`` goes on over lines indented under its first core."""
     slots: dict[tuple[str, int], dict[str, str]] = {}
     for v in vms:
         if v.get("managed") is False or not v.get("job_id"):
             continue
         core = v.get("core")
         if isinstance(core, int) and core >= 0:
-            slots.setdefault((str(v.get("node")), core), {})[str(v.get("role"))] = str(v.get("job_id"))
+            slots.setdefault((str(v.get("node")), core), {})[str(v.get("role"))] = _cell_job(v)
     name_w = max((len(str(n.get("name", ""))) for n in nodes), default=4)
     lines = []
     for n in nodes:
@@ -45,7 +63,7 @@ def core_rows(nodes: Sequence[Mapping[str, Any]], vms: Sequence[Mapping[str, Any
         for c in range(int(n.get("cores") or 0)):
             s = slots.get((name, c), {})
             cells.append(f"{s.get('fg', '-')}/{s.get('bg', '-')}")
-        state = cut_text(fmt_node_state(n), 24)
+        state = cut_text(_node_head_state(n), 32)
         head = f"{name.ljust(name_w)}  {state:<10} fg {n.get('fg_busy')} bg {n.get('bg_busy')}  "
         lines.extend(flow(head, cells, width))
     return lines
@@ -62,6 +80,9 @@ def top_text(policy: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], vms:
              f"queued {len(queued)}  VMs with a job {running}",
              "", "NODE / cores as fg-job/bg-job:"]
     lines.extend(core_rows(nodes, vms, width) or ["(no nodes)"])
+    if any(v.get("managed") is not False and v.get("job_id") and v.get("differs") for v in vms):
+        lines.append(_fit(f"  {UNSEEN}: wanted by vmctld, the host's last report differs "
+                          "(vmctl vm list shows both)", width))
     lines += ["", "queued jobs (first in the queue first; their reasons say what they wait for):"]
     for j in queued[:5]:
         start = f", starts {fmt_start(j, short=True)}" if j.get("expected_start") is not None else ""
