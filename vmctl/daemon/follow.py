@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vmctl.daemon import dispatcher
+from vmctl.daemon import dispatcher, history
 from vmctl.daemon.records import Changes, RecordWriter
 from vmctl.daemon.state import ACTIVE, parse_vm_name
 from vmctl.model import JobState
@@ -52,6 +52,8 @@ class Follower(RecordWriter):
                     if job.id not in opened:  # the same for every process of the report
                         opened.add(job.id)
                         st.open_run(job)
+                if all(t.get("seen", True) for t in job.tasks):
+                    history.note_running(job, now, len(job.tasks))  # the run's boot ends (export: ``boot``)
                 ch.jobs[job.id] = job
             if task["exit_status"] is None:
                 if v.process_exit is not None:
@@ -98,6 +100,16 @@ class Follower(RecordWriter):
         if i < 0 or job.placement[i][0] != node:
             return  # a worker that left, or a stale copy on another node
         held = len(job.placement)
+        bag = job.bag
+        if bag is not None and v.process_job == job.id and not bag.get("running"):
+            up = bag.setdefault("up", [])  # the workers seen running a task of this run (their guests booted)
+            if vm_number not in up:
+                up.append(vm_number)
+                if set(bag["vms"]) <= set(up):
+                    bag["running"] = True
+                    history.note_running(job, now, len(bag["vms"]))
+                    ch.jobs[job.id] = job
+                ch.bags[job.id] = job
         if not dispatcher.observe(job, vm_number, v, now):
             return
         if len(job.placement) == held and not dispatcher.finished(job):  # the worker took its next task

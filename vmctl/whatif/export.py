@@ -82,6 +82,25 @@ def _work(j: Mapping[str, Any], procs: int) -> float | None:
     return max(0.0, end - start)
 
 
+def boot_delay(j: Mapping[str, Any]) -> float | None:
+    """The job's first run's start delay, in seconds: from its ``started`` history entry (vmctld's
+    decision) to its ``running`` entry (the first agent report showing every process of the run
+    started; ``vmctl.daemon.history.note_running``): a real host's guest boot, a mock host's control-loop
+    pass. None when the history has no such pair (a job that never started, one stored before vmctld
+    kept ``running``, or a run stopped before its processes all ran)."""
+    start: float | None = None
+    for h in j.get("history") or ():
+        ev = h.get("event") if isinstance(h, Mapping) else None
+        t = _num(h.get("time")) if isinstance(h, Mapping) else None
+        if ev == "started" and start is None:
+            start = t
+        elif start is not None and ev in ("started", "requeued"):
+            return None
+        elif start is not None and ev == "running" and t is not None:
+            return max(0.0, t - start)
+    return None
+
+
 def cluster_doc(nodes: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> dict[str, Any]:
     """The cluster as the side file and ``vmctl whatif`` describe it: nodes (name, cores, speed, group,
     layout, state), the policy in force and its parameters, the layout."""
@@ -151,6 +170,9 @@ def build_trace(jobs: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
             "cpu_usage": j.get("cpu_usage"), "migrations": int(j.get("migrations") or 0),
             "requeues": int(j.get("requeues") or 0),
         }
+        boot = boot_delay(j) if started else None
+        if boot is not None:  # absent: unknown (docs/operations.md, "The export format")
+            entry["boot"] = round(boot, 3)
         side_jobs[str(k)] = entry
     pol = cluster["policy"]
     params = ", ".join(f"{k}={v}" for k, v in sorted(pol["params"].items()))
