@@ -1,0 +1,176 @@
+"""Boot delays in the what-if replay (issue 28): vmctld's ``running`` history entry (the agents' first report
+of every process of a run started: a rigid job's processes, a task bag's workers), the export's ``boot``
+(started -> running of the first run), the side file's ``boot`` in ``read_swf`` (own / median / none; bad
+values named with their line) and in :func:`vmctl.whatif.replay.replay`; a history without boots replays
+exactly as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.test_daemon_core import Cluster
+from tests.unit.test_whatif import NODES, T0, job
+from vmctl import errors
+from vmctl.policies.registry import create_policy
+from vmctl.sim.workloads.swf import read_side_file, read_swf, side_file_path
+from vmctl.whatif.export import boot_delay, build_trace, write_trace
+from vmctl.whatif.replay import actual, boot_summary, error, replay
+
+POLICY = {"name": "fcfs", "params": {}, "layout": {"discipline": "priority", "levels": 2}}
+
+
+def booted(jid: str, submit: float, start: float, boot: float | None, work: float, procs: int = 1,
+           **kw: Any) -> dict[str, Any]:
+    """A finished job that started at ``start`` (vmctld's decision), whose processes all ran ``boot`` s
+    later (None: no ``running`` entry) and ended after ``work`` s of work."""
+    hist = [{"time": T0 + submit, "event": "submitted", "detail": None},
+            {"time": T0 + start, "event": "started", "detail": "run 1 as fg on n1:0"}]
+    if boot is not None:
+        hist.append({"time": T0 + start + boot, "event": "running", "detail": f"{procs} processes running"})
+    end = start + (boot or 0.0) + work
+    hist.append({"time": T0 + end, "event": "done", "detail": "finished"})
+    return job(jid, submit, start, end, procs=procs, work_seconds=work, history=hist, estimate=work * 2, **kw)
+
+
+def history() -> list[dict[str, Any]]:
+    """4 cores under FCFS: job 1 (4 procs) boots 30 s and runs 100; job 2 (4 procs, submitted at 10) waits
+    for it, boots 50 s and runs 60; job 3 (2 procs, submitted at 20) waits for job 2 and has no ``running``
+    entry (stored before vmctld kept them); job 4 (2 procs) beside it boots 40 s."""
+    return [booted("1", 0.0, 0.0, 30.0, 100.0, procs=4),
+            booted("2", 10.0, 130.0, 50.0, 60.0, procs=4),
+            booted("3", 20.0, 240.0, None, 50.0, procs=2),
+            booted("4", 30.0, 240.0, 40.0, 20.0, procs=2)]
+
+
+def export(tmp_path: Path, jobs: list[dict[str, Any]] | None = None) -> Path:
+    path = tmp_path / "h.swf"
+    write_trace(build_trace(history() if jobs is None else jobs, NODES, POLICY), path)
+    return path
+
+
+def test_the_boot_is_the_first_runs_started_to_running() -> None:
+    assert boot_delay(booted("1", 0.0, 5.0, 30.5, 100.0)) == pytest.approx(30.5)
+    assert boot_delay(booted("1", 0.0, 5.0, None, 100.0)) is None
+    requeued = booted("1", 0.0, 5.0, 30.0, 100.0)
+    requeued["history"].insert(2, {"time": T0 + 20.0, "event": "requeued", "detail": "node down"})
+    assert boot_delay(requeued) is None  # the first run stopped before its processes all ran
+    assert boot_delay(job("1", 0.0, None, 5.0, state="cancelled")) is None
+
+
+def test_the_side_file_has_each_jobs_boot_and_none_without_one(tmp_path: Path) -> None:
+    side = read_side_file(export(tmp_path))
+    assert side is not None
+    assert {k: e.get("boot") for k, e in side["jobs"].items()} == {"1": 30.0, "2": 50.0, "3": None, "4": 40.0}
+    assert "boot" not in side["jobs"]["3"]  # absent, not null: the field is only written when known
+    assert boot_summary(export(tmp_path)) == {"jobs": 3, "median": 40.0, "mean": 40.0, "max": 50.0}
+
+
+def test_read_swf_adds_the_boot_to_run_time_and_estimate(tmp_path: Path) -> None:
+    path = export(tmp_path)
+    plain = {j.id: j for j in read_swf(path, boot="none").jobs}
+    own = {j.id: j for j in read_swf(path).jobs}
+    med = {j.id: j for j in read_swf(path, boot="median").jobs}
+    assert [plain[k].run_time for k in (1, 2, 3, 4)] == [100.0, 60.0, 50.0, 20.0]
+    # each its own; job 3 (none measured) the median of the others (40 s)
+    assert [own[k].run_time for k in (1, 2, 3, 4)] == [130.0, 110.0, 90.0, 60.0]
+    assert [own[k].estimate - plain[k].estimate for k in (1, 2, 3, 4)] == [30.0, 50.0, 40.0, 40.0]
+    assert [med[k].run_time for k in (1, 2, 3, 4)] == [140.0, 100.0, 90.0, 60.0]
+    with pytest.raises(errors.VmctlError, match="boot"):
+        read_swf(path, boot="mean")
+
+
+def test_the_boot_of_a_bag_is_on_each_first_task_and_of_a_moldable_job_at_every_width(tmp_path: Path) -> None:
+    bag = booted("1", 0.0, 0.0, 20.0, 30.0, procs=2,
+                 shape={"kind": "task-bag", "tasks": [10.0, 10.0, 10.0, 10.0, 10.0], "max_workers": 2})
+    mold = booted("2", 1.0, 60.0, 5.0, 50.0, procs=2, shape={"kind": "moldable", "widths": [1, 2],
+                                                               "times": [100.0, 50.0]})
+    wl = read_swf(export(tmp_path, [bag, mold]))
+    assert wl.shapes[1].tasks == (30.0, 30.0, 10.0, 10.0, 10.0)  # each of the 2 workers boots once
+    assert wl.shapes[2].times == (105.0, 55.0)
+
+
+def test_a_history_without_boots_reads_and_replays_exactly_as_before(tmp_path: Path) -> None:
+    no_boot = [{**j, "history": [h for h in j["history"] if h["event"] != "running"]} for j in history()]
+    path = export(tmp_path, no_boot)
+    side = read_side_file(path)
+    assert side is not None and not any("boot" in e for e in side["jobs"].values())
+    for mode in ("own", "median"):
+        assert read_swf(path, boot=mode).jobs == read_swf(path, boot="none").jobs
+    base = replay(path, "fcfs", {}, boot="none")
+    for mode in ("own", "median"):
+        assert replay(path, "fcfs", {}, boot=mode) == base
+
+
+def test_the_replay_of_the_policy_in_force_reproduces_a_history_with_boots(tmp_path: Path) -> None:
+    """Without the boots the replay ends every job its boot early (and the jobs behind it start early);
+    with them it reproduces the live run: the test fails without the boot model."""
+    path = export(tmp_path)
+    act = actual(path)
+    side = read_side_file(path)
+    assert side is not None
+    submits = {k: float(e["submit"]) for k, e in side["jobs"].items()}
+    with_boot = replay(path, "fcfs", {})
+    without = replay(path, "fcfs", {}, boot="none")
+    live = json.loads(act["jobs_json"])
+    sim = json.loads(with_boot["jobs_json"])
+    # job 3 has no boot of its own: the median (40 s), the one it would have had beside job 4
+    for k in ("1", "2", "4"):
+        assert sim[k] == pytest.approx(live[k], abs=1e-6), k
+    assert sim["3"] == pytest.approx([live["3"][0], live["3"][1] + 40.0], abs=1e-6)
+    e = error(with_boot, act, submits)
+    assert e["start"]["max_abs"] == pytest.approx(0.0, abs=1e-6)
+    plain = error(without, act, submits)
+    assert plain["avg_response_relative"] < -0.2  # 30-50 s of boot per job of 20-100 s
+    assert abs(e["avg_response_relative"]) < abs(plain["avg_response_relative"])
+
+
+@pytest.mark.parametrize(("value", "shown"), [("-1", "-1"), ('"30"', "'30'"), ("true", "True"), ("NaN", "nan")])
+def test_a_bad_boot_is_named_with_its_field_and_line(tmp_path: Path, value: str, shown: str) -> None:
+    path = export(tmp_path)
+    side = side_file_path(path)
+    lines = side.read_text().splitlines()
+    # job 2's boot line (the side file is indented: one field per line)
+    start = lines.index(' "jobs": {')
+    k = next(i for i in range(start, len(lines)) if lines[i].strip() == '"2": {')
+    at = next(i for i in range(k, len(lines)) if lines[i].strip().startswith('"boot":'))
+    lines[at] = f'   "boot": {value}'
+    side.write_text("\n".join(lines) + "\n")
+    with pytest.raises(errors.TraceFormatError) as exc:
+        read_swf(path)
+    msg = str(exc.value)
+    assert f"{side}:{at + 1}:" in msg and "jobs.2.boot must be a number >= 0 or null" in msg and shown in msg, msg
+    with pytest.raises(errors.TraceFormatError, match=r"jobs\.2\.boot"):
+        replay(path, "fcfs", {})
+
+
+def test_a_null_boot_is_no_boot(tmp_path: Path) -> None:
+    path = export(tmp_path)
+    side = side_file_path(path)
+    doc = json.loads(side.read_text())
+    doc["jobs"]["1"]["boot"] = None
+    side.write_text(json.dumps(doc, indent=1))
+    by_id = {j.id: j for j in read_swf(path).jobs}
+    assert by_id[1].run_time == 100.0 + 45.0  # the median of jobs 2 and 4
+
+
+def test_vmctld_notes_when_every_process_of_a_run_and_every_worker_of_a_bag_ran(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, {"n1": 2, "n2": 2})
+    jid = c.submit(3, 50, 40)
+    c.run_until(lambda: c.state(jid) == "done")
+    hist = c.daemon.job(jid).history
+    events = [h["event"] for h in hist]
+    assert events == ["submitted", "started", "running", "done"], hist
+    assert hist[2]["detail"].startswith("3 processes running ") and hist[2]["time"] >= hist[1]["time"]
+    c.close()
+    b = Cluster(tmp_path / "bag", {"n1": 1, "n2": 1}, policy=create_policy("dispatch-proportion"), shared_levels=2)
+    bag = b.daemon.submit([{"shape": {"kind": "task-bag", "tasks": [5.0] * 6}, "procs": 6, "estimate": 30.0}])[0].id
+    b.run_until(lambda: b.state(bag) == "done", limit=2000)
+    hist = b.daemon.job(bag).history
+    running = [h for h in hist if h["event"] == "running"]
+    assert len(running) == 1 and running[0]["detail"].endswith(" s after the start"), hist
+    assert [h["event"] for h in hist].index("running") > [h["event"] for h in hist].index("started")
+    b.close()
