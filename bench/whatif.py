@@ -95,6 +95,23 @@ def line(r: dict[str, Any]) -> str:
     return text
 
 
+def boot_line(r: dict[str, Any]) -> str:
+    """The boot model's part of a run's report (``r["boot"]``, :func:`vmctl.whatif.fidelity.boot_effect`)."""
+    b = r.get("boot") or {}
+    if not b.get("jobs"):
+        return "  boot delays: none in the history (replayed as before)"
+    parts = [f"  boot delays (decision -> every process running, model s): {b['jobs']} jobs, median "
+             f"{b['median']:.1f}, mean {b['mean']:.1f}, max {b['max']:.1f}"]
+    for label in ("real_host", "mock_hosts"):
+        x = b.get(label)
+        if x and x.get("jobs"):
+            parts.append(f"{label.replace('_', ' ')}: median {x['median']:.1f}, max {x['max']:.1f} ({x['jobs']} jobs)")
+    w = b["without"]
+    text = "; ".join(parts)
+    return (text + f"\n  replayed with them (above); without them: resp sim {w['avg_response']:.1f}, err "
+            f"{w['error_relative']:+.1%}, start |err| {_st(w['start_error'])}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.whatif", description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default=",".join(FAMILIES))
@@ -143,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 code = 1
                 continue
             print(line(r), flush=True)
+            print(boot_line(r), flush=True)
             if "whatif_table" in r:
                 print(r["whatif_table"], flush=True)
             if lv == 0:

@@ -174,3 +174,21 @@ def test_vmctld_notes_when_every_process_of_a_run_and_every_worker_of_a_bag_ran(
     assert len(running) == 1 and running[0]["detail"].endswith(" s after the start"), hist
     assert [h["event"] for h in hist].index("running") > [h["event"] for h in hist].index("started")
     b.close()
+
+
+def test_the_fidelity_report_gives_the_boots_and_the_replay_without_them(tmp_path: Path) -> None:
+    from bench.whatif import boot_line
+    from vmctl.whatif.fidelity import boot_effect
+
+    path = export(tmp_path)
+    act = actual(path)
+    side = read_side_file(path)
+    assert side is not None
+    submits = {k: float(e["submit"]) for k, e in side["jobs"].items()}
+    b = boot_effect(path, "fcfs", {}, act, submits, 2.0, on_real=["1", "2"])
+    assert b["real_host"] == {"jobs": 2, "median": 40.0, "max": 50.0} and b["mock_hosts"]["jobs"] == 1
+    assert b["without"]["avg_response"] == replay(path, "fcfs", {}, boot="none")["avg_response"]
+    assert b["without"]["error_relative"] < -0.2
+    text = boot_line({"boot": b})
+    assert "3 jobs, median 40.0" in text and "real host: median 40.0, max 50.0 (2 jobs)" in text and "without" in text
+    assert "none in the history" in boot_line({"boot": {"jobs": 0}})
