@@ -106,6 +106,10 @@ def boot_line(r: dict[str, Any]) -> str:
         x = b.get(label)
         if x and x.get("jobs"):
             parts.append(f"{label.replace('_', ' ')}: median {x['median']:.1f}, max {x['max']:.1f} ({x['jobs']} jobs)")
+    tails = [f"{label.replace('_', ' ')} median {x['median']:.1f}, max {x['max']:.1f} ({x['jobs']} jobs)"
+             for label, x in (b.get("tail") or {}).items()]
+    if tails:
+        parts.append("live run beyond boot + work (exit report): " + ", ".join(tails))
     w = b["without"]
     text = "; ".join(parts)
     return (text + f"\n  replayed with them (above); without them: resp sim {w['avg_response']:.1f}, err "

@@ -189,6 +189,8 @@ def test_the_fidelity_report_gives_the_boots_and_the_replay_without_them(tmp_pat
     assert b["real_host"] == {"jobs": 2, "median": 40.0, "max": 50.0} and b["mock_hosts"]["jobs"] == 1
     assert b["without"]["avg_response"] == replay(path, "fcfs", {}, boot="none")["avg_response"]
     assert b["without"]["error_relative"] < -0.2
+    # every job ended at start + boot + work: nothing left beyond them (job 3 has no boot: not counted)
+    assert b["tail"]["all"]["jobs"] == 3 and b["tail"]["all"]["max"] == pytest.approx(0.0, abs=1e-6)
     text = boot_line({"boot": b})
     assert "3 jobs, median 40.0" in text and "real host: median 40.0, max 50.0 (2 jobs)" in text and "without" in text
     assert "none in the history" in boot_line({"boot": {"jobs": 0}})

@@ -393,8 +393,10 @@ def boot_effect(trace: Path, policy: str, params: dict[str, Any], act: dict[str,
                 loop: float, slice_loss: float = 0.0, on_real: Sequence[str] | None = None) -> dict[str, Any]:
     """What the boot model (the side file's measured ``boot`` per job; :mod:`vmctl.whatif.replay`) changes:
     the boots (count, median, mean, max; on the real host's jobs and the others apart when ``on_real``
-    names them) and the replay without them (``boot="none"``: mean response, its relative error, the
-    start errors) beside the run's own replay, which uses them."""
+    names them), the replay without them (``boot="none"``: mean response, its relative error, the
+    start errors) beside the run's own replay, which uses them, and ``tail``: what a rigid job's live run
+    took beyond its boot and its work (end - start - boot - work: the report of its processes' exit),
+    median and max over all jobs and per host kind."""
     from vmctl.sim.workloads.swf import read_side_file
     from vmctl.whatif.replay import boot_summary, error, replay
 
@@ -402,10 +404,22 @@ def boot_effect(trace: Path, policy: str, params: dict[str, Any], act: dict[str,
     if not out["jobs"]:
         return out
     side = read_side_file(trace) or {"jobs": {}}
+    # what is left of a live run after its boot and its work: the agents' report of the processes' exit
+    # (a real guest's over SSH status polls) and any slowdown; rigid jobs with a boot only (a bag's run
+    # depends on its workers)
+    tails = {k: float(e["end"]) - float(e["start"]) - float(e["boot"]) - float(e["work"])
+             for k, e in side["jobs"].items() if e.get("boot") is not None and e.get("shape") is None
+             and e.get("end") is not None and e.get("start") is not None and e.get("work") is not None}
+    groups = [("all", set(side["jobs"]))]
     if on_real is not None:
-        for label, keys in (("real_host", set(on_real)), ("mock_hosts", set(side["jobs"]) - set(on_real))):
-            b = [float(e["boot"]) for k, e in side["jobs"].items() if k in keys and e.get("boot") is not None]
+        groups += [("real_host", set(on_real)), ("mock_hosts", set(side["jobs"]) - set(on_real))]
+    for label, keys in groups:
+        b = [float(e["boot"]) for k, e in side["jobs"].items() if k in keys and e.get("boot") is not None]
+        t = [v for k, v in tails.items() if k in keys]
+        if label != "all":
             out[label] = {"jobs": len(b), **({"median": float(np.median(b)), "max": float(max(b))} if b else {})}
+        if t:
+            out.setdefault("tail", {})[label] = {"jobs": len(t), "median": float(np.median(t)), "max": float(max(t))}
     p = replay(trace, policy, params, slice_loss=slice_loss, boot="none")
     e = error(p, act, submits)
     out["without"] = {"avg_response": p["avg_response"], "error_relative": e["avg_response_relative"],
