@@ -194,3 +194,15 @@ def test_the_fidelity_report_gives_the_boots_and_the_replay_without_them(tmp_pat
     text = boot_line({"boot": b})
     assert "3 jobs, median 40.0" in text and "real host: median 40.0, max 50.0 (2 jobs)" in text and "without" in text
     assert "none in the history" in boot_line({"boot": {"jobs": 0}})
+
+
+def test_vmctl_whatif_says_how_the_boots_were_replayed(tmp_path: Path) -> None:
+    from vmctl.whatif.report import render, run_whatif
+
+    path = export(tmp_path)
+    doc = run_whatif(path, ["fcfs"], {}, POLICY, 1, tmp_path / "w.csv")
+    assert doc["boot"] == {"mode": "own", "jobs": 3, "median": 40.0, "mean": 40.0, "max": 50.0}
+    assert abs(doc["error_in_force"]["avg_response_relative"]) < 0.05
+    assert "measured for 3 jobs: median 40.0 s, max 50.0 s; in every replay: each job its own" in render(doc)
+    none = run_whatif(path, ["fcfs"], {}, POLICY, 1, tmp_path / "n.csv", boot="none")
+    assert none["error_in_force"]["avg_response_relative"] < -0.2 and "not replayed" in render(none)

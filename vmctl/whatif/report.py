@@ -103,6 +103,12 @@ def render(doc: Mapping[str, Any]) -> str:
              f"(the cluster now; ± = 95 % batch-means interval where there are enough jobs)",
              _table(head, rows)]
     lines.extend(failed)
+    b = doc.get("boot")
+    if b:  # only when the history has measured boot delays (the output is unchanged otherwise)
+        how = {"own": "each job its own (the median for a job without one)", "median": "every job the median",
+               "none": "not replayed (--boot none)"}.get(str(b.get("mode")), str(b.get("mode")))
+        lines.append(f"boot delays (start -> every process running) measured for {b['jobs']} jobs: median "
+                     f"{_f(b['median'])} s, max {_f(b['max'])} s; in every replay: {how}")
     e = doc.get("error_in_force")
     if e is not None:
         rel = e["avg_response_relative"]
