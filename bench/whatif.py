@@ -41,7 +41,10 @@ start while a command is fixed at submission, vcsched's caps do not slow a sleep
 Output: one line per run -- mean response live and simulated, the relative error, the per-job start
 error |simulated - live| (p50/p90/max in model seconds and in control-loop periods, ``tick x speed``),
 the tolerance and the verdict; with a real host also the starts of the jobs that ran there and on the
-mock hosts, what a real host added to a job's run, and what was left behind; with ``--out`` every
+mock hosts, what a real host added to a job's run, and what was left behind; then the boot delays the
+history measured (vmctld's start -> the agents' first report of every process running; on the real host
+and on the mock hosts), the live runs' tail beyond boot + work (the processes' exit report), and the
+replay without the boots (``boot="none"``) beside the run's replay, which uses them; with ``--out`` every
 run's result (means, per-job times) as JSON. The bound asked for: mean response within 5 %; per-job
 starts within the tolerance of :func:`vmctl.whatif.fidelity.tolerance` (median within 2 control-loop
 periods, 90 % within ``max(60 s, 12 periods)``; docs/operations.md, "How far to trust it", gives the
