@@ -102,12 +102,13 @@ class Follower(RecordWriter):
         held = len(job.placement)
         bag = job.bag
         if bag is not None and v.process_job == job.id and not bag.get("running"):
-            up = bag.setdefault("up", [])  # the workers seen running a task of this run (their guests booted)
-            if vm_number not in up:
-                up.append(vm_number)
-                if set(bag["vms"]) <= set(up):
+            # the workers seen running a task of this run (their guests booted), and when
+            up: dict[str, float] = bag.setdefault("up", {})
+            if str(vm_number) not in up:
+                up[str(vm_number)] = now
+                if all(str(n) in up for n in bag["vms"]):
                     bag["running"] = True
-                    history.note_running(job, now, len(bag["vms"]))
+                    history.note_running(job, now, len(bag["vms"]), [up[str(n)] for n in bag["vms"]])
                     ch.jobs[job.id] = job
                 ch.bags[job.id] = job
         if not dispatcher.observe(job, vm_number, v, now):

@@ -11,12 +11,13 @@ bounded (``MAX_ENTRIES``, oldest dropped) so a job that is requeued forever does
 which every process of the current run (a task bag: every worker it holds) has been seen started by its
 agent -- a real host's job VM boots its guest first, so this comes seconds to minutes after the run's
 ``started`` (vmctld's decision), a mock host's a control-loop pass after it. ``vmctl history export``
-writes the difference as the job's ``boot`` (docs/operations.md, "The export format").
+writes the difference as the job's ``boot`` (docs/operations.md, "The export format"); a task bag's
+entry gives its workers' mean delay as ``boot`` (each worker VM boots on its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,9 +66,12 @@ def started_at(rec: JobRecord) -> float | None:
     return next((float(h["time"]) for h in reversed(rec.history) if h.get("event") == "started"), None)
 
 
-def note_running(rec: JobRecord, now: float, processes: int) -> bool:
+def note_running(rec: JobRecord, now: float, processes: int, workers_at: Sequence[float] = ()) -> bool:
     """Every process (``processes``) of the current run has been seen started: add the run's ``running``
-    entry, once per run (module docstring). True when the entry was added."""
+    entry, once per run (module docstring). True when the entry was added. ``workers_at``: a task bag's
+    workers, when each was first seen running a task: the entry's ``boot`` is their mean start delay
+    (each worker's guest boots on its own and the first to run takes more tasks: the bag's work is
+    delayed by the mean, not the slowest)."""
     for h in reversed(rec.history):
         if h.get("event") == "running":
             return False  # this run's entry is there (no start since)
@@ -75,7 +79,11 @@ def note_running(rec: JobRecord, now: float, processes: int) -> bool:
             break
     start = started_at(rec)
     took = "" if start is None else f" {now - start:.1f} s after the start"
-    _append(rec, {"time": now, "event": "running", "detail": f"{processes} processes running{took}"})
+    entry: dict[str, Any] = {"time": now, "event": "running", "detail": f"{processes} processes running{took}"}
+    if workers_at and start is not None:
+        entry["boot"] = round(sum(max(0.0, t - start) for t in workers_at) / len(workers_at), 3)
+        entry["detail"] = f"{processes} workers running{took} (mean {entry['boot']:.1f} s)"
+    _append(rec, entry)
     return True
 
 

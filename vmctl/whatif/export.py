@@ -86,8 +86,9 @@ def boot_delay(j: Mapping[str, Any]) -> float | None:
     """The job's first run's start delay, in seconds: from its ``started`` history entry (vmctld's
     decision) to its ``running`` entry (the first agent report showing every process of the run
     started; ``vmctl.daemon.history.note_running``): a real host's guest boot, a mock host's control-loop
-    pass. None when the history has no such pair (a job that never started, one stored before vmctld
-    kept ``running``, or a run stopped before its processes all ran)."""
+    pass; a task bag's is the entry's ``boot``, its workers' mean delay. None when the history has no
+    such pair (a job that never started, one stored before vmctld kept ``running``, or a run stopped
+    before its processes all ran)."""
     start: float | None = None
     for h in j.get("history") or ():
         ev = h.get("event") if isinstance(h, Mapping) else None
@@ -97,7 +98,8 @@ def boot_delay(j: Mapping[str, Any]) -> float | None:
         elif start is not None and ev in ("started", "requeued"):
             return None
         elif start is not None and ev == "running" and t is not None:
-            return max(0.0, t - start)
+            mean = _num(h.get("boot"))  # a task bag's: its workers' mean delay
+            return max(0.0, t - start if mean is None else mean)
     return None
 
 
