@@ -214,3 +214,53 @@ def test_vmctl_whatif_says_how_the_boots_were_replayed(tmp_path: Path) -> None:
     assert "measured for 3 jobs: median 40.0 s, max 50.0 s; in every replay: each job its own" in render(doc)
     none = run_whatif(path, ["fcfs"], {}, POLICY, 1, tmp_path / "n.csv", boot="none")
     assert none["error_in_force"]["avg_response_relative"] < -0.2 and "not replayed" in render(none)
+
+
+def test_a_process_the_agent_is_still_starting_is_not_running_yet(tmp_path: Path) -> None:
+    """A real guest's process starts over SSH once the guest booted: until then its agent reports it
+    ``process_starting`` (the runner has no pid of it), and vmctld neither opens the run nor notes
+    ``running``; the wire carries the flag (absent when false)."""
+    import dataclasses
+
+    from vmctl.nodedoc import PowerState, VmObserved
+    from vmctl.wire import vm_observed_from_json, vm_observed_to_json
+
+    v = VmObserved(name="j1-r1-p0", power=PowerState.RUNNING, process_job="1", process_index=0, process_starting=True)
+    assert vm_observed_from_json(vm_observed_to_json(v), "vms[0].") == v
+    assert "process_starting" not in vm_observed_to_json(dataclasses.replace(v, process_starting=False))
+    c = Cluster(tmp_path, {"n1": 2})
+    jid = c.submit(2, 100, 50)
+    for _ in range(3):  # the agents start the processes; their reports say they are still starting
+        c.clock.advance(1.0)
+        c.daemon.run_once()
+        for name, (rec, src, rep, _be) in c.agents.items():
+            src.set(c.daemon.desired(name))
+            rec.run_once()
+            assert rep.last is not None
+            c.daemon.report(dataclasses.replace(rep.last, vms=tuple(
+                dataclasses.replace(x, process_starting=x.process_job is not None) for x in rep.last.vms)))
+    job1 = c.daemon.job(jid)
+    assert job1.state == "running" and not any(t["seen"] for t in job1.tasks)
+    assert "running" not in [h["event"] for h in job1.history]
+    c.step()  # now they run
+    hist = c.daemon.job(jid).history
+    assert [h["event"] for h in hist] == ["submitted", "started", "running"], hist
+    assert hist[2]["time"] - hist[1]["time"] >= 3.0  # the 3 s it was starting count as its boot
+    c.close()
+
+
+def test_the_ssh_runner_says_a_process_started_once_it_has_its_pid(tmp_path: Path) -> None:
+    from vmctl.agents.remote import ParamikoRunner, SshSettings, _Job
+    from vmctl.nodedoc import ProcessSpec
+
+    for f in ("key", "known_hosts"):
+        (tmp_path / f).write_text("")
+    r = ParamikoRunner(SshSettings(user="root", key_file=str(tmp_path / "key"),
+                                   known_hosts=str(tmp_path / "known_hosts")))
+    job = _Job(ProcessSpec(job_id="1", index=0, command="sleep 1"), "vm")
+    r._jobs["vm"] = job  # connecting: the guest's SSH server is not up yet
+    st = r.status("vm")
+    assert st is not None and st.running and not st.started
+    job.pid = 42  # the wrapper printed the process's pid: it runs in the guest
+    st = r.status("vm")
+    assert st is not None and st.running and st.started

@@ -42,7 +42,8 @@ class Follower(RecordWriter):
             if slots and idx < len(slots) and slots[idx].node != obs.node and not job.migrating:
                 continue  # a stale copy on a node the process left
             task = job.tasks[idx]
-            if task.get("seen") is False and v.process_job == jid and v.process_index == idx:
+            if task.get("seen") is False and v.process_job == jid and v.process_index == idx \
+                    and not v.process_starting:
                 # the first report that shows this process started: its run is modelled from here, not from
                 # the decision that placed it (an agent may have learnt of it only after a daemon restart)
                 task["seen"] = True
@@ -101,7 +102,7 @@ class Follower(RecordWriter):
             return  # a worker that left, or a stale copy on another node
         held = len(job.placement)
         bag = job.bag
-        if bag is not None and v.process_job == job.id and not bag.get("running"):
+        if bag is not None and v.process_job == job.id and not v.process_starting and not bag.get("running"):
             # the workers seen running a task of this run (their guests booted), and when
             up: dict[str, float] = bag.setdefault("up", {})
             if str(vm_number) not in up:
