@@ -264,3 +264,15 @@ def test_the_ssh_runner_says_a_process_started_once_it_has_its_pid(tmp_path: Pat
     job.pid = 42  # the wrapper printed the process's pid: it runs in the guest
     st = r.status("vm")
     assert st is not None and st.running and st.started
+
+
+def test_a_measured_run_holds_the_boot_once(tmp_path: Path) -> None:
+    """A job submitted without work_seconds (a real job) has its measured run (end - first start) as its
+    work; that run holds its boot, so the side file's work is the run minus the boot and the replay (boot
+    + work) ends it where it ended live."""
+    real = booted("1", 0.0, 0.0, 30.0, 100.0, procs=2)
+    real["work_seconds"] = None
+    path = export(tmp_path, [real])
+    side = read_side_file(path)
+    assert side is not None and side["jobs"]["1"]["work"] == 100.0 and side["jobs"]["1"]["boot"] == 30.0
+    assert json.loads(replay(path, "fcfs", {})["jobs_json"])["1"] == pytest.approx([0.25, 130.25])

@@ -23,7 +23,9 @@ Readings chosen (docs/operations.md, "The export format", lists them for operato
   or task bag its shape's time at its requested processors (its forecast is exact: vmctld's mock
   processes run a moldable job's time at the width it started with), else its run (end - first start), which counts
   what slowed it down (a bg tier, a migration, time slices) as work: for such jobs a replay is an upper
-  bound of the work.
+  bound of the work. A job with a measured ``boot`` (its first run's start delay: vmctld's decision to
+  the agents' first report of every process running) has that much less of its measured run as work:
+  the replay runs its boot before its work, not twice.
 """
 
 from __future__ import annotations
@@ -103,6 +105,13 @@ def boot_delay(j: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _measured_work(j: Mapping[str, Any]) -> bool:
+    """The job's ``work`` (:func:`_work`) is its measured run (end - first start), which holds its boot."""
+    ws = _num(j.get("work_seconds"))
+    return not isinstance(j.get("shape"), dict) and not (ws is not None and ws > 0 and j.get("state") in ("done",
+                                                                                                        "killed"))
+
+
 def cluster_doc(nodes: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> dict[str, Any]:
     """The cluster as the side file and ``vmctl whatif`` describe it: nodes (name, cores, speed, group,
     layout, state), the policy in force and its parameters, the layout."""
@@ -175,6 +184,8 @@ def build_trace(jobs: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
         boot = boot_delay(j) if started else None
         if boot is not None:  # absent: unknown (docs/operations.md, "The export format")
             entry["boot"] = round(boot, 3)
+            if work is not None and _measured_work(j):
+                entry["work"] = max(0.0, work - entry["boot"])  # its measured run holds its boot: not twice
         side_jobs[str(k)] = entry
     pol = cluster["policy"]
     params = ", ".join(f"{k}={v}" for k, v in sorted(pol["params"].items()))
