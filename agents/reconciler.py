@@ -670,6 +670,7 @@ class Reconciler:
                 process_job=proc.job_id if proc is not None else None,
                 process_index=proc.index if proc is not None else None,
                 process_exit=proc.exit_code if proc is not None else None, migration_phase=phase,
+                process_starting=proc is not None and not proc.started,
                 orphan=prune and d is None and not self.layout.is_level_name(name)))
         for name, d in sorted(wanted.items()):
             if name in obs.vms:

@@ -372,7 +372,8 @@ class ParamikoRunner:
             if job.error:
                 tail = f"{tail}\n[vmctl: {job.error}]".lstrip()
             return ProcessStatus(vm=vm, job_id=job.spec.job_id, index=job.spec.index,
-                                 running=job.exit_code is None, exit_code=job.exit_code, output_tail=tail)
+                                 running=job.exit_code is None, exit_code=job.exit_code, output_tail=tail,
+                                 started=job.pid is not None or job.exit_code is not None or job.adopted)
 
     def booted(self, vm: str) -> None:
         """The agent just booted ``vm`` from shut off: no process runs in it, so there is no job trace to

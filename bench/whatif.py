@@ -41,7 +41,10 @@ start while a command is fixed at submission, vcsched's caps do not slow a sleep
 Output: one line per run -- mean response live and simulated, the relative error, the per-job start
 error |simulated - live| (p50/p90/max in model seconds and in control-loop periods, ``tick x speed``),
 the tolerance and the verdict; with a real host also the starts of the jobs that ran there and on the
-mock hosts, what a real host added to a job's run, and what was left behind; with ``--out`` every
+mock hosts, what a real host added to a job's run, and what was left behind; then the boot delays the
+history measured (vmctld's start -> the agents' first report of every process running; on the real host
+and on the mock hosts), the live runs' tail beyond boot + work (the processes' exit report), and the
+replay without the boots (``boot="none"``) beside the run's replay, which uses them; with ``--out`` every
 run's result (means, per-job times) as JSON. The bound asked for: mean response within 5 %; per-job
 starts within the tolerance of :func:`vmctl.whatif.fidelity.tolerance` (median within 2 control-loop
 periods, 90 % within ``max(60 s, 12 periods)``; docs/operations.md, "How far to trust it", gives the
@@ -95,6 +98,27 @@ def line(r: dict[str, Any]) -> str:
     return text
 
 
+def boot_line(r: dict[str, Any]) -> str:
+    """The boot model's part of a run's report (``r["boot"]``, :func:`vmctl.whatif.fidelity.boot_effect`)."""
+    b = r.get("boot") or {}
+    if not b.get("jobs"):
+        return "  boot delays: none in the history (replayed as before)"
+    parts = [f"  boot delays (decision -> every process running, model s): {b['jobs']} jobs, median "
+             f"{b['median']:.1f}, mean {b['mean']:.1f}, max {b['max']:.1f}"]
+    for label in ("real_host", "mock_hosts"):
+        x = b.get(label)
+        if x and x.get("jobs"):
+            parts.append(f"{label.replace('_', ' ')}: median {x['median']:.1f}, max {x['max']:.1f} ({x['jobs']} jobs)")
+    tails = [f"{label.replace('_', ' ')} median {x['median']:.1f}, max {x['max']:.1f} ({x['jobs']} jobs)"
+             for label, x in (b.get("tail") or {}).items()]
+    if tails:
+        parts.append("live run beyond boot + work (exit report): " + ", ".join(tails))
+    w = b["without"]
+    text = "; ".join(parts)
+    return (text + f"\n  replayed with them (above); without them: resp sim {w['avg_response']:.1f}, err "
+            f"{w['error_relative']:+.1%}, start |err| {_st(w['start_error'])}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.whatif", description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default=",".join(FAMILIES))
@@ -143,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 code = 1
                 continue
             print(line(r), flush=True)
+            print(boot_line(r), flush=True)
             if "whatif_table" in r:
                 print(r["whatif_table"], flush=True)
             if lv == 0:

@@ -257,7 +257,7 @@ def vm_observed_to_json(v: VmObserved) -> dict[str, Any]:
         "name": v.name, "power": v.power.value, "core": v.core, "weight": v.weight, "cap": v.cap,
         "cpu_time_s": v.cpu_time_s, "utilization": v.utilization, "process_job": v.process_job,
         "process_index": v.process_index, "process_exit": v.process_exit, "migration_phase": v.migration_phase,
-        "orphan": v.orphan,
+        "orphan": v.orphan, **({"process_starting": True} if v.process_starting else {}),
     }
 
 
@@ -289,6 +289,7 @@ def vm_observed_from_json(raw: Any, where: str) -> VmObserved:
         process_exit=_get(d, "process_exit", int, where, default=None, nullable=True),
         migration_phase=_get(d, "migration_phase", str, where, default=None, nullable=True),
         orphan=_get(d, "orphan", bool, where, default=False),
+        process_starting=_get(d, "process_starting", bool, where, default=False),
     )
 
 

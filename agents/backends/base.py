@@ -203,6 +203,9 @@ class ProcessStatus:
     exit_code: int | None = None
     output_tail: str = ""
     work_done: float = 0.0
+    #: False while the runner is still connecting to start it (a guest the agent just booted: its SSH
+    #: server is not up yet); True once the process runs in the guest or ended
+    started: bool = True
 
 
 class ProcessRunner(Protocol):

@@ -26,10 +26,13 @@ def test_requeue_and_restart_are_in_the_history(tmp_path: Path) -> None:
     doc = job_json(c.daemon.job(jid))
     assert doc["runs"] == 2 and doc["requeues"] == 1
     events = [h["event"] for h in doc["history"]]
-    assert events == ["submitted", "started", "requeued", "started"], doc["history"]
-    assert doc["history"][2]["detail"] == f"requeued: node {node} down"
+    # "running": the agents' first report showing every process of the run started (each run's own)
+    assert events == ["submitted", "started", "running", "requeued", "started", "running"], doc["history"]
+    assert doc["history"][3]["detail"] == f"requeued: node {node} down"
     assert doc["history"][1]["detail"].startswith(f"run 1 as fg on {node}:")
-    assert doc["history"][3]["detail"].startswith("run 2 as fg on ")
+    assert doc["history"][4]["detail"].startswith("run 2 as fg on ")
+    assert doc["history"][5]["detail"].startswith("2 processes running ")
+    assert doc["history"][5]["time"] >= doc["history"][4]["time"]
     text = history_text(doc["history"])
     assert f"requeued: requeued: node {node} down" in text
     # stored with the job: a restarted daemon still has it

@@ -84,8 +84,8 @@ def test_a_requeued_job_starts_over_as_a_new_run(tmp_path: Path) -> None:
     c.run_until(lambda: c.state(a) == "running")
     assert c.daemon.job(a).run == 2
     events = [h["event"] for h in c.daemon.job(a).history]
-    assert events[-4:] == ["requeued", "held", "released", "started"]
-    assert c.daemon.job(a).history[-4]["detail"] == "requeued by an operator: node maintenance"
+    assert events[-5:] == ["requeued", "held", "released", "started", "running"]
+    assert c.daemon.job(a).history[-5]["detail"] == "requeued by an operator: node maintenance"
     c.close()
 
 

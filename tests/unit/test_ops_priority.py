@@ -55,5 +55,5 @@ def test_operator_promote_is_in_the_job_history(tmp_path: Path) -> None:
     hist = c.daemon.job(bg).history
     assert c.daemon.job(bg).tier == "fg"
     assert hist[-1]["event"] == "tier" and hist[-1]["detail"] == "bg -> fg by the operator", hist
-    assert [h["event"] for h in c.daemon.job(fg).history] == ["submitted", "started", "done"]
+    assert [h["event"] for h in c.daemon.job(fg).history] == ["submitted", "started", "running", "done"]
     c.close()

@@ -72,11 +72,15 @@ def _policies(text: str) -> list[str]:
 @click.option("--progress", type=click.Choice(["cpu-share", "paper"]), default="cpu-share", show_default=True,
               help="How a two-tier replay's jobs progress: the CPU share rule of vmctld's agents, or MEASY's "
                    "measured model (context-switch loss, bg efficiency).")
+@click.option("--boot", type=click.Choice(["own", "median", "none"]), default="own", show_default=True,
+              help="How the jobs' measured start delays (guest boot; the side file's boot) apply in every replay: "
+                   "each job its own, every job the history's median, or none (docs/operations.md).")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="Keep the exported trace (history.swf + side file) and the runner's table in DIR.")
 @api_options
 def whatif(policies: str, since: str | None, until: str | None, params: tuple[str, ...], workers: int,
-           progress: str, keep: Path | None, url: str | None, token: str | None, ca: str | None, output: str) -> None:
+           progress: str, boot: str, keep: Path | None, url: str | None, token: str | None, ca: str | None,
+           output: str) -> None:
     """Replay the cluster's history under each policy on a model of the cluster, beside what happened."""
     names = _policies(policies)
     parsed = whatif_params(names, params)
@@ -95,7 +99,7 @@ def whatif(policies: str, since: str | None, until: str | None, params: tuple[st
         table = folder / "whatif.csv"
         for old in (table, table.with_name(table.name + ".partial.jsonl")):
             old.unlink(missing_ok=True)  # a fresh replay: no resume from an older export's cells
-        doc = run_whatif(path, names, parsed, in_force, workers, table, progress)
+        doc = run_whatif(path, names, parsed, in_force, workers, table, progress, boot)
     if output == "json":
         emit_json(json_safe(doc))
         return

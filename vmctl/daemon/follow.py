@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vmctl.daemon import dispatcher
+from vmctl.daemon import dispatcher, history
 from vmctl.daemon.records import Changes, RecordWriter
 from vmctl.daemon.state import ACTIVE, parse_vm_name
 from vmctl.model import JobState
@@ -42,7 +42,8 @@ class Follower(RecordWriter):
             if slots and idx < len(slots) and slots[idx].node != obs.node and not job.migrating:
                 continue  # a stale copy on a node the process left
             task = job.tasks[idx]
-            if task.get("seen") is False and v.process_job == jid and v.process_index == idx:
+            if task.get("seen") is False and v.process_job == jid and v.process_index == idx \
+                    and not v.process_starting:
                 # the first report that shows this process started: its run is modelled from here, not from
                 # the decision that placed it (an agent may have learnt of it only after a daemon restart)
                 task["seen"] = True
@@ -52,6 +53,8 @@ class Follower(RecordWriter):
                     if job.id not in opened:  # the same for every process of the report
                         opened.add(job.id)
                         st.open_run(job)
+                if all(t.get("seen", True) for t in job.tasks):
+                    history.note_running(job, now, len(job.tasks))  # the run's boot ends (export: ``boot``)
                 ch.jobs[job.id] = job
             if task["exit_status"] is None:
                 if v.process_exit is not None:
@@ -98,6 +101,17 @@ class Follower(RecordWriter):
         if i < 0 or job.placement[i][0] != node:
             return  # a worker that left, or a stale copy on another node
         held = len(job.placement)
+        bag = job.bag
+        if bag is not None and v.process_job == job.id and not v.process_starting and not bag.get("running"):
+            # the workers seen running a task of this run (their guests booted), and when
+            up: dict[str, float] = bag.setdefault("up", {})
+            if str(vm_number) not in up:
+                up[str(vm_number)] = now
+                if all(str(n) in up for n in bag["vms"]):
+                    bag["running"] = True
+                    history.note_running(job, now, len(bag["vms"]), [up[str(n)] for n in bag["vms"]])
+                    ch.jobs[job.id] = job
+                ch.bags[job.id] = job
         if not dispatcher.observe(job, vm_number, v, now):
             return
         if len(job.placement) == held and not dispatcher.finished(job):  # the worker took its next task

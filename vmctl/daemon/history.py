@@ -6,11 +6,18 @@ store write, so the entries are stored with the job in the same transaction. It 
 with what it saw of it last (state, tier, run, migrations, nodes) and appends what changed; the first
 sight of a job after a restart only sets that baseline (its stored history is kept). The history is
 bounded (``MAX_ENTRIES``, oldest dropped) so a job that is requeued forever does not grow without end.
+
+``running`` (:func:`note_running`, called by the follower of the agents' reports): the first report in
+which every process of the current run (a task bag: every worker it holds) has been seen started by its
+agent -- a real host's job VM boots its guest first, so this comes seconds to minutes after the run's
+``started`` (vmctld's decision), a mock host's a control-loop pass after it. ``vmctl history export``
+writes the difference as the job's ``boot`` (docs/operations.md, "The export format"); a task bag's
+entry gives its workers' mean delay as ``boot`` (each worker VM boots on its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +59,38 @@ def requeues(rec: JobRecord) -> int:
 
 #: told of every entry as it is added: (job, time, event, detail); the daemon's event log
 Sink = Callable[[JobRecord, float, str, "str | None"], None]
+
+
+def started_at(rec: JobRecord) -> float | None:
+    """The time of the current run's ``started`` entry (None: not in the bounded history)."""
+    return next((float(h["time"]) for h in reversed(rec.history) if h.get("event") == "started"), None)
+
+
+def note_running(rec: JobRecord, now: float, processes: int, workers_at: Sequence[float] = ()) -> bool:
+    """Every process (``processes``) of the current run has been seen started: add the run's ``running``
+    entry, once per run (module docstring). True when the entry was added. ``workers_at``: a task bag's
+    workers, when each was first seen running a task: the entry's ``boot`` is their mean start delay
+    (each worker's guest boots on its own and the first to run takes more tasks: the bag's work is
+    delayed by the mean, not the slowest)."""
+    for h in reversed(rec.history):
+        if h.get("event") == "running":
+            return False  # this run's entry is there (no start since)
+        if h.get("event") in ("started", "requeued"):
+            break
+    start = started_at(rec)
+    took = "" if start is None else f" {now - start:.1f} s after the start"
+    entry: dict[str, Any] = {"time": now, "event": "running", "detail": f"{processes} processes running{took}"}
+    if workers_at and start is not None:
+        entry["boot"] = round(sum(max(0.0, t - start) for t in workers_at) / len(workers_at), 3)
+        entry["detail"] = f"{processes} workers running{took} (mean {entry['boot']:.1f} s)"
+    _append(rec, entry)
+    return True
+
+
+def _append(rec: JobRecord, entry: dict[str, Any]) -> None:
+    rec.history.append(entry)
+    if len(rec.history) > MAX_ENTRIES:
+        del rec.history[: len(rec.history) - MAX_ENTRIES]
 
 
 class JobHistory:
@@ -106,9 +145,6 @@ class JobHistory:
 
     def add(self, rec: JobRecord, now: float, event: str, detail: str | None) -> None:
         """Append an entry to the job's history (and tell the sink)."""
-        entry: dict[str, Any] = {"time": now, "event": event, "detail": detail}
-        rec.history.append(entry)
-        if len(rec.history) > MAX_ENTRIES:
-            del rec.history[: len(rec.history) - MAX_ENTRIES]
+        _append(rec, {"time": now, "event": event, "detail": detail})
         if self.sink is not None:
             self.sink(rec, now, event, detail)

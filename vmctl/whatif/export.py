@@ -23,7 +23,9 @@ Readings chosen (docs/operations.md, "The export format", lists them for operato
   or task bag its shape's time at its requested processors (its forecast is exact: vmctld's mock
   processes run a moldable job's time at the width it started with), else its run (end - first start), which counts
   what slowed it down (a bg tier, a migration, time slices) as work: for such jobs a replay is an upper
-  bound of the work.
+  bound of the work. A job with a measured ``boot`` (its first run's start delay: vmctld's decision to
+  the agents' first report of every process running) has that much less of its measured run as work:
+  the replay runs its boot before its work, not twice.
 """
 
 from __future__ import annotations
@@ -80,6 +82,34 @@ def _work(j: Mapping[str, Any], procs: int) -> float | None:
     if start is None or end is None:
         return None
     return max(0.0, end - start)
+
+
+def boot_delay(j: Mapping[str, Any]) -> float | None:
+    """The job's first run's start delay, in seconds: from its ``started`` history entry (vmctld's
+    decision) to its ``running`` entry (the first agent report showing every process of the run
+    started; ``vmctl.daemon.history.note_running``): a real host's guest boot, a mock host's control-loop
+    pass; a task bag's is the entry's ``boot``, its workers' mean delay. None when the history has no
+    such pair (a job that never started, one stored before vmctld kept ``running``, or a run stopped
+    before its processes all ran)."""
+    start: float | None = None
+    for h in j.get("history") or ():
+        ev = h.get("event") if isinstance(h, Mapping) else None
+        t = _num(h.get("time")) if isinstance(h, Mapping) else None
+        if ev == "started" and start is None:
+            start = t
+        elif start is not None and ev in ("started", "requeued"):
+            return None
+        elif start is not None and ev == "running" and t is not None:
+            mean = _num(h.get("boot"))  # a task bag's: its workers' mean delay
+            return max(0.0, t - start if mean is None else mean)
+    return None
+
+
+def _measured_work(j: Mapping[str, Any]) -> bool:
+    """The job's ``work`` (:func:`_work`) is its measured run (end - first start), which holds its boot."""
+    ws = _num(j.get("work_seconds"))
+    return not isinstance(j.get("shape"), dict) and not (ws is not None and ws > 0 and j.get("state") in ("done",
+                                                                                                        "killed"))
 
 
 def cluster_doc(nodes: Sequence[Mapping[str, Any]], policy: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,6 +181,11 @@ def build_trace(jobs: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
             "cpu_usage": j.get("cpu_usage"), "migrations": int(j.get("migrations") or 0),
             "requeues": int(j.get("requeues") or 0),
         }
+        boot = boot_delay(j) if started else None
+        if boot is not None:  # absent: unknown (docs/operations.md, "The export format")
+            entry["boot"] = round(boot, 3)
+            if work is not None and _measured_work(j):
+                entry["work"] = max(0.0, work - entry["boot"])  # its measured run holds its boot: not twice
         side_jobs[str(k)] = entry
     pol = cluster["policy"]
     params = ", ".join(f"{k}={v}" for k, v in sorted(pol["params"].items()))

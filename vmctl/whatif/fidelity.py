@@ -381,6 +381,52 @@ def tolerance(name: str, loop: float) -> dict[str, float]:
     return {"p50": 2 * loop, "p90": max(60.0, 12 * loop)}
 
 
+def _on_real(side: dict[str, Any], info: dict[str, Any]) -> list[str] | None:
+    """The SWF numbers of the jobs whose first start touched a real host (None: no real host)."""
+    realn = set(info.get("real_nodes") or ())
+    if not realn:
+        return None
+    return [k for k, e in side["jobs"].items() if realn & set(info["where"].get(e["vmctl_id"], ()))]
+
+
+def boot_effect(trace: Path, policy: str, params: dict[str, Any], act: dict[str, Any], submits: dict[str, float],
+                loop: float, slice_loss: float = 0.0, on_real: Sequence[str] | None = None) -> dict[str, Any]:
+    """What the boot model (the side file's measured ``boot`` per job; :mod:`vmctl.whatif.replay`) changes:
+    the boots (count, median, mean, max; on the real host's jobs and the others apart when ``on_real``
+    names them), the replay without them (``boot="none"``: mean response, its relative error, the
+    start errors) beside the run's own replay, which uses them, and ``tail``: what a rigid job's live run
+    took beyond its boot and its work (end - start - boot - work: the report of its processes' exit),
+    median and max over all jobs and per host kind."""
+    from vmctl.sim.workloads.swf import read_side_file
+    from vmctl.whatif.replay import boot_summary, error, replay
+
+    out: dict[str, Any] = boot_summary(trace)
+    if not out["jobs"]:
+        return out
+    side = read_side_file(trace) or {"jobs": {}}
+    # what is left of a live run after its boot and its work: the agents' report of the processes' exit
+    # (a real guest's over SSH status polls) and any slowdown; rigid jobs with a boot only (a bag's run
+    # depends on its workers)
+    tails = {k: float(e["end"]) - float(e["start"]) - float(e["boot"]) - float(e["work"])
+             for k, e in side["jobs"].items() if e.get("boot") is not None and e.get("shape") is None
+             and e.get("end") is not None and e.get("start") is not None and e.get("work") is not None}
+    groups = [("all", set(side["jobs"]))]
+    if on_real is not None:
+        groups += [("real_host", set(on_real)), ("mock_hosts", set(side["jobs"]) - set(on_real))]
+    for label, keys in groups:
+        b = [float(e["boot"]) for k, e in side["jobs"].items() if k in keys and e.get("boot") is not None]
+        t = [v for k, v in tails.items() if k in keys]
+        if label != "all":
+            out[label] = {"jobs": len(b), **({"median": float(np.median(b)), "max": float(max(b))} if b else {})}
+        if t:
+            out.setdefault("tail", {})[label] = {"jobs": len(t), "median": float(np.median(t)), "max": float(max(t))}
+    p = replay(trace, policy, params, slice_loss=slice_loss, boot="none")
+    e = error(p, act, submits)
+    out["without"] = {"avg_response": p["avg_response"], "error_relative": e["avg_response_relative"],
+                      "start_error": start_errors(e, loop)}
+    return out
+
+
 def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out: Path | None,
                log: Callable[[str], None], whatif: Sequence[str] = (), libvirt_hosts: int = 0,
                sleeping: bool = False, guest_dir: Path = GUEST_DIR, hosts: int | None = None) -> dict[str, Any]:
@@ -447,6 +493,8 @@ def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out
             res["real_host_run_extra"] = {"jobs": len(extra), **({"median": float(np.median(extra)),
                                                                   "max": float(np.max(extra))} if extra else {})}
             res["leftovers"] = info.get("leftovers")
+        res["boot"] = boot_effect(trace, fam.policy, fam.params, act, submits, loop, loss,
+                                  _on_real(side, info))
         if whatif:  # vmctl whatif's own code on this history (what the command prints after its export)
             from vmctl.whatif.report import render, run_whatif
 

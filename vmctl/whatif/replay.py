@@ -31,6 +31,21 @@ preemption penalty: the rule vmctld's agents apply (the mock backend exactly; ``
 per-job loss 0.5-4 %, bg efficiency beta 0.2-0.92, no bg progress above 96 % fg usage), the hardware
 of the paper. bench/whatif.py measured the difference (docs/operations.md).
 
+Boot delays (``boot``; the side file's per-job ``boot``, vmctld's measured start delay of a job's first
+run: its decision to start the run to the agents' first report of every process running -- a real
+host's guest boot, seconds to minutes under load; a mock host's control-loop pass). Reading chosen: a
+job holds its cores for its boot before its work starts (:func:`vmctl.sim.workloads.swf.read_swf`'s
+``boot``: run time and estimate grow by the boot; a task bag's first task on each worker it can start
+with, a moldable job's time at every width), under **every** policy replayed, the one in force and the
+others alike (``boot="own"``, default): a job's own measured boot, and the median of the history's
+boots for a job without one (started before vmctld kept them). The other policies then differ from the
+policy in force by their decisions only, not by the boot model. What this does not know: where a job
+would run under another policy -- on a cluster of mixed hosts (a real host among mock ones, as the
+fidelity testbed's) a job that booted on the real host keeps its boot wherever the replay places it;
+``boot="median"`` gives every job the history's median instead (no job's own placement), ``"none"``
+replays without boots. A history without boots (mock hosts before vmctld kept them) replays exactly as
+before.
+
 Every policy is a cell of the experiment runner (:mod:`vmctl.experiments.runner`): ``replay_cell``
 reads the trace (SWF + side file) itself, so the cells run on any Dask worker.
 """
@@ -133,8 +148,21 @@ def clock_phase(policy: str, params: Mapping[str, Any], unix_start: float) -> fl
     return float(math.fmod(float(unix_start), period))
 
 
+def boot_summary(trace: str | Path) -> dict[str, Any]:
+    """The side file's boot delays (module docstring): how many jobs have one, their median, mean and
+    largest (seconds; None without any)."""
+    from vmctl.sim.workloads.swf import read_side_file
+
+    side = read_side_file(trace)
+    b = [float(e["boot"]) for e in (side or {}).get("jobs", {}).values()
+         if isinstance(e, dict) and isinstance(e.get("boot"), int | float) and not isinstance(e.get("boot"), bool)]
+    if not b:
+        return {"jobs": 0, "median": None, "mean": None, "max": None}
+    return {"jobs": len(b), "median": float(np.median(b)), "mean": float(np.mean(b)), "max": float(max(b))}
+
+
 def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int = 1,
-           progress: str = "cpu-share", slice_loss: float = 0.0) -> dict[str, Any]:
+           progress: str = "cpu-share", slice_loss: float = 0.0, boot: str = "own") -> dict[str, Any]:
     """One policy over the exported trace on the model of its cluster: the metrics of :data:`METRICS`
     (with ``ci_`` half widths where the batch means give them) and ``jobs``: SWF number -> [first start,
     end] (trace seconds; NaN when it did not end).
@@ -146,7 +174,9 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
     work (and estimate) times ``slice / (slice - slice_loss)``. Negligible on a real-time clock (a pass
     is a fraction of a second against slices of minutes); on the fidelity testbed's accelerated clock
     it is measured from the agents' logs (:mod:`vmctl.whatif.fidelity`) and decides on which side of a
-    slice boundary an end falls: a job that misses the end of its slice by a second ends a cycle later."""
+    slice boundary an end falls: a job that misses the end of its slice by a second ends a cycle later.
+
+    ``boot``: how the side file's boot delays apply (``own``, ``median``, ``none``; module docstring)."""
     from vmctl.policies.registry import create_policy, policy_class
     from vmctl.sim.engine import SimConfig, Simulator
     from vmctl.sim.workloads.swf import read_side_file, read_swf
@@ -157,7 +187,7 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
                                                      "export it with vmctl history export")
     cores, speeds, per, groups = _node_model(side["cluster"])
     fam = family(policy)
-    wl = read_swf(trace, max_procs=cores * _levels(side["cluster"]))
+    wl = read_swf(trace, max_procs=cores * _levels(side["cluster"]), boot=boot)
     from vmctl.model import JobShape
     needs = policy_class(policy).needs
     entries: Mapping[str, Any] = side["jobs"]
@@ -242,9 +272,10 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
     }
 
 
-def replay_cell(trace: str, policy: str, params: str, seed: int, progress: str = "cpu-share") -> dict[str, Any]:
+def replay_cell(trace: str, policy: str, params: str, seed: int, progress: str = "cpu-share",
+                boot: str = "own") -> dict[str, Any]:
     """:func:`replay` as an experiment cell (``params``: the policy parameters as JSON)."""
-    return replay(trace, policy, json.loads(params), seed, progress)
+    return replay(trace, policy, json.loads(params), seed, progress, boot=boot)
 
 
 def actual(trace: str | Path) -> dict[str, Any]:

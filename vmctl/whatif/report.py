@@ -11,13 +11,15 @@ from typing import Any
 
 
 def run_whatif(trace: Path, policies: Sequence[str], params: Mapping[str, Mapping[str, Any]],
-               in_force: Mapping[str, Any], workers: int, table: Path, progress: str = "cpu-share") -> dict[str, Any]:
+               in_force: Mapping[str, Any], workers: int, table: Path, progress: str = "cpu-share",
+               boot: str = "own") -> dict[str, Any]:
     """The replays (one runner cell per policy, plus the policy in force with its own parameters when it
-    is not among ``policies``), the actual run, and the simulator's error on the policy in force."""
+    is not among ``policies``), the actual run, and the simulator's error on the policy in force.
+    ``boot``: how the side file's boot delays apply (:mod:`vmctl.whatif.replay`)."""
     from vmctl.experiments.runner import cell, run_grid
     from vmctl.policies.registry import parse_policy_params, policy_class
     from vmctl.sim.workloads.swf import read_side_file
-    from vmctl.whatif.replay import actual, error, replay_cell
+    from vmctl.whatif.replay import actual, boot_summary, error, replay_cell
 
     force_name = in_force.get("name")
     force_params: dict[str, Any] = {}
@@ -33,7 +35,7 @@ def run_whatif(trace: Path, policies: Sequence[str], params: Mapping[str, Mappin
         i = list(policies).index(force_name)
         runs[i] = (force_name, {**force_params, **runs[i][1]})
     cells = [cell(replay_cell, trace=str(trace), policy=p, params=json.dumps(prm, sort_keys=True), seed=1,
-                  progress=progress) for p, prm in runs]
+                  progress=progress, **({} if boot == "own" else {"boot": boot})) for p, prm in runs]
     res = run_grid(cells, table, workers=max(1, min(workers, len(cells))), progress=False, label="what-if")
     side = read_side_file(trace)
     assert side is not None
@@ -54,8 +56,9 @@ def run_whatif(trace: Path, policies: Sequence[str], params: Mapping[str, Mappin
                 pj["vmctl_id"] = side["jobs"][pj["job"]].get("vmctl_id")
         out.append(doc)
     actual_doc = {k: v for k, v in act.items() if k not in ("jobs_json", "family")}
+    boots = boot_summary(trace)
     return {"trace": str(trace), "cluster": side["cluster"], "jobs": len(side["jobs"]), "progress": progress,
-            "policies": out,
+            **({"boot": {"mode": boot, **boots}} if boots["jobs"] else {}), "policies": out,
             "actual": {"policy": force_name, **actual_doc}, "error_in_force": err}
 
 
@@ -100,6 +103,12 @@ def render(doc: Mapping[str, Any]) -> str:
              f"(the cluster now; ± = 95 % batch-means interval where there are enough jobs)",
              _table(head, rows)]
     lines.extend(failed)
+    b = doc.get("boot")
+    if b:  # only when the history has measured boot delays (the output is unchanged otherwise)
+        how = {"own": "each job its own (the median for a job without one)", "median": "every job the median",
+               "none": "not replayed (--boot none)"}.get(str(b.get("mode")), str(b.get("mode")))
+        lines.append(f"boot delays (start -> every process running) measured for {b['jobs']} jobs: median "
+                     f"{_f(b['median'])} s, max {_f(b['max'])} s; in every replay: {how}")
     e = doc.get("error_in_force")
     if e is not None:
         rel = e["avg_response_relative"]

@@ -26,7 +26,27 @@ every job it lists (by SWF job number), takes its exact submit time (SWF holds w
 deadline (same time base as the submit times), CPU usage and shape (moldable or task bag, into
 ``Workload.shapes``); ``read_side_file`` returns the whole document (the cluster it was exported from).
 ``side=False`` ignores it. A side file that is not valid JSON or not of this format is a
-``TraceFormatError`` naming it.
+``TraceFormatError`` naming it; a bad value of a job's field names the field (``jobs.K.NAME``) and its
+line in the side file.
+
+Boot delays (the side file's ``boot``: a job's first run's start delay measured by vmctld, from its
+start decision to the agents' first report of every process running; a real host's guest boot, a mock
+host's control-loop pass). ``read_swf(..., boot=MODE)``:
+
+- ``"own"`` (default): a job takes its own ``boot``; a job the side file lists without one takes the
+  median of the side file's boots; a side file without any ``boot`` changes nothing (every result read
+  without boots is the same, byte for byte);
+- ``"median"``: every job the side file lists takes the median of the side file's boots (the reading
+  that does not depend on where a job ran: ``vmctl whatif``'s other policies may place a job elsewhere);
+- ``"none"``: boots are ignored.
+
+A job with a boot delay ``b`` holds its cores for ``b`` seconds before its work starts: its run time
+and its estimate grow by ``b`` (vmctld counts a run's progress against the estimate from the first
+report of its processes, after the boot); a moldable job's time at every width grows by ``b``; a task
+bag's first ``max_workers`` tasks (the first task of each worker it can start with: each worker is a VM
+that boots once per run) grow by ``b``. The boot passes at the job's own pace (a two-tier bg job's at
+the share of its core it gets, as a bg guest boots on the cycles its fg VM leaves), and at a node's
+speed in the task-bag and moldable models (the speeds of a replayed cluster are those of its nodes).
 
 Malformed input raises :class:`vmctl.errors.TraceFormatError` naming the file and the line: wrong
 field count, a non-numeric or non-finite field, a fractional id / processor count / user, a negative
@@ -63,7 +83,8 @@ from vmctl.errors import OutOfRange, TraceFormatError, VmctlError
 from vmctl.model import JobShape
 from vmctl.sim.workloads.core import Workload, WorkloadJob, gc_paused, make_job
 
-__all__ = ["FIELD_NAMES", "SIDE_FORMAT", "SIDE_SUFFIX", "read_side_file", "read_swf", "side_file_path", "write_swf"]
+__all__ = ["BOOT_MODES", "FIELD_NAMES", "SIDE_FORMAT", "SIDE_SUFFIX", "read_side_file", "read_swf", "side_file_path",
+           "side_line", "write_swf"]
 
 #: the side file of ``FILE`` is ``FILE`` + this suffix; its ``format`` field is ``SIDE_FORMAT``
 SIDE_SUFFIX = ".vmctl.json"
@@ -293,23 +314,82 @@ def read_side_file(path: str | PathLike[str]) -> dict[str, Any] | None:
     return doc
 
 
+#: ``read_swf``'s readings of the side file's boot delays (module docstring)
+BOOT_MODES = ("own", "median", "none")
+
+
+def side_line(side: Path, key: str, name: str | None = None) -> int:
+    """The 1-based line of field ``name`` of job ``key`` in the side file (of the job's entry when the
+    field is not in it; 0 when the file cannot be read or has no such job): for error messages only."""
+    try:
+        text = side.read_text(encoding="utf-8")
+        at = text.index('"jobs"')
+    except (OSError, UnicodeDecodeError, ValueError):
+        return 0
+    m = re.compile(r'"' + re.escape(key) + r'"\s*:\s*\{').search(text, at)
+    if m is None:
+        return 0
+    pos = m.end() - 1
+    if name is not None:
+        try:
+            end = json.JSONDecoder().raw_decode(text, pos)[1]
+        except json.JSONDecodeError:
+            end = len(text)
+        f = re.compile(r'"' + re.escape(name) + r'"\s*:').search(text, pos, end)
+        if f is not None:
+            pos = f.start()
+    return text.count("\n", 0, pos) + 1
+
+
 def _side_number(side: Path, key: str, entry: Mapping[str, Any], name: str, lo: float, *, optional: bool = False
                  ) -> float | None:
     v = entry.get(name)
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < lo:
-        raise TraceFormatError(path=str(side), line=0, problem=f"jobs.{key}.{name} must be a number >= {lo:g}, "
-                                                               f"got {v!r}")
+        raise TraceFormatError(path=str(side), line=side_line(side, key, name),
+                               problem=f"jobs.{key}.{name} must be a number >= {lo:g}{' or null' if optional else ''}"
+                                       f", got {v!r}")
     return float(v)
 
 
-def _apply_side(side: Path, doc: Mapping[str, Any], jobs: list[WorkloadJob], shapes: dict[int, JobShape]
-                ) -> list[WorkloadJob]:
+def _boots(side: Path, entries: Mapping[str, Any], mode: str) -> tuple[dict[str, float], float | None]:
+    """Each listed job's boot delay as the side file gives it (checked: a number >= 0 or null/absent) and
+    what a job without one takes under ``mode`` (module docstring): the median of the side file's boots,
+    or None (no boot at all: nothing changes)."""
+    if mode not in BOOT_MODES:
+        raise OutOfRange(what="boot", value=mode, allowed=" | ".join(BOOT_MODES))
+    own: dict[str, float] = {}
+    for key, e in entries.items():
+        if isinstance(e, dict) and "boot" in e:
+            b = _side_number(side, key, e, "boot", 0.0, optional=True)
+            if b is not None:
+                own[key] = b
+    if mode == "none" or not own:
+        return {}, None
+    med = float(np.median(np.fromiter(own.values(), dtype=np.float64)))
+    return ({} if mode == "median" else own), med
+
+
+def _booted_shape(shape: JobShape, boot: float) -> JobShape:
+    """``shape`` with ``boot`` seconds before its work (module docstring)."""
+    import dataclasses
+
+    if shape.kind == "moldable":
+        return dataclasses.replace(shape, times=tuple(t + boot for t in shape.times))
+    if shape.kind == "task-bag":
+        first = min(shape.max_workers, len(shape.tasks))
+        return dataclasses.replace(shape, tasks=tuple(t + boot if k < first else t for k, t in enumerate(shape.tasks)))
+    return shape
+
+
+def _apply_side(side: Path, doc: Mapping[str, Any], jobs: list[WorkloadJob], shapes: dict[int, JobShape],
+                boot: str = "own") -> list[WorkloadJob]:
     """The jobs with what the side file says of them (see the module docstring)."""
     from vmctl.shapes import shape_from_json
 
     entries: Mapping[str, Any] = doc["jobs"]
+    own_boot, default_boot = _boots(side, entries, boot)
     out: list[WorkloadJob] = []
     for j in jobs:
         key = str(j.id)
@@ -343,6 +423,11 @@ def _apply_side(side: Path, doc: Mapping[str, Any], jobs: list[WorkloadJob], sha
         if work <= 0 or estimate <= 0:
             out.append(j)
             continue
+        b = own_boot.get(key, default_boot)
+        if b:  # None (no boots in the side file) or 0: the job as before
+            work, estimate = work + b, estimate + b
+            if j.id in shapes:
+                shapes[j.id] = _booted_shape(shapes[j.id], b)
         out.append(WorkloadJob(id=j.id, submit=submit, run_time=work, procs=procs, estimate=estimate,
                                cpu_usage=None if usage is None else tuple(float(u) for u in usage), user=j.user,
                                priority=prio, deadline=deadline))
@@ -351,13 +436,14 @@ def _apply_side(side: Path, doc: Mapping[str, Any], jobs: list[WorkloadJob], sha
 
 
 def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priority_from_queue: bool = False,
-             side: bool = True) -> Workload:
+             side: bool = True, boot: str = "own") -> Workload:
     """Read an SWF trace (plain or gzip-compressed) into a :class:`Workload`.
 
     ``max_procs`` is the size of the simulated machine; it overrides the header's ``MaxProcs``
     (jobs wider than it are dropped). ``priority_from_queue``: each job's priority is its queue number
     (field 15, parsed strictly then; -1 gives 0); without it every job has priority 0. See the module
-    docstring for the conventions.
+    docstring for the conventions; ``boot``: how the side file's boot delays apply (``BOOT_MODES``,
+    module docstring).
     """
     p = Path(path)
     if max_procs is not None and max_procs <= 0:
@@ -429,7 +515,7 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priorit
     if doc is None:
         return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header)
     shapes: dict[int, JobShape] = {}
-    jobs = _apply_side(side_file_path(p), doc, jobs, shapes)
+    jobs = _apply_side(side_file_path(p), doc, jobs, shapes, boot)
     return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header, shapes=shapes)
 
 
