@@ -75,8 +75,11 @@ def test_the_first_divergent_decision_is_named() -> None:
     assert "after job 2's end (live 200.0 s, replay 190.0 s)" in text and "after job 4's end" in text
     # the same history without job 4's early end: no divergent decision
     err, subs = _per_job({"1": (0.0, [0.0, 100.0], [0.0, 95.0]), "2": (10.0, [103.0, 200.0], [95.0, 190.0])})
-    assert divergence(err, subs, 5.0)["first"] is None
-    assert describe_divergence(divergence(err, subs, 5.0)).startswith("no divergent decision")
+    d = divergence(err, subs, 5.0)
+    assert d["first"] is None and d["largest_same_decision"]["job"] == "2"
+    assert describe_divergence(d) == ("no divergent decision: every start follows the same event in both runs; the "
+                                      "largest start difference among them, job 2 (-8.0 s), follows job 1's end, "
+                                      "which the replay has -5.0 s from live")
 
 
 def test_the_row_switch_gap_from_the_agents_logs(tmp_path: Path) -> None:

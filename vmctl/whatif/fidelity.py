@@ -410,20 +410,25 @@ def divergence(err: dict[str, Any], submits: dict[str, float], loop: float) -> d
     lev, sev = _triggers(live, submits), _triggers(sim, submits)
     order = sorted(per, key=lambda k: (live[k][0], k))
     first: dict[str, Any] | None = None
+    followed: dict[str, Any] | None = None
     divergent = 0
     before: list[str] = []
+
+    def at(tr: tuple[str, str], times: dict[str, list[float]]) -> float | None:
+        if tr[0] == "end":
+            return float(times[tr[1]][1])
+        return float(submits[tr[1]]) if tr[0] == "submit" else None
+
     for k in order:
         lt = _trigger_of(k, live[k][0], lev, 3 * loop)
         st = _trigger_of(k, sim[k][0], sev, 1e-6)
         d = sim[k][0] - live[k][0]
+        if lt == st and lt[0] != "timer" and (followed is None or abs(d) > abs(followed["difference"])):
+            # the same decision, shifted: as late as the event it follows
+            followed = {"job": k, "difference": d, "after": list(lt), "event_times": [at(lt, live), at(lt, sim)]}
         if lt != st and abs(d) > 2 * loop:
             divergent += 1
             if first is None:
-                def at(tr: tuple[str, str], times: dict[str, list[float]]) -> float | None:
-                    if tr[0] == "end":
-                        return float(times[tr[1]][1])
-                    return float(submits[tr[1]]) if tr[0] == "submit" else None
-
                 first = {"job": k, "live_start": live[k][0], "replay_start": sim[k][0], "difference": d,
                          "live_after": list(lt), "replay_after": list(st),
                          # each run's event, at its time in both runs (None: a timer)
@@ -432,14 +437,21 @@ def divergence(err: dict[str, Any], submits: dict[str, float], loop: float) -> d
         if first is None:
             before.append(k)
     return {"jobs": len(order), "jobs_before": len(before), "divergent": divergent, "first": first,
-            "start_error_before": start_errors(err, loop, before) if before else {"jobs": 0}}
+            "start_error_before": start_errors(err, loop, before) if before else {"jobs": 0},
+            "largest_same_decision": followed}
 
 
 def describe_divergence(div: dict[str, Any]) -> str:
     """One line naming where the replay's decisions diverged from the live run's (:func:`divergence`)."""
     f = div.get("first")
     if not f:
-        return "no divergent decision: every start follows the same event in both runs"
+        out = "no divergent decision: every start follows the same event in both runs"
+        g = div.get("largest_same_decision")
+        if g and g["event_times"][0] is not None and g["event_times"][1] is not None:
+            out += (f"; the largest start difference among them, job {g['job']} ({g['difference']:+.1f} s), follows "
+                    f"job {g['after'][1]}'s {'arrival' if g['after'][0] == 'submit' else 'end'}, which the replay "
+                    f"has {g['event_times'][1] - g['event_times'][0]:+.1f} s from live")
+        return out
 
     def ev(tr: list[str], times: list[float | None] | None) -> str:
         if tr[0] == "timer":
