@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vmctl.whatif.fidelity import EXTRA, FAMILIES, GUEST_DIR, SPECS, run_family
+from vmctl.whatif.fidelity import EXTRA, FAMILIES, GUEST_DIR, SPECS, describe_divergence, run_family
 
 
 def _st(s: dict[str, Any]) -> str:
@@ -82,6 +82,8 @@ def line(r: dict[str, Any]) -> str:
             f"start |err| p50/p90/max {_st(s)} (tol {tol['p50']:.0f}/{tol['p90']:.0f} s)  "
             f"wait live {r['live']['avg_wait']:7.1f} sim {r['simulated']['avg_wait']:7.1f}  "
             f"migr {r['live']['migrations']}/{r['simulated']['migrations']}  {verdict}  [{r['real_s']:.0f} s real]")
+    if not ok_start and r.get("divergence"):
+        text += "\n" + divergence_line(r)
     if r.get("without_slice_loss"):
         w = r["without_slice_loss"]
         text += (f"\n  replayed with the agents' measured row-switch gap of {r['slice_loss']:.1f} s lost per slice; "
@@ -117,6 +119,25 @@ def boot_line(r: dict[str, Any]) -> str:
     text = "; ".join(parts)
     return (text + f"\n  replayed with them (above); without them: resp sim {w['avg_response']:.1f}, err "
             f"{w['error_relative']:+.1%}, start |err| {_st(w['start_error'])}")
+
+def divergence_line(r: dict[str, Any]) -> str:
+    """Why the starts are outside the tolerance: where the replay's decisions first diverged from the live
+    run's (:func:`vmctl.whatif.fidelity.divergence`), and whether the jobs before that point are within it
+    (then the tail is the cascade of that one decision: the cause the tolerance's p90 allows for)."""
+    div, tol = r["divergence"], r["tolerance"]
+    b = div.get("start_error_before") or {}
+    within = bool(b.get("jobs")) and b["p50"] <= tol["p50"] + 1e-9 and b["p90"] <= tol["p90"] + 1e-9
+    if div.get("first") is not None and within:
+        cause = ("cause: diverging decisions (a cascade from one decision); the replay follows the live run "
+                 "within the tolerance up to it")
+    elif "slice" in r.get("params", {}):
+        cause = ("cause: the slice-boundary cliff: a gang job whose end falls within the row-switch gap of a slice "
+                 "boundary ends a whole cycle later in one run, and the jobs that follow its end start that much later")
+    elif div.get("first") is None:
+        cause = "cause: the same decisions, as late as the ends they follow (a delay the replay does not model)"
+    else:
+        cause = "cause: not only the divergence: the starts before it are outside the tolerance too"
+    return f"  {describe_divergence(div)}\n  {cause}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

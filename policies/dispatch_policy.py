@@ -44,7 +44,9 @@ level, as before: a queued bag starts on the level with the most free slots, gro
   whose worker runs a task stays the job's until that task ends (the execution model's task boundary
   rule): it is *not* offered to another job in the same pass. When the task ends the simulator gives
   the policy a pass (a slot freed at a task boundary: the paper's dispatcher hands the worker on),
-  which plans again and hands the slot to the job the plan gives it. A running bag given no worker
+  which plans again and hands the slot to the job the plan gives it. A worker with no task left leaves
+  its bag at once and the policy gets a pass too (the task-bag model, as vmctld's dispatcher drops it;
+  issue 28; ``vmctl/sim/exec_taskbag.py`` has the reading of paper 001). A running bag given no worker
   keeps one (its running tasks are never killed). A core that is not usable (vmctld: its node is
   lost) is never named in a Resize: the bag's worker there is given up like the others.
 - A running bag given more workers grows on free slots by the slot rule.

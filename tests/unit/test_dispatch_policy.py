@@ -69,8 +69,12 @@ def test_the_four_policies_are_registered() -> None:
 # At 30 (A done) B has task 2 running (24-36) and 2 not started: 3 unfinished -> B, now the top job,
 # grows to 3; its new workers take tasks 3 and 4 at 30 -> B ends at 42. C gets one worker (literal
 # Algorithm 1) and has 3 unfinished (26-39 running): at 42, C is top with 2 unfinished (task 3 39-52,
-# task 4 not started) and grows to 2: task 4 at 42-55 -> C ends at 55. Conserving: at 30 C also grows to
-# 3 (tasks 3, 4 at 30-43) -> C ends at 43.
+# task 4 not started) and grows to 2: task 4 at 42-55 -> C ends at 55. (The literal policy gives nothing
+# more to B and C when A's workers go idle at 20.) Conserving, with idle workers leaving at once (vmctld's
+# dispatcher; issue 28): at 20 A's 4 workers without a task leave and the policy runs: B (4 unfinished)
+# grows by 3 (tasks 2-4 at 20-32), C by the last free one (task 2 at 20-33); at 24 B's first worker has
+# no task left and leaves: C grows (task 3 at 24-37); at 26 C's first worker takes task 4 (26-39). So B
+# ends at 32 and C at 39 (42 and 43 when the idle workers kept their slots until A's end at 30).
 def abc() -> list[tuple[WorkloadJob, JobShape]]:
     return [bag(1, 0, [10.0] * 20, 3), bag(2, 0, [12.0] * 5, 2), bag(3, 0, [13.0] * 5, 1)]
 
@@ -84,8 +88,24 @@ def test_priority_r_02_with_ten_workers_and_three_jobs_by_hand() -> None:
 
 
 def test_the_work_conserving_variant_by_hand() -> None:
-    sim, _ = simulate(abc(), 10, "dispatch-priority", r=0.2, conserving=True)
-    assert ends(sim, "1", "2", "3") == pytest.approx([30.0, 42.0, 43.0])
+    sim, pol = simulate(abc(), 10, "dispatch-priority", r=0.2, conserving=True)
+    assert ends(sim, "1", "2", "3") == pytest.approx([30.0, 32.0, 39.0])
+    at = dict(pol.seen)
+    assert {a.job_id: len(a.cores) for a in at[20.0]} == {"2": 4, "3": 2}  # the pass when A's workers idle
+    assert [(a.job_id, len(a.cores)) for a in at[24.0]] == [("3", 3)]
+
+
+def test_an_idle_worker_leaves_its_bag_and_the_policy_hands_its_slot_on() -> None:
+    # vmctld's dispatcher (issue 28): a worker with no task left leaves at once and vmctld decides.
+    # 2 workers, r = 0, conserving: A (priority 2, tasks of 10 and 30 s) takes both at 0; B (priority 1,
+    # 1 task of 10 s) arrives at 5 and waits. At 10 A's first worker has no task left: it leaves and the
+    # pass starts B on its slot at 10 (ends 20). Before, the idle worker kept its slot until A ended at 30.
+    a = JobShape.task_bag([10.0, 30.0])  # recorded at 2 processors for its time there, 30 s: runs as given
+    jobs = [(WorkloadJob(1, 0.0, 30.0, 2, 30.0, None, priority=2), a), bag(2, 5, [10.0], 1)]
+    sim, pol = simulate(jobs, 2, "dispatch-priority", r=0.0, conserving=True)
+    assert sim.outcome("2") == (10.0, pytest.approx(20.0))
+    assert ends(sim, "1") == pytest.approx([30.0])
+    assert dict(pol.seen)[10.0] == (Start("2", (0,), 0),)
 
 
 def test_priority_r_05_keeps_half_the_workers_from_the_top_job() -> None:
@@ -226,3 +246,16 @@ def test_a_bad_profile_is_named() -> None:
     with pytest.raises(ValidationError) as err:
         PlanJob("j", 1, 10.0, profile=0.0)
     assert "job j.profile" in str(err.value)
+
+
+def test_a_rigid_policy_keeps_a_bags_idle_workers_on_their_slots() -> None:
+    # EASY (paper 001's baseline) runs a bag rigidly: the same two jobs, the first worker idles from 10 on
+    # its slot and the second job starts when the first ends at 30
+    a = JobShape.task_bag([10.0, 30.0])
+    jobs = [(WorkloadJob(1, 0.0, 30.0, 2, 30.0, None), a), (WorkloadJob(2, 5.0, 10.0, 1, 10.0, None),
+                                                            JobShape.task_bag([10.0]))]
+    shapes = {str(j.id): s for j, s in jobs}
+    model = TaskBagModel(shapes)
+    sim = Simulator([j for j, _ in jobs], 2, create_policy("easy"), SimConfig(execution=lambda: model))
+    sim.run()
+    assert sim.outcome("2") == (30.0, pytest.approx(40.0))

@@ -346,16 +346,18 @@ def test_the_utilization_counts_the_cores_a_resized_bag_held() -> None:
     res = Simulator([wj(1, 0, 30, 2)], 2, pol, SimConfig(execution=lambda: TaskBagModel({"1": bag}))).run()
     assert res.metrics.makespan == pytest.approx(40.0)
     assert res.metrics.utilization == pytest.approx(50.0 / 80.0)
-    # grow (6 tasks of 10 s, 1 worker, a second at 5, ends at 35): 1 x 5 + 2 x 30 = 65 of 2 x 35; worker 0
-    # idles from 30 to 35 on its slot (span x last width said 60 x 2 = 120: a utilization above 1)
+    # grow (6 tasks of 10 s, 1 worker, a second at 5, ends at 35): 1 x 5 + 2 x 25 + 1 x 5 = 60 of 2 x 35;
+    # worker 0 has no task left at 30 and leaves its slot (vmctld's dispatcher; it idled there until 35
+    # before issue 28: 65 of 70; span x last width said 60 x 2 = 120: a utilization above 1)
     bag6 = JobShape.task_bag([10.0] * 6, max_workers=2)
     pol = Bagger({0.0: [Start("1", (0,))], 5.0: [Resize("1", (0, 1))]})
     res = Simulator([wj(1, 0, 60, 1)], 2, pol, SimConfig(execution=lambda: TaskBagModel({"1": bag6}))).run()
-    assert res.metrics.utilization == pytest.approx(65.0 / 70.0)
-    # a bag that keeps its width is counted as before: span x width (5 tasks on 2 workers: 30 x 2 of 2 x 30)
+    assert res.metrics.utilization == pytest.approx(60.0 / 70.0)
+    # 5 tasks on 2 workers, never resized: worker 1 has no task left at 20 and leaves (2 x 20 + 1 x 10 = 50
+    # of 2 x 30; span x width, 30 x 2, before issue 28)
     pol = Bagger({0.0: [Start("1", (0, 1))]})
     res = Simulator([wj(1, 0, 30, 2)], 2, pol, SimConfig(execution=lambda: TaskBagModel({"1": bag}))).run()
-    assert res.metrics.utilization == pytest.approx(1.0)
+    assert res.metrics.utilization == pytest.approx(50.0 / 60.0)
 
 
 def test_a_shrink_that_gives_the_busy_core_away_at_once_is_refused() -> None:

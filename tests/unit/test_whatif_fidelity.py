@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from vmctl.whatif.fidelity import SLEEPING, SPECS, guest_spec, row_switch_lag, start_errors, tolerance, workload
+from vmctl.whatif.fidelity import (
+    SLEEPING,
+    SPECS,
+    describe_divergence,
+    divergence,
+    guest_spec,
+    row_switch_lag,
+    start_errors,
+    tolerance,
+    workload,
+)
 
 
 def test_the_sleeping_workload_is_the_same_jobs_with_sleeping_processes() -> None:
@@ -39,6 +49,37 @@ def test_start_errors_in_seconds_and_loop_periods_against_the_tolerance() -> Non
     assert start_errors({"per_job": per_job}, 5.0, [])["jobs"] == 0
     assert tolerance("measy", 5.0) == {"p50": 10.0, "p90": 60.0}
     assert tolerance("measy", 10.0) == {"p50": 20.0, "p90": 120.0}
+
+
+def _per_job(rows: dict[str, tuple[float, list[float], list[float]]]) -> tuple[dict[str, object], dict[str, float]]:
+    per = [{"job": k, "start_simulated": sim[0], "start_actual": live[0], "response_simulated": sim[1] - sub,
+            "response_actual": live[1] - sub} for k, (sub, live, sim) in rows.items()]
+    return {"per_job": per}, {k: sub for k, (sub, _l, _s) in rows.items()}
+
+
+def test_the_first_divergent_decision_is_named() -> None:
+    # control loop 5 s. Job 1 ends 5 s earlier in the replay; job 2 follows job 1's end in both runs (a loop
+    # delay later live: the same decision). Job 4 starts at its arrival in both and ends at 180. Job 3:
+    # live after job 2's end (200), in the replay after job 4's end (180), 20.5 s earlier: the replay's
+    # job 2 ended at 190, after job 4 -- the first divergent decision; jobs 1, 2, 4 come before it.
+    err, subs = _per_job({"1": (0.0, [0.0, 100.0], [0.0, 95.0]), "2": (10.0, [103.0, 200.0], [95.0, 190.0]),
+                          "4": (150.0, [150.0, 180.0], [150.0, 180.0]), "3": (20.0, [200.5, 400.0], [180.0, 380.0])})
+    d = divergence(err, subs, 5.0)
+    assert d["jobs"] == 4 and d["jobs_before"] == 3 and d["divergent"] == 1
+    f = d["first"]
+    assert f["job"] == "3" and f["live_after"] == ["end", "2"] and f["replay_after"] == ["end", "4"]
+    assert f["live_event_times"] == [200.0, 190.0] and f["difference"] == pytest.approx(-20.5)
+    assert d["start_error_before"]["max"] == pytest.approx(8.0)
+    text = describe_divergence(d)
+    assert "decisions diverge at job 3 (3 of 4 jobs before it" in text
+    assert "after job 2's end (live 200.0 s, replay 190.0 s)" in text and "after job 4's end" in text
+    # the same history without job 4's early end: no divergent decision
+    err, subs = _per_job({"1": (0.0, [0.0, 100.0], [0.0, 95.0]), "2": (10.0, [103.0, 200.0], [95.0, 190.0])})
+    d = divergence(err, subs, 5.0)
+    assert d["first"] is None and d["largest_same_decision"]["job"] == "2"
+    assert describe_divergence(d) == ("no divergent decision: every start follows the same event in both runs; the "
+                                      "largest start difference among them, job 2 (-8.0 s), follows job 1's end, "
+                                      "which the replay has -5.0 s from live")
 
 
 def test_the_row_switch_gap_from_the_agents_logs(tmp_path: Path) -> None:

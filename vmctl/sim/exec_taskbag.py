@@ -31,7 +31,26 @@ model holds the slot back for the job (``hold_slots``) and gives it up at that t
 (``release_slots``); meanwhile the slot is the job's in the view. A worker that is idle when its core
 is given up leaves at once. If the same decision gives a held-back slot to another job, the run stops
 with ``SimulationError`` (a shrink takes effect at task boundaries; the policy must wait for them).
-A freed slot is seen by the policy at its next pass (a model event does not call it).
+A freed slot is seen by the policy at its next pass: ``release_slots`` makes the engine call it.
+
+Idle workers leave (issue 28, as vmctld's dispatcher does). A worker that ends a task and finds none
+left to take leaves the bag at once and its slot is free (``release_slots``, so the policy gets a
+pass), while another worker of the bag still runs a task; the bag's last task end completes the job
+with the slots it holds. That is ``vmctl.daemon.dispatcher.observe`` (a worker with no next task is
+dropped, ``_drop``) followed by ``vmctl.daemon.follow`` ("job released a worker", an event that makes
+vmctld decide). Before, the idle worker kept its slot until the policy shrank the bag at a later pass
+(an arrival or a job's end), which the what-if replay of a live run showed as bags starting up to
+377 s later than live (docs/operations.md, "How far to trust it"). Only under a policy that schedules
+task bags (``"task-bag" in policy.needs.shapes``, the ``dispatch-*`` policies): a rigid policy (FCFS,
+EASY: paper 001's baseline) runs a bag rigidly on the cores it started it on, as vmctld, which refuses
+such a policy task bags, would. A task end that hands the worker its next task calls no pass, in
+vmctld neither (no event; its periodic ``tick_s`` pass, which the simulator does not model, re-plans
+in between, which matters only to the policies whose plan follows the remaining work: proportion,
+workload, deadline). Reading of paper 001 (sec. II-B-2/3): the decision maker is passive, "normally
+... invoked by dispatcher whenever a job is submitted or finished"; a worker is "available" when idle
+and ready to accept a task, so a worker whose bag has no task left for it is available again, handed
+back by the dispatcher, which invokes the decision maker for it as for a job's end (the pass at a
+slot freed at a task boundary already was this reading).
 
 Rigid and moldable jobs run as in :class:`~vmctl.sim.exec_moldable.MoldableModel`. Worked example
 (checked in tests/unit/test_sim_shapes.py): 5 tasks of 10 s on 2 workers of speed 1 end at 30 (tasks 0,
@@ -121,6 +140,10 @@ class TaskBagModel(MoldableModel):
         # numbers keep the heap from comparing runs)
         self._events: list[tuple[float, int, int, Run]] = []
         self._seq = itertools.count()
+        # vmctld's dispatcher: a worker with no task left leaves its bag at once (module docstring, "Idle
+        # workers"); only under a policy that schedules task bags (EASY & co. run a bag rigidly)
+        needs = getattr(getattr(state, "policy", None), "needs", None)
+        self.release_idle = needs is None or "task-bag" in needs.shapes
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -261,6 +284,8 @@ class TaskBagModel(MoldableModel):
                         if bag.task[i] < 0 and self.levels > 1:  # idle now: its core's other runs get more
                             for r in self.affected(slot[1], (slot[0],)):
                                 others[r.idx] = r
+            if self.release_idle:
+                release.extend(self._idle_slots(run, bag))
             if release:
                 self._release(run, bag, release)
         return list((changed | others).values())  # the engine re-rates each (``rate`` re-times its task ends)
@@ -295,6 +320,18 @@ class TaskBagModel(MoldableModel):
             bag.draining.update(hold)
             self.state.hold_slots(run, hold)
         return ()
+
+    # ------------------------------------------------------------------ idle workers leave (vmctld's dispatcher)
+
+    @staticmethod
+    def _idle_slots(run: Run, bag: _Bag) -> list[tuple[int, int]]:
+        """The slots of the bag's idle workers (no task left for them), which leave the bag now, as
+        vmctld's dispatcher drops a worker that has no next task (``vmctl.daemon.dispatcher.observe``) and
+        the release makes vmctld decide. None while no worker of the bag is busy: its last task has
+        ended and the run completes holding its slots, as any job does."""
+        if all(task < 0 for task in bag.task):
+            return []
+        return [s for s, task in zip(run.slots, bag.task, strict=True) if task < 0 and s not in bag.draining]
 
     # ------------------------------------------------------------------ slots held past a resize
 

@@ -10,6 +10,7 @@ per-job starts are documented in bench/whatif.py and docs/operations.md ("How fa
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -370,6 +371,105 @@ def start_errors(err: dict[str, Any], loop: float, jobs: Sequence[str] | None = 
             "p50_loops": p50 / loop, "p90_loops": p90 / loop, "max_loops": mx / loop}
 
 
+def _triggers(times: dict[str, list[float]], submits: dict[str, float]) -> list[tuple[float, str, str]]:
+    """The events a start can follow, in time order: (time, ``submit`` or ``end``, job)."""
+    ev = [(float(t), "submit", k) for k, t in submits.items() if k in times]
+    ev += [(float(v[1]), "end", k) for k, v in times.items() if not math.isnan(float(v[1]))]
+    return sorted(ev)
+
+
+def _trigger_of(k: str, start: float, events: Sequence[tuple[float, str, str]], window: float) -> tuple[str, str]:
+    """The event a start at ``start`` followed: the latest submit or job end in ``[start - window, start]``
+    other than the job's own end; (``timer``, "") when none (a slice or slot boundary, a wake-up)."""
+    best: tuple[str, str] = ("timer", "")
+    for t, kind, j in events:
+        if t > start + 1e-6:
+            break
+        if t >= start - window and not (kind == "end" and j == k):
+            best = (kind, j)
+    return best
+
+
+def divergence(err: dict[str, Any], submits: dict[str, float], loop: float) -> dict[str, Any]:
+    """Where the replay first took another decision than the live run. Each start is put down to the
+    event it followed (:func:`_trigger_of`): live, the latest job end or submission within 3 control-loop
+    periods before it (vmctld decides at its next tick after the event); in the replay, the event at the
+    same instant. A start is **divergent** when the two runs put it down to different events *and* it
+    differs by more than 2 periods (the median tolerance: a start that follows the same event a loop
+    delay later is the same decision). Jobs in the order of their live start: ``jobs_before`` are the
+    ones before the first divergent start, with their start error (:func:`start_errors`; the part of the
+    run the replay follows decision by decision); ``first`` names the divergent job, both runs' events
+    and how far the events' times differ between the runs (an end a few seconds earlier in the replay
+    that comes before another job's end, where live it came after: the order of two ends flipped).
+    ``divergent`` counts every divergent start (a cascade continues from the first)."""
+    per = {p["job"]: p for p in err["per_job"]}
+    if not per:
+        return {"jobs": 0}
+    live = {k: [p["start_actual"], p["response_actual"] + submits[k]] for k, p in per.items()}
+    sim = {k: [p["start_simulated"], p["response_simulated"] + submits[k]] for k, p in per.items()}
+    lev, sev = _triggers(live, submits), _triggers(sim, submits)
+    order = sorted(per, key=lambda k: (live[k][0], k))
+    first: dict[str, Any] | None = None
+    followed: dict[str, Any] | None = None
+    divergent = 0
+    before: list[str] = []
+
+    def at(tr: tuple[str, str], times: dict[str, list[float]]) -> float | None:
+        if tr[0] == "end":
+            return float(times[tr[1]][1])
+        return float(submits[tr[1]]) if tr[0] == "submit" else None
+
+    for k in order:
+        lt = _trigger_of(k, live[k][0], lev, 3 * loop)
+        st = _trigger_of(k, sim[k][0], sev, 1e-6)
+        d = sim[k][0] - live[k][0]
+        if lt == st and lt[0] != "timer" and (followed is None or abs(d) > abs(followed["difference"])):
+            # the same decision, shifted: as late as the event it follows
+            followed = {"job": k, "difference": d, "after": list(lt), "event_times": [at(lt, live), at(lt, sim)]}
+        if lt != st and abs(d) > 2 * loop:
+            divergent += 1
+            if first is None:
+                first = {"job": k, "live_start": live[k][0], "replay_start": sim[k][0], "difference": d,
+                         "live_after": list(lt), "replay_after": list(st),
+                         # each run's event, at its time in both runs (None: a timer)
+                         "live_event_times": [at(lt, live), at(lt, sim)] if lt[0] != "timer" else None,
+                         "replay_event_times": [at(st, live), at(st, sim)] if st[0] != "timer" else None}
+        if first is None:
+            before.append(k)
+    return {"jobs": len(order), "jobs_before": len(before), "divergent": divergent, "first": first,
+            "start_error_before": start_errors(err, loop, before) if before else {"jobs": 0},
+            "largest_same_decision": followed}
+
+
+def describe_divergence(div: dict[str, Any]) -> str:
+    """One line naming where the replay's decisions diverged from the live run's (:func:`divergence`)."""
+    f = div.get("first")
+    if not f:
+        out = "no divergent decision: every start follows the same event in both runs"
+        g = div.get("largest_same_decision")
+        if g and g["event_times"][0] is not None and g["event_times"][1] is not None:
+            out += (f"; the largest start difference among them, job {g['job']} ({g['difference']:+.1f} s), follows "
+                    f"job {g['after'][1]}'s {'arrival' if g['after'][0] == 'submit' else 'end'}, which the replay "
+                    f"has {g['event_times'][1] - g['event_times'][0]:+.1f} s from live")
+        return out
+
+    def ev(tr: list[str], times: list[float | None] | None) -> str:
+        if tr[0] == "timer":
+            return "a timer (slice/slot boundary or wake-up)"
+        what = f"job {tr[1]}'s {'arrival' if tr[0] == 'submit' else 'end'}"
+        if times is None or times[0] is None or times[1] is None:
+            return what
+        return f"{what} (live {times[0]:.1f} s, replay {times[1]:.1f} s)"
+
+    b = div["start_error_before"]
+    tail = (f"; the {div['jobs_before']} jobs before it: start |err| p50/p90/max {b['p50']:.1f}/{b['p90']:.1f}/"
+            f"{b['max']:.1f} s" if b.get("jobs") else "")
+    return (f"decisions diverge at job {f['job']} ({div['jobs_before']} of {div['jobs']} jobs before it, "
+            f"{div['divergent']} divergent starts in all): live it started at {f['live_start']:.1f} s after "
+            f"{ev(f['live_after'], f['live_event_times'])}, the replay at {f['replay_start']:.1f} s after "
+            f"{ev(f['replay_after'], f['replay_event_times'])}{tail}")
+
+
 def tolerance(name: str, loop: float) -> dict[str, float]:
     """The per-job start tolerance stated for a family (docs/operations.md, "How far to trust it"), in
     model seconds: the median start within 2 control-loop periods (a live start waits for a decision
@@ -479,6 +579,7 @@ def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out
                "clock_phase": sim.get("clock_phase", 0.0), "slice_loss": loss, "without_slice_loss": plain,
                "tolerance": tolerance(name, loop),
                "start_error": start_errors(err, loop),
+               "divergence": divergence(err, submits, loop),
                "live": {k: v for k, v in act.items() if k != "jobs_json"},
                "simulated": {k: v for k, v in sim.items() if k != "jobs_json"}, "error": err,
                "per_job": {"live": json.loads(act["jobs_json"]), "simulated": json.loads(sim["jobs_json"])}}
