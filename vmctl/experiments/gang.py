@@ -612,7 +612,7 @@ def trace_cell(trace: str, jobs: int, policy: str, seed: int, mpl: int = 5, slic
     from vmctl.sim.engine import Simulator
     from vmctl.sim.timeslice import TimeSliceModel
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     spec = WorkloadSpec(trace=trace_file(trace), jobs=jobs, seed=seed)
     built = build_workload(spec)
     gang = policy in POLICIES
