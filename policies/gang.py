@@ -88,7 +88,7 @@ from vmctl.model import (
     Unreplicate,
 )
 from vmctl.policies.base import Needs, SchedulingPolicy
-from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, derive
+from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, _checked_mask, derive
 from vmctl.policies.registry import register
 
 #: the paper's time slice (sec. 3), as ``vmctl.sim.timeslice.DEFAULT_SLICE`` (a policy does not import the
@@ -118,6 +118,8 @@ class _Gang(SchedulingPolicy):
     needs: ClassVar[Needs] = Needs(levels=5, disciplines=_TIMESLICE)
 
     def validate_params(self) -> None:
+        #: job id -> (its cores tuple, total cores, sorted nodes, checked bit set or -1, GangJob): see ``decide``
+        self._memo: dict[str, tuple[tuple[int, ...], int, tuple[int, ...], int, GangJob]] = {}
         mpl, period, cost, quota = (self.params[k] for k in ("mpl", "slice", "cost", "quota"))
         if mpl < 1:
             raise PolicyParameterError(policy=self.name, param="mpl", problem=f"must be >= 1, got {mpl}")
@@ -163,14 +165,32 @@ class _Gang(SchedulingPolicy):
         slots = view.slot_job
         running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         jobs: dict[str, GangJob] = {}
-        backfill = self.backfill  # only backfilling reads a running job's remaining time
-        for jid, rj in view.running.items():
+        masks: dict[str, int] = {}
+        total = view.total_cores
+        view_running = view.running
+        # What a running job's nodes mean for the matrix (sorted nodes, checked bit set, its GangJob) is
+        # kept from one event to the next while the job holds the same cores tuple (a memo, not state: an
+        # entry is used only for the very object it was made from, which it keeps alive).
+        memo = self._memo
+        for jid, rj in view_running.items():
             cores = rj.cores
             if not cores or slots[rj.level][cores[0]] != jid:
                 continue  # checkpointed: holds no slot
-            running[jid] = (tuple(sorted(cores)), (rj.level, *rj.replicas))
-            jobs[jid] = GangJob(jid, len(cores), rj.job.submit_time, rj.remaining_estimate if backfill else math.inf)
-        total = view.total_cores
+            ent = memo.get(jid)
+            if ent is None or ent[0] is not cores or ent[1] != total:
+                cells = tuple(sorted(cores))
+                ent = (cores, total, cells, _checked_mask(cells, total),
+                       GangJob(jid, len(cores), rj.job.submit_time, math.inf))
+                memo[jid] = ent
+            replicas = rj.replicas
+            running[jid] = (ent[2], (rj.level, *replicas) if replicas else (rj.level,))
+            if ent[3] >= 0:
+                masks[jid] = ent[3]
+            jobs[jid] = ent[4]
+        if len(memo) > 2 * len(running) + 64:
+            self._memo = {j: e for j, e in memo.items() if j in running}
+        # only backfilling reads a running job's remaining time, and only of the jobs it looks at
+        remaining = (lambda j: view_running[j].remaining_estimate) if self.backfill else None
         # the queue is converted (and checked) as far as the derivation reads it: GS stops at the first job
         # that fits nowhere, so a long queue behind it costs nothing
         queue = _queued(view.queue, total)
@@ -180,7 +200,8 @@ class _Gang(SchedulingPolicy):
         params = GangParams(mpl=mpl, backfill=self.backfill, migration=self.migration, cost=cost,
                             quota=self._quota(view, now), conservative=conservative,
                             depth=None if depth == math.inf else int(depth))
-        d = derive(total, running, jobs, queue, params, checked=True, blocked=_blocked_cells(slots, running, mpl))
+        d = derive(total, running, jobs, queue, params, checked=True, blocked=_blocked_cells(slots, running, mpl),
+                   masks=masks, remaining=remaining)
         actions: list[Action] = []
         kept = _kept_replicas(running, d.steps)
         for jid, (_nodes, rows) in running.items():

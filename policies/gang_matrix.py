@@ -92,7 +92,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -396,12 +396,27 @@ def _pick(matrix: Matrix, row: int, keep: int, count: int) -> tuple[int, ...]:
 
 
 class _Deriver:
-    def __init__(self, matrix: Matrix, jobs: dict[str, GangJob], params: GangParams) -> None:
+    def __init__(self, matrix: Matrix, jobs: dict[str, GangJob], params: GangParams,
+                 remaining: Callable[[str], float] | None = None) -> None:
         self.m = matrix
         self.jobs = jobs
         self.p = params
         self.out = Derivation(matrix=matrix)
         self.quota = params.quota
+        #: the running jobs' remaining time, asked for only when backfilling reads it (see ``derive``)
+        self._remaining = remaining
+        self._rem_seen: dict[str, float] = {}
+
+    def _rem(self, job: str) -> float:
+        """The estimated remaining time of a job of the matrix: from ``derive``'s ``remaining`` for a job
+        that ran before this event (asked once), else its :class:`GangJob`'s."""
+        get = self._remaining
+        if get is None or job in self.out.started:
+            return self.jobs[job].remaining
+        seen = self._rem_seen.get(job)
+        if seen is None:
+            seen = self._rem_seen[job] = get(job)
+        return seen
 
     # -------------------------------------------------------------- migration helpers
 
@@ -478,15 +493,24 @@ class _Deriver:
             later = order[i + 1:]
             if not later:
                 break
+            # A job moves only to a row with at least its size free (the same nodes, or |A| free slots for
+            # migration: ``_move``). The later rows only lose free slots while row r is walked (a move
+            # fills its target, a clearing moves jobs within it) and r's jobs come smallest first, so the
+            # walk stops at the first job wider than every later row's free slots.
+            widest = max(free[p] for p in later)
             targets: list[int] | None = None  # the later rows, most populated first (until a move)
             for a in sorted(m.members[r], key=lambda j: (len(where[j]), jobs[j].order, j)):
                 if r not in rows_of.get(a, ()):
                     continue
+                size = len(where[a])
+                if size > widest:
+                    break
                 if targets is None:
                     targets = sorted(later, key=lambda p: (free[p], p))
                 for p in targets:
-                    if self._move(a, r, p):
+                    if free[p] >= size and self._move(a, r, p):
                         targets = None  # populations changed
+                        widest = max(free[q] for q in later)
                         break
 
     def _move(self, a: str, r: int, p: int) -> bool:
@@ -597,7 +621,7 @@ class _Deriver:
         m = self.m
         releases: dict[float, int] = {}
         for j in m.members[row]:
-            t = max(self.jobs[j].remaining, 1e-9)
+            t = max(self._rem(j), 1e-9)
             releases[t] = releases.get(t, 0) + len(m.where[j])
         prof = [[0.0, float(m.free[row])]]
         free = float(m.free[row])
@@ -668,7 +692,7 @@ class _Deriver:
             shadow = 0.0
             if free < job.size:
                 shadow = math.inf
-                ending = sorted((self.jobs[j].remaining, len(m.where[j])) for j in m.members[r])
+                ending = sorted((self._rem(j), len(m.where[j])) for j in m.members[r])
                 for remaining, size in ending:
                     free += size
                     if free >= job.size:
@@ -685,22 +709,33 @@ class _Deriver:
         where, rows_of, occ, bits, free = m.where, m.rows_of, m.occ, m.bits, m.free
         migration = self.p.migration
         rows = m.in_use()  # expansion neither opens nor empties a row
+        # Either way a job goes into a row only with at least its size free (its own nodes free, or |A|
+        # free slots to clear them), and rows only lose free slots during expansion (a replica fills, a
+        # clearing moves jobs within the row): a job wider than every row's free slots is skipped, and
+        # once every row is full nothing more is looked at.
+        widest = max((free[p] for p in rows), default=0)
         for a in order:
+            if not widest:
+                return
             nodes = where.get(a)
             if nodes is None:
+                continue
+            size = len(nodes)
+            if size > widest:
                 continue
             amask = bits[a]
             mine = rows_of[a]
             for p in rows:
-                if p in mine:
+                if p in mine or free[p] < size:
                     continue
                 if not occ[p] & amask:
                     m._put(a, p, nodes, amask)
                     self.out.steps.append(GangStep("replicate", a, p, nodes))
+                    widest = max(free[q] for q in rows)
                     continue
                 # clearing A's nodes of row p needs, besides them, room in p for the jobs on them: exactly
                 # when p has |A| free slots (every occupied one of A's nodes is a blocker's)
-                if not migration or free[p] < len(nodes) or m.blocked[p] & amask:
+                if not migration or m.blocked[p] & amask:
                     continue
                 blockers = self._blockers(p, amask)
                 if not blockers:
@@ -714,37 +749,38 @@ class _Deriver:
                 self._apply_clear(p, plan, "expand")
                 m._put(a, p, nodes, amask)
                 self.out.steps.append(GangStep("replicate", a, p, nodes))
+                widest = max(free[q] for q in rows)
                 c = self.p.cost
                 self._spend(a, "expand", 1, c / 2 * len(nodes) + c * moved, moved)
 
 
 def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
-             blocked: Iterable[tuple[int, int]] = ()) -> Matrix:
+             blocked: Iterable[tuple[int, int]] = (), masks: Mapping[str, int] | None = None) -> Matrix:
     """Step 1: a matrix where every running job (``job -> (nodes, rows it is in)``) keeps its nodes and
     its lowest row, and the cells ``blocked`` (``(node, row)``: held by a move in flight, e.g. the source
     slots of a live migration) are occupied by no job. Raises ``ValidationError`` if two jobs share a
-    slot, a job sits on a blocked cell or a row is out of range."""
+    slot, a job sits on a blocked cell or a row is out of range.
+
+    ``masks``: for some jobs, their nodes as a bit set, already checked by the caller (``nodes`` sorted,
+    distinct, within 0 .. nodes-1; a policy keeps them from one event to the next for the jobs that did
+    not move): neither sorted nor checked again."""
     m = Matrix(nodes, mpl)
     occ, free, where_of, bits, rows_of, members = m.occ, m.free, m.where, m.bits, m.rows_of, m.members
-    shift = (1).__lshift__
     for job, (where, rows) in running.items():
         rows = sorted(rows)
         if not rows:
             raise ValidationError(field=f"job {job}", problem="runs in no row")
         if rows[0] < 0 or rows[-1] >= mpl:
             raise ValidationError(field=f"job {job}", problem=f"row {rows[-1]} outside 0..{mpl - 1}")
-        cells = tuple(sorted(where))
-        size = len(cells)
-        if not size or cells[0] < 0 or cells[-1] >= nodes:
-            mask = -1
-        elif size == 1:
-            mask = 1 << cells[0]
-        elif cells[-1] - cells[0] + 1 == size and cells == tuple(range(cells[0], cells[0] + size)):
-            mask = ((1 << size) - 1) << cells[0]  # consecutive nodes (the usual case: the lowest free ones)
+        known_mask = masks.get(job) if masks is not None else None
+        if known_mask is not None:
+            cells = where
+            mask = known_mask
+            size = len(cells)
         else:
-            mask = functools.reduce(operator.or_, map(shift, cells), 0)
-            if mask.bit_count() != size:
-                mask = -1  # a node twice
+            cells = tuple(sorted(where))
+            size = len(cells)
+            mask = _checked_mask(cells, nodes)
         if mask < 0:
             raise ValidationError(field=f"job {job}",
                                   problem=f"nodes {list(where)} are not distinct nodes of 0..{nodes - 1}")
@@ -763,6 +799,19 @@ def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], 
     return m
 
 
+def _checked_mask(cells: tuple[int, ...], nodes: int) -> int:
+    """The bit set of the sorted ``cells``, or -1 if they are not distinct nodes of 0 .. nodes-1."""
+    size = len(cells)
+    if not size or cells[0] < 0 or cells[-1] >= nodes:
+        return -1
+    if size == 1:
+        return 1 << cells[0]
+    if cells[-1] - cells[0] + 1 == size and cells == tuple(range(cells[0], cells[0] + size)):
+        return ((1 << size) - 1) << cells[0]  # consecutive nodes (the usual case: the lowest free ones)
+    mask: int = functools.reduce(operator.or_, map((1).__lshift__, cells), 0)
+    return mask if mask.bit_count() == size else -1  # else a node twice
+
+
 def derive(
     nodes: int,
     running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
@@ -772,6 +821,8 @@ def derive(
     *,
     checked: bool = False,
     blocked: Iterable[tuple[int, int]] = (),
+    masks: Mapping[str, int] | None = None,
+    remaining: Callable[[str], float] | None = None,
 ) -> Derivation:
     """The new matrix at a scheduling event (the four steps of the module docstring).
 
@@ -787,7 +838,11 @@ def derive(
     ``blocked``: cells ``(node, row)`` held by a move in flight (vmctld keeps a migrating job's source
     slots until the move is confirmed): no step places a job there or clears one (compaction's option 1
     and expansion's clearing skip a row where the job's own nodes include one), and they count as
-    occupied (a row holding only such cells is in use)."""
+    occupied (a row holding only such cells is in use).
+
+    ``masks``: checked bit sets of some running jobs' nodes (:func:`collapse`). ``remaining``: the
+    estimated remaining time of a running job, asked for only when backfilling needs it (a reservation's
+    shadow time, a conservative profile), at most once per job; without it, ``jobs[job].remaining``."""
     if not checked:
         queue = list(queue)
         for q in queue:
@@ -800,7 +855,7 @@ def derive(
         missing = [j for j in running if j not in known]
         if missing:
             raise ValidationError(field=f"job {missing[0]}", problem="runs but has no GangJob record")
-    d = _Deriver(collapse(nodes, params.mpl, running, blocked), known, params)
+    d = _Deriver(collapse(nodes, params.mpl, running, blocked, masks), known, params, remaining)
     d.compact()
     d.schedule(queue)
     d.expand(sorted(d.m.where, key=lambda j: (known[j].order, j)))

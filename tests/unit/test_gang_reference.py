@@ -65,6 +65,20 @@ def test_the_fast_derivation_is_the_reference_one(seed: int) -> None:
         lazy = fast.derive(n, running, known, iter([fast.GangJob(*q) for q in queue]), fast.GangParams(**params),
                            checked=True)
         assert _summary(lazy) == want
+        # a policy's form: checked bit sets for the running jobs (``masks``) and their remaining time asked
+        # for through ``remaining`` (their GangJobs carry inf), as ``decide`` passes them
+        masks = {j: fast._checked_mask(nodes, n) for j, (nodes, _rows) in running.items()}
+        blind = {j: g._replace(remaining=float("inf")) for j, g in known.items()}
+        asked: list[str] = []
+
+        def remaining(j: str, asked: list[str] = asked, known: dict[str, fast.GangJob] = known) -> float:
+            asked.append(j)
+            return known[j].remaining
+
+        memo = fast.derive(n, running, blind, iter([fast.GangJob(*q) for q in queue]), fast.GangParams(**params),
+                           checked=True, masks=masks, remaining=remaining)
+        assert _summary(memo) == want
+        assert len(asked) == len(set(asked)) and set(asked) <= set(running)
 
 
 def test_a_queue_behind_a_blocked_head_is_not_read_under_gs() -> None:

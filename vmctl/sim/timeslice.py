@@ -127,9 +127,24 @@ class TimeSliceModel(ExecutionModel):
         return changed if old != new else ()
 
     def on_schedule(self, schedule: SliceSchedule, now: float) -> Iterable[Run]:
+        """The runs whose rate changes at ``now``: those of the row the runs' rates were last computed for
+        (the active row as followed so far) and of the row active now, when the two differ; none when the
+        same row stays active (a gang policy sends its schedule with every decision, mostly the same one:
+        re-rating every run at every decision was a third of the engine's time on a gang run). Every run
+        is in one of the two rows or had rate 0 and keeps it. After a stall (no run could advance, so the
+        boundaries were not followed), every run."""
+        stalled = self._stalled
+        old = self._active
         self._set(schedule, now)
         self._stalled = False
-        return list(self.state.runs.values())
+        runs = self.state.runs.values()
+        if stalled:
+            return list(runs)
+        new = self._active
+        if old == new:
+            return ()
+        return [run for run in runs if run.level == old or run.level == new
+                or (run.replicas and (old in run.replicas or new in run.replicas))]
 
     def expected_end(self, run: Run, now: float) -> float:
         """When the run ends at the latest if the schedule stays as it is: its remaining estimate
