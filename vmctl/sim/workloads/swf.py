@@ -61,7 +61,7 @@ import numpy.typing as npt
 
 from vmctl.errors import OutOfRange, TraceFormatError, VmctlError
 from vmctl.model import JobShape
-from vmctl.sim.workloads.core import Workload, WorkloadJob, gc_paused, make_job
+from vmctl.sim.workloads.core import JobTable, Workload, WorkloadJob, gc_paused
 
 __all__ = ["FIELD_NAMES", "SIDE_FORMAT", "SIDE_SUFFIX", "read_side_file", "read_swf", "side_file_path", "write_swf"]
 
@@ -412,24 +412,17 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priorit
         kprocs = kprocs[order]
         krun = kept[:, _RUN]
         kest = np.where(kept[:, _REQ_TIME] > 0, kept[:, _REQ_TIME], krun)
-        n = len(kept)
-        columns = [
-            kept[:, _ID].astype(np.int64).tolist(),
-            kept[:, _SUBMIT].tolist(),
-            krun.tolist(),
-            kprocs.astype(np.int64).tolist(),
-            kest.tolist(),
-            [None] * n,
-            kept[:, _USER].astype(np.int64).tolist(),
-        ]
-        if priority_from_queue:
-            columns.append(np.maximum(kept[:, _QUEUE], 0).astype(np.int64).tolist())
-        jobs = list(map(make_job, *columns))
+        # the jobs as columns (issue 27: no object per record; ``JobTable`` builds them when asked)
+        jobs: Sequence[WorkloadJob] = JobTable(
+            kept[:, _ID].astype(np.int64), kept[:, _SUBMIT], krun, kprocs.astype(np.int64), kest,
+            kept[:, _USER].astype(np.int64),
+            np.maximum(kept[:, _QUEUE], 0).astype(np.int64) if priority_from_queue else None)
+        del arr, kept, run, procs, krun, kest, kprocs
     doc = read_side_file(p) if side else None
     if doc is None:
         return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header)
     shapes: dict[int, JobShape] = {}
-    jobs = _apply_side(side_file_path(p), doc, jobs, shapes)
+    jobs = _apply_side(side_file_path(p), doc, list(jobs), shapes)
     return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header, shapes=shapes)
 
 
