@@ -49,7 +49,7 @@ class EngineBase:
     two_tier: bool
     dropped: dict[str, int]
     # the workload, by job index
-    _submit: list[float]
+    _submit: array[float]
     _estimate: array[float]
     _overrun: bytearray  # the run time exceeds the estimate: the job ends killed at its estimate
     _work: array[float]

@@ -150,7 +150,10 @@ def compute(
     job's slots were held, counted in the utilization instead of ``run x procs`` where it is not NaN
     (a job whose width changed while it ran: a resized task bag)."""
     done = ~np.isnan(end)
-    sub, fst, en, rn, pr = submit[done], first_start[done], end[done], run[done], procs[done]
+    if done.all():  # every job finished (the usual case): no copies (issue 27: peak memory at the end of a run)
+        sub, fst, en, rn, pr = submit, first_start, end, run, procs
+    else:
+        sub, fst, en, rn, pr = submit[done], first_start[done], end[done], run[done], procs[done]
     n = int(sub.shape[0])
     if n == 0:
         return Metrics(0, 0.0, 0.0, 0.0, 0.0, 0.0, None, None, None)
@@ -212,7 +215,10 @@ def gang(submit: np.ndarray, first_start: np.ndarray, end: np.ndarray, run: np.n
          cores: int, slice_s: float, mpl: int, capacity_lost: float, migrations: int) -> GangMetrics:
     """:class:`GangMetrics` over the finished jobs (arrays per job as in :func:`compute`)."""
     done = ~np.isnan(end)
-    sub, fst, en, rn, pr = submit[done], first_start[done], end[done], run[done], procs[done]
+    if done.all():  # every job finished (the usual case): no copies (issue 27: peak memory at the end of a run)
+        sub, fst, en, rn, pr = submit, first_start, end, run, procs
+    else:
+        sub, fst, en, rn, pr = submit[done], first_start[done], end[done], run[done], procs[done]
     n = int(sub.shape[0])
     if n == 0:
         return GangMetrics(slice_s, mpl, 0.0, 0.0, 0.0, 0.0, capacity_lost, 0.0, 0.0)
