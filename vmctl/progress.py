@@ -61,7 +61,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
 from vmctl.errors import ValidationError
 
@@ -106,6 +105,8 @@ class ProgressModel:
         rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5EED]))
         # one row of three uniforms per job, in workload order: row i depends on (seed, i) only
         u = rng.random((n, 3))
+        from scipy import special  # imported when drawn (two-tier runs): 26 MB a one-tier run does not need
+
         loss = self.loss_low + (self.loss_high - self.loss_low) * u[:, 0]
         single = self.beta_single_low + (self.beta_single_high - self.beta_single_low) * u[:, 1]
         normal = self.beta_multi_mean + self.beta_multi_sigma * special.ndtri(np.clip(u[:, 2], 1e-12, 1 - 1e-12))
@@ -145,6 +146,8 @@ def _clipped_normal_mean(mean: float, sigma: float, lo: float, hi: float) -> flo
     """E[clip(X, lo, hi)] for X ~ N(mean, sigma)."""
     if sigma <= 0:
         return min(hi, max(lo, mean))
+    from scipy import special  # imported when asked: 26 MB
+
     a, b = (lo - mean) / sigma, (hi - mean) / sigma
     cdf_a, cdf_b = float(special.ndtr(a)), float(special.ndtr(b))
     inside = mean * (cdf_b - cdf_a) + sigma * (_pdf(a) - _pdf(b))

@@ -54,6 +54,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, Literal
 
@@ -71,6 +72,7 @@ from vmctl.sim.engine_twotier import TwoTierEngine
 from vmctl.sim.execution import ExecutionModel, TwoTierModel, WorkloadRecord
 from vmctl.sim.execution import shared_rate as shared_rate
 from vmctl.sim.timeslice import TimeSliceModel
+from vmctl.sim.workloads.core import JobTable
 
 _EPS = 1e-9
 _INF = math.inf
@@ -295,46 +297,77 @@ class Simulator(TwoTierEngine, LevelEngine):
             if model.two_tier is None:
                 model.two_tier = self.two_tier
             self.two_tier = model.two_tier
-        # the workload's columns, read with C-level attribute getters (a 200,000-job trace pays for
-        # every Python-level step per job here)
-        all_procs = list(map(_PROCS, jobs))
-        if all_procs and max(all_procs) > cores:
-            keep = [p <= cores for p in all_procs]
-            kept = list(itertools.compress(jobs, keep))
-            all_procs = list(itertools.compress(all_procs, keep))
-            self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + (
-                len(jobs) - len(kept)
-            )
+        # the workload's columns: straight from a ``JobTable`` (a trace read by ``read_swf``: no record
+        # objects at all, issue 27), else read with C-level attribute getters (a 200,000-job trace pays
+        # for every Python-level step per job here)
+        table = jobs if isinstance(jobs, JobTable) else None
+        if table is not None:
+            wide = table.procs > cores
+            if wide.any():
+                self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + int(
+                    wide.sum())
+                table = table.select(~wide)
+            kept: Sequence[Any] = table
+            all_procs = table.procs.tolist()
         else:
-            kept = list(jobs)
+            all_procs = list(map(_PROCS, jobs))
+            if all_procs and max(all_procs) > cores:
+                keep = [p <= cores for p in all_procs]
+                kept = list(itertools.compress(jobs, keep))
+                all_procs = list(itertools.compress(all_procs, keep))
+                self.dropped["wider than the machine"] = self.dropped.get("wider than the machine", 0) + (
+                    len(jobs) - len(kept)
+                )
+            else:
+                kept = list(jobs)
         n = len(kept)
         self.n = n
-        self._submit = list(map(float, map(_SUBMIT, kept)))
-        if self._submit != sorted(self._submit):  # timsort checks a sorted list in one pass
-            sub = self._submit
-            first = next((i for i in range(1, n) if sub[i] < sub[i - 1]), None)
-            if first is not None:  # (NaN times compare as unordered; they pass, as they always did)
-                raise ValidationError(field=f"job {kept[first].id}.submit",
-                                      problem="jobs must be sorted by submit time")
+        sub_np = table.submit if table is not None else np.fromiter(map(float, map(_SUBMIT, kept)), np.float64, n)
+        # (an ``array('d')``: 8 bytes a job, a list of floats 32)
+        self._submit = array("d", sub_np.tobytes())
+        unsorted = np.flatnonzero(sub_np[1:] < sub_np[:-1])
+        del sub_np
+        if unsorted.size:  # (NaN times compare as unordered; they pass, as they always did)
+            raise ValidationError(field=f"job {kept[int(unsorted[0]) + 1].id}.submit",
+                                  problem="jobs must be sorted by submit time")
         self._src = kept
         # the records' own ids; a job's id as the policy sees it (``Job.id``) is ``str`` of it, made when
         # the job arrives (``_jid``), so no string per job is kept for the whole run (issue 27: 12 MB on HPC2N)
-        self._rid: list[Any] = list(map(_ID, kept))
-        if len(set(self._rid if all(type(r) is int for r in self._rid) else map(str, self._rid))) != n:
+        # (integer ids in an ``array('q')``: 8 bytes a job, where a list of ints holds 36)
+        self._rid: Sequence[Any]
+        if table is not None:
+            self._rid = array("q", table.id.tobytes())
+            unique = len(np.unique(table.id)) == n
+        else:
+            rid = list(map(_ID, kept))
+            ints = all(type(r) is int for r in rid)
+            unique = len(set(rid if ints else map(str, rid))) == n
+            self._rid = array("q", rid) if ints and (not rid or -2**63 <= min(rid) <= max(rid) < 2**63) else rid
+            del rid
+        if not unique:
             raise ValidationError(field="workload", problem="job ids are not unique")
         self._index_map: dict[str, int] | None = None  # id -> position, built when first asked (outcome)
-        self._estimate = list(map(float, map(_ESTIMATE, kept)))
-        self._run_time = list(map(float, map(_RUN_TIME, kept)))
-        self._work = list(map(min, self._run_time, self._estimate))
+        # estimates, work and whether the run time exceeds the estimate (a kill at the estimate) as
+        # machine numbers (issue 27: a list of floats is 32 bytes a job, an ``array('d')`` 8)
+        if table is not None:
+            est_np, run_np = table.estimate, table.run_time
+        else:
+            est_np = np.fromiter(map(float, map(_ESTIMATE, kept)), dtype=np.float64, count=n)
+            run_np = np.fromiter(map(float, map(_RUN_TIME, kept)), dtype=np.float64, count=n)
+        self._estimate = array("d", est_np.tobytes())
+        self._work = array("d", np.minimum(run_np, est_np).tobytes())
+        self._overrun = bytearray((run_np > est_np).tobytes())
+        del est_np, run_np
         self._procs = list(map(int, all_procs))
         # what the policy sees of who submitted a job and how urgent it is (traces carry no deadline):
         # the workload's priority and user id ("" when unknown; one string object per user)
-        self._priority: list[int] = _column(kept, "priority", 0)
-        users = _column(kept, "user", -1)
+        self._priority: Sequence[int] = (array("q", table.priority.tobytes()) if table is not None
+                                         else _column(kept, "priority", 0))
+        users = table.user.tolist() if table is not None else _column(kept, "user", -1)
         user_names = {u: str(u) if u >= 0 else "" for u in set(users)}
         self._user_name = list(map(user_names.__getitem__, users))
         # deadlines the workload gives (id -> time; most sources give none, and then nothing is paid)
-        self._deadline_of: dict[str, float] = {
+        self._deadline_of: dict[str, float] = {} if table is not None else {
             jid: float(d) for jid, d in zip(map(str, self._rid), _column(kept, "deadline", None), strict=True)
             if d is not None}
         full = self.config.cpu_usage == "full"
@@ -343,7 +376,8 @@ class Simulator(TwoTierEngine, LevelEngine):
         self._usage: list[tuple[float, ...]] = []
         given: list[int] = []  # positions of the usage the workload gave (validated below)
         append = self._usage.append
-        for i, (u, procs) in enumerate(zip(map(_USAGE, kept), self._procs, strict=True)):
+        for i, (u, procs) in enumerate(zip(repeat(None) if table is not None else map(_USAGE, kept), self._procs,
+                                           strict=False)):
             if full or u is None:
                 one = ones.get(procs)
                 if one is None:
@@ -687,12 +721,13 @@ class Simulator(TwoTierEngine, LevelEngine):
         (stopped at its estimate: the trace's run time was longer), ``policy`` (killed for good by the
         policy) or empty. Times are simulation seconds; a job that never started has NaN times."""
         src = self._src
+        users = src.user.tolist() if isinstance(src, JobTable) else None
         for i in range(self.n):
             start, end = self._first_start[i], self._end[i]
             killed = "policy" if self._dropped_by_policy[i] else ("estimate" if self._est_killed[i] else "")
             yield {
                 "id": str(self._rid[i]),
-                "user": int(getattr(src[i], "user", -1)),
+                "user": users[i] if users is not None else int(getattr(src[i], "user", -1)),
                 "submit": self._submit[i],
                 "start": start,
                 "end": end,

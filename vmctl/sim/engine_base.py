@@ -49,10 +49,10 @@ class EngineBase:
     two_tier: bool
     dropped: dict[str, int]
     # the workload, by job index
-    _submit: list[float]
-    _estimate: list[float]
-    _run_time: list[float]
-    _work: list[float]
+    _submit: array[float]
+    _estimate: array[float]
+    _overrun: bytearray  # the run time exceeds the estimate: the job ends killed at its estimate
+    _work: array[float]
     _usage: list[tuple[float, ...]]
     _width: array[int]
     # per-job outcomes and history
@@ -188,6 +188,6 @@ class EngineBase:
         self._vacate(run)
         run.version = -1
         self._end[idx] = self.now
-        if self._run_time[idx] > self._estimate[idx]:
+        if self._overrun[idx]:
             self._est_killed[idx] = 1
         self._done += 1

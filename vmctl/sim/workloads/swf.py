@@ -81,7 +81,7 @@ import numpy.typing as npt
 
 from vmctl.errors import OutOfRange, TraceFormatError, VmctlError
 from vmctl.model import JobShape
-from vmctl.sim.workloads.core import Workload, WorkloadJob, gc_paused, make_job
+from vmctl.sim.workloads.core import JobTable, Workload, WorkloadJob, gc_paused
 
 __all__ = ["BOOT_MODES", "FIELD_NAMES", "SIDE_FORMAT", "SIDE_SUFFIX", "read_side_file", "read_swf", "side_file_path",
            "side_line", "write_swf"]
@@ -467,9 +467,10 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priorit
         # checks (a bytes copy of the block and masks of its bytes) then stay a few MB whatever the
         # trace's size, instead of several copies of the whole text (issue 27: HPC2N's parse peaked
         # at 170 MB). A block's checks and numbers are those of the whole file restricted to its lines.
-        parts = [_parse_block(p, lines, data[k:k + _BLOCK], usecols) for k in range(0, len(data), _BLOCK)]
-        arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        del parts
+        # (each block's numbers go straight into one array: no list of blocks beside their concatenation)
+        arr = np.empty((len(data), len(usecols)), dtype=np.float64)
+        for k in range(0, len(data), _BLOCK):
+            arr[k:k + _BLOCK] = _parse_block(p, lines, data[k:k + _BLOCK], usecols)
 
         bad = ~np.isfinite(arr).all(axis=1)
         for k in (*_INTEGRAL, _QUEUE) if priority_from_queue else _INTEGRAL:
@@ -491,31 +492,25 @@ def read_swf(path: str | PathLike[str], max_procs: int | None = None, *, priorit
             if mask.any()
         }
 
-        kept = arr[keep]
-        kprocs = procs[keep]
-        order = np.lexsort((kept[:, _ID], kept[:, _SUBMIT]))
-        kept = kept[order]
-        kprocs = kprocs[order]
-        krun = kept[:, _RUN]
-        kest = np.where(kept[:, _REQ_TIME] > 0, kept[:, _REQ_TIME], krun)
-        n = len(kept)
-        columns = [
-            kept[:, _ID].astype(np.int64).tolist(),
-            kept[:, _SUBMIT].tolist(),
-            krun.tolist(),
-            kprocs.astype(np.int64).tolist(),
-            kest.tolist(),
-            [None] * n,
-            kept[:, _USER].astype(np.int64).tolist(),
-        ]
-        if priority_from_queue:
-            columns.append(np.maximum(kept[:, _QUEUE], 0).astype(np.int64).tolist())
-        jobs = list(map(make_job, *columns))
+        # the kept rows in (submit, id) order, taken column by column (no copy of the whole array)
+        rows = np.flatnonzero(keep)
+        order = rows[np.lexsort((arr[rows, _ID], arr[rows, _SUBMIT]))]
+        del rows, keep, drop_run, drop_procs, drop_wide
+        krun = arr[order, _RUN]
+        req_time = arr[order, _REQ_TIME]
+        kest = np.where(req_time > 0, req_time, krun)
+        del req_time
+        # the jobs as columns (issue 27: no object per record; ``JobTable`` builds them when asked)
+        jobs: Sequence[WorkloadJob] = JobTable(
+            arr[order, _ID].astype(np.int64), arr[order, _SUBMIT], krun, procs[order].astype(np.int64), kest,
+            arr[order, _USER].astype(np.int64),
+            np.maximum(arr[order, _QUEUE], 0).astype(np.int64) if priority_from_queue else None)
+        del arr, run, procs, krun, kest, order
     doc = read_side_file(p) if side else None
     if doc is None:
         return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header)
     shapes: dict[int, JobShape] = {}
-    jobs = _apply_side(side_file_path(p), doc, jobs, shapes, boot)
+    jobs = _apply_side(side_file_path(p), doc, list(jobs), shapes, boot)
     return Workload(jobs=jobs, max_procs=machine, source=str(p), dropped=dropped, header=header, shapes=shapes)
 
 
