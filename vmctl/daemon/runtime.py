@@ -185,10 +185,16 @@ class DaemonRuntime:
             try:
                 # the policy runs in a worker thread: a long decision (a large cluster, MEASY) must not
                 # hold up the API, the agents' long polls or the lease renewal (see vmctl.daemon.core)
-                pending = d.begin_pass()
-                if pending is not None:
-                    decision = await asyncio.to_thread(d.choose, pending)
-                    d.finish_decision(pending, decision)
+                # housekeeping, the view's reading of the state, and actuation + commit hold the loop; the
+                # loop serves what came in between them, and the view's building (O(running jobs)) and the
+                # policy run in the worker thread
+                due = d.housekeeping_pass()
+                if due is not None:
+                    await asyncio.sleep(0)
+                    if d.decision_due():
+                        pending = d.begin_decision(max(due, d.clock.now()))
+                        decision = await asyncio.to_thread(d.choose, pending)
+                        d.finish_decision(pending, decision)
                 nxt = d.next_pass_at()
             except LeaseLost:
                 self.wake_all_waiters()
