@@ -11,7 +11,6 @@ import logging
 import math
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -220,9 +219,8 @@ class DecisionLoop(Timers, PolicySwitch):
             for a, _why in res.skipped:
                 m.decision(a.kind, "rejected")
             m.set_queue_length(self.state.queue_length())
-            tiers = Counter(j.tier for j in self.state.active())
-            m.set_running("fg", tiers["fg"])
-            m.set_running("bg", tiers["bg"])
+            # (the running-job gauges are counted at a scrape, DaemonServer.render_metrics: O(running jobs),
+            # not on every decision)
             m.set_leader(self.leader, self.epoch)
             if view.discipline is Discipline.TIMESLICE:
                 doc = matrix_doc(self.state, now)
