@@ -29,6 +29,8 @@ import os
 import random
 import resource
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -145,53 +147,79 @@ def print_against_decide(title: str, lat: list[float], base: list[float], around
     print(f"  ratio p50 {p50 / b50:.2f}x  (daemon overhead around {around})")
 
 
+def _health_times(port: int, ca_file: str, token: str, path: str, n: int | None,
+                  until: float = math.inf) -> list[float]:
+    """Seconds of each ``GET path`` on one keep-alive connection (``n`` of them, or until ``until``)."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=60)
+    hdr = {"Authorization": f"Bearer {token}"}
+    out: list[float] = []
+    while (n is None or len(out) < n) and time.perf_counter() < until:
+        t = time.perf_counter()
+        conn.request("GET", path, headers=hdr if path == "/v1/health" else {})
+        r = conn.getresponse()
+        r.read()
+        out.append(time.perf_counter() - t)
+        time.sleep(0.002)
+    conn.close()
+    return out
+
+
+def _submitter(port: int, ca_file: str, token: str, stop: threading.Event) -> None:
+    """One job submitted every 50 ms until ``stop``: each wakes a decision."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=60)
+    hdr = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    body = json.dumps({"procs": 1, "estimate": 600.0})
+    while not stop.is_set():
+        conn.request("POST", "/v1/jobs", body=body, headers=hdr)
+        r = conn.getresponse()
+        r.read()
+        time.sleep(0.05)
+    conn.close()
+
+
+def client_main(argv: list[str]) -> None:
+    """``python -m bench.daemon --client PORT CA_FILE TOKEN_FILE IDLE_N BUSY_SECONDS``: the API client of
+    ``api_during_decisions`` in its own process (so that its TLS and JSON do not take the server's
+    interpreter lock, as no real client does); prints the latencies as JSON."""
+    port, ca, token_file, idle_n, busy_s = int(argv[0]), argv[1], argv[2], int(argv[3]), float(argv[4])
+    token = Path(token_file).read_text().strip()
+    paths = ("/healthz", "/v1/health")
+    idle = {p: _health_times(port, ca, token, p, idle_n) for p in paths}
+    print(json.dumps({"idle": idle}), flush=True)
+    sys.stdin.readline()  # the server cleared its decision times: go
+    stop = threading.Event()
+    th = threading.Thread(target=_submitter, args=(port, ca, token, stop))
+    th.start()
+    busy = {p: _health_times(port, ca, token, p, None, time.perf_counter() + busy_s / 2) for p in paths}
+    stop.set()
+    th.join()
+    print(json.dumps({"busy": busy}), flush=True)
+
+
 def api_during_decisions(nodes: int, cores: int, queued: int, seconds: float, tmp: Path) -> None:
     d, _clock = _populated(nodes, cores, queued, tmp, "busy")
     cfg = replace(d.config, state_dir=str(tmp / "busy-server"), holder="bench-busy", tick_s=3600)
     d.close()
     d.store.close()
     with InProcessDaemon(cfg, policy=create_policy("measy")) as srv:
-        ctx = ssl.create_default_context(cafile=srv.ca_file)
-        hdr = {"Authorization": f"Bearer {srv.admin_token}", "Content-Type": "application/json"}
-
-        def health(path: str, n: int | None, until: float = math.inf) -> list[float]:
-            conn = http.client.HTTPSConnection("127.0.0.1", srv.server.port, context=ctx, timeout=60)
-            out: list[float] = []
-            while (n is None or len(out) < n) and time.perf_counter() < until:
-                t = time.perf_counter()
-                conn.request("GET", path, headers=hdr if path == "/v1/health" else {})
-                r = conn.getresponse()
-                r.read()
-                out.append(time.perf_counter() - t)
-                time.sleep(0.002)
-            conn.close()
-            return out
-
         time.sleep(1.0)  # let the first decision after loading pass
-        idle = {p: health(p, 200) for p in ("/healthz", "/v1/health")}
+        token_file = tmp / "busy-token"
+        token_file.write_text(srv.admin_token)
+        child = subprocess.Popen([sys.executable, "-m", "bench.daemon", "--client", str(srv.server.port),
+                                  str(srv.ca_file), str(token_file), "200", str(seconds)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert child.stdin is not None and child.stdout is not None
+        idle = json.loads(child.stdout.readline())["idle"]
         srv.call(lambda: srv.daemon.decision_seconds.clear())
-        stop = threading.Event()
-
-        def submitter() -> None:
-            conn = http.client.HTTPSConnection("127.0.0.1", srv.server.port, context=ctx, timeout=60)
-            body = json.dumps({"procs": 1, "estimate": 600.0})
-            while not stop.is_set():
-                conn.request("POST", "/v1/jobs", body=body, headers=hdr)
-                r = conn.getresponse()
-                r.read()
-                time.sleep(0.05)
-            conn.close()
-
-        th = threading.Thread(target=submitter)
-        th.start()
-        busy: dict[str, list[float]] = {}
-        for p in ("/healthz", "/v1/health"):
-            busy[p] = health(p, None, time.perf_counter() + seconds / 2)
-        stop.set()
-        th.join()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        busy = json.loads(child.stdout.readline())["busy"]
+        child.wait(60)
         cycles = list(srv.call(lambda: list(srv.daemon.decision_seconds)))
     print(f"API latency while MEASY decides ({nodes} nodes x {cores} cores, {queued} queued, {seconds:.0f} s of "
-          f"submissions):")
+          f"submissions; the client in another process):")
     print(f"  decisions      {len(cycles):6d}   cycle p50 {pct(cycles, 50) * 1e3:8.1f} ms   p99 "
           f"{pct(cycles, 99) * 1e3:8.1f} ms   max {max(cycles) * 1e3:8.1f} ms" if cycles else "  no decision ran")
     for p in ("/healthz", "/v1/health"):
@@ -281,6 +309,9 @@ def event_log_cost(batches: int, tmp: Path) -> tuple[float, float]:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client_main(sys.argv[2:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--nodes", type=int, default=1000, help="nodes of 32 cores (default 1000; issue 27: 10000)")

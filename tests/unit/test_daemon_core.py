@@ -17,6 +17,7 @@ from vmctl.clock import VirtualClock
 from vmctl.daemon.config import DaemonConfig, MigrationLimits, parse_config
 from vmctl.daemon.core import Daemon
 from vmctl.daemon.desired import desired_vms
+from vmctl.daemon.view import build_view
 from vmctl.errors import ConfigError, Conflict, InvariantViolation, LeaseLost, NotFound
 from vmctl.model import Checkpoint, ClusterView, Decision, Discipline, Migrate, Restore, StartFg, Tier
 from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
@@ -580,3 +581,20 @@ def test_the_two_step_pass_commits_what_run_once_commits(tmp_path: Path) -> None
         results.append({j.id: (j.state, tuple(j.placement)) for j in c.daemon.state.jobs.values()})
         c.close()
     assert results[0] == results[1]
+
+
+def test_the_view_holds_the_state_as_the_pass_began(cluster: Cluster) -> None:
+    """The view is read from the state on the event loop (``begin_pass``) and built in the worker thread
+    (``choose``): changes served in between (a running job cancelled, a submission) are not in it."""
+    a = cluster.submit(2, 100, 10)
+    cluster.clock.advance(1)
+    cluster.daemon.run_once()
+    assert cluster.state(a) == "running"
+    cluster.submit(1, 100, 10)
+    pending = _pending(cluster)
+    before, _lay = build_view(cluster.daemon.state, pending.now, full=True)
+    cluster.daemon.cancel(a)  # served while the policy decides
+    cluster.submit(1, 100, 10)
+    view = pending.built_view()
+    assert view.running == before.running and a in view.running
+    assert [j.id for j in view.queue] == [j.id for j in before.queue]

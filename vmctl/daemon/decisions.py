@@ -11,7 +11,6 @@ import logging
 import math
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,7 +19,7 @@ from vmctl.daemon.gang import matrix_doc
 from vmctl.daemon.state import Layout
 from vmctl.daemon.switch import PolicySwitch
 from vmctl.daemon.timers import Timers
-from vmctl.daemon.view import build_view
+from vmctl.daemon.view import PreparedView, build_view, prepare_view
 from vmctl.errors import PolicyNeedsUnmet
 from vmctl.model import ClusterView, Decision, Discipline
 from vmctl.policies.base import SchedulingPolicy
@@ -58,16 +57,25 @@ def cyclic_gc_paused() -> Iterator[None]:
                 _gc_paused = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PendingDecision:
-    """A decision in the making: the view it is made on, built by ``Daemon.begin_decision``."""
+    """A decision in the making: the view it is made on, read from the state by ``Daemon.begin_decision``
+    (``prepared``) and built by ``choose`` (``view``: what is O(running jobs) in it is built off the
+    event loop when ``choose`` runs in a worker thread)."""
 
     now: float
-    view: ClusterView
+    prepared: PreparedView
     layout: Layout
     policy: SchedulingPolicy
     started: float  # time.perf_counter() at the start, for the cycle-time metric
     loads: int  # Daemon.loads when the view was built
+    view: ClusterView | None = None
+
+    def built_view(self) -> ClusterView:
+        """The view (built on first use)."""
+        if self.view is None:
+            self.view = self.prepared.build()[0]
+        return self.view
 
 
 
@@ -84,6 +92,16 @@ class DecisionLoop(Timers, PolicySwitch):
 
     def begin_pass(self) -> PendingDecision | None:
         """The first part of ``run_once``: housekeeping, then the view for a decision if one is due."""
+        now = self.housekeeping_pass()
+        return None if now is None else self.begin_decision(now)
+
+    def decision_due(self) -> bool:
+        """Whether a decision may be made now (``housekeeping_pass`` said one is due, and the runtime
+        served requests since: one may have taken the lease away or started a policy switch)."""
+        return self.leader and self.policy is not None and self.switch is None and not self._waits_for_nodes()
+
+    def housekeeping_pass(self) -> float | None:
+        """Housekeeping (committed), then the model time of the decision due now, or None."""
         self.last_pass = time.monotonic()
         if not self.leader:
             return None
@@ -98,7 +116,7 @@ class DecisionLoop(Timers, PolicySwitch):
         due = self.wake_at is not None and now >= self.wake_at
         tick = now >= self.last_decide_at + self.config.tick_s * self.speed
         if (self.dirty or due or tick) and not self._waits_for_nodes():
-            return self.begin_decision(now)
+            return now
         return None
 
     def _switch_pending(self) -> bool:
@@ -142,16 +160,19 @@ class DecisionLoop(Timers, PolicySwitch):
         self.dirty = False
         self.last_decide_at = now
         with cyclic_gc_paused():
-            view, lay = build_view(self.state, now)
-        return PendingDecision(now=now, view=view, layout=lay, policy=self.policy, started=started, loads=self.loads)
+            prepared = prepare_view(self.state, now)
+        return PendingDecision(now=now, prepared=prepared, layout=prepared.lay, policy=self.policy, started=started,
+                               loads=self.loads)
 
     @staticmethod
     def choose(pending: PendingDecision) -> Decision:
         """The policy's decision, checked. Reads only ``pending`` (the view is built for this decision
-        and shares nothing mutable with the daemon's state), so it may run in a worker thread."""
+        from values read at ``begin_decision`` and shares nothing mutable with the daemon's state), so it
+        may run in a worker thread."""
         with cyclic_gc_paused():
-            decision = pending.policy.decide(pending.view, pending.now)
-            check_decision(pending.view, decision, pending.now)
+            view = pending.built_view()
+            decision = pending.policy.decide(view, pending.now)
+            check_decision(view, decision, pending.now)
         return decision
 
     def finish_decision(self, pending: PendingDecision, decision: Decision) -> Decision:
@@ -172,7 +193,7 @@ class DecisionLoop(Timers, PolicySwitch):
                 log.info("dry-run: would apply %s", ", ".join(f"{a.kind} {a.job_id}" for a in decision.actions))
             self.last_result = ApplyResult(skipped=[(a, "dry-run") for a in decision.actions])
             return decision
-        view, lay = pending.view, pending.layout
+        view, lay = pending.built_view(), pending.layout
         if not self.leader or self.loads != pending.loads or self.state.layout() is not lay:
             log.info("decision dropped: the state changed under it (reload, node change or lost lease)")
             self.dirty = True
@@ -198,9 +219,8 @@ class DecisionLoop(Timers, PolicySwitch):
             for a, _why in res.skipped:
                 m.decision(a.kind, "rejected")
             m.set_queue_length(self.state.queue_length())
-            tiers = Counter(j.tier for j in self.state.active())
-            m.set_running("fg", tiers["fg"])
-            m.set_running("bg", tiers["bg"])
+            # (the running-job gauges are counted at a scrape, DaemonServer.render_metrics: O(running jobs),
+            # not on every decision)
             m.set_leader(self.leader, self.epoch)
             if view.discipline is Discipline.TIMESLICE:
                 doc = matrix_doc(self.state, now)

@@ -10,6 +10,7 @@ from vmctl.daemon.base import DaemonBase
 from vmctl.daemon.state import ACTIVE, TERMINAL
 from vmctl.errors import Conflict, ValidationError
 from vmctl.model import JobShape, JobState
+from vmctl.policies.base import SchedulingPolicy
 from vmctl.shapes import job_shape
 from vmctl.store.base import JobRecord, NodeRecord, WriteBatch
 
@@ -59,6 +60,8 @@ class JobEvents(DaemonBase):
         pol = self.policy
         if pol is None:
             return
+        if type(pol).check_job is SchedulingPolicy.check_job and "deadline" not in getattr(pol, "job_fields", ()):
+            return  # nothing to check: no Job built per submitted job for the base class's no-op
         for i, (spec, shape) in enumerate(zip(specs, shapes, strict=True)):
             where = f"jobs[{i}]" if batch else ""
             field = f"{where}." if where else ""

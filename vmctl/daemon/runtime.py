@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import logging
+import sys
 from collections.abc import Callable
 
 from vmctl.daemon.core import Daemon
@@ -31,6 +33,20 @@ log = logging.getLogger("vmctld.runtime")
 FOLLOWER_WAKE_BATCH = 8
 #: the longest pause between two such batches
 FOLLOWER_PAUSE_MAX_S = 0.1
+#: the interpreter's thread switch interval while vmctld runs (Python's default: 5 ms). While the policy
+#: decides in its worker thread, the event loop's thread waits up to one interval for the interpreter lock
+#: each time it wants it back (after every socket read or write): at 5 ms, a ``GET /healthz`` took tens of
+#: ms during a decision; at 1 ms it takes about what it takes idle (issue 27, ``python -m bench.daemon``)
+SWITCH_INTERVAL_S = 0.001
+
+
+def freeze_loaded_state() -> None:
+    """Move every object alive now (the state just loaded from the store: a record, its spec, its slots per
+    job, millions of objects at 100,000 jobs) out of the cyclic garbage collector's reach (``gc.freeze``).
+    A full collection walked all of them, on the event loop's thread: 200-400 ms during which no request
+    was answered (issue 27). What is created later is collected as usual; a frozen object is still freed
+    when its last reference goes, only a reference cycle among frozen objects is never collected."""
+    gc.freeze()
 
 
 class DaemonRuntime:
@@ -137,6 +153,7 @@ class DaemonRuntime:
         self._events_written()
 
     def _became_leader(self) -> None:
+        freeze_loaded_state()  # (the state was loaded from the store)
         for hook in self.on_leader:
             hook()
         self.kick()
@@ -152,9 +169,11 @@ class DaemonRuntime:
 
         self.daemon.on_step_down = stepped_down
         self.daemon.start()
+        freeze_loaded_state()
 
     def run(self) -> None:
         """Start the decision loop and the lease holder as tasks of the running event loop."""
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._tasks.append(asyncio.create_task(self._loop(), name="vmctld-loop"))
         self._tasks.append(asyncio.create_task(self.lease.run(), name="vmctld-lease"))
 
@@ -185,10 +204,16 @@ class DaemonRuntime:
             try:
                 # the policy runs in a worker thread: a long decision (a large cluster, MEASY) must not
                 # hold up the API, the agents' long polls or the lease renewal (see vmctl.daemon.core)
-                pending = d.begin_pass()
-                if pending is not None:
-                    decision = await asyncio.to_thread(d.choose, pending)
-                    d.finish_decision(pending, decision)
+                # housekeeping, the view's reading of the state, and actuation + commit hold the loop; the
+                # loop serves what came in between them, and the view's building (O(running jobs)) and the
+                # policy run in the worker thread
+                due = d.housekeeping_pass()
+                if due is not None:
+                    await asyncio.sleep(0)
+                    if d.decision_due():
+                        pending = d.begin_decision(max(due, d.clock.now()))
+                        decision = await asyncio.to_thread(d.choose, pending)
+                        d.finish_decision(pending, decision)
                 nxt = d.next_pass_at()
             except LeaseLost:
                 self.wake_all_waiters()

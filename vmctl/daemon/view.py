@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence, Set
 from operator import attrgetter
 from types import MappingProxyType
+from typing import Any
 
 from vmctl.cpushare import shared_rate
 from vmctl.daemon import dispatcher
@@ -35,6 +36,64 @@ def build_view(st: ClusterState, now: float, *, full: bool = False) -> tuple[Clu
     sets) is kept between calls (``_Cells``) and updated for the jobs that changed since the last call
     (``ClusterState.reindex`` and the agents' reports mark them); ``full`` builds it from every record
     instead (the reference the incremental path is tested against), without touching what is kept."""
+    return prepare_view(st, now, full=full).build()
+
+
+class PreparedView:
+    """A view read from the state but not built yet (``prepare_view``): every value it needs, copied, so
+    that ``build`` (the ``RunningJob`` objects, O(running jobs), and the ``ClusterView``) may run in a
+    worker thread while the event loop's handlers change the state (``vmctl.daemon.runtime``)."""
+
+    __slots__ = ("_args", "_reference", "_rest", "lay")
+
+    def __init__(self, lay: Layout, args: list[tuple[Any, ...]], rest: tuple[Any, ...], reference: bool) -> None:
+        self.lay, self._args, self._rest, self._reference = lay, args, rest, reference
+
+    def build(self) -> tuple[ClusterView, Layout]:
+        make = _reference_running_job if self._reference else _running_job
+        running = {a[0].id: make(a) for a in self._args}
+        (levels, queue, rows, idle, discipline, util, usable, queue_index, targets, speed, group, mem,
+         shapes) = self._rest
+        lay = self.lay
+        view = ClusterView.leveled(
+            lay.total, queue, running, rows[:levels], idle[:levels],
+            discipline, util, usable, node_of_core=lay.node_of_core,
+            local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
+            migration_targets=targets, node_speed=speed, node_group=group, node_mem_mib=mem, shapes=shapes,
+        )
+        return view, lay
+
+
+#: ``RunningJob``'s fields in the order of its slots (the order ``prepare_view`` lists a job's values in)
+_RJ_FIELDS = ("job", "tier", "cores", "start_time", "tier_since", "progress", "expected_end", "suspended", "level",
+              "cap", "shared_nodes", "tasks_left", "replicas", "migrated_at", "throughput", "checkpointed",
+              "slot_levels")
+_RJ_SETTERS: tuple[Any, ...] | None = (
+    tuple(getattr(RunningJob, f).__set__ for f in _RJ_FIELDS)
+    if getattr(RunningJob, "__slots__", None) == _RJ_FIELDS else None)
+_new = object.__new__
+
+
+def _reference_running_job(values: tuple[Any, ...]) -> RunningJob:
+    """A ``RunningJob`` through its constructor (the reference ``_running_job`` is tested against)."""
+    return RunningJob(**dict(zip(_RJ_FIELDS, values, strict=True)))
+
+
+def _running_job(values: tuple[Any, ...]) -> RunningJob:
+    """The same ``RunningJob`` as its constructor makes, without the frozen dataclass's per-field
+    ``object.__setattr__`` and ``__post_init__`` (``prepare_view`` gives the ``level`` it would compute):
+    half the cost, on every running job of every view."""
+    setters = _RJ_SETTERS
+    if setters is None:  # RunningJob's fields changed: the constructor
+        return _reference_running_job(values)
+    o = _new(RunningJob)
+    for put, v in zip(setters, values, strict=False):  # (both in _RJ_FIELDS order)
+        put(o, v)
+    return o
+
+
+def prepare_view(st: ClusterState, now: float, *, full: bool = False) -> PreparedView:
+    """Read from ``st`` what the view at ``now`` needs (``build_view``); ``PreparedView.build`` makes it."""
     lay = st.layout()
     levels, discipline = st.cluster_levels()
     active = st.active()
@@ -56,12 +115,13 @@ def build_view(st: ClusterState, now: float, *, full: bool = False) -> tuple[Clu
         st._vdirty.clear()
     rows, util, usable, idle = cells.snapshot()
     fg, fg_util = cells.rows[0], cells.util
-    running: dict[str, RunningJob] = {}
+    args: list[tuple[Any, ...]] = []
     job_cache, slices = st._job_cache, st.slices
+    fg_tier, bg_tier, running_state, inf = Tier.FG, Tier.BG, JobState.RUNNING, math.inf
     for rec, cores_t, low in placed:  # (the loop the view costs at 10,000 jobs: kept lean)
-        tier = Tier.FG if low == 0 else Tier.BG  # vcsched's shared VMs count as fg
+        tier = fg_tier if low == 0 else bg_tier  # vcsched's shared VMs count as fg
         job = job_cache.get(rec.id) or st.job_obj(rec)
-        slots, gang, live = rec.slots, rec.gang, rec.state == JobState.RUNNING
+        slots, gang, live = rec.slots, rec.gang, rec.state == running_state
         shared = bool(slots) and slots[0].core is None  # JobRecord.shared
         # the progress (``ClusterState.progress`` with the fg utilization of this view)
         since = rec.tier_since
@@ -79,35 +139,30 @@ def build_view(st: ClusterState, now: float, *, full: bool = False) -> tuple[Clu
             else:
                 pace = bg_pace(job, [None if fg[g] is None else fg_util[g] for g in cores_t])
             prog = rec.progress_base + max(0.0, now - since) * pace
-        end = now + max(0.0, job.estimate - prog) if (tier is Tier.FG or gang) and live else math.inf
+        end = now + max(0.0, job.estimate - prog) if (tier is fg_tier or gang) and live else inf
         bag = rec.bag
         per_slot: tuple[int, ...] | None = None
         if bag is not None and not static[rec.id][6]:
             per_slot = static[rec.id][4]
-        running[rec.id] = RunningJob(
-            job=job, tier=tier, cores=cores_t, start_time=rec.start_time or now,
-            tier_since=since or now, progress=prog, expected_end=end,
-            suspended=rec.suspended or rec.checkpointed, checkpointed=rec.checkpointed,
-            cap=rec.cap, shared_nodes=tuple(s.node for s in slots) if shared else (),
-            tasks_left=None if bag is None else dispatcher.tasks_left(rec),
-            throughput=None if bag is None else dispatcher.throughput_by_slot(rec, lay.global_core),
-            level=low if gang else -1, replicas=tuple(rec.replicas), slot_levels=per_slot,
-            migrated_at=-math.inf if rec.migrated_at is None else rec.migrated_at,
-        )
+        # the level RunningJob.__post_init__ gives: a gang job's row, a bag's lowest, else fg 0 / bg 1
+        level = low if gang or per_slot else (0 if low == 0 else 1)
+        migrated = rec.migrated_at
+        args.append((
+            job, tier, cores_t, rec.start_time or now, since or now, prog, end,
+            rec.suspended or rec.checkpointed, level, rec.cap, tuple(s.node for s in slots) if shared else (),
+            None if bag is None else dispatcher.tasks_left(rec), tuple(rec.replicas),
+            -inf if migrated is None else migrated,
+            None if bag is None else dispatcher.throughput_by_slot(rec, lay.global_core),
+            rec.checkpointed, per_slot))
     queue, queue_index = st.queue_jobs()
     waiting = st.lingering() if queue else set()
     if waiting:  # a VM of an earlier run is still on some host: this run starts once it is gone
         queue = [j for j in queue if j.id not in waiting]
         queue_index = MappingProxyType({j.id: j for j in queue})
     speed, group, mem = st.node_attributes()
-    view = ClusterView.leveled(
-        lay.total, queue, running, rows[:levels], idle[:levels],
-        discipline, util, usable, node_of_core=lay.node_of_core,
-        local_core=lay.local_core, node_names=lay.names, queue_index=queue_index,
-        migration_targets=st.migration_targets(),
-        node_speed=speed, node_group=group, node_mem_mib=mem, shapes=st.shapes() if st._shaped else {},
-    )
-    return view, lay
+    rest = (levels, queue, rows, idle, discipline, util, usable, queue_index, st.migration_targets(), speed, group,
+            mem, st.shapes() if st._shaped else {})
+    return PreparedView(lay, args, rest, full)
 
 
 _STATE = attrgetter("state")
