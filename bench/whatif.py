@@ -127,12 +127,14 @@ def divergence_line(r: dict[str, Any]) -> str:
     div, tol = r["divergence"], r["tolerance"]
     b = div.get("start_error_before") or {}
     within = bool(b.get("jobs")) and b["p50"] <= tol["p50"] + 1e-9 and b["p90"] <= tol["p90"] + 1e-9
-    if div.get("first") is not None and within:
+    if "slice" in r.get("params", {}):
+        cause = ("cause: the slice-boundary cliff: a gang job whose end falls within the row-switch gap of a slice "
+                 "boundary ends a whole cycle later in one run, and the jobs that follow its end start that much later"
+                 + ("; here the shifted end also changed a decision (above), and the jobs before it are within the "
+                    "tolerance" if div.get("first") is not None and within else ""))
+    elif div.get("first") is not None and within:
         cause = ("cause: diverging decisions (a cascade from one decision); the replay follows the live run "
                  "within the tolerance up to it")
-    elif "slice" in r.get("params", {}):
-        cause = ("cause: the slice-boundary cliff: a gang job whose end falls within the row-switch gap of a slice "
-                 "boundary ends a whole cycle later in one run, and the jobs that follow its end start that much later")
     elif div.get("first") is None:
         cause = "cause: the same decisions, as late as the ends they follow (a delay the replay does not model)"
     else:

@@ -635,7 +635,8 @@ class Simulator(TwoTierEngine, LevelEngine):
                 ai += 1
             if events and self._done == done0 and ai == ai0 and (wake is None or wake > due) and not self._released:
                 continue  # a model event alone: the policy is not called (it asks with wake_at), unless
-                # it freed a slot a Resize gave up (the dispatcher hands the freed worker on: paper 001)
+                # it freed a slot (a Resize gave it up, or a task bag's worker has no task left: the dispatcher
+                # hands the freed worker on, paper 001)
             self._released = False
             # (3) one scheduling pass (a due wake-up is consumed by it: the decision sets the next one)
             self._decisions += 1
