@@ -227,36 +227,47 @@ class SimResult:
 
 
 class _RunningView(Mapping[str, RunningJob]):
-    """Live ``ClusterView.running``: a read-only face of the simulator's dict of snapshots."""
+    """Live ``ClusterView.running``: a read-only face of the simulator's dict of snapshots. The fast
+    path's fg starts leave their snapshot to be built when the view is first read (``pending``, issue
+    27: a job that starts and ends between two reads of ``running`` never needs one); every read builds
+    the pending ones first, in start order, so the mapping and its order are the ones built eagerly."""
 
-    __slots__ = ("_snaps",)
+    __slots__ = ("_build", "_pending", "_snaps")
 
-    def __init__(self, snaps: dict[str, RunningJob]) -> None:
+    def __init__(self, snaps: dict[str, RunningJob], pending: dict[str, Any] | None = None,
+                 build: Callable[[], None] | None = None) -> None:
         self._snaps = snaps
+        self._pending = pending if pending is not None else {}
+        self._build = build
+
+    def _all(self) -> dict[str, RunningJob]:
+        if self._pending and self._build is not None:
+            self._build()
+        return self._snaps
 
     def __getitem__(self, key: str) -> RunningJob:
-        return self._snaps[key]
+        return (self._all() if self._pending else self._snaps)[key]
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self._snaps.get(key, default)
+        return (self._all() if self._pending else self._snaps).get(key, default)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._snaps)
+        return iter(self._all() if self._pending else self._snaps)
 
     def __len__(self) -> int:
-        return len(self._snaps)
+        return len(self._snaps) + len(self._pending)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._snaps
+        return key in self._snaps or key in self._pending
 
     def keys(self) -> Any:
-        return self._snaps.keys()
+        return (self._all() if self._pending else self._snaps).keys()
 
     def values(self) -> Any:
-        return self._snaps.values()
+        return (self._all() if self._pending else self._snaps).values()
 
     def items(self) -> Any:
-        return self._snaps.items()
+        return (self._all() if self._pending else self._snaps).items()
 
 
 ProgressCallback = Callable[[int, int], None]
@@ -415,6 +426,7 @@ class Simulator(TwoTierEngine, LevelEngine):
         self._qjobs: dict[str, Job] = {}  # the view's queue_index: exactly the jobs in _queue
         self._runs: dict[str, _Run] = {}
         self._snaps: dict[str, RunningJob] = {}
+        self._pending: dict[str, _Run] = {}  # fast-path fg starts whose snapshot is built when first read
         self._fg_job: list[str | None] = [None] * cores
         self._bg_job: list[str | None] = [None] * cores
         self._fg_run: list[_Run | None] = [None] * cores
@@ -467,7 +479,7 @@ class Simulator(TwoTierEngine, LevelEngine):
             self.view = ClusterView(
                 total_cores=cores,
                 queue=self._queue,
-                running=_RunningView(self._snaps),
+                running=_RunningView(self._snaps, self._pending, self._build_pending),
                 fg_job=self._fg_job,
                 bg_job=self._bg_job,
                 idle_fg=self._idle_fg,

@@ -76,6 +76,7 @@ class EngineBase:
     # the runs, their snapshots (the view's ``running``) and their completion events
     _runs: dict[str, _Run]
     _snaps: dict[str, RunningJob]
+    _pending: dict[str, _Run]  # runs whose snapshot is not built yet (two-tier engine's fg starts)
     _heap: list[tuple[float, int, _Run]]
     _version: int
     _dirty: dict[int, _Run]
@@ -183,8 +184,10 @@ class EngineBase:
         idx = run.idx
         if self._held is not None:
             self._held_count(run)
-        del self._runs[run.job.id]
-        del self._snaps[run.job.id]
+        jid = run.job.id
+        del self._runs[jid]
+        if self._pending.pop(jid, None) is None:
+            del self._snaps[jid]
         self._vacate(run)
         run.version = -1
         self._end[idx] = self.now
