@@ -3,7 +3,8 @@ seeded workload, its history is exported through the API and replayed in the sim
 policy on the model of the same cluster, and the simulator's error against the live run is reported.
 
 Run: ``nice -n 10 python -m bench.whatif [--families measy,vcsched,gang,moldable,taskbag] [--jobs 30]
-[--speed 25] [--seed 1] [--whatif easy,measy] [--libvirt-hosts 1] [--out DIR]``.
+[--speed 25] [--seed 1] [--whatif easy,measy] [--libvirt-hosts 1] [--out DIR]``; ``--families F --replay
+DIR/F-libvirt`` replays a kept history again (this code, with and without its boots; no live run).
 
 The testbed is :mod:`vmctl.whatif.fidelity` (the tests run a tiny version of it): one ``vmctld``
 process (SQLite) and ``hosts`` ``vmctl-agent`` processes on the mock backend, all on one accelerated
@@ -142,6 +143,29 @@ def divergence_line(r: dict[str, Any]) -> str:
     return f"  {describe_divergence(div)}\n  {cause}"
 
 
+def replay_kept(folder: Path, name: str) -> str:
+    """``--replay DIR``: the history a run kept (``--out``: ``DIR/history.swf`` + side file) replayed again
+    by this code under its family's policy, with the measured boots and without them."""
+    from vmctl.sim.workloads.swf import read_side_file
+    from vmctl.whatif.fidelity import start_errors
+    from vmctl.whatif.replay import actual, error, replay
+
+    trace = folder / "history.swf"
+    fam = SPECS[name]
+    side = read_side_file(trace)
+    if side is None:
+        return f"{folder}: no history.swf with a side file"
+    act = actual(trace)
+    submits = {k: float(e["submit"]) for k, e in side["jobs"].items()}
+    out = [f"{folder}: {fam.policy}, {act['jobs']} jobs, live mean response {act['avg_response']:.1f}"]
+    for boot in ("own", "none"):
+        sim = replay(trace, fam.policy, fam.params, boot=boot)
+        e = error(sim, act, submits)
+        out.append(f"  boot={boot:<4} replay {sim['avg_response']:8.1f}  err {e['avg_response_relative']:+7.1%}  "
+                   f"start |err| {_st(start_errors(e, 2.0))}")
+    return "\n".join(out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.whatif", description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default=",".join(FAMILIES))
@@ -157,7 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "processes sleep); each family also runs its all-mock baseline of the same sleeping "
                          "workload first, in this process")
     ap.add_argument("--guest-dir", type=Path, default=GUEST_DIR, help="the SSH guest's build (cached)")
+    ap.add_argument("--replay", type=Path, default=None, metavar="DIR",
+                    help="only replay the history a run kept with --out (DIR/history.swf) under the first of "
+                         "--families, with and without its measured boots; no live run")
     a = ap.parse_args(argv)
+    if a.replay is not None:
+        print(replay_kept(a.replay, a.families.split(",")[0].strip()))
+        return 0
     names = [f.strip() for f in a.families.split(",") if f.strip()]
     bad = [n for n in names if n not in SPECS]
     if bad or a.jobs < 1 or not a.speed > 0 or not 0 <= a.libvirt_hosts <= 1:

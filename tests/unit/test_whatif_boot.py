@@ -94,9 +94,13 @@ def test_the_boot_of_a_bag_is_on_each_first_task_and_of_a_moldable_job_at_every_
                  shape={"kind": "task-bag", "tasks": [10.0, 10.0, 10.0, 10.0, 10.0], "max_workers": 2})
     mold = booted("2", 1.0, 60.0, 5.0, 50.0, procs=2, shape={"kind": "moldable", "widths": [1, 2],
                                                                "times": [100.0, 50.0]})
-    wl = read_swf(export(tmp_path, [bag, mold]))
+    path = export(tmp_path, [bag, mold])
+    wl = read_swf(path)
     assert wl.shapes[1].tasks == (30.0, 30.0, 10.0, 10.0, 10.0)  # each of the 2 workers boots once
     assert wl.shapes[2].times == (105.0, 55.0)
+    # a bag has no run-time limit in vmctld and its decision maker saw the estimate as submitted
+    plain = {j.id: j for j in read_swf(path, boot="none").jobs}
+    assert wl.jobs[0].estimate == plain[1].estimate and wl.jobs[1].estimate == plain[2].estimate + 5.0
 
 
 def test_a_history_without_boots_reads_and_replays_exactly_as_before(tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ host's control-loop pass). ``read_swf(..., boot=MODE)``:
 
 A job with a boot delay ``b`` holds its cores for ``b`` seconds before its work starts: its run time
 and its estimate grow by ``b`` (vmctld counts a run's progress against the estimate from the first
-report of its processes, after the boot); a moldable job's time at every width grows by ``b``; a task
+report of its processes, after the boot; a task bag's estimate stays as submitted: vmctld sets a bag
+no run-time limit and its decision maker saw that estimate); a moldable job's time at every width grows by ``b``; a task
 bag's first ``max_workers`` tasks (the first task of each worker it can start with: each worker is a VM
 that boots once per run) grow by ``b``. The boot passes at the job's own pace (a two-tier bg job's at
 the share of its core it gets, as a bg guest boots on the cycles its fg VM leaves), and at a node's
@@ -425,7 +426,9 @@ def _apply_side(side: Path, doc: Mapping[str, Any], jobs: list[WorkloadJob], sha
             continue
         b = own_boot.get(key, default_boot)
         if b:  # None (no boots in the side file) or 0: the job as before
-            work, estimate = work + b, estimate + b
+            bag = j.id in shapes and shapes[j.id].kind == "task-bag"
+            # vmctld sets a task bag no run-time limit, and its decision maker sees the estimate as submitted
+            work, estimate = work + b, estimate if bag else estimate + b
             if j.id in shapes:
                 shapes[j.id] = _booted_shape(shapes[j.id], b)
         out.append(WorkloadJob(id=j.id, submit=submit, run_time=work, procs=procs, estimate=estimate,
