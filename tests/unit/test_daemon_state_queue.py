@@ -72,3 +72,36 @@ def test_a_view_keeps_its_queue_when_the_queue_changes_later() -> None:
     later, _lay = build_view(state, 0.0)
     assert [j.id for j in later.queue] == ["1", "3"]
     assert later.queue_index is not None and set(later.queue_index) == {"1", "3"}
+
+
+# a step: (job number, new state or None for a decision, the decision's default reason, the jobs it names)
+REASON_OPS = st.lists(st.tuples(st.integers(0, 11), st.sampled_from((*STATES, None, None)), st.sampled_from(("a", "b")),
+                                st.lists(st.integers(0, 11), max_size=3)), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 12), ops=REASON_OPS, reload_at=st.integers(0, 40))
+def test_queue_reasons_kept_incrementally_equal_a_full_pass(n: int, ops: list[tuple[int, str | None, str, list[int]]],
+                                                            reload_at: int) -> None:
+    """``set_queue_reasons`` writes only the jobs that may have changed when its default is the last one: every
+    queued job's reason must be what writing all of them gives (its entry of the decision's reasons, else the
+    default), whatever jobs left and entered the queue (with other reasons) in between."""
+    state = ClusterState()
+    for seq in range(1, n + 1):
+        rec = JobRecord(id=str(seq), seq=seq, name=f"j{seq}", spec={"procs": 1, "estimate": 10.0}, state="queued",
+                        submit_time=float(seq), reason="submitted")
+        state.jobs[rec.id] = rec
+        state.reindex(rec)
+    for step, (k, new, default, named) in enumerate(ops):
+        if new is not None:
+            rec = state.jobs[str(k % n + 1)]
+            rec.state = new
+            rec.reason = "requeued" if new == "queued" else None
+            state.reindex(rec)
+            continue
+        reasons = {str(j % n + 1): f"named {j}" for j in named}
+        state.set_queue_reasons(reasons, default)
+        for rec in state.queue():
+            assert rec.reason == reasons.get(rec.id, default)
+        if step == reload_at:
+            state.load(list(state.jobs.values()), [], [], {})

@@ -38,6 +38,7 @@ class OperatorActions(DaemonBase):
         for rec in self.state.queue():  # an operator action does not change waiting reasons
             rec.reason = saved.get(rec.id, rec.reason)
             ch.jobs.pop(rec.id, None)
+        self.state.forget_queue_reasons()
         if res.skipped:
             raise Conflict(what=f"{actions[0].kind} of job {actions[0].job_id}", problem=res.skipped[0][1])
         ch.events.append("operator action")

@@ -159,6 +159,11 @@ class ClusterState:
     _reports: int = 0
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
     _active_order: list[str] | None = None  # the same sorted (``active``), None until asked after a change
+    # the queued jobs' reasons as the last ``set_queue_reasons`` left them: its default (None: unknown, the
+    # next call sets every queued job's), the jobs it named, and the jobs that entered the queue since
+    _reason_default: str | None = None
+    _reason_named: set[str] = field(default_factory=set)
+    _reason_stale: set[str] = field(default_factory=set)
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
     # whether every process maps to a known core, its slots' levels, the lowest, and whether they are all one
     _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool, tuple[int, ...], int, bool]] \
@@ -194,6 +199,7 @@ class ClusterState:
         self._shaped, self._shape_cache = set(), {}
         self._active = set()
         self._active_order = None
+        self.forget_queue_reasons()
         self._static = {}
         self._vcells, self._vdirty = None, set()
         self._fentry, self._fheap = {}, []
@@ -256,6 +262,7 @@ class ClusterState:
         order, qjobs = self._qorder, self._qjobs
         if job.state == JobState.QUEUED and not job.held:  # a held job waits outside the queue
             entry = (job.submit_time, job.seq, job.id)
+            self._reason_stale.add(job.id)  # (any change of a queued job may have set its reason)
             if old == entry:
                 return
             if old is not None:
@@ -391,14 +398,31 @@ class ClusterState:
         return [jobs[e[2]] for e in self._qorder]
 
     def set_queue_reasons(self, reasons: Mapping[str, str], default: str) -> None:
-        """Every queued job's ``reason``: its entry of ``reasons``, else ``default`` (a decision's). O(queue)
-        in one C-level pass (100,000 queued jobs on every decision), then the jobs ``reasons`` names."""
+        """Every queued job's ``reason``: its entry of ``reasons``, else ``default`` (a decision's). With the
+        default of the last call, only the jobs that entered the queue since, those named then and those
+        named now are written (a decision names a few; 100,000 queued jobs were written on every event);
+        with another default, every queued job in one C-level pass."""
         jobs = self.jobs
-        deque(map(setattr, map(jobs.__getitem__, self._qentry), repeat("reason"), repeat(default)), maxlen=0)
         queued = self._qentry
+        if default != self._reason_default:
+            deque(map(setattr, map(jobs.__getitem__, queued), repeat("reason"), repeat(default)), maxlen=0)
+        else:
+            for jid in self._reason_stale | (self._reason_named - reasons.keys()):
+                if jid in queued:
+                    jobs[jid].reason = default
+        named: set[str] = set()
         for jid, why in reasons.items():
             if jid in queued:
                 jobs[jid].reason = why
+                named.add(jid)
+        self._reason_default, self._reason_named, self._reason_stale = default, named, set()
+
+    def forget_queue_reasons(self) -> None:
+        """The queued jobs' reasons were written outside ``set_queue_reasons`` (an operator action keeps
+        them as they were): its next call writes every queued job's."""
+        self._reason_default = None
+        self._reason_named = set()
+        self._reason_stale = set()
 
     def queue_length(self) -> int:
         return len(self._qorder)
