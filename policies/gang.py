@@ -240,12 +240,46 @@ class _Gang(SchedulingPolicy):
                         schedule=SliceSchedule(float(self.params["slice"]), rows_in_use, 0.0))
 
 
-def _queued(queue: Sequence[Job], total: int) -> Iterator[GangJob]:
-    """The queue as :class:`GangJob` s, one at a time; a job wider than the cluster is an error when read."""
-    for j in queue:
-        if j.procs > total:
-            raise ValidationError(field=f"job {j.id}.size", problem=f"must be 1..{total}, got {j.procs}")
-        yield GangJob(j.id, j.procs, j.submit_time, j.estimate)
+class _Queued:
+    """The queue as :class:`GangJob` s, one at a time; a job wider than the cluster is an error when read.
+
+    ``next_fitting(widest)`` (what backfilling behind a reservation asks for): the next queued job of
+    at most ``widest`` tasks, the wider ones passed over without making a :class:`GangJob` of them (a
+    long queue behind the reservation is walked at every event; most of it does not fit the holes)."""
+
+    __slots__ = ("_i", "_q", "_total")
+
+    def __init__(self, queue: Sequence[Job], total: int) -> None:
+        self._q, self._i, self._total = queue, 0, total
+
+    def __iter__(self) -> Iterator[GangJob]:
+        return self
+
+    def __next__(self) -> GangJob:
+        job = self.next_fitting(self._total)
+        if job is None:
+            raise StopIteration
+        return job
+
+    def next_fitting(self, widest: int) -> GangJob | None:
+        q, i, total = self._q, self._i, self._total
+        n = len(q)
+        while i < n:
+            j = q[i]
+            i += 1
+            p = j.procs
+            if p <= widest:
+                self._i = i
+                return GangJob(j.id, p, j.submit_time, j.estimate)
+            if p > total:
+                self._i = i
+                raise ValidationError(field=f"job {j.id}.size", problem=f"must be 1..{total}, got {p}")
+        self._i = n
+        return None
+
+
+def _queued(queue: Sequence[Job], total: int) -> _Queued:
+    return _Queued(queue, total)
 
 
 def _blocked_cells(slots: tuple[Sequence[str | None], ...],

@@ -601,9 +601,18 @@ class _Deriver:
         _h, hrow, shadow, extra = blocked
         rows = m.in_use()
         widest = max((free[r] for r in rows), default=0)
-        for job in it:
+        # a policy's queue reader passes over the jobs wider than ``widest`` itself (``next_fitting``)
+        fitting: Callable[[int], GangJob | None] | None = getattr(it, "next_fitting", None)
+        while True:
             if widest == 0:
                 return  # every row full: nothing behind can start
+            if fitting is not None:
+                nxt = fitting(widest)
+            else:
+                nxt = next(it, None)
+            if nxt is None:
+                return
+            job = nxt
             size = job.size
             if size > widest:
                 continue
