@@ -88,7 +88,7 @@ from vmctl.model import (
     Unreplicate,
 )
 from vmctl.policies.base import Needs, SchedulingPolicy
-from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, _checked_mask, derive
+from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, _checked_mask, _mask, derive
 from vmctl.policies.registry import register
 
 #: the paper's time slice (sec. 3), as ``vmctl.sim.timeslice.DEFAULT_SLICE`` (a policy does not import the
@@ -166,6 +166,7 @@ class _Gang(SchedulingPolicy):
         running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         jobs: dict[str, GangJob] = {}
         masks: dict[str, int] = {}
+        replicated: list[str] = []  # the jobs in more than one row
         total = view.total_cores
         view_running = view.running
         # What a running job's nodes mean for the matrix (sorted nodes, checked bit set, its GangJob) is
@@ -183,7 +184,11 @@ class _Gang(SchedulingPolicy):
                        GangJob(jid, len(cores), rj.job.submit_time, math.inf))
                 memo[jid] = ent
             replicas = rj.replicas
-            running[jid] = (ent[2], (rj.level, *replicas) if replicas else (rj.level,))
+            if replicas:
+                running[jid] = (ent[2], (rj.level, *replicas))
+                replicated.append(jid)
+            else:
+                running[jid] = (ent[2], (rj.level,))
             if ent[3] >= 0:
                 masks[jid] = ent[3]
             jobs[jid] = ent[4]
@@ -203,11 +208,11 @@ class _Gang(SchedulingPolicy):
         d = derive(total, running, jobs, queue, params, checked=True, blocked=_blocked_cells(slots, running, mpl),
                    masks=masks, remaining=remaining)
         actions: list[Action] = []
-        kept = _kept_replicas(running, d.steps)
-        for jid, (_nodes, rows) in running.items():
-            if len(rows) > 1:
-                keep = min(rows)
-                actions.extend(Unreplicate(jid, r) for r in sorted(rows) if r != keep and (jid, r) not in kept)
+        kept = _kept_replicas(running, d.steps, replicated)
+        for jid in replicated:
+            rows = running[jid][1]
+            keep = min(rows)
+            actions.extend(Unreplicate(jid, r) for r in sorted(rows) if r != keep and (jid, r) not in kept)
         # a job started in this event that the derivation then moves (a blocker cleared in expansion)
         # simply starts where it ends up: its Start goes where its last placement step was
         last = {step.job: i for i, step in enumerate(d.steps) if step.kind != "replicate" and step.job in d.started}
@@ -235,12 +240,46 @@ class _Gang(SchedulingPolicy):
                         schedule=SliceSchedule(float(self.params["slice"]), rows_in_use, 0.0))
 
 
-def _queued(queue: Sequence[Job], total: int) -> Iterator[GangJob]:
-    """The queue as :class:`GangJob` s, one at a time; a job wider than the cluster is an error when read."""
-    for j in queue:
-        if j.procs > total:
-            raise ValidationError(field=f"job {j.id}.size", problem=f"must be 1..{total}, got {j.procs}")
-        yield GangJob(j.id, j.procs, j.submit_time, j.estimate)
+class _Queued:
+    """The queue as :class:`GangJob` s, one at a time; a job wider than the cluster is an error when read.
+
+    ``next_fitting(widest)`` (what backfilling behind a reservation asks for): the next queued job of
+    at most ``widest`` tasks, the wider ones passed over without making a :class:`GangJob` of them (a
+    long queue behind the reservation is walked at every event; most of it does not fit the holes)."""
+
+    __slots__ = ("_i", "_q", "_total")
+
+    def __init__(self, queue: Sequence[Job], total: int) -> None:
+        self._q, self._i, self._total = queue, 0, total
+
+    def __iter__(self) -> Iterator[GangJob]:
+        return self
+
+    def __next__(self) -> GangJob:
+        job = self.next_fitting(self._total)
+        if job is None:
+            raise StopIteration
+        return job
+
+    def next_fitting(self, widest: int) -> GangJob | None:
+        q, i, total = self._q, self._i, self._total
+        n = len(q)
+        while i < n:
+            j = q[i]
+            i += 1
+            p = j.procs
+            if p <= widest:
+                self._i = i
+                return GangJob(j.id, p, j.submit_time, j.estimate)
+            if p > total:
+                self._i = i
+                raise ValidationError(field=f"job {j.id}.size", problem=f"must be 1..{total}, got {p}")
+        self._i = n
+        return None
+
+
+def _queued(queue: Sequence[Job], total: int) -> _Queued:
+    return _Queued(queue, total)
 
 
 def _blocked_cells(slots: tuple[Sequence[str | None], ...],
@@ -269,20 +308,21 @@ def _blocked_cells(slots: tuple[Sequence[str | None], ...],
 
 
 def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
-                   steps: list[GangStep]) -> set[tuple[str, int]]:
+                   steps: list[GangStep], replicated: Sequence[str] | None = None) -> set[tuple[str, int]]:
     """The replicas that collapse drops and expansion puts back unchanged, with no step in between
     placing anything on their cells: neither their Unreplicate nor their Replicate is emitted (the
-    pair would change nothing), so a stable matrix costs no actions."""
-    dropped = {(jid, r) for jid, (_n, rows) in running.items() if len(rows) > 1 for r in rows if r != min(rows)}
+    pair would change nothing), so a stable matrix costs no actions. ``replicated``: the jobs of
+    ``running`` in more than one row, if the caller knows them."""
+    if replicated is None:
+        replicated = [jid for jid, (_n, rows) in running.items() if len(rows) > 1]
+    dropped = {(jid, r) for jid in replicated for rows in (running[jid][1],) for r in rows if r != min(rows)}
     if not dropped:
         return set()
     moved = {s.job for s in steps if s.kind == "move"}
     kept: set[tuple[str, int]] = set()
     placed: dict[int, int] = {}  # row -> the nodes the steps so far placed something on (bit n: node n)
     for step in steps:
-        cells = 0
-        for n in step.nodes:
-            cells |= 1 << n
+        cells = _mask(step.nodes) if step.nodes else 0
         if step.kind == "replicate" and (step.job, step.row) in dropped and step.job not in moved \
                 and not placed.get(step.row, 0) & cells:
             kept.add((step.job, step.row))

@@ -337,10 +337,12 @@ def _nodes(mask: int) -> tuple[int, ...]:
     if not rest & (rest + 1):  # consecutive nodes
         return tuple(range(low, low + rest.bit_length()))
     out: list[int] = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
+    while mask:  # run by run of consecutive nodes (free nodes come in runs)
+        low = (mask & -mask).bit_length() - 1
+        rest = mask >> low
+        run = (~rest & (rest + 1)).bit_length() - 1  # the run's length: rest's trailing ones
+        out.extend(range(low, low + run))
+        mask = (rest >> run) << (low + run)
     return tuple(out)
 
 
@@ -599,9 +601,18 @@ class _Deriver:
         _h, hrow, shadow, extra = blocked
         rows = m.in_use()
         widest = max((free[r] for r in rows), default=0)
-        for job in it:
+        # a policy's queue reader passes over the jobs wider than ``widest`` itself (``next_fitting``)
+        fitting: Callable[[int], GangJob | None] | None = getattr(it, "next_fitting", None)
+        while True:
             if widest == 0:
                 return  # every row full: nothing behind can start
+            if fitting is not None:
+                nxt = fitting(widest)
+            else:
+                nxt = next(it, None)
+            if nxt is None:
+                return
+            job = nxt
             size = job.size
             if size > widest:
                 continue
@@ -767,11 +778,12 @@ def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], 
     m = Matrix(nodes, mpl)
     occ, free, where_of, bits, rows_of, members = m.occ, m.free, m.where, m.bits, m.rows_of, m.members
     for job, (where, rows) in running.items():
-        rows = sorted(rows)
-        if not rows:
+        # one row (the usual case: a policy's tuple) needs no sorting
+        rs: Sequence[int] = rows if type(rows) is tuple and len(rows) == 1 else sorted(rows)
+        if not rs:
             raise ValidationError(field=f"job {job}", problem="runs in no row")
-        if rows[0] < 0 or rows[-1] >= mpl:
-            raise ValidationError(field=f"job {job}", problem=f"row {rows[-1]} outside 0..{mpl - 1}")
+        if rs[0] < 0 or rs[-1] >= mpl:
+            raise ValidationError(field=f"job {job}", problem=f"row {rs[-1]} outside 0..{mpl - 1}")
         known_mask = masks.get(job) if masks is not None else None
         if known_mask is not None:
             cells = where
@@ -784,7 +796,7 @@ def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], 
         if mask < 0:
             raise ValidationError(field=f"job {job}",
                                   problem=f"nodes {list(where)} are not distinct nodes of 0..{nodes - 1}")
-        row = rows[0]
+        row = rs[0]
         if occ[row] & mask:
             n = next(n for n in cells if occ[row] >> n & 1)
             raise ValidationError(field=f"job {job}", problem=f"row {row} node {n} is taken by {m.job_at(row, n)}")
