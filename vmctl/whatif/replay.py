@@ -96,6 +96,23 @@ def _node_model(cluster: Mapping[str, Any]) -> tuple[int, list[float], int, list
     return len(speeds), speeds, per, groups
 
 
+def _core_boots(side: Mapping[str, Any], boot: str) -> list[float]:
+    """Per core of the model (:func:`_node_model`'s order: the side file's nodes with cores), its node's
+    boot from the side file's ``node_boots`` (a node without one: their median) under ``boot="own"`` (or
+    ``"node"``); empty when the side file has none or ``boot`` is another reading (module docstring)."""
+    nb = side.get("node_boots")
+    if boot not in ("own", "node") or not isinstance(nb, Mapping) or not nb:
+        return []
+    vals: dict[str, float] = {}
+    for name, b in nb.items():
+        if isinstance(b, bool) or not isinstance(b, int | float) or not (math.isfinite(b) and b >= 0):
+            raise ValidationError(field=f"node_boots.{name}", problem=f"must be a number >= 0, got {b!r}")
+        vals[str(name)] = float(b)
+    med = float(np.median(list(vals.values())))
+    nodes = [n for n in side["cluster"].get("nodes", ()) if int(n.get("cores") or 0) > 0]
+    return [vals.get(str(n.get("name")), med) for n in nodes for _ in range(int(n["cores"]))]
+
+
 def _levels(cluster: Mapping[str, Any]) -> int:
     lay = cluster.get("layout") or {}
     if lay.get("discipline") == "shared" and int(lay.get("levels") or 0) >= 2:
@@ -187,7 +204,10 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
                                                      "export it with vmctl history export")
     cores, speeds, per, groups = _node_model(side["cluster"])
     fam = family(policy)
-    wl = read_swf(trace, max_procs=cores * _levels(side["cluster"]), boot=boot)
+    core_boots = _core_boots(side, boot) if fam == "task-bag" else []
+    read_mode = "node" if core_boots else ("own" if boot == "bag" else boot)
+    wl = read_swf(trace, max_procs=cores * _levels(side["cluster"]), boot=read_mode)
+    bags = frozenset(str(k) for k, s in wl.shapes.items() if s.kind == "task-bag")  # they take node boots
     from vmctl.model import JobShape
     needs = policy_class(policy).needs
     entries: Mapping[str, Any] = side["jobs"]
@@ -248,7 +268,11 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
 
         cls = TaskBagModel if fam == "task-bag" else MoldableModel
         lv = _levels(side["cluster"]) if fam == "task-bag" else 1
-        execution = lambda: cls(shapes, speeds=speeds, cores_per_node=per, groups=groups, levels=lv)  # noqa: E731
+        if core_boots:
+            execution = lambda: TaskBagModel(shapes, speeds=speeds, cores_per_node=per, groups=groups,  # noqa: E731
+                                             levels=lv, boots=core_boots, booted=bags)
+        else:
+            execution = lambda: cls(shapes, speeds=speeds, cores_per_node=per, groups=groups, levels=lv)  # noqa: E731
     cfg = SimConfig(seed=seed, cpu_usage="paper", execution=execution, progress=progress_model(progress), **cfg_kw)
     sim = Simulator(jobs, cores, pol, cfg, source=str(trace), dropped=wl.dropped)
     res = sim.run()
