@@ -145,7 +145,8 @@ def divergence_line(r: dict[str, Any]) -> str:
 
 def replay_kept(folder: Path, name: str) -> str:
     """``--replay DIR``: the history a run kept (``--out``: ``DIR/history.swf`` + side file) replayed again
-    by this code under its family's policy, with the measured boots and without them."""
+    by this code under its family's policy, with the measured boots and without them (and, when the side
+    file has ``node_boots``, with each bag's mean boot on every worker instead: ``boot=bag``)."""
     from vmctl.sim.workloads.swf import read_side_file
     from vmctl.whatif.fidelity import start_errors
     from vmctl.whatif.replay import actual, error, replay
@@ -158,7 +159,11 @@ def replay_kept(folder: Path, name: str) -> str:
     act = actual(trace)
     submits = {k: float(e["submit"]) for k, e in side["jobs"].items()}
     out = [f"{folder}: {fam.policy}, {act['jobs']} jobs, live mean response {act['avg_response']:.1f}"]
-    for boot in ("own", "none"):
+    nb = side.get("node_boots")
+    if nb:  # the task bags' workers' boots per node: boot=own gives each worker its node's, boot=bag the bag's mean
+        out.append("  node boots (median first-run boot of the bags' workers there, model s): "
+                   + ", ".join(f"{n} {b:.1f}" for n, b in nb.items()))
+    for boot in ("own", "bag", "none") if nb else ("own", "none"):
         sim = replay(trace, fam.policy, fam.params, boot=boot)
         e = error(sim, act, submits)
         out.append(f"  boot={boot:<4} replay {sim['avg_response']:8.1f}  err {e['avg_response_relative']:+7.1%}  "

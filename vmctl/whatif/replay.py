@@ -46,6 +46,18 @@ fidelity testbed's) a job that booted on the real host keeps its boot wherever t
 replays without boots. A history without boots (mock hosts before vmctld kept them) replays exactly as
 before.
 
+Per-node boots of task bags. A task bag's boot is its workers' start delays, and those depend on the
+node each worker ran on (a real host's guest boot against a mock host's control loop). When the side
+file has ``node_boots`` (the median first-run boot of the bags' workers on each node; vmctld's
+``running`` entry lists ``[node, delay]`` per worker), a replay under a task-bag policy with
+``boot="own"`` gives each worker, wherever the replay places it, the boot of its node before its
+first task (:class:`vmctl.sim.exec_taskbag.TaskBagModel`'s ``boots``; a node without one: the median
+of the others), and the bags take no boot of their own (``read_swf(boot="node")``). ``boot="bag"``
+keeps the bag's mean on every worker (the reading before ``node_boots``). The model's cores are the
+side file's nodes with cores, in its order (by name), so the boots map by index. Rigid jobs keep
+their own boot (a job's boot as the largest of its nodes' boots under another placement is not
+modelled).
+
 Every policy is a cell of the experiment runner (:mod:`vmctl.experiments.runner`): ``replay_cell``
 reads the trace (SWF + side file) itself, so the cells run on any Dask worker.
 """
@@ -193,7 +205,8 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
     it is measured from the agents' logs (:mod:`vmctl.whatif.fidelity`) and decides on which side of a
     slice boundary an end falls: a job that misses the end of its slice by a second ends a cycle later.
 
-    ``boot``: how the side file's boot delays apply (``own``, ``median``, ``none``; module docstring)."""
+    ``boot``: how the side file's boot delays apply (``own``, ``bag``, ``median``, ``none``; module
+    docstring)."""
     from vmctl.policies.registry import create_policy, policy_class
     from vmctl.sim.engine import SimConfig, Simulator
     from vmctl.sim.workloads.swf import read_side_file, read_swf
