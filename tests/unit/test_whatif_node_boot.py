@@ -104,3 +104,24 @@ def test_vmctld_lists_each_workers_node_and_delay(tmp_path: Path) -> None:
     assert next(h for h in doc["history"] if h["event"] == "running")["boot"] == running["boot"]
     assert worker_boots(doc) == [(n, d) for n, d in ws]
     b.close()
+
+
+def test_a_worker_a_bag_gains_later_boots_on_its_node(tmp_path: Path) -> None:
+    """Bag 2 (6 tasks of 100 s, up to 4 workers) starts at 1 on the one free core (f2: tasks 0, 1 after a
+    2 s boot, to 203); when bag 1 (one 200 s task on f1) ends at 202, the policy grows bag 2 onto f1, f3
+    and slow: their workers boot 2, 2 and 60 s before tasks 2, 3, 4 (f1 and f3 end at 304, slow at 362)
+    and f2 takes task 5 (303): the bag ends at 362, its new workers' boots counted in its work (the
+    engine's ``grown_work``; without it the bag would end when its first work is done)."""
+    def one(jid: str, submit: float, end: float, on: list[tuple[str, float]], tasks: list[float],
+            width: int) -> dict[str, Any]:
+        d = bag(jid, submit, submit, end, on)
+        d.update(procs=width, shape={"kind": "task-bag", "tasks": tasks, "max_workers": width, "task_usage": 0.01})
+        return d
+
+    path = export(tmp_path, [one("1", 0.0, 202.0, [("f1", FAST)], [200.0], 1),
+                             one("2", 1.0, 362.0, [("f2", FAST), ("f3", FAST), ("slow", SLOW)], [100.0] * 6, 4)])
+    live = json.loads(actual(path)["jobs_json"])
+    t = live["1"][0]
+    sim = json.loads(replay(path, "dispatch-priority", {})["jobs_json"])
+    assert sim["1"] == pytest.approx([t, t + 202.0], abs=1e-6)
+    assert sim["2"] == pytest.approx([t + 1.0, t + 1.0 + 2.0 + 200.0 - 1.0 + 60.0 + 100.0], abs=1e-6)
