@@ -125,3 +125,15 @@ def test_a_worker_a_bag_gains_later_boots_on_its_node(tmp_path: Path) -> None:
     sim = json.loads(replay(path, "dispatch-priority", {})["jobs_json"])
     assert sim["1"] == pytest.approx([t, t + 202.0], abs=1e-6)
     assert sim["2"] == pytest.approx([t + 1.0, t + 1.0 + 2.0 + 200.0 - 1.0 + 60.0 + 100.0], abs=1e-6)
+
+
+def test_vmctl_whatif_says_the_workers_boot_on_their_node(tmp_path: Path) -> None:
+    from vmctl.whatif.report import render, run_whatif
+
+    path = export(tmp_path, history())
+    doc = run_whatif(path, ["dispatch-priority"], {}, POLICY, 1, tmp_path / "w.csv")
+    assert doc["boot"]["node_boots"] == {"f1": 2.0, "f2": 2.0, "f3": 2.0, "slow": 60.0}
+    assert abs(doc["error_in_force"]["avg_response_relative"]) < 1e-6
+    assert "a task bag's workers the boot of the node they run on (f1 2.0 s" in render(doc)
+    bag = run_whatif(path, ["dispatch-priority"], {}, POLICY, 1, tmp_path / "b.csv", boot="bag")
+    assert bag["error_in_force"]["avg_response_relative"] < -0.1 and "(--boot bag)" in render(bag)

@@ -179,7 +179,7 @@ def clock_phase(policy: str, params: Mapping[str, Any], unix_start: float) -> fl
 
 def boot_summary(trace: str | Path) -> dict[str, Any]:
     """The side file's boot delays (module docstring): how many jobs have one, their median, mean and
-    largest (seconds; None without any)."""
+    largest (seconds; None without any), and ``node_boots`` when the side file has them."""
     from vmctl.sim.workloads.swf import read_side_file
 
     side = read_side_file(trace)
@@ -187,7 +187,12 @@ def boot_summary(trace: str | Path) -> dict[str, Any]:
          if isinstance(e, dict) and isinstance(e.get("boot"), int | float) and not isinstance(e.get("boot"), bool)]
     if not b:
         return {"jobs": 0, "median": None, "mean": None, "max": None}
-    return {"jobs": len(b), "median": float(np.median(b)), "mean": float(np.mean(b)), "max": float(max(b))}
+    out: dict[str, Any] = {"jobs": len(b), "median": float(np.median(b)), "mean": float(np.mean(b)),
+                           "max": float(max(b))}
+    nb = (side or {}).get("node_boots")
+    if isinstance(nb, Mapping) and nb:  # only then (the summary is unchanged without them)
+        out["node_boots"] = dict(nb)
+    return out
 
 
 def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int = 1,
