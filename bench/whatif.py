@@ -143,9 +143,47 @@ def divergence_line(r: dict[str, Any]) -> str:
     return f"  {describe_divergence(div)}\n  {cause}"
 
 
+def reexport(folder: Path) -> str:
+    """``--reexport``: write ``DIR/history.swf`` (+ side file) again from the run's own store
+    (``DIR/live/vmctld.db``, the job archive included) with this code's export (``GET /v1/history``'s
+    documents, ``build_trace``), keeping the cluster and policy the side file recorded; the old pair is
+    kept as ``history.swf.orig`` (+ side file) the first time. For a history exported before the API
+    showed what it now does (a bag's worker boots)."""
+    import shutil
+
+    from vmctl.api.routes.jobs import _history_json
+    from vmctl.sim.workloads.swf import read_side_file, side_file_path
+    from vmctl.store import open_store
+    from vmctl.whatif.export import build_trace, write_trace
+
+    trace = folder / "history.swf"
+    side = read_side_file(trace)
+    db = folder / "live" / "vmctld.db"
+    if side is None or not db.exists():
+        return f"{folder}: no history.swf with a side file and live/vmctld.db"
+    orig = folder / "history.swf.orig"
+    if not orig.exists():
+        shutil.copy(trace, orig)
+        shutil.copy(side_file_path(trace), side_file_path(orig))
+    store = open_store(str(db), must_exist=True)
+    try:
+        final = ("done", "failed", "killed", "cancelled")
+        recs = [(r, False) for r in store.load_jobs() if r.state.value in final]
+        recs += [(r, True) for r in store.list_archived_jobs(limit=1_000_000)]
+    finally:
+        store.close()
+    jobs = [_history_json(r, a) for r, a in recs]
+    cl = side["cluster"]
+    policy = {"name": cl["policy"]["name"], "params": cl["policy"]["params"], "layout": cl.get("layout")}
+    t = build_trace(jobs, cl["nodes"], policy, source=str(side.get("source") or ""))
+    write_trace(t, trace)
+    return f"{folder}: re-exported {t.jobs} jobs from {db} (node boots: {t.side.get('node_boots') or 'none'})"
+
+
 def replay_kept(folder: Path, name: str) -> str:
     """``--replay DIR``: the history a run kept (``--out``: ``DIR/history.swf`` + side file) replayed again
-    by this code under its family's policy, with the measured boots and without them."""
+    by this code under its family's policy, with the measured boots and without them (and, when the side
+    file has ``node_boots``, with each bag's mean boot on every worker instead: ``boot=bag``)."""
     from vmctl.sim.workloads.swf import read_side_file
     from vmctl.whatif.fidelity import start_errors
     from vmctl.whatif.replay import actual, error, replay
@@ -158,7 +196,11 @@ def replay_kept(folder: Path, name: str) -> str:
     act = actual(trace)
     submits = {k: float(e["submit"]) for k, e in side["jobs"].items()}
     out = [f"{folder}: {fam.policy}, {act['jobs']} jobs, live mean response {act['avg_response']:.1f}"]
-    for boot in ("own", "none"):
+    nb = side.get("node_boots")
+    if nb:  # the task bags' workers' boots per node: boot=own gives each worker its node's, boot=bag the bag's mean
+        out.append("  node boots (median first-run boot of the bags' workers there, model s): "
+                   + ", ".join(f"{n} {b:.1f}" for n, b in nb.items()))
+    for boot in ("own", "bag", "none") if nb else ("own", "none"):
         sim = replay(trace, fam.policy, fam.params, boot=boot)
         e = error(sim, act, submits)
         out.append(f"  boot={boot:<4} replay {sim['avg_response']:8.1f}  err {e['avg_response_relative']:+7.1%}  "
@@ -181,11 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "processes sleep); each family also runs its all-mock baseline of the same sleeping "
                          "workload first, in this process")
     ap.add_argument("--guest-dir", type=Path, default=GUEST_DIR, help="the SSH guest's build (cached)")
+    ap.add_argument("--reexport", action="store_true",
+                    help="with --replay: first export DIR/history.swf again from DIR/live/vmctld.db with this code")
     ap.add_argument("--replay", type=Path, default=None, metavar="DIR",
                     help="only replay the history a run kept with --out (DIR/history.swf) under the first of "
                          "--families, with and without its measured boots; no live run")
     a = ap.parse_args(argv)
     if a.replay is not None:
+        if a.reexport:
+            print(reexport(a.replay))
         print(replay_kept(a.replay, a.families.split(",")[0].strip()))
         return 0
     names = [f.strip() for f in a.families.split(",") if f.strip()]

@@ -19,6 +19,17 @@ from vmctl.store.base import EventRecord, JobRecord, NodeRecord, OperationRecord
 from vmctl.timefmt import iso, rewrite_times
 
 
+def _history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
+    """A history entry as the API shows it: time, event, detail, and a task bag's ``running`` entry's
+    ``boot`` (its workers' mean start delay) and ``workers`` ([node, delay] each) when it has them (the
+    export reads them: ``vmctl.whatif.export``)."""
+    out = {"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")}
+    for key in ("boot", "workers"):
+        if key in h:
+            out[key] = h[key]
+    return out
+
+
 def job_json(r: JobRecord, expected_start: float | None = None,
              blocked_by: Sequence[NodeRecord] = (), times: tuple[float, float] | None = None,
              bag_tasks: bool = True) -> dict[str, Any]:
@@ -38,7 +49,7 @@ def job_json(r: JobRecord, expected_start: float | None = None,
         "reason": reason_json(r.reason),
         "tasks": [task_json(t) for t in r.tasks] if bag_tasks or r.bag is None else [],
         "migrations": r.migrations, "runs": r.run, "requeues": requeues(r),
-        "history": [{"time": h.get("time"), "event": h.get("event"), "detail": h.get("detail")} for h in r.history],
+        "history": [_history_entry(h) for h in r.history],
         # vcsched virtual-cluster fields: requested needs and the CPU cap currently allocated per VM
         "cpu_need": float(r.spec.get("cpu_need", 1.0)), "mem": float(r.spec.get("mem", 0.0)), "cap": r.cap,
         "expected_start": expected_start if r.state == JobState.QUEUED else None,

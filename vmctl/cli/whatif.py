@@ -72,9 +72,11 @@ def _policies(text: str) -> list[str]:
 @click.option("--progress", type=click.Choice(["cpu-share", "paper"]), default="cpu-share", show_default=True,
               help="How a two-tier replay's jobs progress: the CPU share rule of vmctld's agents, or MEASY's "
                    "measured model (context-switch loss, bg efficiency).")
-@click.option("--boot", type=click.Choice(["own", "median", "none"]), default="own", show_default=True,
+@click.option("--boot", type=click.Choice(["own", "median", "none", "bag"]), default="own", show_default=True,
               help="How the jobs' measured start delays (guest boot; the side file's boot) apply in every replay: "
-                   "each job its own, every job the history's median, or none (docs/operations.md).")
+                   "each job its own (a task bag's workers the boot of their node, when the history has node "
+                   "boots), every job the history's median, none, or each job its own with a task bag's mean "
+                   "on every worker (docs/operations.md).")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="Keep the exported trace (history.swf + side file) and the runner's table in DIR.")
 @api_options

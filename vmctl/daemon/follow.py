@@ -105,11 +105,14 @@ class Follower(RecordWriter):
         if bag is not None and v.process_job == job.id and not v.process_starting and not bag.get("running"):
             # the workers seen running a task of this run (their guests booted), and when
             up: dict[str, float] = bag.setdefault("up", {})
+            up_on: dict[str, str] = bag.setdefault("up_on", {})  # and on which node (export: node_boots)
             if str(vm_number) not in up:
                 up[str(vm_number)] = now
+                up_on[str(vm_number)] = node
                 if all(str(n) in up for n in bag["vms"]):
                     bag["running"] = True
-                    history.note_running(job, now, len(bag["vms"]), [up[str(n)] for n in bag["vms"]])
+                    history.note_running(job, now, len(bag["vms"]), [up[str(n)] for n in bag["vms"]],
+                                         [up_on.get(str(n), "") for n in bag["vms"]])
                     ch.jobs[job.id] = job
                 ch.bags[job.id] = job
         if not dispatcher.observe(job, vm_number, v, now):

@@ -66,12 +66,15 @@ def started_at(rec: JobRecord) -> float | None:
     return next((float(h["time"]) for h in reversed(rec.history) if h.get("event") == "started"), None)
 
 
-def note_running(rec: JobRecord, now: float, processes: int, workers_at: Sequence[float] = ()) -> bool:
+def note_running(rec: JobRecord, now: float, processes: int, workers_at: Sequence[float] = (),
+                 workers_on: Sequence[str] = ()) -> bool:
     """Every process (``processes``) of the current run has been seen started: add the run's ``running``
     entry, once per run (module docstring). True when the entry was added. ``workers_at``: a task bag's
     workers, when each was first seen running a task: the entry's ``boot`` is their mean start delay
     (each worker's guest boots on its own and the first to run takes more tasks: the bag's work is
-    delayed by the mean, not the slowest)."""
+    delayed by the mean, not the slowest). ``workers_on``: the node each of them ran on (same order):
+    the entry's ``workers`` lists ``[node, delay]`` per worker, from which the export derives each
+    node's boot (``node_boots``; a real host's guest boot differs from a mock host's control loop)."""
     for h in reversed(rec.history):
         if h.get("event") == "running":
             return False  # this run's entry is there (no start since)
@@ -83,6 +86,9 @@ def note_running(rec: JobRecord, now: float, processes: int, workers_at: Sequenc
     if workers_at and start is not None:
         entry["boot"] = round(sum(max(0.0, t - start) for t in workers_at) / len(workers_at), 3)
         entry["detail"] = f"{processes} workers running{took} (mean {entry['boot']:.1f} s)"
+        if len(workers_on) == len(workers_at):
+            entry["workers"] = [[str(n), round(max(0.0, t - start), 3)] for n, t in zip(workers_on, workers_at,
+                                                                                      strict=True)]
     _append(rec, entry)
     return True
 

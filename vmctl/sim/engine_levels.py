@@ -75,6 +75,10 @@ class LevelEngine(EngineBase):
             for run, old in resized:
                 for r in self.model.on_resize(run, old, self.now):
                     dirty[r.idx] = r
+                grown = self.model.grown_work(run)
+                if grown:  # new workers' boots (task bags)
+                    self._work[run.idx] += grown
+                    dirty[run.idx] = run
         if decision.schedule is not None:
             for r in self.model.on_schedule(decision.schedule, self.now):
                 dirty[r.idx] = r

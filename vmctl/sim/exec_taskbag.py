@@ -68,10 +68,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import ClassVar
 
-from vmctl.errors import SimulationError
+from vmctl.errors import SimulationError, ValidationError
 from vmctl.model import JobShape
 from vmctl.sim.exec_moldable import MoldableModel
 from vmctl.sim.execution import EngineState, Run
@@ -87,7 +87,8 @@ class _Bag:
     engine's) when ``left`` was last brought up to date; ``version`` invalidates older events; ``at`` maps
     a slot to its worker (:meth:`index`, after every change of the run's slots)."""
 
-    __slots__ = ("at", "at_slots", "draining", "factor", "left", "next", "p", "shape", "speed", "task", "version")
+    __slots__ = ("at", "at_slots", "booted", "draining", "factor", "left", "next", "p", "shape", "speed", "task",
+                 "version")
 
     def __init__(self, shape: JobShape, factor: float) -> None:
         self.shape = shape
@@ -101,6 +102,7 @@ class _Bag:
         self.version = 0
         self.at: dict[tuple[int, int], int] = {}
         self.at_slots: tuple[tuple[int, int], ...] = ()
+        self.booted = 0.0  # the boot work its workers added to its tasks' (``TaskBagModel.boots``)
 
     def index(self, slots: tuple[tuple[int, int], ...]) -> None:
         if slots != self.at_slots:
@@ -134,8 +136,38 @@ class TaskBagModel(MoldableModel):
     has_events: ClassVar[bool] = True
     SHAPES: ClassVar[frozenset[str]] = frozenset({"rigid", "moldable", "task-bag"})
 
+    def __init__(self, shapes: Mapping[str, JobShape] | None = None, speeds: Sequence[float] = (),
+                 cores_per_node: int = 1, groups: Sequence[str] = (), levels: int = 1,
+                 boots: Sequence[float] = (), booted: Collection[str] | None = None) -> None:
+        """``boots``: per core, the boot of its node (seconds of work, passing at the node's speed), which
+        a new worker of a bag runs before its first task (module docstring, "Boots"); ``booted``: the
+        jobs that take it (None: every task bag)."""
+        super().__init__(shapes, speeds, cores_per_node, groups, levels)
+        for i, b in enumerate(boots):
+            if isinstance(b, bool) or not isinstance(b, int | float) or not (math.isfinite(b) and b >= 0):
+                raise ValidationError(field=f"boots[{i}]", problem=f"must be a number >= 0, got {b!r}")
+        self._boots = [float(b) for b in boots]
+        self._booted = None if booted is None else frozenset(booted)
+
+    def _boot(self, run: Run, bag: _Bag, i: int, core: int) -> None:
+        """Worker i, new on ``core``, boots before its first task: that task's work grows by the node's boot."""
+        if self._boots and bag.task[i] >= 0 and (self._booted is None or run.job.id in self._booted):
+            b = self._boots[core]
+            bag.left[i] += b
+            bag.booted += b
+
+    def grown_work(self, run: Run) -> float:
+        """The boot work the bag's workers added since the engine last asked (new workers of a resize)."""
+        bag = self._bag(run)
+        if bag is None or not bag.booted:
+            return 0.0
+        b, bag.booted = bag.booted, 0.0
+        return b
+
     def bind(self, state: EngineState) -> None:
         super().bind(state)
+        if self._boots and len(self._boots) != state.cores:
+            raise ValidationError(field="boots", problem=f"{len(self._boots)} boots for {state.cores} cores")
         # (time, sequence, version, run): a task end of ``run`` as of its bag's ``version`` (unique sequence
         # numbers keep the heap from comparing runs)
         self._events: list[tuple[float, int, int, Run]] = []
@@ -194,6 +226,11 @@ class TaskBagModel(MoldableModel):
             bag.add_worker()
         bag.index(run.slots)
         run.data = bag
+        if self._boots:
+            for i, (c, _level) in enumerate(run.slots):
+                self._boot(run, bag, i, c)
+            booted, bag.booted = bag.booted, 0.0
+            return shape.work * bag.factor + booted
         return shape.work * bag.factor
 
     def span(self, run: Run) -> float:
@@ -316,6 +353,7 @@ class TaskBagModel(MoldableModel):
         for i, s in enumerate(new_slots):  # new workers take the next tasks, in slot order
             if s not in old:
                 bag.take(i)
+                self._boot(run, bag, i, s[0])
         if hold:
             bag.draining.update(hold)
             self.state.hold_slots(run, hold)

@@ -249,6 +249,11 @@ class ExecutionModel(ABC):
         """Work the run needs to complete (called once, when it starts)."""
         return self.state.job_work[run.idx]
 
+    def grown_work(self, run: Run) -> float:
+        """Work the run gained since it started or was last asked (asked after a ``Resize``: a task bag's
+        new workers' boots, :class:`vmctl.sim.exec_taskbag.TaskBagModel`); 0 by default."""
+        return 0.0
+
     def span(self, run: Run) -> float:
         """The run's length for the metrics (the run time of the bounded slowdown; times the width, the
         core-seconds of the utilization), asked when it starts. The default, ``work(run)``, is right

@@ -26,6 +26,9 @@ Readings chosen (docs/operations.md, "The export format", lists them for operato
   bound of the work. A job with a measured ``boot`` (its first run's start delay: vmctld's decision to
   the agents' first report of every process running) has that much less of its measured run as work:
   the replay runs its boot before its work, not twice.
+- ``node_boots`` (header level, present only when known): each node's boot, the median first-run boot of
+  the task-bag workers that ran there (vmctld's ``running`` entry lists ``[node, delay]`` per worker):
+  a replay under a task-bag policy gives each worker its node's boot instead of its bag's mean.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import datetime as _dt
 import gzip
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +107,39 @@ def boot_delay(j: Mapping[str, Any]) -> float | None:
             mean = _num(h.get("boot"))  # a task bag's: its workers' mean delay
             return max(0.0, t - start if mean is None else mean)
     return None
+
+
+def worker_boots(j: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """A task bag's first run's boot per worker, ``(node, delay)``: its ``running`` entry's ``workers``
+    (``vmctl.daemon.history.note_running``); empty when the entry has none (a rigid job, or a history
+    stored before vmctld kept them)."""
+    start = False
+    for h in j.get("history") or ():
+        ev = h.get("event") if isinstance(h, Mapping) else None
+        if ev == "started" and not start:
+            start = True
+        elif start and ev in ("started", "requeued"):
+            return []
+        elif start and ev == "running":
+            out: list[tuple[str, float]] = []
+            for w in h.get("workers") or ():
+                d = _num(w[1]) if isinstance(w, list | tuple) and len(w) == 2 and w[0] else None
+                if d is not None:
+                    out.append((str(w[0]), max(0.0, d)))
+            return out
+    return []
+
+
+def node_boots(jobs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each node's boot: the median of the first-run boots of the task-bag workers that ran there
+    (:func:`worker_boots`), by node name; nodes without such a worker are not listed."""
+    per: dict[str, list[float]] = {}
+    for j in jobs:
+        if _num(j.get("first_start")) is None or _num(j.get("end_time")) is None:
+            continue
+        for node, d in worker_boots(j):
+            per.setdefault(node, []).append(d)
+    return {n: round(statistics.median(v), 3) for n, v in sorted(per.items())}
 
 
 def _measured_work(j: Mapping[str, Any]) -> bool:
@@ -218,6 +255,9 @@ def build_trace(jobs: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, 
     text = "\n".join([*(f"; {k}: {v}" for k, v in header), *lines]) + "\n"
     side = {"format": SIDE_FORMAT, "unix_start_time": t0, "since": since, "until": until, "source": source,
             "cluster": cluster, "users": list(users), "accounts": list(accounts), "jobs": side_jobs}
+    nb = node_boots(ordered)
+    if nb:  # absent: no task bag's worker boots known (the side file reads as before)
+        side["node_boots"] = nb
     return ExportedTrace(swf=text, side=side, jobs=len(ordered), never_started=never)
 
 

@@ -46,6 +46,18 @@ fidelity testbed's) a job that booted on the real host keeps its boot wherever t
 replays without boots. A history without boots (mock hosts before vmctld kept them) replays exactly as
 before.
 
+Per-node boots of task bags. A task bag's boot is its workers' start delays, and those depend on the
+node each worker ran on (a real host's guest boot against a mock host's control loop). When the side
+file has ``node_boots`` (the median first-run boot of the bags' workers on each node; vmctld's
+``running`` entry lists ``[node, delay]`` per worker), a replay under a task-bag policy with
+``boot="own"`` gives each worker, wherever the replay places it, the boot of its node before its
+first task (:class:`vmctl.sim.exec_taskbag.TaskBagModel`'s ``boots``; a node without one: the median
+of the others), and the bags take no boot of their own (``read_swf(boot="node")``). ``boot="bag"``
+keeps the bag's mean on every worker (the reading before ``node_boots``). The model's cores are the
+side file's nodes with cores, in its order (by name), so the boots map by index. Rigid jobs keep
+their own boot (a job's boot as the largest of its nodes' boots under another placement is not
+modelled).
+
 Every policy is a cell of the experiment runner (:mod:`vmctl.experiments.runner`): ``replay_cell``
 reads the trace (SWF + side file) itself, so the cells run on any Dask worker.
 """
@@ -94,6 +106,23 @@ def _node_model(cluster: Mapping[str, Any]) -> tuple[int, list[float], int, list
     speeds = [float(n.get("speed") or 1.0) for n in nodes for _ in range(int(n["cores"]))]
     groups = [str(n.get("group") or "default") for n in nodes for _ in range(int(n["cores"]) // per)]
     return len(speeds), speeds, per, groups
+
+
+def _core_boots(side: Mapping[str, Any], boot: str) -> list[float]:
+    """Per core of the model (:func:`_node_model`'s order: the side file's nodes with cores), its node's
+    boot from the side file's ``node_boots`` (a node without one: their median) under ``boot="own"`` (or
+    ``"node"``); empty when the side file has none or ``boot`` is another reading (module docstring)."""
+    nb = side.get("node_boots")
+    if boot not in ("own", "node") or not isinstance(nb, Mapping) or not nb:
+        return []
+    vals: dict[str, float] = {}
+    for name, b in nb.items():
+        if isinstance(b, bool) or not isinstance(b, int | float) or not (math.isfinite(b) and b >= 0):
+            raise ValidationError(field=f"node_boots.{name}", problem=f"must be a number >= 0, got {b!r}")
+        vals[str(name)] = float(b)
+    med = float(np.median(list(vals.values())))
+    nodes = [n for n in side["cluster"].get("nodes", ()) if int(n.get("cores") or 0) > 0]
+    return [vals.get(str(n.get("name")), med) for n in nodes for _ in range(int(n["cores"]))]
 
 
 def _levels(cluster: Mapping[str, Any]) -> int:
@@ -150,7 +179,7 @@ def clock_phase(policy: str, params: Mapping[str, Any], unix_start: float) -> fl
 
 def boot_summary(trace: str | Path) -> dict[str, Any]:
     """The side file's boot delays (module docstring): how many jobs have one, their median, mean and
-    largest (seconds; None without any)."""
+    largest (seconds; None without any), and ``node_boots`` when the side file has them."""
     from vmctl.sim.workloads.swf import read_side_file
 
     side = read_side_file(trace)
@@ -158,7 +187,12 @@ def boot_summary(trace: str | Path) -> dict[str, Any]:
          if isinstance(e, dict) and isinstance(e.get("boot"), int | float) and not isinstance(e.get("boot"), bool)]
     if not b:
         return {"jobs": 0, "median": None, "mean": None, "max": None}
-    return {"jobs": len(b), "median": float(np.median(b)), "mean": float(np.mean(b)), "max": float(max(b))}
+    out: dict[str, Any] = {"jobs": len(b), "median": float(np.median(b)), "mean": float(np.mean(b)),
+                           "max": float(max(b))}
+    nb = (side or {}).get("node_boots")
+    if isinstance(nb, Mapping) and nb:  # only then (the summary is unchanged without them)
+        out["node_boots"] = dict(nb)
+    return out
 
 
 def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int = 1,
@@ -176,7 +210,8 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
     it is measured from the agents' logs (:mod:`vmctl.whatif.fidelity`) and decides on which side of a
     slice boundary an end falls: a job that misses the end of its slice by a second ends a cycle later.
 
-    ``boot``: how the side file's boot delays apply (``own``, ``median``, ``none``; module docstring)."""
+    ``boot``: how the side file's boot delays apply (``own``, ``bag``, ``median``, ``none``; module
+    docstring)."""
     from vmctl.policies.registry import create_policy, policy_class
     from vmctl.sim.engine import SimConfig, Simulator
     from vmctl.sim.workloads.swf import read_side_file, read_swf
@@ -187,7 +222,10 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
                                                      "export it with vmctl history export")
     cores, speeds, per, groups = _node_model(side["cluster"])
     fam = family(policy)
-    wl = read_swf(trace, max_procs=cores * _levels(side["cluster"]), boot=boot)
+    core_boots = _core_boots(side, boot) if fam == "task-bag" else []
+    read_mode = "node" if core_boots else ("own" if boot == "bag" else boot)
+    wl = read_swf(trace, max_procs=cores * _levels(side["cluster"]), boot=read_mode)
+    bags = frozenset(str(k) for k, s in wl.shapes.items() if s.kind == "task-bag")  # they take node boots
     from vmctl.model import JobShape
     needs = policy_class(policy).needs
     entries: Mapping[str, Any] = side["jobs"]
@@ -248,7 +286,11 @@ def replay(trace: str | Path, policy: str, params: Mapping[str, Any], seed: int 
 
         cls = TaskBagModel if fam == "task-bag" else MoldableModel
         lv = _levels(side["cluster"]) if fam == "task-bag" else 1
-        execution = lambda: cls(shapes, speeds=speeds, cores_per_node=per, groups=groups, levels=lv)  # noqa: E731
+        if core_boots:
+            execution = lambda: TaskBagModel(shapes, speeds=speeds, cores_per_node=per, groups=groups,  # noqa: E731
+                                             levels=lv, boots=core_boots, booted=bags)
+        else:
+            execution = lambda: cls(shapes, speeds=speeds, cores_per_node=per, groups=groups, levels=lv)  # noqa: E731
     cfg = SimConfig(seed=seed, cpu_usage="paper", execution=execution, progress=progress_model(progress), **cfg_kw)
     sim = Simulator(jobs, cores, pol, cfg, source=str(trace), dropped=wl.dropped)
     res = sim.run()

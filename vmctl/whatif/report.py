@@ -106,7 +106,11 @@ def render(doc: Mapping[str, Any]) -> str:
     b = doc.get("boot")
     if b:  # only when the history has measured boot delays (the output is unchanged otherwise)
         how = {"own": "each job its own (the median for a job without one)", "median": "every job the median",
-               "none": "not replayed (--boot none)"}.get(str(b.get("mode")), str(b.get("mode")))
+               "none": "not replayed (--boot none)", "bag": "each job its own, a task bag's mean on each of its "
+               "workers (--boot bag)"}.get(str(b.get("mode")), str(b.get("mode")))
+        if b.get("node_boots") and b.get("mode") == "own":
+            how += "; a task bag's workers the boot of the node they run on (" + ", ".join(
+                f"{n} {_f(v)} s" for n, v in b["node_boots"].items()) + ")"
         lines.append(f"boot delays (start -> every process running) measured for {b['jobs']} jobs: median "
                      f"{_f(b['median'])} s, max {_f(b['max'])} s; in every replay: {how}")
     e = doc.get("error_in_force")

@@ -38,7 +38,11 @@ host's control-loop pass). ``read_swf(..., boot=MODE)``:
   without boots is the same, byte for byte);
 - ``"median"``: every job the side file lists takes the median of the side file's boots (the reading
   that does not depend on where a job ran: ``vmctl whatif``'s other policies may place a job elsewhere);
-- ``"none"``: boots are ignored.
+- ``"none"``: boots are ignored;
+- ``"node"``: as ``"own"``, except that a task bag takes no boot of its own: the execution model gives
+  each of its workers the boot of the node it is placed on (the side file's header-level
+  ``node_boots``, :class:`vmctl.sim.exec_taskbag.TaskBagModel`'s ``boots``; ``vmctl whatif``'s
+  reading when the side file has them).
 
 A job with a boot delay ``b`` holds its cores for ``b`` seconds before its work starts: its run time
 and its estimate grow by ``b`` (vmctld counts a run's progress against the estimate from the first
@@ -316,7 +320,7 @@ def read_side_file(path: str | PathLike[str]) -> dict[str, Any] | None:
 
 
 #: ``read_swf``'s readings of the side file's boot delays (module docstring)
-BOOT_MODES = ("own", "median", "none")
+BOOT_MODES = ("own", "median", "none", "node")
 
 
 def side_line(side: Path, key: str, name: str | None = None) -> int:
@@ -425,8 +429,8 @@ def _apply_side(side: Path, doc: Mapping[str, Any], jobs: list[WorkloadJob], sha
             out.append(j)
             continue
         b = own_boot.get(key, default_boot)
-        if b:  # None (no boots in the side file) or 0: the job as before
-            bag = j.id in shapes and shapes[j.id].kind == "task-bag"
+        bag = j.id in shapes and shapes[j.id].kind == "task-bag"
+        if b and not (bag and boot == "node"):  # None (no boots in the side file) or 0: the job as before
             # vmctld sets a task bag no run-time limit, and its decision maker sees the estimate as submitted
             work, estimate = work + b, estimate if bag else estimate + b
             if j.id in shapes:
