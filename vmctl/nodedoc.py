@@ -111,12 +111,13 @@ class VmObserved:
     process_job: str | None = None
     process_index: int | None = None
     process_exit: int | None = None  # exit status once the process ended
-    #: the agent asked for the process but it does not run yet (a booting guest's SSH server is not up)
-    process_starting: bool = False
     migration_phase: str | None = None
     #: a VM of the agent's that no desired state wants: being stopped and removed (absent: removed in the
     #: cycle that reported it)
     orphan: bool = False
+    #: the agent asked for the process but it does not run yet (a booting guest's SSH server is not up);
+    #: last, so that positional construction by older callers keeps its meaning
+    process_starting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

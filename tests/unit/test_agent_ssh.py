@@ -259,6 +259,18 @@ def test_sftp_transfer_to_a_missing_folder_fails_cleanly(sshd: Sshd, tmp_path: P
         r.transfer_checkpoint(str(tmp_path / "missing.img"), "127.0.0.1", str(tmp_path / "x"))
 
 
+def _wait_started(runner: ParamikoRunner, vm: str, bound: float = 120.0) -> None:
+    """Until ``runner`` has the process's pid, which the guest's wrapper prints after it wrote the job
+    trace a restarted runner adopts (a fixed sleep lost that race on a loaded machine)."""
+    deadline = time.monotonic() + bound
+    while True:
+        st = runner.status(vm)
+        if st is not None and st.started:
+            return
+        assert time.monotonic() < deadline, f"{vm}: the process never started ({st})"
+        time.sleep(0.05)
+
+
 def test_a_restarted_runner_adopts_a_running_job_and_sees_its_exit(sshd: Sshd, tmp_path: Path) -> None:
     def runner() -> ParamikoRunner:
         return ParamikoRunner(SshSettings(user="root", key_file=sshd.key_file, known_hosts=sshd.known_hosts,
@@ -268,7 +280,7 @@ def test_a_restarted_runner_adopts_a_running_job_and_sees_its_exit(sshd: Sshd, t
     gate, command = _gated(tmp_path, "exit 4")
     first = runner()
     first.start("vm-c", ProcessSpec(job_id="job 1", index=4, command=command))
-    time.sleep(0.4)
+    _wait_started(first, "vm-c")
     second = runner()  # the agent restarted: no memory of the job
     st = second.status("vm-c")
     assert st is not None and st.running and (st.job_id, st.index) == ("job 1", 4)
@@ -285,7 +297,7 @@ def test_a_killed_adopted_job_reports_137(sshd: Sshd, tmp_path: Path) -> None:
                            state_dir=str(tmp_path / "state"))
     first = ParamikoRunner(settings, address_of=lambda vm: "127.0.0.1")
     first.start("vm-d", ProcessSpec(job_id="j", index=0, command="sleep 30"))
-    time.sleep(0.4)
+    _wait_started(first, "vm-d")
     second = ParamikoRunner(settings, address_of=lambda vm: "127.0.0.1")
     assert second.status("vm-d").running  # type: ignore[union-attr]
     second.kill("vm-d")
