@@ -3,9 +3,11 @@ mock agents, ~15 s) that must finish jobs and leave no process behind."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -181,6 +183,45 @@ def test_short_demo_run(tmp_path: Path) -> None:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], pid
     assert not _children(proc.pid)
     assert (state / "vmctld.log").exists() and (state / "vmctld.db").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_demo_and_its_daemons(tmp_path: Path) -> None:
+    """``kill PID`` of a running demo stops vmctld and the agents it started, as Ctrl-C does."""
+    env = dict(os.environ)
+    env.pop("VMCTL_URL", None)
+    env.pop("VMCTL_TOKEN", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vmctl.cli.main", "demo", "--duration", "600", "--jobs", "50", "--nodes", "2",
+         "--cores", "2", "--no-live", "--state-dir", str(tmp_path / "state"), "--seed", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:  # the demo names its processes once they run
+            lines.append(line)
+            if "agents (pids" in line:
+                break
+        started = "".join(lines)
+        assert "agents (pids" in started, started
+        pids = [int(p) for p in re.findall(r"pid (\d+)", started)] + [
+            int(p) for p in re.search(r"pids ([\d, ]+)\)", started).group(1).split(",")]  # type: ignore[union-attr]
+        assert len(pids) == 3
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            proc.communicate()
+    left = [pid for pid in pids
+            if Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+    for pid in left:  # the demo's own processes, left by a failure: end them, then fail
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"left running after SIGTERM: {left}"
+    assert proc.returncode != 0
+    assert "Traceback" not in rest, rest
 
 
 def test_operator_migration_picks_a_fitting_target(tmp_path: Path) -> None:

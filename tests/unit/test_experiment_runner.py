@@ -197,6 +197,54 @@ def test_killed_mid_grid_then_rerun_finishes_without_recomputing_finished_cells(
     assert [ec.executions(counts, f"s{i}") for i in range(10)] == [1] * 10
 
 
+def test_sigterm_mid_grid_closes_the_local_cluster_and_removes_its_scratch_space(tmp_path: Path) -> None:
+    """``kill PID`` (systemd, a CI timeout) of a command running a grid on a local cluster: the command
+    ends, its worker processes end with it and its scratch directory goes (a SIGTERM used to end the
+    process at once, leaving ``TMPDIR/vmctl-dask-*`` and the workers behind)."""
+    import psutil
+
+    counts, gate, table = tmp_path / "c", tmp_path / "gate", tmp_path / "t.parquet"
+    counts.mkdir()
+    (tmp_path / "tmp").mkdir()
+    journal = tmp_path / "t.parquet.partial.jsonl"
+    cmd = [sys.executable, "-m", "tests.experiment_cells", str(table), str(counts), str(gate), "10", "--workers", "2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp")}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+
+    def group() -> list[int]:
+        out = []
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if p.pid != proc.pid and os.getpgid(p.pid) == proc.pid and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p.pid)
+        return out
+
+    try:
+        deadline = time.monotonic() + 180
+        while not (journal.exists() and len(journal.read_text().splitlines()) >= 4):
+            assert proc.poll() is None, proc.communicate()[0].decode()
+            assert time.monotonic() < deadline, "the first four cells did not finish"
+            time.sleep(0.05)
+        assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("vmctl-dask-")]
+        proc.send_signal(signal.SIGTERM)  # the command alone, as ``kill PID`` does
+        output = proc.communicate(timeout=180)[0].decode()
+        assert proc.returncode != 0, output
+        deadline = time.monotonic() + 120  # the workers' nannies end when their scheduler is gone
+        while group():
+            assert time.monotonic() < deadline, f"worker processes left: {group()}"
+            time.sleep(0.2)
+        assert list((tmp_path / "tmp").iterdir()) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.returncode is None:
+            proc.communicate()
+    kept = ResultTable(table).open()  # the finished cells are kept for a rerun (journal folded in or not)
+    assert sorted(int(r["i"]) for r in kept.rows.values())[:4] == [0, 1, 2, 3]
+    kept.close()
+
+
 def test_output_errors_are_clear(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

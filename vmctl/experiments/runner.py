@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from vmctl.errors import ClusterUnavailable, Conflict, ValidationError
+from vmctl.sigterm import sigterm_as_interrupt
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -407,6 +408,10 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
     # the cluster's scratch space in a directory of its own, removed with the cluster (Dask's default,
     # TMPDIR/dask-scratch-space, outlives every run)
     scratch = tempfile.TemporaryDirectory(prefix="vmctl-dask-")
+    # a SIGTERM (kill, systemd, a CI timeout) closes the cluster and removes the scratch space as Ctrl-C
+    # does; without this the process died at once and left both behind
+    stop = contextlib.ExitStack()
+    stop.enter_context(sigterm_as_interrupt())
     try:
         with dask.config.set({"temporary-directory": scratch.name}):
             try:
@@ -422,6 +427,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
                 cluster.close()
     finally:
         scratch.cleanup()
+        stop.close()
 
 
 # ------------------------------------------------------------------------------------- the runner

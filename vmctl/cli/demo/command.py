@@ -28,6 +28,7 @@ from vmctl.cli.demo.workload import DemoJob, build_demo_workload
 from vmctl.errors import DemoError
 from vmctl.localcluster import DaemonProcess, ManagedProcess, agent_config, free_port
 from vmctl.model import JobState
+from vmctl.sigterm import sigterm_as_interrupt
 
 TERMINAL = (JobState.DONE, JobState.KILLED, JobState.FAILED, JobState.CANCELLED)
 
@@ -157,7 +158,9 @@ class Demo:
         command = guests.guest_command if self.libvirt else None
         if o.backend == "mock":  # fail on a bad workload before starting anything
             workload, info = build_demo_workload(o.jobs, planned, o.speed, o.duration, o.seed, compress=compress)
-        restore = self._stop_on_sigterm()
+        # SIGTERM ends the demo as Ctrl-C does (through ``stop``: nothing is left behind)
+        restore = contextlib.ExitStack()
+        restore.enter_context(sigterm_as_interrupt())
         try:
             if self.libvirt:
                 self.prepare_libvirt()
@@ -185,7 +188,7 @@ class Demo:
             return summary
         finally:
             self.stop()
-            restore()
+            restore.close()
 
     def prepare_libvirt(self) -> None:
         """Before anything starts: libvirtd answers, the SSH guest is built (or the cached build is
@@ -198,19 +201,6 @@ class Demo:
         guests.host_cores(0, o.cores, os.cpu_count() or 1)  # a clear error before building anything
         guests.build_guest(Path(o.guest_dir), self.echo)
         guests.check_no_leftovers(o.libvirt_uri, set(self.node_names))
-
-    @staticmethod
-    def _stop_on_sigterm() -> Any:
-        """SIGTERM ends the demo as Ctrl-C does (through ``stop``: nothing is left behind); returns the
-        function that puts the previous handler back."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
-        def interrupt(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt(f"signal {signum}")
-
-        previous = signal.signal(signal.SIGTERM, interrupt)
-        return lambda: signal.signal(signal.SIGTERM, previous)
 
     def drive(self, client: ApiClient, workload: list[DemoJob]) -> list[dict[str, Any]]:
         o = self.o
