@@ -88,7 +88,7 @@ from vmctl.model import (
     Unreplicate,
 )
 from vmctl.policies.base import Needs, SchedulingPolicy
-from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, _checked_mask, _mask, derive
+from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, KeptCollapse, _checked_mask, _mask, derive
 from vmctl.policies.registry import register
 
 #: the paper's time slice (sec. 3), as ``vmctl.sim.timeslice.DEFAULT_SLICE`` (a policy does not import the
@@ -120,6 +120,9 @@ class _Gang(SchedulingPolicy):
     def validate_params(self) -> None:
         #: job id -> (its cores tuple, total cores, sorted nodes, checked bit set or -1, GangJob): see ``decide``
         self._memo: dict[str, tuple[tuple[int, ...], int, tuple[int, ...], int, GangJob]] = {}
+        #: the collapsed matrix of the last event, updated by what changed (a cache, as the memo: the
+        #: derivation is the same with or without it; None: collapse every running job at every event)
+        self._kept: KeptCollapse | None = KeptCollapse()
         mpl, period, cost, quota = (self.params[k] for k in ("mpl", "slice", "cost", "quota"))
         if mpl < 1:
             raise PolicyParameterError(policy=self.name, param="mpl", problem=f"must be >= 1, got {mpl}")
@@ -206,7 +209,7 @@ class _Gang(SchedulingPolicy):
                             quota=self._quota(view, now), conservative=conservative,
                             depth=None if depth == math.inf else int(depth))
         d = derive(total, running, jobs, queue, params, checked=True, blocked=_blocked_cells(slots, running, mpl),
-                   masks=masks, remaining=remaining)
+                   masks=masks, remaining=remaining, kept=self._kept)
         actions: list[Action] = []
         kept = _kept_replicas(running, d.steps, replicated)
         for jid in replicated:

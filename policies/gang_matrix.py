@@ -697,13 +697,15 @@ class _Deriver:
 
     def _reserve(self, job: GangJob) -> tuple[GangJob, int, float, int]:
         m = self.m
+        where = m.where
+        rem = self._rem
         best: tuple[float, int, int] | None = None  # (shadow, row, extra)
         for r in m.in_use():
             free = m.free[r]
             shadow = 0.0
             if free < job.size:
                 shadow = math.inf
-                ending = sorted((self._rem(j), len(m.where[j])) for j in m.members[r])
+                ending = sorted([(rem(j), len(where[j])) for j in m.members[r]])
                 for remaining, size in ending:
                     free += size
                     if free >= job.size:
@@ -811,6 +813,111 @@ def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], 
     return m
 
 
+class KeptCollapse:
+    """Step 1 kept from one event to the next (issue 27): the collapsed matrix of the last call, updated
+    by what changed in ``running`` (jobs gone, new, or on other nodes or another lowest row) and in the
+    ``blocked`` cells, instead of rebuilt from every running job. :meth:`collapse` returns what
+    :func:`collapse` returns for the same arguments (a fresh copy: the derivation changes it; the same
+    ``ValidationError`` on bad input, made by :func:`collapse` itself) -- a cache, not state: the
+    derivation's result depends on its arguments only (``tests/unit/test_gang_kept.py`` compares the
+    two on random event sequences).
+
+    The jobs a derivation reads in a matrix's rows are always sorted first (by node, size, FCFS key or
+    remaining time), so the order in which the kept matrix lists a row's jobs (the order of their
+    updates) changes no decision. ``updates`` / ``rebuilds`` count the calls of each kind."""
+
+    __slots__ = ("_blocked", "_input", "_key", "_m", "rebuilds", "updates")
+
+    def __init__(self) -> None:
+        self._m: Matrix | None = None
+        self._key: tuple[int, int] = (0, 0)
+        #: job -> (its nodes as the caller gave them, its lowest row) at the last call
+        self._input: dict[str, tuple[Iterable[int], int]] = {}
+        self._blocked: tuple[tuple[int, int], ...] = ()
+        self.rebuilds = 0
+        self.updates = 0
+
+    def collapse(self, nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
+                 blocked: Iterable[tuple[int, int]] = (), masks: Mapping[str, int] | None = None) -> Matrix:
+        blocked = tuple(blocked)
+        if self._m is not None and self._key == (nodes, mpl):
+            try:
+                m = self._update(running, blocked, masks)
+            except ValidationError:
+                m = None
+            if m is not None:
+                self.updates += 1
+                return m.copy()
+        # the first call, another shape, or bad input (then :func:`collapse` raises its own error)
+        self._m = None
+        m = collapse(nodes, mpl, running, blocked, masks)
+        self._m, self._key, self._blocked = m, (nodes, mpl), blocked
+        self._input = {job: (where, min(rows)) for job, (where, rows) in running.items()}
+        self.rebuilds += 1
+        return m.copy()
+
+    def _update(self, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
+                blocked: tuple[tuple[int, int], ...], masks: Mapping[str, int] | None) -> Matrix | None:
+        """The kept matrix brought up to date (None: drop it; the kept state is then unusable)."""
+        m = self._m
+        assert m is not None
+        nodes, mpl = m.nodes, m.mpl
+        prev = self._input
+        changed: list[tuple[str, Iterable[int], int]] = []
+        for job, (where, rows) in running.items():
+            rs: Sequence[int] = rows if type(rows) is tuple and len(rows) == 1 else sorted(rows)
+            if not rs or rs[0] < 0 or rs[-1] >= mpl:
+                return None
+            row = rs[0]
+            p = prev.get(job)
+            if p is None or p[1] != row or (p[0] is not where and p[0] != where):
+                changed.append((job, where, row))
+        gone = prev.keys() - running.keys() if len(prev) + len(changed) != len(running) else ()
+        # Every job that leaves or changes leaves the matrix before any is placed again, so a conflict
+        # is found exactly when the new set overlaps (the jobs that stay never overlap each other).
+        self._m = None  # until the update is complete
+        occ, free, where_of, bits, rows_of, members, held = m.occ, m.free, m.where, m.bits, m.rows_of, \
+            m.members, m.blocked
+        for job in (*gone, *(c[0] for c in changed)):
+            if job in prev:
+                row = prev.pop(job)[1]
+                occ[row] &= ~bits.pop(job)
+                free[row] += len(where_of.pop(job))
+                del members[row][job]
+                del rows_of[job]
+        if blocked != self._blocked:
+            for r in range(mpl):
+                cells = held[r]
+                if cells:
+                    occ[r] &= ~cells
+                    free[r] += cells.bit_count()
+                    held[r] = 0
+            self._blocked = ()
+        for job, given, row in changed:
+            known_mask = masks.get(job) if masks is not None else None
+            if known_mask is not None:
+                cells_t = tuple(given)
+                mask = known_mask
+            else:
+                cells_t = tuple(sorted(given))
+                mask = _checked_mask(cells_t, nodes)
+            if mask < 0 or occ[row] & mask:
+                return None
+            occ[row] |= mask
+            free[row] -= len(cells_t)
+            where_of[job] = cells_t
+            bits[job] = mask
+            rows_of[job] = {row}
+            members[row][job] = None
+            prev[job] = (given, row)
+        if blocked != self._blocked:
+            for node, row in blocked:
+                m.block(row, node)
+            self._blocked = blocked
+        self._m = m
+        return m
+
+
 def _checked_mask(cells: tuple[int, ...], nodes: int) -> int:
     """The bit set of the sorted ``cells``, or -1 if they are not distinct nodes of 0 .. nodes-1."""
     size = len(cells)
@@ -835,6 +942,7 @@ def derive(
     blocked: Iterable[tuple[int, int]] = (),
     masks: Mapping[str, int] | None = None,
     remaining: Callable[[str], float] | None = None,
+    kept: KeptCollapse | None = None,
 ) -> Derivation:
     """The new matrix at a scheduling event (the four steps of the module docstring).
 
@@ -854,7 +962,10 @@ def derive(
 
     ``masks``: checked bit sets of some running jobs' nodes (:func:`collapse`). ``remaining``: the
     estimated remaining time of a running job, asked for only when backfilling needs it (a reservation's
-    shadow time, a conservative profile), at most once per job; without it, ``jobs[job].remaining``."""
+    shadow time, a conservative profile), at most once per job; without it, ``jobs[job].remaining``.
+
+    ``kept``: step 1 is :meth:`KeptCollapse.collapse` of that object (the collapsed matrix of its last
+    call, updated by what changed) instead of :func:`collapse`; the result is the same."""
     if not checked:
         queue = list(queue)
         for q in queue:
@@ -867,7 +978,8 @@ def derive(
         missing = [j for j in running if j not in known]
         if missing:
             raise ValidationError(field=f"job {missing[0]}", problem="runs but has no GangJob record")
-    d = _Deriver(collapse(nodes, params.mpl, running, blocked, masks), known, params, remaining)
+    matrix = (kept.collapse if kept is not None else collapse)(nodes, params.mpl, running, blocked, masks)
+    d = _Deriver(matrix, known, params, remaining)
     d.compact()
     d.schedule(queue)
     d.expand(sorted(d.m.where, key=lambda j: (known[j].order, j)))
