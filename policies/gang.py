@@ -88,7 +88,16 @@ from vmctl.model import (
     Unreplicate,
 )
 from vmctl.policies.base import Needs, SchedulingPolicy
-from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, KeptCollapse, _checked_mask, _mask, derive
+from vmctl.policies.gang_matrix import (
+    GangJob,
+    GangParams,
+    GangStep,
+    KeptCollapse,
+    Matrix,
+    _checked_mask,
+    _mask,
+    derive,
+)
 from vmctl.policies.registry import register
 
 #: the paper's time slice (sec. 3), as ``vmctl.sim.timeslice.DEFAULT_SLICE`` (a policy does not import the
@@ -211,7 +220,7 @@ class _Gang(SchedulingPolicy):
         d = derive(total, running, jobs, queue, params, checked=True, blocked=_blocked_cells(slots, running, mpl),
                    masks=masks, remaining=remaining, kept=self._kept)
         actions: list[Action] = []
-        kept = _kept_replicas(running, d.steps, replicated)
+        kept = _kept_replicas(running, d.steps, replicated, d.matrix)
         for jid in replicated:
             rows = running[jid][1]
             keep = min(rows)
@@ -311,11 +320,13 @@ def _blocked_cells(slots: tuple[Sequence[str | None], ...],
 
 
 def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
-                   steps: list[GangStep], replicated: Sequence[str] | None = None) -> set[tuple[str, int]]:
+                   steps: list[GangStep], replicated: Sequence[str] | None = None,
+                   matrix: Matrix | None = None) -> set[tuple[str, int]]:
     """The replicas that collapse drops and expansion puts back unchanged, with no step in between
     placing anything on their cells: neither their Unreplicate nor their Replicate is emitted (the
     pair would change nothing), so a stable matrix costs no actions. ``replicated``: the jobs of
-    ``running`` in more than one row, if the caller knows them."""
+    ``running`` in more than one row, if the caller knows them. ``matrix``: the derived matrix; a
+    step whose nodes are the very tuple a job ends up with there takes its bit set from it."""
     if replicated is None:
         replicated = [jid for jid, (_n, rows) in running.items() if len(rows) > 1]
     dropped = {(jid, r) for jid in replicated for rows in (running[jid][1],) for r in rows if r != min(rows)}
@@ -324,8 +335,11 @@ def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
     moved = {s.job for s in steps if s.kind == "move"}
     kept: set[tuple[str, int]] = set()
     placed: dict[int, int] = {}  # row -> the nodes the steps so far placed something on (bit n: node n)
+    final_where = matrix.where if matrix is not None else {}
+    final_bits = matrix.bits if matrix is not None else {}
     for step in steps:
-        cells = _mask(step.nodes) if step.nodes else 0
+        nodes = step.nodes
+        cells = final_bits[step.job] if final_where.get(step.job) is nodes else _mask(nodes) if nodes else 0
         if step.kind == "replicate" and (step.job, step.row) in dropped and step.job not in moved \
                 and not placed.get(step.row, 0) & cells:
             kept.add((step.job, step.row))

@@ -90,6 +90,7 @@ of row 0, row 1 is empty, and one task was migrated.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -182,7 +183,8 @@ class Matrix:
     Kept as bit sets, for speed (the derivation rebuilds and walks the whole matrix at every scheduling
     event): ``occ[r]`` is row r's occupied nodes (bit n: node n), ``bits[job]`` a job's nodes, so that a
     slot test is one AND instead of a walk over the job's nodes; ``members[r]`` the jobs in row r,
-    ``free[r]`` its free slots, ``where[job]`` a job's nodes (sorted) and ``rows_of[job]`` its rows.
+    ``free[r]`` its free slots, ``where[job]`` a job's nodes (sorted) and ``rows_of[job]`` its rows (a
+    set that is replaced, never changed in place: a copy shares them).
     ``rows`` (``rows[r][n]``: the job on node n of row r, or None) is built from them when asked for."""
 
     __slots__ = ("bits", "blocked", "free", "members", "mpl", "nodes", "occ", "rows_of", "where")
@@ -205,7 +207,7 @@ class Matrix:
         m = Matrix(self.nodes, self.mpl)
         m.free = list(self.free)
         m.where = dict(self.where)
-        m.rows_of = {j: set(rs) for j, rs in self.rows_of.items()}
+        m.rows_of = dict(self.rows_of)  # the sets are shared: the matrix never changes one in place
         m.occ = list(self.occ)
         m.bits = dict(self.bits)
         m.members = [dict(js) for js in self.members]
@@ -274,18 +276,17 @@ class Matrix:
         self.bits[job] = mask
         self.members[row][job] = None
         rows = self.rows_of.get(job)
-        if rows is None:
-            self.rows_of[job] = {row}
-        else:
-            rows.add(row)
+        # a new set, never one changed in place: copies of the matrix share the sets (``copy``)
+        self.rows_of[job] = {row} if rows is None else rows | {row}
 
     def remove(self, job: str, row: int) -> None:
         self.occ[row] &= ~self.bits[job]
         self.free[row] += len(self.where[job])
         del self.members[row][job]
-        rows = self.rows_of[job]
-        rows.discard(row)
-        if not rows:
+        rows = self.rows_of[job] - {row}
+        if rows:
+            self.rows_of[job] = rows
+        else:
             del self.rows_of[job]
             del self.where[job]
             del self.bits[job]
@@ -336,14 +337,12 @@ def _nodes(mask: int) -> tuple[int, ...]:
     rest = mask >> low
     if not rest & (rest + 1):  # consecutive nodes
         return tuple(range(low, low + rest.bit_length()))
-    out: list[int] = []
-    while mask:  # run by run of consecutive nodes (free nodes come in runs)
-        low = (mask & -mask).bit_length() - 1
-        rest = mask >> low
-        run = (~rest & (rest + 1)).bit_length() - 1  # the run's length: rest's trailing ones
-        out.extend(range(low, low + run))
-        mask = (rest >> run) << (low + run)
-    return tuple(out)
+    # the nodes whose digit is 1 in the binary string, lowest bit first (each step in C)
+    return tuple(itertools.compress(range(low, low + rest.bit_length()), bin(rest)[:1:-1].encode().translate(_BITS)))
+
+
+#: ``bytes.translate`` table: the digits "0" and "1" to the bytes 0 and 1 (``itertools.compress``'s selectors)
+_BITS = bytes.maketrans(b"01", b"\x00\x01")
 
 
 def _lowest(mask: int, count: int) -> int:
@@ -447,7 +446,8 @@ class _Deriver:
         found.sort()
         return [j for _low, j in found]
 
-    def _clear_plan(self, row: int, nodes: int, blockers: list[str]) -> dict[str, tuple[int, ...]] | None:
+    def _clear_plan(self, row: int, nodes: int,
+                    blockers: list[str]) -> dict[str, tuple[tuple[int, ...], int]] | None:
         """New nodes in ``row`` for each blocker, outside the bit set ``nodes`` (option 1), or None. Each
         blocker keeps its own nodes outside ``nodes`` and takes the lowest of the rest of the pool (the
         row's free nodes and the blockers' nodes, outside ``nodes``), blocker by blocker."""
@@ -457,7 +457,7 @@ class _Deriver:
         bits = m.bits
         for j in blockers:
             pool |= bits[j] & keep_out
-        plan: dict[str, tuple[int, ...]] = {}
+        plan: dict[str, tuple[tuple[int, ...], int]] = {}
         where = m.where
         for j in blockers:
             own = bits[j] & pool
@@ -469,21 +469,21 @@ class _Deriver:
                     return None
                 chosen |= _lowest(rest, short)
             pool &= ~chosen
-            plan[j] = _nodes(chosen)
+            plan[j] = (_nodes(chosen), chosen)
         return plan
 
-    def _apply_clear(self, row: int, plan: dict[str, tuple[int, ...]], phase: str) -> None:
+    def _apply_clear(self, row: int, plan: dict[str, tuple[tuple[int, ...], int]], phase: str) -> None:
         m = self.m
         old = {j: m.where[j] for j in plan}
         for j in plan:
             m.remove(j, row)
-        for j, nodes in plan.items():
-            m._put(j, row, nodes, _mask(nodes))
+        for j, (nodes, mask) in plan.items():
+            m._put(j, row, nodes, mask)
             self.out.migrations.append(GangMigration(j, old[j], nodes, phase))
         # A blocker's new nodes are free nodes or old nodes of blockers planned *after* it (each keeps
         # its own nodes outside A's, so none takes an earlier one's): one by one, the last goes first.
         for j in reversed(plan):
-            self.out.steps.append(GangStep("move", j, row, plan[j], row, old[j]))
+            self.out.steps.append(GangStep("move", j, row, plan[j][0], row, old[j]))
 
     # -------------------------------------------------------------- the four steps
 
@@ -831,8 +831,8 @@ class KeptCollapse:
     def __init__(self) -> None:
         self._m: Matrix | None = None
         self._key: tuple[int, int] = (0, 0)
-        #: job -> (its nodes as the caller gave them, its lowest row) at the last call
-        self._input: dict[str, tuple[Iterable[int], int]] = {}
+        #: ``running`` at the last call
+        self._input: dict[str, tuple[tuple[int, ...], Iterable[int]]] = {}
         self._blocked: tuple[tuple[int, int], ...] = ()
         self.rebuilds = 0
         self.updates = 0
@@ -843,7 +843,7 @@ class KeptCollapse:
         if self._m is not None and self._key == (nodes, mpl):
             try:
                 m = self._update(running, blocked, masks)
-            except ValidationError:
+            except (ValidationError, TypeError):
                 m = None
             if m is not None:
                 self.updates += 1
@@ -852,39 +852,36 @@ class KeptCollapse:
         self._m = None
         m = collapse(nodes, mpl, running, blocked, masks)
         self._m, self._key, self._blocked = m, (nodes, mpl), blocked
-        self._input = {job: (where, min(rows)) for job, (where, rows) in running.items()}
+        self._input = dict(running)
         self.rebuilds += 1
         return m.copy()
 
     def _update(self, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
                 blocked: tuple[tuple[int, int], ...], masks: Mapping[str, int] | None) -> Matrix | None:
-        """The kept matrix brought up to date (None: drop it; the kept state is then unusable)."""
+        """The kept matrix brought up to date (None: drop it; the kept state is then unusable).
+
+        What changed is found by comparing ``running``'s items with the last call's (set operations of
+        dict views: hashing in C, no Python step per unchanged job); an entry that cannot be hashed (a
+        list of nodes or rows) raises ``TypeError``: the caller collapses in full."""
         m = self._m
         assert m is not None
         nodes, mpl = m.nodes, m.mpl
         prev = self._input
-        changed: list[tuple[str, Iterable[int], int]] = []
-        for job, (where, rows) in running.items():
-            rs: Sequence[int] = rows if type(rows) is tuple and len(rows) == 1 else sorted(rows)
-            if not rs or rs[0] < 0 or rs[-1] >= mpl:
-                return None
-            row = rs[0]
-            p = prev.get(job)
-            if p is None or p[1] != row or (p[0] is not where and p[0] != where):
-                changed.append((job, where, row))
-        gone = prev.keys() - running.keys() if len(prev) + len(changed) != len(running) else ()
+        changed = running.items() - prev.items()
+        gone = prev.keys() - running.keys()
         # Every job that leaves or changes leaves the matrix before any is placed again, so a conflict
         # is found exactly when the new set overlaps (the jobs that stay never overlap each other).
         self._m = None  # until the update is complete
         occ, free, where_of, bits, rows_of, members, held = m.occ, m.free, m.where, m.bits, m.rows_of, \
             m.members, m.blocked
-        for job in (*gone, *(c[0] for c in changed)):
-            if job in prev:
-                row = prev.pop(job)[1]
-                occ[row] &= ~bits.pop(job)
-                free[row] += len(where_of.pop(job))
-                del members[row][job]
-                del rows_of[job]
+        out: list[str] = [*gone]
+        out.extend(job for job, _v in changed if job in prev)
+        for job in out:
+            row = min(prev.pop(job)[1])
+            occ[row] &= ~bits.pop(job)
+            free[row] += len(where_of.pop(job))
+            del members[row][job]
+            del rows_of[job]
         if blocked != self._blocked:
             for r in range(mpl):
                 cells = held[r]
@@ -893,7 +890,13 @@ class KeptCollapse:
                     free[r] += cells.bit_count()
                     held[r] = 0
             self._blocked = ()
-        for job, given, row in changed:
+        # (on a conflict the caller collapses in full, which names the jobs in ``running``'s order)
+        for job, value in changed:
+            given, rows = value
+            rs: Sequence[int] = rows if type(rows) is tuple and len(rows) == 1 else sorted(rows)
+            if not rs or rs[0] < 0 or rs[-1] >= mpl:
+                return None
+            row = rs[0]
             known_mask = masks.get(job) if masks is not None else None
             if known_mask is not None:
                 cells_t = tuple(given)
@@ -909,7 +912,7 @@ class KeptCollapse:
             bits[job] = mask
             rows_of[job] = {row}
             members[row][job] = None
-            prev[job] = (given, row)
+            prev[job] = value
         if blocked != self._blocked:
             for node, row in blocked:
                 m.block(row, node)
