@@ -127,8 +127,10 @@ class _Gang(SchedulingPolicy):
     needs: ClassVar[Needs] = Needs(levels=5, disciplines=_TIMESLICE)
 
     def validate_params(self) -> None:
-        #: job id -> (its cores tuple, total cores, sorted nodes, checked bit set or -1, GangJob): see ``decide``
-        self._memo: dict[str, tuple[tuple[int, ...], int, tuple[int, ...], int, GangJob]] = {}
+        #: job id -> (its cores tuple, total cores, sorted nodes, checked bit set or -1, GangJob, its last
+        #: entry of the derivation's ``running``): see ``decide``
+        self._memo: dict[str, tuple[tuple[int, ...], int, tuple[int, ...], int, GangJob,
+                                    tuple[tuple[int, ...], tuple[int, ...]]]] = {}
         #: the collapsed matrix of the last event, updated by what changed (a cache, as the memo: the
         #: derivation is the same with or without it; None: collapse every running job at every event)
         self._kept: KeptCollapse | None = KeptCollapse()
@@ -190,17 +192,21 @@ class _Gang(SchedulingPolicy):
             if not cores or slots[rj.level][cores[0]] != jid:
                 continue  # checkpointed: holds no slot
             ent = memo.get(jid)
+            replicas = rj.replicas
+            rows = (rj.level, *replicas) if replicas else (rj.level,)
             if ent is None or ent[0] is not cores or ent[1] != total:
                 cells = tuple(sorted(cores))
                 ent = (cores, total, cells, _checked_mask(cells, total),
-                       GangJob(jid, len(cores), rj.job.submit_time, math.inf))
+                       GangJob(jid, len(cores), rj.job.submit_time, math.inf), (cells, rows))
                 memo[jid] = ent
-            replicas = rj.replicas
+            elif ent[5][1] != rows:
+                ent = (*ent[:5], (ent[2], rows))
+                memo[jid] = ent
+            # the same entry object while the job keeps its nodes and rows: the kept collapse tells an
+            # unchanged job by one identity test
+            running[jid] = ent[5]
             if replicas:
-                running[jid] = (ent[2], (rj.level, *replicas))
                 replicated.append(jid)
-            else:
-                running[jid] = (ent[2], (rj.level,))
             if ent[3] >= 0:
                 masks[jid] = ent[3]
             jobs[jid] = ent[4]

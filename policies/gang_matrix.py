@@ -843,7 +843,7 @@ class KeptCollapse:
         if self._m is not None and self._key == (nodes, mpl):
             try:
                 m = self._update(running, blocked, masks)
-            except (ValidationError, TypeError):
+            except ValidationError:
                 m = None
             if m is not None:
                 self.updates += 1
@@ -860,15 +860,17 @@ class KeptCollapse:
                 blocked: tuple[tuple[int, int], ...], masks: Mapping[str, int] | None) -> Matrix | None:
         """The kept matrix brought up to date (None: drop it; the kept state is then unusable).
 
-        What changed is found by comparing ``running``'s items with the last call's (set operations of
-        dict views: hashing in C, no Python step per unchanged job); an entry that cannot be hashed (a
-        list of nodes or rows) raises ``TypeError``: the caller collapses in full."""
+        What changed: each entry of ``running`` against the last call's, the very same object first (a
+        caller that keeps an unchanged job's entry from one event to the next, as the policies do, costs
+        one identity test per job), else by equality."""
         m = self._m
         assert m is not None
         nodes, mpl = m.nodes, m.mpl
         prev = self._input
-        changed = running.items() - prev.items()
-        gone = prev.keys() - running.keys()
+        get = prev.get
+        changed = [item for item in running.items() if get(item[0]) is not item[1] and get(item[0]) != item[1]]
+        new = sum(1 for job, _v in changed if job not in prev)
+        gone = prev.keys() - running.keys() if len(running) - new != len(prev) else ()
         # Every job that leaves or changes leaves the matrix before any is placed again, so a conflict
         # is found exactly when the new set overlaps (the jobs that stay never overlap each other).
         self._m = None  # until the update is complete
