@@ -489,7 +489,8 @@ class _Deriver:
 
     def compact(self) -> None:
         m = self.m
-        free, where, rows_of, jobs = m.free, m.where, m.rows_of, self.jobs
+        free, where, rows_of, jobs, occ, bits = m.free, m.where, m.rows_of, self.jobs, m.occ, m.bits
+        migration = self.p.migration
         order = sorted(m.in_use(), key=lambda r: (-free[r], r))  # (population, row)
         for i, r in enumerate(order):
             later = order[i + 1:]
@@ -509,8 +510,10 @@ class _Deriver:
                     break
                 if targets is None:
                     targets = sorted(later, key=lambda p: (free[p], p))
+                amask = bits[a]
                 for p in targets:
-                    if free[p] >= size and self._move(a, r, p):
+                    # (without migration ``_move`` moves only onto free nodes: the test inlined)
+                    if free[p] >= size and (migration or not occ[p] & amask) and self._move(a, r, p):
                         targets = None  # populations changed
                         widest = max(free[q] for q in later)
                         break
@@ -697,15 +700,22 @@ class _Deriver:
 
     def _reserve(self, job: GangJob) -> tuple[GangJob, int, float, int]:
         m = self.m
-        where = m.where
-        rem = self._rem
+        where_of = m.where.__getitem__
+        jobs, started, get, seen = self.jobs, self.out.started, self._remaining, self._rem_seen
         best: tuple[float, int, int] | None = None  # (shadow, row, extra)
         for r in m.in_use():
             free = m.free[r]
             shadow = 0.0
             if free < job.size:
                 shadow = math.inf
-                ending = sorted([(rem(j), len(where[j])) for j in m.members[r]])
+                members = m.members[r]
+                # ``_rem`` inlined (every running job of a full matrix is read here, at every event that
+                # blocks the queue's head); each job is in one row before expansion: read once
+                if get is None:
+                    rems = [jobs[j].remaining for j in members]
+                else:
+                    rems = [jobs[j].remaining if j in started else seen[j] if j in seen else get(j) for j in members]
+                ending = sorted(zip(rems, map(len, map(where_of, members)), strict=True))
                 for remaining, size in ending:
                     free += size
                     if free >= job.size:
