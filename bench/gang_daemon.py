@@ -7,7 +7,9 @@
    invariant check + actuation of the row actions + one SQLite transaction). Baseline in the same
    process: ``policy.decide`` alone (the pure matrix derivation) on the same view. This is also the
    daemon run at 1,000 mock nodes the issue asks for, as a benchmark (a test at that size is too slow
-   for CI); the actions the actuator skipped are counted (0 expected).
+   for CI); the actions the actuator skipped are counted (0 expected). Also, per event on one fresh
+   view, the thread CPU of ``decide`` with the collapsed matrix kept between events against the same
+   ``decide`` collapsing every running job (issue 27's baseline; their decisions must be equal).
 2. Agent row-switch latency on the mock backend: one agent with 32 cores and 2 rows (2 x 32 job VMs,
    ``inactive: pause``) switching rows on its slice clock; the latency is the reconcile cycle that
    applies a switch (pause 32 VMs, resume 32). Baseline in the same process: a cycle with no switch.
