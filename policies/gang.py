@@ -6,7 +6,9 @@ derivation itself is :mod:`vmctl.policies.gang_matrix` (collapse, compact with m
 and 2 priced by eqs. 1-2, FCFS or backfilling from the queue, expansion with replication; its header
 states every reading of the derivation). This module reads the matrix out of the view, calls
 :func:`~vmctl.policies.gang_matrix.derive` at every scheduling event and turns the result into
-actions. Like every policy it is stateless: everything comes from the view.
+actions. Like every policy it is stateless: everything comes from the view (it keeps two caches
+between events, a memo of each running job's nodes and the collapsed matrix, ``KeptCollapse``; neither
+changes a decision).
 
 The matrix in the view (``timeslice`` discipline). Row r is level r of every core; node n is core n.
 A running job sits on ``RunningJob.level`` of its cores and, when replicated, also on the levels of
