@@ -6,7 +6,9 @@ derivation itself is :mod:`vmctl.policies.gang_matrix` (collapse, compact with m
 and 2 priced by eqs. 1-2, FCFS or backfilling from the queue, expansion with replication; its header
 states every reading of the derivation). This module reads the matrix out of the view, calls
 :func:`~vmctl.policies.gang_matrix.derive` at every scheduling event and turns the result into
-actions. Like every policy it is stateless: everything comes from the view.
+actions. Like every policy it is stateless: everything comes from the view (it keeps two caches
+between events, a memo of each running job's nodes and the collapsed matrix, ``KeptCollapse``; neither
+changes a decision).
 
 The matrix in the view (``timeslice`` discipline). Row r is level r of every core; node n is core n.
 A running job sits on ``RunningJob.level`` of its cores and, when replicated, also on the levels of
@@ -88,7 +90,16 @@ from vmctl.model import (
     Unreplicate,
 )
 from vmctl.policies.base import Needs, SchedulingPolicy
-from vmctl.policies.gang_matrix import GangJob, GangParams, GangStep, _checked_mask, _mask, derive
+from vmctl.policies.gang_matrix import (
+    GangJob,
+    GangParams,
+    GangStep,
+    KeptCollapse,
+    Matrix,
+    _checked_mask,
+    _mask,
+    derive,
+)
 from vmctl.policies.registry import register
 
 #: the paper's time slice (sec. 3), as ``vmctl.sim.timeslice.DEFAULT_SLICE`` (a policy does not import the
@@ -118,8 +129,13 @@ class _Gang(SchedulingPolicy):
     needs: ClassVar[Needs] = Needs(levels=5, disciplines=_TIMESLICE)
 
     def validate_params(self) -> None:
-        #: job id -> (its cores tuple, total cores, sorted nodes, checked bit set or -1, GangJob): see ``decide``
-        self._memo: dict[str, tuple[tuple[int, ...], int, tuple[int, ...], int, GangJob]] = {}
+        #: job id -> (its cores tuple, total cores, sorted nodes, checked bit set or -1, GangJob, its last
+        #: entry of the derivation's ``running``): see ``decide``
+        self._memo: dict[str, tuple[tuple[int, ...], int, tuple[int, ...], int, GangJob,
+                                    tuple[tuple[int, ...], tuple[int, ...]]]] = {}
+        #: the collapsed matrix of the last event, updated by what changed (a cache, as the memo: the
+        #: derivation is the same with or without it; None: collapse every running job at every event)
+        self._kept: KeptCollapse | None = KeptCollapse()
         mpl, period, cost, quota = (self.params[k] for k in ("mpl", "slice", "cost", "quota"))
         if mpl < 1:
             raise PolicyParameterError(policy=self.name, param="mpl", problem=f"must be >= 1, got {mpl}")
@@ -178,17 +194,21 @@ class _Gang(SchedulingPolicy):
             if not cores or slots[rj.level][cores[0]] != jid:
                 continue  # checkpointed: holds no slot
             ent = memo.get(jid)
+            replicas = rj.replicas
+            rows = (rj.level, *replicas) if replicas else (rj.level,)
             if ent is None or ent[0] is not cores or ent[1] != total:
                 cells = tuple(sorted(cores))
                 ent = (cores, total, cells, _checked_mask(cells, total),
-                       GangJob(jid, len(cores), rj.job.submit_time, math.inf))
+                       GangJob(jid, len(cores), rj.job.submit_time, math.inf), (cells, rows))
                 memo[jid] = ent
-            replicas = rj.replicas
+            elif ent[5][1] != rows:
+                ent = (*ent[:5], (ent[2], rows))
+                memo[jid] = ent
+            # the same entry object while the job keeps its nodes and rows: the kept collapse tells an
+            # unchanged job by one identity test
+            running[jid] = ent[5]
             if replicas:
-                running[jid] = (ent[2], (rj.level, *replicas))
                 replicated.append(jid)
-            else:
-                running[jid] = (ent[2], (rj.level,))
             if ent[3] >= 0:
                 masks[jid] = ent[3]
             jobs[jid] = ent[4]
@@ -206,9 +226,9 @@ class _Gang(SchedulingPolicy):
                             quota=self._quota(view, now), conservative=conservative,
                             depth=None if depth == math.inf else int(depth))
         d = derive(total, running, jobs, queue, params, checked=True, blocked=_blocked_cells(slots, running, mpl),
-                   masks=masks, remaining=remaining)
+                   masks=masks, remaining=remaining, kept=self._kept)
         actions: list[Action] = []
-        kept = _kept_replicas(running, d.steps, replicated)
+        kept = _kept_replicas(running, d.steps, replicated, d.matrix)
         for jid in replicated:
             rows = running[jid][1]
             keep = min(rows)
@@ -308,11 +328,13 @@ def _blocked_cells(slots: tuple[Sequence[str | None], ...],
 
 
 def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
-                   steps: list[GangStep], replicated: Sequence[str] | None = None) -> set[tuple[str, int]]:
+                   steps: list[GangStep], replicated: Sequence[str] | None = None,
+                   matrix: Matrix | None = None) -> set[tuple[str, int]]:
     """The replicas that collapse drops and expansion puts back unchanged, with no step in between
     placing anything on their cells: neither their Unreplicate nor their Replicate is emitted (the
     pair would change nothing), so a stable matrix costs no actions. ``replicated``: the jobs of
-    ``running`` in more than one row, if the caller knows them."""
+    ``running`` in more than one row, if the caller knows them. ``matrix``: the derived matrix; a
+    step whose nodes are the very tuple a job ends up with there takes its bit set from it."""
     if replicated is None:
         replicated = [jid for jid, (_n, rows) in running.items() if len(rows) > 1]
     dropped = {(jid, r) for jid in replicated for rows in (running[jid][1],) for r in rows if r != min(rows)}
@@ -321,8 +343,11 @@ def _kept_replicas(running: dict[str, tuple[tuple[int, ...], tuple[int, ...]]],
     moved = {s.job for s in steps if s.kind == "move"}
     kept: set[tuple[str, int]] = set()
     placed: dict[int, int] = {}  # row -> the nodes the steps so far placed something on (bit n: node n)
+    final_where = matrix.where if matrix is not None else {}
+    final_bits = matrix.bits if matrix is not None else {}
     for step in steps:
-        cells = _mask(step.nodes) if step.nodes else 0
+        nodes = step.nodes
+        cells = final_bits[step.job] if final_where.get(step.job) is nodes else _mask(nodes) if nodes else 0
         if step.kind == "replicate" and (step.job, step.row) in dropped and step.job not in moved \
                 and not placed.get(step.row, 0) & cells:
             kept.add((step.job, step.row))

@@ -90,6 +90,7 @@ of row 0, row 1 is empty, and one task was migrated.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -182,7 +183,8 @@ class Matrix:
     Kept as bit sets, for speed (the derivation rebuilds and walks the whole matrix at every scheduling
     event): ``occ[r]`` is row r's occupied nodes (bit n: node n), ``bits[job]`` a job's nodes, so that a
     slot test is one AND instead of a walk over the job's nodes; ``members[r]`` the jobs in row r,
-    ``free[r]`` its free slots, ``where[job]`` a job's nodes (sorted) and ``rows_of[job]`` its rows.
+    ``free[r]`` its free slots, ``where[job]`` a job's nodes (sorted) and ``rows_of[job]`` its rows (a
+    set that is replaced, never changed in place: a copy shares them).
     ``rows`` (``rows[r][n]``: the job on node n of row r, or None) is built from them when asked for."""
 
     __slots__ = ("bits", "blocked", "free", "members", "mpl", "nodes", "occ", "rows_of", "where")
@@ -205,7 +207,7 @@ class Matrix:
         m = Matrix(self.nodes, self.mpl)
         m.free = list(self.free)
         m.where = dict(self.where)
-        m.rows_of = {j: set(rs) for j, rs in self.rows_of.items()}
+        m.rows_of = dict(self.rows_of)  # the sets are shared: the matrix never changes one in place
         m.occ = list(self.occ)
         m.bits = dict(self.bits)
         m.members = [dict(js) for js in self.members]
@@ -274,18 +276,17 @@ class Matrix:
         self.bits[job] = mask
         self.members[row][job] = None
         rows = self.rows_of.get(job)
-        if rows is None:
-            self.rows_of[job] = {row}
-        else:
-            rows.add(row)
+        # a new set, never one changed in place: copies of the matrix share the sets (``copy``)
+        self.rows_of[job] = {row} if rows is None else rows | {row}
 
     def remove(self, job: str, row: int) -> None:
         self.occ[row] &= ~self.bits[job]
         self.free[row] += len(self.where[job])
         del self.members[row][job]
-        rows = self.rows_of[job]
-        rows.discard(row)
-        if not rows:
+        rows = self.rows_of[job] - {row}
+        if rows:
+            self.rows_of[job] = rows
+        else:
             del self.rows_of[job]
             del self.where[job]
             del self.bits[job]
@@ -336,14 +337,12 @@ def _nodes(mask: int) -> tuple[int, ...]:
     rest = mask >> low
     if not rest & (rest + 1):  # consecutive nodes
         return tuple(range(low, low + rest.bit_length()))
-    out: list[int] = []
-    while mask:  # run by run of consecutive nodes (free nodes come in runs)
-        low = (mask & -mask).bit_length() - 1
-        rest = mask >> low
-        run = (~rest & (rest + 1)).bit_length() - 1  # the run's length: rest's trailing ones
-        out.extend(range(low, low + run))
-        mask = (rest >> run) << (low + run)
-    return tuple(out)
+    # the nodes whose digit is 1 in the binary string, lowest bit first (each step in C)
+    return tuple(itertools.compress(range(low, low + rest.bit_length()), bin(rest)[:1:-1].encode().translate(_BITS)))
+
+
+#: ``bytes.translate`` table: the digits "0" and "1" to the bytes 0 and 1 (``itertools.compress``'s selectors)
+_BITS = bytes.maketrans(b"01", b"\x00\x01")
 
 
 def _lowest(mask: int, count: int) -> int:
@@ -447,7 +446,8 @@ class _Deriver:
         found.sort()
         return [j for _low, j in found]
 
-    def _clear_plan(self, row: int, nodes: int, blockers: list[str]) -> dict[str, tuple[int, ...]] | None:
+    def _clear_plan(self, row: int, nodes: int,
+                    blockers: list[str]) -> dict[str, tuple[tuple[int, ...], int]] | None:
         """New nodes in ``row`` for each blocker, outside the bit set ``nodes`` (option 1), or None. Each
         blocker keeps its own nodes outside ``nodes`` and takes the lowest of the rest of the pool (the
         row's free nodes and the blockers' nodes, outside ``nodes``), blocker by blocker."""
@@ -457,7 +457,7 @@ class _Deriver:
         bits = m.bits
         for j in blockers:
             pool |= bits[j] & keep_out
-        plan: dict[str, tuple[int, ...]] = {}
+        plan: dict[str, tuple[tuple[int, ...], int]] = {}
         where = m.where
         for j in blockers:
             own = bits[j] & pool
@@ -469,27 +469,28 @@ class _Deriver:
                     return None
                 chosen |= _lowest(rest, short)
             pool &= ~chosen
-            plan[j] = _nodes(chosen)
+            plan[j] = (_nodes(chosen), chosen)
         return plan
 
-    def _apply_clear(self, row: int, plan: dict[str, tuple[int, ...]], phase: str) -> None:
+    def _apply_clear(self, row: int, plan: dict[str, tuple[tuple[int, ...], int]], phase: str) -> None:
         m = self.m
         old = {j: m.where[j] for j in plan}
         for j in plan:
             m.remove(j, row)
-        for j, nodes in plan.items():
-            m._put(j, row, nodes, _mask(nodes))
+        for j, (nodes, mask) in plan.items():
+            m._put(j, row, nodes, mask)
             self.out.migrations.append(GangMigration(j, old[j], nodes, phase))
         # A blocker's new nodes are free nodes or old nodes of blockers planned *after* it (each keeps
         # its own nodes outside A's, so none takes an earlier one's): one by one, the last goes first.
         for j in reversed(plan):
-            self.out.steps.append(GangStep("move", j, row, plan[j], row, old[j]))
+            self.out.steps.append(GangStep("move", j, row, plan[j][0], row, old[j]))
 
     # -------------------------------------------------------------- the four steps
 
     def compact(self) -> None:
         m = self.m
-        free, where, rows_of, jobs = m.free, m.where, m.rows_of, self.jobs
+        free, where, rows_of, jobs, occ, bits = m.free, m.where, m.rows_of, self.jobs, m.occ, m.bits
+        migration = self.p.migration
         order = sorted(m.in_use(), key=lambda r: (-free[r], r))  # (population, row)
         for i, r in enumerate(order):
             later = order[i + 1:]
@@ -509,8 +510,10 @@ class _Deriver:
                     break
                 if targets is None:
                     targets = sorted(later, key=lambda p: (free[p], p))
+                amask = bits[a]
                 for p in targets:
-                    if free[p] >= size and self._move(a, r, p):
+                    # (without migration ``_move`` moves only onto free nodes: the test inlined)
+                    if free[p] >= size and (migration or not occ[p] & amask) and self._move(a, r, p):
                         targets = None  # populations changed
                         widest = max(free[q] for q in later)
                         break
@@ -697,13 +700,22 @@ class _Deriver:
 
     def _reserve(self, job: GangJob) -> tuple[GangJob, int, float, int]:
         m = self.m
+        where_of = m.where.__getitem__
+        jobs, started, get, seen = self.jobs, self.out.started, self._remaining, self._rem_seen
         best: tuple[float, int, int] | None = None  # (shadow, row, extra)
         for r in m.in_use():
             free = m.free[r]
             shadow = 0.0
             if free < job.size:
                 shadow = math.inf
-                ending = sorted((self._rem(j), len(m.where[j])) for j in m.members[r])
+                members = m.members[r]
+                # ``_rem`` inlined (every running job of a full matrix is read here, at every event that
+                # blocks the queue's head); each job is in one row before expansion: read once
+                if get is None:
+                    rems = [jobs[j].remaining for j in members]
+                else:
+                    rems = [jobs[j].remaining if j in started else seen[j] if j in seen else get(j) for j in members]
+                ending = sorted(zip(rems, map(len, map(where_of, members)), strict=True))
                 for remaining, size in ending:
                     free += size
                     if free >= job.size:
@@ -811,6 +823,116 @@ def collapse(nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], 
     return m
 
 
+class KeptCollapse:
+    """Step 1 kept from one event to the next (issue 27): the collapsed matrix of the last call, updated
+    by what changed in ``running`` (jobs gone, new, or on other nodes or another lowest row) and in the
+    ``blocked`` cells, instead of rebuilt from every running job. :meth:`collapse` returns what
+    :func:`collapse` returns for the same arguments (a fresh copy: the derivation changes it; the same
+    ``ValidationError`` on bad input, made by :func:`collapse` itself) -- a cache, not state: the
+    derivation's result depends on its arguments only (``tests/unit/test_gang_kept.py`` compares the
+    two on random event sequences).
+
+    The jobs a derivation reads in a matrix's rows are always sorted first (by node, size, FCFS key or
+    remaining time), so the order in which the kept matrix lists a row's jobs (the order of their
+    updates) changes no decision. ``updates`` / ``rebuilds`` count the calls of each kind."""
+
+    __slots__ = ("_blocked", "_input", "_key", "_m", "rebuilds", "updates")
+
+    def __init__(self) -> None:
+        self._m: Matrix | None = None
+        self._key: tuple[int, int] = (0, 0)
+        #: ``running`` at the last call
+        self._input: dict[str, tuple[tuple[int, ...], Iterable[int]]] = {}
+        self._blocked: tuple[tuple[int, int], ...] = ()
+        self.rebuilds = 0
+        self.updates = 0
+
+    def collapse(self, nodes: int, mpl: int, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
+                 blocked: Iterable[tuple[int, int]] = (), masks: Mapping[str, int] | None = None) -> Matrix:
+        blocked = tuple(blocked)
+        if self._m is not None and self._key == (nodes, mpl):
+            try:
+                m = self._update(running, blocked, masks)
+            except ValidationError:
+                m = None
+            if m is not None:
+                self.updates += 1
+                return m.copy()
+        # the first call, another shape, or bad input (then :func:`collapse` raises its own error)
+        self._m = None
+        m = collapse(nodes, mpl, running, blocked, masks)
+        self._m, self._key, self._blocked = m, (nodes, mpl), blocked
+        self._input = dict(running)
+        self.rebuilds += 1
+        return m.copy()
+
+    def _update(self, running: Mapping[str, tuple[tuple[int, ...], Iterable[int]]],
+                blocked: tuple[tuple[int, int], ...], masks: Mapping[str, int] | None) -> Matrix | None:
+        """The kept matrix brought up to date (None: drop it; the kept state is then unusable).
+
+        What changed: each entry of ``running`` against the last call's, the very same object first (a
+        caller that keeps an unchanged job's entry from one event to the next, as the policies do, costs
+        one identity test per job), else by equality."""
+        m = self._m
+        assert m is not None
+        nodes, mpl = m.nodes, m.mpl
+        prev = self._input
+        get = prev.get
+        changed = [item for item in running.items() if get(item[0]) is not item[1] and get(item[0]) != item[1]]
+        new = sum(1 for job, _v in changed if job not in prev)
+        gone = prev.keys() - running.keys() if len(running) - new != len(prev) else ()
+        # Every job that leaves or changes leaves the matrix before any is placed again, so a conflict
+        # is found exactly when the new set overlaps (the jobs that stay never overlap each other).
+        self._m = None  # until the update is complete
+        occ, free, where_of, bits, rows_of, members, held = m.occ, m.free, m.where, m.bits, m.rows_of, \
+            m.members, m.blocked
+        out: list[str] = [*gone]
+        out.extend(job for job, _v in changed if job in prev)
+        for job in out:
+            row = min(prev.pop(job)[1])
+            occ[row] &= ~bits.pop(job)
+            free[row] += len(where_of.pop(job))
+            del members[row][job]
+            del rows_of[job]
+        if blocked != self._blocked:
+            for r in range(mpl):
+                cells = held[r]
+                if cells:
+                    occ[r] &= ~cells
+                    free[r] += cells.bit_count()
+                    held[r] = 0
+            self._blocked = ()
+        # (on a conflict the caller collapses in full, which names the jobs in ``running``'s order)
+        for job, value in changed:
+            given, rows = value
+            rs: Sequence[int] = rows if type(rows) is tuple and len(rows) == 1 else sorted(rows)
+            if not rs or rs[0] < 0 or rs[-1] >= mpl:
+                return None
+            row = rs[0]
+            known_mask = masks.get(job) if masks is not None else None
+            if known_mask is not None:
+                cells_t = tuple(given)
+                mask = known_mask
+            else:
+                cells_t = tuple(sorted(given))
+                mask = _checked_mask(cells_t, nodes)
+            if mask < 0 or occ[row] & mask:
+                return None
+            occ[row] |= mask
+            free[row] -= len(cells_t)
+            where_of[job] = cells_t
+            bits[job] = mask
+            rows_of[job] = {row}
+            members[row][job] = None
+            prev[job] = value
+        if blocked != self._blocked:
+            for node, row in blocked:
+                m.block(row, node)
+            self._blocked = blocked
+        self._m = m
+        return m
+
+
 def _checked_mask(cells: tuple[int, ...], nodes: int) -> int:
     """The bit set of the sorted ``cells``, or -1 if they are not distinct nodes of 0 .. nodes-1."""
     size = len(cells)
@@ -835,6 +957,7 @@ def derive(
     blocked: Iterable[tuple[int, int]] = (),
     masks: Mapping[str, int] | None = None,
     remaining: Callable[[str], float] | None = None,
+    kept: KeptCollapse | None = None,
 ) -> Derivation:
     """The new matrix at a scheduling event (the four steps of the module docstring).
 
@@ -854,7 +977,10 @@ def derive(
 
     ``masks``: checked bit sets of some running jobs' nodes (:func:`collapse`). ``remaining``: the
     estimated remaining time of a running job, asked for only when backfilling needs it (a reservation's
-    shadow time, a conservative profile), at most once per job; without it, ``jobs[job].remaining``."""
+    shadow time, a conservative profile), at most once per job; without it, ``jobs[job].remaining``.
+
+    ``kept``: step 1 is :meth:`KeptCollapse.collapse` of that object (the collapsed matrix of its last
+    call, updated by what changed) instead of :func:`collapse`; the result is the same."""
     if not checked:
         queue = list(queue)
         for q in queue:
@@ -867,7 +993,8 @@ def derive(
         missing = [j for j in running if j not in known]
         if missing:
             raise ValidationError(field=f"job {missing[0]}", problem="runs but has no GangJob record")
-    d = _Deriver(collapse(nodes, params.mpl, running, blocked, masks), known, params, remaining)
+    matrix = (kept.collapse if kept is not None else collapse)(nodes, params.mpl, running, blocked, masks)
+    d = _Deriver(matrix, known, params, remaining)
     d.compact()
     d.schedule(queue)
     d.expand(sorted(d.m.where, key=lambda j: (known[j].order, j)))
