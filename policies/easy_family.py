@@ -826,6 +826,22 @@ class _TwoTier(SchedulingPolicy):
             for cand in merged:
                 if st.free == 0:
                     break
+                if type(cand) is Job:  # (``_plan`` of a queued job inlined: the loop may walk the whole queue)
+                    cprocs = cand.procs
+                    if cprocs > st.free:
+                        continue
+                    end = now + cand.estimate
+                    if end <= shadow:
+                        ok = self._deploy(st, cand, "start", end)
+                    elif cprocs <= extra:
+                        ok = self._deploy(st, cand, "start", end, avoid)
+                        if ok:
+                            extra -= cprocs
+                    else:
+                        continue
+                    if ok:
+                        started.add(cand.id)
+                    continue
                 cprocs = cand.procs if isinstance(cand, Job) else cand.job.procs
                 if cprocs > st.free:
                     continue
