@@ -891,9 +891,10 @@ class _TwoTier(SchedulingPolicy):
             over = st.util_over
             # the cores under the threshold picked in C (idle_bg spans the cluster: 320,000 cores); the few
             # cores whose fg slot this pass filled (``over``) with their new utilization
-            cores = list(base - over.keys() if over else base)
-            low = compress(cores, map(lt, map(util.__getitem__, cores), repeat(thr)))
-            pairs = [(util[c], -c) for c in low]
+            # (``base`` is walked twice in C, unchanged in between: the same order; the cores in ``over``
+            # are dropped from the few under the threshold, not from a copy of ``base``)
+            low = compress(base, map(lt, map(util.__getitem__, base), repeat(thr)))
+            pairs = [(util[c], -c) for c in low if c not in over] if over else [(util[c], -c) for c in low]
             if over:
                 pairs += [(u, -c) for c, u in over.items() if c in base and u < thr]
         free = len(pairs)
