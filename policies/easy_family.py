@@ -466,6 +466,8 @@ class _Pass:
         "bg_freed",
         "bg_jobs",
         "bg_usage",
+        "empty_desc",
+        "empty_pos",
         "fg_owner",
         "fg_taken",
         "free",
@@ -487,6 +489,8 @@ class _Pass:
         self.new_ends: list[tuple[float, int]] = []
         self.bg_jobs: list[RunningJob] = []  # the bg jobs of the view, in arrival order
         self.bg_usage: dict[int, float] | None = None  # core -> usage of its bg process (built lazily)
+        self.empty_desc: list[int] | None = None  # idle_fg & idle_bg by descending index (built lazily)
+        self.empty_pos = 0  # empty_desc[:empty_pos] are taken (``_TwoTier._empty_first``)
 
     def fg_idle(self, core: int) -> bool:
         return core in self.view.idle_fg and core not in self.fg_taken
@@ -559,35 +563,86 @@ class _TwoTier(SchedulingPolicy):
         index. Cores with an empty bg slot (usage 0) always come first; they are found with set
         operations, and only the cores with a bg process are keyed one by one, when needed."""
         view = st.view
-        cands = view.idle_fg - st.fg_taken if st.fg_taken else view.idle_fg
-        if avoid:
-            cands = cands - avoid
         k = job.procs
-        if len(cands) < k:
-            return None
-        empty = cands & view.idle_bg
         vacated = st.bg_freed if mover is None else st.bg_freed.union(mover.cores)
-        if vacated:
-            empty = empty | (cands & vacated)
-        if len(empty) >= k:
-            chosen = sorted(empty, reverse=True)[:k]
+        if not avoid:
+            if st.free < k:  # st.free == len(idle_fg - fg_taken)
+                return None
+            chosen = self._empty_first(st, vacated, k)
+            if len(chosen) == k:
+                return self._pair(job, chosen)
+            # too few cores with an empty bg slot: ``chosen`` holds all of them, in order
+            cands = view.idle_fg - st.fg_taken if st.fg_taken else view.idle_fg
+            empty: Set[int] = set(chosen)
         else:
+            cands = (view.idle_fg - st.fg_taken if st.fg_taken else view.idle_fg) - avoid
+            if len(cands) < k:
+                return None
+            empty = cands & view.idle_bg
+            if vacated:
+                empty = empty | (cands & vacated)
             chosen = sorted(empty, reverse=True)
-            busy = cands - empty
-            if not self._info:  # every bg process counts as 1.0: only the index decides
-                chosen.extend(sorted(busy, reverse=True)[: k - len(chosen)])
-            else:
-                # descending index, then a stable sort by usage (a C-level key: no per-core call)
-                ordered = sorted(busy, reverse=True)
-                # a busy bg slot without a bg job in the view (held for a migration in flight) counts
-                # as fully used
-                usage_of = self._bg_usage_map(st)
-                ordered.sort(key=lambda c: usage_of.get(c, 1.0))
-                chosen.extend(ordered[: k - len(chosen)])
-        out = [0] * k
+            if len(empty) >= k:
+                return self._pair(job, chosen[:k])
+        busy = cands - empty
+        if not self._info:  # every bg process counts as 1.0: only the index decides
+            chosen.extend(sorted(busy, reverse=True)[: k - len(chosen)])
+        else:
+            # descending index, then a stable sort by usage (a C-level key: no per-core call)
+            ordered = sorted(busy, reverse=True)
+            # a busy bg slot without a bg job in the view (held for a migration in flight) counts
+            # as fully used
+            usage_of = self._bg_usage_map(st)
+            ordered.sort(key=lambda c: usage_of.get(c, 1.0))
+            chosen.extend(ordered[: k - len(chosen)])
+        return self._pair(job, chosen)
+
+    def _pair(self, job: Job, chosen: list[int]) -> tuple[int, ...]:
+        """cores[i] for process i: the processes by descending usage take ``chosen`` in order."""
+        out = [0] * job.procs
         for slot, p in enumerate(self._proc_order(job)):
             out[p] = chosen[slot]
         return tuple(out)
+
+    @staticmethod
+    def _empty_first(st: _Pass, vacated: Set[int], k: int) -> list[int]:
+        """The first ``k`` (or all, if fewer) idle fg cores not taken in this pass whose bg slot is empty
+        (``idle_bg``) or vacated in this pass, by descending index: ``sorted(empty, reverse=True)[:k]``
+        of the set formulation, without its O(cluster) set operations and sort per job. The cores of
+        ``idle_fg & idle_bg`` are sorted once per pass; taken cores are skipped, and a pointer moves past
+        the taken ones at its front for good (without ``avoid``, a pass takes only a prefix of what is
+        left of it)."""
+        view = st.view
+        lst = st.empty_desc
+        if lst is None:
+            lst = st.empty_desc = sorted(view.idle_fg & view.idle_bg, reverse=True)
+        taken = st.fg_taken
+        n = len(lst)
+        i = st.empty_pos
+        while i < n and lst[i] in taken:
+            i += 1
+        st.empty_pos = i
+        # vacated cores whose bg slot is not in idle_bg (those in it are in the list already)
+        idle_fg, idle_bg = view.idle_fg, view.idle_bg
+        vac = sorted((c for c in vacated if c not in idle_bg and c in idle_fg and c not in taken), reverse=True)
+        out: list[int] = []
+        j, nv = 0, len(vac)
+        while len(out) < k:
+            while i < n and lst[i] in taken:
+                i += 1
+            if i < n:
+                if j < nv and vac[j] > lst[i]:
+                    out.append(vac[j])
+                    j += 1
+                else:
+                    out.append(lst[i])
+                    i += 1
+            elif j < nv:
+                out.append(vac[j])
+                j += 1
+            else:
+                break
+        return out
 
     def _occupy_fg(self, st: _Pass, job: Job, cores: tuple[int, ...], end: float) -> None:
         st.fg_taken.update(cores)
@@ -771,6 +826,22 @@ class _TwoTier(SchedulingPolicy):
             for cand in merged:
                 if st.free == 0:
                     break
+                if type(cand) is Job:  # (``_plan`` of a queued job inlined: the loop may walk the whole queue)
+                    cprocs = cand.procs
+                    if cprocs > st.free:
+                        continue
+                    end = now + cand.estimate
+                    if end <= shadow:
+                        ok = self._deploy(st, cand, "start", end)
+                    elif cprocs <= extra:
+                        ok = self._deploy(st, cand, "start", end, avoid)
+                        if ok:
+                            extra -= cprocs
+                    else:
+                        continue
+                    if ok:
+                        started.add(cand.id)
+                    continue
                 cprocs = cand.procs if isinstance(cand, Job) else cand.job.procs
                 if cprocs > st.free:
                     continue
@@ -820,9 +891,10 @@ class _TwoTier(SchedulingPolicy):
             over = st.util_over
             # the cores under the threshold picked in C (idle_bg spans the cluster: 320,000 cores); the few
             # cores whose fg slot this pass filled (``over``) with their new utilization
-            cores = list(base - over.keys() if over else base)
-            low = compress(cores, map(lt, map(util.__getitem__, cores), repeat(thr)))
-            pairs = [(util[c], -c) for c in low]
+            # (``base`` is walked twice in C, unchanged in between: the same order; the cores in ``over``
+            # are dropped from the few under the threshold, not from a copy of ``base``)
+            low = compress(base, map(lt, map(util.__getitem__, base), repeat(thr)))
+            pairs = [(util[c], -c) for c in low if c not in over] if over else [(util[c], -c) for c in low]
             if over:
                 pairs += [(u, -c) for c, u in over.items() if c in base and u < thr]
         free = len(pairs)

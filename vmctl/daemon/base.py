@@ -19,7 +19,7 @@ from vmctl.daemon.desired import desired_vms
 from vmctl.daemon.events import EventLog
 from vmctl.daemon.gang import SCHEDULE_KV, check_offer, clock_changed, node_slices, schedule_from_kv
 from vmctl.daemon.history import JobHistory, slot_text
-from vmctl.daemon.state import ClusterState, DesiredSettings
+from vmctl.daemon.state import PROGRESS, ClusterState, DesiredSettings
 from vmctl.daemon.switch_state import (
     LAYOUT_KV,
     SWITCH_KV,
@@ -143,6 +143,9 @@ class DaemonBase:
     def start(self) -> bool:
         """Migrate the schema, try to take the leader lease, load state when leader. Returns leader."""
         self.store.migrate()
+        # the progress model of a bg job (``bg_pace``) imports scipy.special on its first use (0.2-0.7 s):
+        # at start, not inside the first decision that has a bg job to pace (issue 27's latency p99)
+        PROGRESS.expected_beta(2)
         return self.try_lead()
 
     def try_lead(self) -> bool:

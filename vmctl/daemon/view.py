@@ -49,6 +49,10 @@ class PreparedView:
     def __init__(self, lay: Layout, args: list[tuple[Any, ...]], rest: tuple[Any, ...], reference: bool) -> None:
         self.lay, self._args, self._rest, self._reference = lay, args, rest, reference
 
+    def release(self) -> None:
+        """Drop the values read (the decision is done; ``build`` must not be called again)."""
+        self._args = []
+
     def build(self) -> tuple[ClusterView, Layout]:
         make = _reference_running_job if self._reference else _running_job
         running = {a[0].id: make(a) for a in self._args}
