@@ -234,6 +234,59 @@ def api_during_decisions(nodes: int, cores: int, queued: int, seconds: float, tm
             f"; max {p} / max cycle {max(b) / max(cycles):.2f}" if cycles else ""))
 
 
+def submit_client_main(argv: list[str]) -> None:
+    """``python -m bench.daemon --submit-client PORT CA_FILE TOKEN_FILE JOBS PER_REQUEST MINIMAL``: submit
+    ``JOBS`` jobs in batches over one keep-alive connection from a process of its own (as a real client
+    is), with ``Prefer: return=minimal`` when MINIMAL is 1, after one warm-up batch; prints the wall and
+    CPU seconds of this client as JSON after a line ``ready`` and a line from stdin."""
+    port, ca, token_file = int(argv[0]), argv[1], argv[2]
+    jobs, per, minimal = int(argv[3]), int(argv[4]), argv[5] == "1"
+    token = Path(token_file).read_text().strip()
+    ctx = ssl.create_default_context(cafile=ca)
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=60)
+    hdr = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    if minimal:
+        hdr["Prefer"] = "return=minimal"
+    body = json.dumps({"jobs": [{"procs": 4, "estimate": 100.0}] * per})
+
+    def one() -> None:
+        conn.request("POST", "/v1/jobs:batch", body=body, headers=hdr)
+        r = conn.getresponse()
+        doc = json.loads(r.read())
+        assert r.status == 201 and len(doc["jobs"]) == per, r.status
+        assert minimal == (r.getheader("Preference-Applied") == "return=minimal")
+
+    one()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t, c = time.perf_counter(), time.process_time()
+    for _ in range(jobs // per):
+        one()
+    print(json.dumps({"wall": time.perf_counter() - t, "cpu": time.process_time() - c}), flush=True)
+    conn.close()
+
+
+def _batched_from_another_process(d: InProcessDaemon, jobs: int, per: int, minimal: bool,
+                                  tmp: Path) -> tuple[float, float, float]:
+    """Jobs per second of ``POST /v1/jobs:batch`` sent by a client process: wall, per CPU second of the
+    server (this process) and per CPU second of the server and the client together."""
+    token_file = tmp / "submit-token"
+    token_file.write_text(d.admin_token)
+    child = subprocess.Popen([sys.executable, "-m", "bench.daemon", "--submit-client", str(d.server.port),
+                              str(d.ca_file), str(token_file), str(jobs), str(per), "1" if minimal else "0"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    c = time.process_time()
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    out = json.loads(child.stdout.readline())
+    server_cpu = time.process_time() - c
+    child.wait(60)
+    n = jobs // per * per
+    return n / out["wall"], n / server_cpu, n / (server_cpu + out["cpu"])
+
+
 def api_throughput(jobs: int, tmp: Path) -> None:
     cfg = DaemonConfig(store_url=f"sqlite:///{tmp}/api.db", state_dir=str(tmp / "state"), holder="bench-api",
                        policy_name="fcfs", policy_explicit=True, tick_s=3600)
@@ -270,6 +323,25 @@ def api_throughput(jobs: int, tmp: Path) -> None:
         direct_batch = (jobs // 100) * 100 / (time.perf_counter() - t)
         direct_batch_cpu = (jobs // 100) * 100 / (time.process_time() - c)
         daemon_log = d.call(submit_log_cost, d.daemon, specs, max(10, jobs // 100))
+    # batched, each on a fresh daemon (the queue grows alike): the in-process baseline, then a client process
+    big = 5 * jobs
+    with InProcessDaemon(replace(cfg, store_url=f"sqlite:///{tmp}/api-0.db", state_dir=str(tmp / "state-0"))) as d:
+        specs = [{"procs": 4, "estimate": 100.0}] * 100
+        runtime = d.server.runtime
+
+        def submit_and_kick() -> None:  # as the handler does: the decision loop is woken
+            d.daemon.submit(specs)
+            runtime.kick()
+
+        t, c = time.perf_counter(), time.process_time()
+        for _ in range(big // 100):
+            d.call(submit_and_kick)
+        base_wall, base_cpu = big // 100 * 100 / (time.perf_counter() - t), big // 100 * 100 / (time.process_time() - c)
+    apart = {}
+    for k, (per, minimal) in enumerate(((100, False), (100, True), (1000, True))):
+        with InProcessDaemon(replace(cfg, store_url=f"sqlite:///{tmp}/api-{k + 1}.db",
+                                     state_dir=str(tmp / f"state-{k + 1}"))) as d:
+            apart[per, minimal] = _batched_from_another_process(d, big, per, minimal, tmp)
     with_log, without = event_log_cost(max(20, jobs // 100), tmp)
     print(f"API job submission on loopback HTTPS ({jobs} jobs):")
     print(f"  POST /v1/jobs         {single:8.0f} jobs/s")
@@ -279,6 +351,14 @@ def api_throughput(jobs: int, tmp: Path) -> None:
     print(f"  in-process batch      {direct_batch:8.0f} jobs/s  (baseline: Daemon.submit of 100, no HTTP; "
           f"{direct_batch_cpu:.0f} per CPU second)")
     print(f"  ratio single/baseline {single / direct:.2f}x, batch/baseline {batched / direct_batch:.2f}x")
+    print(f"batched submission, {big} jobs into a fresh daemon each (the decisions they wake included):")
+    print(f"  in-process batch      {base_wall:8.0f} jobs/s  (baseline: Daemon.submit of 100 on the loop and a kick of "
+          f"the decision loop, no HTTP; {base_cpu:.0f} per CPU second)")
+    for (per, m), (wall, server, both) in apart.items():
+        answer = "Prefer: return=minimal" if m else "every job document"
+        print(f"  POST /v1/jobs:batch   {wall:8.0f} jobs/s  ({per} per request, {answer}; the client in another "
+              f"process; {server:.0f} jobs per CPU second of the server, {both:.0f} of both; wall "
+              f"{wall / base_wall:.2f}x the baseline)")
     print(f"  event log: a 100-job store write {with_log * 1e3:.2f} ms CPU with its 100 events, {without * 1e3:.2f} "
           f"ms without ({(with_log - without) / 100 * 1e6:.1f} us per job, {with_log / without - 1:+.0%})")
     on, off = daemon_log
@@ -334,6 +414,9 @@ def event_log_cost(batches: int, tmp: Path) -> tuple[float, float]:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         client_main(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--submit-client":
+        submit_client_main(sys.argv[2:])
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")

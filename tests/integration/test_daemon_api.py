@@ -839,3 +839,33 @@ def test_a_fenced_agent_tells_vmctld_and_stops_telling_an_older_one(client: Clie
     assert hb.beat() and [list(b) for b in sent] == [["fenced_s"], []]
     assert hb.beat() and sent[-1] == {} and hb.failures == 0
     hb._conn.close()
+
+
+def test_batch_with_prefer_return_minimal(client: Client, daemon: InProcessDaemon, tokens: dict[str, str]) -> None:
+    """``Prefer: return=minimal`` (RFC 7240) answers each job's id, name and state (issue 27); the jobs are
+    stored as with the full answer, and a bad batch still stores nothing."""
+    admin = tokens["admin"]
+
+    def post(body: Any) -> tuple[int, Any, str | None]:
+        conn = http.client.HTTPSConnection("127.0.0.1", client.port, context=client.ctx(None), timeout=20)
+        conn.request("POST", "/v1/jobs:batch", body=json.dumps(body).encode(),
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {admin}",
+                              "Prefer": "return=minimal"})
+        resp = conn.getresponse()
+        doc = json.loads(resp.read())
+        conn.close()
+        check_openapi("POST", "/v1/jobs:batch", resp.status, doc)
+        return resp.status, doc, resp.getheader("Preference-Applied")
+
+    before = _jobs_in_store(daemon)
+    s, doc, applied = post({"jobs": [{"procs": 1, "estimate": 5, "name": "brief-a"}, {"procs": 1, "estimate": 5}]})
+    assert s == 201 and applied == "return=minimal"
+    assert [set(j) for j in doc["jobs"]] == [{"id", "name", "state"}] * 2
+    assert doc["jobs"][0]["name"] == "brief-a" and {j["state"] for j in doc["jobs"]} == {"queued"}
+    assert _jobs_in_store(daemon) == before + 2
+    for j in doc["jobs"]:
+        s, full = client.call("GET", f"/v1/jobs/{j['id']}", token=admin)
+        assert s == 200 and full["job"]["name"] == j["name"] and full["job"]["procs"] == 1
+    s, doc, applied = post({"jobs": [{"procs": 1, "estimate": 5}, {"procs": 0, "estimate": 5}]})
+    assert s == 422 and doc["error"]["field"] == "jobs[1].procs" and applied is None
+    assert _jobs_in_store(daemon) == before + 2

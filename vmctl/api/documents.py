@@ -39,7 +39,7 @@ def job_json(r: JobRecord, expected_start: float | None = None,
     (the job list): a task bag's ``tasks`` are left out (empty; ``tasks_left`` counts them), so a list
     costs O(jobs), not O(tasks), and reads no task row of an archived bag."""
     return {
-        "id": r.id, "name": r.name, "state": r.state, "procs": int(r.spec["procs"]),
+        "id": r.id, "name": r.name, "state": str(r.state), "procs": int(r.spec["procs"]),
         "estimate": float(r.spec["estimate"]), "priority": int(r.spec.get("priority", 0)),
         "deadline": r.spec.get("deadline"), "user": str(r.spec.get("user", "")),
         "account": str(r.spec.get("account", "")),

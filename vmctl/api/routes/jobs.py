@@ -47,14 +47,22 @@ class JobRoutes(Routes):
         return json_response({"job": doc, "jobs": [doc], "warnings": self.d.ignored_fields([spec])}, 201)
 
     async def submit_batch(self, request: web.Request) -> web.Response:
+        """``POST /v1/jobs:batch``: all or nothing. The answer has every job's document, or with ``Prefer:
+        return=minimal`` (RFC 7240) only each job's id, name and state (``Preference-Applied`` says so): the
+        documents were a third of the server's time per job in a batch of 100 (issue 27)."""
         self._leader()
         specs = schemas.job_batch(await read_json(request))
         self._fits_the_cluster(specs, batch=True)
         recs = self.d.submit(specs)
         self.rt.kick()
+        warnings = self.d.ignored_fields(specs)
+        if prefers_minimal(request.headers.get("Prefer")):
+            resp = json_response({"jobs": [{"id": r.id, "name": r.name, "state": str(r.state)} for r in recs],
+                                  "warnings": warnings}, 201)
+            resp.headers["Preference-Applied"] = "return=minimal"
+            return resp
         blocking = self.d.node_blocker()
-        return json_response({"jobs": [job_json(r, None, blocking(r)) for r in recs],
-                              "warnings": self.d.ignored_fields(specs)}, 201)
+        return json_response({"jobs": [job_json(r, None, blocking(r)) for r in recs], "warnings": warnings}, 201)
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         self._leader()
@@ -227,3 +235,15 @@ def _history_json(r: JobRecord, archived: bool) -> dict[str, Any]:
             "first_start": first if first is not None else r.start_time,
             "work_seconds": r.spec.get("work_seconds"),
             "cpu_usage": [float(u) for u in usage] if isinstance(usage, list) else None}
+
+
+def prefers_minimal(prefer: str | None) -> bool:
+    """Whether a ``Prefer`` header (RFC 7240: preferences separated by commas, each ``token[=value]`` with
+    optional ``; parameters``, tokens case-insensitive) asks for ``return=minimal``."""
+    if not prefer:
+        return False
+    for pref in prefer.split(","):
+        token, _eq, value = pref.split(";", 1)[0].partition("=")
+        if token.strip().lower() == "return" and value.strip().strip('"').lower() == "minimal":
+            return True
+    return False
