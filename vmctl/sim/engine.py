@@ -68,6 +68,7 @@ from vmctl.policies.invariants import accepts_fast, check_decision
 from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.engine_base import _Run
+from vmctl.sim.engine_lean import LeanEngine
 from vmctl.sim.engine_levels import LevelEngine
 from vmctl.sim.engine_twotier import TwoTierEngine
 from vmctl.sim.execution import ExecutionModel, TwoTierModel, WorkloadRecord
@@ -274,7 +275,7 @@ class _RunningView(Mapping[str, RunningJob]):
 ProgressCallback = Callable[[int, int], None]
 
 
-class Simulator(TwoTierEngine, LevelEngine):
+class Simulator(LeanEngine, TwoTierEngine, LevelEngine):
     """Run one policy over one workload. ``jobs`` must be sorted by submit time (ties keep their order);
     jobs wider than the machine are dropped and counted in ``dropped``."""
 
@@ -564,6 +565,11 @@ class Simulator(TwoTierEngine, LevelEngine):
         was_enabled = gc.isenabled()
         gc.disable()
         try:
+            if (self.lean_loop and self.lazy_snapshots and not self._leveled and not self.two_tier and not self._shared
+                    and not self.model.has_events and not self._deadline_of):
+                # every fg run at rate 1: the lean loop (vmctl.sim.engine_lean; the same run, pass by pass)
+                self._run_lean(on_progress, every, accepts_fast)
+                return self._finish(on_progress)
             return self._run(on_progress, every)
         finally:
             if was_enabled:
@@ -688,6 +694,11 @@ class Simulator(TwoTierEngine, LevelEngine):
             if on_progress is not None and self._done >= next_report:
                 on_progress(self._done, n)
                 next_report = self._done + every
+        return self._finish(on_progress)
+
+    def _finish(self, on_progress: ProgressCallback | None) -> SimResult:
+        """After the loop: nothing may be left waiting or running; the result."""
+        policy = self.policy
         if self._queue or self._runs:
             raise SimulationError(
                 time=self.now,
@@ -695,7 +706,7 @@ class Simulator(TwoTierEngine, LevelEngine):
                 f"running with nothing left to happen (first waiting: {self._queue[0].id if self._queue else '-'})",
             )
         if on_progress is not None:
-            on_progress(self._done, n)
+            on_progress(self._done, self.n)
         return self._result()
 
     def _result(self) -> SimResult:
