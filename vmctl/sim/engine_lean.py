@@ -11,21 +11,20 @@ per-event overhead: no method call for a start (``_apply_starts``, ``_start_fg_n
 run's completion is at start + work), and the loop's state in locals. ``tests/unit/test_sim_lean.py``
 compares it with the general loop (``Simulator.lean_loop = False``) job by job and view by view.
 
-The idle fg cores (``view.idle_fg``) are a :class:`SortedIdle` here: the same set, which also keeps its
-cores in a sorted list and iterates in that order. The profile of EASY over HPC2N put a quarter of
-EASY's ``decide`` in ``sorted(view.idle_fg)``: a set whose cores come and go fills its hash table with
-deleted entries (1,024 slots for 64 cores), and walking and sorting it cost 3.7 us a pass where the
-sorted list costs 1 us. The loop keeps the list as it starts and ends jobs (a start usually takes the
-top cores, a completion gives back a block of consecutive ones).
+Before a pass calls ``decide``, the idle fg set (``view.idle_fg``, the same set object) is rebuilt
+when its hash table has grown past 8 slots a member. The profile of EASY over HPC2N put a quarter of
+EASY's ``decide`` in ``sorted(view.idle_fg)``: a set whose cores come and go fills its table with
+deleted entries (1,024 slots for 64 cores), and walking and sorting it cost 3.7 us a pass; rebuilt from
+its sorted members it is small again and iterates nearly in order. Same members, so a policy that sorts
+the set (EASY, FCFS, SJF) decides the same; one that walks it unsorted may see another order.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable, Iterator
-from collections.abc import Set as AbstractSet
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vmctl.model import ClusterView, Decision, Job, StartFg
@@ -41,79 +40,6 @@ _INF = math.inf
 _JOB_SET = {name: Job.__dict__[name].__set__ for name in ("id", "submit_time", "procs", "estimate", "cpu_usage",
                                                          "priority", "deadline", "user", "mem", "cpu_need")}
 _DEFAULTS = Job.__dataclass_fields__
-
-
-class SortedIdle(set[int]):
-    """A set of cores that iterates in ascending order: ``order`` is its members, sorted. The lean loop
-    updates both with the set's own methods and list operations; every other change goes through the
-    overrides below, which keep ``order`` right (the one list object, changed in place)."""
-
-    __slots__ = ("order",)
-
-    def __init__(self, cores: Iterable[int] = ()) -> None:
-        super().__init__(cores)
-        self.order: list[int] = sorted(set.__iter__(self))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.order)
-
-    def _resort(self) -> None:
-        self.order[:] = sorted(set.__iter__(self))
-
-    def add(self, core: int) -> None:
-        if core not in self:
-            set.add(self, core)
-            insort(self.order, core)
-
-    def discard(self, core: int) -> None:  # type: ignore[override]
-        if core in self:
-            set.discard(self, core)
-            del self.order[bisect_left(self.order, core)]
-
-    def remove(self, core: int) -> None:
-        set.remove(self, core)
-        del self.order[bisect_left(self.order, core)]
-
-    def pop(self) -> int:
-        core = set.pop(self)
-        del self.order[bisect_left(self.order, core)]
-        return core
-
-    def clear(self) -> None:
-        set.clear(self)
-        self.order.clear()
-
-    def update(self, *others: Iterable[int]) -> None:
-        set.update(self, *others)
-        self._resort()
-
-    def difference_update(self, *others: Iterable[Any]) -> None:
-        set.difference_update(self, *others)
-        self._resort()
-
-    def intersection_update(self, *others: Iterable[Any]) -> None:
-        set.intersection_update(self, *others)
-        self._resort()
-
-    def symmetric_difference_update(self, other: Iterable[int]) -> None:
-        set.symmetric_difference_update(self, other)
-        self._resort()
-
-    def __ior__(self, other: AbstractSet[int]) -> SortedIdle:  # type: ignore[override,misc]
-        self.update(other)
-        return self
-
-    def __isub__(self, other: AbstractSet[Any]) -> SortedIdle:  # type: ignore[misc]
-        self.difference_update(other)
-        return self
-
-    def __iand__(self, other: AbstractSet[Any]) -> SortedIdle:  # type: ignore[misc]
-        self.intersection_update(other)
-        return self
-
-    def __ixor__(self, other: AbstractSet[int]) -> SortedIdle:  # type: ignore[override,misc]
-        self.symmetric_difference_update(other)
-        return self
 
 
 class LeanEngine(EngineBase):
@@ -156,13 +82,11 @@ class LeanEngine(EngineBase):
         first, end, overrun, est_killed = self._first_start, self._end, self._overrun, self._est_killed
         work = self._work
         dirty = self._dirty
-        # the idle fg cores become a SortedIdle (the same cores; the run has not started yet)
-        idle_fg = SortedIdle(self._idle_fg)
-        self._idle_fg = self._idle[0] = idle_fg
-        object.__setattr__(view, "idle_fg", idle_fg)
-        order = idle_fg.order
-        set_add, set_discard, set_update, set_remove_all = set.add, set.discard, set.update, set.difference_update
+        idle_fg = self._idle_fg
+        set_add, set_discard, set_update, set_remove_all = (idle_fg.add, idle_fg.discard, idle_fg.update,
+                                                            idle_fg.difference_update)
         Run = _Run
+        sizeof = sys.getsizeof
         fg = _FG
         new = object.__new__
         js = _JOB_SET
@@ -208,22 +132,17 @@ class LeanEngine(EngineBase):
                     c = cores[0]
                     fg_job[c] = None
                     fg_util[c] = 0.0
-                    set_add(idle_fg, c)
-                    insort(order, c)
+                    set_add(c)
                 else:
-                    set_update(idle_fg, cores)
+                    set_update(cores)
                     lo = min(cores)
-                    if max(cores) - lo == k - 1:  # a block of consecutive cores: slices, one insertion
+                    if max(cores) - lo == k - 1:  # a block of consecutive cores (distinct, by the checker): slices
                         fg_job[lo:lo + k] = nones[:k]
                         fg_util[lo:lo + k] = zeros[:k]
-                        pos = bisect_left(order, lo)
-                        order[pos:pos] = range(lo, lo + k)
                     else:
                         for c in cores:
                             fg_job[c] = None
-                            fg_util[c] = 0.0  # a sorted run appended and merged (timsort), not one insertion per core
-                        order += cores
-                        order.sort()
+                            fg_util[c] = 0.0
                 r.version = -1
                 idx = r.idx
                 end[idx] = now
@@ -268,6 +187,10 @@ class LeanEngine(EngineBase):
                     self._flush_dirty()
                 self._wake = None
             else:
+                if sizeof(idle_fg) > 216 + 128 * len(idle_fg):  # see the module header
+                    tmp = sorted(idle_fg)
+                    idle_fg.clear()
+                    idle_fg.update(tmp)
                 decision = decide(view, now)
                 if not fast(view, decision, now):
                     commit(decision, check_decision(view, decision, now))
@@ -299,11 +222,7 @@ class LeanEngine(EngineBase):
                             c = cores[0]
                             fg_job[c] = jid
                             fg_util[c] = usage[idx][0]
-                            set_discard(idle_fg, c)
-                            if order[-1] == c:
-                                order.pop()
-                            else:
-                                del order[bisect_left(order, c)]
+                            set_discard(c)
                         else:
                             u = usage[idx]
                             lo = min(cores)
@@ -315,13 +234,7 @@ class LeanEngine(EngineBase):
                                 for c, uc in zip(cores, u, strict=False):
                                     fg_job[c] = jid
                                     fg_util[c] = uc
-                            set_remove_all(idle_fg, cores)
-                            # (the checker took distinct idle cores: the top k when their ends are the list's)
-                            if max(cores) == order[-1] and min(cores) == order[-k]:
-                                del order[-k:]
-                            else:
-                                for c in cores:
-                                    del order[bisect_left(order, c)]
+                            set_remove_all(cores)
                         if self._fg_run_kept:
                             for c in cores:
                                 fg_run[c] = run
