@@ -176,6 +176,7 @@ def test_the_two_tier_fast_path_agrees_with_the_effects(policy: str, monkeypatch
     for seed in range(8):
         jobs = _jobs(50, seed)
         fast = Simulator(jobs, 8, create_policy(name, **params), SimConfig(seed=seed))
+        fast.lean_loop = False  # the two-tier engine's own fast path (the lean loop's: tests/unit/test_sim_lean.py)
         applied = fast._apply_starts
 
         def count_fast(decision: Decision, applied: Callable[[Decision], None] = applied) -> None:

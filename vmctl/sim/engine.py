@@ -52,6 +52,7 @@ import heapq
 import itertools
 import math
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -67,12 +68,13 @@ from vmctl.policies.invariants import accepts_fast, check_decision
 from vmctl.progress import ProgressModel
 from vmctl.sim import metrics as metrics_mod
 from vmctl.sim.engine_base import _Run
+from vmctl.sim.engine_lean import LeanEngine
 from vmctl.sim.engine_levels import LevelEngine
 from vmctl.sim.engine_twotier import TwoTierEngine
 from vmctl.sim.execution import ExecutionModel, TwoTierModel, WorkloadRecord
 from vmctl.sim.execution import shared_rate as shared_rate
 from vmctl.sim.timeslice import TimeSliceModel
-from vmctl.sim.workloads.core import JobTable
+from vmctl.sim.workloads.core import JobTable, UsageColumn
 
 _EPS = 1e-9
 _INF = math.inf
@@ -273,7 +275,7 @@ class _RunningView(Mapping[str, RunningJob]):
 ProgressCallback = Callable[[int, int], None]
 
 
-class Simulator(TwoTierEngine, LevelEngine):
+class Simulator(LeanEngine, TwoTierEngine, LevelEngine):
     """Run one policy over one workload. ``jobs`` must be sorted by submit time (ties keep their order);
     jobs wider than the machine are dropped and counted in ``dropped``."""
 
@@ -369,7 +371,7 @@ class Simulator(TwoTierEngine, LevelEngine):
         self._work = array("d", np.minimum(run_np, est_np).tobytes())
         self._overrun = bytearray((run_np > est_np).tobytes())
         del est_np, run_np
-        self._procs = list(map(int, all_procs))
+        self._procs = array("i", map(int, all_procs))  # (4 bytes a job where a list holds 8, issue 27)
         # what the policy sees of who submitted a job and how urgent it is (traces carry no deadline):
         # the workload's priority and user id ("" when unknown; one string object per user)
         self._priority: Sequence[int] = (array("q", table.priority.tobytes()) if table is not None
@@ -386,8 +388,18 @@ class Simulator(TwoTierEngine, LevelEngine):
         ones: dict[int, tuple[float, ...]] = {}
         self._usage: list[tuple[float, ...]] = []
         given: list[int] = []  # positions of the usage the workload gave (validated below)
+        # a columnar trace's compact usage (``UsageColumn``: ``vmctl sim run --trace``, issue 27) under the
+        # two-tier model: a job's tuple is built a block of jobs ahead of its arrival (``_run``) and dropped
+        # when it ends (``_complete``), so the run never holds every job's tuple (its values come from the
+        # usage grid: all in (0, 1], nothing to validate)
+        col = table.cpu_usage if table is not None else None
+        self._usage_col = col if isinstance(col, UsageColumn) and not full and not self._leveled else None
+        if self._usage_col is not None:
+            self._usage = [None] * n  # type: ignore[list-item]  # filled ahead of the arrivals
         append = self._usage.append
-        for i, (u, procs) in enumerate(zip(repeat(None) if table is not None else map(_USAGE, kept), self._procs,
+        given_usage: Iterable[tuple[float, ...] | None] = (
+            map(_USAGE, kept) if table is None else repeat(None) if table.cpu_usage is None else table.cpu_usage)
+        for i, (u, procs) in enumerate(zip(given_usage, self._procs if self._usage_col is None else (),
                                            strict=False)):
             if full or u is None:
                 one = ones.get(procs)
@@ -409,9 +421,10 @@ class Simulator(TwoTierEngine, LevelEngine):
         # per-job history for ``job_rows`` (vmctl sim run --jobs-out): first tier, tier changes (promote,
         # demote, a migration to the other tier), migrations, policy kills; only the rare actions pay
         self._first_bg = bytearray(n)
-        self._tier_changes = array("i", [0]) * n
-        self._job_migrations = array("i", [0]) * n
-        self._job_kills = array("i", [0]) * n
+        # (sparse counters: most runs change no job's tier, and 3 arrays were 2.4 MB over HPC2N, issue 27)
+        self._tier_changes: Counter[int] = Counter()
+        self._job_migrations: Counter[int] = Counter()
+        self._job_kills: Counter[int] = Counter()
         self._dropped_by_policy = bytearray(n)
         self._migrations = 0
         self._policy_kills = 0
@@ -552,6 +565,11 @@ class Simulator(TwoTierEngine, LevelEngine):
         was_enabled = gc.isenabled()
         gc.disable()
         try:
+            if (self.lean_loop and self.lazy_snapshots and not self._leveled and not self.two_tier and not self._shared
+                    and not self.model.has_events and not self._deadline_of):
+                # every fg run at rate 1: the lean loop (vmctl.sim.engine_lean; the same run, pass by pass)
+                self._run_lean(on_progress, every, accepts_fast)
+                return self._finish(on_progress)
             return self._run(on_progress, every)
         finally:
             if was_enabled:
@@ -584,6 +602,9 @@ class Simulator(TwoTierEngine, LevelEngine):
         cannot_act = policy.cannot_act
         dirty = self._dirty
         make_job = _make_job
+        # a compact usage column: tuples built a block ahead of the arrivals (``fill`` = the first job without)
+        usage_col = self._usage_col
+        fill = 0 if usage_col is not None else n
         if self._shared:  # a job's CPU need (vcsched) is its processes' peak usage, when the policy may know it
             def make_job(jid: str, submit: float, procs: int, estimate: float,
                          usage: tuple[float, ...] | None, priority: int, user: str) -> Job:
@@ -634,6 +655,9 @@ class Simulator(TwoTierEngine, LevelEngine):
                 self._flush_dirty()
             # (2) arrivals: ``_enqueue``, its usual case (after the queue's last job) inlined
             while ai < n and submit[ai] <= now:
+                if ai >= fill:
+                    fill = min(ai + 4096, n)
+                    usage[ai:fill] = usage_col.block(ai, fill)  # type: ignore[union-attr]
                 jid = str(rid[ai])
                 job = make_job(jid, submit[ai], procs[ai], estimate[ai], usage[ai] if cpu_info else None,
                                priority[ai], user_name[ai])
@@ -670,6 +694,11 @@ class Simulator(TwoTierEngine, LevelEngine):
             if on_progress is not None and self._done >= next_report:
                 on_progress(self._done, n)
                 next_report = self._done + every
+        return self._finish(on_progress)
+
+    def _finish(self, on_progress: ProgressCallback | None) -> SimResult:
+        """After the loop: nothing may be left waiting or running; the result."""
+        policy = self.policy
         if self._queue or self._runs:
             raise SimulationError(
                 time=self.now,
@@ -677,7 +706,7 @@ class Simulator(TwoTierEngine, LevelEngine):
                 f"running with nothing left to happen (first waiting: {self._queue[0].id if self._queue else '-'})",
             )
         if on_progress is not None:
-            on_progress(self._done, n)
+            on_progress(self._done, self.n)
         return self._result()
 
     def _result(self) -> SimResult:

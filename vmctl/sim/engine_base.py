@@ -13,11 +13,13 @@ from __future__ import annotations
 import bisect
 import math
 from array import array
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from vmctl.errors import SimulationError
 from vmctl.model import ClusterView, Job, RunningJob, Tier
 from vmctl.sim.execution import ExecutionModel, Run
+from vmctl.sim.workloads.core import UsageColumn
 
 _Run = Run  # the engine's name of a running job (defined with the execution models)
 _FG = Tier.FG
@@ -54,15 +56,16 @@ class EngineBase:
     _overrun: bytearray  # the run time exceeds the estimate: the job ends killed at its estimate
     _work: array[float]
     _usage: list[tuple[float, ...]]
+    _usage_col: UsageColumn | None  # a columnar trace's compact usage (tuples built ahead of arrivals)
     _width: array[int]
     # per-job outcomes and history
     _first_start: array[float]
     _end: array[float]
     _est_killed: bytearray
     _first_bg: bytearray
-    _tier_changes: array[int]
-    _job_migrations: array[int]
-    _job_kills: array[int]
+    _tier_changes: Counter[int]
+    _job_migrations: Counter[int]
+    _job_kills: Counter[int]
     _dropped_by_policy: bytearray
     _migrations: int
     _policy_kills: int
@@ -191,6 +194,8 @@ class EngineBase:
         self._vacate(run)
         run.version = -1
         self._end[idx] = self.now
+        if self._usage_col is not None:  # a compact usage column: nothing reads a finished job's tuple
+            self._usage[idx] = None  # type: ignore[call-overload]
         if self._overrun[idx]:
             self._est_killed[idx] = 1
         self._done += 1

@@ -336,7 +336,7 @@ class TwoTierModel(ExecutionModel):
             procs = np.asarray([r.procs for r in state.records], dtype=np.int64)
             self.loss, self.beta = self.progress.draw(state.seed, procs)
         else:
-            self.loss, self.beta = [0.0] * n, [0.0] * n
+            self.loss = self.beta = [0.0] * n  # (one list: read only, issue 27)
         self._fg_run: Sequence[Run | None] = state.slot_run[0]
         self._fg_util: Sequence[float] = getattr(state, "fg_util")  # noqa: B009 - the fast path's own list
         self._usage = state.job_usage

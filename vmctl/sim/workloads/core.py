@@ -170,6 +170,85 @@ class JobArrays:
 
 _JOB_COLUMNS = ("id", "submit", "run_time", "procs", "estimate", "user", "priority")
 
+_ONE: tuple[float, ...] = (1.0,)
+
+
+class UsageColumn(Sequence[tuple[float, ...]]):
+    """The CPU usage of a columnar workload's jobs, compact (issue 27): the usage of every process of
+    a multi-process job as a 2-byte index into ``grid`` (the shared float objects of
+    :mod:`vmctl.sim.workloads.usage`), job ``i``'s processes at ``codes[starts[i]:ends[i]]``; a job
+    with ``starts[i] == ends[i]`` has one process at 100 % (``(1.0,)``). Indexing builds the tuple
+    (equal to the one a list of tuples would hold); ``block(lo, hi)`` builds many at once. Over HPC2N
+    this is ~5 MB where the tuples are ~16 MB: the simulator builds a job's tuple when it arrives and
+    drops it when it ends."""
+
+    __slots__ = ("codes", "ends", "grid", "starts")
+
+    def __init__(self, grid: Any, codes: Any, starts: IntArray, ends: IntArray) -> None:
+        self.grid = grid  # numpy object array of the shared floats
+        self.codes = codes  # uint16 indices into grid, every process of the multi-process jobs
+        self.starts = np.ascontiguousarray(starts, dtype=np.int64)
+        self.ends = np.ascontiguousarray(ends, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def block(self, lo: int, hi: int) -> list[tuple[float, ...]]:
+        """The usage tuples of jobs ``lo`` to ``hi - 1``."""
+        if hi <= lo:
+            return []
+        starts, ends = self.starts[lo:hi], self.ends[lo:hi]
+        multi = ends > starts
+        if not multi.any():
+            return [_ONE] * (hi - lo)
+        sel = np.flatnonzero(multi)
+        counts = ends[sel] - starts[sel]
+        # the processes of the block's multi-process jobs, gathered in one go
+        offsets = np.repeat(starts[sel] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        values = self.grid[self.codes[offsets]].tolist()
+        out = [_ONE] * (hi - lo)
+        b = 0
+        for j, c in zip(sel.tolist(), counts.tolist(), strict=True):
+            out[j] = tuple(values[b:b + c])
+            b += c
+        return out
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[float, ...]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> UsageColumn: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[float, ...] | UsageColumn:
+        if isinstance(i, slice):
+            return self.select(i)
+        n = len(self.ends)
+        k = operator.index(i)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError("UsageColumn index out of range")
+        return self.block(k, k + 1)[0]
+
+    def select(self, which: Any) -> UsageColumn:
+        """The jobs a slice, a boolean mask or an index array picks (the process indices shared)."""
+        return UsageColumn(self.grid, self.codes, self.starts[which], self.ends[which])
+
+    def __iter__(self) -> Iterator[tuple[float, ...]]:
+        step = 4096
+        for k in range(0, len(self.ends), step):
+            yield from self.block(k, min(k + step, len(self.ends)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"UsageColumn({len(self)} jobs)"
+
 
 class JobTable(Sequence[WorkloadJob]):
     """A workload's jobs as columns (issue 27): one numpy array per field instead of one
@@ -180,13 +259,16 @@ class JobTable(Sequence[WorkloadJob]):
     holds ~11 MB of arrays instead of ~41 MB of objects.
 
     ``id``, ``procs``, ``user`` and ``priority`` are int64, ``submit``, ``run_time`` and ``estimate``
-    float64, all of one length."""
+    float64, all of one length. ``cpu_usage`` is None (no job has one) or one usage tuple per job: a
+    :class:`UsageColumn` (``with_cpu_usage`` on a table, ``vmctl sim run --trace``, issue 27) or a list."""
 
-    __slots__ = ("estimate", "id", "priority", "procs", "run_time", "submit", "user")
+    __slots__ = ("cpu_usage", "estimate", "id", "priority", "procs", "run_time", "submit", "user")
 
     def __init__(self, id: IntArray, submit: FloatArray, run_time: FloatArray, procs: IntArray,
-                 estimate: FloatArray, user: IntArray, priority: IntArray | None = None) -> None:
+                 estimate: FloatArray, user: IntArray, priority: IntArray | None = None,
+                 cpu_usage: Sequence[tuple[float, ...]] | None = None) -> None:
         n = len(id)
+        self.cpu_usage = cpu_usage
         self.id = np.ascontiguousarray(id, dtype=np.int64)
         self.submit = np.ascontiguousarray(submit, dtype=np.float64)
         self.run_time = np.ascontiguousarray(run_time, dtype=np.float64)
@@ -195,7 +277,8 @@ class JobTable(Sequence[WorkloadJob]):
         self.user = np.ascontiguousarray(user, dtype=np.int64)
         self.priority = (np.zeros(n, dtype=np.int64) if priority is None
                          else np.ascontiguousarray(priority, dtype=np.int64))
-        if any(len(getattr(self, name)) != n for name in _JOB_COLUMNS):
+        if any(len(getattr(self, name)) != n for name in _JOB_COLUMNS) or (cpu_usage is not None
+                                                                           and len(cpu_usage) != n):
             raise ValueError("JobTable: columns of different lengths")
 
     def __len__(self) -> int:
@@ -203,7 +286,8 @@ class JobTable(Sequence[WorkloadJob]):
 
     def _row(self, i: int) -> WorkloadJob:
         return make_job(int(self.id[i]), float(self.submit[i]), float(self.run_time[i]), int(self.procs[i]),
-                        float(self.estimate[i]), None, int(self.user[i]), int(self.priority[i]))
+                        float(self.estimate[i]), None if self.cpu_usage is None else self.cpu_usage[i],
+                        int(self.user[i]), int(self.priority[i]))
 
     @overload
     def __getitem__(self, i: int) -> WorkloadJob: ...
@@ -224,7 +308,26 @@ class JobTable(Sequence[WorkloadJob]):
 
     def select(self, which: Any) -> JobTable:
         """The rows a slice, a boolean mask or an index array picks, as a table."""
-        return JobTable(*(getattr(self, name)[which] for name in _JOB_COLUMNS))
+        usage = self.cpu_usage
+        if usage is not None:
+            if isinstance(usage, UsageColumn):
+                usage = usage.select(which)
+            elif isinstance(which, slice):
+                usage = usage[which]
+            else:
+                rows = np.arange(len(usage))[which]
+                usage = list(map(usage.__getitem__, rows.tolist()))
+        return _table({name: getattr(self, name)[which] for name in _JOB_COLUMNS}, usage)
+
+    def with_usage(self, cpu_usage: Sequence[tuple[float, ...]] | None) -> JobTable:
+        """The same jobs (the columns shared, not copied) with this CPU usage column."""
+        return _table({name: getattr(self, name) for name in _JOB_COLUMNS}, cpu_usage)
+
+    def with_submit(self, submit: FloatArray) -> JobTable:
+        """The same jobs (the other columns shared) submitted at ``submit``."""
+        cols = {name: getattr(self, name) for name in _JOB_COLUMNS}
+        cols["submit"] = submit
+        return _table(cols, self.cpu_usage)
 
     def columns(self) -> dict[str, list[Any]]:
         """Every column as a list of Python numbers (what the simulator keeps per job)."""
@@ -234,11 +337,14 @@ class JobTable(Sequence[WorkloadJob]):
         step = 4096  # records built a block at a time: no list of every record at once
         for k in range(0, len(self.id), step):
             cols = [getattr(self, name)[k:k + step].tolist() for name in _JOB_COLUMNS]
-            yield from map(make_job, cols[0], cols[1], cols[2], cols[3], cols[4], repeat(None), cols[5], cols[6])
+            usage: Any = repeat(None) if self.cpu_usage is None else self.cpu_usage[k:k + step]
+            yield from map(make_job, cols[0], cols[1], cols[2], cols[3], cols[4], usage, cols[5], cols[6])
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, JobTable):
-            return all(np.array_equal(getattr(self, n), getattr(other, n)) for n in _JOB_COLUMNS)
+            return (all(np.array_equal(getattr(self, n), getattr(other, n)) for n in _JOB_COLUMNS)
+                    and (self.cpu_usage is None) == (other.cpu_usage is None)
+                    and (self.cpu_usage is None or list(self.cpu_usage) == list(other.cpu_usage or ())))
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
             return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
@@ -247,3 +353,8 @@ class JobTable(Sequence[WorkloadJob]):
 
     def __repr__(self) -> str:
         return f"JobTable({len(self)} jobs)"
+
+
+def _table(cols: dict[str, Any], usage: Sequence[tuple[float, ...]] | None) -> JobTable:
+    return JobTable(cols["id"], cols["submit"], cols["run_time"], cols["procs"], cols["estimate"], cols["user"],
+                    cols["priority"], usage)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from vmctl.errors import OutOfRange
-from vmctl.sim.workloads.core import FloatArray, IntArray, Workload, gc_paused, make_job
+from vmctl.sim.workloads.core import FloatArray, IntArray, JobTable, Workload, gc_paused, make_job
 
 
 def _check_machine(procs: int) -> None:
@@ -51,7 +51,11 @@ def offered_load(workload: Workload, procs: int | None = None) -> float:
     ``procs`` defaults to the workload's machine size."""
     machine = workload.max_procs if procs is None else procs
     _check_machine(machine)
-    work = math.fsum(j.run_time * j.procs for j in workload.jobs)
+    jobs = workload.jobs
+    if isinstance(jobs, JobTable):  # the columns (the same products, summed exactly either way)
+        work = math.fsum((jobs.run_time * jobs.procs).tolist())
+    else:
+        work = math.fsum(j.run_time * j.procs for j in jobs)
     return _load(work, machine, workload.last_submit - workload.first_submit, len(workload.jobs))
 
 
@@ -62,6 +66,16 @@ def scale_to_load(workload: Workload, target_load: float, procs: int | None = No
     current = offered_load(workload, procs)
     factor = current / target_load
     t0 = workload.first_submit
+    if isinstance(workload.jobs, JobTable):  # a columnar workload stays columnar (same arithmetic per job)
+        table = workload.jobs
+        return Workload(
+            jobs=table.with_submit(t0 + (table.submit - t0) * factor),
+            max_procs=workload.max_procs,
+            source=workload.source,
+            dropped=dict(workload.dropped),
+            shapes=dict(workload.shapes),
+            header={**workload.header, "OfferedLoad": f"{target_load:.4g} (inter-arrivals x {factor:.6g})"},
+        )
     with gc_paused():
         jobs = [
             make_job(j.id, t0 + (j.submit - t0) * factor, j.run_time, j.procs, j.estimate, j.cpu_usage, j.user,

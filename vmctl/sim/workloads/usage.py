@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vmctl.errors import OutOfRange
-from vmctl.sim.workloads.core import Workload, WorkloadJob, gc_paused, make_job
+from vmctl.sim.workloads.core import JobTable, UsageColumn, Workload, WorkloadJob, gc_paused, make_job
 
 UsageMode = Literal["paper", "full"]
 USAGE_MODES: tuple[str, ...] = get_args(UsageMode)
@@ -57,17 +57,25 @@ def usage_tuples(
                 usage = cache[p] = (1.0,) * p
             out_full.append(usage)
         return out_full
-    multi = counts > 1
-    draws = np.where(multi, counts, 0)
+    col = usage_column(counts, rng)
+    n = len(counts)
+    out: list[tuple[float, ...]] = []
+    with gc_paused():  # a block at a time: the gather's temporaries stay small (issue 27)
+        for k in range(0, n, 8192):
+            out += col.block(k, min(k + 8192, n))
+    return out
+
+
+def usage_column(procs: Sequence[int] | IntArray, rng: np.random.Generator) -> UsageColumn:
+    """The ``paper`` usage of :func:`usage_tuples` (the same draws), compact: 2 bytes a process
+    instead of a tuple per job (:class:`~vmctl.sim.workloads.core.UsageColumn`)."""
+    counts = np.asarray(procs, dtype=np.int64)
+    draws = np.where(counts > 1, counts, 0)
     total = int(draws.sum())
     ends = np.cumsum(draws)
-    starts = (ends - draws).tolist()
-    # the gather on an object array hands out references to the shared grid floats
-    values = _GRID_OBJECTS[rng.integers(0, _N_STEPS, size=total, endpoint=True)].tolist()
-    with gc_paused():
-        return [
-            tuple(values[a:b]) if m else _ONE for a, b, m in zip(starts, ends.tolist(), multi.tolist(), strict=True)
-        ]
+    # one draw for every process, in job order (the stream fixes the result); kept as grid indices
+    codes = rng.integers(0, _N_STEPS, size=total, endpoint=True).astype(np.uint16)
+    return UsageColumn(_GRID_OBJECTS, codes, ends - draws, ends)
 
 
 def assign_cpu_usage(jobs: Sequence[WorkloadJob], rng: np.random.Generator, mode: str = "paper") -> list[WorkloadJob]:
@@ -85,9 +93,13 @@ def assign_cpu_usage(jobs: Sequence[WorkloadJob], rng: np.random.Generator, mode
 
 
 def with_cpu_usage(workload: Workload, rng: np.random.Generator, mode: str = "paper") -> Workload:
-    """:func:`assign_cpu_usage` on a whole workload (a new Workload; the input is not changed)."""
+    """:func:`assign_cpu_usage` on a whole workload (a new Workload; the input is not changed). A
+    columnar workload (``JobTable``, what ``read_swf`` gives) stays columnar: the same draws become its
+    usage column, with no record per job (issue 27: ``vmctl sim run --trace`` over HPC2N)."""
+    jobs = workload.jobs
     return Workload(
-        jobs=assign_cpu_usage(workload.jobs, rng, mode),
+        jobs=(jobs.with_usage(usage_column(jobs.procs, rng) if mode == "paper" else usage_tuples(jobs.procs, rng, mode))
+              if isinstance(jobs, JobTable) else assign_cpu_usage(jobs, rng, mode)),
         max_procs=workload.max_procs,
         source=workload.source,
         dropped=dict(workload.dropped),
