@@ -164,14 +164,14 @@ def test_a_journal_left_by_a_killed_run_is_folded_in_and_its_cells_skipped(tmp_p
     assert res.rows[0]["host"] == "h"
 
 
-def test_killed_mid_grid_then_rerun_finishes_without_recomputing_finished_cells(tmp_path: Path) -> None:
-    """kill -9 of the whole command (client and local workers) while cells 4.. wait for a gate file."""
+def _grid_command_past_four_cells(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[str], dict[str, str]]:
+    """``tests.experiment_cells`` over 10 cells on two local workers, in a session of its own, with its
+    TMPDIR under ``tmp_path``; returned once the first four cells are in the journal (cells 4.. wait for
+    the gate file ``tmp_path/gate``)."""
     counts, gate, table = tmp_path / "c", tmp_path / "gate", tmp_path / "t.parquet"
     counts.mkdir()
     journal = tmp_path / "t.parquet.partial.jsonl"
     cmd = [sys.executable, "-m", "tests.experiment_cells", str(table), str(counts), str(gate), "10", "--workers", "2"]
-    # a command killed with -9 cannot remove its temporary directory (the local cluster's scratch space):
-    # keep it under tmp_path
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp")}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE,
@@ -182,10 +182,23 @@ def test_killed_mid_grid_then_rerun_finishes_without_recomputing_finished_cells(
             assert proc.poll() is None, proc.communicate()[0].decode()
             assert time.monotonic() < deadline, "the first four cells did not finish"
             time.sleep(0.05)
-    finally:
+    except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
+        raise
+    return proc, cmd, env
+
+
+def test_killed_mid_grid_then_rerun_finishes_without_recomputing_finished_cells(tmp_path: Path) -> None:
+    """kill -9 of the whole command (client and local workers) while cells 4.. wait for a gate file."""
+    counts, gate, table = tmp_path / "c", tmp_path / "gate", tmp_path / "t.parquet"
+    # a command killed with -9 cannot remove its temporary directory (the local cluster's scratch space):
+    # it is kept under tmp_path
+    proc, cmd, env = _grid_command_past_four_cells(tmp_path)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
     survived = ResultTable(table).open()
     assert sorted(int(r["i"]) for r in survived.rows.values()) == [0, 1, 2, 3]
     survived.close()
@@ -203,14 +216,8 @@ def test_sigterm_mid_grid_closes_the_local_cluster_and_removes_its_scratch_space
     process at once, leaving ``TMPDIR/vmctl-dask-*`` and the workers behind)."""
     import psutil
 
-    counts, gate, table = tmp_path / "c", tmp_path / "gate", tmp_path / "t.parquet"
-    counts.mkdir()
-    (tmp_path / "tmp").mkdir()
-    journal = tmp_path / "t.parquet.partial.jsonl"
-    cmd = [sys.executable, "-m", "tests.experiment_cells", str(table), str(counts), str(gate), "10", "--workers", "2"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp")}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc, _cmd, _env = _grid_command_past_four_cells(tmp_path)
+    table = tmp_path / "t.parquet"
 
     def group() -> list[int]:
         out = []
@@ -221,11 +228,6 @@ def test_sigterm_mid_grid_closes_the_local_cluster_and_removes_its_scratch_space
         return out
 
     try:
-        deadline = time.monotonic() + 180
-        while not (journal.exists() and len(journal.read_text().splitlines()) >= 4):
-            assert proc.poll() is None, proc.communicate()[0].decode()
-            assert time.monotonic() < deadline, "the first four cells did not finish"
-            time.sleep(0.05)
         assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("vmctl-dask-")]
         proc.send_signal(signal.SIGTERM)  # the command alone, as ``kill PID`` does
         output = proc.communicate(timeout=180)[0].decode()
