@@ -38,6 +38,10 @@ class Family:
     deadline_relative: bool = False
     #: why the family has no real-libvirt variant (None: it has one, ``--libvirt-hosts``)
     no_libvirt: str | None = None
+    #: what a real guest's job process does (:func:`guest_spec`): ``sleep`` its work (the workload's CPU
+    #: usage made :data:`SLEEPING`), or ``spin``: consume its work x usage of its own CPU time
+    #: (:func:`spin_command`), so that a cap, a paused row or a moldable width changes its run as the model's
+    guest: str = "sleep"
 
 
 def _rigid(rng: np.random.Generator, i: int, max_procs: int = 4, usage: bool = True) -> tuple[float, dict[str, Any]]:
@@ -78,21 +82,15 @@ def _bag(rng: np.random.Generator, i: int) -> tuple[float, dict[str, Any]]:
 
 SPECS: dict[str, Family] = {
     "measy": Family("measy", {}, 4, 2, {"levels": 2, "discipline": "priority"}, _rigid),
-    "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc,
-                      no_libvirt="the guests' job processes sleep: a CPU cap below a job's need slows the mock "
-                                 "agents' and the replay's process, not a sleep"),
+    "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc, guest="spin"),
     "gang": Family("gs-m", {"mpl": 2, "slice": 100.0}, 4, 2, {"levels": 2, "discipline": "timeslice"},
-                   lambda rng, i: _rigid(rng, i, usage=False),
+                   lambda rng, i: _rigid(rng, i, usage=False), guest="spin",
                    no_libvirt="gs-m migrates between hosts, and libvirt refuses a migration to the libvirtd a VM "
                               "runs on (one libvirtd here: every real host would be the same)"),
     "gang-gs": Family("gs", {"mpl": 2, "slice": 100.0}, 4, 2, {"levels": 2, "discipline": "timeslice"},
-                      lambda rng, i: _rigid(rng, i, usage=False),
-                      no_libvirt="the guests' job processes sleep, and whether a sleep stops while its row's "
-                                 "guest is paused (as the mock agents' and the replay's progress does) is not "
-                                 "measured here"),
+                      lambda rng, i: _rigid(rng, i, usage=False), guest="spin"),
     "moldable": Family("moldable", {"method": "hsret"}, 4, 2, {"levels": 2, "discipline": "priority"}, _moldable,
-                       no_libvirt="a job's command is fixed at submission, its width (hence its run time) chosen "
-                                  "by HSRET at its start: a guest cannot know how long to run"),
+                       guest="spin"),
     "taskbag": Family("dispatch-priority", {}, 4, 1, {"levels": 2, "discipline": "shared"}, _bag,
                       deadline_relative=True),
 }
@@ -122,11 +120,38 @@ def workload(fam: Family, jobs: int, seed: int, sleeping: bool = False) -> list[
     return out
 
 
-def guest_spec(spec: dict[str, Any], speed: float) -> dict[str, Any]:
-    """The job as the real-libvirt variant submits it: each process (a bag's task) gets the command
-    ``sleep w/speed`` for its w model seconds of work (a guest sleeps in real seconds; vmctld's clock runs
-    ``speed`` times faster) and its ``work_seconds`` for the mock agents, which ignore the command."""
+def spin_command(speed: float) -> str:
+    """A CPU-bound job process for a real guest (busybox ``sh``, no compiler there): it reads vmctld's model
+    of itself from the environment the SSH runner gives it (``VMCTL_WORK_SECONDS``: its work in model
+    seconds on a dedicated standard core -- a moldable job's time at the width HSRET chose, so the shape's
+    speedup model sets it; ``VMCTL_CPU_USAGE``: its usage there, a vcsched VM's CPU need) and consumes
+    ``work x usage / speed`` seconds of **its own CPU time** (utime + stime in ``/proc/$$/stat``, in
+    USER_HZ = 100 ticks), then exits. On a free core it ends after ``work x usage / speed`` real seconds; a
+    cap of ``c`` (vcpu_quota) stretches that to ``work x usage / (speed x c)``, a paused row stops it: the
+    mock agents' and the replay's progress model. Why its own CPU time and not calibrated work: the TCG
+    guest's instructions per second vary with this shared machine's load, its CPU time does not (the
+    shell's loop is the only thing it measures; its 300-step inner loop keeps the reads of ``/proc`` a
+    small part). Numbers with a fraction are read to 1/100 in shell integers (a leading 1 keeps ``08``
+    from being octal)."""
+    sc = max(1, round(speed * 100))
+    return ('c() { i=${1%%.*}; f=${1#"$i"}; f=${f#.}00; f=${f%"${f#??}"}; r=$((${i:-0}*100+1$f-100)); }; '
+            'c "${VMCTL_WORK_SECONDS:-0}"; w=$r; c "${VMCTL_CPU_USAGE:-1}"; '
+            f't=$((w*r/{sc})); '
+            'while :; do read -r l < /proc/$$/stat; set -- ${l##*") "}; '
+            '[ $((${12}+${13})) -ge $t ] && exit 0; '
+            'n=0; while [ $n -lt 300 ]; do n=$((n+1)); done; done')
+
+
+def guest_spec(spec: dict[str, Any], speed: float, guest: str = "sleep") -> dict[str, Any]:
+    """The job as the real-libvirt variant submits it. ``guest="sleep"``: each process (a bag's task) gets
+    the command ``sleep w/speed`` for its w model seconds of work (a guest sleeps in real seconds; vmctld's
+    clock runs ``speed`` times faster) and its ``work_seconds`` for the mock agents, which ignore the
+    command. ``guest="spin"``: the job gets :func:`spin_command` as its command and keeps its model (work,
+    usage, a moldable shape) as it is: each process spins the work and usage vmctld gives it."""
     out = dict(spec)
+    if guest == "spin":
+        out["command"] = spin_command(speed)
+        return out
     shape = spec.get("shape")
     if isinstance(shape, dict) and shape.get("kind") == "task-bag":
         works = [float(w) for w in shape["tasks"]]
@@ -263,7 +288,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
              libvirt_hosts: int = 0, guest_dir: Path = GUEST_DIR) -> dict[str, Any]:
     """Run the jobs on a live cluster and export its history to ``trace`` (+ side file). The first
     ``libvirt_hosts`` hosts are ``vmctl-agent`` processes on this machine's libvirtd (their job processes
-    run ``sleep`` in real guests, :func:`guest_spec`). Returns ``where``: vmctl job id -> the nodes of its
+    sleep or spin in real guests, :func:`guest_spec`). Returns ``where``: vmctl job id -> the nodes of its
     first start, and with real hosts what was left behind at the end (``leftovers``)."""
     import os
     import re
@@ -322,7 +347,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
             wait = (t0 + at - model.now()) / speed
             if wait > 0:
                 time.sleep(wait)
-            s = guest_spec(spec, speed) if real else dict(spec)
+            s = guest_spec(spec, speed, fam.guest) if real else dict(spec)
             if fam.deadline_relative and "deadline" in s:
                 s["deadline"] = model.now() + float(s["deadline"])
             api.submit_job(s)
@@ -542,7 +567,9 @@ def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out
         from vmctl.errors import VmctlError
 
         raise VmctlError(detail=f"no real-libvirt variant: {fam.no_libvirt}")
-    work = workload(fam, jobs, seed, sleeping=sleeping or libvirt_hosts > 0)
+    # a family whose guests spin (``Family.guest``) keeps its usages: its real processes use what the model says
+    sleeping = (sleeping or libvirt_hosts > 0) and fam.guest == "sleep"
+    work = workload(fam, jobs, seed, sleeping=sleeping)
     label = f"{name}{'-libvirt' if libvirt_hosts else ('-sleeping' if sleeping else '')}"
     with tempfile.TemporaryDirectory(prefix=f"vmctl-bench-whatif-{name}-") as tmp:
         folder = (out / label) if out is not None else Path(tmp)
@@ -575,7 +602,7 @@ def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out
         loop = tick_s * speed
         res = {"family": name, "label": label, "policy": fam.policy, "params": fam.params, "jobs": jobs,
                "states": states, "speed": speed, "tick_s": tick_s, "loop_delay_model_s": loop, "real_s": real,
-               "libvirt_hosts": libvirt_hosts, "sleeping": sleeping or libvirt_hosts > 0,
+               "libvirt_hosts": libvirt_hosts, "sleeping": sleeping, "guest": fam.guest,
                "clock_phase": sim.get("clock_phase", 0.0), "slice_loss": loss, "without_slice_loss": plain,
                "tolerance": tolerance(name, loop),
                "start_error": start_errors(err, loop),
