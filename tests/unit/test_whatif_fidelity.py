@@ -16,6 +16,7 @@ import pytest
 from vmctl.whatif.fidelity import (
     SLEEPING,
     SPECS,
+    control_plane_cgroup,
     describe_divergence,
     divergence,
     guest_spec,
@@ -82,7 +83,9 @@ def test_the_spin_families_submit_their_model_with_the_spin_as_command() -> None
     sleep's); the command does not fix the work: the process reads the work vmctld gives it at its start
     (a moldable job's time at its width), so a moldable job keeps its shape and gets no per-process tasks."""
     assert {n for n, f in SPECS.items() if f.guest == "spin"} == {"vcsched", "gang", "gang-gs", "moldable"}
-    assert all(f.no_libvirt is None for n, f in SPECS.items() if n in ("vcsched", "gang-gs", "moldable"))
+    assert all(f.no_libvirt is None for n, f in SPECS.items() if n in ("gang-gs", "moldable"))
+    # vcsched spins too, but its shared VMs get no forwarded SSH port on a real host: it says so
+    assert SPECS["vcsched"].no_libvirt and "ssh_port" in SPECS["vcsched"].no_libvirt
     mold = {"name": "m", "shape": {"kind": "moldable", "widths": [1, 2, 4], "times": [900.0, 500.0, 300.0]}}
     out = guest_spec(mold, 10.0, "spin")
     assert out["shape"] == mold["shape"] and "tasks" not in out
@@ -91,6 +94,20 @@ def test_the_spin_families_submit_their_model_with_the_spin_as_command() -> None
     assert guest_spec(vc, 10.0, "spin") == {**vc, "command": spin_command(10.0)}
     # the workload keeps the model's usages for a spinning family, even when asked for sleeping processes
     assert workload(SPECS["vcsched"], 4, 1, sleeping=True) == workload(SPECS["vcsched"], 4, 1)
+
+
+def test_the_control_plane_gets_the_share_of_libvirts_machine_partition(tmp_path: Path) -> None:
+    """A spinning guest run puts vmctld, the agents and the submitter in a cgroup with the ``machine``
+    partition's cpu.shares (a fake v1 hierarchy here); without a ``machine`` cgroup nothing is made."""
+    logs: list[str] = []
+    assert control_plane_cgroup([11, 12], logs.append, root=tmp_path) is None and not logs
+    (tmp_path / "machine").mkdir()
+    (tmp_path / "machine" / "cpu.shares").write_text("262144\n")
+    d = control_plane_cgroup([11, 12], logs.append, root=tmp_path)
+    assert d is not None and d.parent == tmp_path and d.name.startswith("vmctl-whatif-")
+    assert (d / "cpu.shares").read_text() == "262144"
+    assert (d / "cgroup.procs").read_text() == "12"  # each pid written in turn (a real cgroup.procs appends)
+    assert "cpu.shares 262144" in logs[0]
 
 
 def test_start_errors_in_seconds_and_loop_periods_against_the_tolerance() -> None:

@@ -82,7 +82,12 @@ def _bag(rng: np.random.Generator, i: int) -> tuple[float, dict[str, Any]]:
 
 SPECS: dict[str, Family] = {
     "measy": Family("measy", {}, 4, 2, {"levels": 2, "discipline": "priority"}, _rigid),
-    "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc, guest="spin"),
+    "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc, guest="spin",
+                      no_libvirt="its VMs are shared (unpinned, core -1), and the layout forwards an SSH port only "
+                                 "to the VM of a (core, level) slot (agents/layout.py, Layout.ssh_port; a vcsched "
+                                 "host holds more VMs than slots): the SSH runner finds no address for its guests "
+                                 "and its processes never start (tried: 'no VM named j3-r1-p0 (with a forwarded "
+                                 "SSH port)')"),
     "gang": Family("gs-m", {"mpl": 2, "slice": 100.0}, 4, 2, {"levels": 2, "discipline": "timeslice"},
                    lambda rng, i: _rigid(rng, i, usage=False), guest="spin",
                    no_libvirt="gs-m migrates between hosts, and libvirt refuses a migration to the libvirtd a VM "
@@ -232,6 +237,55 @@ def remove_libvirt_vms(nodes: set[str], settle_s: float = 3.0, timeout_s: float 
     return sorted(removed)
 
 
+#: cgroup v1's cpu hierarchy; libvirtd puts its guests under ``machine`` (its ``cpu.shares`` is that of the
+#: whole partition against every process outside it)
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+
+
+def control_plane_cgroup(pids: Sequence[int], log: Callable[[str], None],
+                         root: Path = CPU_CGROUP) -> Path | None:
+    """Put the live run's control plane (``pids``: vmctld, the agents, the process submitting the jobs) in a
+    cgroup of its own with the CPU share of libvirt's ``machine`` partition, for a run whose real guests
+    spin. A spinning fg guest runs at the layout's highest weight: when the partition's share is far above
+    a process's (262,144 against 1,024 here), two such guests on a 2-core machine starve everything
+    outside it -- an agent went 65 s without a heartbeat and vmctld stopped answering in the first gs run.
+    With the same share the control plane gets the CPU it needs and the guests the rest, as on a real
+    cluster where vmctld runs elsewhere and an agent is one small process; every other process of this
+    machine keeps its share (it competes with both). None (and nothing changed) without a v1 ``machine``
+    cgroup or when it cannot be made; :func:`release_cgroup` undoes it."""
+    import os
+
+    machine = root / "machine" / "cpu.shares"
+    if not machine.exists():
+        return None
+    d = root / f"vmctl-whatif-{os.getpid()}"
+    try:
+        shares = int(machine.read_text().strip())
+        d.mkdir(exist_ok=True)
+        (d / "cpu.shares").write_text(str(shares))
+        for p in pids:
+            (d / "cgroup.procs").write_text(str(p))
+    except (OSError, ValueError) as exc:
+        log(f"  live: control plane left in its cgroup ({exc})")
+        release_cgroup(d, root)
+        return None
+    log(f"  live: control plane ({len(pids)} processes) in {d.name}, cpu.shares {shares} as libvirt's machine")
+    return d
+
+
+def release_cgroup(d: Path | None, root: Path = CPU_CGROUP) -> None:
+    """Move every process still in ``d`` back to the root cgroup and remove ``d``."""
+    import contextlib
+
+    if d is None or not d.exists():
+        return
+    with contextlib.suppress(OSError):
+        for p in (d / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (root / "cgroup.procs").write_text(p)
+        d.rmdir()
+
+
 def _wait_guests(nodes: set[str], count: int, timeout_s: float, log: Callable[[str], None]) -> None:
     """Until the real hosts' placeholder guests (``count``) are defined and running: their first boot is not
     part of any job's time."""
@@ -319,6 +373,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
                            extra={"clock": clock_cfg, "policy": {"name": fam.policy, "params": dict(fam.params)}})
     agents: list[ManagedProcess] = []
     out: dict[str, Any] = {}
+    cgroup: Path | None = None
     try:
         daemon.start_and_wait()
         api = daemon.client()
@@ -337,6 +392,9 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
                                    metrics_port=free_port(), clock=clock_cfg, layout=dict(fam.layout),
                                    peers=mock_nodes, fabric_dir=str(state / "fabric"))
             agents.append(start_agent(node, cfg, state))
+        if real and fam.guest == "spin":
+            cgroup = control_plane_cgroup([p for p in (daemon.pid, *(a.pid for a in agents), os.getpid()) if p],
+                                          log)
         wait_registered(api, agents, state, timeout=120.0)
         if real and fam.layout.get("discipline") != "shared":  # placeholders on every (core, level)
             _wait_guests(real, libvirt_hosts * fam.cores * int(fam.layout.get("levels", 1)), 300.0, log)
@@ -375,6 +433,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
         for a in agents:
             a.stop()
         daemon.stop()
+        release_cgroup(cgroup)
         if real:
             removed = remove_libvirt_vms(real)
             domains, qemus = libvirt_leftovers(real)
