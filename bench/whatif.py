@@ -33,8 +33,8 @@ running: ``virtlogd -d; libvirtd -d``) whose VMs boot the SSH guest of ``vmctl.g
 to this machine's cores) and run each process over SSH. measy and task bags: as ``sleep w/speed`` (a
 guest sleeps in real seconds); every process of the workload is then a sleeping one (CPU usage 0.01, the
 mock agents and the replay told so). gang-gs and moldable (``Family.guest = "spin"``; vcsched spins too but
-cannot run there yet, below): as :func:`vmctl.whatif.fidelity.spin_command`, which consumes ``work x usage / speed`` seconds of its own CPU
-time, reading its work and usage from the environment the SSH runner gives it (``VMCTL_WORK_SECONDS``, a
+cannot run there yet, below): as :func:`vmctl.whatif.fidelity.spin_command`, which consumes ``work x
+usage / speed`` seconds of its own CPU time, reading its work and usage from the environment the SSH runner gives it (``VMCTL_WORK_SECONDS``, a
 moldable job's time at the width HSRET chose; ``VMCTL_CPU_USAGE``, a vcsched VM's CPU need): a cap, a
 paused row and a width change its run as they change the model's; the workload keeps its usages. Each
 family first runs its all-mock baseline of that same workload in this process. At the end the run
