@@ -287,8 +287,8 @@ def release_cgroup(d: Path | None, root: Path = CPU_CGROUP) -> None:
 
 
 def _wait_guests(nodes: set[str], count: int, timeout_s: float, log: Callable[[str], None]) -> None:
-    """Until the real hosts' placeholder guests (``count``) are defined and running: their first boot is not
-    part of any job's time."""
+    """Until the real hosts' placeholder guests (``count``) are defined and started (running, or paused as
+    an inactive row): their first boot is not part of any job's time."""
     from vmctl.agents.backends.libvirt.backend import LibvirtBackend
     from vmctl.agents.layout import META_NODE
     from vmctl.errors import VmctlError
@@ -298,13 +298,16 @@ def _wait_guests(nodes: set[str], count: int, timeout_s: float, log: Callable[[s
     t = time.monotonic()
     try:
         while True:
-            up = [v for v in b.list_vms() if v.metadata.get(META_NODE) in nodes and v.power is PowerState.RUNNING]
+            # a timeslice layout's inactive row is paused as soon as it has started (a run whose agent is not
+            # starved does that before this sees it running)
+            up = [v for v in b.list_vms() if v.metadata.get(META_NODE) in nodes
+                  and v.power in (PowerState.RUNNING, PowerState.PAUSED)]
             if len(up) >= count:
-                log(f"  live: {len(up)} placeholder guests running on the real host(s) after "
+                log(f"  live: {len(up)} placeholder guests started on the real host(s) after "
                     f"{time.monotonic() - t:.1f} s")
                 return
             if time.monotonic() - t > timeout_s:
-                raise VmctlError(detail=f"the real hosts' {count} placeholder guests were not running after "
+                raise VmctlError(detail=f"the real hosts' {count} placeholder guests were not started after "
                                         f"{timeout_s:.0f} s ({len(up)} were)")
             time.sleep(0.5)
     finally:
