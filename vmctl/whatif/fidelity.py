@@ -636,6 +636,11 @@ def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out
     with tempfile.TemporaryDirectory(prefix=f"vmctl-bench-whatif-{name}-") as tmp:
         folder = (out / label) if out is not None else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        if (folder / "live" / "vmctld.db").exists():
+            from vmctl.errors import VmctlError
+
+            # vmctld would load the earlier run's nodes and jobs: a stale node took a job of a rerun here
+            raise VmctlError(detail=f"{folder / 'live'} holds an earlier run's vmctld state: choose another --out")
         trace = folder / "history.swf"
         t = time.monotonic()
         # a real host's bg guests boot on the cycles its fg guests leave, next to everything else this machine
