@@ -14,6 +14,10 @@ covers its sleep (a guest sleeps in real time, ``speed`` model seconds per secon
 behind: no domain of the run's node, no QEMU process of one, no vmctld or agent process. The
 simulator's error is not asserted (a timed bound on a loaded machine); bench/whatif.py measures it.
 
+The second test runs three moldable (HSRET) jobs the same way, with CPU-bound guests
+(``vmctl.whatif.fidelity.spin_command``): each job's live run covers at least its time at its widest
+width, which a process that did not get its work from the SSH runner's environment would not.
+
 Skipped with the reason when libvirtd/QEMU cannot run here or the guest cannot be built."""
 
 from __future__ import annotations
