@@ -2,7 +2,10 @@
 
 ``ParamikoRunner`` is the agent's ``ProcessRunner`` for real guests: ``start(vm, spec)`` runs
 ``spec.command`` in the guest (address from ``address_of(vm)``) on a background thread;
-``status(vm)`` reports running / exit status / the output tail; ``kill(vm)`` kills the remote process
+``status(vm)`` reports running / exit status / the output tail; the process's environment holds
+``VMCTL_JOB_ID``, ``VMCTL_PROCESS_INDEX`` and vmctld's model of it, ``VMCTL_WORK_SECONDS`` (its work in model
+seconds on a dedicated standard core; a moldable job's: its time at the width vmctld chose) and
+``VMCTL_CPU_USAGE``; ``kill(vm)`` kills the remote process
 group. ``run(host, command, env, timeout)`` is the synchronous core; ``transfer_checkpoint(src_path,
 host, dst_path)`` copies a checkpoint image over SFTP (to ``dst_path.part``, then renamed, size checked).
 
@@ -311,7 +314,11 @@ class ParamikoRunner:
                 job.wait_until = booted + self.settings.boot_timeout
             self._jobs[vm] = job
             self._probed.discard(vm)
-        env = {"VMCTL_JOB_ID": spec.job_id, "VMCTL_PROCESS_INDEX": str(spec.index)}
+        # the process's model as vmctld gave it: its work in model seconds on a dedicated standard core (a
+        # moldable job's: its time at the width it was started with) and its CPU usage there; a CPU-bound
+        # job that spins that much of its own CPU time (vmctl.whatif.fidelity.spin_command) reads them
+        env = {"VMCTL_JOB_ID": spec.job_id, "VMCTL_PROCESS_INDEX": str(spec.index),
+               "VMCTL_WORK_SECONDS": f"{spec.work_seconds:.3f}", "VMCTL_CPU_USAGE": f"{spec.cpu_usage:.3f}"}
         threading.Thread(target=self._follow, args=(job, env), name=f"vmctl-job-{vm}", daemon=True).start()
 
     def _follow(self, job: _Job, env: Mapping[str, str]) -> None:

@@ -28,16 +28,22 @@ Families (policy, cluster, jobs; seeded by ``--seed``):
   1-6 tasks of 100-600 s on at most 4 workers (one per core: the simulator runs one process of a job per
   core), CPU usage 0.01 (sleeping tasks), priorities 0-3, deadlines 2-6 x the bag's work.
 
-``--libvirt-hosts 1``: the first host is a ``vmctl-agent`` on this machine's libvirtd (``qemu:///system``,
-running: ``virtlogd -d; libvirtd -d``) whose VMs boot the SSH guest of ``vmctl.guestimage`` (TCG, pinned
-to this machine's cores) and run each process as ``sleep w/speed`` over SSH (a guest sleeps in real
-seconds); every process of the workload is then a sleeping one (CPU usage 0.01, the mock agents and the
-replay told so), and each family first runs its all-mock baseline of that same workload in this
-process. At the end the run removes the real host's domains and counts what is left (domains, QEMU
-processes, vmctld/agent processes; the bench fails unless all are zero). Families without the variant
-say why (``Family.no_libvirt``): gs-m migrates (one libvirtd here refuses a migration to itself), gs's
-paused rows and a sleeping guest process are not known to agree, moldable widths are chosen at the
-start while a command is fixed at submission, vcsched's caps do not slow a sleep.
+``--libvirt-hosts 1``: the first host is a ``vmctl-agent`` on this machine's libvirtd
+(``qemu:///system``, running: ``virtlogd -d; libvirtd -d``) whose VMs boot the SSH guest of
+``vmctl.guestimage`` (TCG, pinned to this machine's cores) and run each process over SSH. measy and task
+bags: as ``sleep w/speed`` (a guest sleeps in real seconds); every process of the workload is then a
+sleeping one (CPU usage 0.01, the mock agents and the replay told so). gang-gs and moldable
+(``Family.guest = "spin"``; vcsched spins too but cannot run there yet, below): as
+:func:`vmctl.whatif.fidelity.spin_command`, which consumes ``work x usage / speed`` seconds of its own
+CPU time, reading its work and usage from the environment the SSH runner gives it
+(``VMCTL_WORK_SECONDS``, a moldable job's time at the width HSRET chose; ``VMCTL_CPU_USAGE``, a vcsched
+VM's CPU need): a cap, a paused row and a width change its run as they change the model's; the workload
+keeps its usages. Each family first runs its all-mock baseline of that same workload in this process. At
+the end the run removes the real host's domains and counts what is left (domains, QEMU processes,
+vmctld/agent processes; the bench fails unless all are zero). Families without the variant say why
+(``Family.no_libvirt``): gs-m migrates, and one libvirtd here refuses a migration to itself; vcsched's
+VMs are shared (unpinned), and a real host's layout forwards an SSH port only to the VM of a (core,
+level) slot, so the SSH runner cannot reach them.
 
 Output: one line per run -- mean response live and simulated, the relative error, the per-job start
 error |simulated - live| (p50/p90/max in model seconds and in control-loop periods, ``tick x speed``),
@@ -220,8 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="keep each family's trace, logs and result.json here")
     ap.add_argument("--libvirt-hosts", type=int, default=0, metavar="N",
                     help="make the first N hosts vmctl-agents on this machine's libvirtd (real TCG guests whose job "
-                         "processes sleep); each family also runs its all-mock baseline of the same sleeping "
-                         "workload first, in this process")
+                         "processes sleep, or spin their work in CPU time: vcsched, gang-gs, moldable); each family "
+                         "also runs its all-mock baseline of the same workload first, in this process")
     ap.add_argument("--guest-dir", type=Path, default=GUEST_DIR, help="the SSH guest's build (cached)")
     ap.add_argument("--reexport", action="store_true",
                     help="with --replay: first export DIR/history.swf again from DIR/live/vmctld.db with this code")

@@ -14,6 +14,10 @@ covers its sleep (a guest sleeps in real time, ``speed`` model seconds per secon
 behind: no domain of the run's node, no QEMU process of one, no vmctld or agent process. The
 simulator's error is not asserted (a timed bound on a loaded machine); bench/whatif.py measures it.
 
+The second test runs three moldable (HSRET) jobs the same way, with CPU-bound guests
+(``vmctl.whatif.fidelity.spin_command``): each job's live run covers at least its time at its widest
+width, which a process that did not get its work from the SSH runner's environment would not.
+
 Skipped with the reason when libvirtd/QEMU cannot run here or the guest cannot be built."""
 
 from __future__ import annotations
@@ -74,5 +78,31 @@ def test_whatif_round_trip_with_a_real_libvirt_host(guest: Path, tmp_path: Path)
     agent_log = next((tmp_path / "measy-libvirt" / "live").glob("agent-wi*.log")).read_text(encoding="utf-8")
     assert "StartProcess(vm='j1-r1-p" in agent_log and "command='sleep " in agent_log
     # nothing left behind
+    lo = res["leftovers"]
+    assert lo["domains"] == [] and lo["qemu_processes"] == [] and lo["our_processes_alive"] == [], lo
+
+
+def test_whatif_round_trip_with_spinning_moldable_guests(guest: Path, tmp_path: Path) -> None:
+    """The moldable family on a real host: its guests' processes spin their work in CPU time
+    (``spin_command``), reading the work vmctld gave them at the width HSRET chose (``VMCTL_WORK_SECONDS``
+    from the SSH runner). A process that read no work would exit at once: each job's live run covering at
+    least its time at its widest width (the least work any width gives it) shows the spin got its work."""
+    from vmctl.whatif.fidelity import run_family
+
+    logs: list[str] = []
+    res = run_family("moldable", 3, 1, SPEED, 0.2, tmp_path, logs.append, libvirt_hosts=1, guest_dir=guest,
+                     hosts=2)
+    assert res["states"] == {"done": 3}, logs
+    assert res["guest"] == "spin" and not res["sleeping"]
+    side = read_side_file(tmp_path / "moldable-libvirt" / "history.swf")
+    assert side is not None
+    assert res["error"]["jobs_compared"] == 3 and res["start_error_real_host"]["jobs"] >= 1
+    live = res["per_job"]["live"]
+    for k, e in side["jobs"].items():
+        least = min(float(t) for t in e["shape"]["times"])
+        # the spin counts whole 1/100 s ticks of CPU time (its target truncated: at most 0.1 model s short)
+        assert live[k][1] - live[k][0] >= least - 0.2, (k, live[k], e["shape"])
+    agent_log = next((tmp_path / "moldable-libvirt" / "live").glob("agent-wi*.log")).read_text(encoding="utf-8")
+    assert "StartProcess(vm='j" in agent_log and "VMCTL_WORK_SECONDS" in agent_log
     lo = res["leftovers"]
     assert lo["domains"] == [] and lo["qemu_processes"] == [] and lo["our_processes_alive"] == [], lo

@@ -218,6 +218,18 @@ def test_process_runner_start_status_and_exit(sshd: Sshd) -> None:
     assert "j7/2" in st.output_tail
 
 
+def test_process_runner_gives_the_process_its_work_and_usage(sshd: Sshd) -> None:
+    """A CPU-bound job (vmctl.whatif.fidelity.spin_command) reads the work vmctld gave its process -- for a
+    moldable job, its time at the width chosen at its start -- and its CPU usage from the environment."""
+    r = ParamikoRunner(sshd.settings(), address_of=lambda vm: "127.0.0.1")
+    spec = ProcessSpec(job_id="j8", index=1, command='echo "w=$VMCTL_WORK_SECONDS u=$VMCTL_CPU_USAGE"',
+                       work_seconds=523.45, cpu_usage=0.25)
+    r.start("vm-w", spec)
+    st = r.wait("vm-w", 10)
+    assert st is not None and st.exit_code == 0
+    assert "w=523.450 u=0.250" in st.output_tail
+
+
 def test_process_runner_kill_ends_the_process_group(sshd: Sshd, tmp_path: Path) -> None:
     marker = tmp_path / "after-kill"
     gate, command = _gated(tmp_path, f"touch {marker}")

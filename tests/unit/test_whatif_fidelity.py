@@ -5,6 +5,10 @@ stated tolerance, and the row-switch gap read from the mock agents' logs."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+import resource
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,10 +16,12 @@ import pytest
 from vmctl.whatif.fidelity import (
     SLEEPING,
     SPECS,
+    control_plane_cgroup,
     describe_divergence,
     divergence,
     guest_spec,
     row_switch_lag,
+    spin_command,
     start_errors,
     tolerance,
     workload,
@@ -37,6 +43,71 @@ def test_guest_commands_sleep_the_work_in_real_seconds() -> None:
                                              "task_usage": 0.01}}, 25.0)
     assert [t["command"] for t in bag["tasks"]] == ["sleep 4.000", "sleep 10.000"]
     assert [t["work_seconds"] for t in bag["tasks"]] == [100.0, 250.0]
+
+
+#: the shells the spin is run with: the guest's is busybox ``sh`` (when this machine has busybox), and any POSIX sh
+SHELLS = [p for p in (shutil.which("busybox"), "/bin/sh") if p]
+
+
+def _spin_cpu(shell: str, command: str, work: str, usage: str) -> float:
+    """The CPU seconds (user + system) the command used, run as the SSH runner runs it: ``sh -c`` with
+    vmctld's model of the process in its environment."""
+    argv = [shell, "sh", "-c", command] if shell.endswith("busybox") else [shell, "-c", command]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, env={**os.environ, "VMCTL_WORK_SECONDS": work, "VMCTL_CPU_USAGE": usage}, check=True,
+                   timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_spin_consumes_work_times_usage_over_speed_of_its_own_cpu_time(shell: str) -> None:
+    """Measured in CPU time, not wall: a cap or a paused row (or this machine's load) stretches its wall
+    time, not the CPU it needs. 60 model s x 1.0 at 200x: 0.30 CPU s; x 0.4: 0.12; a moldable job's time at a
+    wider width (15.05 model s here) its share."""
+    cmd = spin_command(200.0)
+    full = _spin_cpu(shell, cmd, "60.000", "1.000")
+    part = _spin_cpu(shell, cmd, "60.000", "0.400")
+    wide = _spin_cpu(shell, cmd, "15.05", "1")
+    # the spin counts whole 1/100 s ticks of its own CPU time (the target truncated to one): one tick below
+    assert 0.29 <= full <= 0.30 + 0.12
+    assert 0.11 <= part <= 0.12 + 0.12
+    assert 0.064 <= wide <= 0.0752 + 0.12
+    assert part < full and wide < full
+    # a fraction with a leading zero is decimal, not octal; an empty environment spins nothing
+    assert _spin_cpu(shell, cmd, "0.09", "1.000") <= 0.12
+
+
+def test_the_spin_families_submit_their_model_with_the_spin_as_command() -> None:
+    """vcsched, gang and moldable guests spin (a cap, a paused row, a chosen width change a spin's run, not a
+    sleep's); the command does not fix the work: the process reads the work vmctld gives it at its start
+    (a moldable job's time at its width), so a moldable job keeps its shape and gets no per-process tasks."""
+    assert {n for n, f in SPECS.items() if f.guest == "spin"} == {"vcsched", "gang", "gang-gs", "moldable"}
+    assert all(f.no_libvirt is None for n, f in SPECS.items() if n in ("gang-gs", "moldable"))
+    # vcsched spins too, but its shared VMs get no forwarded SSH port on a real host: it says so
+    assert SPECS["vcsched"].no_libvirt and "ssh_port" in SPECS["vcsched"].no_libvirt
+    mold = {"name": "m", "shape": {"kind": "moldable", "widths": [1, 2, 4], "times": [900.0, 500.0, 300.0]}}
+    out = guest_spec(mold, 10.0, "spin")
+    assert out["shape"] == mold["shape"] and "tasks" not in out
+    assert out["command"] == spin_command(10.0) and "VMCTL_WORK_SECONDS" in out["command"]
+    vc = {"name": "v", "procs": 2, "work_seconds": 400.0, "estimate": 800.0, "cpu_need": 0.3, "mem": 0.1}
+    assert guest_spec(vc, 10.0, "spin") == {**vc, "command": spin_command(10.0)}
+    # the workload keeps the model's usages for a spinning family, even when asked for sleeping processes
+    assert workload(SPECS["vcsched"], 4, 1, sleeping=True) == workload(SPECS["vcsched"], 4, 1)
+
+
+def test_the_control_plane_gets_the_share_of_libvirts_machine_partition(tmp_path: Path) -> None:
+    """A spinning guest run puts vmctld, the agents and the submitter in a cgroup with the ``machine``
+    partition's cpu.shares (a fake v1 hierarchy here); without a ``machine`` cgroup nothing is made."""
+    logs: list[str] = []
+    assert control_plane_cgroup([11, 12], logs.append, root=tmp_path) is None and not logs
+    (tmp_path / "machine").mkdir()
+    (tmp_path / "machine" / "cpu.shares").write_text("262144\n")
+    d = control_plane_cgroup([11, 12], logs.append, root=tmp_path)
+    assert d is not None and d.parent == tmp_path and d.name.startswith("vmctl-whatif-")
+    assert (d / "cpu.shares").read_text() == "262144"
+    assert (d / "cgroup.procs").read_text() == "12"  # each pid written in turn (a real cgroup.procs appends)
+    assert "cpu.shares 262144" in logs[0]
 
 
 def test_start_errors_in_seconds_and_loop_periods_against_the_tolerance() -> None:

@@ -38,6 +38,10 @@ class Family:
     deadline_relative: bool = False
     #: why the family has no real-libvirt variant (None: it has one, ``--libvirt-hosts``)
     no_libvirt: str | None = None
+    #: what a real guest's job process does (:func:`guest_spec`): ``sleep`` its work (the workload's CPU
+    #: usage made :data:`SLEEPING`), or ``spin``: consume its work x usage of its own CPU time
+    #: (:func:`spin_command`), so that a cap, a paused row or a moldable width changes its run as the model's
+    guest: str = "sleep"
 
 
 def _rigid(rng: np.random.Generator, i: int, max_procs: int = 4, usage: bool = True) -> tuple[float, dict[str, Any]]:
@@ -78,21 +82,20 @@ def _bag(rng: np.random.Generator, i: int) -> tuple[float, dict[str, Any]]:
 
 SPECS: dict[str, Family] = {
     "measy": Family("measy", {}, 4, 2, {"levels": 2, "discipline": "priority"}, _rigid),
-    "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc,
-                      no_libvirt="the guests' job processes sleep: a CPU cap below a job's need slows the mock "
-                                 "agents' and the replay's process, not a sleep"),
+    "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc, guest="spin",
+                      no_libvirt="its VMs are shared (unpinned, core -1), and the layout forwards an SSH port only "
+                                 "to the VM of a (core, level) slot (agents/layout.py, Layout.ssh_port; a vcsched "
+                                 "host holds more VMs than slots): the SSH runner finds no address for its guests "
+                                 "and its processes never start (tried: 'no VM named j3-r1-p0 (with a forwarded "
+                                 "SSH port)')"),
     "gang": Family("gs-m", {"mpl": 2, "slice": 100.0}, 4, 2, {"levels": 2, "discipline": "timeslice"},
-                   lambda rng, i: _rigid(rng, i, usage=False),
+                   lambda rng, i: _rigid(rng, i, usage=False), guest="spin",
                    no_libvirt="gs-m migrates between hosts, and libvirt refuses a migration to the libvirtd a VM "
                               "runs on (one libvirtd here: every real host would be the same)"),
     "gang-gs": Family("gs", {"mpl": 2, "slice": 100.0}, 4, 2, {"levels": 2, "discipline": "timeslice"},
-                      lambda rng, i: _rigid(rng, i, usage=False),
-                      no_libvirt="the guests' job processes sleep, and whether a sleep stops while its row's "
-                                 "guest is paused (as the mock agents' and the replay's progress does) is not "
-                                 "measured here"),
+                      lambda rng, i: _rigid(rng, i, usage=False), guest="spin"),
     "moldable": Family("moldable", {"method": "hsret"}, 4, 2, {"levels": 2, "discipline": "priority"}, _moldable,
-                       no_libvirt="a job's command is fixed at submission, its width (hence its run time) chosen "
-                                  "by HSRET at its start: a guest cannot know how long to run"),
+                       guest="spin"),
     "taskbag": Family("dispatch-priority", {}, 4, 1, {"levels": 2, "discipline": "shared"}, _bag,
                       deadline_relative=True),
 }
@@ -122,11 +125,38 @@ def workload(fam: Family, jobs: int, seed: int, sleeping: bool = False) -> list[
     return out
 
 
-def guest_spec(spec: dict[str, Any], speed: float) -> dict[str, Any]:
-    """The job as the real-libvirt variant submits it: each process (a bag's task) gets the command
-    ``sleep w/speed`` for its w model seconds of work (a guest sleeps in real seconds; vmctld's clock runs
-    ``speed`` times faster) and its ``work_seconds`` for the mock agents, which ignore the command."""
+def spin_command(speed: float) -> str:
+    """A CPU-bound job process for a real guest (busybox ``sh``, no compiler there): it reads vmctld's model
+    of itself from the environment the SSH runner gives it (``VMCTL_WORK_SECONDS``: its work in model
+    seconds on a dedicated standard core -- a moldable job's time at the width HSRET chose, so the shape's
+    speedup model sets it; ``VMCTL_CPU_USAGE``: its usage there, a vcsched VM's CPU need) and consumes
+    ``work x usage / speed`` seconds of **its own CPU time** (utime + stime in ``/proc/$$/stat``, in
+    USER_HZ = 100 ticks), then exits. On a free core it ends after ``work x usage / speed`` real seconds; a
+    cap of ``c`` (vcpu_quota) stretches that to ``work x usage / (speed x c)``, a paused row stops it: the
+    mock agents' and the replay's progress model. Why its own CPU time and not calibrated work: the TCG
+    guest's instructions per second vary with this shared machine's load, its CPU time does not (the
+    shell's loop is the only thing it measures; its 300-step inner loop keeps the reads of ``/proc`` a
+    small part). Numbers with a fraction are read to 1/100 in shell integers (a leading 1 keeps ``08``
+    from being octal)."""
+    sc = max(1, round(speed * 100))
+    return ('c() { i=${1%%.*}; f=${1#"$i"}; f=${f#.}00; f=${f%"${f#??}"}; r=$((${i:-0}*100+1$f-100)); }; '
+            'c "${VMCTL_WORK_SECONDS:-0}"; w=$r; c "${VMCTL_CPU_USAGE:-1}"; '
+            f't=$((w*r/{sc})); '
+            'while :; do read -r l < /proc/$$/stat; set -- ${l##*") "}; '
+            '[ $((${12}+${13})) -ge $t ] && exit 0; '
+            'n=0; while [ $n -lt 300 ]; do n=$((n+1)); done; done')
+
+
+def guest_spec(spec: dict[str, Any], speed: float, guest: str = "sleep") -> dict[str, Any]:
+    """The job as the real-libvirt variant submits it. ``guest="sleep"``: each process (a bag's task) gets
+    the command ``sleep w/speed`` for its w model seconds of work (a guest sleeps in real seconds; vmctld's
+    clock runs ``speed`` times faster) and its ``work_seconds`` for the mock agents, which ignore the
+    command. ``guest="spin"``: the job gets :func:`spin_command` as its command and keeps its model (work,
+    usage, a moldable shape) as it is: each process spins the work and usage vmctld gives it."""
     out = dict(spec)
+    if guest == "spin":
+        out["command"] = spin_command(speed)
+        return out
     shape = spec.get("shape")
     if isinstance(shape, dict) and shape.get("kind") == "task-bag":
         works = [float(w) for w in shape["tasks"]]
@@ -207,9 +237,58 @@ def remove_libvirt_vms(nodes: set[str], settle_s: float = 3.0, timeout_s: float 
     return sorted(removed)
 
 
+#: cgroup v1's cpu hierarchy; libvirtd puts its guests under ``machine`` (its ``cpu.shares`` is that of the
+#: whole partition against every process outside it)
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+
+
+def control_plane_cgroup(pids: Sequence[int], log: Callable[[str], None],
+                         root: Path = CPU_CGROUP) -> Path | None:
+    """Put the live run's control plane (``pids``: vmctld, the agents, the process submitting the jobs) in a
+    cgroup of its own with the CPU share of libvirt's ``machine`` partition, for a run whose real guests
+    spin. A spinning fg guest runs at the layout's highest weight: when the partition's share is far above
+    a process's (262,144 against 1,024 here), two such guests on a 2-core machine starve everything
+    outside it -- an agent went 65 s without a heartbeat and vmctld stopped answering in the first gs run.
+    With the same share the control plane gets the CPU it needs and the guests the rest, as on a real
+    cluster where vmctld runs elsewhere and an agent is one small process; every other process of this
+    machine keeps its share (it competes with both). None (and nothing changed) without a v1 ``machine``
+    cgroup or when it cannot be made; :func:`release_cgroup` undoes it."""
+    import os
+
+    machine = root / "machine" / "cpu.shares"
+    if not machine.exists():
+        return None
+    d = root / f"vmctl-whatif-{os.getpid()}"
+    try:
+        shares = int(machine.read_text().strip())
+        d.mkdir(exist_ok=True)
+        (d / "cpu.shares").write_text(str(shares))
+        for p in pids:
+            (d / "cgroup.procs").write_text(str(p))
+    except (OSError, ValueError) as exc:
+        log(f"  live: control plane left in its cgroup ({exc})")
+        release_cgroup(d, root)
+        return None
+    log(f"  live: control plane ({len(pids)} processes) in {d.name}, cpu.shares {shares} as libvirt's machine")
+    return d
+
+
+def release_cgroup(d: Path | None, root: Path = CPU_CGROUP) -> None:
+    """Move every process still in ``d`` back to the root cgroup and remove ``d``."""
+    import contextlib
+
+    if d is None or not d.exists():
+        return
+    with contextlib.suppress(OSError):
+        for p in (d / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (root / "cgroup.procs").write_text(p)
+        d.rmdir()
+
+
 def _wait_guests(nodes: set[str], count: int, timeout_s: float, log: Callable[[str], None]) -> None:
-    """Until the real hosts' placeholder guests (``count``) are defined and running: their first boot is not
-    part of any job's time."""
+    """Until the real hosts' placeholder guests (``count``) are defined and started (running, or paused as
+    an inactive row): their first boot is not part of any job's time."""
     from vmctl.agents.backends.libvirt.backend import LibvirtBackend
     from vmctl.agents.layout import META_NODE
     from vmctl.errors import VmctlError
@@ -219,13 +298,16 @@ def _wait_guests(nodes: set[str], count: int, timeout_s: float, log: Callable[[s
     t = time.monotonic()
     try:
         while True:
-            up = [v for v in b.list_vms() if v.metadata.get(META_NODE) in nodes and v.power is PowerState.RUNNING]
+            # a timeslice layout's inactive row is paused as soon as it has started (a run whose agent is not
+            # starved does that before this sees it running)
+            up = [v for v in b.list_vms() if v.metadata.get(META_NODE) in nodes
+                  and v.power in (PowerState.RUNNING, PowerState.PAUSED)]
             if len(up) >= count:
-                log(f"  live: {len(up)} placeholder guests running on the real host(s) after "
+                log(f"  live: {len(up)} placeholder guests started on the real host(s) after "
                     f"{time.monotonic() - t:.1f} s")
                 return
             if time.monotonic() - t > timeout_s:
-                raise VmctlError(detail=f"the real hosts' {count} placeholder guests were not running after "
+                raise VmctlError(detail=f"the real hosts' {count} placeholder guests were not started after "
                                         f"{timeout_s:.0f} s ({len(up)} were)")
             time.sleep(0.5)
     finally:
@@ -263,7 +345,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
              libvirt_hosts: int = 0, guest_dir: Path = GUEST_DIR) -> dict[str, Any]:
     """Run the jobs on a live cluster and export its history to ``trace`` (+ side file). The first
     ``libvirt_hosts`` hosts are ``vmctl-agent`` processes on this machine's libvirtd (their job processes
-    run ``sleep`` in real guests, :func:`guest_spec`). Returns ``where``: vmctl job id -> the nodes of its
+    sleep or spin in real guests, :func:`guest_spec`). Returns ``where``: vmctl job id -> the nodes of its
     first start, and with real hosts what was left behind at the end (``leftovers``)."""
     import os
     import re
@@ -294,6 +376,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
                            extra={"clock": clock_cfg, "policy": {"name": fam.policy, "params": dict(fam.params)}})
     agents: list[ManagedProcess] = []
     out: dict[str, Any] = {}
+    cgroup: Path | None = None
     try:
         daemon.start_and_wait()
         api = daemon.client()
@@ -312,6 +395,9 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
                                    metrics_port=free_port(), clock=clock_cfg, layout=dict(fam.layout),
                                    peers=mock_nodes, fabric_dir=str(state / "fabric"))
             agents.append(start_agent(node, cfg, state))
+        if real and fam.guest == "spin":
+            cgroup = control_plane_cgroup([p for p in (daemon.pid, *(a.pid for a in agents), os.getpid()) if p],
+                                          log)
         wait_registered(api, agents, state, timeout=120.0)
         if real and fam.layout.get("discipline") != "shared":  # placeholders on every (core, level)
             _wait_guests(real, libvirt_hosts * fam.cores * int(fam.layout.get("levels", 1)), 300.0, log)
@@ -322,7 +408,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
             wait = (t0 + at - model.now()) / speed
             if wait > 0:
                 time.sleep(wait)
-            s = guest_spec(spec, speed) if real else dict(spec)
+            s = guest_spec(spec, speed, fam.guest) if real else dict(spec)
             if fam.deadline_relative and "deadline" in s:
                 s["deadline"] = model.now() + float(s["deadline"])
             api.submit_job(s)
@@ -350,6 +436,7 @@ def live_run(fam: Family, jobs: Sequence[tuple[float, dict[str, Any]]], speed: f
         for a in agents:
             a.stop()
         daemon.stop()
+        release_cgroup(cgroup)
         if real:
             removed = remove_libvirt_vms(real)
             domains, qemus = libvirt_leftovers(real)
@@ -542,11 +629,18 @@ def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out
         from vmctl.errors import VmctlError
 
         raise VmctlError(detail=f"no real-libvirt variant: {fam.no_libvirt}")
-    work = workload(fam, jobs, seed, sleeping=sleeping or libvirt_hosts > 0)
+    # a family whose guests spin (``Family.guest``) keeps its usages: its real processes use what the model says
+    sleeping = (sleeping or libvirt_hosts > 0) and fam.guest == "sleep"
+    work = workload(fam, jobs, seed, sleeping=sleeping)
     label = f"{name}{'-libvirt' if libvirt_hosts else ('-sleeping' if sleeping else '')}"
     with tempfile.TemporaryDirectory(prefix=f"vmctl-bench-whatif-{name}-") as tmp:
         folder = (out / label) if out is not None else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        if (folder / "live" / "vmctld.db").exists():
+            from vmctl.errors import VmctlError
+
+            # vmctld would load the earlier run's nodes and jobs: a stale node took a job of a rerun here
+            raise VmctlError(detail=f"{folder / 'live'} holds an earlier run's vmctld state: choose another --out")
         trace = folder / "history.swf"
         t = time.monotonic()
         # a real host's bg guests boot on the cycles its fg guests leave, next to everything else this machine
@@ -575,7 +669,7 @@ def run_family(name: str, jobs: int, seed: int, speed: float, tick_s: float, out
         loop = tick_s * speed
         res = {"family": name, "label": label, "policy": fam.policy, "params": fam.params, "jobs": jobs,
                "states": states, "speed": speed, "tick_s": tick_s, "loop_delay_model_s": loop, "real_s": real,
-               "libvirt_hosts": libvirt_hosts, "sleeping": sleeping or libvirt_hosts > 0,
+               "libvirt_hosts": libvirt_hosts, "sleeping": sleeping, "guest": fam.guest,
                "clock_phase": sim.get("clock_phase", 0.0), "slice_loss": loss, "without_slice_loss": plain,
                "tolerance": tolerance(name, loop),
                "start_error": start_errors(err, loop),
