@@ -152,7 +152,11 @@ def task_json(t: dict[str, Any]) -> dict[str, Any]:
 
 
 def expected_starts(d: Daemon) -> dict[str, float]:
-    """job id -> the start time the policy's last reservation promises it (the queue head's)."""
+    """job id -> the start time the policy's last reservation promises it (the queue head's). Called
+    before the job documents are built from the records (a job list, a job): the queued jobs' records
+    get the last decision's default reason first (``ClusterState.render_queue_reasons``: a decision
+    leaves it unwritten; at most one pass over the queue per decision, here)."""
+    d.state.render_queue_reasons()
     dec = d.last_decision
     res = dec.reservation if dec is not None else None
     return {} if res is None else {res.job_id: res.shadow_time}

@@ -232,6 +232,6 @@ class JobEvents(DaemonBase):
                  "to": sorted({str(m["to"][0]) for m in o.detail.get("moves", []) if m["from"][0] != m["to"][0]})}
                 for o in sorted(self.state.ops.values(), key=lambda o: (o.created, len(o.id), o.id))
                 if o.job_id == rec.id and o.kind == "migrate" and since is not None and o.created >= since]
-        return {"job_id": rec.id, "state": rec.state, "reason": rec.reason, "reservation": res, "queue_position": pos,
-                "migrations": migs[-5:], "held": rec.held, "run": rec.run,
+        return {"job_id": rec.id, "state": rec.state, "reason": self.state.reason_of(rec), "reservation": res,
+                "queue_position": pos, "migrations": migs[-5:], "held": rec.held, "run": rec.run,
                 "blocked_by": [{"node": n.name, "state": n.state} for n in self.node_blocker()(rec)]}

@@ -164,10 +164,17 @@ class ClusterState:
     _active: set[str] = field(default_factory=set)  # ids of running / suspended jobs
     _active_order: list[str] | None = None  # the same sorted (``active``), None until asked after a change
     # the queued jobs' reasons as the last ``set_queue_reasons`` left them: its default (None: unknown, the
-    # next call sets every queued job's), the jobs it named, and the jobs that entered the queue since
+    # next call sets every queued job's), the jobs it named (with their reasons), the jobs that entered the
+    # queue (or changed) since, and whether the other queued jobs' records hold that default (``rendered``:
+    # a new default is not written to 100,000 records per decision; ``reason_of`` and
+    # ``render_queue_reasons`` give it at read time); ``_reason_prev``: the same before the last call
     _reason_default: str | None = None
-    _reason_named: set[str] = field(default_factory=set)
+    _reason_named: dict[str, str] = field(default_factory=dict)
     _reason_stale: set[str] = field(default_factory=set)
+    _reason_rendered: bool = True
+    # the defaults written since the records were last all rendered (what an unrendered record may hold)
+    _reason_past: set[str] = field(default_factory=set)
+    _reason_prev: tuple[str | None, dict[str, str], set[str], bool] | None = None
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
     # whether every process maps to a known core, its slots' levels, the lowest, and whether they are all one
     _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool, tuple[int, ...], int, bool]] \
@@ -203,7 +210,7 @@ class ClusterState:
         self._shaped, self._shape_cache = set(), {}
         self._active = set()
         self._active_order = None
-        self.forget_queue_reasons()
+        self._reset_queue_reasons()
         self._static = {}
         self._vcells, self._vdirty = None, set()
         self._fentry, self._fheap = {}, []
@@ -266,7 +273,13 @@ class ClusterState:
         order, qjobs = self._qorder, self._qjobs
         if job.state == JobState.QUEUED and not job.held:  # a held job waits outside the queue
             entry = (job.submit_time, job.seq, job.id)
-            self._reason_stale.add(job.id)  # (any change of a queued job may have set its reason)
+            jid = job.id
+            if not self._reason_rendered and job.reason in self._reason_past and old is not None \
+                    and self._reason_default is not None and jid not in self._reason_stale \
+                    and jid not in self._reason_named:
+                # left at a default and unchanged by the caller: its record (stored now) gets the one it shows
+                job.reason = self._reason_default
+            self._reason_stale.add(jid)  # (any change of a queued job may have set its reason)
             if old == entry:
                 return
             if old is not None:
@@ -402,31 +415,88 @@ class ClusterState:
         return [jobs[e[2]] for e in self._qorder]
 
     def set_queue_reasons(self, reasons: Mapping[str, str], default: str) -> None:
-        """Every queued job's ``reason``: its entry of ``reasons``, else ``default`` (a decision's). With the
-        default of the last call, only the jobs that entered the queue since, those named then and those
-        named now are written (a decision names a few; 100,000 queued jobs were written on every event);
-        with another default, every queued job in one C-level pass."""
+        """Every queued job's reason: its entry of ``reasons``, else ``default`` (a decision's). Written to
+        the records: the jobs named now or by the last call, and those that entered the queue (or changed)
+        since; the others' records keep the default they last held, and ``reason_of`` (or, for many,
+        ``render_queue_reasons``) gives the current one. A default names the moving shadow time (EASY's
+        "would delay the reservation of 7 at t=..."): writing it to every queued record cost 24-28 ms of a
+        decision at 100,000 queued (issue 27). After a load (``_reason_default`` None) every queued job's
+        record is written, in one C-level pass."""
         jobs = self.jobs
         queued = self._qentry
-        if default != self._reason_default:
+        self._reason_prev = prev = (self._reason_default, self._reason_named, self._reason_stale,
+                                    self._reason_rendered)
+        if self._reason_default is None:
             deque(map(setattr, map(jobs.__getitem__, queued), repeat("reason"), repeat(default)), maxlen=0)
+            rendered = True
         else:
-            for jid in self._reason_stale | (self._reason_named - reasons.keys()):
+            rendered = self._reason_rendered and default == self._reason_default
+            for jid in self._reason_stale | (self._reason_named.keys() - reasons.keys()):
                 if jid in queued:
                     jobs[jid].reason = default
-        named: set[str] = set()
+        named: dict[str, str] = {}
         for jid, why in reasons.items():
             if jid in queued:
                 jobs[jid].reason = why
-                named.add(jid)
+                named[jid] = why
         self._reason_default, self._reason_named, self._reason_stale = default, named, set()
+        self._reason_rendered = rendered
+        if not rendered:
+            past = self._reason_past
+            past.add(default)
+            if prev[0] is not None:
+                past.add(prev[0])  # (what the records left at the last default hold)
+            if len(self._reason_past) > 256:  # one pass over the queue per 256 new defaults (none read)
+                self.render_queue_reasons()
+
+    def reason_of(self, job: JobRecord) -> str | None:
+        """``job``'s reason as operators see it: a queued job left at the last decision's default has that
+        default (its record may hold an earlier one: ``set_queue_reasons``), any other job its record's."""
+        d = self._reason_default
+        if d is None or self._reason_rendered:
+            return job.reason
+        jid = job.id
+        if jid in self._qentry and jid not in self._reason_named and jid not in self._reason_stale:
+            return d
+        return job.reason
+
+    def render_queue_reasons(self) -> None:
+        """Write the last decision's default into the records of the queued jobs left at it (before a job
+        list reads the records): one C-level pass over the queue, at most once per decision, on a read."""
+        d = self._reason_default
+        if d is None or self._reason_rendered:
+            return
+        jobs, queued = self.jobs, self._qentry
+        own = {jid: jobs[jid].reason for jid in self._reason_stale if jid in queued}
+        deque(map(setattr, map(jobs.__getitem__, queued), repeat("reason"), repeat(d)), maxlen=0)
+        for jid, why in self._reason_named.items():
+            if jid in queued:
+                jobs[jid].reason = why
+        for jid, mine in own.items():
+            jobs[jid].reason = mine
+        self._reason_rendered = True
+        self._reason_past = set()
 
     def forget_queue_reasons(self) -> None:
-        """The queued jobs' reasons were written outside ``set_queue_reasons`` (an operator action keeps
-        them as they were): its next call writes every queued job's."""
+        """The caller put the queued jobs' records back as they were before the last ``set_queue_reasons``
+        (an operator action keeps the waiting reasons as they were: ``OperatorActions``): the reasons are
+        again those before that call. Without one since the load, the next call writes every queued job's."""
+        prev = self._reason_prev
+        if prev is None:
+            self._reset_queue_reasons()
+            return
+        self._reason_default, self._reason_named, stale, self._reason_rendered = prev
+        self._reason_stale = stale | self._reason_stale
+        self._reason_prev = None
+
+    def _reset_queue_reasons(self) -> None:
+        """No reason known (a load): the next ``set_queue_reasons`` writes every queued job's."""
         self._reason_default = None
-        self._reason_named = set()
+        self._reason_named = {}
         self._reason_stale = set()
+        self._reason_rendered = True
+        self._reason_past = set()
+        self._reason_prev = None
 
     def queue_length(self) -> int:
         return len(self._qorder)
