@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from vmctl.cpushare import shared_rate
 from vmctl.daemon.config import DAEMON_SHAPES
@@ -175,6 +175,8 @@ class ClusterState:
     # the defaults written since the records were last all rendered (what an unrendered record may hold)
     _reason_past: set[str] = field(default_factory=set)
     _reason_prev: tuple[str | None, dict[str, str], set[str], bool] | None = None
+    #: write every queued job's reason at each decision, as before issue 27 (``bench.daemon``'s baseline)
+    reasons_written_through: ClassVar[bool] = False
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
     # whether every process maps to a known core, its slots' levels, the lowest, and whether they are all one
     _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool, tuple[int, ...], int, bool]] \
@@ -446,7 +448,7 @@ class ClusterState:
             past.add(default)
             if prev[0] is not None:
                 past.add(prev[0])  # (what the records left at the last default hold)
-            if len(self._reason_past) > 256:  # one pass over the queue per 256 new defaults (none read)
+            if len(self._reason_past) > 256 or self.reasons_written_through:  # (one pass per 256 new defaults)
                 self.render_queue_reasons()
 
     def reason_of(self, job: JobRecord) -> str | None:
