@@ -436,11 +436,14 @@ class ClusterState:
             for jid in self._reason_stale | (self._reason_named.keys() - reasons.keys()):
                 if jid in queued:
                     jobs[jid].reason = default
-        named: dict[str, str] = {}
+        # a job named with the same reason as last time, unchanged since, holds it already: FCFS names every
+        # queued job when none can ever fit (no node yet), 20,000 records written per decision while
+        # submissions came in (issue 27). (The names of jobs no longer queued are kept, and never read.)
+        last, stale = self._reason_named, self._reason_stale
         for jid, why in reasons.items():
-            if jid in queued:
+            if (last.get(jid) != why or jid in stale) and jid in queued:
                 jobs[jid].reason = why
-                named[jid] = why
+        named = dict(reasons)
         self._reason_default, self._reason_named, self._reason_stale = default, named, set()
         self._reason_rendered = rendered
         if not rendered:
