@@ -85,14 +85,23 @@ REASON_OPS = st.lists(st.tuples(st.integers(0, 11),
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(1, 12), ops=REASON_OPS, reload_at=st.integers(0, 40))
+@given(n=st.integers(1, 12), ops=REASON_OPS, reload_at=st.integers(0, 40), cap=st.sampled_from((1, 3, 256)))
 def test_queue_reasons_kept_incrementally_equal_a_full_pass(n: int, ops: list[tuple[int, str | None, str, list[int]]],
-                                                            reload_at: int) -> None:
+                                                            reload_at: int, cap: int) -> None:
     """``set_queue_reasons`` writes only the jobs named and those that changed; every queued job's reason as
     operators see it (``reason_of``; a job list's records after ``render_queue_reasons``; a record stored
     after a change) must be what writing all of them gives (its entry of the decision's reasons, else the
     default), whatever jobs left and entered the queue (with other reasons) in between, and an operator
-    action leaves every reason as it was."""
+    action leaves every reason as it was. ``cap``: the records are rendered after that many new defaults."""
+    was = ClusterState.reasons_past_cap
+    ClusterState.reasons_past_cap = cap
+    try:
+        _reasons_against_a_full_pass(n, ops, reload_at)
+    finally:
+        ClusterState.reasons_past_cap = was
+
+
+def _reasons_against_a_full_pass(n: int, ops: list[tuple[int, str | None, str, list[int]]], reload_at: int) -> None:
     state = ClusterState()
     for seq in range(1, n + 1):
         rec = JobRecord(id=str(seq), seq=seq, name=f"j{seq}", spec={"procs": 1, "estimate": 10.0}, state="queued",

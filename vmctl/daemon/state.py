@@ -177,6 +177,8 @@ class ClusterState:
     _reason_prev: tuple[str | None, dict[str, str], set[str], bool] | None = None
     #: write every queued job's reason at each decision, as before issue 27 (``bench.daemon``'s baseline)
     reasons_written_through: ClassVar[bool] = False
+    #: the records are rendered once this many defaults were written without a read (``_reason_past``)
+    reasons_past_cap: ClassVar[int] = 256
     # per job, until it changes (reindex) or the layout does: global cores, VM names, estimated usages,
     # whether every process maps to a known core, its slots' levels, the lowest, and whether they are all one
     _static: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[float, ...], bool, tuple[int, ...], int, bool]] \
@@ -451,7 +453,7 @@ class ClusterState:
             past.add(default)
             if prev[0] is not None:
                 past.add(prev[0])  # (what the records left at the last default hold)
-            if len(self._reason_past) > 256 or self.reasons_written_through:  # (one pass per 256 new defaults)
+            if len(self._reason_past) > self.reasons_past_cap or self.reasons_written_through:
                 self.render_queue_reasons()
 
     def reason_of(self, job: JobRecord) -> str | None:
@@ -493,6 +495,9 @@ class ClusterState:
         self._reason_default, self._reason_named, stale, self._reason_rendered = prev
         self._reason_stale = stale | self._reason_stale
         self._reason_prev = None
+        # (the records as they were may hold defaults that ``_reason_past`` no longer names, if that call
+        # rendered them: they are rendered now, once per operator action)
+        self.render_queue_reasons()
 
     def _reset_queue_reasons(self) -> None:
         """No reason known (a load): the next ``set_queue_reasons`` writes every queued job's."""
