@@ -103,7 +103,7 @@ def test_a_bag_record_of_the_old_form_loads_and_runs_after_an_upgrade(tmp_path: 
     bag = json.loads(db.execute("SELECT bag FROM jobs WHERE id = ?", (a,)).fetchone()[0])
     assert "levels" not in bag and "tier" not in doc
     doc["tier"], doc["placement"] = "fg", [[s[0], s[1]] for s in doc.pop("slots")]
-    del doc["gang"]
+    doc.pop("gang", None)  # a freshly stored document leaves its defaults out (issue 27)
     bag["level"] = 0
     db.execute("UPDATE jobs SET doc = ?, bag = ? WHERE id = ?", (dumps(doc), dumps(bag), a))
     db.execute("DELETE FROM schema_version WHERE version >= 8")

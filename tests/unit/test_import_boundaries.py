@@ -378,7 +378,7 @@ def test_cycle_finder_sees_a_type_checking_cycle(tmp_path: Path) -> None:
 # it is given a layer here and there.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("vmctl", "vmctl.errors", "vmctl.clock", "vmctl.timefmt", "vmctl.files", "vmctl.sdnotify",
-              "vmctl.config", "vmctl.speedup", "vmctl.progress", "vmctl.cpushare", "vmctl.apiclient")),
+              "vmctl.sigterm", "vmctl.config", "vmctl.speedup", "vmctl.progress", "vmctl.cpushare", "vmctl.apiclient")),
     ("vocabulary", ("vmctl.model", "vmctl.nodedoc", "vmctl.shapes", "vmctl.wire", "vmctl.metrics")),
     ("policies", ("vmctl.policies",)),
     ("services", ("vmctl.store", "vmctl.auth", "vmctl.sim", "vmctl.agents", "vmctl.client", "vmctl.localcluster",
