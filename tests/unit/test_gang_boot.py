@@ -104,3 +104,14 @@ def test_slice_loss_stretches_a_gang_jobs_work_and_not_its_boot(tmp_path: Path) 
     got = json.loads(replay(_gang_history(tmp_path), "gs", {"mpl": 2, "slice": 100.0}, slice_loss=50.0)["jobs_json"])
     assert got["2"][1] == pytest.approx(530.25, abs=1e-6)
     assert got["1"][1] == pytest.approx(1010.25, abs=1e-6)
+
+
+def test_vmctl_whatif_says_a_gang_replay_runs_the_boots_in_wall_time(tmp_path: Path) -> None:
+    from vmctl.whatif.report import render, run_whatif
+
+    path = _gang_history(tmp_path)
+    doc = run_whatif(path, ["gs"], {}, GS, 1, tmp_path / "w.csv")
+    assert doc["error_in_force"]["avg_response_relative"] == pytest.approx(0.0, abs=1e-9)
+    assert "under a gang policy in wall time" in render(doc)
+    fcfs = run_whatif(path, ["fcfs"], {}, {**GS, "name": "fcfs", "params": {}}, 1, tmp_path / "f.csv")
+    assert "in wall time" not in render(fcfs)
