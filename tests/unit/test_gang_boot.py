@@ -115,3 +115,18 @@ def test_vmctl_whatif_says_a_gang_replay_runs_the_boots_in_wall_time(tmp_path: P
     assert "under a gang policy in wall time" in render(doc)
     fcfs = run_whatif(path, ["fcfs"], {}, {**GS, "name": "fcfs", "params": {}}, 1, tmp_path / "f.csv")
     assert "in wall time" not in render(fcfs)
+
+
+def test_bench_replay_of_a_kept_gang_run_uses_its_measured_row_switch_gap(tmp_path: Path) -> None:
+    from bench.whatif import replay_kept
+
+    _gang_history(tmp_path)
+    (tmp_path / "g.swf").rename(tmp_path / "history.swf")
+    (tmp_path / "g.swf.vmctl.json").rename(tmp_path / "history.swf.vmctl.json")
+    assert "replay    395.0  err   +0.0%" in replay_kept(tmp_path, "gang-gs").splitlines()[1]  # boot=own, no gap
+    (tmp_path / "result.json").write_text(json.dumps({"slice_loss": 50.0}))
+    text = replay_kept(tmp_path, "gang-gs")
+    assert "row-switch gap of 50.00 s" in text
+    # with the gap, job 2 ends at 530.25 and job 1 at 1010.25 (the slice-loss test above): mean response
+    # ((1010.25 - 0.25) + (530.25 - 150.25)) / 2 = 695.0
+    assert "boot=own  replay    695.0" in text
