@@ -62,6 +62,7 @@ reasons and the measured numbers).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -202,12 +203,16 @@ def replay_kept(folder: Path, name: str) -> str:
     act = actual(trace)
     submits = {k: float(e["submit"]) for k, e in side["jobs"].items()}
     out = [f"{folder}: {fam.policy}, {act['jobs']} jobs, live mean response {act['avg_response']:.1f}"]
+    kept = folder / "result.json"  # a gang run's measured row-switch gap, replayed as the run's own line did
+    loss = float(json.loads(kept.read_text()).get("slice_loss") or 0.0) if kept.exists() else 0.0
+    if loss:
+        out[0] += f" (replayed with the run's measured row-switch gap of {loss:.2f} s lost per slice)"
     nb = side.get("node_boots")
     if nb:  # the task bags' workers' boots per node: boot=own gives each worker its node's, boot=bag the bag's mean
         out.append("  node boots (median first-run boot of the bags' workers there, model s): "
                    + ", ".join(f"{n} {b:.1f}" for n, b in nb.items()))
     for boot in ("own", "bag", "none") if nb else ("own", "none"):
-        sim = replay(trace, fam.policy, fam.params, boot=boot)
+        sim = replay(trace, fam.policy, fam.params, boot=boot, **({"slice_loss": loss} if loss else {}))
         e = error(sim, act, submits)
         out.append(f"  boot={boot:<4} replay {sim['avg_response']:8.1f}  err {e['avg_response_relative']:+7.1%}  "
                    f"start |err| {_st(start_errors(e, 2.0))}")

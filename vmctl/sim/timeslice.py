@@ -24,6 +24,15 @@ Suspend/Resume: rate 0 while suspended, slots kept; Checkpoint: slots freed, pro
 Move/Restore with ``cost`` c (migration option 1 or 2 of sec. 2, or a restore) costs c seconds of the
 job's own active time (:mod:`vmctl.sim.execution`, "Costs").
 
+Boots in wall time (``boots``: job id -> seconds; the what-if replay's measured boots, issue 28). A job
+listed there advances at rate 1 for its first ``boots[id]`` seconds after its first start, whichever row
+is active, and by its row's slices after that; its work holds the boot (``read_swf`` adds it to the
+run time). vmctld measures a gang job's boot from its start to every process running, and a real
+host's guest boots only while its row is active: the measured boot already holds the slices its row
+was paused for, and time-slicing it again counted them twice (a gs run with one real-libvirt host
+replayed +16.5 % long). A boot passes once per job (a run started again after a requeue has none
+left); an event ends each boot (its run's rate changes then).
+
 Worked example (L = 2, T = 10, 2 cores): A (2 processes, 25 s of work) on row 0, B (2 processes,
 15 s) on row 1, both at t = 0. Row 0 is active in [0, 10), [20, 30), [40, 50) ..., row 1 in
 [10, 20), [30, 40) ...: A has 10 s of work at 10, 20 at 30 and ends at 45; B ends at 35. Had A
@@ -32,8 +41,9 @@ been replicated into row 1 on its cores (B elsewhere), it would advance in every
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 from vmctl.errors import ValidationError
@@ -53,7 +63,8 @@ class TimeSliceModel(ExecutionModel):
     name: ClassVar[str] = "timeslice"
     has_events: ClassVar[bool] = True
 
-    def __init__(self, levels: int, period: float = DEFAULT_SLICE, order: tuple[int, ...] | None = None) -> None:
+    def __init__(self, levels: int, period: float = DEFAULT_SLICE, order: tuple[int, ...] | None = None,
+                 boots: Mapping[str, float] | None = None) -> None:
         super().__init__()
         if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
             raise ValidationError(field="timeslice.levels", problem=f"must be an integer >= 1, got {levels!r}")
@@ -72,6 +83,29 @@ class TimeSliceModel(ExecutionModel):
         self._next = _INF  # start of the next slice (inf: one row only, nothing ever changes)
         self._pos = {r: i for i, r in enumerate(rows)}
         self._stalled = False  # no run can advance: no events until one may (see ``rate``)
+        self._boots = {str(k): float(v) for k, v in (boots or {}).items() if v > 0}  # job id -> wall-time boot
+        self._boot_end: dict[str, float] = {}  # job id -> when its boot ends (set at its first start)
+        self._boot_heap: list[tuple[float, str]] = []  # (end, job id) of the boots not yet ended
+
+    def work(self, run: Run) -> float:
+        """As the base model's; the first start of a job with a boot opens its boot (module docstring)."""
+        jid = run.job.id
+        if jid in self._boots and jid not in self._boot_end:
+            end = self.state.now + self._boots[jid]
+            self._boot_end[jid] = end
+            heapq.heappush(self._boot_heap, (end, jid))
+        return super().work(run)
+
+    def _booting(self, run: Run, now: float) -> float:
+        """Seconds of boot the run has left at ``now`` (0: none)."""
+        end = self._boot_end.get(run.job.id)
+        return end - now if end is not None and end > now + _EPS else 0.0
+
+    def _next_boot_end(self) -> float:
+        heap = self._boot_heap
+        while heap and heap[0][1] not in self.state.runs:
+            heapq.heappop(heap)  # its job no longer runs (an end not yet handled stays: ``on_event`` takes it)
+        return heap[0][0] if heap else _INF
 
     def offer(self) -> Offer:
         return Offer(where=self.where(), levels=self.levels, discipline=Discipline.TIMESLICE)
@@ -104,13 +138,34 @@ class TimeSliceModel(ExecutionModel):
             # other run's rate changes, since none was advancing; while runs advance, every boundary
             # is an event handled before any rate is asked for at that instant)
             self._set(self.schedule, now)
+        if self._boot_end and self._booting(run, now):
+            return 1.0  # booting: wall time (module docstring)
         active = self._active
         return 1.0 if run.level == active or (run.replicas and active in run.replicas) else 0.0
 
     def next_event(self) -> float:
-        return _INF if self._stalled or not self.state.runs else self._next
+        if not self.state.runs:
+            return _INF
+        nxt = _INF if self._stalled else self._next
+        if self._boot_heap:
+            b = self._next_boot_end()
+            if b < nxt:
+                return b
+        return nxt
 
     def on_event(self, now: float) -> Iterable[Run]:
+        booted: list[Run] = []
+        heap = self._boot_heap
+        while heap and heap[0][0] <= now + _EPS:  # boots that end now: their runs go by their rows from here
+            _end, jid = heapq.heappop(heap)
+            run = self.state.runs.get(jid)
+            if run is not None:
+                booted.append(run)
+        if booted and now < self._next - _EPS:
+            return booted  # no slice boundary now
+        return [*booted, *self._on_boundary(now)]
+
+    def _on_boundary(self, now: float) -> Iterable[Run]:
         old = self._active
         self._set(self.schedule, now)
         new = self._active
@@ -121,7 +176,8 @@ class TimeSliceModel(ExecutionModel):
             extra = run.replicas
             if run.level == old or run.level == new or (extra and (old in extra or new in extra)):
                 changed.append(run)
-            if not can_advance and not run.stopped and (run.level in rows or any(r in rows for r in extra)):
+            if not can_advance and not run.stopped and (run.level in rows or any(r in rows for r in extra)
+                                                        or (self._boot_end and self._booting(run, now))):
                 can_advance = True
         self._stalled = not can_advance
         return changed if old != new else ()
@@ -149,7 +205,13 @@ class TimeSliceModel(ExecutionModel):
     def expected_end(self, run: Run, now: float) -> float:
         """When the run ends at the latest if the schedule stays as it is: its remaining estimate
         (plus what it owes to a move's cost) in the active slices of its rows; ``inf`` when stopped or
-        in rows the schedule leaves out."""
+        in rows the schedule leaves out. A booting run advances in wall time until its boot ends."""
+        left = self._booting(run, now) if self._boot_end and not run.stopped else 0.0
+        if left:
+            need = run.job.estimate - run.progress_at(now) + run.debt
+            if need <= left:
+                return now + need
+            return self._end_from(run, now + left, need - left)
         if run.replicas:
             return self._expected_end_rows(run, now)
         j = self._pos.get(run.level)
@@ -173,6 +235,35 @@ class TimeSliceModel(ExecutionModel):
             first = k + (j - k) % n
         cycles = max(0, math.ceil(need / period) - 1)
         return self.schedule.epoch + (first + cycles * n) * period + (need - cycles * period)
+
+    def _end_from(self, run: Run, t: float, need: float) -> float:
+        """When ``need`` seconds of the run's rows' active time have passed from ``t`` on (the schedule as it
+        is; ``inf`` when none of its rows is in the order)."""
+        pos = {self._pos[r] for r in (run.level, *run.replicas) if r in self._pos}
+        if not pos:
+            return _INF
+        period, n, epoch = self.schedule.period, len(self.schedule.order), self.schedule.epoch
+        if n == 1 or len(pos) == n:
+            return t + need
+        k = math.floor((t - epoch) / period)
+        if epoch + (k + 1) * period <= t + _EPS:
+            k += 1
+        if k % n in pos:
+            left = epoch + (k + 1) * period - t
+            if need <= left:
+                return t + need
+            need -= left
+        k += 1
+        per_cycle = len(pos) * period
+        cycles = max(0, math.ceil(need / per_cycle) - 1)
+        need -= cycles * per_cycle
+        k += cycles * n
+        while True:
+            if k % n in pos:
+                if need <= period:
+                    return epoch + k * period + need
+                need -= period
+            k += 1
 
     def _expected_end_rows(self, run: Run, now: float) -> float:
         """``expected_end`` of a job in several rows: the same count over every slot of the cycle held by

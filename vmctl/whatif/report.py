@@ -111,6 +111,8 @@ def render(doc: Mapping[str, Any]) -> str:
         if b.get("node_boots") and b.get("mode") == "own":
             how += "; a task bag's workers the boot of the node they run on (" + ", ".join(
                 f"{n} {_f(v)} s" for n, v in b["node_boots"].items()) + ")"
+        if b.get("mode") != "none" and any(p.get("family") == "gang" for p in doc["policies"]):
+            how += "; under a gang policy in wall time, not by the job's row (a boot holds its row's paused slices)"
         lines.append(f"boot delays (start -> every process running) measured for {b['jobs']} jobs: median "
                      f"{_f(b['median'])} s, max {_f(b['max'])} s; in every replay: {how}")
     e = doc.get("error_in_force")

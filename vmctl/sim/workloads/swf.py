@@ -376,6 +376,29 @@ def _boots(side: Path, entries: Mapping[str, Any], mode: str) -> tuple[dict[str,
     return ({} if mode == "median" else own), med
 
 
+def job_boots(path: str | PathLike[str], boot: str = "own") -> dict[str, float]:
+    """The boot delay ``read_swf(path, boot=boot)`` adds to each job of the trace's side file, by SWF job
+    number (jobs without one, or with 0, are not listed; empty without a side file). A model that passes
+    a job's boot its own way (:class:`vmctl.sim.timeslice.TimeSliceModel`'s ``boots``: in wall time,
+    not by its row's slices) reads them here."""
+    doc = read_side_file(path)
+    if doc is None:
+        return {}
+    entries: Mapping[str, Any] = doc["jobs"]
+    own, default = _boots(side_file_path(path), entries, boot)
+    out: dict[str, float] = {}
+    for key, e in entries.items():
+        b = own.get(key, default)
+        if b and isinstance(e, dict) and (_num_or_none(e.get("work")) or 0.0) > 0 \
+                and (_num_or_none(e.get("estimate")) or 0.0) > 0:
+            out[key] = b
+    return out
+
+
+def _num_or_none(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
 def _booted_shape(shape: JobShape, boot: float) -> JobShape:
     """``shape`` with ``boot`` seconds before its work (module docstring)."""
     import dataclasses
