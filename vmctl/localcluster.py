@@ -194,7 +194,11 @@ class DaemonProcess(ManagedProcess):
                          state_dir / "vmctld.log", env=env)
         self.port = 0
 
-    def start_and_wait(self, timeout: float = 30.0) -> None:
+    def start_and_wait(self, timeout: float = 120.0) -> None:
+        """Start vmctld and wait for its ready line and bootstrap token, ``timeout`` seconds in all. The
+        bound is generous: a start took 9-34 s on a 2-core host whose guests spun at libvirt's CPU share,
+        and the ready line is the progress waited for (the process's exit ends the wait at once)."""
+        deadline = time.monotonic() + timeout
         self.start()
         line = self.wait_line("vmctld ready", timeout)
         for part in line.split():
@@ -202,7 +206,7 @@ class DaemonProcess(ManagedProcess):
                 self.port = int(part.split("=", 1)[1])
         if not self.port:
             raise LocalClusterError(what="vmctld", problem=f"no port in its ready line {line!r}")
-        deadline = time.monotonic() + 10
+        deadline = max(deadline, time.monotonic() + 10)
         while not self.token_path.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         if not self.token_path.exists():
