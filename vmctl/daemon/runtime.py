@@ -70,6 +70,9 @@ class DaemonRuntime:
         self._waking = False
         self._log_loop: asyncio.AbstractEventLoop | None = None
         daemon.on_events = self._events_written
+        #: what the policy in force waits for (``Daemon.policy_waiting``) as of the last pass or request this
+        #: loop served: ``GET /healthz`` reads it from another thread (``publish_health``)
+        self.waiting: str | None = None
         # the lease is held on the daemon side; the runtime reacts to a change of leadership
         self.lease = LeaseHolder(daemon, on_gained=self._became_leader, on_lost=self.wake_all_waiters)
 
@@ -77,6 +80,16 @@ class DaemonRuntime:
     def kick(self) -> None:
         """A decision pass soon (an event arrived)."""
         self._wake.set()
+
+    def publish_health(self) -> None:
+        """Publish what ``GET /healthz`` tells beside the leadership and the store's damage (which it reads
+        as they are): the policy's ``waiting``, computed here on the loop's thread (one reference
+        assignment: a reader in another thread sees the old text or the new one)."""
+        d = self.daemon
+        try:
+            self.waiting = d.policy_waiting() if d.leader and d.damaged is None else None
+        except Exception:  # never let the health answer break a pass or a request
+            log.exception("policy_waiting failed")
 
     # waiters
     def desired_event(self, node: str) -> asyncio.Event:
@@ -156,6 +169,7 @@ class DaemonRuntime:
         freeze_loaded_state()  # (the state was loaded from the store)
         for hook in self.on_leader:
             hook()
+        self.publish_health()
         self.kick()
 
     # lifecycle
@@ -223,6 +237,7 @@ class DaemonRuntime:
             except Exception:
                 log.exception("decision loop failed; retrying at the next tick")
                 d.dirty = False
+            self.publish_health()
             if d.dirty:
                 await asyncio.sleep(0)
                 continue
