@@ -66,10 +66,16 @@ class FrontThread:
     loop, ``stop()``."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None  # made by start(): an unstarted one holds nothing
         self._thread = threading.Thread(target=self._main, name="vmctld-api", daemon=True)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "FrontThread.start() first"
+        return self._loop
+
     def start(self) -> None:
+        self._loop = asyncio.new_event_loop()
         self._thread.start()
 
     def _main(self) -> None:
