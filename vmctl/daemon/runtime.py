@@ -215,6 +215,8 @@ class DaemonRuntime:
             if d.dirty and 0 < gap <= self.config.min_interval_s:
                 await asyncio.sleep(gap)
             nxt: float | None = None
+            decided = False
+            began = d.clock.now()
             try:
                 # the policy runs in a worker thread: a long decision (a large cluster, MEASY) must not
                 # hold up the API, the agents' long polls or the lease renewal (see vmctl.daemon.core)
@@ -228,6 +230,7 @@ class DaemonRuntime:
                         pending = d.begin_decision(max(due, d.clock.now()))
                         decision = await asyncio.to_thread(d.choose, pending)
                         d.finish_decision(pending, decision)
+                        decided = True
                 nxt = d.next_pass_at()
             except LeaseLost:
                 self.wake_all_waiters()
@@ -238,9 +241,18 @@ class DaemonRuntime:
                 log.exception("decision loop failed; retrying at the next tick")
                 d.dirty = False
             self.publish_health()
-            if d.dirty:
+            if d.dirty and decided:  # events came in while the policy decided: decide again
                 await asyncio.sleep(0)
                 continue
-            delay = self.config.tick_s if nxt is None else max(0.0, (nxt - d.clock.now()) / d.speed)
+            # A pass that was due (``dirty``, or the tick) but made no decision: none may be made now (a
+            # policy switch drains, the policy waits for nodes, the lease was lost), ``dirty`` stays set and
+            # ``next_pass_at`` stays in the past. The next pass is at the next event (``kick``) or tick:
+            # going round again at once spun this thread for as long as a switch drained, and starved
+            # every other thread of the process of the interpreter lock (the API's front loop; in an
+            # in-process test, the agents' and the CLI's threads).
+            if nxt is None or (not decided and nxt <= began):
+                delay = self.config.tick_s
+            else:
+                delay = max(0.0, (nxt - d.clock.now()) / d.speed)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.001, delay))
