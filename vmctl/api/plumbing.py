@@ -4,10 +4,11 @@ parameters. Every error is ``{"error": {"reference", "message", "field"}}``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -133,7 +134,27 @@ async def read_body(request: web.Request) -> bytes:
         got = request.headers.get("Content-Type", "")
         raise HttpError(415, "unsupported-media-type",
                          f"send the body as Content-Type: application/json (UTF-8), got {got[:100]!r}")
-    return await request.read()
+    return await read_on_front(request, request.read)
+
+
+#: the loop that owns a request's connection (``vmctl.api.front``; absent: the loop the handler runs on)
+FRONT_LOOP: web.RequestKey[asyncio.AbstractEventLoop] = web.RequestKey("front_loop", asyncio.AbstractEventLoop)
+
+_T = TypeVar("_T")
+
+
+async def read_on_front(request: web.Request, read: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """``await read()`` (a read of the request's body) on the loop that owns the request's connection: the
+    front loop (``vmctl.api.front``) while the handler runs on the daemon's loop."""
+    front = request.get(FRONT_LOOP)
+    if front is None or front is asyncio.get_running_loop():
+        return await read()
+    fut = asyncio.run_coroutine_threadsafe(read(), front)
+    try:
+        return await asyncio.wrap_future(fut)
+    except asyncio.CancelledError:
+        fut.cancel()
+        raise
 
 
 def job_id_like(v: str) -> bool:

@@ -4,10 +4,13 @@ This module wires it: the route table (handlers in ``vmctl.api.routes``: jobs, c
 the middlewares (``plumbing.errors_mw``, ``access.make_auth_mw``), the security material
 (``vmctl.api.security``) and the running server below. The JSON answers are ``vmctl.api.documents``.
 
-Every request is authenticated (``vmctl.auth``) before its body is read; bodies are limited in
-size (413) and validated (422 naming the field); every error is ``{"error": {"reference", "message",
-"field"}}``. Handlers call the synchronous ``Daemon`` on the event loop thread, so the decision loop
-and the API never interleave inside a change; only the policy itself (``Daemon.choose``, which reads
+Every request is authenticated (``vmctl.auth``) before its body is read from the connection (a small
+body that arrived whole with the headers is taken from the buffer before, unparsed: ``vmctl.api.front``);
+bodies are limited in size (413) and validated (422 naming the field); every error is ``{"error":
+{"reference", "message", "field"}}``. The connections are served on a front loop in a thread of its own,
+which answers ``/healthz`` and hands every other request to the daemon's event loop
+(``vmctl.api.front``). Handlers call the synchronous ``Daemon`` on that event loop's thread, so the
+decision loop and the API never interleave inside a change; only the policy itself (``Daemon.choose``, which reads
 nothing but its own view) runs in a worker thread meanwhile (``vmctl.daemon.runtime``).
 
 ``DaemonServer`` is built on the daemon's runtime (``vmctl.daemon.runtime.DaemonRuntime``: the
@@ -30,9 +33,10 @@ from aiohttp import web
 from vmctl import auth
 from vmctl.api.access import make_auth_mw
 from vmctl.api.documents import node_json, vms_json, workers_json
+from vmctl.api.front import FrontThread, make_front_mw
 from vmctl.api.listener import BoundedSite
 from vmctl.api.planning import Planner
-from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, METRICS, errors_mw
+from vmctl.api.plumbing import CERTS, DAEMON, HEALTHZ, METRICS, Handler, errors_mw
 from vmctl.api.routes.admin import AdminRoutes
 from vmctl.api.routes.agents import AgentRoutes
 from vmctl.api.routes.cluster import ClusterRoutes
@@ -54,6 +58,8 @@ class DaemonServer:
         self.daemon = daemon
         self.config = daemon.config
         self.runtime = DaemonRuntime(daemon)
+        #: the loop (in a thread of its own) that serves the connections (vmctl.api.front)
+        self.front = FrontThread()
         #: node -> agent long-polls parked right now, waiting for its desired state to change
         self.polls_waiting: collections.Counter[str] = collections.Counter()
         self._runner: web.AppRunner | None = None
@@ -123,9 +129,38 @@ class DaemonServer:
                                vms=vms_json(d, None), workers=workers_json(d))
 
     # app
-    def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[errors_mw, make_auth_mw(self.config.max_body_bytes)],
-                              client_max_size=self.config.max_body_bytes)
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """``GET /healthz``'s answer, from any thread (the front loop answers it, ``vmctl.api.front``):
+        the store's damage and the leadership as they are now (plain attributes), the policy's ``waiting``
+        as the daemon's loop last published it (after every pass and every request it served)."""
+        d = self.daemon
+        if d.damaged is not None:
+            return 503, {"status": "store-damaged", "leader": False}
+        leader = d.leader
+        doc: dict[str, Any] = {"status": "ok", "leader": leader}
+        waiting = self.runtime.waiting if leader else None
+        if waiting is not None:
+            doc["waiting"] = waiting
+        return 200, doc
+
+    async def _on_daemon_loop(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A request handed over by the front loop: the middlewares and the handler, on the daemon's loop."""
+        try:
+            return await errors_mw(request, lambda r: self._auth_mw(r, handler))
+        finally:
+            self.runtime.publish_health()
+
+    def make_app(self, front: bool = False) -> web.Application:
+        """The app; ``front``: for the front loop (``vmctl.api.front``), where one middleware answers
+        ``/healthz`` and hands every other request to the daemon's loop (``_on_daemon_loop``)."""
+        self._auth_mw = make_auth_mw(self.config.max_body_bytes)
+        if front:
+            c0 = ClusterRoutes(self)
+            mws: list[Any] = [make_front_mw(asyncio.get_running_loop(), self._on_daemon_loop,
+                                            lambda r: errors_mw(r, c0.healthz), self.config.max_body_bytes)]
+        else:
+            mws = [errors_mw, self._auth_mw]
+        app = web.Application(middlewares=mws, client_max_size=self.config.max_body_bytes)
         app[DAEMON] = self.daemon
         app[METRICS] = self.metrics
         app[CERTS] = self.certs
@@ -197,18 +232,24 @@ class DaemonServer:
         # long poll (an event follower, an agent's desired state) does not hold its request for up to a
         # minute after its connection closed. Handlers change state only after their last await (the
         # body read), so a cancellation never leaves a change half made.
-        self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False,
+        # The connections are served on the front loop, in a thread of its own (vmctl.api.front): /healthz
+        # answers there while this loop is busy; every other request is handed to this loop.
+        self.runtime.publish_health()
+        app = self.make_app(front=True)
+        self.front.start()
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      keepalive_timeout=self.config.keepalive_timeout_s, handler_cancellation=True)
-        await self._runner.setup()
-        site = BoundedSite(self._runner, self.config.listen, self.config.port, ssl_context=self.ssl,
-                           max_connections=self.config.max_connections,
-                           handshake_timeout_s=self.config.handshake_timeout_s)
-        self.site = site
         try:
-            await site.start()
+            await self.front.run(self._runner.setup())
+            site = BoundedSite(self._runner, self.config.listen, self.config.port, ssl_context=self.ssl,
+                               max_connections=self.config.max_connections,
+                               handshake_timeout_s=self.config.handshake_timeout_s)
+            self.site = site
+            await self.front.run(site.start())
         except OSError as exc:  # taken since the preflight check, or an in-process start
-            await self._runner.cleanup()
+            await self.front.run(self._runner.cleanup())
             self._runner = None
+            await asyncio.to_thread(self.front.stop)
             raise statedir.bind_error(self.config, self.config.listen, exc) from exc
         self.port = site.port
         self.runtime.run()
@@ -217,6 +258,7 @@ class DaemonServer:
     async def stop(self) -> None:
         await self.runtime.halt()
         if self._runner is not None:
-            await self._runner.cleanup()
+            await self.front.run(self._runner.cleanup())
+        await asyncio.to_thread(self.front.stop)
         await asyncio.to_thread(self.planner.close)
         self.runtime.close()

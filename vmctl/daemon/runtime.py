@@ -70,6 +70,9 @@ class DaemonRuntime:
         self._waking = False
         self._log_loop: asyncio.AbstractEventLoop | None = None
         daemon.on_events = self._events_written
+        #: what the policy in force waits for (``Daemon.policy_waiting``) as of the last pass or request this
+        #: loop served: ``GET /healthz`` reads it from another thread (``publish_health``)
+        self.waiting: str | None = None
         # the lease is held on the daemon side; the runtime reacts to a change of leadership
         self.lease = LeaseHolder(daemon, on_gained=self._became_leader, on_lost=self.wake_all_waiters)
 
@@ -77,6 +80,16 @@ class DaemonRuntime:
     def kick(self) -> None:
         """A decision pass soon (an event arrived)."""
         self._wake.set()
+
+    def publish_health(self) -> None:
+        """Publish what ``GET /healthz`` tells beside the leadership and the store's damage (which it reads
+        as they are): the policy's ``waiting``, computed here on the loop's thread (one reference
+        assignment: a reader in another thread sees the old text or the new one)."""
+        d = self.daemon
+        try:
+            self.waiting = d.policy_waiting() if d.leader and d.damaged is None else None
+        except Exception:  # never let the health answer break a pass or a request
+            log.exception("policy_waiting failed")
 
     # waiters
     def desired_event(self, node: str) -> asyncio.Event:
@@ -156,6 +169,7 @@ class DaemonRuntime:
         freeze_loaded_state()  # (the state was loaded from the store)
         for hook in self.on_leader:
             hook()
+        self.publish_health()
         self.kick()
 
     # lifecycle
@@ -201,6 +215,8 @@ class DaemonRuntime:
             if d.dirty and 0 < gap <= self.config.min_interval_s:
                 await asyncio.sleep(gap)
             nxt: float | None = None
+            decided = False
+            began = d.clock.now()
             try:
                 # the policy runs in a worker thread: a long decision (a large cluster, MEASY) must not
                 # hold up the API, the agents' long polls or the lease renewal (see vmctl.daemon.core)
@@ -214,6 +230,7 @@ class DaemonRuntime:
                         pending = d.begin_decision(max(due, d.clock.now()))
                         decision = await asyncio.to_thread(d.choose, pending)
                         d.finish_decision(pending, decision)
+                        decided = True
                 nxt = d.next_pass_at()
             except LeaseLost:
                 self.wake_all_waiters()
@@ -223,9 +240,19 @@ class DaemonRuntime:
             except Exception:
                 log.exception("decision loop failed; retrying at the next tick")
                 d.dirty = False
-            if d.dirty:
+            self.publish_health()
+            if d.dirty and decided:  # events came in while the policy decided: decide again
                 await asyncio.sleep(0)
                 continue
-            delay = self.config.tick_s if nxt is None else max(0.0, (nxt - d.clock.now()) / d.speed)
+            # A pass that was due (``dirty``, or the tick) but made no decision: none may be made now (a
+            # policy switch drains, the policy waits for nodes, the lease was lost), ``dirty`` stays set and
+            # ``next_pass_at`` stays in the past. The next pass is at the next event (``kick``) or tick:
+            # going round again at once spun this thread for as long as a switch drained, and starved
+            # every other thread of the process of the interpreter lock (the API's front loop; in an
+            # in-process test, the agents' and the CLI's threads).
+            if nxt is None or (not decided and nxt <= began):
+                delay = self.config.tick_s
+            else:
+                delay = max(0.0, (nxt - d.clock.now()) / d.speed)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.001, delay))

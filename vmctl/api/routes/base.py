@@ -4,7 +4,7 @@ and the leader check."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from vmctl.api.planning import Planner
 from vmctl.api.security import CaState, CertRegistry
@@ -29,6 +29,8 @@ class ApiHost(Protocol):
     def render_metrics(self) -> tuple[bytes, str]: ...
 
     def poll_parked(self, node: str, delta: int) -> None: ...
+
+    def health(self) -> tuple[int, dict[str, Any]]: ...
 
 
 class Routes:

@@ -37,14 +37,10 @@ class ClusterRoutes(Routes):
     async def healthz(self, request: web.Request) -> web.Response:
         """Unauthenticated liveness: the process answers, and whether it leads (a standby is alive too);
         503 ``store-damaged`` once its store was found damaged (it serves nothing and leads nothing);
-        ``waiting`` when the leader's policy waits (for nodes in its layout, or a policy switch)."""
-        if self.d.damaged is not None:
-            return json_response({"status": "store-damaged", "leader": False}, status=503)
-        doc: dict[str, Any] = {"status": "ok", "leader": self.d.leader}
-        waiting = self.d.policy_waiting() if self.d.leader else None
-        if waiting is not None:
-            doc["waiting"] = waiting
-        return json_response(doc)
+        ``waiting`` when the leader's policy waits (for nodes in its layout, or a policy switch). Answered
+        on the front loop, not the daemon's (``DaemonServer.health``, ``vmctl.api.front``)."""
+        status, doc = self.s.health()
+        return json_response(doc, status=status)
 
     async def metrics(self, request: web.Request) -> web.Response:
         body, ctype = self.s.render_metrics()
