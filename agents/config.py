@@ -16,7 +16,7 @@ from typing import Any
 
 from vmctl.agents.backends.base import WEIGHT_MAX, WEIGHT_MIN
 from vmctl.agents.backends.mock import inbox_name
-from vmctl.agents.layout import DEFAULT_NAMING, INACTIVE_MODES, MAX_LEVELS, check_naming
+from vmctl.agents.layout import DEFAULT_NAMING, INACTIVE_MODES, MAX_LEVELS, check_naming, port_ranges_problem
 from vmctl.auth import check_node_name
 from vmctl.config import Section, load_yaml
 from vmctl.errors import ValidationError
@@ -57,6 +57,9 @@ class LayoutConfig:
     initrd: str | None = None
     cmdline: str = ""
     ssh_ports: int | None = None  # libvirt: first loopback port forwarded to the guests' SSH (one per VM)
+    # libvirt: first of shared_ssh_count loopback ports for the shared VMs (no slot), each given the lowest free one
+    shared_ssh_ports: int | None = None
+    shared_ssh_count: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +273,18 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
                           discipline=discipline, levels=levels, inactive=inactive,
                           kernel=lay.get("kernel", str, None), initrd=lay.get("initrd", str, None),
                           cmdline=lay.get("cmdline", str, ""),
-                          ssh_ports=lay.integer("ssh_ports", lo=1024, hi=65535) if lay.has("ssh_ports") else None)
+                          ssh_ports=lay.integer("ssh_ports", lo=1024, hi=65535) if lay.has("ssh_ports") else None,
+                          shared_ssh_ports=(lay.integer("shared_ssh_ports", lo=1024, hi=65535)
+                                            if lay.has("shared_ssh_ports") else None),
+                          shared_ssh_count=lay.integer("shared_ssh_count", 16, lo=1, hi=4096))
+    if lay.has("shared_ssh_count") and layout.shared_ssh_ports is None:
+        raise lay.error("shared_ssh_count", "needs layout.shared_ssh_ports (the first port of the shared VMs' range)")
+    if layout.shared_ssh_ports is not None:
+        # the slots' range is known here when the cores are listed (else the agent checks it at start-up)
+        slots = levels * len(cores) if cores is not None else 0
+        problem = port_ranges_problem(layout.shared_ssh_ports, layout.shared_ssh_count, layout.ssh_ports, slots)
+        if problem:
+            raise lay.error("shared_ssh_ports", problem)
     for key in ("image", "kernel", "initrd"):
         file = getattr(layout, key)
         if file is not None and not file.startswith("/"):
@@ -281,7 +295,7 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
         raise lay.error("cmdline", "needs layout.kernel (direct kernel boot)")
     if "\n" in layout.cmdline:
         raise lay.error("cmdline", "must be one line")
-    for key in ("kernel", "ssh_ports"):
+    for key in ("kernel", "ssh_ports", "shared_ssh_ports"):
         if lay.has(key) and kind != "libvirt":
             raise lay.error(key, f"applies to the libvirt backend only (backend.kind is {kind})")
     lay.finish()
@@ -375,8 +389,9 @@ def parse_agent_config(data: dict[str, Any], path: str = "<agent config>") -> Ag
     problem = _address_pattern_problem(ssh.address_pattern)
     if problem:
         raise s.error("address_pattern", problem)
-    if "{port}" in ssh.address_pattern and layout.ssh_ports is None:
-        raise s.error("address_pattern", "uses {port}, the guest's forwarded SSH port: set layout.ssh_ports")
+    if "{port}" in ssh.address_pattern and layout.ssh_ports is None and layout.shared_ssh_ports is None:
+        raise s.error("address_pattern", "uses {port}, the guest's forwarded SSH port: set layout.ssh_ports "
+                                         "(and layout.shared_ssh_ports for shared VMs)")
     for vm, address in ssh.guests.items():
         problem = address_problem(address)
         if problem:

@@ -44,6 +44,14 @@ the VM on (local core k, level), whatever vmctld named it; the port also goes in
 changes (a promoted bg VM), so the plan gives a VM defined on a slot whose port another VM still holds
 the lowest free port of the range instead (``plan._free_ssh_ports``).
 
+Shared VMs (vcsched's capped, unpinned VMs: core -1, no (core, level) slot) have no slot port. With
+``shared_ssh_ports`` (first port) and ``shared_ssh_count`` (how many) the layout has a second range for
+them, ``shared_ssh_ports .. shared_ssh_ports + shared_ssh_count - 1``, which must not overlap the slots'
+range: the plan gives each shared VM it defines the lowest port of that range no VM of the host holds
+(held = named by a VM's ``vmctl.ssh_port`` metadata, so an agent that restarts adopts its VMs' ports and
+a VM that is undefined frees its own). When every port of the range is held, the VM is not defined and
+the agent reports why (``Define.problem``) until one is released.
+
 Example: host ``n1``, cores (2, 3) -> VMs n1-c0-fg (core 2, weight 10000), n1-c0-bg (core 2,
 weight 1), n1-c1-fg (core 3, weight 10000), n1-c1-bg (core 3, weight 1). The same host as a timeslice
 layout of 3 rows with row 1 active: n1-c0-r0 (paused, weight 1), n1-c0-r1 (running, weight 10000),
@@ -141,6 +149,10 @@ class Layout:
     #: ... and a loopback port per VM forwarded to its port 22: ssh_ports + k * levels + level for the VM of
     #: local core k on that level (None: no network)
     ssh_ports: int | None = None
+    #: ... and a second range for shared VMs (no slot): ``shared_ssh_count`` ports from ``shared_ssh_ports``,
+    #: the lowest free one given to each shared VM the agent defines (``plan._free_ssh_ports``; None: none)
+    shared_ssh_ports: int | None = None
+    shared_ssh_count: int = 16
 
     def __post_init__(self) -> None:
         if not 1 <= self.levels <= MAX_LEVELS:
@@ -171,12 +183,48 @@ class Layout:
             raise OutOfRange(what="layout.ssh_ports", value=self.ssh_ports,
                              allowed=f"1024..{65536 - self.levels * len(self.cores)} (one port per VM of "
                                      f"{self.levels} levels x {len(self.cores)} cores)")
+        problem = self.shared_ports_problem()
+        if problem is not None:
+            raise ValidationError(field="layout.shared_ssh_ports", problem=problem)
         if self.placeholders is None:
             object.__setattr__(self, "placeholders", self.discipline is not Discipline.SHARED)
 
     @property
     def size(self) -> int:
         return len(self.cores)
+
+    @property
+    def slot_ports(self) -> range:
+        """The slots' forwarded SSH ports (empty without ``ssh_ports``)."""
+        if self.ssh_ports is None:
+            return range(0)
+        return range(self.ssh_ports, self.ssh_ports + self.levels * self.size)
+
+    @property
+    def shared_ports(self) -> range:
+        """The shared VMs' forwarded SSH ports (empty without ``shared_ssh_ports``)."""
+        if self.shared_ssh_ports is None:
+            return range(0)
+        return range(self.shared_ssh_ports, self.shared_ssh_ports + self.shared_ssh_count)
+
+    def shared_ports_problem(self) -> str | None:
+        """Why the shared VMs' port range is unusable (out of 1024..65535, or overlapping the slots'
+        range, which has one port per VM of levels x cores), or None."""
+        if self.shared_ssh_ports is None:
+            return None
+        if self.shared_ssh_count < 1:
+            return f"shared_ssh_count must be >= 1, got {self.shared_ssh_count}"
+        return port_ranges_problem(self.shared_ssh_ports, self.shared_ssh_count, self.ssh_ports,
+                                   self.levels * self.size)
+
+    def port_text(self) -> str:
+        """The forwarded SSH port ranges, for logs and ``vmctl config check`` (empty without any)."""
+        parts = []
+        if self.slot_ports:
+            parts.append(f"slots {self.slot_ports.start}-{self.slot_ports.stop - 1}")
+        if self.shared_ports:
+            parts.append(f"shared VMs {self.shared_ports.start}-{self.shared_ports.stop - 1}")
+        return ", ".join(parts)
 
     def level_name(self, level: int) -> str:
         """The ``{tier}`` of a level's VMs: fg, bg, bg2 ... (priority), r0 ... (timeslice), w0 ... (shared)."""
@@ -311,10 +359,23 @@ class Layout:
         return any(name == self.vm_name(k, lvl) for k in range(self.size) for lvl in range(self.levels))
 
 
+def port_ranges_problem(shared_first: int, shared_count: int, slot_first: int | None, slots: int) -> str | None:
+    """Why the shared VMs' SSH port range (``shared_count`` ports from ``shared_first``) cannot be used beside
+    the slots' (``slots`` ports from ``slot_first``; None: no slot range), or None when it can."""
+    last = shared_first + shared_count - 1
+    if shared_first < 1024 or last > 65535:
+        return f"{shared_first}..{last} ({shared_count} ports, layout.shared_ssh_count) must lie within 1024..65535"
+    if slot_first is not None and shared_first <= slot_first + slots - 1 and slot_first <= last:
+        return (f"{shared_first}..{last} overlaps layout.ssh_ports {slot_first}..{slot_first + slots - 1} (one port "
+                f"per (core, level) slot): start the shared range at {slot_first + slots} or end it below "
+                f"{slot_first}")
+    return None
+
+
 def _role(level: int) -> VmRole:
     """The role of a level VM: the priority discipline's tier name of its level."""
     return VmRole.FG if tier_of_level(level) is Tier.FG else VmRole.BG
 
 
 __all__ = ["DEFAULT_NAMING", "INACTIVE_MODES", "MAX_LEVELS", "META_CORE", "META_LEVEL", "META_MANAGED", "META_NODE",
-           "META_ROLE", "Layout", "check_naming", "level_weights", "memory_problem"]
+           "META_ROLE", "Layout", "check_naming", "level_weights", "memory_problem", "port_ranges_problem"]

@@ -28,7 +28,7 @@ import click
 from vmctl.agents.backends.base import HypervisorBackend, ProcessRunner
 from vmctl.agents.backends.mock import MockBackend, MockProcessRunner
 from vmctl.agents.config import AgentConfig, load_agent_config
-from vmctl.agents.layout import META_SSH_PORT, Layout, memory_problem
+from vmctl.agents.layout import META_SSH_PORT, Layout, memory_problem, port_ranges_problem
 from vmctl.agents.reconciler import Backoff, Reconciler, ReconcileResult
 from vmctl.agents.sources import DesiredStateSource, FileReporter, FileSource, MemorySource, Reporter
 from vmctl.clock import Clock, SystemClock, accelerated_clock
@@ -158,13 +158,26 @@ def make_runner(cfg: AgentConfig, backend: HypervisorBackend,
             if "{port}" in pattern:
                 port = next((v.metadata.get(META_SSH_PORT) for v in backend.list_vms() if v.name == vm), None)
                 if port is None:
-                    raise VmNotFound(backend=f"{backend.name} (with a forwarded SSH port, layout.ssh_ports)", name=vm)
+                    raise VmNotFound(backend=f"{backend.name} (with a forwarded SSH port, layout.ssh_ports or "
+                                             "layout.shared_ssh_ports)", name=vm)
             return pattern.format(vm=vm, port=port)
 
         return ParamikoRunner(_ssh_settings(cfg), address_of, on_end)
     if isinstance(backend, MockBackend):
         return MockProcessRunner(backend)
     return None
+
+
+def _shared_ports(cfg: AgentConfig, cores: tuple[int, ...]) -> dict[str, Any]:
+    """The layout's shared VMs' SSH port range, checked against the slots' range of the host's actual cores
+    (the config check could not, when ``layout.cores`` is left out)."""
+    lc = cfg.layout
+    if lc.shared_ssh_ports is None:
+        return {}
+    problem = port_ranges_problem(lc.shared_ssh_ports, lc.shared_ssh_count, lc.ssh_ports, lc.levels * len(cores))
+    if problem:
+        raise ConfigError(path=cfg.path, where="layout.shared_ssh_ports", problem=problem)
+    return {"shared_ssh_ports": lc.shared_ssh_ports, "shared_ssh_count": lc.shared_ssh_count}
 
 
 def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None = None,
@@ -185,7 +198,7 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
     layout = Layout(host=cfg.node, cores=cores, naming=lc.naming, fg_weight=lc.fg_weight, bg_weight=lc.bg_weight,
                     memory_mib=lc.memory_mib, image=lc.image, levels=lc.levels, discipline=Discipline(lc.discipline),
                     inactive=lc.inactive, kernel=lc.kernel, initrd=lc.initrd, cmdline=lc.cmdline,
-                    ssh_ports=lc.ssh_ports)
+                    ssh_ports=lc.ssh_ports, **_shared_ports(cfg, cores))
     # memory admission: refuse a layout whose L x C VMs the host cannot hold
     host_memory = cfg.host.memory_mib if cfg.host.memory_mib is not None else backend.host_info().memory_mib
     problem = memory_problem(layout.levels, layout.size, layout.memory_mib, host_memory)
@@ -349,7 +362,9 @@ def serve(agent: Agent, stop: threading.Event) -> None:
             if ok and not last["ready"]:
                 last["ready"] = True
                 notifier.ready(f"node {cfg.node}: {rec.layout.size} cores")
-                log.info("agent %s ready: %d cores, backend %s", cfg.node, rec.layout.size, agent.backend.name)
+                ports = rec.layout.port_text()
+                log.info("agent %s ready: %d cores, backend %s%s", cfg.node, rec.layout.size, agent.backend.name,
+                         f", forwarded SSH ports: {ports}" if ports else "")
 
         rec.on_switch = metrics.row_switch
         rec.run(stop, on_cycle=on_cycle)

@@ -77,6 +77,9 @@ CAP_TOLERANCE = 1e-4
 @dataclass(frozen=True, slots=True)
 class Define:
     spec: VmSpec
+    #: why the VM cannot be defined yet (no free forwarded SSH port): applying the step fails with it, and
+    #: the next pass plans again (a port may have been released meanwhile)
+    problem: str | None = None
     kind: Literal["define"] = "define"
 
     @property
@@ -417,36 +420,61 @@ def plan(desired: NodeDesired, observed: Observed, layout: Layout, peers: Mappin
                 add(_P_STOP, Stop(name))
             add(_P_UNDEFINE, Undefine(name))
     steps.sort(key=lambda s: (s[0], s[1], s[2]))
-    return _free_ssh_ports([s[3] for s in steps], observed, layout)
+    shared = {v.name for v in desired.vms if v.slot_level is None}
+    return _free_ssh_ports([s[3] for s in steps], observed, layout, shared)
 
 
-def _free_ssh_ports(actions: list[Action], observed: Observed, layout: Layout) -> list[Action]:
+def _free_ssh_ports(actions: list[Action], observed: Observed, layout: Layout,
+                    shared: Collection[str] = ()) -> list[Action]:
     """Give every VM defined by ``actions`` a forwarded SSH port no other VM of this host holds.
 
-    ``Layout.spec_for`` gives a VM the port of its (core, level) slot, but a VM keeps the port it was
-    defined with while its role changes (a bg VM promoted to fg under ``priority`` still forwards the bg
-    slot's port), so the next VM defined on that bg slot would ask QEMU for a port that is taken and
-    never start. Such a VM gets the lowest free port of the layout's range instead (the range has one
-    port per slot, and a host holds at most one VM per slot); the runner reads each VM's port from its
-    metadata. Ports of VMs this plan undefines are free (undefine comes before define)."""
-    if layout.ssh_ports is None or not any(isinstance(a, Define) and a.spec.ssh_port is not None for a in actions):
+    Slot VMs: ``Layout.spec_for`` gives a VM the port of its (core, level) slot, but a VM keeps the port
+    it was defined with while its role changes (a bg VM promoted to fg under ``priority`` still forwards
+    the bg slot's port), so the next VM defined on that bg slot would ask QEMU for a port that is taken and
+    never start. Such a VM gets the lowest free port of the slots' range instead (the range has one port
+    per slot, and a host holds at most one VM per slot).
+
+    Shared VMs (``shared``: the names of desired VMs without a slot, vcsched's unpinned VMs) get the lowest
+    free port of the layout's second range (``shared_ssh_ports``), when it has one.
+
+    A port is held by every VM the host has (its ``vmctl.ssh_port`` metadata: an agent that restarted
+    adopts the ports of the VMs it finds) other than those this plan undefines (undefine comes before
+    define). The runner reads each VM's port from its metadata. A VM for which no port is free is not
+    defined: its ``Define`` carries the reason (``Define.problem``), applying it fails with that, and the
+    next pass plans again."""
+    slot_defines = [a for a in actions if isinstance(a, Define) and a.spec.ssh_port is not None]
+    shared_defines = [a for a in actions if isinstance(a, Define) and a.spec.ssh_port is None and a.vm in shared
+                      and layout.shared_ssh_ports is not None]
+    if not slot_defines and not shared_defines:
         return actions
     gone = {a.vm for a in actions if isinstance(a, Undefine)}
-    taken: set[int] = set()
+    holders: dict[int, str] = {}
     for name, o in observed.vms.items():
         held = o.metadata.get(META_SSH_PORT)
         if name not in gone and held is not None and held.isdigit():
-            taken.add(int(held))
-    defines = [a for a in actions if isinstance(a, Define) and a.spec.ssh_port is not None]
-    clash = [a for a in defines if a.spec.ssh_port in taken]
-    taken |= {a.spec.ssh_port for a in defines if a not in clash and a.spec.ssh_port is not None}
-    pool = [p for p in range(layout.ssh_ports, layout.ssh_ports + layout.levels * layout.size) if p not in taken]
+            holders[int(held)] = name
+    clash = [a for a in slot_defines if a.spec.ssh_port in holders]
+    for a in slot_defines:
+        if a not in clash and a.spec.ssh_port is not None:
+            holders[a.spec.ssh_port] = a.vm
     moved: dict[str, Define] = {}
+
+    def give(a: Define, ports: range, what: str) -> None:
+        free = next((p for p in ports if p not in holders), None)
+        if free is None:
+            # every port of the range is held: the VM waits (its start would fail in QEMU's hostfwd)
+            who = ", ".join(sorted(set(holders[p] for p in ports if p in holders)))
+            moved[a.vm] = Define(a.spec, problem=f"no free forwarded SSH port for {a.vm}: all {len(ports)} ports of "
+                                                 f"{what} {ports.start}-{ports.stop - 1} are held (by {who}); it is "
+                                                 f"defined once a VM holding one is gone")
+            return
+        holders[free] = a.vm
+        moved[a.vm] = Define(replace(a.spec, ssh_port=free, metadata={**a.spec.metadata, META_SSH_PORT: str(free)}))
+
     for a in clash:
-        if not pool:
-            break  # more VMs than slots for a moment: this one's start fails and is retried next pass
-        port = pool.pop(0)
-        moved[a.vm] = Define(replace(a.spec, ssh_port=port, metadata={**a.spec.metadata, META_SSH_PORT: str(port)}))
+        give(a, layout.slot_ports, "layout.ssh_ports")
+    for a in shared_defines:
+        give(a, layout.shared_ports, "layout.shared_ssh_ports")
     return [moved.get(a.vm, a) if isinstance(a, Define) else a for a in actions]
 
 
@@ -545,7 +573,8 @@ def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peer
 def _meta(v: VmDesired, layout: Layout, core: int) -> tuple[tuple[str, str], ...]:
     """The vmctl metadata of ``v`` on this node, on local core ``core``."""
     spec = layout.spec_for(v if core == v.core else replace(v, core=core))
-    return tuple(sorted(spec.metadata.items()))
+    # the forwarded SSH port is the domain's own (fixed when it was defined, maybe not its slot's): never rewritten
+    return tuple(sorted((k, x) for k, x in spec.metadata.items() if k != META_SSH_PORT))
 
 
 def _tune(v: VmDesired, o: VmInfo | None, pin: tuple[int, ...] | None, add: _Adder, new: bool) -> None:

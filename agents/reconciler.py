@@ -557,6 +557,9 @@ class Reconciler:
         b = self.backend
         log.info("apply %s", act)
         if isinstance(act, Define):
+            if act.problem is not None:  # the plan could not give it what it needs (a forwarded SSH port)
+                raise HypervisorError(backend=f"agent {self.layout.host}", operation="define",
+                                      problem=act.problem)
             b.define(act.spec)
         elif isinstance(act, Undefine):
             b.undefine(act.vm)

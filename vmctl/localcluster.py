@@ -57,18 +57,22 @@ def free_port_range(count: int, first: int = 20000, last: int = 60000) -> int:
 
 
 def ssh_guest_config(guest_dir: Path, known_hosts: Path, base_port: int, vms: int,
-                     domain_type: str = "qemu") -> dict[str, Any]:
+                     domain_type: str = "qemu", shared_vms: int = 0) -> dict[str, Any]:
     """The agent config sections that make a libvirt agent boot the SSH guest built in ``guest_dir``
     (``python -m vmctl.guestimage build DIR``) and run its job processes there: the
-    ``layout`` keys (direct kernel boot, ``ssh_ports`` from ``base_port``), ``backend.domain_type`` and
-    the ``ssh`` section (its ``known_hosts``, written here, gives the image's host key to the ``vms``
-    forwarded ports)."""
+    ``layout`` keys (direct kernel boot, ``ssh_ports`` from ``base_port``; with ``shared_vms``, the shared
+    VMs' range of that many ports right after the ``vms`` slot ports, ``shared_ssh_ports``/``shared_ssh_count``),
+    ``backend.domain_type`` and the ``ssh`` section (its ``known_hosts``, written here, gives the image's host
+    key to every forwarded port)."""
     host_key = (guest_dir / "host_key.pub").read_text(encoding="utf-8").strip()
-    known_hosts.write_text("".join(f"[127.0.0.1]:{p} {host_key}\n" for p in range(base_port, base_port + vms)),
-                           encoding="utf-8")
+    ports = range(base_port, base_port + vms + shared_vms)
+    known_hosts.write_text("".join(f"[127.0.0.1]:{p} {host_key}\n" for p in ports), encoding="utf-8")
+    layout: dict[str, Any] = {"kernel": str(guest_dir / "vmlinuz"), "initrd": str(guest_dir / "initrd.gz"),
+                              "cmdline": "quiet", "ssh_ports": base_port, "memory_mib": 128}
+    if shared_vms:
+        layout.update(shared_ssh_ports=base_port + vms, shared_ssh_count=shared_vms)
     return {"backend": {"domain_type": domain_type},
-            "layout": {"kernel": str(guest_dir / "vmlinuz"), "initrd": str(guest_dir / "initrd.gz"),
-                       "cmdline": "quiet", "ssh_ports": base_port, "memory_mib": 128},
+            "layout": layout,
             "ssh": {"enabled": True, "user": "root", "key_file": str(guest_dir / "id_ed25519"),
                     "known_hosts": str(known_hosts), "address_pattern": "127.0.0.1:{port}",
                     "connect_timeout_seconds": 2.0}}

@@ -106,3 +106,34 @@ def test_whatif_round_trip_with_spinning_moldable_guests(guest: Path, tmp_path: 
     assert "StartProcess(vm='j" in agent_log and "VMCTL_WORK_SECONDS" in agent_log
     lo = res["leftovers"]
     assert lo["domains"] == [] and lo["qemu_processes"] == [] and lo["our_processes_alive"] == [], lo
+
+
+def test_whatif_round_trip_with_shared_vcsched_guests(guest: Path, tmp_path: Path) -> None:
+    """The vcsched family on a real host: its VMs are shared (unpinned, no (core, level) slot), so the agent
+    forwards their SSH ports from the layout's second range (``layout.shared_ssh_ports``), and their processes
+    spin their work x CPU need under vcsched's caps. Before that range the processes never started (the SSH
+    runner found no port for a shared VM). Each job's live run covers at least its work (a cap only slows
+    it: the yield is at most 1)."""
+    import re
+
+    from vmctl.whatif.fidelity import run_family
+
+    logs: list[str] = []
+    res = run_family("vcsched", 3, 1, SPEED, 0.2, tmp_path, logs.append, libvirt_hosts=1, guest_dir=guest, hosts=2)
+    assert res["states"] == {"done": 3}, logs
+    assert res["guest"] == "spin" and res["error"]["jobs_compared"] == 3
+    assert res["start_error_real_host"]["jobs"] >= 1, res["per_job"]
+    side = read_side_file(tmp_path / "vcsched-libvirt" / "history.swf")
+    assert side is not None
+    live = res["per_job"]["live"]
+    for k, e in side["jobs"].items():
+        assert live[k][1] - live[k][0] >= float(e["work"]) - 0.2, (k, live[k], e["work"])
+    folder = tmp_path / "vcsched-libvirt" / "live"
+    agent_log = next(folder.glob("agent-wi*.log")).read_text(encoding="utf-8")
+    cfg = next(folder.glob("agent-wi*.yaml")).read_text(encoding="utf-8")
+    first = int(re.search(r"shared_ssh_ports: (\d+)", cfg).group(1))  # type: ignore[union-attr]
+    ports = {int(p) for p in re.findall(r"Define\(spec=VmSpec\(name='j[^']*'.*?ssh_port=(\d+)", agent_log)}
+    assert ports and all(first <= p < first + 24 for p in ports), (first, ports)
+    assert "StartProcess(vm='j" in agent_log and "VMCTL_CPU_USAGE" in agent_log
+    lo = res["leftovers"]
+    assert lo["domains"] == [] and lo["qemu_processes"] == [] and lo["our_processes_alive"] == [], lo

@@ -107,7 +107,15 @@ def summary(kind: str, cfg: Any) -> str:
         return (f"daemon config: store {cfg.store_url}, API {cfg.listen}:{cfg.port}, "
                 f"policy {cfg.policy_name}, tick {cfg.tick_s} s{notes}")
     uri = f" {cfg.backend.uri}" if cfg.backend.uri else ""
-    return f"agent config: node {cfg.node}, backend {cfg.backend.kind}{uri}"
+    lc = cfg.layout
+    ports = []
+    if lc.ssh_ports is not None:
+        n = f"{lc.levels * len(lc.cores)} " if lc.cores is not None else ""
+        ports.append(f"{n}slots from {lc.ssh_ports}")
+    if lc.shared_ssh_ports is not None:
+        ports.append(f"shared VMs {lc.shared_ssh_ports}-{lc.shared_ssh_ports + lc.shared_ssh_count - 1}")
+    fwd = f", forwarded SSH ports: {', '.join(ports)}" if ports else ""
+    return f"agent config: node {cfg.node}, backend {cfg.backend.kind}{uri}{fwd}"
 
 
 @click.group()

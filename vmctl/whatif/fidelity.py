@@ -82,12 +82,9 @@ def _bag(rng: np.random.Generator, i: int) -> tuple[float, dict[str, Any]]:
 
 SPECS: dict[str, Family] = {
     "measy": Family("measy", {}, 4, 2, {"levels": 2, "discipline": "priority"}, _rigid),
-    "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc, guest="spin",
-                      no_libvirt="its VMs are shared (unpinned, core -1), and the layout forwards an SSH port only "
-                                 "to the VM of a (core, level) slot (agents/layout.py, Layout.ssh_port; a vcsched "
-                                 "host holds more VMs than slots): the SSH runner finds no address for its guests "
-                                 "and its processes never start (tried: 'no VM named j3-r1-p0 (with a forwarded "
-                                 "SSH port)')"),
+    # vcsched's VMs are shared (unpinned, no (core, level) slot): a real host forwards their SSH ports from the
+    # layout's second range (layout.shared_ssh_ports, :func:`libvirt_agent_config`)
+    "vcsched": Family("vcsched-gr", {}, 4, 2, {"levels": 1, "discipline": "shared"}, _vc, guest="spin"),
     "gang": Family("gs-m", {"mpl": 2, "slice": 100.0}, 4, 2, {"levels": 2, "discipline": "timeslice"},
                    lambda rng, i: _rigid(rng, i, usage=False), guest="spin",
                    no_libvirt="gs-m migrates between hosts, and libvirt refuses a migration to the libvirtd a VM "
@@ -101,6 +98,9 @@ SPECS: dict[str, Family] = {
 }
 
 
+#: the forwarded SSH ports of a real host's shared VMs (layout.shared_ssh_count): more than a vcsched host holds
+#: at once here (each VM asks at least 5 % of the host's memory; a VM beyond the range waits for a free port)
+SHARED_SSH_PORTS = 24
 #: the real-libvirt hosts' libvirtd (the system one), their guests (built and cached by vmctl.guestimage)
 LIBVIRT_URI = "qemu:///system"
 LIBVIRT_SOCKET = Path("/run/libvirt/libvirt-sock")
@@ -174,7 +174,10 @@ def libvirt_agent_config(cfg: dict[str, Any], guest_dir: Path, known_hosts: Path
     machine and run their job processes there over SSH; no peers (one libvirtd: no migration to it)."""
     from vmctl.localcluster import free_port_range, ssh_guest_config
 
-    extra = ssh_guest_config(guest_dir, known_hosts, free_port_range(levels * len(cores)), levels * len(cores))
+    slots = levels * len(cores)
+    # a shared layout's VMs (vcsched's, unpinned) have no slot: they get ports of a second range after the slots'
+    shared = SHARED_SSH_PORTS if cfg.get("layout", {}).get("discipline") == "shared" else 0
+    extra = ssh_guest_config(guest_dir, known_hosts, free_port_range(slots + shared), slots, shared_vms=shared)
     out = {k: v for k, v in cfg.items() if k not in ("peers", "clock")}  # real guests run in real time
     out["backend"] = {**cfg["backend"], **extra["backend"]}
     out["layout"] = {**cfg.get("layout", {}), "cores": list(cores), **extra["layout"]}
