@@ -294,13 +294,17 @@ class Reconciler:
                 break
             bad_vms: set[str] = set()
             pass_failed = False
+            stopping = False  # a stop went off the pass: what comes after the stops is planned again
             for act in actions:
                 if act.vm in bad_vms:
                     continue
+                if stopping and not isinstance(act, Stop | KillProcess | AbortMigration | CheckpointVm):
+                    continue  # the next pass plans it knowing which VMs are still stopping (their cores)
                 if isinstance(act, Stop) and self.background_stops:
                     self._stop_off_pass(act.vm)
                     applied.append(act)
                     bad_vms.add(act.vm)  # its other actions (undefine, start) wait for the stop's end
+                    stopping = True
                     continue
                 try:
                     self._apply(act)
