@@ -38,6 +38,8 @@ from vmctl.nodedoc import NodeObserved
 from vmctl.wire import observed_to_json
 
 log = logging.getLogger("vmctl.agent")
+#: seconds an agent that was asked to exit waits for the VM stops under way (off its reconcile pass)
+STOP_DRAIN_S = 30.0
 
 
 @dataclass
@@ -140,11 +142,12 @@ def make_transfer(cfg: AgentConfig) -> Callable[[str, str, str], int] | None:
 
 
 def make_runner(cfg: AgentConfig, backend: HypervisorBackend,
-                on_end: Callable[[], None] | None = None) -> ProcessRunner | None:
+                on_end: Callable[[], None] | None = None,
+                on_start: Callable[[], None] | None = None) -> ProcessRunner | None:
     """The agent's process runner: over SSH into the guests (``ssh.enabled``; a guest's address is
     ``ssh.guests[vm]`` or ``ssh.address_pattern`` with ``{vm}`` and ``{port}``, the loopback port the
     layout forwards to that VM's SSH, read from the VM's metadata), else the mock's simulated processes.
-    ``on_end``: called when a job process in a guest ends (the agent wakes to report it)."""
+    ``on_end``/``on_start``: called when a job process in a guest ends / runs (the agent wakes to report it)."""
     if cfg.ssh.enabled:
         from vmctl.agents.remote import ParamikoRunner
 
@@ -162,7 +165,7 @@ def make_runner(cfg: AgentConfig, backend: HypervisorBackend,
                                              "layout.shared_ssh_ports)", name=vm)
             return pattern.format(vm=vm, port=port)
 
-        return ParamikoRunner(_ssh_settings(cfg), address_of, on_end)
+        return ParamikoRunner(_ssh_settings(cfg), address_of, on_end, on_start)
     if isinstance(backend, MockBackend):
         return MockProcessRunner(backend)
     return None
@@ -224,8 +227,9 @@ def build_agent(cfg: AgentConfig, desired: str | None = None, report: str | None
         reporter = FileReporter(report_file) if reporter is None else _Both(reporter, FileReporter(report_file))
     rc = cfg.reconcile
     clock = backend.clock if isinstance(backend, MockBackend) else SystemClock()  # CPU time and samples agree
-    wake: list[Callable[[], None]] = []  # the reconciler's, once it exists: a guest's job ended
-    runner = make_runner(cfg, backend, on_end=lambda: wake[0]() if wake else None)
+    wake: list[Callable[[], None]] = []  # the reconciler's, once it exists: a guest's job started or ended
+    runner = make_runner(cfg, backend, on_end=lambda: wake[0]() if wake else None,
+                         on_start=lambda: wake[0]() if wake else None)
     reconciler = Reconciler(backend, layout, source, reporter, clock=clock, runner=runner,
                             peers=cfg.peers, migrate_uris=cfg.migrate_uris, resync_seconds=rc.resync_seconds,
                             backoff=Backoff(initial=rc.backoff_initial_seconds, maximum=rc.backoff_max_seconds),
@@ -368,6 +372,9 @@ def serve(agent: Agent, stop: threading.Event) -> None:
 
         rec.on_switch = metrics.row_switch
         rec.run(stop, on_cycle=on_cycle)
+        if not rec.wait_stops(STOP_DRAIN_S):  # a stop under way ends on libvirtd's side anyway
+            log.warning("exiting with a VM stop still under way (%s): the next start finishes it",
+                        ", ".join(sorted(rec.stops_under_way())))
     finally:
         notifier.stopping()
         notifier.close()

@@ -6,6 +6,9 @@ that move the host toward the desired state. The reconciler applies them in the 
 plans again; when the host matches, the plan is empty (that is what makes an agent restart harmless:
 nothing is started or stopped that is already right).
 
+A VM whose forced stop is under way (``Observed.stopping``: the reconciler runs stops off its pass) gets
+no action at all until the stop ended; its SSH port stays taken meanwhile.
+
 Order (safe transitions): kill processes / abort migrations, then stop, checkpoint and suspend, then
 undefine, then *lower* weights, then define, pin, *raise* weights (so a core never has two VMs at the
 fg weight during a promote, only briefly two at the bg weight), then restore/start, resume, start
@@ -223,12 +226,14 @@ class Observed:
     migrations: Mapping[str, MigrationStatus] = field(default_factory=dict)
     files: frozenset[str] = frozenset()
     transferred: frozenset[str] = frozenset()  # checkpoint paths already copied to their target host
+    #: VMs whose forced stop is under way off the reconcile pass: the plan leaves them alone until it ended
+    stopping: frozenset[str] = frozenset()
 
     @staticmethod
     def of(vms: list[VmInfo], processes: Mapping[str, ProcessStatus | None] | None = None,
            migrations: Mapping[str, MigrationStatus] | None = None, files: frozenset[str] = frozenset(),
-           transferred: frozenset[str] = frozenset()) -> Observed:
-        return Observed({v.name: v for v in vms}, processes or {}, migrations or {}, files, transferred)
+           transferred: frozenset[str] = frozenset(), stopping: frozenset[str] = frozenset()) -> Observed:
+        return Observed({v.name: v for v in vms}, processes or {}, migrations or {}, files, transferred, stopping)
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -404,10 +409,12 @@ def plan(desired: NodeDesired, observed: Observed, layout: Layout, peers: Mappin
 
     wanted = {v.name for v in desired.vms}
     for v in desired.vms:
+        if v.name in observed.stopping:
+            continue  # its stop is under way: nothing else is done to it until that ended (then: plan again)
         _plan_vm(v, observed.vms.get(v.name), observed, layout, peers, migrate_uris, add, transfer_checkpoints)
     if prune:
         for name, o in observed.vms.items():
-            if name in wanted or not layout.is_ours(name, o.metadata):
+            if name in wanted or name in observed.stopping or not layout.is_ours(name, o.metadata):
                 continue
             if o.power is PowerState.MIGRATING:
                 # leaving for a host that no desired state puts it on: call it back (too late once it is
@@ -539,7 +546,7 @@ def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peer
             add(_P_START, RestoreVm(name, v.checkpoint_path, _meta(v, layout, core)))
             return  # pinned and tuned in the next pass, once it exists
         add(_P_DEFINE, Define(layout.spec_for(v)))
-        _tune(v, None, pin, add, new=True)
+        _tune(v, None, pin, add, new=True, held=_held_weights(obs))
         if want is not PowerState.SHUTOFF:
             add(_P_START, Start(name))
         if want is PowerState.PAUSED:
@@ -547,7 +554,7 @@ def _plan_vm(v: VmDesired, o: VmInfo | None, obs: Observed, layout: Layout, peer
         return
 
     assert o is not None
-    _tune(v, o, pin, add, new=False)
+    _tune(v, o, pin, add, new=False, held=_held_weights(obs))
     if want is PowerState.SHUTOFF:
         if power in (PowerState.RUNNING, PowerState.PAUSED, PowerState.CRASHED):
             add(_P_STOP, Stop(name))
@@ -577,7 +584,22 @@ def _meta(v: VmDesired, layout: Layout, core: int) -> tuple[tuple[str, str], ...
     return tuple(sorted((k, x) for k, x in spec.metadata.items() if k != META_SSH_PORT))
 
 
-def _tune(v: VmDesired, o: VmInfo | None, pin: tuple[int, ...] | None, add: _Adder, new: bool) -> None:
+def _held_weights(obs: Observed) -> dict[int, int]:
+    """Physical core -> the weight of a VM being stopped there (the lowest, when several): no other VM of
+    that core is raised to it until the stop ended, so a core never has two VMs at the fg weight (a stop
+    runs off the reconcile pass: the stopping VM keeps its weight meanwhile)."""
+    held: dict[int, int] = {}
+    for name in obs.stopping:
+        o = obs.vms.get(name)
+        if o is None or not o.pinned_cores or o.weight is None:
+            continue
+        for c in o.pinned_cores:
+            held[c] = min(held.get(c, o.weight), o.weight)
+    return held
+
+
+def _tune(v: VmDesired, o: VmInfo | None, pin: tuple[int, ...] | None, add: _Adder, new: bool,
+          held: Mapping[int, int] | None = None) -> None:
     if pin is not None and (o is None or o.pinned_cores != pin):
         add(_P_PIN, Pin(v.name, pin))
     cur_w = None if o is None else o.weight
@@ -593,6 +615,11 @@ def _tune(v: VmDesired, o: VmInfo | None, pin: tuple[int, ...] | None, add: _Add
         return
     if new and weight is None and not cap_change:
         weight = v.weight
+    if held and weight is not None and pin is not None and (cur_w is None or weight > cur_w) \
+            and any(weight >= held[c] for c in pin if c in held):
+        weight = None  # waits for the stop on its core (``_held_weights``); planned again once it ended
+        if not cap_change and not clear:
+            return
     lowering = cur_w is not None and weight is not None and weight < cur_w
     phase = _P_LOWER if (lowering or (weight is None and not new)) else _P_RAISE
     add(phase, Tune(v.name, weight=weight, cap=v.cap if cap_change else None, clear_cap=clear))

@@ -15,6 +15,21 @@ failing action does not stop the other VMs' actions; the remaining actions of *t
 in this pass. After applying, the reconciler relists and plans again (up to ``max_passes``) so
 multi-step changes (restore, then pin and tune; start, then start the job process) converge in one
 cycle.
+
+A forced stop runs off the pass (``background_stops``; by default where the backend's stops are slow,
+``HypervisorBackend.slow_stops``: libvirt), as a live migration does: libvirt's
+destroy of a guest whose cgroup is starved by spinning guests took 17-89 s here (docs/libvirt.md), and
+a pass that waits for it applies nothing else meanwhile (no row switch, no report). The VM is reported
+with ``stopping`` until the stop ended; the plan leaves it alone meanwhile (``Observed.stopping``: no
+second stop, no undefine, no start); the end of the stop wakes the loop, whose next pass undefines it.
+A cycle with a stop under way is not converged (the generation is not applied yet). An agent killed
+during a stop leaves the domain as libvirtd has it (being destroyed, or still there): the next agent's
+relist finds it and its plan stops (again) and removes it.
+
+Process start times: the first pass that sees a job process started (``ProcessStatus.started``) records
+the time on the agent's clock, earlier by what the runner says it saw (``ProcessStatus.started_ago_s``),
+and every report carries it (``VmObserved.process_started_at``): a report that comes later (a short
+process that started and ended between two reports) still says when it started.
 """
 
 from __future__ import annotations
@@ -135,6 +150,7 @@ class Reconciler:
         checkpoint_peers: Collection[str] | None = None,
         fence: Callable[[int | None], bool] | None = None,
         host_memory_mib: int | None = None,
+        background_stops: bool | None = None,
     ) -> None:
         self.backend = backend
         self.layout = layout
@@ -184,6 +200,14 @@ class Reconciler:
         self._owned: set[str] = set()
         self._wake = threading.Event()
         self._subscribed = False
+        #: forced stops run on threads of their own (module docstring): the VMs whose stop is under way,
+        #: and the stops that failed since the last cycle (reported by the next)
+        self.background_stops = backend.slow_stops if background_stops is None else background_stops
+        self._stops: dict[str, threading.Thread] = {}
+        self._stop_failures: list[tuple[str, VmctlError]] = []
+        self._stops_lock = threading.Lock()
+        #: (VM, job, index) -> when this agent saw that process started (its clock)
+        self._proc_started: dict[tuple[str, str, int], float] = {}
 
     # ------------------------------------------------------------------ events
 
@@ -244,6 +268,12 @@ class Reconciler:
         target = self.layout.shape(desired if desired is not None else self.layout.base_desired(0), self.active_row)
         applied: list[Action] = []
         failed: list[Action] = []
+        with self._stops_lock:
+            stop_failures, self._stop_failures = self._stop_failures, []
+        for vm, exc in stop_failures:  # a stop that ran off the last cycle's pass failed: the plan tries again
+            failed.append(Stop(vm))
+            retry = retry or exc.retryable
+            errors.append(f"stop {vm}: {exc.reference}: {exc}")
         converged = False
         observation: Observed | None = None
         for _ in range(self.max_passes):
@@ -264,8 +294,17 @@ class Reconciler:
                 break
             bad_vms: set[str] = set()
             pass_failed = False
+            stopping = False  # a stop went off the pass: what comes after the stops is planned again
             for act in actions:
                 if act.vm in bad_vms:
+                    continue
+                if stopping and not isinstance(act, Stop | KillProcess | AbortMigration | CheckpointVm):
+                    continue  # the next pass plans it knowing which VMs are still stopping (their cores)
+                if isinstance(act, Stop) and self.background_stops:
+                    self._stop_off_pass(act.vm)
+                    applied.append(act)
+                    bad_vms.add(act.vm)  # its other actions (undefine, start) wait for the stop's end
+                    stopping = True
                     continue
                 try:
                     self._apply(act)
@@ -292,6 +331,8 @@ class Reconciler:
             except _AbortPass as exc:
                 errors.append(f"observe: {exc.error.reference}: {exc.error}")
                 retry = True
+        if converged and self.stops_under_way():
+            converged = False  # a VM is still being stopped: not there yet
         if converged and not failed and desired is not None and not self.fenced:
             self._generation_applied = desired.generation
         wanted = {v.name for v in target.vms}
@@ -530,7 +571,78 @@ class Reconciler:
                 except VmctlError as exc:
                     raise _AbortPass(exc) from exc
         self._sample(vms)
-        return Observed(by_name, processes, migrations, frozenset(files), frozenset(self._transferred))
+        self._note_starts(processes, by_name)
+        return Observed(by_name, processes, migrations, frozenset(files), frozenset(self._transferred),
+                        self.stops_under_way())
+
+    def _note_starts(self, processes: Mapping[str, ProcessStatus | None], vms: Collection[str]) -> None:
+        """Record when each job process was first seen started (module docstring); forget processes gone."""
+        now = self.clock.now()
+        factor = float(getattr(self.clock, "factor", 1.0))
+        keep: set[tuple[str, str, int]] = set()
+        for vm, st in processes.items():
+            if st is None or not st.started:
+                continue
+            key = (vm, st.job_id, st.index)
+            keep.add(key)
+            if key not in self._proc_started:
+                ago = st.started_ago_s if st.started_ago_s is not None else 0.0
+                self._proc_started[key] = now - max(0.0, ago) * factor
+        for key in set(self._proc_started) - keep:
+            if key[0] in processes or key[0] not in vms:  # seen without that process, or the VM is gone
+                del self._proc_started[key]
+
+    # ------------------------------------------------------------------ stops off the pass
+
+    def stops_under_way(self) -> frozenset[str]:
+        """The VMs whose forced stop runs now (off the reconcile pass)."""
+        with self._stops_lock:
+            return frozenset(self._stops)
+
+    def _stop_off_pass(self, vm: str) -> None:
+        """Start the forced stop of ``vm`` on a thread of its own (none when one is under way already)."""
+        with self._stops_lock:
+            if vm in self._stops:
+                return
+            t = threading.Thread(target=self._stop_body, args=(vm,), name=f"vmctl-stop-{vm}", daemon=True)
+            self._stops[vm] = t
+        log.info("stopping %s off the reconcile pass", vm)
+        t.start()
+
+    def _stop_body(self, vm: str) -> None:
+        t0 = time.perf_counter()
+        failure: VmctlError | None = None
+        try:
+            self.backend.stop(vm, force=True)
+        except VmctlError as exc:
+            failure = exc
+        except Exception as exc:  # a bug must still end the stop's record (and be reported)
+            log.exception("stop of %s failed unexpectedly", vm)
+            failure = HypervisorError(backend=self.backend.name, operation="stop", problem=repr(exc))
+        took = time.perf_counter() - t0
+        if failure is None:
+            log.info("stopped %s in %.2f s", vm, took)
+        else:
+            log.warning("stop %s failed after %.2f s: %s", vm, took, failure)
+        with self._stops_lock:
+            self._stops.pop(vm, None)
+            if failure is not None:
+                self._stop_failures.append((vm, failure))
+        self.wake()
+
+    def wait_stops(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the stops under way to end (an agent shutting down);
+        True when none is left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._stops_lock:
+                threads = list(self._stops.values())
+            if not threads:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            threads[0].join(timeout=left)
 
     def _sample(self, vms: list[VmInfo]) -> None:
         now = self.clock.now()
@@ -674,6 +786,9 @@ class Reconciler:
                 process_index=proc.index if proc is not None else None,
                 process_exit=proc.exit_code if proc is not None else None, migration_phase=phase,
                 process_starting=proc is not None and not proc.started,
+                stopping=name in obs.stopping,
+                process_started_at=self._proc_started.get((name, proc.job_id, proc.index)) if proc is not None
+                else None,
                 orphan=prune and d is None and not self.layout.is_level_name(name)))
         for name, d in sorted(wanted.items()):
             if name in obs.vms:

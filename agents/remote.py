@@ -26,9 +26,9 @@ forwarded loopback port); without a port, ``SshSettings.port``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
+import re
 import shlex
 import socket
 import threading
@@ -48,6 +48,18 @@ log = logging.getLogger("vmctl.agent.remote")
 TIMEOUT_EXIT = 124
 KILLED_EXIT = 137
 _PID_MARK = b"__vmctl_pid="
+#: the wrapper's PID line, at the start of a line (something may come before it: a shell's start-up file
+#: or a guest's login message on the combined stream) and complete (it may arrive in pieces)
+_PID_LINE = re.compile(rb"(?<![^\n])" + re.escape(_PID_MARK) + rb"(\d+)\r?\n")
+
+
+def take_pid(buf: bytes) -> tuple[int | None, bytes]:
+    """The PID the wrapper's marker line in ``buf`` names, and ``buf`` without that line; (None, ``buf``)
+    while no whole marker line has arrived."""
+    m = _PID_LINE.search(buf)
+    if m is None:
+        return None, buf
+    return int(m.group(1)), buf[:m.start()] + buf[m.end():]
 
 __all__ = ["KILLED_EXIT", "TIMEOUT_EXIT", "ParamikoRunner", "ProcessRunner", "ProcessStatus", "RunResult",
            "SshSettings"]
@@ -81,6 +93,7 @@ class _Job:
         self.exit_code: int | None = None
         self.tail = b""
         self.pid: int | None = None
+        self.pid_seen = 0.0  # monotonic: when the PID line came (the process runs in the guest)
         self.killed = False
         self.channel: paramiko.Channel | None = None
         self.error: str = ""
@@ -95,10 +108,11 @@ class _Job:
 
 class ParamikoRunner:
     def __init__(self, settings: SshSettings, address_of: Callable[[str], str] | None = None,
-                 on_end: Callable[[], None] | None = None) -> None:
+                 on_end: Callable[[], None] | None = None, on_start: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.address_of: Callable[[str], str] = address_of or (lambda vm: vm)
         self.on_end = on_end  # called when a started job's process ended (the agent reports it at once)
+        self.on_start = on_start  # called when a job's process runs in its guest (its PID line came)
         self._jobs: dict[str, _Job] = {}
         self._probed: set[str] = set()  # VMs whose guest was asked for a job trace since we started
         self._booting: dict[str, float] = {}  # VM -> monotonic time the agent booted it, until a job connects
@@ -230,11 +244,17 @@ class ParamikoRunner:
                     data = None
                 if data:
                     buf += data
-                    if job.pid is None and b"\n" in buf and buf.startswith(_PID_MARK):
-                        line, buf = buf.split(b"\n", 1)
-                        with contextlib.suppress(ValueError):
-                            job.pid = int(line[len(_PID_MARK):])
-                    buf = buf[-self.settings.tail_bytes:]
+                    if job.pid is None:
+                        pid, buf = take_pid(buf)
+                        if pid is not None:
+                            job.pid_seen = time.monotonic()
+                            job.pid = pid
+                            if self.on_start is not None and job.spec.job_id:
+                                self.on_start()
+                        else:  # keep what may be the start of the marker line (a whole line is < 64 bytes)
+                            buf = buf[-max(self.settings.tail_bytes, 64):]
+                    if job.pid is not None:
+                        buf = buf[-self.settings.tail_bytes:]
                     with job.lock:
                         job.tail = buf
                     continue
@@ -378,9 +398,11 @@ class ParamikoRunner:
             tail = job.tail.decode("utf-8", "replace")
             if job.error:
                 tail = f"{tail}\n[vmctl: {job.error}]".lstrip()
+            seen = job.pid_seen if job.pid is not None and job.pid_seen > 0 else None
             return ProcessStatus(vm=vm, job_id=job.spec.job_id, index=job.spec.index,
                                  running=job.exit_code is None, exit_code=job.exit_code, output_tail=tail,
-                                 started=job.pid is not None or job.exit_code is not None or job.adopted)
+                                 started=job.pid is not None or job.exit_code is not None or job.adopted,
+                                 started_ago_s=None if seen is None else max(0.0, time.monotonic() - seen))
 
     def booted(self, vm: str) -> None:
         """The agent just booted ``vm`` from shut off: no process runs in it, so there is no job trace to

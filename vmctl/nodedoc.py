@@ -118,6 +118,12 @@ class VmObserved:
     #: the agent asked for the process but it does not run yet (a booting guest's SSH server is not up);
     #: last, so that positional construction by older callers keeps its meaning
     process_starting: bool = False
+    #: the agent is stopping the VM (a forced stop runs off its reconcile pass and takes seconds to minutes
+    #: on a loaded host): ``power`` is still what the hypervisor says until it is gone
+    stopping: bool = False
+    #: when the agent saw the job process start (its clock, as ``NodeObserved.time``; None: not known or not
+    #: started): a report may come later than that (the one that also carries the exit of a short process)
+    process_started_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

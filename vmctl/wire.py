@@ -258,6 +258,8 @@ def vm_observed_to_json(v: VmObserved) -> dict[str, Any]:
         "cpu_time_s": v.cpu_time_s, "utilization": v.utilization, "process_job": v.process_job,
         "process_index": v.process_index, "process_exit": v.process_exit, "migration_phase": v.migration_phase,
         "orphan": v.orphan, **({"process_starting": True} if v.process_starting else {}),
+        **({"stopping": True} if v.stopping else {}),
+        **({"process_started_at": v.process_started_at} if v.process_started_at is not None else {}),
     }
 
 
@@ -290,6 +292,8 @@ def vm_observed_from_json(raw: Any, where: str) -> VmObserved:
         migration_phase=_get(d, "migration_phase", str, where, default=None, nullable=True),
         orphan=_get(d, "orphan", bool, where, default=False),
         process_starting=_get(d, "process_starting", bool, where, default=False),
+        stopping=_get(d, "stopping", bool, where, default=False),
+        process_started_at=_get(d, "process_started_at", float, where, default=None, nullable=True),
     )
 
 

@@ -112,6 +112,9 @@ class HypervisorBackend(ABC):
     VMs, ``OutOfRange`` for bad arguments, ``HypervisorError`` (retryable) for hypervisor faults."""
 
     name: str = "abstract"
+    #: a forced ``stop`` can take long (libvirt: seconds to minutes on a loaded host): the agent runs it
+    #: off its reconcile pass (``Reconciler.background_stops``); an in-memory backend's stop is instant
+    slow_stops: bool = False
 
     @abstractmethod
     def capabilities(self) -> frozenset[Capability]: ...
@@ -206,6 +209,9 @@ class ProcessStatus:
     #: False while the runner is still connecting to start it (a guest the agent just booted: its SSH
     #: server is not up yet); True once the process runs in the guest or ended
     started: bool = True
+    #: real seconds since the runner saw the process start (None: it does not know; the agent then takes
+    #: the time it first sees ``started``)
+    started_ago_s: float | None = None
 
 
 class ProcessRunner(Protocol):

@@ -220,6 +220,25 @@ def test_vmctl_whatif_says_how_the_boots_were_replayed(tmp_path: Path) -> None:
     assert none["error_in_force"]["avg_response_relative"] < -0.2 and "not replayed" in render(none)
 
 
+class Connecting:
+    """A runner still connecting to the guests: the processes it was asked for do not run yet."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def start(self, vm: str, spec: Any) -> None:
+        self.inner.start(vm, spec)
+
+    def status(self, vm: str) -> Any:
+        import dataclasses
+
+        st = self.inner.status(vm)
+        return None if st is None else dataclasses.replace(st, started=False)
+
+    def kill(self, vm: str) -> None:
+        self.inner.kill(vm)
+
+
 def test_a_process_the_agent_is_still_starting_is_not_running_yet(tmp_path: Path) -> None:
     """A real guest's process starts over SSH once the guest booted: until then its agent reports it
     ``process_starting`` (the runner has no pid of it), and vmctld neither opens the run nor notes
@@ -234,6 +253,9 @@ def test_a_process_the_agent_is_still_starting_is_not_running_yet(tmp_path: Path
     assert "process_starting" not in vm_observed_to_json(dataclasses.replace(v, process_starting=False))
     c = Cluster(tmp_path, {"n1": 2})
     jid = c.submit(2, 100, 50)
+    runners = {name: rec.runner for name, (rec, _s, _r, _b) in c.agents.items()}
+    for name, (rec, _s, _r, _b) in c.agents.items():
+        rec.runner = Connecting(runners[name])
     for _ in range(3):  # the agents start the processes; their reports say they are still starting
         c.clock.advance(1.0)
         c.daemon.run_once()
@@ -241,8 +263,10 @@ def test_a_process_the_agent_is_still_starting_is_not_running_yet(tmp_path: Path
             src.set(c.daemon.desired(name))
             rec.run_once()
             assert rep.last is not None
-            c.daemon.report(dataclasses.replace(rep.last, vms=tuple(
-                dataclasses.replace(x, process_starting=x.process_job is not None) for x in rep.last.vms)))
+            assert any(x.process_starting and x.process_started_at is None for x in rep.last.vms)
+            c.daemon.report(rep.last)
+    for name, (rec, _s, _r, _b) in c.agents.items():
+        rec.runner = runners[name]  # the guests' SSH servers are up: the processes run
     job1 = c.daemon.job(jid)
     assert job1.state == "running" and not any(t["seen"] for t in job1.tasks)
     assert "running" not in [h["event"] for h in job1.history]

@@ -239,7 +239,8 @@ def _vm_observed(o: VmObserved | None, node: str) -> dict[str, Any] | None:
     if o is None:
         return None
     return {"node": node, "power": o.power.value, "core": o.core, "weight": o.weight, "cap": o.cap,
-            "job_id": o.process_job, "utilization": o.utilization, "migration_phase": o.migration_phase}
+            "job_id": o.process_job, "utilization": o.utilization, "migration_phase": o.migration_phase,
+            **({"stopping": True} if o.stopping else {})}
 
 
 #: desired field -> observed field compared for ``differs`` (a VM the agent did not report differs in power)

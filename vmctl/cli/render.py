@@ -625,6 +625,8 @@ def _observed_vs_desired(v: Mapping[str, Any], key: str, fmt: Callable[[Any], st
         seen = "-"
     else:
         seen = fmt(o.get(key))
+        if key == "power" and o.get("stopping"):
+            seen += ", stopping"  # its agent's forced stop is under way
     if v.get("managed") is False or key not in (v.get("differs") or ()):
         return seen
     return f"{seen} (want {fmt(v.get(key))})"
@@ -664,7 +666,8 @@ def vm_text(v: Mapping[str, Any]) -> str:
                  f"cap {fmt_cap(v.get('cap'))}"]
     if isinstance(o, Mapping):
         w = o.get("weight")
-        lines.append(f"observed: power {o.get('power')}, core {_fmt_core(o.get('core'))}, "
+        stopping = " (stopping)" if o.get("stopping") else ""
+        lines.append(f"observed: power {o.get('power')}{stopping}, core {_fmt_core(o.get('core'))}, "
                      f"weight {'-' if w is None else w}, cap {fmt_cap(o.get('cap'))}, "
                      f"utilization {fmt_pct(o.get('utilization'))} (reported by {o.get('node')})")
     else:

@@ -13,8 +13,20 @@ from vmctl.daemon import dispatcher, history
 from vmctl.daemon.records import Changes, RecordWriter
 from vmctl.daemon.state import ACTIVE, parse_vm_name
 from vmctl.model import JobState
-from vmctl.nodedoc import NodeObserved, PowerState
+from vmctl.nodedoc import NodeObserved, PowerState, VmObserved
 from vmctl.store.base import JobRecord, OperationRecord
+
+
+def seen_at(v: VmObserved, obs: NodeObserved | None, now: float, job: JobRecord) -> float:
+    """When the agent saw ``v``'s job process start, on this daemon's clock: ``now`` less how long before
+    its report the agent saw it (``VmObserved.process_started_at`` against ``NodeObserved.time``, both the
+    agent's clock, so a skew between the clocks does not count), never before the run's start; ``now``
+    from an agent that does not say."""
+    if v.process_started_at is None or obs is None or obs.time <= 0:
+        return now
+    at = now - max(0.0, obs.time - v.process_started_at)
+    start = history.started_at(job)
+    return at if start is None else min(now, max(at, start))
 
 
 class Follower(RecordWriter):
@@ -44,17 +56,22 @@ class Follower(RecordWriter):
             task = job.tasks[idx]
             if task.get("seen") is False and v.process_job == jid and v.process_index == idx \
                     and not v.process_starting:
-                # the first report that shows this process started: its run is modelled from here, not from
-                # the decision that placed it (an agent may have learnt of it only after a daemon restart)
+                # the first report that shows this process started: its run is modelled from when the agent saw
+                # it start, not from the decision that placed it (an agent may have learnt of it only after a
+                # daemon restart), nor from this report (a short process's start may come with its exit)
+                at = seen_at(v, obs, now, job)
                 task["seen"] = True
+                task["seen_at"] = at
                 if job.state == JobState.RUNNING and not job.migrating:
                     job.progress_base = 0.0
-                    job.tier_since = now
+                    job.tier_since = at if job.id not in opened else max(at, job.tier_since or at)
                     if job.id not in opened:  # the same for every process of the report
                         opened.add(job.id)
                         st.open_run(job)
                 if all(t.get("seen", True) for t in job.tasks):
-                    history.note_running(job, now, len(job.tasks))  # the run's boot ends (export: ``boot``)
+                    # the run's boot ends when its last process started (export: ``boot``)
+                    last = max((float(t["seen_at"]) for t in job.tasks if t.get("seen_at") is not None), default=now)
+                    history.note_running(job, last, len(job.tasks))
                 ch.jobs[job.id] = job
             if task["exit_status"] is None:
                 if v.process_exit is not None:
@@ -107,7 +124,7 @@ class Follower(RecordWriter):
             up: dict[str, float] = bag.setdefault("up", {})
             up_on: dict[str, str] = bag.setdefault("up_on", {})  # and on which node (export: node_boots)
             if str(vm_number) not in up:
-                up[str(vm_number)] = now
+                up[str(vm_number)] = seen_at(v, self.state.observed.get(node), now, job)
                 up_on[str(vm_number)] = node
                 if all(str(n) in up for n in bag["vms"]):
                     bag["running"] = True

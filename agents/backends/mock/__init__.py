@@ -13,11 +13,11 @@ the demo and the daemon's tests. Three jobs, three modules, on the records of ``
 
 from __future__ import annotations
 
-from vmctl.agents.backends.mock.backend import Fault, JournalEntry, MockBackend, MockProcessRunner
+from vmctl.agents.backends.mock.backend import Fault, Hold, JournalEntry, MockBackend, MockProcessRunner
 from vmctl.agents.backends.mock.fabric import inbox_name
 from vmctl.agents.backends.mock.host import KILLED_EXIT, MockFabric
 from vmctl.agents.backends.mock.store import MockStateError
 from vmctl.cpushare import share_core
 
-__all__ = ["KILLED_EXIT", "Fault", "JournalEntry", "MockBackend", "MockFabric", "MockProcessRunner", "MockStateError",
-           "inbox_name", "share_core"]
+__all__ = ["KILLED_EXIT", "Fault", "Hold", "JournalEntry", "MockBackend", "MockFabric", "MockProcessRunner",
+           "MockStateError", "inbox_name", "share_core"]

@@ -40,7 +40,7 @@ import math
 import os
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vmctl.agents.backends.base import (
@@ -89,6 +89,28 @@ class Fault:
         return (self.operation in ("*", operation)) and fnmatch.fnmatchcase(vm, self.vm_glob)
 
 
+@dataclass
+class Hold:
+    """Make matching calls wait (a slow hypervisor call: libvirt's destroy of a starved guest) until
+    ``release`` is set, without holding the backend's lock; ``entered`` is set once a call waits.
+    ``times=None`` holds every matching call."""
+
+    operation: str
+    vm_glob: str = "*"
+    release: threading.Event = field(default_factory=threading.Event)
+    entered: threading.Event = field(default_factory=threading.Event)
+    times: int | None = 1
+
+    def take(self, operation: str, vm: str) -> bool:
+        if self.times is not None and self.times <= 0:
+            return False
+        if self.operation not in ("*", operation) or not fnmatch.fnmatchcase(vm, self.vm_glob):
+            return False
+        if self.times is not None:
+            self.times -= 1
+        return True
+
+
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
     time: float
@@ -128,6 +150,8 @@ class MockBackend(FabricMigrations, HostStateFile):
         self.memory_mib = memory_mib
         self.clock: Clock = clock if clock is not None else VirtualClock()
         self.faults: list[Fault] = list(faults)
+        #: calls that wait for a test's word (``Hold``): fault injection of a slow hypervisor
+        self.holds: list[Hold] = []
         self.uri = uri or f"mock://{hostname}"
         self.migration_seconds = migration_seconds
         self.fabric = fabric
@@ -363,7 +387,16 @@ class MockBackend(FabricMigrations, HostStateFile):
             self._log("start", name)
         self._emit(name, "started")
 
+    def _held(self, operation: str, vm: str) -> None:
+        """Wait while a ``Hold`` matches this call (outside the lock: other calls go on meanwhile)."""
+        with self._lock:
+            holds = [h for h in self.holds if h.take(operation, vm)]
+        for h in holds:
+            h.entered.set()
+            h.release.wait()
+
     def stop(self, name: str, force: bool = True) -> None:
+        self._held("stop", name)
         with self._lock:
             self._check("stop", name, Capability.LIFECYCLE)
             vm = self._vm(name)
