@@ -10,6 +10,9 @@
    for CI); the actions the actuator skipped are counted (0 expected). Also, per event on one fresh
    view, the thread CPU of ``decide`` with the collapsed matrix kept between events against the same
    ``decide`` collapsing every running job (issue 27's baseline; their decisions must be equal).
+   The baselines run with the cyclic collector paused, as vmctld pauses it around its own decide.
+   ``--freeze``: ``gc.freeze()`` after setup, as vmctld freezes the state it loads at start or on taking
+   the lease; ``--only-matrix``: part 1 only.
 2. Agent row-switch latency on the mock backend: one agent with 32 cores and 2 rows (2 x 32 job VMs,
    ``inactive: pause``) switching rows on its slice clock; the latency is the reconcile cycle that
    applies a switch (pause 32 VMs, resume 32). Baseline in the same process: a cycle with no switch.
