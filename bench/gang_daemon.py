@@ -10,6 +10,9 @@
    for CI); the actions the actuator skipped are counted (0 expected). Also, per event on one fresh
    view, the thread CPU of ``decide`` with the collapsed matrix kept between events against the same
    ``decide`` collapsing every running job (issue 27's baseline; their decisions must be equal).
+   The baselines run with the cyclic collector paused, as vmctld pauses it around its own decide.
+   ``--freeze``: ``gc.freeze()`` after setup, as vmctld freezes the state it loads at start or on taking
+   the lease; ``--only-matrix``: part 1 only.
 2. Agent row-switch latency on the mock backend: one agent with 32 cores and 2 rows (2 x 32 job VMs,
    ``inactive: pause``) switching rows on its slice clock; the latency is the reconcile cycle that
    applies a switch (pause 32 VMs, resume 32). Baseline in the same process: a cycle with no switch.
@@ -39,6 +42,8 @@ from vmctl.agents.sources import MemoryReporter, MemorySource
 from vmctl.clock import SystemClock, VirtualClock
 from vmctl.daemon.config import DaemonConfig
 from vmctl.daemon.core import Daemon
+from vmctl.daemon.decisions import cyclic_gc_paused
+from vmctl.daemon.runtime import freeze_loaded_state
 from vmctl.daemon.view import build_view
 from vmctl.model import Discipline, JobState, SliceSchedule
 from vmctl.nodedoc import NodeDesired, NodeObserved, PowerState, VmDesired, VmObserved, VmRole
@@ -84,20 +89,25 @@ def _decide_kept_and_full(d: Daemon, policy: SchedulingPolicy, full: SchedulingP
                           clock: VirtualClock) -> tuple[float, float]:
     """Thread CPU seconds of ``policy.decide`` (the kept collapsed matrix) and of ``full.decide`` (the same
     policy collapsing every running job: issue 27's baseline) on one fresh view; their decisions must agree.
-    Both instances see one view per event, so the kept matrix is updated by one event's changes."""
-    view, _lay = build_view(d.state, clock.now())
-    t = time.thread_time()
-    a = policy.decide(view, clock.now())
-    kept = time.thread_time() - t
-    t = time.thread_time()
-    b = full.decide(view, clock.now())
-    whole = time.thread_time() - t
+    Both instances see one view per event, so the kept matrix is updated by one event's changes. The cyclic
+    collector is paused meanwhile, as vmctld pauses it around its own decide."""
+    with cyclic_gc_paused():
+        view, _lay = build_view(d.state, clock.now())
+        t = time.thread_time()
+        a = policy.decide(view, clock.now())
+        kept = time.thread_time() - t
+        t = time.thread_time()
+        b = full.decide(view, clock.now())
+        whole = time.thread_time() - t
     assert (a.actions, a.reasons, a.schedule) == (b.actions, b.reasons, b.schedule), "kept and full collapse differ"
     return kept, whole
 
 
-def matrix_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path) -> None:
+def matrix_latency(nodes: int, cores: int, queued: int, events: int, tmp: Path, freeze: bool = False) -> None:
     d, clock = _cluster(nodes, cores, queued, tmp)
+    if freeze:  # as vmctld does with the state it loads at start or on taking the lease
+        freeze_loaded_state()
+        print("  (the objects alive after setup frozen out of the cyclic collector's reach: --freeze)")
     assert d.policy is not None
     policy = d.policy
     alone = create_policy(policy.name, **policy.params)  # decides once per event, beside ``full``
@@ -240,10 +250,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="100 nodes, 200 queued jobs, fewer events")
     ap.add_argument("--libvirt", action="store_true", help="also row switches on the system libvirtd (2 x 2 VMs)")
+    ap.add_argument("--freeze", action="store_true",
+                    help="part 1: gc.freeze() after setup, as vmctld freezes the state it loads at start or on taking "
+                         "the lease (a daemon restarted with these jobs); default: the jobs arrived after start, "
+                         "as submitted jobs do, and the collector walks them")
+    ap.add_argument("--only-matrix", action="store_true", help="part 1 only")
     args = ap.parse_args()
     nodes, queued, events = (100, 200, 10) if args.quick else (1000, 2000, 30)
     with tempfile.TemporaryDirectory() as tmp:
-        matrix_latency(nodes, 32, queued, events, Path(tmp))
+        matrix_latency(nodes, 32, queued, events, Path(tmp), freeze=args.freeze)
+        if args.only_matrix:
+            return
         pause_vs_soak(4, Path(tmp))
     for inactive in ("pause", "soak"):
         row_switch_latency(32, 20 if args.quick else 100, inactive)

@@ -197,6 +197,9 @@ class Occupancy:
                 raise fail("cores-distinct", f"{action} {job_id}: a slot (core, level) is listed twice")
         elif len(set(cores)) != len(cores):
             raise fail("cores-distinct", f"{action} {job_id}: a core is listed twice")
+        usable = view.usable
+        if cores and min(cores) >= 0 and max(cores) < view.total_cores and all(map(usable.__getitem__, cores)):
+            return  # (the usual case, tested in C; else the loop names the first core that fails)
         for c in cores:
             if not 0 <= c < view.total_cores:
                 raise fail("core-range", f"{action} {job_id}: core {c} not in 0..{view.total_cores - 1}")
@@ -232,6 +235,15 @@ class Occupancy:
     def _check_free(self, job_id: str, level: int, cores: tuple[int, ...], action: str,
                     slot_levels: tuple[int, ...] | None = None) -> None:
         """Each of ``cores`` has ``level`` (or its ``slot_levels`` entry) free, or held by ``job_id`` itself."""
+        if slot_levels is None:  # one level (the usual case): ``slot`` inlined
+            over, base = self.over[level], self.base[level]
+            for c in cores:
+                other = over[c] if c in over else base[c]
+                if other is not None and other != job_id:
+                    name = level_name(level)
+                    rule = f"two-{name}" if level < 2 else "two-on-level"
+                    raise fail(rule, f"{action} {job_id}: {name} slot of core {c} holds {other}")
+            return
         for c, lv in slots_of(cores, level, slot_levels):
             other = self.slot(lv, c)
             if other is not None and other != job_id:
@@ -242,9 +254,14 @@ class Occupancy:
     def _take(self, job_id: str, level: int, cores: tuple[int, ...], action: str,
               slot_levels: tuple[int, ...] | None = None) -> None:
         self._check_free(job_id, level, cores, action, slot_levels)
-        over = self.over
-        for c, lv in slots_of(cores, level, slot_levels):
-            over[lv][c] = job_id
+        if slot_levels is None:
+            over_l = self.over[level]
+            for c in cores:
+                over_l[c] = job_id
+        else:
+            over = self.over
+            for c, lv in slots_of(cores, level, slot_levels):
+                over[lv][c] = job_id
         self.placed[job_id] = (level, cores)
         if slot_levels is None:
             self.multi.pop(job_id, None)
@@ -268,9 +285,9 @@ class Occupancy:
                     self.over[lv][c] = None
             return
         for lv in (level, *self.extra.pop(job_id, ())):
-            over = self.over[lv]
+            over, base = self.over[lv], self.base[lv]
             for c in cores:
-                if self.slot(lv, c) == job_id:
+                if (over[c] if c in over else base[c]) == job_id:  # ``slot`` inlined
                     over[c] = None
 
     def _one_level(self, job_id: str, action: str) -> None:
@@ -511,9 +528,9 @@ class Occupancy:
         if not extra:
             raise fail("unreplicate-last-row", f"unreplicate {job_id}: level {level} is its only row (Kill or "
                                                "Checkpoint it instead)")
-        over = self.over[level]
+        over, base = self.over[level], self.base[level]
         for c in cores:
-            if self.slot(level, c) == job_id:
+            if (over[c] if c in over else base[c]) == job_id:  # ``slot`` inlined
                 over[c] = None
         if level == where:
             self.placed[job_id] = (extra[0], cores)

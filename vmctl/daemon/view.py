@@ -122,6 +122,7 @@ def prepare_view(st: ClusterState, now: float, *, full: bool = False) -> Prepare
     args: list[tuple[Any, ...]] = []
     job_cache, slices = st._job_cache, st.slices
     fg_tier, bg_tier, running_state, inf = Tier.FG, Tier.BG, JobState.RUNNING, math.inf
+    paces: dict[tuple[int | None, ...], float] = {}  # a gang job's rows -> its ``row_pace`` under ``slices``
     for rec, cores_t, low in placed:  # (the loop the view costs at 10,000 jobs: kept lean)
         tier = fg_tier if low == 0 else bg_tier  # vcsched's shared VMs count as fg
         job = job_cache.get(rec.id) or st.job_obj(rec)
@@ -135,7 +136,11 @@ def prepare_view(st: ClusterState, now: float, *, full: bool = False) -> Prepare
             if not live or rec.suspended or rec.checkpointed or rec.migrating:
                 pace = 0.0
             elif gang:
-                pace = row_pace(rec, slices)
+                # one ``row_pace`` per set of rows (a view's gang jobs sit in a few distinct row sets)
+                key = (rec.level, *rec.replicas)
+                pace = paces.get(key, -1.0)
+                if pace < 0.0:
+                    pace = paces[key] = row_pace(rec, slices)
             elif shared:
                 pace = shared_rate(rec.cap, job.cpu_need)
             elif low == 0:
