@@ -32,8 +32,8 @@ Families (policy, cluster, jobs; seeded by ``--seed``):
 (``qemu:///system``, running: ``virtlogd -d; libvirtd -d``) whose VMs boot the SSH guest of
 ``vmctl.guestimage`` (TCG, pinned to this machine's cores) and run each process over SSH. measy and task
 bags: as ``sleep w/speed`` (a guest sleeps in real seconds); every process of the workload is then a
-sleeping one (CPU usage 0.01, the mock agents and the replay told so). gang-gs and moldable
-(``Family.guest = "spin"``; vcsched spins too but cannot run there yet, below): as
+sleeping one (CPU usage 0.01, the mock agents and the replay told so). vcsched, gang-gs and moldable
+(``Family.guest = "spin"``): as
 :func:`vmctl.whatif.fidelity.spin_command`, which consumes ``work x usage / speed`` seconds of its own
 CPU time, reading its work and usage from the environment the SSH runner gives it
 (``VMCTL_WORK_SECONDS``, a moldable job's time at the width HSRET chose; ``VMCTL_CPU_USAGE``, a vcsched
@@ -41,9 +41,9 @@ VM's CPU need): a cap, a paused row and a width change its run as they change th
 keeps its usages. Each family first runs its all-mock baseline of that same workload in this process. At
 the end the run removes the real host's domains and counts what is left (domains, QEMU processes,
 vmctld/agent processes; the bench fails unless all are zero). Families without the variant say why
-(``Family.no_libvirt``): gs-m migrates, and one libvirtd here refuses a migration to itself; vcsched's
-VMs are shared (unpinned), and a real host's layout forwards an SSH port only to the VM of a (core,
-level) slot, so the SSH runner cannot reach them.
+(``Family.no_libvirt``): gs-m migrates, and one libvirtd here refuses a migration to itself. vcsched's
+VMs are shared (unpinned, no (core, level) slot): the real host forwards their SSH ports from the
+layout's second range (``layout.shared_ssh_ports``, the lowest free port to each VM the agent defines).
 
 Output: one line per run -- mean response live and simulated, the relative error, the per-job start
 error |simulated - live| (p50/p90/max in model seconds and in control-loop periods, ``tick x speed``),
