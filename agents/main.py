@@ -38,8 +38,9 @@ from vmctl.nodedoc import NodeObserved
 from vmctl.wire import observed_to_json
 
 log = logging.getLogger("vmctl.agent")
-#: seconds an agent that was asked to exit waits for the VM stops under way (off its reconcile pass)
-STOP_DRAIN_S = 30.0
+#: seconds an agent that was asked to exit waits for the VM stops under way (off its reconcile pass); below
+#: the unit's TimeoutStopSec (30 s)
+STOP_DRAIN_S = 20.0
 
 
 @dataclass

@@ -18,7 +18,7 @@ cycle.
 
 A forced stop runs off the pass (``background_stops``; by default where the backend's stops are slow,
 ``HypervisorBackend.slow_stops``: libvirt), as a live migration does: libvirt's
-destroy of a guest whose cgroup is starved by spinning guests took 17-89 s here (docs/libvirt.md), and
+destroy of a guest took 46-223 s here while other guests spun (docs/libvirt.md), and
 a pass that waits for it applies nothing else meanwhile (no row switch, no report). The VM is reported
 with ``stopping`` until the stop ended; the plan leaves it alone meanwhile (``Observed.stopping``: no
 second stop, no undefine, no start); the end of the stop wakes the loop, whose next pass undefines it.

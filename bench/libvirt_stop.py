@@ -12,9 +12,18 @@ running. Per round and variant it boots a fresh bg guest (before the fg guests s
 * ``paused, destroy graceful``: ``VIR_DOMAIN_DESTROY_GRACEFUL`` (SIGTERM only; fails if QEMU does not
   exit in time);
 * ``paused, resume then destroy``;
-* ``paused, weight raised then destroy``: ``cpu_shares`` set to the top first (what the backend's
-  ``stop`` now does);
-* ``paused, backend stop``: ``LibvirtBackend.stop`` of this code.
+* ``paused, weight raised then destroy``: ``cpu_shares`` set to the top first;
+* ``paused, backend stop``: ``LibvirtBackend.stop`` of this code (a plain destroy).
+
+Then (``--passes``, on by default) the agent's side, A/B in the same process, alternating: a
+``Reconciler`` on this host whose core-0 bg placeholder (paused) gives way to a job VM while two fg
+guests spin; the wall time of that ``run_once`` with the stop off the pass (``background_stops``, the
+default on libvirt) and with it in the pass (as before), and the time until the placeholder is gone.
+
+``--control-plane`` puts libvirtd and this process in a cgroup with the ``cpu.shares`` of libvirt's
+``machine`` partition for the run (``vmctl.whatif.fidelity.control_plane_cgroup``, as ``bench.whatif``
+does for spinning runs; removed at the end): the A/B of the control plane's CPU share.
+``--variants "paused, destroy;paused, backend stop"`` picks destroy variants by name.
 
 ``--no-spin`` runs the same without the fg guests (the baseline: an idle host). The load average and
 libvirt's ``machine`` cgroup share are printed with the numbers. Every VM is named ``bench<pid>-...``
@@ -73,11 +82,59 @@ def _destroy(b: Any, name: str, variant: str) -> tuple[float, str]:
         conn.close()
 
 
-def run(b: Any, images: str, rounds: int, spin: bool) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {v: [] for v in VARIANTS}
+def _spinners(b: Any, images: str, tag: str) -> list[str]:
+    fgs: list[str] = []
+    for core in range(min(2, os.cpu_count() or 1)):
+        name = f"{PREFIX}fg{tag}-{core}"
+        b.define(VmSpec(name=name, memory_mib=32, image=f"{images}/spin.img"))
+        b.pin_vcpus(name, (core,))
+        b.set_cpu_tune(name, weight=WEIGHT_MAX)
+        b.start(name)
+        fgs.append(name)
+    time.sleep(2.0)  # let them spin
+    return fgs
+
+
+def pass_latency(b: Any, images: str, background: bool, spin: bool, tag: str) -> tuple[float, float]:
+    """(seconds of the cycle that stops a paused placeholder, seconds until it is gone)."""
+    from dataclasses import replace
+
+    from vmctl.agents.layout import Layout
+    from vmctl.agents.reconciler import Reconciler
+    from vmctl.agents.sources import MemoryReporter, MemorySource
+    from vmctl.nodedoc import VmDesired, VmRole
+
+    layout = Layout(host=f"{PREFIX}p{tag}", cores=(0,), memory_mib=32, image=f"{images}/idle.img")
+    source = MemorySource(layout.base_desired(1))
+    rec = Reconciler(b, layout, source, MemoryReporter(), max_passes=6, background_stops=background)
+    res = rec.run_once()
+    assert res.converged, res.errors
+    bg0 = layout.vm_name(0, "bg")
+    b.suspend(bg0)
+    fgs = _spinners(b, images, tag) if spin else []
+    try:
+        d = layout.base_desired(2)
+        job = VmDesired(name=f"{PREFIX}j{tag}-r1-p0", core=0, role=VmRole.BG, weight=layout.bg_weight)
+        source.set(replace(d, vms=(*[v for v in d.vms if v.name != bg0], job)))
+        t0 = time.perf_counter()
+        rec.run_once()
+        cycle = time.perf_counter() - t0
+        while bg0 in {v.name for v in b.list_vms()}:
+            rec.wait_stops(600.0)
+            rec.run_once()
+        gone = time.perf_counter() - t0
+    finally:
+        for name in fgs:
+            b.stop(name)
+        remove_vms(b, PREFIX)
+    return cycle, gone
+
+
+def run(b: Any, images: str, rounds: int, spin: bool, variants: tuple[str, ...] = VARIANTS) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(rounds):
         bgs: dict[str, str] = {}
-        for i, v in enumerate(VARIANTS):
+        for i, v in enumerate(variants):
             name = f"{PREFIX}bg{r}-{i}"
             b.define(VmSpec(name=name, memory_mib=32, image=f"{images}/idle.img"))
             b.pin_vcpus(name, (0,))
@@ -86,18 +143,9 @@ def run(b: Any, images: str, rounds: int, spin: bool) -> dict[str, list[float]]:
             if not v.startswith("running"):
                 b.suspend(name)
             bgs[v] = name
-        fgs: list[str] = []
-        if spin:
-            for core in range(min(2, os.cpu_count() or 1)):
-                name = f"{PREFIX}fg{r}-{core}"
-                b.define(VmSpec(name=name, memory_mib=32, image=f"{images}/spin.img"))
-                b.pin_vcpus(name, (core,))
-                b.set_cpu_tune(name, weight=WEIGHT_MAX)
-                b.start(name)
-                fgs.append(name)
-            time.sleep(2.0)  # let them spin
+        fgs = _spinners(b, images, str(r)) if spin else []
         try:
-            for v in VARIANTS:
+            for v in variants:
                 took, outcome = _destroy(b, bgs[v], v)
                 out[v].append(took)
                 print(f"  round {r} {v:36s} {took:7.2f} s  {outcome}  (load {os.getloadavg()[0]:.1f})", flush=True)
@@ -113,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--type", default="qemu", choices=("qemu", "kvm"), help="domain type (qemu = TCG)")
     ap.add_argument("--no-spin", action="store_true", help="no spinning fg guests (the idle-host baseline)")
+    ap.add_argument("--no-destroy", action="store_true", help="skip the destroy variants")
+    ap.add_argument("--no-passes", action="store_true", help="skip the agent's cycle A/B")
+    ap.add_argument("--control-plane", action="store_true",
+                    help="libvirtd and this process in a cgroup with the machine partition's cpu.shares")
+    ap.add_argument("--variants", default="", help="destroy variants by name, separated by ';' (default: all)")
     args = ap.parse_args(argv)
     try:
         from vmctl.agents.backends.libvirt.backend import LibvirtBackend
@@ -128,17 +181,53 @@ def main(argv: list[str] | None = None) -> int:
         print(f"libvirt unavailable here: {exc}")
         return 0
     b = LibvirtBackend("qemu:///system", domain_type=args.type)
+    cgroup = None
+    if args.control_plane:
+        import subprocess
+
+        from vmctl.whatif.fidelity import control_plane_cgroup
+
+        pids = [int(x) for x in subprocess.run(["pgrep", "-x", "libvirtd"], capture_output=True, text=True,
+                                                  check=False).stdout.split()]
+        cgroup = control_plane_cgroup([*pids, os.getpid()], print)
+    wanted = {w.strip() for w in args.variants.split(";") if w.strip()}
+    unknown = wanted - set(VARIANTS)
+    if unknown:
+        print(f"unknown variant(s) {sorted(unknown)}; known: {'; '.join(VARIANTS)}")
+        return 2
+    picked = tuple(v for v in VARIANTS if not wanted or v in wanted)
     try:
         shares = MACHINE_SHARES.read_text().strip() if MACHINE_SHARES.exists() else "n/a"
         print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
               f"machine cgroup cpu.shares {shares}; guests {args.type}; fg spinning: {not args.no_spin}")
-        res = run(b, images, args.rounds, not args.no_spin)
-        print(f"{'variant':38s} {'median s':>9s} {'max s':>7s}")
-        for v, xs in res.items():
-            print(f"{v:38s} {statistics.median(xs):9.2f} {max(xs):7.2f}")
+        if not args.no_destroy:
+            res = run(b, images, args.rounds, not args.no_spin, picked)
+            print(f"{'variant':38s} {'median s':>9s} {'max s':>7s}")
+            for v, xs in res.items():
+                print(f"{v:38s} {statistics.median(xs):9.2f} {max(xs):7.2f}")
+        if not args.no_passes:
+            cycles: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+            for r in range(args.rounds):
+                for background in ((True, False) if r % 2 == 0 else (False, True)):
+                    got = pass_latency(b, images, background, not args.no_spin, f"{r}{int(background)}")
+                    cycles[background].append(got)
+                    print(f"  round {r} stop {'off the pass' if background else 'in the pass '}: cycle "
+                          f"{got[0]:7.2f} s, placeholder gone after {got[1]:7.2f} s (load {os.getloadavg()[0]:.1f})",
+                          flush=True)
+            head = "agent cycle that stops a paused placeholder"
+            print(f"{head:44s} {'median s':>9s} {'max s':>7s} {'gone, median s':>15s}")
+            for background in (False, True):
+                xs = [c for c, _ in cycles[background]]
+                gone = [g for _, g in cycles[background]]
+                label = "stop off the pass (this code)" if background else "stop in the pass (before)"
+                print(f"{label:44s} {statistics.median(xs):9.2f} {max(xs):7.2f} {statistics.median(gone):15.2f}")
     finally:
         remove_vms(b, PREFIX)
         b.close()
+        if cgroup is not None:
+            from vmctl.whatif.fidelity import release_cgroup
+
+            release_cgroup(cgroup)
         shutdown_shared()
     return 0
 

@@ -66,6 +66,22 @@ def test_verify_clean(tmp_path: Path, unit: str) -> None:
     assert r.stderr.strip() == "", f"systemd-analyze verify warned:\n{r.stderr}"
 
 
+def test_the_control_plane_slice_verifies_and_outweighs_the_guests(tmp_path: Path) -> None:
+    """vmctld and the agent run in vmctl.slice, whose CPU weight is above machine.slice's default (100),
+    where libvirt puts the guests: spinning guests cannot starve the control plane."""
+    exe = _analyze()
+    for unit in UNITS:
+        assert _directives(unit).get("Slice") == ["vmctl.slice"], unit
+        _installed_copy(tmp_path, unit)
+    slice_ = tmp_path / "vmctl.slice"
+    slice_.write_text((ROOT / "systemd" / "vmctl.slice").read_text())
+    r = subprocess.run([exe, "verify", "--man=no", str(slice_), *(str(tmp_path / u) for u in UNITS)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr.strip() == "", r.stdout + r.stderr
+    weight = _directives("vmctl.slice").get("CPUWeight")
+    assert weight is not None and int(weight[0]) > 100
+
+
 def test_verify_catches_a_missing_binary(tmp_path: Path) -> None:
     exe = _analyze()
     text = (ROOT / "systemd" / "vmctld.service").read_text().replace("/usr/local/bin/", "/nonexistent/")

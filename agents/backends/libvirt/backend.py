@@ -126,7 +126,7 @@ class LibvirtBackend(HypervisorBackend):
     (default: detected from /proc/self/mounts on a local URI, v1 for a remote one)."""
 
     name = "libvirt"
-    slow_stops = True  # a destroy waits for QEMU to exit: 2 s on an idle host here, up to 89 s under load
+    slow_stops = True  # a destroy waits for QEMU to exit: 2 s on an idle host here, 46-223 s under load
 
     def __init__(
         self,
@@ -477,7 +477,6 @@ class LibvirtBackend(HypervisorBackend):
                 raise VmStateError(backend=BACKEND, name=name, state="migrating", operation="stop")
             try:
                 if force:
-                    self._raise_for_exit(dom)
                     dom.destroy()
                 else:
                     dom.shutdown()
@@ -488,20 +487,6 @@ class LibvirtBackend(HypervisorBackend):
                     raise
 
         self._call("stop", go, name=name)
-
-    def _raise_for_exit(self, dom: libvirt.virDomain) -> None:
-        """Give a domain about to be destroyed the top CPU share (live only; its definition keeps its
-        own). Its QEMU has to run to exit, SIGTERM or SIGKILL alike: at the bottom share (a paused row's
-        VM, a bg VM) under guests spinning at the top one it got so little CPU that libvirt's destroy took
-        46-89 s here, 17.5 s with the share raised first (``python -m bench.libvirt_stop``). Best effort:
-        the destroy goes on if this fails."""
-        if self.driver != "qemu":
-            return
-        try:
-            dom.setSchedulerParametersFlags({"cpu_shares": tuning.weight_to_shares(WEIGHT_MAX, self.cgroup)},
-                                            _AFFECT_LIVE)
-        except libvirt.libvirtError as exc:
-            log.debug("cannot raise the CPU share of %s before its destroy: %s", dom.name(), exc)
 
     def suspend(self, name: str) -> None:
         self._require(Capability.SUSPEND, "suspend")
