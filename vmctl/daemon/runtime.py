@@ -21,6 +21,7 @@ import contextlib
 import gc
 import logging
 import sys
+import time
 from collections.abc import Callable
 
 from vmctl.daemon.core import Daemon
@@ -211,7 +212,7 @@ class DaemonRuntime:
                 if due is not None:
                     await asyncio.sleep(0)
                     if d.decision_due():
-                        pending = d.begin_decision(max(due, d.clock.now()))
+                        pending = d.begin_decision(max(due, d.clock.now()), defer=True)
                         decision = await asyncio.to_thread(d.choose, pending)
                         d.finish_decision(pending, decision)
                 nxt = d.next_pass_at()
@@ -227,5 +228,7 @@ class DaemonRuntime:
                 await asyncio.sleep(0)
                 continue
             delay = self.config.tick_s if nxt is None else max(0.0, (nxt - d.clock.now()) / d.speed)
+            if d.reasons_due is not None:  # a decision was put off: its reasons are written then
+                delay = min(delay, max(0.0, d.reasons_due - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.001, delay))
