@@ -285,7 +285,7 @@ def submit_client_main(argv: list[str]) -> None:
 
 
 def _batched_from_another_process(d: InProcessDaemon, jobs: int, per: int, minimal: bool,
-                                  tmp: Path) -> tuple[float, float, float]:
+                                  tmp: Path) -> tuple[float, float, float, int, int]:
     """Jobs per second of ``POST /v1/jobs:batch`` sent by a client process: wall, per CPU second of the
     server (this process) and per CPU second of the server and the client together."""
     token_file = tmp / "submit-token"
@@ -295,6 +295,7 @@ def _batched_from_another_process(d: InProcessDaemon, jobs: int, per: int, minim
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
+    decided, deferred = d.daemon.decisions, d.daemon.deferred_decisions
     c = time.process_time()
     child.stdin.write("go\n")
     child.stdin.flush()
@@ -302,7 +303,8 @@ def _batched_from_another_process(d: InProcessDaemon, jobs: int, per: int, minim
     server_cpu = time.process_time() - c
     child.wait(60)
     n = jobs // per * per
-    return n / out["wall"], n / server_cpu, n / (server_cpu + out["cpu"])
+    return (n / out["wall"], n / server_cpu, n / (server_cpu + out["cpu"]), d.daemon.decisions - decided,
+            d.daemon.deferred_decisions - deferred)
 
 
 def api_throughput(jobs: int, tmp: Path) -> None:
@@ -372,11 +374,11 @@ def api_throughput(jobs: int, tmp: Path) -> None:
     print(f"batched submission, {big} jobs into a fresh daemon each (the decisions they wake included):")
     print(f"  in-process batch      {base_wall:8.0f} jobs/s  (baseline: Daemon.submit of 100 on the loop and a kick of "
           f"the decision loop, no HTTP; {base_cpu:.0f} per CPU second)")
-    for (per, m), (wall, server, both) in apart.items():
+    for (per, m), (wall, server, both, decided, deferred) in apart.items():
         answer = "Prefer: return=minimal" if m else "every job document"
         print(f"  POST /v1/jobs:batch   {wall:8.0f} jobs/s  ({per} per request, {answer}; the client in another "
               f"process; {server:.0f} jobs per CPU second of the server, {both:.0f} of both; wall "
-              f"{wall / base_wall:.2f}x the baseline)")
+              f"{wall / base_wall:.2f}x the baseline; {decided} decisions made, {deferred} put off)")
     print(f"  event log: a 100-job store write {with_log * 1e3:.2f} ms CPU with its 100 events, {without * 1e3:.2f} "
           f"ms without ({(with_log - without) / 100 * 1e6:.1f} us per job, {with_log / without - 1:+.0%})")
     on, off = daemon_log

@@ -57,6 +57,11 @@ class NotLeader(VmctlError):
 
 
 
+#: ``DaemonBase.reasons_defer_s``'s default: the reasons of a burst of submissions into a cluster with no idle
+#: core lag by at most this (a job's start never does: a decision that could start one is never put off)
+REASONS_DEFER_S = 1.0
+
+
 class DaemonBase:
     """State, leadership, policy and commit; the event handlers are in the modules ``core`` names."""
 
@@ -87,6 +92,15 @@ class DaemonBase:
         self.last_decision: Decision | None = None
         self.last_result: ApplyResult | None = None
         self.decisions = 0
+        #: issue 27: real seconds for which the decision loop may put off a decision that cannot start anything
+        #: (``SchedulingPolicy.cannot_act``) after the last one the policy made: such a decision would only
+        #: rewrite the queued jobs' reasons (``DecisionLoop.begin_decision``; 0: never put off)
+        self.reasons_defer_s = REASONS_DEFER_S
+        #: when (``time.monotonic``) the last decision the policy made ended; a put-off decision's reasons are
+        #: due ``reasons_defer_s`` after it (``reasons_due``: the decision loop passes then)
+        self.full_decision_at = -math.inf
+        self.reasons_due: float | None = None
+        self.deferred_decisions = 0  # passes whose decision was put off (``DecisionLoop.choose``)
         self.loads = 0  # state reloads from the store (a decision made before one is not applied)
         self.decision_seconds: list[float] = []
         self.skipped_total = 0

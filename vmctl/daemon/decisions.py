@@ -82,6 +82,8 @@ class PendingDecision:
     loads: int  # Daemon.loads when the view was built
     view: ClusterView | None = None
     holds_gc: bool = False  # whether it holds the collector's pause (``begin_decision`` .. ``release``)
+    #: ``choose`` may answer ``DEFERRED`` instead of asking the policy when the policy cannot act on the view
+    may_defer: bool = False
 
     def built_view(self) -> ClusterView:
         """The view (built on first use)."""
@@ -103,6 +105,13 @@ class PendingDecision:
             self.holds_gc = False
             _gc_resume()
 
+
+
+#: what ``choose`` answers for a decision put off (``PendingDecision.may_defer``): the policy could not have
+#: started, stopped or moved anything (``SchedulingPolicy.cannot_act``: no action and no ``wake_at`` whatever
+#: the time), so only the queued jobs' reasons would have changed; ``finish_decision`` applies nothing and
+#: asks for a pass when the reasons are due (``Daemon.reasons_due``)
+DEFERRED = Decision(default_reason="(a decision put off: the policy could not act)")
 
 
 class DecisionLoop(Timers, PolicySwitch):
@@ -141,7 +150,8 @@ class DecisionLoop(Timers, PolicySwitch):
             return None
         due = self.wake_at is not None and now >= self.wake_at
         tick = now >= self.last_decide_at + self.config.tick_s * self.speed
-        if (self.dirty or due or tick) and not self._waits_for_nodes():
+        reasons = self.reasons_due is not None and time.monotonic() >= self.reasons_due
+        if (self.dirty or due or tick or reasons) and not self._waits_for_nodes():
             return now
         return None
 
@@ -180,9 +190,15 @@ class DecisionLoop(Timers, PolicySwitch):
         pending = self.begin_decision(now)
         return self.finish_decision(pending, self.choose(pending))
 
-    def begin_decision(self, now: float) -> PendingDecision:
+    def begin_decision(self, now: float, defer: bool = False) -> PendingDecision:
+        """The view of a decision at ``now``, read from the state. ``defer`` (the runtime's decision loop):
+        if the policy decided less than ``reasons_defer_s`` ago, ``choose`` may put this decision off when
+        the policy cannot act on the view (``DEFERRED``). Issue 27: a burst of batched submissions into a
+        cluster with no idle core woke one O(queue) decision after another, each of which could only
+        rewrite the queued jobs' reasons."""
         assert self.policy is not None
         started = time.perf_counter()
+        may_defer = defer and time.monotonic() < self.full_decision_at + self.reasons_defer_s
         self.dirty = False
         self.last_decide_at = now
         # the collector stays paused from here until the decision is finished (``PendingDecision.release``):
@@ -196,7 +212,7 @@ class DecisionLoop(Timers, PolicySwitch):
             _gc_resume()
             raise
         return PendingDecision(now=now, prepared=prepared, layout=prepared.lay, policy=self.policy, started=started,
-                               loads=self.loads, holds_gc=True)
+                               loads=self.loads, holds_gc=True, may_defer=may_defer)
 
     @staticmethod
     def choose(pending: PendingDecision) -> Decision:
@@ -205,6 +221,8 @@ class DecisionLoop(Timers, PolicySwitch):
         may run in a worker thread."""
         with cyclic_gc_paused():
             view = pending.built_view()
+            if pending.may_defer and pending.policy.cannot_act(view):
+                return DEFERRED
             decision = pending.policy.decide(view, pending.now)
             check_decision(view, decision, pending.now)
         return decision
@@ -224,6 +242,12 @@ class DecisionLoop(Timers, PolicySwitch):
         now; if the state was reloaded, the nodes changed (core numbers may have moved) or the lease was
         lost meanwhile, nothing is applied and the next pass decides again."""
         now = pending.now
+        if decision is DEFERRED:  # nothing to apply; the reasons are written by a pass at ``reasons_due``
+            self.deferred_decisions += 1
+            self.reasons_due = self.full_decision_at + self.reasons_defer_s
+            if self.metrics is not None:
+                self.metrics.set_queue_length(self.state.queue_length())
+            return decision
         self.last_decision = decision
         self.wake_at = decision.wake_at if decision.wake_at is not None and math.isfinite(decision.wake_at) else None
         if self.config.migration.dry_run:
@@ -248,6 +272,7 @@ class DecisionLoop(Timers, PolicySwitch):
         self.skipped_total += len(res.skipped)
         self.commit(ch)
         self.decisions += 1
+        self.full_decision_at, self.reasons_due = time.monotonic(), None
         self.decision_seconds.append(time.perf_counter() - pending.started)
         if self.metrics is not None:
             m = self.metrics

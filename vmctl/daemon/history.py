@@ -39,6 +39,10 @@ class _Seen:
     settled: tuple[tuple[str, int], ...]
 
 
+#: what ``JobHistory.note`` sees of a job just submitted (shared: a ``_Seen`` is immutable)
+_SUBMITTED = _Seen(str(JobState.QUEUED), None, 0, 0, (), ())
+
+
 def _cores(placement: Iterable[tuple[str, int]]) -> str:
     """Cores as an operator reads them: ``n1:0, n1:1`` (``n1`` for unpinned vcsched VMs)."""
     return ", ".join(n if c < 0 else f"{n}:{c}" for n, c in placement) or "-"
@@ -125,6 +129,16 @@ class JobHistory:
             self._diff(rec, prev, cur, now, by)
             if rec.state not in (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED):
                 self._seen.pop(rec.id, None)  # finished: nothing more to compare
+
+    def submitted(self, jobs: Iterable[JobRecord], now: float) -> None:
+        """Jobs just submitted (queued, never started, no history, no slot): their ``submitted`` entry and
+        the baseline ``note`` compares them with next, as ``note`` gives them, without comparing (issue 27:
+        a batch's jobs are all alike)."""
+        seen, add = self._seen, self.add
+        for rec in jobs:
+            assert rec.state == JobState.QUEUED and rec.run == 0 and not rec.history and not rec.slots, rec.id
+            seen[rec.id] = _SUBMITTED
+            add(rec, now, "submitted", None)
 
     def _diff(self, rec: JobRecord, prev: _Seen, cur: _Seen, now: float, by: str) -> None:
         if cur.run > prev.run and prev.state != JobState.QUEUED:

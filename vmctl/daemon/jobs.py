@@ -42,7 +42,7 @@ class JobEvents(DaemonBase):
             out.append(rec)
             ch.jobs[rec.id] = rec
         ch.events.append("submit")
-        self.history.note(out, now, "the operator")
+        self.history.submitted(out, now)
         self.store_write(WriteBatch(jobs=dict(ch.jobs), events=self.events.take()))
         self.state.next_seq = seq
         for rec in out:

@@ -21,6 +21,7 @@ import contextlib
 import gc
 import logging
 import sys
+import time
 from collections.abc import Callable
 
 from vmctl.daemon.core import Daemon
@@ -227,7 +228,7 @@ class DaemonRuntime:
                 if due is not None:
                     await asyncio.sleep(0)
                     if d.decision_due():
-                        pending = d.begin_decision(max(due, d.clock.now()))
+                        pending = d.begin_decision(max(due, d.clock.now()), defer=True)
                         decision = await asyncio.to_thread(d.choose, pending)
                         d.finish_decision(pending, decision)
                         decided = True
@@ -254,5 +255,10 @@ class DaemonRuntime:
                 delay = self.config.tick_s
             else:
                 delay = max(0.0, (nxt - d.clock.now()) / d.speed)
+            # a decision was put off: its reasons are written at ``reasons_due`` (only a time still ahead:
+            # one already past that no pass could decide at waits for the event or tick, as above)
+            wait_reasons = None if d.reasons_due is None else d.reasons_due - time.monotonic()
+            if wait_reasons is not None and wait_reasons > 0:
+                delay = min(delay, wait_reasons)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.001, delay))
