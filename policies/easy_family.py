@@ -93,7 +93,7 @@ import heapq
 import math
 from collections.abc import Iterator, Sequence, Set
 from itertools import compress, islice, repeat
-from operator import attrgetter, lt
+from operator import attrgetter, countOf, lt
 from typing import Any, ClassVar, Literal
 
 from vmctl.errors import PolicyParameterError
@@ -123,6 +123,7 @@ _BG = Tier.BG
 # The answer when nothing waits: shared (Decision is frozen and nobody may mutate its reasons).
 _NOTHING = Decision()
 _EXPECTED_END = attrgetter("expected_end")
+_JOB_ARRIVAL = attrgetter("job.submit_time", "job.id")  # a running job's ``_arrival(rj.job)``, in C
 
 
 def _arrival(job: Job) -> tuple[float, str]:
@@ -534,8 +535,9 @@ class _TwoTier(SchedulingPolicy):
         """Process indices by descending estimated usage (stable: index order among equals)."""
         if not self._info or job.cpu_usage is None:
             return list(range(job.procs))
-        usage = job.cpu_usage
-        return sorted(range(job.procs), key=lambda p: -usage[p])
+        # descending usage with a C-level key: ``reverse=True`` keeps equal keys in index order (the sort
+        # stays stable), so this is ``sorted(range(procs), key=lambda p: -usage[p])`` without a call per process
+        return sorted(range(job.procs), key=job.cpu_usage.__getitem__, reverse=True)
 
     def _bg_usage_map(self, st: _Pass) -> dict[int, float]:
         """core -> estimated usage of the bg process on it, for every bg process of the view
@@ -593,7 +595,10 @@ class _TwoTier(SchedulingPolicy):
             # a busy bg slot without a bg job in the view (held for a migration in flight) counts
             # as fully used
             usage_of = self._bg_usage_map(st)
-            ordered.sort(key=lambda c: usage_of.get(c, 1.0))
+            if busy <= usage_of.keys():  # (the usual case: no migration in flight) the same keys, in C
+                ordered.sort(key=usage_of.__getitem__)
+            else:
+                ordered.sort(key=lambda c: usage_of.get(c, 1.0))
             chosen.extend(ordered[: k - len(chosen)])
         return self._pair(job, chosen)
 
@@ -666,7 +671,8 @@ class _TwoTier(SchedulingPolicy):
             end = now + item.estimate
             return ("start", end, end)
         est = item.job.estimate
-        if all(st.fg_idle(c) for c in item.cores):
+        cores = item.cores
+        if st.fg_taken.isdisjoint(cores) and all(map(st.view.idle_fg.__contains__, cores)):  # all ``st.fg_idle``
             return ("promote", now + est, now + item.remaining_estimate)
         if self.mode == "R":
             return None
@@ -780,7 +786,7 @@ class _TwoTier(SchedulingPolicy):
         started: set[str] = set()
         st.bg_jobs = sorted(
             (rj for rj in view.running.values() if rj.tier is _BG and not rj.suspended),
-            key=lambda rj: _arrival(rj.job),
+            key=_JOB_ARRIVAL,
         )
         merged = self._merged(view, now, reasons, st.bg_jobs)
         default_reason = "waiting for free cores"
@@ -881,23 +887,30 @@ class _TwoTier(SchedulingPolicy):
         if not base:
             return out
         thr = self._threshold
-        pairs: list[tuple[float, int]]
+        pairs: list[tuple[float, int]] | None
+        low: list[int] = []
+        over: dict[int, float] = {}
+        util = view.fg_util
         if not self._info:
             # unknown usage: a busy fg slot counts as 1.0 >= any threshold; an idle one as 0.
             idle_fg = view.idle_fg - st.fg_taken if st.fg_taken else view.idle_fg
             pairs = [(0.0, -c) for c in base & idle_fg] if thr > 0.0 else []
+            free = len(pairs)
         else:
-            util = view.fg_util
             over = st.util_over
             # the cores under the threshold picked in C (idle_bg spans the cluster: 320,000 cores); the few
-            # cores whose fg slot this pass filled (``over``) with their new utilization
-            # (``base`` is walked twice in C, unchanged in between: the same order; the cores in ``over``
-            # are dropped from the few under the threshold, not from a copy of ``base``)
-            low = compress(base, map(lt, map(util.__getitem__, base), repeat(thr)))
-            pairs = [(util[c], -c) for c in low if c not in over] if over else [(util[c], -c) for c in low]
+            # cores whose fg slot this pass filled (``over``) take their new utilization instead. Only
+            # their number is needed to pick the candidate jobs; the pairs are built when one fits (most
+            # passes have none: the pairs would be a tuple per free bg slot for nothing).
+            low = list(compress(base, map(lt, map(util.__getitem__, base), repeat(thr))))
+            free = len(low)
             if over:
-                pairs += [(u, -c) for c, u in over.items() if c in base and u < thr]
-        free = len(pairs)
+                # ``over``'s cores leave ``low`` (those in it: in ``base`` and under the threshold before) and
+                # come back with their new utilization when it is under the threshold
+                mine = over.keys() & base
+                free += countOf(map(lt, map(over.__getitem__, mine), repeat(thr)), True)
+                free -= countOf(map(lt, map(util.__getitem__, mine), repeat(thr)), True)
+            pairs = None
         if free == 0:
             return out
         # the candidates after the slots: a job wider than the free bg slots never starts (the loop below
@@ -909,6 +922,10 @@ class _TwoTier(SchedulingPolicy):
         ]
         if not cand:
             return out
+        if pairs is None:
+            pairs = [(util[c], -c) for c in low if c not in over] if over else [(util[c], -c) for c in low]
+            if over:
+                pairs += [(u, -c) for c, u in over.items() if c in base and u < thr]
         pairs.sort()
         slots = [-nc for _u, nc in pairs]
         heapq.heapify(cand)
