@@ -37,21 +37,15 @@ _T = TypeVar("_T")
 
 def make_front_mw(daemon_loop: asyncio.AbstractEventLoop,
                   chain: Callable[[web.Request, Handler], Awaitable[web.StreamResponse]],
-                  healthz: Handler, max_body: int) -> Any:
+                  healthz: Handler) -> Any:
     """The front app's one middleware: ``/healthz`` here, everything else (``chain``: the middlewares and
-    the handler) on ``daemon_loop``. A body already received whole (``Content-Length`` at most
-    ``max_body``: a job batch of 100 arrives with its headers) is taken from aiohttp's buffer here, which
-    waits for nothing: the handler's read is then answered on the daemon's loop without two more hops.
-    Any other body is read, after the authentication, from the daemon's loop (``read_on_front``)."""
+    the handler) on ``daemon_loop``."""
 
     @web.middleware
     async def front_mw(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path == HEALTHZ and request.method in ("GET", "HEAD"):
             return await healthz(request)
         request[FRONT_LOOP] = asyncio.get_running_loop()
-        cl = request.content_length
-        if cl is not None and 0 < cl <= max_body and request.content.is_eof():
-            await request.read()  # (in memory already: returns at once; the handler's read gets these bytes)
         fut = asyncio.run_coroutine_threadsafe(_run(chain, request, handler), daemon_loop)
         try:
             return await asyncio.wrap_future(fut)

@@ -4,13 +4,10 @@ This module wires it: the route table (handlers in ``vmctl.api.routes``: jobs, c
 the middlewares (``plumbing.errors_mw``, ``access.make_auth_mw``), the security material
 (``vmctl.api.security``) and the running server below. The JSON answers are ``vmctl.api.documents``.
 
-Every request is authenticated (``vmctl.auth``) before its body is read from the connection (a small
-body that arrived whole with the headers is taken from the buffer before, unparsed: ``vmctl.api.front``);
-bodies are limited in size (413) and validated (422 naming the field); every error is ``{"error":
-{"reference", "message", "field"}}``. The connections are served on a front loop in a thread of its own,
-which answers ``/healthz`` and hands every other request to the daemon's event loop
-(``vmctl.api.front``). Handlers call the synchronous ``Daemon`` on that event loop's thread, so the
-decision loop and the API never interleave inside a change; only the policy itself (``Daemon.choose``, which reads
+Every request is authenticated (``vmctl.auth``) before its body is read; bodies are limited in
+size (413) and validated (422 naming the field); every error is ``{"error": {"reference", "message",
+"field"}}``. Handlers call the synchronous ``Daemon`` on the event loop thread, so the decision loop
+and the API never interleave inside a change; only the policy itself (``Daemon.choose``, which reads
 nothing but its own view) runs in a worker thread meanwhile (``vmctl.daemon.runtime``).
 
 ``DaemonServer`` is built on the daemon's runtime (``vmctl.daemon.runtime.DaemonRuntime``: the
@@ -157,7 +154,7 @@ class DaemonServer:
         if front:
             c0 = ClusterRoutes(self)
             mws: list[Any] = [make_front_mw(asyncio.get_running_loop(), self._on_daemon_loop,
-                                            lambda r: errors_mw(r, c0.healthz), self.config.max_body_bytes)]
+                                            lambda r: errors_mw(r, c0.healthz))]
         else:
             mws = [errors_mw, self._auth_mw]
         app = web.Application(middlewares=mws, client_max_size=self.config.max_body_bytes)
