@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -307,6 +308,65 @@ MACHINE_KNOBS = (
 )
 
 
+#: where a test process records the knob values it changed, so that the next one restores them when it
+#: was killed before its ``shutdown_shared`` (a killed run left the machine partition at 262144 shares,
+#: and every later guest starved the host's own processes)
+BOOST_RECORD = "/run/vmctl-it-boost-{pid}.json"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _dead_owner(path: Path, prefix: str, suffix: str = "") -> bool:
+    """Whether ``path`` (``<prefix><pid><suffix>``) belongs to a test process that is gone (not this one)."""
+    name = path.name
+    if not (name.startswith(prefix) and name.endswith(suffix)):
+        return False
+    pid = name[len(prefix):len(name) - len(suffix)] if suffix else name[len(prefix):]
+    return pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid))
+
+
+def sweep_stale() -> list[str]:
+    """Undo what test processes that were killed left behind: their knob values come back, their image
+    folders and peer roots go (only those of pids no longer alive; the peer's own libvirtd, started in a
+    session of its own, is stopped by pid from its pid file when still running). Returns what it undid."""
+    undone: list[str] = []
+    for rec in sorted(Path("/run").glob("vmctl-it-boost-*.json")):
+        if not _dead_owner(rec, "vmctl-it-boost-", ".json"):
+            continue
+        try:
+            values = json.loads(rec.read_text())
+        except (OSError, ValueError):
+            values = {}
+        for path, value in values.items() if isinstance(values, dict) else ():
+            with contextlib.suppress(OSError):
+                Path(path).write_text(str(value))
+                undone.append(f"{path} = {value}")
+        rec.unlink(missing_ok=True)
+    for d in sorted(Path("/var/lib").glob("vmctl-it-*")):
+        if _dead_owner(d, "vmctl-it-"):
+            shutil.rmtree(d, ignore_errors=True)
+            undone.append(str(d))
+    for d in sorted(Path("/run").glob("vmctl-it-peer-*")):
+        if not _dead_owner(d, "vmctl-it-peer-"):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((d / "run" / "libvirt" / "libvirtd.pid").read_text().strip())
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            if comm == "libvirtd" and str(d) in Path(f"/proc/{pid}/mountinfo").read_text():  # its binds
+                os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(d, ignore_errors=True)
+        undone.append(str(d))
+    return undone
+
+
 def boost_machine_cgroup() -> str | None:
     """Give the cgroup of all VMs priority over the host's other processes, as a VM host would, so
     that measurements of fg/bg shares and caps are not swamped by whatever else runs here (other
@@ -319,8 +379,10 @@ def boost_machine_cgroup() -> str | None:
         if not p.exists():
             continue
         if path not in _Shared.boosted:
+            sweep_stale()  # a killed run's boost comes back first: its value is the one to keep
             try:
                 _Shared.boosted[path] = p.read_text().strip()
+                Path(BOOST_RECORD.format(pid=os.getpid())).write_text(json.dumps(_Shared.boosted))
                 p.write_text(str(top))
             except OSError:
                 _Shared.boosted.pop(path, None)
@@ -370,6 +432,7 @@ def shared_images() -> Path:
     if _Shared.images is None:
         from tests.support.guests import write_guest_image
 
+        sweep_stale()
         d = Path(f"/var/lib/vmctl-it-{os.getpid()}")
         d.mkdir(mode=0o755, parents=True, exist_ok=True)
         os.chmod(d, 0o755)
@@ -385,6 +448,7 @@ def shutdown_shared() -> None:
         with contextlib.suppress(OSError):
             Path(path).write_text(value)
         _Shared.boosted.pop(path, None)
+    Path(BOOST_RECORD.format(pid=os.getpid())).unlink(missing_ok=True)
     if _Shared.peer is not None:
         _Shared.peer.stop()
         _Shared.peer = None
