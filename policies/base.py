@@ -167,6 +167,12 @@ class SchedulingPolicy(ABC):
     def decide(self, view: ClusterView, now: float) -> Decision:
         """Return the actions to take now. Must not mutate or retain ``view``."""
 
+    def queue_order(self, queue: list[Job], now: float, total_cores: int) -> list[Job]:
+        """The queued jobs (``queue``, in arrival order) in the order this policy considers them at
+        ``now``: where ``vmctl job explain`` places a job. The default is arrival order; a policy that
+        orders its queue otherwise (multifactor, shortest first) overrides it with that order."""
+        return queue
+
     def cannot_act(self, view: ClusterView) -> bool:
         """A cheap, pure test that lets a caller skip ``decide`` when it cannot change anything.
 

@@ -262,7 +262,19 @@ def _reservation(
 # ------------------------------------------------------------------------------------ one tier
 
 
-class _OneTier(SchedulingPolicy):
+class _QueueOrdered(SchedulingPolicy):
+    """The queue order the EASY family's ``queue_order`` parameter sets (``validate_params`` sets ``_multi``)."""
+
+    _multi = False
+
+    def queue_order(self, queue: list[Job], now: float, total_cores: int) -> list[Job]:
+        """Arrival order, or the multifactor order under ``queue_order=multifactor`` (as ``decide``)."""
+        if self._multi and queue:
+            return sorted(queue, key=_multifactor_key(self.params, queue, now, total_cores))
+        return queue
+
+
+class _OneTier(_QueueOrdered):
     """Shared core picking for the one-tier policies: idle fg cores by descending index."""
 
     needs: ClassVar[Needs] = Needs(levels=1)  # level 0 (fg) only, under any discipline
@@ -428,6 +440,10 @@ class SjfPolicy(_OneTier):
     name: ClassVar[str] = "sjf"
     summary: ClassVar[str] = "shortest estimate first on the fg tier, no reservation (can starve wide jobs)"
 
+    def queue_order(self, queue: list[Job], now: float, total_cores: int) -> list[Job]:
+        """Shortest estimate first, ties by arrival (``decide``'s candidate order)."""
+        return sorted(queue, key=lambda j: (j.estimate, j.submit_time, j.id))
+
     def decide(self, view: ClusterView, now: float) -> Decision:
         queue = view.queue
         if not queue:
@@ -497,7 +513,7 @@ class _Pass:
         return core in self.view.idle_fg and core not in self.fg_taken
 
 
-class _TwoTier(SchedulingPolicy):
+class _TwoTier(_QueueOrdered):
     needs: ClassVar[Needs] = Needs(levels=2, disciplines=frozenset({Discipline.PRIORITY}))  # fg above bg
     mode: ClassVar[Mode] = "K"
     quiet_params: ClassVar[frozenset[str]] = frozenset(QUEUE_ORDER_PARAMS)

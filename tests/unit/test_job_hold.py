@@ -13,6 +13,7 @@ import pytest
 from tests.unit.test_daemon_core import Cluster
 from vmctl.errors import Conflict
 from vmctl.policies.easy_family import EasyPolicy
+from vmctl.policies.registry import create_policy
 
 
 def test_the_scheduler_skips_a_held_job_until_it_is_released(tmp_path: Path) -> None:
@@ -143,3 +144,23 @@ def test_submission_warns_about_fields_the_policy_ignores(tmp_path: Path) -> Non
     assert c2.daemon.ignored_fields([{"priority": 3, "deadline": 5.0}]) == [
         "policy easy does not use deadlines: the job's deadline is neither considered nor enforced"]
     c2.close()
+
+
+@pytest.mark.parametrize(("policy", "params"), [("easy", {"queue_order": "multifactor", "age_weight": 0.0}),
+                                                ("measy", {"queue_order": "multifactor", "age_weight": 0.0}),
+                                                ("sjf", {})])
+def test_explain_places_a_job_in_the_order_the_policy_considers_the_queue(
+        tmp_path: Path, policy: str, params: dict[str, object]) -> None:
+    """Under multifactor (priority only here) or SJF a job submitted last can be first: explain's position
+    is the policy's order, not arrival order."""
+    c = Cluster(tmp_path, {"n1": 2}, policy=create_policy(policy, **params))
+    c.submit(2, 1000, 500)  # fills the node: the rest wait
+    c.run_until(lambda: len(c.daemon.view().queue) == 0)
+    low = c.submit(1, 900, 10, priority=0)
+    mid = c.submit(1, 800, 10, priority=5)
+    top = c.submit(1, 100, 10, priority=9)
+    want = [top, mid, low]  # by priority (multifactor), and by estimate (SJF): the same order here
+    assert [c.daemon.explain(j)["queue_position"] for j in want] == [0, 1, 2]
+    arrival = create_policy(policy.replace("sjf", "easy"))  # the same queue in arrival order
+    assert arrival.queue_order(c.daemon.view().queue, 0.0, 2)[0].id == low
+    c.close()

@@ -434,7 +434,8 @@ def job_update(job_id: str, estimate: float | None, priority: int | None, deadli
 
 
 def explain_text(doc: Mapping[str, Any]) -> str:
-    """A sentence or three on why a job waits. The position counts the queued jobs only: under a two-tier
+    """A sentence or three on why a job waits. The position counts the queued jobs only, in the order the
+    policy considers them (``SchedulingPolicy.queue_order``: multifactor, SJF): under a two-tier
     policy (KEASY, REASY, MEASY) a running bg job submitted earlier goes to fg before them, and the
     reason says so; only the migrations of the current run are listed (the daemon leaves out earlier
     runs')."""

@@ -216,8 +216,12 @@ class JobEvents(DaemonBase):
         of its current run only (a requeued job's earlier runs moved VMs that no longer exist)."""
         rec = self.job(job_id)
         pos: int | None = None
-        if rec.state == JobState.QUEUED:
-            ids = [j.id for j in self.state.queue()]
+        if rec.state == JobState.QUEUED:  # in the order the policy considers the queue (multifactor, SJF)
+            queue, _ = self.state.queue_jobs()
+            if self.policy is not None:
+                total = sum(n.cores for n in self.state.nodes.values())
+                queue = self.policy.queue_order(queue, self.clock.now(), max(1, total))
+            ids = [j.id for j in queue]
             pos = ids.index(rec.id) if rec.id in ids else None
         res = None
         d = self.last_decision
