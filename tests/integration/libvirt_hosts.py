@@ -314,23 +314,13 @@ MACHINE_KNOBS = (
 BOOST_RECORD = "/run/vmctl-it-boost-{pid}.json"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _dead_owner(path: Path, prefix: str, suffix: str = "") -> bool:
     """Whether ``path`` (``<prefix><pid><suffix>``) belongs to a test process that is gone (not this one)."""
     name = path.name
     if not (name.startswith(prefix) and name.endswith(suffix)):
         return False
     pid = name[len(prefix):len(name) - len(suffix)] if suffix else name[len(prefix):]
-    return pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid))
+    return pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid))
 
 
 def sweep_stale() -> list[str]:
